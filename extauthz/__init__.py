@@ -1,0 +1,1 @@
+"""extauthz package."""

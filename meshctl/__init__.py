@@ -1,0 +1,1 @@
+"""meshctl package."""

@@ -1,0 +1,1 @@
+"""mgmt_api package."""

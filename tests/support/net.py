@@ -1,0 +1,31 @@
+"""Loopback networking helpers shared by every test suite."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """Return a TCP port that was free a moment ago on ``host``.
+
+    There is an unavoidable race between closing the probe socket and the
+    server binding it; on a quiet loopback it does not matter in practice.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(port: int, host: str = "127.0.0.1", timeout: float = 15.0) -> None:
+    """Block until something accepts TCP connections on ``host:port``."""
+    deadline = time.monotonic() + timeout
+    last: OSError | None = None
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return
+        except OSError as exc:  # not listening yet
+            last = exc
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listening on {host}:{port} after {timeout}s: {last}")
