@@ -1,0 +1,181 @@
+"""BackendTrafficPolicy → envoyproxy/ratelimit config and Envoy route actions.
+
+The naming scheme is Envoy Gateway's (``internal/xds/translator/ratelimit.go``)
+so operators who know it can read ours, and it is produced in one place for
+both halves: the descriptor *tree* the rate-limit service loads, and the
+route *actions* that make Envoy send matching descriptors. A rule becomes one
+chain under the route's node; the limit sits on the chain's last entry, at
+exactly the depth of the descriptor Envoy sends.
+
+- Domain: ``<cluster>/<namespace>/<policy>``, one per policy, selected per
+  route through ``RateLimitPerRoute.domain`` so policies never share counters
+  by accident.
+- Route node: ``generic_key`` ``httproute/<ns>/<route>`` (or
+  ``gateway/<ns>/<gateway>``), key = value.
+- Per rule R and selector entry M: ``rule-R-match-M``: Exact/RegularExpression
+  headers use ``header_value_match`` (key = value), Distinct headers use
+  ``request_headers`` (key only: one counter per value); ``sourceCIDR`` uses
+  ``masked_remote_address`` = CIDR, and Distinct adds ``remote_address``.
+  A rule without selectors uses ``generic_key`` ``rule-R-match--1``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from mgmt_api.compiler.traffic_policy import (
+    BackendTrafficPolicy,
+    MatchType,
+    RateLimitRule,
+    SourceMatchType,
+)
+
+JsonDict = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """One descriptor entry: the RLS tree node and the Envoy action for it."""
+
+    key: str
+    value: str | None  # None: key-only node (distinct values)
+    action: JsonDict
+
+
+def domain_of(cluster: str, policy: BackendTrafficPolicy) -> str:
+    return f"{cluster}/{policy.metadata.namespace}/{policy.metadata.name}"
+
+
+def route_key(policy: BackendTrafficPolicy) -> str:
+    ref = policy.spec.target_ref
+    prefix = "httproute" if ref.kind == "HTTPRoute" else "gateway"
+    return f"{prefix}/{policy.metadata.namespace}/{ref.name}"
+
+
+def _rule_entries(index: int, rule: RateLimitRule) -> list[_Entry]:
+    entries: list[_Entry] = []
+    match_index = 0
+    for selector in rule.client_selectors:
+        for header in selector.headers:
+            key = f"rule-{index}-match-{match_index}"
+            match_index += 1
+            if header.type is MatchType.DISTINCT:
+                entries.append(
+                    _Entry(
+                        key,
+                        None,
+                        {"requestHeaders": {"headerName": header.name, "descriptorKey": key}},
+                    )
+                )
+                continue
+            matcher: JsonDict = {"name": header.name}
+            if header.type is MatchType.EXACT:
+                matcher["stringMatch"] = {"exact": header.value}
+            else:
+                matcher["stringMatch"] = {"safeRegex": {"regex": header.value}}
+            entries.append(
+                _Entry(
+                    key,
+                    key,
+                    {
+                        "headerValueMatch": {
+                            "descriptorKey": key,
+                            "descriptorValue": key,
+                            "expectMatch": not header.invert,
+                            "headers": [matcher],
+                        }
+                    },
+                )
+            )
+        cidr = selector.source_cidr
+        if cidr is not None:
+            network, _, prefix_len = cidr.value.partition("/")
+            masked_value = f"invert:{cidr.value}" if cidr.invert else cidr.value
+            entries.append(
+                _Entry(
+                    "masked_remote_address",
+                    masked_value,
+                    {
+                        "remoteAddressMatch": {
+                            "descriptorKey": "masked_remote_address",
+                            "descriptorValue": masked_value,
+                            "addressMatcher": {
+                                "ranges": [
+                                    {"addressPrefix": network, "prefixLen": int(prefix_len)}
+                                ],
+                                "invertMatch": cidr.invert,
+                            },
+                        }
+                    },
+                )
+            )
+            if cidr.type is SourceMatchType.DISTINCT:
+                entries.append(_Entry("remote_address", None, {"remoteAddress": {}}))
+    if not entries:
+        key = f"rule-{index}-match--1"
+        entries.append(
+            _Entry(key, key, {"genericKey": {"descriptorKey": key, "descriptorValue": key}})
+        )
+    return entries
+
+
+def compile_policy(cluster: str, policy: BackendTrafficPolicy) -> JsonDict:
+    """The envoyproxy/ratelimit YAML document (as a dict) for one policy."""
+    route = route_key(policy)
+    chains: list[JsonDict] = []
+    for index, rule in enumerate(policy.spec.rate_limit.global_.rules):
+        leaf: JsonDict | None = None
+        for entry in reversed(_rule_entries(index, rule)):
+            node: JsonDict = {"key": entry.key}
+            if entry.value is not None:
+                node["value"] = entry.value
+            if rule.shadow_mode:
+                node["shadow_mode"] = True
+            if leaf is None:
+                node["rate_limit"] = {
+                    "unit": rule.limit.unit.rls_unit,
+                    "requests_per_unit": rule.limit.requests,
+                }
+            else:
+                node["descriptors"] = [leaf]
+            leaf = node
+        assert leaf is not None
+        chains.append(leaf)
+    return {
+        "domain": domain_of(cluster, policy),
+        "descriptors": [{"key": route, "value": route, "descriptors": chains}],
+    }
+
+
+def render_rls_files(cluster: str, policies: list[BackendTrafficPolicy]) -> dict[str, bytes]:
+    """One YAML file per policy, named so directory order is stable."""
+    files: dict[str, bytes] = {}
+    for policy in sorted(policies, key=lambda p: (p.metadata.namespace, p.metadata.name)):
+        name = f"{policy.metadata.namespace}--{policy.metadata.name}.yaml"
+        files[name] = yaml.safe_dump(
+            compile_policy(cluster, policy), sort_keys=False, default_flow_style=False
+        ).encode()
+    return files
+
+
+def route_rate_limits(cluster: str, policy: BackendTrafficPolicy) -> JsonDict:
+    """The ``RateLimitPerRoute`` (protojson) that makes Envoy send matching descriptors."""
+    route = route_key(policy)
+    rate_limits: list[JsonDict] = []
+    for index, rule in enumerate(policy.spec.rate_limit.global_.rules):
+        actions: list[JsonDict] = [
+            {"genericKey": {"descriptorKey": route, "descriptorValue": route}},
+            *(entry.action for entry in _rule_entries(index, rule)),
+        ]
+        rate_limit: JsonDict = {"actions": actions}
+        if rule.cost is not None:
+            rate_limit["hitsAddend"] = {"number": str(rule.cost.request)}
+        rate_limits.append(rate_limit)
+    return {
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimitPerRoute",
+        "domain": domain_of(cluster, policy),
+        "rateLimits": rate_limits,
+    }

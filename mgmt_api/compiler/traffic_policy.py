@@ -1,0 +1,184 @@
+"""The BackendTrafficPolicy resource (spec §2.6), in Envoy Gateway's shape.
+
+Validation lives in these models so the REST layer, the compiler and the
+tests agree on one definition. Names follow Envoy Gateway's
+``gateway.envoyproxy.io/v1alpha1`` API; the subset accepted is the one the
+platform enforces (global rules only; units up to Day).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+API_VERSION = "gateway.envoyproxy.io/v1alpha1"
+KIND = "BackendTrafficPolicy"
+MAX_RULES = 256
+MAX_SELECTORS = 8
+MAX_HEADERS = 128
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class RateLimitUnit(StrEnum):
+    """Units the platform accepts (Envoy Gateway also has Week..Year)."""
+
+    SECOND = "Second"
+    MINUTE = "Minute"
+    HOUR = "Hour"
+    DAY = "Day"
+
+    @property
+    def rls_unit(self) -> str:
+        """The unit as envoyproxy/ratelimit's YAML spells it."""
+        return self.value.upper()
+
+
+class MatchType(StrEnum):
+    EXACT = "Exact"
+    REGULAR_EXPRESSION = "RegularExpression"
+    DISTINCT = "Distinct"
+
+
+class SourceMatchType(StrEnum):
+    EXACT = "Exact"
+    DISTINCT = "Distinct"
+
+
+class HeaderMatch(_Model):
+    name: str = Field(min_length=1, max_length=256)
+    type: MatchType = MatchType.EXACT
+    value: str | None = Field(default=None, max_length=1024)
+    invert: bool = False
+
+    @field_validator("name")
+    @classmethod
+    def _token(cls, v: str) -> str:
+        if not _HEADER_NAME.match(v):
+            raise ValueError("must be an HTTP header name")
+        return v.lower()
+
+    @model_validator(mode="after")
+    def _value_rules(self) -> HeaderMatch:
+        if self.type is MatchType.DISTINCT:
+            if self.value is not None:
+                raise ValueError("value must be empty when type is Distinct")
+            if self.invert:
+                raise ValueError("invert is not supported when type is Distinct")
+        elif not self.value:
+            raise ValueError(f"value is required when type is {self.type.value}")
+        if self.type is MatchType.REGULAR_EXPRESSION:
+            try:
+                re.compile(self.value or "")
+            except re.error as exc:
+                raise ValueError(f"value is not a valid regular expression: {exc}") from exc
+        return self
+
+
+class SourceMatch(_Model):
+    type: SourceMatchType = SourceMatchType.EXACT
+    value: str
+    invert: bool = False
+
+    @field_validator("value")
+    @classmethod
+    def _cidr(cls, v: str) -> str:
+        try:
+            return str(ipaddress.ip_network(v, strict=False))
+        except ValueError as exc:
+            raise ValueError(f"not a CIDR: {v!r}") from exc
+
+    @model_validator(mode="after")
+    def _distinct_not_inverted(self) -> SourceMatch:
+        if self.type is SourceMatchType.DISTINCT and self.invert:
+            raise ValueError("invert is not supported when type is Distinct")
+        return self
+
+
+class RateLimitSelectCondition(_Model):
+    headers: tuple[HeaderMatch, ...] = Field(default=(), max_length=MAX_HEADERS)
+    source_cidr: SourceMatch | None = Field(default=None, alias="sourceCIDR")
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> RateLimitSelectCondition:
+        if not self.headers and self.source_cidr is None:
+            raise ValueError("a client selector needs headers or sourceCIDR")
+        return self
+
+
+class RateLimitValue(_Model):
+    requests: int = Field(ge=0, le=4294967295)
+    unit: RateLimitUnit
+
+
+class RateLimitCost(_Model):
+    request: int = Field(ge=0, le=4294967295)
+
+
+class RateLimitRule(_Model):
+    client_selectors: tuple[RateLimitSelectCondition, ...] = Field(
+        default=(), alias="clientSelectors", max_length=MAX_SELECTORS
+    )
+    limit: RateLimitValue
+    cost: RateLimitCost | None = None
+    shadow_mode: bool = Field(default=False, alias="shadowMode")
+
+
+class GlobalRateLimit(_Model):
+    rules: tuple[RateLimitRule, ...] = Field(min_length=1, max_length=MAX_RULES)
+
+
+class RateLimitSpec(_Model):
+    type: Literal["Global"] = "Global"
+    global_: GlobalRateLimit = Field(alias="global")
+
+
+class TargetRef(_Model):
+    group: str = "gateway.networking.k8s.io"
+    kind: Literal["HTTPRoute", "Gateway"] = "HTTPRoute"
+    name: str
+
+    @field_validator("name")
+    @classmethod
+    def _dns(cls, v: str) -> str:
+        if not _DNS_SUBDOMAIN.match(v):
+            raise ValueError("must be a DNS-1123 subdomain")
+        return v
+
+
+class Metadata(_Model):
+    name: str
+    namespace: str = "default"
+
+    @field_validator("name", "namespace")
+    @classmethod
+    def _dns(cls, v: str) -> str:
+        if not _DNS_LABEL.match(v):
+            raise ValueError("must be a DNS-1123 label")
+        return v
+
+
+class BackendTrafficPolicySpec(_Model):
+    target_ref: TargetRef = Field(alias="targetRef")
+    rate_limit: RateLimitSpec = Field(alias="rateLimit")
+
+
+class BackendTrafficPolicy(_Model):
+    """One policy; ``apiVersion`` and ``kind`` are checked when present."""
+
+    api_version: Literal["gateway.envoyproxy.io/v1alpha1"] = Field(
+        default="gateway.envoyproxy.io/v1alpha1", alias="apiVersion"
+    )
+    kind: Literal["BackendTrafficPolicy"] = "BackendTrafficPolicy"
+    metadata: Metadata
+    spec: BackendTrafficPolicySpec
