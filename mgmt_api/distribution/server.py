@@ -1,0 +1,180 @@
+"""The ``PolicyDistribution`` servicer: state-of-the-world snapshots per node.
+
+One stream per service instance. The servicer authenticates the stream,
+checks that the node's cluster is the one its credentials belong to (so a
+subscriber never sees another cluster's policies), sends the current
+snapshot, and sends a new one whenever the change feed moves and the
+compiled content differs. ACKs and NACKs update the registry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import itertools
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+
+import grpc
+
+from meshplane.distribution_client import NodeIdentity
+from meshplane.proto.distribution.v1 import distribution_pb2 as pb
+from meshplane.proto.distribution.v1 import distribution_pb2_grpc as pb_grpc
+from mgmt_api.distribution.feed import ChangeFeed
+from mgmt_api.distribution.registry import SubscriberRegistry
+
+log = logging.getLogger(__name__)
+
+KINDS = ("ratelimit", "extauthz")
+
+
+class AuthError(Exception):
+    """Credentials missing, invalid, or not allowed for the requested node."""
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """A node's snapshot: file name → content. The version is its digest."""
+
+    files: dict[str, bytes]
+
+    @property
+    def version(self) -> str:
+        digest = hashlib.sha256()
+        for name in sorted(self.files):
+            digest.update(name.encode() + b"\0" + self.files[name] + b"\0")
+        return digest.hexdigest()[:20]
+
+
+# (bearer token, node) → None, or raise AuthError.
+Authenticate = Callable[[str, NodeIdentity], Awaitable[None]]
+# node → the compiled snapshot for it.
+Build = Callable[[NodeIdentity], Awaitable[Compiled]]
+
+
+class DistributionServicer(pb_grpc.PolicyDistributionServicer):
+    """Serves snapshots built by ``build`` to nodes ``authenticate`` admits."""
+
+    def __init__(
+        self,
+        build: Build,
+        authenticate: Authenticate,
+        feed: ChangeFeed,
+        registry: SubscriberRegistry,
+        *,
+        clock: Callable[[], float] = time.time,
+        heartbeat: float = 30.0,
+    ) -> None:
+        self._build = build
+        self._authenticate = authenticate
+        self._feed = feed
+        self._registry = registry
+        self._clock = clock
+        self._heartbeat = heartbeat
+        self._nonces = itertools.count(1)
+
+    async def _admit(
+        self,
+        first: pb.SnapshotRequest,
+        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+    ) -> NodeIdentity:
+        node = first.node
+        if node.kind not in KINDS or not node.organization or not node.cluster:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"the first request needs node.kind in {KINDS}, node.organization and node.cluster",
+            )
+        identity = NodeIdentity(
+            node.kind, node.organization, node.cluster, node.instance or context.peer()
+        )
+        metadata = dict(context.invocation_metadata() or ())
+        header = str(metadata.get("authorization", ""))
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "a bearer token is required")
+        try:
+            await self._authenticate(token.strip(), identity)
+        except AuthError as exc:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(exc))
+        return identity
+
+    async def StreamSnapshots(
+        self,
+        request_iterator: AsyncIterator[pb.SnapshotRequest],
+        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+    ) -> AsyncIterator[pb.Snapshot]:
+        try:
+            first = await anext(aiter(request_iterator))
+        except StopAsyncIteration:
+            return
+        node = await self._admit(first, context)
+        self._registry.connected(node, first.version_info, self._clock())
+        log.info(
+            "subscriber connected",
+            extra={"kind": node.kind, "cluster": node.cluster, "instance": node.instance},
+        )
+        sent: dict[str, str] = {}  # nonce → version
+        reader = asyncio.create_task(self._read_answers(node, request_iterator, sent))
+        last_version = first.version_info
+        try:
+            while True:
+                revision = self._feed.revision
+                compiled = await self._build(node)
+                if compiled.version != last_version:
+                    nonce = str(next(self._nonces))
+                    sent[nonce] = compiled.version
+                    self._registry.sent(node, compiled.version, self._clock())
+                    yield pb.Snapshot(
+                        version_info=compiled.version,
+                        nonce=nonce,
+                        kind=node.kind,
+                        files=[
+                            pb.ConfigFile(name=name, content=content)
+                            for name, content in sorted(compiled.files.items())
+                        ],
+                    )
+                    last_version = compiled.version
+                if reader.done():
+                    break
+                waiter = asyncio.create_task(self._feed.wait_beyond(revision, self._heartbeat))
+                await asyncio.wait({waiter, reader}, return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+                if reader.done():
+                    break
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reader
+            self._registry.disconnected(node, self._clock())
+            log.info(
+                "subscriber disconnected",
+                extra={"kind": node.kind, "cluster": node.cluster, "instance": node.instance},
+            )
+
+    async def _read_answers(
+        self,
+        node: NodeIdentity,
+        requests: AsyncIterator[pb.SnapshotRequest],
+        sent: dict[str, str],
+    ) -> None:
+        async for answer in requests:
+            now = self._clock()
+            rejected = sent.pop(answer.response_nonce, "")
+            if answer.HasField("error_detail"):
+                self._registry.nacked(
+                    node, answer.version_info, rejected, answer.error_detail.message, now
+                )
+                log.warning(
+                    "snapshot NACKed",
+                    extra={
+                        "cluster": node.cluster,
+                        "instance": node.instance,
+                        "version": rejected,
+                        "error": answer.error_detail.message[:500],
+                    },
+                )
+            else:
+                self._registry.acked(node, answer.version_info, now)
