@@ -1,0 +1,176 @@
+"""LDAP as a directory source (ldap3, paged searches, member attributes).
+
+Users are the entries under ``userBase`` matching ``userFilter``; teams are
+the entries under ``groupBase`` matching ``groupFilter``, whose ``member``
+attribute lists DNs. A member DN is resolved to a user (or, for nested
+groups, a team) of the same listing; DNs are compared after normalization
+(case and spacing), because servers return them as they were written.
+
+Searches use the simple paged results control (RFC 2696) so a large
+directory does not hit the server's size limit. ldap3 is synchronous, so the
+whole read runs in a worker thread. The connection is read-only and uses
+the bind password only for the bind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import ldap3  # type: ignore[import-untyped]
+from ldap3.core.exceptions import LDAPException  # type: ignore[import-untyped]
+from ldap3.utils.dn import safe_dn  # type: ignore[import-untyped]
+
+from mgmt_api.identity.config import LdapSyncConfig
+from mgmt_api.identity.secrets import SecretUnavailableError
+from mgmt_api.identity.sync.model import DirectoryTeam, DirectoryUser
+from mgmt_api.identity.sync.runner import SourceError
+
+
+def normalize_dn(dn: str) -> str:
+    """A comparable form of a DN: RFC 4514 spacing, lower case."""
+    try:
+        return str(safe_dn(dn)).lower()
+    except LDAPException:
+        return dn.strip().lower()
+
+
+def _first(attributes: dict[str, Any], name: str) -> str | None:
+    value = attributes.get(name)
+    if isinstance(value, list):
+        value = value[0] if value else None
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    return str(value) if value not in (None, "") else None
+
+
+def _all(attributes: dict[str, Any], name: str) -> list[str]:
+    value = attributes.get(name)
+    if value is None:
+        return []
+    values = value if isinstance(value, list) else [value]
+    return [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in values]
+
+
+class LdapSource:
+    """Users and groups of one LDAP directory."""
+
+    source_type = "LDAP"
+
+    def __init__(self, config: LdapSyncConfig) -> None:
+        self.config = config
+
+    async def fetch(self) -> tuple[list[DirectoryUser], list[DirectoryTeam]]:
+        return await asyncio.to_thread(self._fetch_blocking)
+
+    def _search(
+        self, conn: Any, base: str, search_filter: str, attributes: list[str]
+    ) -> list[dict[str, Any]]:
+        entries = conn.extend.standard.paged_search(
+            search_base=base,
+            search_filter=search_filter,
+            search_scope=ldap3.SUBTREE,
+            attributes=attributes,
+            paged_size=self.config.page_size,
+            generator=False,
+        )
+        if conn.result and conn.result.get("result", 0) != 0:
+            raise SourceError(
+                f"LDAP search under {base} failed: {conn.result.get('description', 'error')}"
+            )
+        return [e for e in entries if e.get("type") == "searchResEntry"]
+
+    def _fetch_blocking(self) -> tuple[list[DirectoryUser], list[DirectoryTeam]]:
+        cfg = self.config
+        attrs = cfg.attributes
+        try:
+            password = cfg.bind_password.read().reveal()
+        except SecretUnavailableError as exc:
+            raise SourceError(f"cannot read the LDAP bind password: {exc}") from exc
+        server = ldap3.Server(
+            cfg.url, connect_timeout=max(int(cfg.timeout_s), 1), get_info=ldap3.NONE
+        )
+        try:
+            conn = ldap3.Connection(
+                server,
+                user=cfg.bind_dn,
+                password=password,
+                read_only=True,
+                receive_timeout=max(int(cfg.timeout_s), 1),  # ldap3 packs it as an int
+                raise_exceptions=False,
+            )
+            try:
+                if not conn.bind():
+                    raise SourceError(
+                        f"LDAP bind as {cfg.bind_dn} failed: "
+                        f"{conn.result.get('description', 'error')}"
+                    )
+                user_entries = self._search(
+                    conn,
+                    cfg.user_base,
+                    cfg.user_filter,
+                    sorted({attrs.user_id, attrs.login_name, attrs.email, attrs.display_name}),
+                )
+                group_entries = self._search(
+                    conn,
+                    cfg.group_base,
+                    cfg.group_filter,
+                    sorted(
+                        {
+                            attrs.group_id,
+                            attrs.group_display_name,
+                            attrs.group_description,
+                            attrs.member,
+                        }
+                    ),
+                )
+            finally:
+                conn.unbind()
+        except LDAPException as exc:
+            raise SourceError(f"LDAP error talking to {cfg.url}: {exc.__class__.__name__}") from exc
+
+        users: list[DirectoryUser] = []
+        user_by_dn: dict[str, str] = {}
+        for entry in user_entries:
+            a = entry.get("attributes", {})
+            uid = _first(a, attrs.user_id)
+            if uid is None:
+                continue
+            users.append(
+                DirectoryUser(
+                    id=uid,
+                    login_name=_first(a, attrs.login_name) or uid,
+                    email=_first(a, attrs.email),
+                    display_name=_first(a, attrs.display_name),
+                )
+            )
+            user_by_dn[normalize_dn(entry["dn"])] = uid
+        group_by_dn: dict[str, str] = {}
+        for entry in group_entries:
+            gid = _first(entry.get("attributes", {}), attrs.group_id)
+            if gid is not None:
+                group_by_dn[normalize_dn(entry["dn"])] = gid
+        teams: list[DirectoryTeam] = []
+        for entry in group_entries:
+            a = entry.get("attributes", {})
+            gid = _first(a, attrs.group_id)
+            if gid is None:
+                continue
+            member_users: set[str] = set()
+            member_groups: set[str] = set()
+            for dn in _all(a, attrs.member):
+                key = normalize_dn(dn)
+                if key in user_by_dn:
+                    member_users.add(user_by_dn[key])
+                elif key in group_by_dn:
+                    member_groups.add(group_by_dn[key])
+            teams.append(
+                DirectoryTeam(
+                    id=gid,
+                    display_name=_first(a, attrs.group_display_name),
+                    description=_first(a, attrs.group_description),
+                    member_user_ids=frozenset(member_users),
+                    member_team_ids=frozenset(member_groups),
+                )
+            )
+        return users, teams

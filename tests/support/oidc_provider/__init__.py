@@ -1,0 +1,1 @@
+"""The test OpenID Provider (npm ``oidc-provider``) and its Python launcher."""
