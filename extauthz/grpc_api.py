@@ -1,0 +1,146 @@
+"""gRPC adapter: ``envoy.service.auth.v3.Authorization/Check``.
+
+Envoy treats an empty ``CheckResponse`` (status unset = OK) as an **allow**,
+and a gRPC error as an *error* that ``failure_mode_allow`` may turn into an
+allow. So this adapter never raises and never returns a response without an
+explicit status: every deny is ``status.code = 7 (PERMISSION_DENIED)`` with
+``denied_response.status = 403``; every allow is ``status.code = 0`` with an
+``ok_response``. If even building the response fails, a prebuilt deny is
+returned.
+
+Header reading follows how Envoy fills ``AttributeContext``: ``headers``
+(lower-case keys, duplicate headers merged with ``,``) or, with
+``encode_raw_headers: true``, ``header_map`` (raw, duplicates kept). Keys
+are lower-cased again here for hand-built requests, and every
+``authorization`` value from either is collected so duplicates are denied.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import grpc
+from envoy.config.core.v3 import base_pb2
+from envoy.service.auth.v3 import external_auth_pb2, external_auth_pb2_grpc
+from envoy.type.v3 import http_status_pb2
+from google.rpc import status_pb2
+
+from extauthz import metrics
+from extauthz.config import POLICY_CONTEXT_KEY
+from extauthz.jwt_policy import CheckAttributes
+from extauthz.reasons import Decision, Reason
+from extauthz.responses import DENY_STATUS, JSON_CONTENT_TYPE, REASON_HEADER, deny_body
+from extauthz.service import INTERNAL_ERROR, AuthorizationService
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME: str = external_auth_pb2.DESCRIPTOR.services_by_name["Authorization"].full_name
+
+_OK = 0
+_PERMISSION_DENIED = 7
+_OVERWRITE = base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
+
+
+def attributes_from_check(request: external_auth_pb2.CheckRequest) -> CheckAttributes:
+    """The engine's view of a CheckRequest."""
+    attributes = request.attributes
+    http = attributes.request.http
+    headers = http.headers
+    if "".join(headers).islower():
+        # Envoy always lower-cases keys, so one lookup finds the only copy.
+        value = headers.get("authorization")
+        authorization = [] if value is None else [value]
+    else:
+        # Hand-built request: collect every spelling, so that two
+        # differently-cased copies are denied as duplicates.
+        authorization = [headers[key] for key in headers if key.lower() == "authorization"]
+    path = http.path
+    if not path:
+        path = headers.get(":path", "")
+    if http.HasField("header_map"):
+        for entry in http.header_map.headers:
+            lowered = entry.key.lower()
+            value = entry.raw_value.decode("utf-8", "replace") if entry.raw_value else entry.value
+            if lowered == "authorization":
+                authorization.append(value)
+            elif lowered == ":path" and not path:
+                path = value
+    policy = attributes.context_extensions.get(POLICY_CONTEXT_KEY) or None
+    return CheckAttributes(path, tuple(authorization), policy)
+
+
+def _build_deny(reason: Reason) -> external_auth_pb2.CheckResponse:
+    return external_auth_pb2.CheckResponse(
+        status=status_pb2.Status(code=_PERMISSION_DENIED, message=reason.value),
+        denied_response=external_auth_pb2.DeniedHttpResponse(
+            status=http_status_pb2.HttpStatus(code=DENY_STATUS),
+            headers=[
+                base_pb2.HeaderValueOption(
+                    header=base_pb2.HeaderValue(key=REASON_HEADER, value=reason.value),
+                    append_action=_OVERWRITE,
+                ),
+                base_pb2.HeaderValueOption(
+                    header=base_pb2.HeaderValue(key="content-type", value=JSON_CONTENT_TYPE),
+                    append_action=_OVERWRITE,
+                ),
+            ],
+            body=deny_body(reason).decode(),
+        ),
+    )
+
+
+# Responses are immutable once built and grpc only serializes them, so each
+# distinct deny (and the plain allow) is built once and shared.
+_DENIES: dict[Reason, external_auth_pb2.CheckResponse] = {r: _build_deny(r) for r in Reason}
+_LAST_RESORT = _build_deny(Reason.INTERNAL_ERROR)
+_PLAIN_ALLOW = external_auth_pb2.CheckResponse(
+    status=status_pb2.Status(code=_OK), ok_response=external_auth_pb2.OkHttpResponse()
+)
+
+
+def response_for(decision: Decision) -> external_auth_pb2.CheckResponse:
+    """The CheckResponse that carries ``decision``; always has an explicit status."""
+    if not decision.allowed:
+        return _DENIES.get(decision.reason, _LAST_RESORT)
+    if not decision.headers_to_add and not decision.headers_to_remove:
+        return _PLAIN_ALLOW
+    return external_auth_pb2.CheckResponse(
+        status=status_pb2.Status(code=_OK),
+        ok_response=external_auth_pb2.OkHttpResponse(
+            headers=[
+                base_pb2.HeaderValueOption(
+                    header=base_pb2.HeaderValue(key=name, value=value), append_action=_OVERWRITE
+                )
+                for name, value in decision.headers_to_add
+            ],
+            headers_to_remove=list(decision.headers_to_remove),
+        ),
+    )
+
+
+class CheckServicer(external_auth_pb2_grpc.AuthorizationServicer):  # type: ignore[misc]
+    """The Check RPC; see the module docstring for the fail-closed contract."""
+
+    def __init__(self, service: AuthorizationService) -> None:
+        self._service = service
+
+    async def Check(  # the gRPC method name
+        self, request: external_auth_pb2.CheckRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> external_auth_pb2.CheckResponse:
+        try:
+            attrs = attributes_from_check(request)
+        except Exception as exc:
+            log.error("unreadable CheckRequest; denying", extra={"error": type(exc).__name__})
+            metrics.record_check("grpc", INTERNAL_ERROR, 0.0)
+            return _LAST_RESORT
+        decision = await self._service.check(attrs, "grpc")
+        try:
+            return response_for(decision)
+        except Exception as exc:
+            log.error("building CheckResponse failed; denying", extra={"error": type(exc).__name__})
+            return _LAST_RESORT
+
+
+def add_to_server(service: AuthorizationService, server: grpc.aio.Server) -> None:
+    external_auth_pb2_grpc.add_AuthorizationServicer_to_server(CheckServicer(service), server)

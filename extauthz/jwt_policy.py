@@ -1,0 +1,170 @@
+"""The decision engine: request attributes + policies + keys + clock → Decision.
+
+Pure logic: no I/O, the clock is an argument, and both adapters (gRPC Check
+and HTTP ``http_service``) call the very same ``Engine.decide`` so the two
+modes cannot drift apart. The rules, in order (the first failure is the deny
+reason):
+
+1. the policy named by the ``meshplane.policy`` context extension (or the
+   default) exists; ``allow``/``deny`` are built in;
+2. exactly one ``Authorization`` value, ``Bearer`` (any case) + 1*SP + a
+   compact JWS of at most 8 KiB;
+3. signature valid under an allow-listed algorithm with a key of the matching
+   family; ``nbf``/``exp`` finite JSON numbers; issuer/audiences if set;
+4. the path claim decodes to a canonical absolute path;
+5. ``nbf <= now < exp`` within the leeway (checked on every request, cache or not);
+6. the normalized request path starts with that prefix (PREFIX) or also
+   ends on a segment boundary (SEGMENT).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from extauthz.config import ExtAuthzConfig, JwksUriConfig, PolicyConfig
+from extauthz.keyring import KeyRing, RemoteKeys
+from extauthz.paths import decode_path_claim, normalize_request_path, path_allowed
+from extauthz.reasons import Decision, Denied, Reason, deny
+from extauthz.token_cache import CachedToken, TokenCache
+from extauthz.tokens import JwtRules, check_time, extract_bearer, verify_token
+
+MAX_CLAIM_HEADER_CHARS = 1024
+_UNSAFE_HEADER_VALUE = re.compile(r"[\x00-\x1f\x7f]")
+
+
+@dataclass(frozen=True, slots=True)
+class CheckAttributes:
+    """What the engine needs from a request, whatever the transport.
+
+    ``authorization`` holds every value seen (raw duplicates included), so the
+    engine can deny ambiguity instead of picking one. ``path`` is the raw
+    request target as Envoy saw it (query included, not decoded).
+    """
+
+    path: str
+    authorization: tuple[str, ...]
+    policy: str | None = None  # None selects defaultPolicy; any string is looked up
+
+
+def _header_value(value: Any) -> str | None:
+    """A claim rendered as a header value, or None if it cannot be one safely."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        text = str(value)
+    elif isinstance(value, float) and math.isfinite(value):
+        text = repr(value)
+    elif isinstance(value, str):
+        text = value
+    else:
+        return None  # absent, null, objects, lists
+    if len(text) > MAX_CLAIM_HEADER_CHARS or _UNSAFE_HEADER_VALUE.search(text):
+        return None
+    return text
+
+
+class CompiledPolicy:
+    """A policy ready to decide: config, its key ring and its token cache."""
+
+    def __init__(self, config: PolicyConfig, keyring: KeyRing, cache_size: int) -> None:
+        self.config = config
+        self.name = config.name
+        self.keyring = keyring
+        self.cache = TokenCache(cache_size)
+        self.rules = JwtRules(
+            algorithms=config.jwt.algorithms,
+            leeway_seconds=config.jwt.leeway_seconds,
+            issuer=config.jwt.issuer,
+            audiences=config.jwt.audiences,
+        )
+        self._base_removes: tuple[str, ...] = (
+            ("authorization",) if config.remove_authorization else ()
+        )
+
+    def _allow_for(self, claims: Mapping[str, Any]) -> Decision:
+        adds: list[tuple[str, str]] = []
+        removes = list(self._base_removes)
+        for mapping in self.config.claims_to_headers:
+            text = _header_value(claims.get(mapping.claim))
+            if text is None:
+                removes.append(mapping.header)  # never let a client-sent copy through
+            else:
+                adds.append((mapping.header, text))
+        return Decision(True, Reason.OK, self.name, tuple(adds), tuple(removes))
+
+    def decide(self, attrs: CheckAttributes, now: float) -> Decision:
+        try:
+            values = attrs.authorization
+            keys, generation = self.keyring.current()
+            # Keyed by the raw header value: a hit skips even the header
+            # parsing, and only a value that passed every rule is ever stored.
+            header = values[0] if len(values) == 1 else None
+            entry = self.cache.get(header, generation) if header is not None else None
+            if entry is None:
+                token = extract_bearer(values)
+                assert header is not None  # extract_bearer accepts exactly one value
+                verified = verify_token(token, self.rules, keys)
+                prefix = None
+                if self.config.path_claim is not None:
+                    prefix = decode_path_claim(verified.claims.get(self.config.path_claim.name))
+                entry = CachedToken(
+                    verified.nbf, verified.exp, prefix, self._allow_for(verified.claims)
+                )
+                self.cache.put(header, entry, generation)
+            try:
+                check_time(entry.nbf, entry.exp, now, self.rules.leeway_seconds)
+            except Denied as exc:
+                if exc.reason is Reason.EXPIRED and header is not None:
+                    self.cache.discard(header)
+                raise
+            if entry.prefix is not None and self.config.path_claim is not None:
+                path = normalize_request_path(attrs.path)
+                if not path_allowed(path, entry.prefix, self.config.path_claim.match):
+                    raise Denied(Reason.PATH_NOT_ALLOWED)
+            return entry.allow
+        except Denied as exc:
+            return deny(exc.reason, self.name)
+
+
+RemoteFactory = Callable[[JwksUriConfig], RemoteKeys]
+
+
+class Engine:
+    """All policies of one config snapshot. Rebuilt on reload, swapped atomically."""
+
+    def __init__(self, config: ExtAuthzConfig, remote_for: RemoteFactory | None = None) -> None:
+        self.config = config
+        self.default_policy = config.default_policy
+        self.policies: dict[str, CompiledPolicy] = {}
+        for name, policy in config.policies.items():
+            remotes: list[RemoteKeys] = []
+            for uri_config in policy.jwt.jwks_uris:
+                if remote_for is None:
+                    raise ValueError(f"policy {name!r} needs remote JWKS but no factory given")
+                remotes.append(remote_for(uri_config))
+            ring = KeyRing(policy.jwt.static_keys, remotes)
+            self.policies[name] = CompiledPolicy(policy, ring, config.token_cache_size)
+        self._allow = Decision(True, Reason.ALLOW_POLICY, "allow")
+        self._deny = deny(Reason.DENY_POLICY, "deny")
+
+    def select(self, attrs: CheckAttributes) -> CompiledPolicy | Decision:
+        """The policy for a request, or the final decision for built-ins/unknown."""
+        name = self.default_policy if attrs.policy is None else attrs.policy
+        policy = self.policies.get(name)
+        if policy is not None:
+            return policy
+        if name == "allow":
+            return self._allow
+        if name == "deny":
+            return self._deny
+        return deny(Reason.UNKNOWN_POLICY)
+
+    def decide(self, attrs: CheckAttributes, now: float) -> Decision:
+        selected = self.select(attrs)
+        if isinstance(selected, Decision):
+            return selected
+        return selected.decide(attrs, now)
