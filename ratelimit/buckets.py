@@ -1,0 +1,101 @@
+"""Buckets: fixed epoch-aligned windows and the keys their counters live under.
+
+A bucket is one counter of one limit in one window. Windows are aligned to the
+epoch (``start = floor(now / length) * length``), so every service instance
+agrees on them without coordination and a bucket refills to full exactly when
+the window turns; the window start is part of the key, so the new window is
+simply a new key and the old one expires.
+
+Key layout (documented in docs/ratelimit.md)::
+
+    <prefix>{<domain tag>}:<window seconds>:<window start>:<bucket digest>
+
+- ``{<domain tag>}`` is a Redis Cluster hash tag derived from the domain only.
+  Every key one request touches must live in the same slot for the Lua script
+  to decide atomically over all of them, and a bucket must have the same key
+  whichever request it appears in; the domain is the only thing all of a
+  request's buckets have in common, so a whole domain lives in one slot, i.e.
+  on one Cluster master. Cluster spreads load across domains, not within one.
+- The bucket digest hashes the domain and the length-prefixed (key, value)
+  path, so values of any length or content give bounded keys that cannot
+  collide by concatenation (``a_b``+``c`` vs ``a``+``b_c``), unlike the
+  reference's underscore-joined keys.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+from collections.abc import Sequence
+from typing import NamedTuple
+
+
+class Window(NamedTuple):
+    """One fixed window: its length and start, both whole epoch seconds."""
+
+    seconds: int
+    start: int
+
+    @property
+    def end(self) -> int:
+        return self.start + self.seconds
+
+    def reset_after(self, now: float) -> int:
+        """Whole seconds until the window turns, in 1..seconds (rounded up).
+
+        Rounding up matches the reference's ``unit - now % unit`` and never
+        tells a client to retry before the bucket has actually refilled.
+        """
+        return max(1, min(self.seconds, math.ceil(self.end - now)))
+
+    def ttl_ms(self, now: float) -> int:
+        """Milliseconds a key of this window must live: until the window ends."""
+        return max(1, math.ceil((self.end - now) * 1000))
+
+
+def window_at(seconds: int, now: float) -> Window:
+    """The window of length ``seconds`` containing ``now``."""
+    return Window(seconds, int(now // seconds) * seconds)
+
+
+def domain_tag(domain: str) -> str:
+    """The hash tag of a domain: hex, so no domain can contain a brace that breaks it."""
+    return hashlib.blake2b(domain.encode(), digest_size=8).hexdigest()
+
+
+@functools.lru_cache(maxsize=65536)
+def _bucket_id(prefix: str, domain: str, path: tuple[tuple[str, str], ...]) -> tuple[str, str]:
+    # Hashing is the costly part of a key and does not depend on the window:
+    # cache it, so a busy bucket is hashed once rather than on every request.
+    digest = hashlib.blake2b(digest_size=16)
+    for part in (domain, *(item for pair in path for item in pair)):
+        raw = part.encode()
+        digest.update(len(raw).to_bytes(4, "big"))
+        digest.update(raw)
+    return f"{prefix}{{{domain_tag(domain)}}}", digest.hexdigest()
+
+
+def bucket_key(prefix: str, domain: str, path: Sequence[tuple[str, str]], window: Window) -> str:
+    """The store key of a bucket's counter in ``window``."""
+    head, digest = _bucket_id(prefix, domain, tuple(path))
+    return f"{head}:{window.seconds}:{window.start}:{digest}"
+
+
+class Bucket(NamedTuple):
+    """What a store needs to decide on one counter."""
+
+    key: str
+    limit: int
+    cost: int
+    window: Window
+    shadow: bool
+
+    @property
+    def need(self) -> int:
+        """How much must remain for the bucket to admit: the cost, at least 1.
+
+        So a cost-0 check on an empty bucket is denied, which the reference
+        (``counter > limit``) does not do.
+        """
+        return max(self.cost, 1)

@@ -1,0 +1,63 @@
+"""Pure matching: a request descriptor + a domain's config → the limit that applies.
+
+The rules are envoyproxy/ratelimit's (``GetLimit``), so existing configs keep
+their meaning:
+
+- the request's entries are walked level by level; at each level an exact
+  ``key=value`` entry wins, then the first wildcard entry (config order) whose
+  pattern matches, then the key-only entry;
+- a limit applies only when it sits at the request's depth: a request with
+  fewer entries, or more entries than the config is deep, gets no limit;
+- a ``key=value`` entry without limit and children is an allow-list entry: it
+  matches (so the default is not used) and yields no limit.
+
+The result also names the *bucket*: the path of (key, value) pairs that
+identifies the counter. It holds the request's runtime values, so a key-only
+or wildcard entry gives every distinct value its own counter, except that a
+``share_threshold`` wildcard puts its pattern in the path so all matching
+values share one counter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from ratelimit.config import DescriptorLevel, DescriptorNode, DomainConfig, RateLimit
+
+
+class Match(NamedTuple):
+    """The limit for one request descriptor and the identity of its bucket."""
+
+    limit: RateLimit
+    bucket_path: tuple[tuple[str, str], ...]
+
+
+def _find(level: DescriptorLevel, key: str, value: str) -> DescriptorNode | None:
+    node = level.exact.get((key, value))
+    if node is not None:
+        return node
+    for candidate in level.wildcards.get(key, ()):
+        assert candidate.pattern is not None
+        if candidate.pattern.fullmatch(value):
+            return candidate
+    return level.defaults.get(key)
+
+
+def match_descriptor(domain: DomainConfig, entries: Sequence[tuple[str, str]]) -> Match | None:
+    """The limit that applies to one descriptor, or None (no limit, allow-listed)."""
+    level = domain.root
+    path: list[tuple[str, str]] = []
+    last = len(entries) - 1
+    for depth, (key, value) in enumerate(entries):
+        node = _find(level, key, value)
+        if node is None:
+            return None
+        shared = node.share_threshold and node.value is not None
+        path.append((key, node.value if shared and node.value is not None else value))
+        if depth == last:
+            return Match(node.limit, tuple(path)) if node.limit is not None else None
+        if node.children.empty:
+            return None  # the request is deeper than the config
+        level = node.children
+    return None

@@ -1,0 +1,157 @@
+"""Pure request planning: a RateLimitRequest + config + clock → the buckets to decide.
+
+This is everything between the wire and the store: validating the request,
+matching each descriptor, applying ``replaces``, working out each
+descriptor's cost and merging descriptors that land on the same counter into
+one bucket (so the store sees distinct keys and the cost is charged once,
+summed). No I/O; ``now`` is passed in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
+from envoy.service.ratelimit.v3 import rls_pb2
+
+from ratelimit.buckets import Bucket, bucket_key, window_at
+from ratelimit.config import RateLimit, RateLimitConfig
+from ratelimit.matching import Match, match_descriptor
+from ratelimit.units import UNIT_BY_PROTO, WINDOW_SECONDS
+
+
+class InvalidRequest(ValueError):
+    """The request is malformed; the message is sent back as INVALID_ARGUMENT."""
+
+
+class DescriptorPlan(NamedTuple):
+    """How one request descriptor is answered.
+
+    ``limit`` is None when nothing applies (unknown domain, no match,
+    allow-listed, replaced); ``bucket`` indexes ``Plan.buckets`` for limited
+    descriptors.
+    """
+
+    limit: RateLimit | None
+    bucket: int | None
+    cost: int
+
+
+class Plan(NamedTuple):
+    domain: str
+    domain_known: bool
+    descriptors: tuple[DescriptorPlan, ...]
+    buckets: tuple[Bucket, ...]
+
+
+def _entries(index: int, descriptor: ratelimit_pb2.RateLimitDescriptor) -> list[tuple[str, str]]:
+    """The descriptor's (key, value) pairs; empty keys or values are rejected."""
+    entries = [(e.key, e.value) for e in descriptor.entries]
+    if not entries:
+        raise InvalidRequest(f"descriptors[{index}] has no entries")
+    for j, (key, value) in enumerate(entries):
+        if not key:
+            raise InvalidRequest(f"descriptors[{index}].entries[{j}] has an empty key")
+        if not value:
+            raise InvalidRequest(
+                f"descriptors[{index}].entries[{j}] (key {key!r}) has an empty value"
+            )
+    return entries
+
+
+def _override(domain: str, descriptor: ratelimit_pb2.RateLimitDescriptor) -> Match | None:
+    # A limit sent by Envoy (RateLimitOverride) replaces the config, as in the reference.
+    unit = UNIT_BY_PROTO.get(descriptor.limit.unit)
+    if unit is None:
+        return None
+    entries = tuple((e.key, e.value) for e in descriptor.entries)
+    limit = RateLimit(
+        requests_per_unit=descriptor.limit.requests_per_unit,
+        unit=unit,
+        window_seconds=WINDOW_SECONDS[unit],
+        name=None,
+        unlimited=False,
+        replaces=frozenset(),
+        shadow_mode=False,
+        domain=domain,
+        rule_id="override:" + ".".join(k for k, _ in entries),
+    )
+    return Match(limit, entries)
+
+
+def plan_request(
+    config: RateLimitConfig,
+    request: rls_pb2.RateLimitRequest,
+    now: float,
+    *,
+    key_prefix: str = "rl:",
+) -> Plan:
+    """Validate and plan; raises InvalidRequest."""
+    if not request.domain:
+        raise InvalidRequest("rate limit domain must not be empty")
+    if not request.descriptors:
+        raise InvalidRequest("rate limit descriptor list must not be empty")
+    all_entries = [_entries(i, d) for i, d in enumerate(request.descriptors)]
+    domain_cfg = config.domains.get(request.domain)
+    request_cost = request.hits_addend or 1
+    costs = [
+        d.hits_addend.value if d.HasField("hits_addend") else request_cost
+        for d in request.descriptors
+    ]
+    if domain_cfg is None:
+        return Plan(
+            request.domain,
+            False,
+            tuple(DescriptorPlan(None, None, c) for c in costs),
+            (),
+        )
+    matches: list[Match | None] = []
+    for d, entries in zip(request.descriptors, all_entries, strict=True):
+        if d.HasField("limit"):
+            matches.append(_override(request.domain, d))
+        else:
+            matches.append(match_descriptor(domain_cfg, entries))
+    replaced = {name for m in matches if m is not None for name in m.limit.replaces}
+    if replaced:
+        matches = [None if m is not None and m.limit.name in replaced else m for m in matches]
+    return _assemble(request.domain, matches, costs, now, key_prefix)
+
+
+def _assemble(
+    domain: str,
+    matches: Sequence[Match | None],
+    costs: Sequence[int],
+    now: float,
+    key_prefix: str,
+) -> Plan:
+    index_of: dict[str, int] = {}
+    merged: list[Bucket] = []
+    plans: list[DescriptorPlan] = []
+    for match, cost in zip(matches, costs, strict=True):
+        if match is None:
+            plans.append(DescriptorPlan(None, None, cost))
+            continue
+        limit = match.limit
+        if limit.unlimited:
+            plans.append(DescriptorPlan(limit, None, cost))
+            continue
+        window = window_at(limit.window_seconds, now)
+        key = bucket_key(key_prefix, domain, match.bucket_path, window)
+        existing = index_of.get(key)
+        if existing is None:
+            index_of[key] = len(merged)
+            merged.append(Bucket(key, limit.requests_per_unit, cost, window, limit.shadow_mode))
+            plans.append(DescriptorPlan(limit, len(merged) - 1, cost))
+        else:
+            old = merged[existing]
+            # Same counter twice: charge the sum once; it denies unless every use is shadow.
+            merged[existing] = Bucket(
+                key,
+                min(old.limit, limit.requests_per_unit),
+                old.cost + cost,
+                window,
+                old.shadow and limit.shadow_mode,
+            )
+            plans.append(DescriptorPlan(limit, existing, cost))
+    return Plan(domain, True, tuple(plans), tuple(merged))

@@ -1,0 +1,131 @@
+"""The decision: validate → match → store → statuses → response, with metrics.
+
+Transport-free: the gRPC adapter calls :meth:`RateLimitService.decide` and
+maps the two exceptions (InvalidRequest → INVALID_ARGUMENT, StoreUnavailable
+with ``failureMode: unavailable`` → UNAVAILABLE). The config is read through a
+getter on every request, so a reload swaps the snapshot between requests and
+never blocks one.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+
+from envoy.service.ratelimit.v3 import rls_pb2
+
+from ratelimit import metrics
+from ratelimit.config import RateLimitConfig
+from ratelimit.plan import InvalidRequest, Plan, plan_request
+from ratelimit.response import build_response, failure_response
+from ratelimit.settings import Settings
+from ratelimit.store import CounterStore, Outcome, StoreUnavailable
+
+log = logging.getLogger(__name__)
+
+_MAX_LOGGED_UNKNOWN_DOMAINS = 100
+
+
+class RateLimitService:
+    """Decides ShouldRateLimit requests against a config snapshot and a store."""
+
+    def __init__(
+        self,
+        config: Callable[[], RateLimitConfig],
+        store: CounterStore,
+        settings: Settings,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._config = config
+        self._store = store
+        self._settings = settings
+        self._clock = clock
+        self._headers = settings.header_names if settings.headers_enabled else None
+        self._unknown_logged: set[str] = set()
+        self._rule_metrics: dict[tuple[str, str], metrics.RuleCounters] = {}
+
+    @property
+    def store(self) -> CounterStore:
+        return self._store
+
+    async def decide(self, request: rls_pb2.RateLimitRequest) -> rls_pb2.RateLimitResponse:
+        """Answer one request. Raises InvalidRequest or StoreUnavailable."""
+        started = time.perf_counter()
+        try:
+            return await self._decide(request)
+        finally:
+            metrics.LATENCY.observe(time.perf_counter() - started)
+
+    async def _decide(self, request: rls_pb2.RateLimitRequest) -> rls_pb2.RateLimitResponse:
+        now = self._clock()
+        try:
+            plan = plan_request(self._config(), request, now, key_prefix=self._settings.key_prefix)
+        except InvalidRequest:
+            metrics.DECISIONS.labels("invalid").inc()
+            raise
+        if not plan.domain_known:
+            self._unknown_domain(plan.domain)
+            return build_response(plan, None, now, headers=self._headers)
+        outcome: Outcome | None = None
+        if plan.buckets:
+            try:
+                outcome = await self._store.apply(plan.buckets, now)
+            except StoreUnavailable as exc:
+                return self._store_failed(plan, exc)
+            self._count(plan, outcome)
+        response = build_response(plan, outcome, now, headers=self._headers)
+        over = response.overall_code == rls_pb2.RateLimitResponse.OVER_LIMIT
+        (metrics.DECIDED_OVER if over else metrics.DECIDED_OK).inc()
+        return response
+
+    def _unknown_domain(self, domain: str) -> None:
+        metrics.DECISIONS.labels("unknown_domain").inc()
+        metrics.UNKNOWN_DOMAIN.inc()
+        # Log each unknown domain once (bounded), not once per request.
+        if domain not in self._unknown_logged and (
+            len(self._unknown_logged) < _MAX_LOGGED_UNKNOWN_DOMAINS
+        ):
+            self._unknown_logged.add(domain)
+            log.warning("request for a domain that is not configured", extra={"domain": domain})
+
+    def _store_failed(self, plan: Plan, exc: StoreUnavailable) -> rls_pb2.RateLimitResponse:
+        metrics.STORE_ERRORS.labels(exc.reason).inc()
+        mode = self._settings.failure_mode
+        if mode == "unavailable":
+            metrics.DECISIONS.labels("store_unavailable").inc()
+            raise exc
+        metrics.DECISIONS.labels(f"failure_{mode}").inc()
+        return failure_response(plan, deny=mode == "deny", headers=self._headers)
+
+    def _count(self, plan: Plan, outcome: Outcome) -> None:
+        ratio = self._settings.near_limit_ratio
+        for desc in plan.descriptors:
+            limit = desc.limit
+            if limit is None or desc.bucket is None:
+                continue
+            labels = (limit.domain, limit.rule_id)
+            counters = self._rule_metrics.get(labels)
+            if counters is None:
+                counters = self._rule_metrics[labels] = metrics.RuleCounters.of(*labels)
+            cost = desc.cost
+            counters.total_hits.inc(cost)
+            bucket = plan.buckets[desc.bucket]
+            fits = outcome.fits[desc.bucket]
+            if not fits:
+                counters.over_limit.inc(cost)
+                if limit.shadow_mode and outcome.allowed:
+                    counters.shadow_mode.inc(cost)
+                continue
+            if not outcome.allowed or cost == 0:
+                continue  # another bucket denied: nothing was consumed here
+            after = outcome.counts[desc.bucket]
+            before = after - bucket.cost
+            threshold = math.floor(bucket.limit * ratio)
+            near = max(0, min(cost, after - max(before, threshold)))
+            if near:
+                counters.near_limit.inc(near)
+            if cost - near:
+                counters.within_limit.inc(cost - near)

@@ -1,0 +1,80 @@
+"""The counter store interface and the one decision rule every store implements.
+
+``apply(buckets, now)`` decides atomically over all of a request's buckets:
+either every bucket that can cover its cost is charged (the request is
+allowed), or nothing is charged at all (the request is denied). The Redis Lua
+script and the in-memory store both implement :func:`decide`; keeping the
+rule here in pure form lets the tests pin it once and compare both stores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple, Protocol
+
+from ratelimit.buckets import Bucket
+
+
+class StoreUnavailable(Exception):
+    """The store could not answer in time; ``reason`` is a bounded metric label."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+
+
+class Outcome(NamedTuple):
+    """The decision over one request's buckets, per bucket in the order given.
+
+    ``counts`` are the counters after the decision; ``fits`` says whether each
+    bucket could cover its cost (for shadow buckets: whether it would have).
+    ``from_cache`` is set when the local cache answered without the store.
+    """
+
+    allowed: bool
+    counts: tuple[int, ...]
+    fits: tuple[bool, ...]
+    from_cache: bool = False
+
+    def remaining(self, buckets: Sequence[Bucket]) -> tuple[int, ...]:
+        return tuple(max(0, b.limit - c) for b, c in zip(buckets, self.counts, strict=True))
+
+
+def decide(buckets: Sequence[Bucket], before: Sequence[int]) -> Outcome:
+    """The decision rule, given each bucket's counter before the request.
+
+    A bucket fits when ``limit - count >= max(cost, 1)``. The request is
+    allowed when every non-shadow bucket fits; then each fitting bucket is
+    charged its cost (a shadow bucket that would not fit is left as is, so no
+    counter ever exceeds its limit). A denied request charges nothing.
+    """
+    fits: list[bool] = []
+    allowed = True
+    for b, c in zip(buckets, before, strict=True):
+        fit = b.limit - c >= (b.cost if b.cost > 0 else 1)
+        fits.append(fit)
+        if not fit and not b.shadow:
+            allowed = False
+    if not allowed:
+        return Outcome(False, tuple(before), tuple(fits))
+    after = tuple(c + b.cost if fit else c for b, c, fit in zip(buckets, before, fits, strict=True))
+    return Outcome(True, after, tuple(fits))
+
+
+class CounterStore(Protocol):
+    """Where counters live: one process (memory) or shared by all (Redis)."""
+
+    #: True when counters are shared by every instance.
+    is_global: bool
+
+    async def apply(self, buckets: Sequence[Bucket], now: float) -> Outcome:
+        """Decide atomically; buckets have distinct keys. Raises StoreUnavailable."""
+        ...
+
+    async def ping(self) -> None:
+        """Raise if the store cannot be reached; used for readiness."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections."""
+        ...

@@ -1,0 +1,83 @@
+"""A local cache of buckets known to be empty, in front of the shared store.
+
+Within a window a counter only grows, so once this instance has seen a bucket
+with nothing left, every request that needs it is denied until the window
+ends. And since a denied request charges nothing, answering such a request
+locally is *exact*, not an approximation: the store would have changed
+nothing either. Over-limit floods (the traffic a limiter exists for) then cost
+no Redis command at all.
+
+The cache also remembers the last counter seen for other buckets, so the
+statuses of a locally denied request still carry a plausible
+``limit_remaining`` for its other descriptors (it may be stale by what other
+instances consumed since; the header values come from the empty bucket and
+are exact).
+
+Entries are keyed by (key, limit): raising a limit in the config takes effect
+at once instead of waiting for the window to end. The cache is a bounded LRU.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+
+from ratelimit.buckets import Bucket
+from ratelimit.store import CounterStore, Outcome
+
+
+class LocalCacheStore:
+    """Wraps a CounterStore; answers requests that hit a known-empty bucket."""
+
+    def __init__(
+        self,
+        inner: CounterStore,
+        *,
+        max_entries: int = 100_000,
+        on_hit: Callable[[], None] | None = None,
+    ) -> None:
+        self._inner = inner
+        self._max = max_entries
+        # (key, limit) -> (window end, last counter seen)
+        self._seen: OrderedDict[tuple[str, int], tuple[int, int]] = OrderedDict()
+        self._on_hit = on_hit
+        self.is_global = inner.is_global
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+    def _known_count(self, bucket: Bucket, now: float) -> int | None:
+        entry = self._seen.get((bucket.key, bucket.limit))
+        if entry is None:
+            return None
+        if entry[0] <= now:
+            del self._seen[(bucket.key, bucket.limit)]
+            return None
+        return entry[1]
+
+    async def apply(self, buckets: Sequence[Bucket], now: float) -> Outcome:
+        known = [self._known_count(b, now) for b in buckets]
+        if any(
+            not b.shadow and c is not None and c >= b.limit
+            for b, c in zip(buckets, known, strict=True)
+        ):
+            if self._on_hit is not None:
+                self._on_hit()
+            counts = tuple(c if c is not None else 0 for c in known)
+            fits = tuple(b.limit - c >= b.need for b, c in zip(buckets, counts, strict=True))
+            return Outcome(False, counts, fits, from_cache=True)
+        outcome = await self._inner.apply(buckets, now)
+        for b, count in zip(buckets, outcome.counts, strict=True):
+            entry = (b.key, b.limit)
+            self._seen[entry] = (b.window.end, count)
+            self._seen.move_to_end(entry)
+        while len(self._seen) > self._max:
+            self._seen.popitem(last=False)
+        return outcome
+
+    async def ping(self) -> None:
+        await self._inner.ping()
+
+    async def close(self) -> None:
+        self._seen.clear()
+        await self._inner.close()

@@ -1,0 +1,269 @@
+"""ShouldRateLimit end to end: real gRPC socket, real redis-server, fake clock."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from ratelimit.settings import Settings
+from tests.ratelimit.conftest import (
+    OK,
+    OVER,
+    T0,
+    FakeClock,
+    Harness,
+    descriptor,
+    headers_of,
+    metric_value,
+    request,
+    serve_app,
+    write_config,
+)
+from tests.support.redis_server import RedisServer
+
+CONFIG = """\
+domain: api
+descriptors:
+  - key: client
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: route
+    value: checkout
+    rate_limit: {unit: hour, requests_per_unit: 3}
+  - key: shadow
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: named
+    rate_limit: {unit: second, requests_per_unit: 4, name: burst}
+  - key: open
+    rate_limit: {unlimited: true}
+  - key: banned
+    rate_limit: {unit: minute, requests_per_unit: 0, name: banned_limit}
+  - key: override
+    rate_limit:
+      unit: minute
+      requests_per_unit: 2
+      replaces: [{name: banned_limit}]
+"""
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    return write_config(tmp_path, "api.yaml", CONFIG)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+async def svc(config: Path, redis: RedisServer, clock: FakeClock) -> AsyncIterator[Harness]:
+    async with serve_app(config, redis_url=redis.url, clock=clock) as harness:
+        yield harness
+
+
+def statuses(response):  # type: ignore[no-untyped-def]
+    return [(s.code, s.limit_remaining) for s in response.statuses]
+
+
+async def test_exhaustion_and_refill_when_the_window_turns(svc: Harness, clock: FakeClock) -> None:
+    for expected in (4, 3, 2, 1, 0):
+        resp = await svc.call(request("api", [("client", "alice")]))
+        assert resp.overall_code == OK
+        assert statuses(resp) == [(OK, expected)]
+    status = resp.statuses[0]
+    assert (status.current_limit.requests_per_unit, status.current_limit.unit) == (5, 2)
+    assert status.duration_until_reset.seconds == 50  # T0 is 10 s into the minute
+    denied = await svc.call(request("api", [("client", "alice")]))
+    assert denied.overall_code == OVER and statuses(denied) == [(OVER, 0)]
+    # Another value of a key-only rule has its own bucket.
+    assert statuses(await svc.call(request("api", [("client", "bob")]))) == [(OK, 4)]
+    clock.advance(49.9)
+    assert (await svc.call(request("api", [("client", "alice")]))).overall_code == OVER
+    clock.advance(0.2)  # the minute turned: full again
+    assert statuses(await svc.call(request("api", [("client", "alice")]))) == [(OK, 4)]
+
+
+async def test_two_rules_ored_and_the_other_bucket_untouched_on_deny(svc: Harness) -> None:
+    both = request("api", [("client", "carol")], [("route", "checkout")])
+    for remaining in ((4, 2), (3, 1), (2, 0)):
+        resp = await svc.call(both)
+        assert resp.overall_code == OK
+        assert [s.limit_remaining for s in resp.statuses] == list(remaining)
+    for _ in range(4):
+        resp = await svc.call(both)
+        assert resp.overall_code == OVER
+        assert statuses(resp) == [(OK, 2), (OVER, 0)]
+    # The client bucket really was not charged by the denied requests.
+    alone = await svc.call(request("api", [("client", "carol")]))
+    assert statuses(alone) == [(OK, 1)]
+
+
+async def test_cost_per_request_and_per_descriptor(svc: Harness) -> None:
+    two = request("api", [("client", "dan")], hits=2)
+    assert statuses(await svc.call(two)) == [(OK, 3)]
+    assert statuses(await svc.call(two)) == [(OK, 1)]
+    # 1 left, cost 2: denied, and nothing is consumed.
+    assert statuses(await svc.call(two)) == [(OVER, 1)]
+    # Request-level 0 means 1.
+    assert statuses(await svc.call(request("api", [("client", "dan")], hits=0))) == [(OK, 0)]
+    # Per-descriptor 0 wins over the request's cost: a check; on an empty bucket it is denied.
+    check = request("api", descriptor(("client", "dan"), hits=0), hits=3)
+    assert statuses(await svc.call(check)) == [(OVER, 0)]
+    fresh = request("api", descriptor(("client", "erin"), hits=0), hits=3)
+    assert statuses(await svc.call(fresh)) == [(OK, 5)]  # a check consumes nothing
+    mixed = request("api", descriptor(("client", "erin"), hits=4), [("client", "fay")], hits=2)
+    assert statuses(await svc.call(mixed)) == [(OK, 1), (OK, 3)]
+    # The same bucket twice in one request is charged the sum, once.
+    dup = request("api", [("client", "gil")], [("client", "gil")])
+    assert statuses(await svc.call(dup)) == [(OK, 3), (OK, 3)]
+
+
+async def test_shadow_rules_count_but_never_deny(svc: Harness) -> None:
+    before = metric_value("meshplane_ratelimit_shadow_mode_total", 'domain="api",rule="shadow"')
+    codes = []
+    for _ in range(4):
+        resp = await svc.call(request("api", [("shadow", "x")]))
+        codes.append((resp.overall_code, *statuses(resp)[0]))
+    assert codes == [(OK, OK, 1), (OK, OK, 0), (OK, OK, 0), (OK, OK, 0)]
+    after = metric_value("meshplane_ratelimit_shadow_mode_total", 'domain="api",rule="shadow"')
+    assert after - before == 2
+    # A shadow rule does not stop a real rule from denying, and headers still come.
+    resp = await svc.call(request("api", [("shadow", "y")], [("banned", "z")]))
+    assert resp.overall_code == OVER
+    assert statuses(resp) == [(OK, 2), (OVER, 0)]
+
+
+async def test_exact_header_strings(svc: Harness, config: Path, redis: RedisServer) -> None:
+    both = request("api", [("client", "hal")], [("route", "checkout")])
+    resp = await svc.call(both)
+    assert headers_of(resp) == {
+        "x-ratelimit-limit": "3, 5;w=60, 3;w=3600",
+        "x-ratelimit-remaining": "2",
+        "x-ratelimit-reset": "3590",
+    }
+    await svc.call(both)
+    await svc.call(both)
+    denied = await svc.call(both)
+    assert [(h.key, h.value) for h in denied.response_headers_to_add] == [
+        ("x-ratelimit-limit", "3, 5;w=60, 3;w=3600"),
+        ("x-ratelimit-remaining", "0"),
+        ("x-ratelimit-reset", "3590"),
+        ("x-proxy-ratelimited", "true"),
+    ]
+    named = await svc.call(request("api", [("named", "n")], [("open", "o")], [("x", "y")]))
+    assert headers_of(named) == {
+        "x-ratelimit-limit": '4, 4;w=1;name="burst"',
+        "x-ratelimit-remaining": "3",
+        "x-ratelimit-reset": "1",
+    }
+    assert [s.limit_remaining for s in named.statuses] == [3, 2**32 - 1, 0]
+    assert not named.statuses[1].HasField("current_limit")
+    assert not named.statuses[2].HasField("current_limit")
+    # Nothing limited: no headers at all.
+    assert list((await svc.call(request("api", [("x", "y")]))).response_headers_to_add) == []
+    off = Settings(store_timeout=0.5, headers_enabled=False)
+    async with serve_app(config, redis_url=redis.url, settings=off) as quiet:
+        resp = await quiet.call(request("api", [("banned", "b")]))
+        assert resp.overall_code == OVER and list(resp.response_headers_to_add) == []
+
+
+async def test_replaces_and_unlimited(svc: Harness) -> None:
+    assert (await svc.call(request("api", [("banned", "b")]))).overall_code == OVER
+    pair = request("api", [("banned", "b")], [("override", "o")])
+    results = [statuses(await svc.call(pair)) for _ in range(3)]
+    assert results == [[(OK, 0), (OK, 1)], [(OK, 0), (OK, 0)], [(OK, 0), (OVER, 0)]]
+
+
+async def test_unknown_domain_answers_ok_without_limit_and_is_counted(svc: Harness) -> None:
+    before = metric_value("meshplane_ratelimit_unknown_domain_total", "")
+    resp = await svc.call(request("nope", [("hello", "world")]))
+    assert resp.overall_code == OK
+    assert statuses(resp) == [(OK, 0)] and not resp.statuses[0].HasField("current_limit")
+    assert list(resp.response_headers_to_add) == []
+    assert metric_value("meshplane_ratelimit_unknown_domain_total", "") == before + 1
+
+
+@pytest.mark.parametrize(
+    ("req", "message"),
+    [
+        (request("", [("a", "b")]), "rate limit domain must not be empty"),
+        (request("api"), "rate limit descriptor list must not be empty"),
+        (request("api", [("", "b")]), "descriptors[0].entries[0] has an empty key"),
+        (
+            request("api", [("a", "b")], [("client", "")]),
+            "descriptors[1].entries[0] (key 'client') has an empty value",
+        ),
+        (request("api", descriptor()), "descriptors[0] has no entries"),
+    ],
+)
+async def test_invalid_input(svc: Harness, req, message: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await svc.call(req)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert info.value.details() == message
+
+
+async def test_every_key_has_a_ttl_ending_with_its_window(svc: Harness, redis: RedisServer) -> None:
+    # (Rules with minute and hour windows: a 1-second key could expire, in real
+    # time, before the scan reads it.)
+    await svc.call(request("api", [("client", "ivy")], [("route", "checkout")]))
+    await svc.call(request("api", [("shadow", "s")], hits=2))
+    await svc.call(request("api", [("override", "o")]))
+    keys = redis.command("--scan").split()
+    assert len(keys) == 4
+    for key in keys:
+        match = re.search(r"\}:(\d+):(\d+):", key)
+        assert match, key
+        window, start = int(match[1]), int(match[2])
+        ttl_ms = int(redis.command("pttl", key))
+        assert 0 < ttl_ms <= (start + window - T0) * 1000, (key, ttl_ms)
+        assert key.startswith("rl:{")
+
+
+async def test_over_limit_traffic_from_the_local_cache_costs_no_redis_command(
+    svc: Harness, redis: RedisServer
+) -> None:
+    for _ in range(5):
+        assert (await svc.call(request("api", [("client", "jo")]))).overall_code == OK
+    calls = _evalsha_calls(redis)
+    hits_before = metric_value("meshplane_ratelimit_local_cache_hits_total", "")
+    for _ in range(20):
+        resp = await svc.call(request("api", [("client", "jo")]))
+        assert resp.overall_code == OVER
+        assert headers_of(resp)["x-ratelimit-remaining"] == "0"
+    assert _evalsha_calls(redis) == calls
+    assert metric_value("meshplane_ratelimit_local_cache_hits_total", "") == hits_before + 20
+
+
+def _evalsha_calls(redis: RedisServer) -> int:
+    stats = redis.command("info", "commandstats")
+    match = re.search(r"cmdstat_evalsha:calls=(\d+)", stats)
+    eval_match = re.search(r"cmdstat_eval:calls=(\d+)", stats)
+    return (int(match[1]) if match else 0) + (int(eval_match[1]) if eval_match else 0)
+
+
+async def test_concurrent_decisions_share_round_trips(
+    config: Path, redis: RedisServer, clock: FakeClock
+) -> None:
+    settings = Settings(store_timeout=2.0, redis_pipeline_window=0.002)
+    async with serve_app(config, redis_url=redis.url, settings=settings, clock=clock) as svc:
+        await _concurrent_calls(svc)
+
+
+async def _concurrent_calls(svc: Harness) -> None:
+    trips = metric_value("meshplane_ratelimit_redis_round_trips_total", "")
+    decisions = metric_value("meshplane_ratelimit_redis_decisions_total", "")
+    reqs = [request("api", [("client", f"p{i}")]) for i in range(200)]
+    responses = await asyncio.gather(*(svc.call(r) for r in reqs))
+    assert all(r.overall_code == OK for r in responses)
+    sent = metric_value("meshplane_ratelimit_redis_decisions_total", "") - decisions
+    written = metric_value("meshplane_ratelimit_redis_round_trips_total", "") - trips
+    assert sent == 200
+    # Script calls queued while others were out went to Redis together.
+    assert written < sent
