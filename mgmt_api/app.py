@@ -1,0 +1,180 @@
+"""The FastAPI application factory: store, migrations, bootstrap, routes, errors.
+
+Every failure, including FastAPI's request validation (which would be a 422
+in its own shape) and Starlette's 404/405, leaves as the one error body with
+the status of its gRPC code.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import HTMLResponse, JSONResponse
+from prometheus_client import CollectorRegistry
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from mgmt_api.errors import ApiError, Code
+from mgmt_api.middleware import BodyLimit, Metrics
+from mgmt_api.routes import admin, resources
+from mgmt_api.routes.deps import AppState, call_context
+from mgmt_api.schemas.base import ErrorBody
+from mgmt_api.service.authn import Authenticator
+from mgmt_api.service.bootstrap import bootstrap
+from mgmt_api.service.policies import PolicyService
+from mgmt_api.service.resources import ResourceService
+from mgmt_api.settings import Settings
+from mgmt_api.store.engine import create_engine, migrate
+
+log = logging.getLogger(__name__)
+
+API_VERSION = "1.14.0"
+
+
+def _error_response(error: ApiError) -> JSONResponse:
+    return JSONResponse(error.body(), status_code=error.http_status, headers=error.headers or None)
+
+
+def _field(loc: tuple[Any, ...]) -> str:
+    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if p.isdigit() else (f".{p}" if out else p)
+    return out or "body"
+
+
+def validation_error(exc: RequestValidationError) -> ApiError:
+    """First validation problem as INVALID_ARGUMENT naming the field."""
+    errors = exc.errors()
+    if not errors:
+        return ApiError(Code.INVALID_ARGUMENT, "invalid request")
+    first = errors[0]
+    kind = first.get("type", "")
+    field = _field(tuple(first.get("loc", ())))
+    if kind == "json_invalid":
+        return ApiError(
+            Code.INVALID_ARGUMENT,
+            f"body: malformed JSON ({first.get('ctx', {}).get('error', 'parse error')})",
+            field="body",
+        )
+    if kind == "extra_forbidden":
+        return ApiError(Code.INVALID_ARGUMENT, f"{field}: unknown field", field=field)
+    if kind == "missing":
+        return ApiError(Code.INVALID_ARGUMENT, f"{field}: is required", field=field)
+    return ApiError(
+        Code.INVALID_ARGUMENT, f"{field}: {first.get('msg', 'invalid value')}", field=field
+    )
+
+
+def _custom_openapi(app: FastAPI) -> dict[str, Any]:
+    """OpenAPI with the real error contract: a ``default`` error response, no 422."""
+    if app.openapi_schema:
+        return app.openapi_schema
+    schema = get_openapi(
+        title=app.title, version=app.version, description=app.description, routes=app.routes
+    )
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    components["ErrorBody"] = ErrorBody.model_json_schema(
+        ref_template="#/components/schemas/{model}"
+    )
+    for name in ("HTTPValidationError", "ValidationError"):
+        components.pop(name, None)
+    error_ref = {
+        "description": "Error (google.rpc.Status)",
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+    }
+    for ops in schema.get("paths", {}).values():
+        for op in ops.values():
+            responses = op.setdefault("responses", {})
+            responses.pop("422", None)
+            responses["default"] = error_ref
+            if op.get("security") is None and op.get("operationId") != "GetOidcConfiguration":
+                op["security"] = [{"basic": []}, {"bearer": []}]
+    schema["components"]["securitySchemes"] = {
+        "basic": {"type": "http", "scheme": "basic"},
+        "bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"},
+    }
+    app.openapi_schema = schema
+    return schema
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """Build the app: open the store, migrate it, bootstrap it, mount routes."""
+    settings = settings or Settings()
+    engine = create_engine(settings.database_url)
+    migrate(engine)
+    secret = bootstrap(engine, settings.admin_password)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        yield
+        engine.dispose()  # close pooled connections on SIGTERM
+
+    app = FastAPI(
+        lifespan=lifespan,
+        title="meshplane management API",
+        version=API_VERSION,
+        description="Management plane of a multi-cluster service mesh. See docs/api.md.",
+        # Served below, behind authentication like every other endpoint.
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.state.meshplane = AppState(
+        settings=settings,
+        authn=Authenticator(engine, secret),
+        resources=ResourceService(engine),
+        policies=PolicyService(engine),
+    )
+    registry = CollectorRegistry()
+    app.state.registry = registry
+    resources.add_routes(app.router)
+    app.include_router(admin.router)
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
+        return _error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        return _error_response(validation_error(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: Code.NOT_FOUND, 405: Code.UNIMPLEMENTED}.get(
+            exc.status_code, Code.INVALID_ARGUMENT
+        )
+        error = ApiError(code, str(exc.detail))
+        response = _error_response(error)
+        if exc.status_code == 405:
+            response.status_code = 405
+        return response
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error", extra={"error": type(exc).__name__})
+        return _error_response(ApiError(Code.INTERNAL, "internal error"))
+
+    app.openapi = lambda: _custom_openapi(app)  # type: ignore[method-assign]
+
+    @app.get("/v2/openapi.json", include_in_schema=False)
+    def openapi_document(request: Request) -> JSONResponse:
+        """The OpenAPI document (needs credentials, as every endpoint but the public ones)."""
+        call_context(request)
+        return JSONResponse(app.openapi())
+
+    @app.get("/v2/docs", include_in_schema=False)
+    def swagger_ui(request: Request) -> HTMLResponse:
+        call_context(request)
+        return get_swagger_ui_html(openapi_url="/v2/openapi.json", title=app.title)
+
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(Metrics, registry=registry)
+
+    return app

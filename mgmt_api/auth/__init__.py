@@ -1,0 +1,1 @@
+"""Authentication: local passwords, management-plane tokens, service-account keys."""

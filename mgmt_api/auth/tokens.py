@@ -1,0 +1,119 @@
+"""Bearer tokens: management-plane session tokens and service-account JWTs.
+
+* Session tokens (``POST /v2/auth/token``) are HS256 JWTs signed with a
+  secret generated at first start and kept in the store, so every replica of
+  the management plane accepts them. Header ``kid`` is ``SESSION_KID``.
+* Service-account JWTs are signed by the account's private key (ES256); the
+  header ``kid`` names the key, which selects the stored public key. A token
+  must carry ``iat`` and ``exp`` and its lifetime (``exp - iat``) may not
+  exceed the account's ``tokenTtl`` (the cluster's, for a cluster agent).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+import jwt
+
+SESSION_KID = "meshplane-session"
+ISSUER = "meshplane"
+LEEWAY_SECONDS = 5.0
+SESSION_TTL_SECONDS = 3600
+
+
+def new_signing_secret() -> str:
+    return secrets.token_urlsafe(48)
+
+
+def mint_session(secret: str, subject: str, now: float, ttl: int = SESSION_TTL_SECONDS) -> str:
+    claims = {
+        "iss": ISSUER,
+        "sub": subject,
+        "iat": int(now),
+        "exp": int(now) + ttl,
+        "jti": secrets.token_hex(8),
+    }
+    return jwt.encode(claims, secret, algorithm="HS256", headers={"kid": SESSION_KID})
+
+
+class TokenError(Exception):
+    """The token is malformed, expired, or not signed by a key we trust."""
+
+
+def header_kid(token: str) -> str:
+    try:
+        header = jwt.get_unverified_header(token)
+    except jwt.PyJWTError as exc:
+        raise TokenError("malformed token") from exc
+    kid = header.get("kid")
+    if not isinstance(kid, str) or not kid:
+        raise TokenError("token has no kid")
+    return kid
+
+
+def verify_session(secret: str, token: str, now: float) -> str:
+    try:
+        claims = jwt.decode(
+            token,
+            secret,
+            algorithms=["HS256"],
+            issuer=ISSUER,
+            options={"require": ["exp", "iat", "sub"], "verify_exp": False},
+        )
+    except jwt.PyJWTError as exc:
+        raise TokenError(f"invalid session token: {exc}") from exc
+    if float(claims["exp"]) + LEEWAY_SECONDS < now:
+        raise TokenError("session token expired")
+    return str(claims["sub"])
+
+
+def jwt_exp(token: str) -> float:
+    """``exp`` of a token whose signature was already verified."""
+    claims = jwt.decode(token, options={"verify_signature": False})
+    return float(claims["exp"])
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceAccountClaims:
+    subject: str | None
+    issued_at: float
+    expires_at: float
+
+
+def verify_service_account(
+    public_jwk: dict[str, Any], token: str, now: float, max_ttl: float
+) -> ServiceAccountClaims:
+    try:
+        key = jwt.PyJWK.from_json(json.dumps(public_jwk))
+        claims = jwt.decode(
+            token,
+            key,
+            algorithms=["ES256"],
+            options={
+                "require": ["exp", "iat"],
+                "verify_exp": False,
+                "verify_iat": False,
+                "verify_aud": False,
+            },
+        )
+    except jwt.PyJWTError as exc:
+        raise TokenError(f"invalid service-account token: {exc}") from exc
+    iat, exp = float(claims["iat"]), float(claims["exp"])
+    if exp + LEEWAY_SECONDS < now:
+        raise TokenError("service-account token expired")
+    if iat - LEEWAY_SECONDS > now:
+        raise TokenError("service-account token issued in the future")
+    if exp - iat > max_ttl + LEEWAY_SECONDS:
+        raise TokenError(f"service-account token lifetime exceeds tokenTtl ({int(max_ttl)}s)")
+    sub = claims.get("sub")
+    return ServiceAccountClaims(str(sub) if sub is not None else None, iat, exp)
+
+
+def sign_service_account(private_jwk: dict[str, Any], subject: str, now: float, ttl: float) -> str:
+    """What an agent does with its API key; used by tests, benches and meshctl."""
+    key = jwt.PyJWK.from_json(json.dumps(private_jwk))
+    claims = {"sub": subject, "iat": int(now), "exp": int(now + ttl)}
+    return jwt.encode(claims, key.key, algorithm="ES256", headers={"kid": private_jwk["kid"]})

@@ -1,0 +1,1 @@
+"""HTTP adapters: thin FastAPI routers over the service layer."""

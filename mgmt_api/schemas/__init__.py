@@ -1,0 +1,1 @@
+"""Pydantic models of the wire format (camelCase JSON); they generate the OpenAPI."""

@@ -1,0 +1,1 @@
+"""Use cases: compose store operations, authorization and audit in one transaction."""

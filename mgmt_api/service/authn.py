@@ -1,0 +1,194 @@
+"""Authentication: turns an ``Authorization`` header into a Principal.
+
+* ``Basic``: local users. The login name ``admin`` (no slash) is a global
+  user ``users/admin``; ``org/name`` is ``organizations/org/users/name``.
+  Failures are throttled per login name (5 free failures) and, with a much
+  higher allowance (100), per client address: the first stops guessing one
+  account's password, the second slows spraying across many accounts without
+  letting one bad client behind a shared NAT lock everyone out.
+* Bearer failures are not throttled: signatures cannot be guessed.
+* ``Bearer``: a management-plane session token (header ``kid`` =
+  ``meshplane-session``) or a JWT signed by a service-account key (``kid`` =
+  key id). Every request re-checks that the principal, and for service
+  accounts the key, still exist: deleting a cluster revokes its agent at once.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+
+from sqlalchemy.engine import Connection, Engine
+
+from mgmt_api import fqn as fqnmod
+from mgmt_api.auth import tokens
+from mgmt_api.auth.passwords import VerifiedCache
+from mgmt_api.auth.tokens import jwt_exp
+from mgmt_api.domain.durations import parse_duration
+from mgmt_api.domain.throttle import FailureThrottle
+from mgmt_api.errors import ApiError, Code, unauthenticated
+from mgmt_api.service.authz import Principal
+from mgmt_api.store import repo
+from mgmt_api.store.engine import read_tx
+
+DEFAULT_TOKEN_TTL = 3600.0
+
+
+def login_to_fqn(login: str) -> str:
+    """Map a Basic login name to a user FQN (400-free: bad names just fail auth)."""
+    if "/" in login:
+        org, _, user = login.partition("/")
+        return f"organizations/{org}/users/{user}"
+    return f"users/{login}"
+
+
+def principal_for(conn: Connection, fqn: str, subject_field: str) -> Principal:
+    """The principal with its team memberships (teams live in its organization)."""
+    subjects = {fqn}
+    org = fqnmod.parse(fqn).organization
+    if org:
+        after = ""
+        while True:
+            teams = repo.list_children(conn, org, "Team", after, 500)
+            for team in teams:
+                if fqn in (team.spec.get("members") or []):
+                    subjects.add(team.fqn)
+            if len(teams) < 500:
+                break
+            after = teams[-1].fqn
+    return Principal(fqn, subject_field, frozenset(subjects))
+
+
+def service_account_ttl(conn: Connection, sa_fqn: str) -> float:
+    """Max token lifetime: the owning cluster's ``tokenTtl`` for a cluster agent."""
+    parsed = fqnmod.parse(sa_fqn)
+    parent = repo.get(conn, parsed.parent)
+    if parent is not None and parent.kind == "Cluster":
+        ttl = parent.spec.get("tokenTtl")
+        if isinstance(ttl, str):
+            return parse_duration(ttl, "tokenTtl")
+    return DEFAULT_TOKEN_TTL
+
+
+class Authenticator:
+    def __init__(
+        self,
+        engine: Engine,
+        signing_secret: str,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._engine = engine
+        self._secret = signing_secret
+        self._clock = clock
+        self._by_login = FailureThrottle(free_failures=5)
+        self._by_client = FailureThrottle(free_failures=100)
+        self._cache = VerifiedCache()
+        # token -> (store revision, principal, expiry); see ``bearer``.
+        self._tokens: OrderedDict[str, tuple[int, Principal, float]] = OrderedDict()
+        self._tokens_lock = threading.Lock()
+
+    def _check_throttle(self, login: str, client: str) -> None:
+        now = self._clock()
+        wait = max(self._by_login.retry_after(login, now), self._by_client.retry_after(client, now))
+        if wait > 0:
+            raise ApiError(
+                Code.RESOURCE_EXHAUSTED,
+                "too many failed authentication attempts; retry later",
+                headers={"Retry-After": str(int(wait) + 1)},
+            )
+
+    def _fail(self, login: str, client: str) -> ApiError:
+        now = self._clock()
+        self._by_login.failure(login, now)
+        self._by_client.failure(client, now)
+        return unauthenticated("invalid credentials")
+
+    def basic(self, login: str, password: str, client: str) -> Principal:
+        self._check_throttle(login, client)
+        try:
+            fqn = login_to_fqn(login)
+            fqnmod.parse(fqn)
+        except ApiError:
+            raise self._fail(login, client) from None
+        with read_tx(self._engine) as conn:
+            stored = repo.get_password_hash(conn, fqn)
+            if stored is None or not self._cache.verify(fqn, password, stored):
+                raise self._fail(login, client)
+            if not repo.exists(conn, fqn):
+                raise self._fail(login, client)
+            principal = principal_for(conn, fqn, "user")
+        self._by_login.success(login)
+        return principal
+
+    def bearer(self, token: str, client: str) -> Principal:
+        """Principal of a bearer token.
+
+        A verified token and the principal it resolved to are remembered
+        together with the store revision they were resolved at. Every write
+        bumps that revision (deleting a user, key, account or cluster, editing
+        a team or a ``tokenTtl``), so a cache hit is exactly as fresh as a full
+        check: one cheap revision read replaces the signature verification and
+        three lookups. Expiry is still checked on every request.
+        """
+        now = self._clock()
+        try:
+            with read_tx(self._engine) as conn:
+                revision = repo.current_revision(conn)
+                hit = self._tokens.get(token)
+                if hit is not None and hit[0] == revision and hit[2] + tokens.LEEWAY_SECONDS >= now:
+                    return hit[1]
+                principal, expires = self._resolve_bearer(conn, token, now)
+            with self._tokens_lock:
+                self._tokens[token] = (revision, principal, expires)
+                while len(self._tokens) > 10_000:
+                    self._tokens.popitem(last=False)
+            return principal
+        except (tokens.TokenError, ApiError) as exc:
+            if isinstance(exc, ApiError) and exc.code is not Code.INVALID_ARGUMENT:
+                raise
+            message = str(exc) if isinstance(exc, tokens.TokenError) else "invalid token"
+            raise unauthenticated(message) from None
+
+    def _resolve_bearer(self, conn: Connection, token: str, now: float) -> tuple[Principal, float]:
+        kid = tokens.header_kid(token)
+        if kid == tokens.SESSION_KID:
+            subject = tokens.verify_session(self._secret, token, now)
+            parsed = fqnmod.parse(subject)
+            if not repo.exists(conn, subject):
+                raise tokens.TokenError("principal no longer exists")
+            field = "serviceAccount" if parsed.kind == "ServiceAccount" else "user"
+            return principal_for(conn, subject, field), jwt_exp(token)
+        key = repo.get_key(conn, kid)
+        if key is None:
+            raise tokens.TokenError("unknown or revoked key")
+        owner, jwk = key
+        claims = tokens.verify_service_account(jwk, token, now, service_account_ttl(conn, owner))
+        return principal_for(conn, owner, "serviceAccount"), claims.expires_at
+
+    def authenticate(self, authorization: str | None, client: str) -> Principal:
+        if not authorization:
+            raise unauthenticated()
+        scheme, _, value = authorization.partition(" ")
+        scheme = scheme.lower()
+        value = value.strip()
+        if scheme == "basic":
+            try:
+                decoded = base64.b64decode(value, validate=True).decode()
+            except (binascii.Error, UnicodeDecodeError):
+                raise unauthenticated("malformed Basic credentials") from None
+            login, sep, password = decoded.partition(":")
+            if not sep:
+                raise unauthenticated("malformed Basic credentials")
+            return self.basic(login, password, client)
+        if scheme == "bearer" and value:
+            return self.bearer(value, client)
+        raise unauthenticated("unsupported authorization scheme")
+
+    def mint(self, principal: Principal) -> tuple[str, int]:
+        return tokens.mint_session(
+            self._secret, principal.fqn, self._clock()
+        ), tokens.SESSION_TTL_SECONDS

@@ -1,0 +1,105 @@
+"""First start: server signing secret, root and RBAC policies, the ``admin`` user.
+
+Runs in one transaction guarded by a marker, so it happens once per store even
+if several replicas start together (the loser of the race finds the marker).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import sys
+
+from sqlalchemy.engine import Engine
+
+from mgmt_api import fqn as fqnmod
+from mgmt_api.auth import passwords, tokens
+from mgmt_api.domain import etags, rbac
+from mgmt_api.store import repo
+from mgmt_api.store.engine import write_tx
+
+log = logging.getLogger(__name__)
+
+ADMIN_FQN = "users/admin"
+_MARKER = "bootstrapped"
+_SECRET = "session_signing_secret"  # noqa: S105 - the key name, not a secret
+
+
+def bootstrap(engine: Engine, admin_password: str | None) -> str:
+    """Initialise an empty store; returns the session signing secret."""
+    with write_tx(engine) as conn:
+        revision = repo.bump_revision(conn)
+        if repo.kv_get(conn, _MARKER) is None:
+            generated = admin_password is None
+            password = admin_password or secrets.token_urlsafe(18)
+            now = repo.now_us()
+            repo.insert(
+                conn,
+                repo.Resource(
+                    fqn=ADMIN_FQN,
+                    parent=fqnmod.ROOT,
+                    kind="User",
+                    name="admin",
+                    spec={
+                        "loginName": "admin",
+                        "displayName": "Administrator",
+                        "sourceType": "MANUAL",
+                    },
+                    status={},
+                    etag=etags.compute(ADMIN_FQN, revision),
+                    protected=False,
+                    creator="SYSTEM",
+                    create_time=now,
+                    update_time=now,
+                ),
+            )
+            repo.set_password_hash(conn, ADMIN_FQN, passwords.hash_password(password))
+            admin = [rbac.admin_binding("user", ADMIN_FQN)]
+            repo.insert_policy(conn, fqnmod.ROOT, admin, etags.compute("#root", revision))
+            repo.insert_policy(conn, fqnmod.RBAC, admin, etags.compute("#rbac", revision))
+            repo.insert_policy(
+                conn, ADMIN_FQN, admin, etags.compute(ADMIN_FQN + "#policy", revision)
+            )
+            for role, description in rbac.BUILTIN_DESCRIPTIONS.items():
+                name = role.split("/", 1)[1]
+                rules = [{"permissions": sorted(r.permissions)} for r in rbac.BUILTIN_ROLES[role]]
+                repo.insert(
+                    conn,
+                    repo.Resource(
+                        fqn=role,
+                        parent=fqnmod.RBAC,
+                        kind="Role",
+                        name=name,
+                        spec={"displayName": name, "description": description, "rules": rules},
+                        status={},
+                        etag=etags.compute(role, revision),
+                        protected=True,
+                        creator="SYSTEM",
+                        create_time=now,
+                        update_time=now,
+                    ),
+                )
+            repo.kv_put(conn, _SECRET, tokens.new_signing_secret())
+            repo.kv_put(conn, _MARKER, "1")
+            repo.audit(
+                conn,
+                organization="",
+                fqn=ADMIN_FQN,
+                kind="User",
+                operation="CREATE",
+                actor="SYSTEM",
+                message="first start: created admin and root policy",
+            )
+            if generated:
+                # Printed once, on purpose, to the console of the first start; never logged.
+                print(
+                    f"meshplane: generated password for user 'admin': {password}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            log.info(
+                "bootstrapped store", extra={"admin": ADMIN_FQN, "generatedPassword": generated}
+            )
+        secret = repo.kv_get(conn, _SECRET)
+        assert secret is not None
+        return secret

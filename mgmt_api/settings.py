@@ -1,0 +1,38 @@
+"""Process settings: command-line flags over environment variables over defaults."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from mgmt_api.store.engine import default_sqlite_url
+
+DEFAULT_LISTEN = "127.0.0.1:8443"
+MAX_BODY_BYTES = 1024 * 1024
+
+
+def data_dir() -> str:
+    return os.environ.get("MESHPLANE_DATA_DIR") or os.path.join(os.getcwd(), ".data")
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str = field(
+        default_factory=lambda: (
+            os.environ.get("MESHPLANE_DATABASE_URL") or default_sqlite_url(data_dir())
+        )
+    )
+    admin_password: str | None = field(
+        default_factory=lambda: os.environ.get("MESHPLANE_ADMIN_PASSWORD") or None
+    )
+    # Address agents are told to use in install templates; default: the URL
+    # the request came in on.
+    public_url: str | None = field(
+        default_factory=lambda: os.environ.get("MESHPLANE_PUBLIC_URL") or None
+    )
+    max_body_bytes: int = MAX_BODY_BYTES
+    # /metrics is served without credentials only when this is true (for a
+    # scrape on a private network); otherwise it needs any valid credential.
+    public_metrics: bool = field(
+        default_factory=lambda: os.environ.get("MESHPLANE_PUBLIC_METRICS", "") == "1"
+    )

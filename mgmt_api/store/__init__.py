@@ -1,0 +1,1 @@
+"""Persistence on SQLAlchemy 2 Core: SQLite (default) and PostgreSQL."""

@@ -1,0 +1,415 @@
+"""Data operations over a connection; each runs inside the caller's transaction.
+
+Functions, not a class per table: the service layer composes several of them
+in one transaction (create object + its policy + audit record), which is what
+keeps those writes atomic.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from mgmt_api.fqn import subtree_bounds
+from mgmt_api.store.tables import (
+    audit_log,
+    credentials,
+    policies,
+    resources,
+    revision,
+    sa_keys,
+    server_kv,
+)
+
+
+def now_us() -> int:
+    return time.time_ns() // 1000
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+@dataclass(slots=True)
+class Resource:
+    fqn: str
+    parent: str
+    kind: str
+    name: str
+    spec: dict[str, Any]
+    status: dict[str, Any]
+    etag: str
+    protected: bool
+    creator: str
+    create_time: int
+    update_time: int
+
+
+def _row_to_resource(row: Any) -> Resource:
+    return Resource(
+        fqn=row.fqn,
+        parent=row.parent,
+        kind=row.kind,
+        name=row.name,
+        spec=json.loads(row.spec),
+        status=json.loads(row.status or "{}"),
+        etag=row.etag,
+        protected=bool(row.protected),
+        creator=row.creator,
+        create_time=int(row.create_time),
+        update_time=int(row.update_time),
+    )
+
+
+_BUMP = (
+    sa.update(revision)
+    .where(revision.c.id == 1)
+    .values(value=revision.c.value + 1)
+    .returning(revision.c.value)
+)
+
+
+def bump_revision(conn: Connection) -> int:
+    """Advance the global write revision; call once at the start of a write."""
+    row = conn.execute(_BUMP).one()
+    return int(row[0])
+
+
+_REVISION = sa.select(revision.c.value).where(revision.c.id == 1)
+
+
+def current_revision(conn: Connection) -> int:
+    return int(conn.execute(_REVISION).scalar_one())
+
+
+# ---- resources ---------------------------------------------------------------
+
+
+# Hot-path statements are built once with bind parameters: building a
+# statement per call costs about three times as much as executing it.
+_GET = sa.select(resources).where(resources.c.fqn == sa.bindparam("fqn"))
+_EXISTS = sa.select(resources.c.fqn).where(resources.c.fqn == sa.bindparam("fqn"))
+_GET_MANY = sa.select(resources).where(resources.c.fqn.in_(sa.bindparam("fqns", expanding=True)))
+_CHILDREN = (
+    sa.select(resources)
+    .where(
+        resources.c.parent == sa.bindparam("parent"),
+        resources.c.kind == sa.bindparam("kind"),
+        resources.c.fqn > sa.bindparam("after"),
+    )
+    .order_by(resources.c.fqn)
+    .limit(sa.bindparam("limit"))
+)
+
+
+def get(conn: Connection, fqn: str) -> Resource | None:
+    row = conn.execute(_GET, {"fqn": fqn}).first()
+    return _row_to_resource(row) if row else None
+
+
+def exists(conn: Connection, fqn: str) -> bool:
+    return conn.execute(_EXISTS, {"fqn": fqn}).first() is not None
+
+
+def get_many(conn: Connection, fqns: Sequence[str]) -> dict[str, Resource]:
+    if not fqns:
+        return {}
+    rows = conn.execute(_GET_MANY, {"fqns": list(fqns)})
+    return {r.fqn: _row_to_resource(r) for r in rows}
+
+
+def list_children(
+    conn: Connection, parent: str, kind: str, after: str, limit: int
+) -> list[Resource]:
+    """Up to ``limit`` children of ``kind`` under ``parent``, FQN-ordered after ``after``."""
+    rows = conn.execute(_CHILDREN, {"parent": parent, "kind": kind, "after": after, "limit": limit})
+    return [_row_to_resource(r) for r in rows]
+
+
+def insert(conn: Connection, res: Resource) -> bool:
+    """Insert; False when the FQN is taken (checked first, then the PK decides)."""
+    if exists(conn, res.fqn):
+        return False
+    conn.execute(
+        sa.insert(resources).values(
+            fqn=res.fqn,
+            parent=res.parent,
+            kind=res.kind,
+            name=res.name,
+            spec=dumps(res.spec),
+            status=dumps(res.status),
+            etag=res.etag,
+            protected=res.protected,
+            creator=res.creator,
+            create_time=res.create_time,
+            update_time=res.update_time,
+        )
+    )
+    return True
+
+
+_UPDATE_IF_ETAG = (
+    sa.update(resources)
+    .where(resources.c.fqn == sa.bindparam("b_fqn"), resources.c.etag == sa.bindparam("b_old_etag"))
+    .values(
+        spec=sa.bindparam("b_spec"),
+        protected=sa.bindparam("b_protected"),
+        etag=sa.bindparam("b_etag"),
+        update_time=sa.bindparam("b_update_time"),
+    )
+)
+
+
+def update_if_etag(
+    conn: Connection,
+    fqn: str,
+    old_etag: str,
+    *,
+    spec: dict[str, Any],
+    protected: bool,
+    etag: str,
+    update_time: int,
+) -> bool:
+    """Conditional update: applies only if the stored etag is still ``old_etag``.
+
+    The single ``UPDATE ... WHERE etag = :old`` is what makes concurrent PUTs
+    with the same etag have exactly one winner: on PostgreSQL the losers block
+    on the row lock and then re-check the predicate against the committed row;
+    on SQLite writers are serialised by ``BEGIN IMMEDIATE``.
+    """
+    result = conn.execute(
+        _UPDATE_IF_ETAG,
+        {
+            "b_fqn": fqn,
+            "b_old_etag": old_etag,
+            "b_spec": dumps(spec),
+            "b_protected": protected,
+            "b_etag": etag,
+            "b_update_time": update_time,
+        },
+    )
+    return result.rowcount == 1
+
+
+def set_status(conn: Connection, fqn: str, status: dict[str, Any], etag: str) -> None:
+    conn.execute(
+        sa.update(resources).where(resources.c.fqn == fqn).values(status=dumps(status), etag=etag)
+    )
+
+
+def touch(conn: Connection, fqn: str, etag: str, update_time: int) -> None:
+    conn.execute(
+        sa.update(resources)
+        .where(resources.c.fqn == fqn)
+        .values(etag=etag, update_time=update_time)
+    )
+
+
+def _in_subtree(column: Any, fqn: str) -> Any:
+    lo, hi = subtree_bounds(fqn)
+    return sa.or_(column == fqn, sa.and_(column > lo, column < hi))
+
+
+def first_protected(conn: Connection, fqn: str) -> str | None:
+    """The first protected object in the subtree rooted at ``fqn`` (itself included)."""
+    row = conn.execute(
+        sa.select(resources.c.fqn)
+        .where(_in_subtree(resources.c.fqn, fqn), resources.c.protected == sa.true())
+        .order_by(resources.c.fqn)
+        .limit(1)
+    ).first()
+    return str(row[0]) if row else None
+
+
+def delete_subtree(conn: Connection, fqn: str) -> int:
+    """Delete the object, everything below it and their side rows; returns objects deleted."""
+    conn.execute(sa.delete(policies).where(_in_subtree(policies.c.fqn, fqn)))
+    conn.execute(sa.delete(sa_keys).where(_in_subtree(sa_keys.c.owner, fqn)))
+    conn.execute(sa.delete(credentials).where(_in_subtree(credentials.c.fqn, fqn)))
+    result = conn.execute(sa.delete(resources).where(_in_subtree(resources.c.fqn, fqn)))
+    return int(result.rowcount)
+
+
+# ---- policies ----------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Policy:
+    fqn: str
+    allow: list[dict[str, Any]]
+    description: str
+    etag: str
+
+
+_POLICIES = sa.select(policies).where(policies.c.fqn.in_(sa.bindparam("fqns", expanding=True)))
+_KEY = sa.select(sa_keys.c.owner, sa_keys.c.public_jwk).where(sa_keys.c.id == sa.bindparam("id"))
+_PASSWORD = sa.select(credentials.c.password_hash).where(credentials.c.fqn == sa.bindparam("fqn"))
+
+
+def get_policies(conn: Connection, fqns: Iterable[str]) -> dict[str, Policy]:
+    rows = conn.execute(_POLICIES, {"fqns": list(fqns)})
+    return {r.fqn: Policy(r.fqn, json.loads(r.allow), r.description, r.etag) for r in rows}
+
+
+def insert_policy(conn: Connection, fqn: str, allow: list[dict[str, Any]], etag: str) -> None:
+    conn.execute(
+        sa.insert(policies).values(
+            fqn=fqn, allow=dumps(allow), description="", etag=etag, update_time=now_us()
+        )
+    )
+
+
+def update_policy_if_etag(
+    conn: Connection,
+    fqn: str,
+    *,
+    old_etag: str,
+    allow: list[dict[str, Any]],
+    description: str,
+    etag: str,
+) -> bool:
+    result = conn.execute(
+        sa.update(policies)
+        .where(policies.c.fqn == fqn, policies.c.etag == old_etag)
+        .values(allow=dumps(allow), description=description, etag=etag, update_time=now_us())
+    )
+    return result.rowcount == 1
+
+
+# ---- service-account keys ----------------------------------------------------
+
+
+def add_key(conn: Connection, key_id: str, owner: str, public_jwk: dict[str, Any]) -> None:
+    conn.execute(
+        sa.insert(sa_keys).values(
+            id=key_id, owner=owner, public_jwk=dumps(public_jwk), create_time=now_us()
+        )
+    )
+
+
+def get_key(conn: Connection, key_id: str) -> tuple[str, dict[str, Any]] | None:
+    row = conn.execute(_KEY, {"id": key_id}).first()
+    return (str(row.owner), json.loads(row.public_jwk)) if row else None
+
+
+def keys_of(conn: Connection, owner: str) -> list[tuple[str, dict[str, Any], int]]:
+    rows = conn.execute(
+        sa.select(sa_keys)
+        .where(sa_keys.c.owner == owner)
+        .order_by(sa_keys.c.create_time, sa_keys.c.id)
+    )
+    return [(str(r.id), json.loads(r.public_jwk), int(r.create_time)) for r in rows]
+
+
+def delete_key(conn: Connection, owner: str, key_id: str) -> bool:
+    result = conn.execute(
+        sa.delete(sa_keys).where(sa_keys.c.owner == owner, sa_keys.c.id == key_id)
+    )
+    return result.rowcount == 1
+
+
+# ---- credentials -------------------------------------------------------------
+
+
+def get_password_hash(conn: Connection, fqn: str) -> str | None:
+    row = conn.execute(_PASSWORD, {"fqn": fqn}).first()
+    return str(row[0]) if row else None
+
+
+def set_password_hash(conn: Connection, fqn: str, password_hash: str) -> None:
+    if (
+        conn.execute(
+            sa.update(credentials)
+            .where(credentials.c.fqn == fqn)
+            .values(password_hash=password_hash)
+        ).rowcount
+        == 0
+    ):
+        conn.execute(sa.insert(credentials).values(fqn=fqn, password_hash=password_hash))
+
+
+# ---- audit -------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class AuditRecord:
+    id: int
+    fqn: str
+    kind: str
+    operation: str
+    actor: str
+    time: int
+    message: str
+    properties: dict[str, Any]
+
+
+def audit(
+    conn: Connection,
+    *,
+    organization: str,
+    fqn: str,
+    kind: str,
+    operation: str,
+    actor: str,
+    message: str,
+    properties: dict[str, Any] | None = None,
+) -> None:
+    conn.execute(
+        sa.insert(audit_log).values(
+            organization=organization,
+            fqn=fqn,
+            kind=kind,
+            operation=operation,
+            actor=actor,
+            time=now_us(),
+            message=message,
+            properties=dumps(properties or {}),
+        )
+    )
+
+
+def list_audit(
+    conn: Connection, organization: str, before_id: int | None, limit: int
+) -> list[AuditRecord]:
+    """Newest first; ``before_id`` continues a previous page."""
+    stmt = sa.select(audit_log).where(audit_log.c.organization == organization)
+    if before_id is not None:
+        stmt = stmt.where(audit_log.c.id < before_id)
+    stmt = stmt.order_by(audit_log.c.id.desc()).limit(limit)
+    return [
+        AuditRecord(
+            int(r.id),
+            r.fqn,
+            r.kind,
+            r.operation,
+            r.actor,
+            int(r.time),
+            r.message,
+            json.loads(r.properties),
+        )
+        for r in conn.execute(stmt)
+    ]
+
+
+# ---- server key/value --------------------------------------------------------
+
+
+def kv_get(conn: Connection, key: str) -> str | None:
+    row = conn.execute(sa.select(server_kv.c.value).where(server_kv.c.key == key)).first()
+    return str(row[0]) if row else None
+
+
+def kv_put(conn: Connection, key: str, value: str) -> None:
+    if (
+        conn.execute(
+            sa.update(server_kv).where(server_kv.c.key == key).values(value=value)
+        ).rowcount
+        == 0
+    ):
+        conn.execute(sa.insert(server_kv).values(key=key, value=value))

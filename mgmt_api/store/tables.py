@@ -1,0 +1,96 @@
+"""Table definitions, mirrored by the Alembic migrations in ``migrations/``.
+
+One generic ``resources`` table keyed by FQN holds every kind: the parent FQN
+and kind columns serve listing, the byte-ordered FQN primary key serves the
+subtree range scans of recursive delete, and the JSON ``spec`` keeps kinds
+added by later issues migration-free. Side tables (policies, keys,
+credentials) are keyed by the owning FQN so the same range delete removes them.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+metadata = sa.MetaData()
+
+# "C" collation on PostgreSQL so FQN order is byte order (see fqn.subtree_bounds).
+FqnType = sa.String(512).with_variant(sa.String(512, collation="C"), "postgresql")
+
+resources = sa.Table(
+    "resources",
+    metadata,
+    sa.Column("fqn", FqnType, primary_key=True),
+    sa.Column("parent", FqnType, nullable=False),
+    sa.Column("kind", sa.String(64), nullable=False),
+    sa.Column("name", sa.String(63), nullable=False),
+    sa.Column("spec", sa.Text, nullable=False),
+    sa.Column("status", sa.Text, nullable=False, server_default="{}"),
+    sa.Column("etag", sa.String(64), nullable=False),
+    sa.Column("protected", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("creator", sa.String(512), nullable=False, server_default=""),
+    sa.Column("create_time", sa.BigInteger, nullable=False),
+    sa.Column("update_time", sa.BigInteger, nullable=False),
+    sa.Index("ix_resources_parent_kind_fqn", "parent", "kind", "fqn"),
+)
+
+policies = sa.Table(
+    "policies",
+    metadata,
+    sa.Column("fqn", FqnType, primary_key=True),
+    sa.Column("allow", sa.Text, nullable=False),
+    sa.Column("description", sa.Text, nullable=False, server_default=""),
+    sa.Column("etag", sa.String(64), nullable=False),
+    sa.Column("update_time", sa.BigInteger, nullable=False),
+)
+
+sa_keys = sa.Table(
+    "sa_keys",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("owner", FqnType, nullable=False, index=True),
+    sa.Column("public_jwk", sa.Text, nullable=False),
+    sa.Column("create_time", sa.BigInteger, nullable=False),
+)
+
+credentials = sa.Table(
+    "credentials",
+    metadata,
+    sa.Column("fqn", FqnType, primary_key=True),
+    sa.Column("password_hash", sa.Text, nullable=False),
+)
+
+audit_log = sa.Table(
+    "audit_log",
+    metadata,
+    sa.Column(
+        "id",
+        sa.BigInteger().with_variant(sa.Integer, "sqlite"),
+        primary_key=True,
+        autoincrement=True,
+    ),
+    sa.Column("organization", sa.String(128), nullable=False, server_default=""),
+    sa.Column("fqn", FqnType, nullable=False),
+    sa.Column("kind", sa.String(64), nullable=False),
+    sa.Column("operation", sa.String(64), nullable=False),
+    sa.Column("actor", sa.String(512), nullable=False),
+    sa.Column("time", sa.BigInteger, nullable=False),
+    sa.Column("message", sa.Text, nullable=False),
+    sa.Column("properties", sa.Text, nullable=False, server_default="{}"),
+    sa.Index("ix_audit_org_id", "organization", "id"),
+)
+
+# Single-row counter bumped by every write transaction (watchers of later
+# issues wait on it) and a small key/value table for server secrets.
+revision = sa.Table(
+    "revision",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("value", sa.BigInteger, nullable=False),
+)
+
+server_kv = sa.Table(
+    "server_kv",
+    metadata,
+    sa.Column("key", sa.String(128), primary_key=True),
+    sa.Column("value", sa.Text, nullable=False),
+)
