@@ -148,7 +148,7 @@ class RateLimitApp:
                 await task
         self._tasks.clear()
         if self.service is not None:
-            await self.service.store.close()
+            await self.service.close()  # flushes the aggregated metrics too
 
 
 def build_app(options: AppOptions) -> RateLimitApp:

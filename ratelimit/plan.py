@@ -9,6 +9,7 @@ summed). No I/O; ``now`` is passed in.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -16,7 +17,7 @@ from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
 from envoy.service.ratelimit.v3 import rls_pb2
 
 from ratelimit.buckets import Bucket, bucket_key, window_at
-from ratelimit.config import RateLimit, RateLimitConfig
+from ratelimit.config import DomainConfig, RateLimit, RateLimitConfig
 from ratelimit.matching import Match, match_descriptor
 from ratelimit.units import UNIT_BY_PROTO, WINDOW_SECONDS
 
@@ -45,11 +46,20 @@ class Plan(NamedTuple):
     buckets: tuple[Bucket, ...]
 
 
-def _entries(index: int, descriptor: ratelimit_pb2.RateLimitDescriptor) -> list[tuple[str, str]]:
+def _entries(
+    index: int, descriptor: ratelimit_pb2.RateLimitDescriptor
+) -> tuple[tuple[str, str], ...]:
     """The descriptor's (key, value) pairs; empty keys or values are rejected."""
-    entries = [(e.key, e.value) for e in descriptor.entries]
+    entries = tuple([(e.key, e.value) for e in descriptor.entries])
     if not entries:
         raise InvalidRequest(f"descriptors[{index}] has no entries")
+    for key, value in entries:
+        if not key or not value:
+            _reject(index, entries)
+    return entries
+
+
+def _reject(index: int, entries: Sequence[tuple[str, str]]) -> None:
     for j, (key, value) in enumerate(entries):
         if not key:
             raise InvalidRequest(f"descriptors[{index}].entries[{j}] has an empty key")
@@ -57,7 +67,6 @@ def _entries(index: int, descriptor: ratelimit_pb2.RateLimitDescriptor) -> list[
             raise InvalidRequest(
                 f"descriptors[{index}].entries[{j}] (key {key!r}) has an empty value"
             )
-    return entries
 
 
 def _override(domain: str, descriptor: ratelimit_pb2.RateLimitDescriptor) -> Match | None:
@@ -80,6 +89,40 @@ def _override(domain: str, descriptor: ratelimit_pb2.RateLimitDescriptor) -> Mat
     return Match(limit, entries)
 
 
+class _PlanCache:
+    """Plans of recently seen requests, for one config snapshot.
+
+    A plan depends on the config, on the request's content and on ``now``
+    only through its buckets' windows. The same few requests repeat, so a
+    plan is kept under the request's serialized bytes (equal bytes, equal
+    request) and reused for as long as ``now`` stays inside every one of its
+    windows: validation, matching and key hashing are done once per window.
+    A new snapshot (reload) starts an empty cache; the size is bounded
+    because the requests carry client values. Unknown domains are not cached.
+    """
+
+    MAX_ENTRIES = 65536
+
+    def __init__(self) -> None:
+        self.config: RateLimitConfig | None = None
+        self.key_prefix = ""
+        self.plans: dict[bytes, tuple[float, float, Plan]] = {}
+
+    def plans_for(
+        self, config: RateLimitConfig, key_prefix: str
+    ) -> dict[bytes, tuple[float, float, Plan]]:
+        if config is not self.config or key_prefix != self.key_prefix:
+            self.config = config
+            self.key_prefix = key_prefix
+            self.plans.clear()
+        elif len(self.plans) >= self.MAX_ENTRIES:
+            self.plans.clear()
+        return self.plans
+
+
+_plan_cache = _PlanCache()
+
+
 def plan_request(
     config: RateLimitConfig,
     request: rls_pb2.RateLimitRequest,
@@ -88,34 +131,51 @@ def plan_request(
     key_prefix: str = "rl:",
 ) -> Plan:
     """Validate and plan; raises InvalidRequest."""
-    if not request.domain:
+    plans = _plan_cache.plans_for(config, key_prefix)
+    key = request.SerializeToString()
+    cached = plans.get(key)
+    if cached is not None and cached[0] <= now < cached[1]:
+        return cached[2]
+    domain = request.domain
+    if not domain:
         raise InvalidRequest("rate limit domain must not be empty")
-    if not request.descriptors:
+    descriptors = request.descriptors
+    if not descriptors:
         raise InvalidRequest("rate limit descriptor list must not be empty")
-    all_entries = [_entries(i, d) for i, d in enumerate(request.descriptors)]
-    domain_cfg = config.domains.get(request.domain)
     request_cost = request.hits_addend or 1
-    costs = [
-        d.hits_addend.value if d.HasField("hits_addend") else request_cost
-        for d in request.descriptors
+    shape = [
+        (_entries(i, d), d.hits_addend.value if d.HasField("hits_addend") else request_cost)
+        for i, d in enumerate(descriptors)
     ]
+    domain_cfg = config.domains.get(domain)
     if domain_cfg is None:
-        return Plan(
-            request.domain,
-            False,
-            tuple(DescriptorPlan(None, None, c) for c in costs),
-            (),
-        )
+        return Plan(domain, False, tuple(DescriptorPlan(None, None, c) for _, c in shape), ())
+    plan = _plan(domain, domain_cfg, descriptors, shape, now=now, key_prefix=key_prefix)
+    valid_from = max((b.window.start for b in plan.buckets), default=-math.inf)
+    valid_until = min((b.window.end for b in plan.buckets), default=math.inf)
+    plans[key] = (valid_from, valid_until, plan)
+    return plan
+
+
+def _plan(
+    domain: str,
+    domain_cfg: DomainConfig,
+    descriptors: Sequence[ratelimit_pb2.RateLimitDescriptor],
+    shape: Sequence[tuple[tuple[tuple[str, str], ...], int]],
+    *,
+    now: float,
+    key_prefix: str,
+) -> Plan:
     matches: list[Match | None] = []
-    for d, entries in zip(request.descriptors, all_entries, strict=True):
+    for d, (entries, _) in zip(descriptors, shape, strict=True):
         if d.HasField("limit"):
-            matches.append(_override(request.domain, d))
+            matches.append(_override(domain, d))
         else:
             matches.append(match_descriptor(domain_cfg, entries))
     replaced = {name for m in matches if m is not None for name in m.limit.replaces}
     if replaced:
         matches = [None if m is not None and m.limit.name in replaced else m for m in matches]
-    return _assemble(request.domain, matches, costs, now, key_prefix)
+    return _assemble(domain, matches, [c for _, c in shape], now, key_prefix)
 
 
 def _assemble(

@@ -46,33 +46,36 @@ class LocalCacheStore:
     def __len__(self) -> int:
         return len(self._seen)
 
-    def _known_count(self, bucket: Bucket, now: float) -> int | None:
-        entry = self._seen.get((bucket.key, bucket.limit))
-        if entry is None:
-            return None
-        if entry[0] <= now:
-            del self._seen[(bucket.key, bucket.limit)]
-            return None
-        return entry[1]
-
     async def apply(self, buckets: Sequence[Bucket], now: float) -> Outcome:
-        known = [self._known_count(b, now) for b in buckets]
-        if any(
-            not b.shadow and c is not None and c >= b.limit
-            for b, c in zip(buckets, known, strict=True)
-        ):
+        seen = self._seen
+        known: list[int | None] = []
+        empty = False
+        for b in buckets:
+            entry = seen.get((b.key, b.limit))
+            if entry is not None and entry[0] <= now:
+                del seen[(b.key, b.limit)]
+                entry = None
+            if entry is None:
+                known.append(None)
+                continue
+            count = entry[1]
+            known.append(count)
+            if count >= b.limit and not b.shadow:
+                empty = True
+        if empty:
             if self._on_hit is not None:
                 self._on_hit()
             counts = tuple(c if c is not None else 0 for c in known)
             fits = tuple(b.limit - c >= b.need for b, c in zip(buckets, counts, strict=True))
             return Outcome(False, counts, fits, from_cache=True)
         outcome = await self._inner.apply(buckets, now)
+        move_to_end = seen.move_to_end
         for b, count in zip(buckets, outcome.counts, strict=True):
-            entry = (b.key, b.limit)
-            self._seen[entry] = (b.window.end, count)
-            self._seen.move_to_end(entry)
-        while len(self._seen) > self._max:
-            self._seen.popitem(last=False)
+            entry_key = (b.key, b.limit)
+            seen[entry_key] = (b.window.end, count)
+            move_to_end(entry_key)
+        while len(seen) > self._max:
+            seen.popitem(last=False)
         return outcome
 
     async def ping(self) -> None:

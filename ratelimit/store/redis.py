@@ -76,6 +76,34 @@ return before
 DECIDE_SHA = hashlib.sha1(DECIDE_SCRIPT.encode(), usedforsecurity=False).hexdigest()
 
 
+def _keys_and_args(buckets: Sequence[Bucket], now: float) -> tuple[list[str], list[int]]:
+    """The script's KEYS and ARGV (see DECIDE_SCRIPT)."""
+    keys = [b.key for b in buckets]
+    args: list[int] = []
+    for b in buckets:
+        args += (b.limit, b.cost, b.window.ttl_ms(now), 1 if b.shadow else 0)
+    return keys, args
+
+
+_EVALSHA_NAME = b"$7\r\nEVALSHA\r\n$40\r\n" + DECIDE_SHA.encode() + b"\r\n"
+
+
+def _evalsha(buckets: Sequence[Bucket], now: float) -> bytes:
+    """``pack(["EVALSHA", DECIDE_SHA, n, *keys, *args])``, written out for the hot path."""
+    n = len(buckets)
+    count = b"%d" % n
+    parts = [b"*%d\r\n" % (3 + 5 * n), _EVALSHA_NAME, b"$%d\r\n%b\r\n" % (len(count), count)]
+    append = parts.append
+    for b in buckets:
+        key = b.key.encode()
+        append(b"$%d\r\n%b\r\n" % (len(key), key))
+    for b in buckets:
+        for value in (b.limit, b.cost, b.window.ttl_ms(now), 1 if b.shadow else 0):
+            raw = b"%d" % value
+            append(b"$%d\r\n%b\r\n" % (len(raw), raw))
+    return b"".join(parts)
+
+
 class RedisStore:
     """The CounterStore on Redis standalone, Sentinel or Cluster."""
 
@@ -103,13 +131,9 @@ class RedisStore:
     async def apply(self, buckets: Sequence[Bucket], now: float) -> Outcome:
         if not self._breaker.allow(self._monotonic()):
             raise StoreUnavailable("breaker_open")
-        keys = [b.key for b in buckets]
-        args: list[int] = []
-        for b in buckets:
-            args += (b.limit, b.cost, b.window.ttl_ms(now), 1 if b.shadow else 0)
         deadline = asyncio.get_running_loop().time() + self._timeout
         try:
-            reply = await self._run(keys, args, deadline)
+            reply = await self._run(buckets, now, deadline)
         except TimeoutError:
             self._breaker.record_failure(self._monotonic())
             raise StoreUnavailable(
@@ -124,16 +148,16 @@ class RedisStore:
             raise StoreUnavailable("script_mismatch")
         return outcome
 
-    async def _run(self, keys: list[str], args: list[int], deadline: float) -> list[int]:
+    async def _run(self, buckets: Sequence[Bucket], now: float, deadline: float) -> list[int]:
         if self._on_decision is not None:
             self._on_decision()
-        reply = await self._client.execute_keyed(
-            keys[0], ["EVALSHA", DECIDE_SHA, len(keys), *keys, *args], deadline
-        )
+        first_key = buckets[0].key
+        reply = await self._client.execute_packed(first_key, _evalsha(buckets, now), deadline)
         if isinstance(reply, hiredis.ReplyError) and str(reply).startswith("NOSCRIPT"):
             # After a restart or failover the script cache is empty: EVAL loads it.
+            keys, args = _keys_and_args(buckets, now)
             reply = await self._client.execute_keyed(
-                keys[0], ["EVAL", DECIDE_SCRIPT, len(keys), *keys, *args], deadline
+                first_key, ["EVAL", DECIDE_SCRIPT, len(keys), *keys, *args], deadline
             )
         if isinstance(reply, hiredis.ReplyError):
             raise RedisReplyError(str(reply).split(" ", 1)[0])

@@ -52,8 +52,12 @@ class RedisReplyError(Exception):
 
 def pack(args: Sequence[Arg]) -> bytes:
     """Encode one command as a RESP array of bulk strings."""
-    parts = [arg if isinstance(arg, bytes) else str(arg).encode() for arg in args]
-    return b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%b\r\n" % (len(raw), raw) for raw in parts)
+    out = [b"*%d\r\n" % len(args)]
+    append = out.append
+    for arg in args:
+        raw = arg if isinstance(arg, bytes) else str(arg).encode()
+        append(b"$%d\r\n%b\r\n" % (len(raw), raw))
+    return b"".join(out)
 
 
 def _retrieve(task: asyncio.Future[Any]) -> None:
@@ -85,6 +89,7 @@ class _Protocol(asyncio.Protocol):
         self._on_flush = on_flush
         self._window = window
         self._timer: asyncio.TimerHandle | None = None
+        self.loop = asyncio.get_running_loop()
         self.closed = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -138,6 +143,20 @@ class _Protocol(asyncio.Protocol):
                 # calls arriving meanwhile share its write and round trip.
                 self._timer = loop.call_later(self._window, self._flush)
         return futures
+
+    def send_one(self, command: bytes) -> asyncio.Future[Reply]:
+        """:meth:`send` for one command (the hot path: no lists)."""
+        if self.closed or self._transport is None:
+            raise RedisConnectionError("connection to Redis is closed")
+        future: asyncio.Future[Reply] = self.loop.create_future()
+        self._waiters.append(future)
+        self._buffer.append(command)
+        if self._outstanding == 0:
+            if self._window <= 0:
+                self._flush()
+            elif self._timer is None:
+                self._timer = self.loop.call_later(self._window, self._flush)
+        return future
 
     def _flush(self) -> None:
         if self._timer is not None:
@@ -255,7 +274,9 @@ class NodeClient:
         self._protocol = protocol
         return protocol
 
-    async def execute(self, *commands: Sequence[Arg], deadline: float | None = None) -> list[Reply]:
+    async def execute(
+        self, *commands: Sequence[Arg] | bytes, deadline: float | None = None
+    ) -> list[Reply]:
         """Send commands back to back; the replies in order (errors as ReplyError).
 
         ``deadline`` (event-loop time) bounds the wait; past it TimeoutError is
@@ -271,7 +292,7 @@ class NodeClient:
             else:
                 async with asyncio.timeout_at(deadline):
                     protocol = await self.connection()
-        futures = protocol.send([pack(c) for c in commands])
+        futures = protocol.send([c if isinstance(c, bytes) else pack(c) for c in commands])
         timer = None
         if deadline is not None:
             timer = asyncio.get_running_loop().call_at(deadline, _expire, futures[-1])
@@ -282,6 +303,27 @@ class NodeClient:
         finally:
             if timer is not None:
                 timer.cancel()
+
+    async def execute_one(self, command: bytes, deadline: float | None) -> Reply:
+        """One packed command, its reply (an error as ReplyError); the hot path.
+
+        Same contract as :meth:`execute`, without its lists.
+        """
+        protocol = self._protocol
+        if protocol is None or protocol.closed:
+            if deadline is None:
+                protocol = await self.connection()
+            else:
+                async with asyncio.timeout_at(deadline):
+                    protocol = await self.connection()
+        future = protocol.send_one(command)
+        if deadline is None:
+            return await future
+        timer = protocol.loop.call_at(deadline, _expire, future)
+        try:
+            return await future
+        finally:
+            timer.cancel()
 
     def reset(self) -> None:
         """Drop the connection; the next call reconnects (and re-resolves the address)."""
@@ -307,6 +349,10 @@ class KeyedClient:
     ) -> Reply:
         raise NotImplementedError
 
+    async def execute_packed(self, first_key: str, command: bytes, deadline: float) -> Reply:
+        """:meth:`execute_keyed` with the command already packed (the hot path)."""
+        raise NotImplementedError
+
     async def ping(self) -> None:
         raise NotImplementedError
 
@@ -323,7 +369,16 @@ class SingleClient(KeyedClient):
     async def execute_keyed(
         self, first_key: str, command: Sequence[Arg], deadline: float | None = None
     ) -> Reply:
-        (reply,) = await self._node.execute(command, deadline=deadline)
+        if deadline is None:
+            (reply,) = await self._node.execute(command)
+        else:
+            reply = await self._node.execute_one(pack(command), deadline)
+        return self._check(reply)
+
+    async def execute_packed(self, first_key: str, command: bytes, deadline: float) -> Reply:
+        return self._check(await self._node.execute_one(command, deadline))
+
+    def _check(self, reply: Reply) -> Reply:
         if isinstance(reply, hiredis.ReplyError) and str(reply).startswith("READONLY"):
             # A Sentinel failover turned our server into a replica: reconnect,
             # which asks the sentinels for the new master.
@@ -415,6 +470,12 @@ class ClusterClient(KeyedClient):
     async def execute_keyed(
         self, first_key: str, command: Sequence[Arg], deadline: float | None = None
     ) -> Reply:
+        return await self._execute(first_key, pack(command), deadline)
+
+    async def execute_packed(self, first_key: str, command: bytes, deadline: float) -> Reply:
+        return await self._execute(first_key, command, deadline)
+
+    async def _execute(self, first_key: str, command: bytes, deadline: float | None) -> Reply:
         if not self._loaded:
             if deadline is None:
                 await self.refresh()
@@ -425,7 +486,7 @@ class ClusterClient(KeyedClient):
         owner = self._slots[slot]
         if owner is None:
             raise RedisConnectionError(f"no cluster node serves slot {slot}")
-        (reply,) = await self._node(owner).execute(command, deadline=deadline)
+        reply = await self._node(owner).execute_one(command, deadline)
         if isinstance(reply, hiredis.ReplyError):
             kind, _, rest = str(reply).partition(" ")
             if kind in ("MOVED", "ASK"):
@@ -433,7 +494,7 @@ class ClusterClient(KeyedClient):
                 address = (host or owner[0], int(port))
                 if kind == "MOVED":
                     self._start_refresh()  # in the background; this call follows MOVED
-                    (reply,) = await self._node(address).execute(command, deadline=deadline)
+                    reply = await self._node(address).execute_one(command, deadline)
                 else:
                     _, reply = await self._node(address).execute(
                         ["ASKING"], command, deadline=deadline

@@ -18,6 +18,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from meshplane.metrics import render_latest
 from meshplane.server import running
+from ratelimit import metrics as rl_metrics
 from ratelimit.app import AppOptions, RateLimitApp
 from ratelimit.settings import Settings
 from tests.support.redis_server import RedisServer, redis_server
@@ -150,7 +151,12 @@ def redis(redis_module: RedisServer) -> RedisServer:
 
 
 def metric_value(name: str, labels: str) -> float:
-    """The current value of one sample of this process's metrics (0 when absent)."""
+    """The current value of one sample of this process's metrics (0 when absent).
+
+    The service aggregates its hot-path metrics and flushes them periodically;
+    flush first, so the value includes the calls just made.
+    """
+    rl_metrics.flush()
     text = render_latest().decode()
     wanted = f"{name}{{{labels}}}" if labels else name
     for line in text.splitlines():
