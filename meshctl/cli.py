@@ -1,0 +1,686 @@
+"""``meshctl``: the command-line client of the meshplane management plane.
+
+Command wiring only: profiles live in ``config``, the REST client in
+``client``, resource operations in ``ops``, logins in ``login``. Every
+failure is raised as ``MeshctlError`` and printed by ``main`` as exactly one
+line ``error: ...`` with its documented exit code (``errors.Exit``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import getpass
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+
+from meshctl import approvals as approvals_mod
+from meshctl import login as login_mod
+from meshctl.client import ApiClient
+from meshctl.config import load_config
+from meshctl.errors import ApiFailure, Exit, MeshctlError
+from meshctl.kinds import (
+    Kind,
+    Ref,
+    is_policy_word,
+    parse_fqn,
+    policy_path,
+    require_kind,
+    resolve_parents,
+)
+from meshctl.manifest import Manifest, dump, policy_manifest, read_manifests, to_manifest
+from meshctl.ops import apply_manifest, delete_object, get_object, list_objects, refine
+from meshctl.output import FORMATS, render_objects
+from meshctl.state import State, state_of
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Manage a meshplane management plane: log in, then get, apply, edit and delete "
+    "organizations, tenants, workspaces, clusters, users, teams, roles and policies.",
+    context_settings={"help_option_names": ["-h", "--help"]},
+    # A crash report must never print local variables: they may hold tokens.
+    pretty_exceptions_show_locals=False,
+)
+config_app = typer.Typer(help="Profiles: servers, defaults and stored credentials.")
+clusters_app = typer.Typer(help="Cluster-specific operations.")
+app.add_typer(config_app, name="config")
+app.add_typer(clusters_app, name="clusters")
+app.add_typer(approvals_mod.app, name="approvals")
+
+
+@app.callback()
+def _root(
+    ctx: typer.Context,
+    profile: Annotated[
+        str | None,
+        typer.Option("--profile", "-p", envvar="MESHCTL_PROFILE", help="Profile to use."),
+    ] = None,
+    server: Annotated[
+        str | None,
+        typer.Option(
+            "--server", envvar="MESHCTL_SERVER", help="Server URL for this run (not saved)."
+        ),
+    ] = None,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Log each request line to stderr.")
+    ] = False,
+) -> None:
+    ctx.obj = State(profile, server, verbose)
+
+
+# ---- option types shared by the resource commands ----------------------------------------
+
+OrgOpt = Annotated[
+    str | None, typer.Option("--org", "--organization", help="Organization (default: profile's).")
+]
+TenantOpt = Annotated[str | None, typer.Option("--tenant", help="Tenant (default: profile's).")]
+WorkspaceOpt = Annotated[str | None, typer.Option("--workspace", help="Workspace.")]
+GroupOpt = Annotated[
+    str | None, typer.Option("--security-group", help="Security group (settings, policies).")
+]
+ClusterOpt = Annotated[
+    str | None, typer.Option("--cluster", help="Cluster (service accounts, traffic policies).")
+]
+OutputOpt = Annotated[str, typer.Option("--output", "-o", help="table, yaml or json.")]
+FilesOpt = Annotated[
+    list[str] | None, typer.Option("--filename", "-f", help="Manifest file, or - for stdin.")
+]
+
+
+def _check_format(fmt: str, allowed: tuple[str, ...] = FORMATS) -> str:
+    if fmt not in allowed:
+        raise MeshctlError(f"--output must be one of {', '.join(allowed)}", Exit.USAGE)
+    return fmt
+
+
+def _ref(
+    state: State,
+    what: str,
+    name: str | None,
+    *,
+    org: str | None,
+    tenant: str | None,
+    workspace: str | None,
+    cluster: str | None,
+    group: str | None = None,
+) -> tuple[Kind, Ref | None, tuple[tuple[Kind, str], ...]]:
+    """KIND [NAME] or FQN -> (kind, the object or None for a listing, its parents)."""
+    if "/" in what:
+        if name is not None:
+            raise MeshctlError("give either an FQN or KIND NAME, not both", Exit.USAGE)
+        ref = parse_fqn(what)
+        return ref.kind, ref, ref.parents
+    kind = require_kind(what)
+    _, profile = state.load()
+    names = {
+        "organization": org or profile.organization,
+        "tenant": tenant or profile.tenant,
+        "workspace": workspace,
+        "securityGroup": group,
+        "cluster": cluster,
+    }
+    parents = resolve_parents(kind, names)
+    return kind, (Ref(kind, name, parents) if name else None), parents
+
+
+def _read_files(files: list[str]) -> list[Manifest]:
+    """Parse every file before any write, so a typo in the last file changes nothing."""
+    manifests: list[Manifest] = []
+    for name in files:
+        if name == "-":
+            text, source = sys.stdin.read(), "<stdin>"
+        else:
+            try:
+                text = Path(name).read_text(encoding="utf-8")
+            except OSError as exc:
+                raise MeshctlError(f"cannot read {name}: {exc.strerror}", Exit.USAGE) from exc
+            source = name
+        manifests.extend(read_manifests(text, source))
+    if not manifests:
+        raise MeshctlError("the manifest files hold no objects", Exit.USAGE)
+    return manifests
+
+
+# ---- login / logout ------------------------------------------------------------------------
+
+
+@app.command()
+def login(  # noqa: PLR0917 - typer maps options to parameters
+    ctx: typer.Context,
+    server: Annotated[
+        str | None, typer.Option("--server", help="Management plane URL; saved in the profile.")
+    ] = None,
+    username: Annotated[
+        str | None,
+        typer.Option("--username", "-u", help="Local user (org users: ORG/NAME): Basic login."),
+    ] = None,
+    password_stdin: Annotated[
+        bool, typer.Option("--password-stdin", help="Read the password from stdin.")
+    ] = False,
+    use_device_code: Annotated[
+        bool, typer.Option("--use-device-code", help="RFC 8628 device login (no browser here).")
+    ] = False,
+    use_token_exchange: Annotated[
+        bool,
+        typer.Option("--use-token-exchange", help="Exchange an identity-provider access token."),
+    ] = False,
+    access_token: Annotated[
+        str | None,
+        typer.Option(
+            "--access-token",
+            help="The provider's access token for --use-token-exchange; - reads stdin.",
+        ),
+    ] = None,
+    organization: Annotated[
+        str | None, typer.Option("--organization", "--org", help="Organization (device login).")
+    ] = None,
+    tenant: Annotated[str | None, typer.Option("--tenant", help="Tenant (device login).")] = None,
+    oidc_name: Annotated[
+        str | None, typer.Option("--oidc-name", help="OIDC configuration name, when several.")
+    ] = None,
+    no_browser: Annotated[
+        bool, typer.Option("--no-browser", help="Print the login URL instead of opening it.")
+    ] = False,
+    callback_port: Annotated[
+        int, typer.Option("--callback-port", help="Loopback port for the browser flow (0: any).")
+    ] = 0,
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="Seconds to wait for the browser login.")
+    ] = 300.0,
+) -> None:
+    """Log in and store a platform token in the profile (browser flow by default)."""
+    state = state_of(ctx)
+    config, profile = state.load()
+    if server:
+        profile.server = server.rstrip("/")
+    elif state.server:
+        profile.server = state.server.rstrip("/")
+    modes = [username is not None, use_device_code, use_token_exchange]
+    if sum(modes) > 1:
+        raise MeshctlError(
+            "choose one of --username, --use-device-code and --use-token-exchange", Exit.USAGE
+        )
+    if password_stdin and username is None:
+        raise MeshctlError("--password-stdin needs --username", Exit.USAGE)
+    if access_token is not None and not use_token_exchange:
+        raise MeshctlError("--access-token needs --use-token-exchange", Exit.USAGE)
+
+    def say(text: str) -> None:
+        typer.echo(text, err=True)
+
+    if username is not None:
+        if password_stdin:
+            password = login_mod.read_secret_from_stdin("password")
+        elif sys.stdin.isatty():
+            password = getpass.getpass(f"Password for {username}: ")
+        else:
+            raise MeshctlError(
+                "no terminal to ask for the password; pipe it with --password-stdin", Exit.USAGE
+            )
+        creds = login_mod.login_basic(profile, username, password, verbose=state.verbose)
+    elif use_token_exchange:
+        if not access_token:
+            raise MeshctlError("--use-token-exchange needs --access-token TOKEN", Exit.USAGE)
+        token = (
+            login_mod.read_secret_from_stdin("access token")
+            if access_token == "-"  # noqa: S105 - "-" means stdin
+            else access_token
+        )
+        creds = login_mod.login_token_exchange(profile, token, oidc_name, verbose=state.verbose)
+    elif use_device_code:
+
+        def choose_scope() -> tuple[str, str]:
+            org = organization or _ask("Organization", profile.organization)
+            ten = tenant or _ask("Tenant", profile.tenant)
+            if not org or not ten:
+                raise MeshctlError("device login needs an organization and a tenant", Exit.USAGE)
+            profile.organization, profile.tenant = org, ten
+            return org, ten
+
+        creds = login_mod.login_device(
+            profile, choose_scope, oidc_name, verbose=state.verbose, say=say
+        )
+    else:
+        creds = login_mod.login_browser(
+            profile,
+            oidc_name,
+            verbose=state.verbose,
+            open_browser=not no_browser,
+            timeout=timeout,
+            port=callback_port,
+            say=say,
+        )
+    profile.credentials = creds
+    config.save()
+    who = f" as {creds.subject}" if creds.subject else ""
+    typer.echo(f"Logged in to {profile.server}{who} (profile {profile.name}).")
+
+
+def _ask(label: str, default: str | None) -> str:
+    """One line from the user (stderr prompt, so stdout stays clean); default on empty."""
+    hint = f" [{default}]" if default else ""
+    typer.echo(f"{label}{hint}: ", err=True, nl=False)
+    answer = sys.stdin.readline().strip()
+    return answer or (default or "")
+
+
+@app.command()
+def logout(ctx: typer.Context) -> None:
+    """Forget the stored token of the profile."""
+    config, profile = state_of(ctx).load()
+    profile.credentials = None
+    config.save()
+    typer.echo(f"Logged out (profile {profile.name}).")
+
+
+# ---- config ----------------------------------------------------------------------------------
+
+
+@config_app.command("view")
+def config_view(ctx: typer.Context) -> None:
+    """Show the configuration with tokens masked."""
+    config, _ = state_of(ctx).load()
+    typer.echo(f"# {config.path}")
+    typer.echo(yaml.safe_dump(config.to_dict(masked=True), sort_keys=False), nl=False)
+
+
+@config_app.command("set-profile")
+def config_set_profile(  # noqa: PLR0917 - typer maps options to parameters
+    name: str,
+    server: Annotated[str | None, typer.Option("--server")] = None,
+    organization: Annotated[str | None, typer.Option("--organization", "--org")] = None,
+    tenant: Annotated[str | None, typer.Option("--tenant")] = None,
+    ca_file: Annotated[str | None, typer.Option("--ca-file", help="CA bundle (PEM).")] = None,
+    insecure_skip_verify: Annotated[
+        bool | None, typer.Option("--insecure-skip-verify/--verify-tls")
+    ] = None,
+    use: Annotated[bool, typer.Option("--use", help="Also make it the current profile.")] = False,
+) -> None:
+    """Create or change a profile."""
+    config = load_config()
+    profile = config.profile(name)
+    if server is not None:
+        profile.server = server.rstrip("/")
+    if organization is not None:
+        profile.organization = organization or None
+    if tenant is not None:
+        profile.tenant = tenant or None
+    if ca_file is not None:
+        profile.ca_file = ca_file or None
+    if insecure_skip_verify is not None:
+        profile.insecure_skip_verify = insecure_skip_verify
+    if use or len(config.profiles) == 1:
+        config.current = name
+    config.save()
+    typer.echo(f"Profile {name} saved.")
+
+
+@config_app.command("use-profile")
+def config_use_profile(name: str) -> None:
+    """Make NAME the current profile."""
+    config = load_config()
+    if name not in config.profiles:
+        raise MeshctlError(
+            f"no profile {name!r}; create it with meshctl config set-profile {name}",
+            Exit.NOT_FOUND,
+        )
+    config.current = name
+    config.save()
+    typer.echo(f"Using profile {name}.")
+
+
+@config_app.command("get-profiles")
+def config_get_profiles() -> None:
+    """List profiles; * marks the current one."""
+    config = load_config()
+    now = datetime.now(UTC)
+    for name, profile in sorted(config.profiles.items()):
+        creds = profile.credentials
+        status = "not logged in"
+        if creds is not None:
+            status = "expired" if creds.expired(now) else f"logged in ({creds.method})"
+        mark = "*" if name == config.current else " "
+        typer.echo(f"{mark} {name}\t{profile.server or '-'}\t{status}")
+
+
+@config_app.command("delete-profile")
+def config_delete_profile(name: str) -> None:
+    """Remove a profile and its credentials."""
+    config = load_config()
+    if config.profiles.pop(name, None) is None:
+        raise MeshctlError(f"no profile {name!r}", Exit.NOT_FOUND)
+    config.save()
+    typer.echo(f"Profile {name} deleted.")
+
+
+# ---- get / apply / delete / edit --------------------------------------------------------------
+
+
+@app.command()
+def get(  # noqa: PLR0917 - typer maps options to parameters
+    ctx: typer.Context,
+    what: Annotated[str, typer.Argument(help="KIND (cluster, tenant, ...), FQN, or policy.")],
+    name: Annotated[
+        str | None, typer.Argument(help="Object name (policy: its FQN, root or rbac).")
+    ] = None,
+    org: OrgOpt = None,
+    tenant: TenantOpt = None,
+    workspace: WorkspaceOpt = None,
+    group: GroupOpt = None,
+    cluster: ClusterOpt = None,
+    output: OutputOpt = "table",
+    selector: Annotated[
+        str, typer.Option("--selector", "-l", help="Label selector k=v,k2 (lists).")
+    ] = "",
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="At most this many (lists).")
+    ] = None,
+    chunk_size: Annotated[
+        int, typer.Option("--chunk-size", min=1, max=1000, help="Page size of list requests.")
+    ] = 1000,
+    fetch_workloads: Annotated[
+        bool, typer.Option("--fetch-workloads", help="Clusters: include workloads (expensive).")
+    ] = False,
+) -> None:
+    """Show one object, or list a kind under its parent."""
+    state = state_of(ctx)
+    fmt = _check_format(output)
+    if is_policy_word(what):
+        if name is None:
+            raise MeshctlError("meshctl get policy TARGET (an FQN, root or rbac)", Exit.USAGE)
+        with state.client() as client:
+            try:
+                policy = client.get(policy_path(name))
+            except ApiFailure as exc:
+                raise refine(exc, None) from None
+        typer.echo(
+            dump(
+                [policy_manifest(name, policy)], "json" if fmt == "json" else "yaml", as_list=False
+            ),
+            nl=False,
+        )
+        return
+    kind, ref, parents = _ref(
+        state, what, name, org=org, tenant=tenant, workspace=workspace, cluster=cluster, group=group
+    )
+    with state.client() as client:
+        if ref is not None:
+            obj = get_object(client, ref, {"fetchWorkloads": "true"} if fetch_workloads else None)
+            typer.echo(render_objects(kind, [obj], fmt, as_list=False), nl=False)
+            return
+        try:
+            objects = list(
+                list_objects(
+                    client,
+                    kind,
+                    parents,
+                    label_selector=selector,
+                    limit=limit,
+                    extra={"fetchWorkloads": "true"} if fetch_workloads else None,
+                    page_size=chunk_size,
+                )
+            )
+        except ApiFailure as exc:
+            raise refine(exc, None) from None
+    typer.echo(render_objects(kind, objects, fmt, as_list=True), nl=False)
+
+
+@app.command()
+def apply(
+    ctx: typer.Context,
+    filename: FilesOpt = None,
+    output: Annotated[
+        str | None, typer.Option("--output", "-o", help="yaml or json: print the results.")
+    ] = None,
+) -> None:
+    """Create or update the objects of manifest files (etags are sent on every update)."""
+    state = state_of(ctx)
+    if not filename:
+        raise MeshctlError("meshctl apply needs -f FILE (or -f - for stdin)", Exit.USAGE)
+    if output is not None:
+        _check_format(output, ("yaml", "json"))
+    manifests = _read_files(filename)
+    results = []
+    with state.client() as client:
+        for m in manifests:
+            result = apply_manifest(client, m)
+            results.append(result)
+            if output is None:
+                note = ""
+                if (
+                    result.action == "created"
+                    and m.ref is not None
+                    and m.ref.kind.name == "Cluster"
+                ):
+                    org = m.ref.parent_names().get("organization", "ORG")
+                    note = (
+                        " (get its install template with meshctl clusters install-template "
+                        f"{org} {m.ref.name})"
+                    )
+                typer.echo(f"{m.describe()} {result.action}{note}")
+    if output is not None:
+        docs = [
+            to_manifest(r.manifest.ref.kind, r.obj)
+            if r.manifest.ref is not None
+            else policy_manifest(r.manifest.policy_target or "root", r.obj)
+            for r in results
+        ]
+        typer.echo(dump(docs, output, as_list=len(docs) != 1), nl=False)
+
+
+@app.command()
+def delete(  # noqa: PLR0917 - typer maps options to parameters
+    ctx: typer.Context,
+    what: Annotated[str | None, typer.Argument(help="KIND or FQN.")] = None,
+    name: Annotated[str | None, typer.Argument(help="Object name.")] = None,
+    filename: FilesOpt = None,
+    org: OrgOpt = None,
+    tenant: TenantOpt = None,
+    workspace: WorkspaceOpt = None,
+    group: GroupOpt = None,
+    cluster: ClusterOpt = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Also delete protected objects below it.")
+    ] = False,
+) -> None:
+    """Delete an object and everything below it (refused when protected, unless --force)."""
+    state = state_of(ctx)
+    refs: list[Ref] = []
+    if filename:
+        if what is not None:
+            raise MeshctlError("give either -f FILE or KIND NAME, not both", Exit.USAGE)
+        for m in _read_files(filename):
+            if m.ref is None:
+                raise MeshctlError(f"{m.source}: access policies cannot be deleted", Exit.USAGE)
+            refs.append(m.ref)
+    else:
+        if what is None:
+            raise MeshctlError("meshctl delete KIND NAME, FQN, or -f FILE", Exit.USAGE)
+        _, ref, _ = _ref(
+            state,
+            what,
+            name,
+            org=org,
+            tenant=tenant,
+            workspace=workspace,
+            cluster=cluster,
+            group=group,
+        )
+        if ref is None:
+            raise MeshctlError(f"meshctl delete {what} NAME: the name is required", Exit.USAGE)
+        refs.append(ref)
+    with state.client() as client:
+        for ref in refs:
+            delete_object(client, ref, force=force)
+            typer.echo(f"{ref.describe()} deleted")
+
+
+EDIT_HEADER = (
+    "# Edit the object below and save; an empty file cancels.\n"
+    "# metadata.etag must stay as read: if someone changed the object meanwhile,\n"
+    "# the update is refused and nothing is lost.\n"
+)
+
+
+@app.command()
+def edit(  # noqa: PLR0917 - typer maps options to parameters
+    ctx: typer.Context,
+    what: Annotated[str, typer.Argument(help="KIND, FQN, or policy.")],
+    name: Annotated[str | None, typer.Argument(help="Object name (policy: FQN/root/rbac).")] = None,
+    org: OrgOpt = None,
+    tenant: TenantOpt = None,
+    workspace: WorkspaceOpt = None,
+    group: GroupOpt = None,
+    cluster: ClusterOpt = None,
+) -> None:
+    """Open an object in $VISUAL/$EDITOR as YAML and update it with the etag it was read with."""
+    state = state_of(ctx)
+    with state.client() as client:
+        if is_policy_word(what):
+            if name is None:
+                raise MeshctlError("meshctl edit policy TARGET (an FQN, root or rbac)", Exit.USAGE)
+            doc = policy_manifest(name, client.get(policy_path(name)))
+        else:
+            kind, ref, _ = _ref(
+                state,
+                what,
+                name,
+                org=org,
+                tenant=tenant,
+                workspace=workspace,
+                cluster=cluster,
+                group=group,
+            )
+            if ref is None:
+                raise MeshctlError(f"meshctl edit {what} NAME: the name is required", Exit.USAGE)
+            doc = to_manifest(kind, get_object(client, ref))
+        original = yaml.safe_dump(doc, sort_keys=False)
+        edited = _run_editor(EDIT_HEADER + original)
+        if edited is None:
+            typer.echo("Edit cancelled, no changes made.")
+            return
+        try:
+            action = _apply_edit(client, doc, edited)
+        except MeshctlError as exc:
+            # Never lose the user's work: keep the edited copy and say where it is.
+            fd, kept = tempfile.mkstemp(prefix="meshctl-edit-", suffix=".yaml")
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(edited)
+            raise MeshctlError(
+                f"{exc.message}; your edited copy is in {kept} (apply it with meshctl apply -f)",
+                exc.exit_code,
+            ) from None
+        typer.echo(action)
+
+
+def _apply_edit(client: ApiClient, doc: dict[str, Any], edited: str) -> str:
+    """Validate the edited manifest against what was read, then PUT it with the read etag."""
+    manifests = list(read_manifests(edited, "edited object"))
+    if len(manifests) != 1:
+        raise MeshctlError("the edited file must hold exactly one object", Exit.USAGE)
+    m = manifests[0]
+    metadata = doc["metadata"]
+    same = (
+        m.ref is not None and m.ref.fqn == metadata.get("fqn")
+        if "fqn" in metadata
+        else m.policy_target == metadata.get("target")
+    )
+    if not same:
+        raise MeshctlError("edit cannot rename or move an object", Exit.USAGE)
+    if yaml.safe_load(edited) == doc:
+        return "Edit cancelled, no changes made."
+    m = dataclasses.replace(m, etag=m.etag or metadata.get("etag"))
+    result = apply_manifest(client, m)
+    return f"{m.describe()} {'unchanged' if result.action == 'unchanged' else 'edited'}"
+
+
+def _run_editor(text: str) -> str | None:
+    """Run the user's editor on ``text``; None when the result is empty."""
+    editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
+    fd, path = tempfile.mkstemp(prefix="meshctl-edit-", suffix=".yaml")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        try:
+            code = subprocess.call([*shlex.split(editor), path])  # noqa: S603 - the user's editor
+        except OSError as exc:
+            raise MeshctlError(
+                f"cannot run the editor {editor!r} ({exc.strerror}); set $EDITOR", Exit.USAGE
+            ) from exc
+        if code != 0:
+            raise MeshctlError(f"the editor exited with status {code}; nothing changed", Exit.USAGE)
+        result = Path(path).read_text(encoding="utf-8")
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+    body = "\n".join(line for line in result.splitlines() if not line.lstrip().startswith("#"))
+    return result if body.strip() else None
+
+
+# ---- clusters --------------------------------------------------------------------------------
+
+
+@clusters_app.command("install-template")
+def install_template(
+    ctx: typer.Context,
+    organization: Annotated[str, typer.Argument(help="Organization name.")],
+    cluster: Annotated[str, typer.Argument(help="Cluster name.")],
+    file: Annotated[
+        Path | None, typer.Option("--file", help="Write here (mode 0600) instead of stdout.")
+    ] = None,
+    output: Annotated[str, typer.Option("--output", "-o", help="yaml or json.")] = "yaml",
+) -> None:
+    """Fetch a fresh install template (mints a new agent API key; needs SET_POLICY on the org)."""
+    state = state_of(ctx)
+    fmt = _check_format(output, ("yaml", "json"))
+    ref = parse_fqn(f"organizations/{organization}/clusters/{cluster}")
+    with state.client() as client:
+        try:
+            obj = client.get(ref.path, {"includeInstallTemplate": "true"})
+        except ApiFailure as exc:
+            raise refine(exc, ref) from None
+    template: Any = obj.get("installTemplate") if isinstance(obj, dict) else None
+    if not isinstance(template, dict):
+        raise MeshctlError(
+            f"the management plane returned {ref.fqn} without installTemplate", Exit.API_ERROR
+        )
+    text = (
+        json.dumps(template, indent=2) + "\n"
+        if fmt == "json"
+        else yaml.safe_dump(template, sort_keys=False)
+    )
+    if file is None:
+        typer.echo(text, nl=False)
+        return
+    fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    typer.echo(
+        f"Wrote the install template of {ref.fqn} to {file}; it holds the cluster's API key, "
+        "keep it secret.",
+        err=True,
+    )
+
+
+def main() -> None:
+    """Entry point: run the app, print any MeshctlError as one line, exit with its code."""
+    try:
+        app(prog_name="meshctl")
+    except MeshctlError as exc:
+        typer.echo(f"error: {exc.message}", err=True)
+        sys.exit(int(exc.exit_code))
+    except KeyboardInterrupt:
+        typer.echo("error: interrupted", err=True)
+        sys.exit(130)
