@@ -183,6 +183,11 @@ def _key_fingerprints(config: ExtAuthzConfig) -> tuple[Fingerprint, ...]:
     return tuple(fingerprint(path) for path in config.key_files)
 
 
-def make_app(config_path: str) -> ExtAuthzApp:
-    """Picklable app factory for ``meshplane.server.serve`` (a module-level function)."""
-    return ExtAuthzApp(config_path)
+def make_app(config_path: str, reload_interval: float = 1.0) -> ExtAuthzApp:
+    """Picklable app factory for ``meshplane.server.serve`` (a module-level function).
+
+    ``reload_interval`` is short (0.1 s) under ``--control-plane``: the
+    snapshot directory is swapped atomically, and propagation time is the
+    product's promise.
+    """
+    return ExtAuthzApp(config_path, reload_interval=reload_interval)

@@ -36,6 +36,7 @@ from envoy.service.auth.v3 import attribute_context_pb2, external_auth_pb2, exte
 from extauthz.app import make_app
 from extauthz.config import POLICY_CONTEXT_KEY, ExtAuthzConfig, load_config
 from extauthz.keys import KeyFamily
+from meshplane import control_plane
 from meshplane.config_error import ConfigError
 from meshplane.netaddr import parse_listen
 from meshplane.server import ServeOptions, serve
@@ -50,12 +51,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     srv = sub.add_parser("serve", help="serve envoy.service.auth.v3.Authorization/Check")
-    srv.add_argument("--config", required=True, help="policy YAML file (reloaded on change)")
+    srv.add_argument("--config", help="policy YAML file (reloaded on change)")
     srv.add_argument("--listen", default="0.0.0.0:9191", help="gRPC HOST:PORT")
     srv.add_argument("--workers", type=int, default=1, help="worker processes (SO_REUSEPORT)")
     srv.add_argument("--metrics-listen", help="HOST:PORT for Prometheus /metrics")
     srv.add_argument("--http-listen", help="HOST:PORT for Envoy's http_service mode")
     srv.add_argument("--grace-seconds", type=float, default=5.0, help="drain time on SIGTERM")
+    control_plane.add_arguments(srv)
     chk = sub.add_parser("check", help="validate a policy file, or send one Check to a server")
     target = chk.add_mutually_exclusive_group(required=True)
     target.add_argument("--config", help="validate this policy file and exit")
@@ -172,6 +174,10 @@ def main(argv: list[str] | None = None) -> int:
             return _token(args)
         if args.command == "check" and args.server:
             return _send_check(args)
+        streamed = control_plane.options_from(args, SERVICE) if args.command == "serve" else None
+        if streamed is not None:
+            # Workers load the last good snapshot; the subscriber keeps it fresh.
+            args.config = str(control_plane.start_subscriber(streamed, SERVICE, load_config))
         config = load_config(Path(args.config))
     except ConfigError as exc:
         return _fail(str(exc))
@@ -188,7 +194,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.workers < 1:
         return _fail("--workers must be at least 1")
     return serve(
-        functools.partial(make_app, str(Path(args.config).resolve())),
+        functools.partial(
+            make_app,
+            # Not resolved under --control-plane: ``current`` is a symlink that
+            # is swapped on every snapshot, and resolving it would pin one.
+            str(Path(args.config).absolute() if streamed else Path(args.config).resolve()),
+            control_plane.RELOAD_INTERVAL if streamed is not None else 1.0,
+        ),
         ServeOptions(
             listen=args.listen,
             workers=args.workers,

@@ -203,7 +203,28 @@ def _join(where: str, key: Any) -> str:
 
 
 def load_config(path: Path) -> ExtAuthzConfig:
-    """Read, validate and freeze the policy file at ``path``."""
+    """Read, validate and freeze the policy file at ``path``.
+
+    ``path`` may also be a directory holding at most one visible YAML file:
+    the form a snapshot from the management plane takes on disk
+    (``--control-plane``). An empty directory is a config that denies
+    everything, so an instance that has never received a snapshot fails
+    closed instead of refusing to start.
+    """
+    if path.is_dir():
+        files = sorted(
+            p
+            for p in path.iterdir()
+            if not p.name.startswith(".") and p.suffix in (".yaml", ".yml") and p.is_file()
+        )
+        if not files:
+            return ExtAuthzConfig("deny", {}, source=str(path))
+        if len(files) > 1:
+            names = ", ".join(p.name for p in files)
+            raise ConfigError(
+                f"a config directory holds one policy file, found {names}", source=str(path)
+            )
+        path = files[0]
     v = _Validator(path)
     doc = load_yaml(path)
     root = v.mapping(

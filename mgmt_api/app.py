@@ -20,9 +20,10 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client import CollectorRegistry
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from mgmt_api.distribution.hub import Distribution
 from mgmt_api.errors import ApiError, Code
 from mgmt_api.middleware import BodyLimit, Metrics
-from mgmt_api.routes import admin, resources
+from mgmt_api.routes import admin, distribution_status, resources
 from mgmt_api.routes.deps import AppState, call_context
 from mgmt_api.schemas.base import ErrorBody
 from mgmt_api.service.authn import Authenticator
@@ -111,10 +112,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     migrate(engine)
     secret = bootstrap(engine, settings.admin_password)
 
+    resource_service = ResourceService(engine)
+    distribution = Distribution(engine, settings.grpc_listen) if settings.grpc_listen else None
+    if distribution is not None:
+        resource_service.on_commit = distribution.committed
+
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        yield
-        engine.dispose()  # close pooled connections on SIGTERM
+        # The gRPC server shares this event loop, so REST writes wake the
+        # snapshot streams directly (see mgmt_api.distribution.hub).
+        if distribution is not None:
+            await distribution.start()
+        try:
+            yield
+        finally:
+            if distribution is not None:
+                await distribution.stop()
+            engine.dispose()  # close pooled connections on SIGTERM
 
     app = FastAPI(
         lifespan=lifespan,
@@ -129,13 +143,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.meshplane = AppState(
         settings=settings,
         authn=Authenticator(engine, secret),
-        resources=ResourceService(engine),
+        resources=resource_service,
         policies=PolicyService(engine),
+        distribution=distribution,
     )
     registry = CollectorRegistry()
     app.state.registry = registry
     resources.add_routes(app.router)
     app.include_router(admin.router)
+    app.include_router(distribution_status.router)
 
     @app.exception_handler(ApiError)
     async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:

@@ -15,7 +15,7 @@ import uvicorn
 
 from meshplane.logging import configure_logging
 from mgmt_api.app import create_app
-from mgmt_api.settings import DEFAULT_LISTEN, Settings
+from mgmt_api.settings import DEFAULT_GRPC_LISTEN, DEFAULT_LISTEN, Settings
 
 app = typer.Typer(add_completion=False, help="meshplane management API")
 
@@ -42,6 +42,13 @@ def serve(
     public_url: Annotated[
         str | None, typer.Option(help="Address agents use to reach this server (install templates)")
     ] = None,
+    grpc_listen: Annotated[
+        str,
+        typer.Option(
+            help="HOST:PORT of the PolicyDistribution gRPC server (port 0: any free port); "
+            "'off' disables it"
+        ),
+    ] = DEFAULT_GRPC_LISTEN,
 ) -> None:
     """Migrate the store, bootstrap it on first start, and serve /v2."""
     configure_logging("mgmt-api")
@@ -50,6 +57,9 @@ def serve(
         settings = dataclasses.replace(settings, database_url=database)
     if public_url:
         settings = dataclasses.replace(settings, public_url=public_url)
+    if settings.grpc_listen is None and grpc_listen != "off":
+        _split_listen(grpc_listen)
+        settings = dataclasses.replace(settings, grpc_listen=grpc_listen)
     host, port = _split_listen(listen)
     application = create_app(settings)
     # Everything built so far (routes, models, compiled statements) lives for

@@ -35,8 +35,17 @@ CHILDREN: dict[str, dict[str, str]] = {
     },
     "Tenant": {"workspaces": "Workspace"},
     "Workspace": {"securitygroups": "SecurityGroup"},
-    "Cluster": {"serviceaccounts": "ServiceAccount"},
+    "SecurityGroup": {"settings": "SecuritySetting", "extauthzpolicies": "ExtAuthzPolicy"},
+    "Cluster": {
+        "serviceaccounts": "ServiceAccount",
+        "backendtrafficpolicies": "BackendTrafficPolicy",
+    },
 }
+
+# Collections whose objects are Kubernetes-namespaced: the name segment is
+# ``{namespace}.{name}``. Both halves are DNS-1123 labels, which cannot hold a
+# dot, so the split is unambiguous and the FQN stays collection/name pairs.
+NAMESPACED: frozenset[str] = frozenset({"backendtrafficpolicies"})
 
 _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 MAX_NAME = 63
@@ -55,6 +64,26 @@ def validate_name(value: str, field: str = "name") -> str:
             "starting and ending with a letter or digit)",
         )
     return value
+
+
+def validate_segment(collection: str, value: str, field: str = "name") -> str:
+    """Check the name segment of an object in ``collection`` (``ns.name`` when namespaced)."""
+    if collection not in NAMESPACED:
+        return validate_name(value, field)
+    namespace, sep, name = value.partition(".")
+    if len(value) > MAX_NAME:  # the store's name column holds the whole segment
+        raise invalid(field, f"{{namespace}}.{{name}} must be at most {MAX_NAME} characters")
+    if not sep:
+        raise invalid(field, f"{value!r}: a namespaced object is named {{namespace}}.{{name}}")
+    validate_name(namespace, field)
+    validate_name(name, field)
+    return value
+
+
+def split_namespaced(value: str) -> tuple[str, str]:
+    """``"ns.name"`` → ``("ns", "name")`` for an already validated segment."""
+    namespace, _, name = value.partition(".")
+    return namespace, name
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +123,7 @@ def parse(value: str, field: str = "fqn") -> Fqn:
         child = CHILDREN.get(kind, {}).get(collection)
         if child is None:
             raise invalid(field, f"{value!r}: no collection {collection!r} under {kind}")
-        validate_name(name, field)
+        validate_segment(collection, name, field)
         if i:
             parent = "/".join(parts[:i])
         kind = child

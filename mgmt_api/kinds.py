@@ -114,6 +114,33 @@ KINDS: dict[str, KindDef] = {
             ("Organization", "Cluster"),
             output_only=frozenset({"keys"}),
         ),
+        KindDef(
+            "BackendTrafficPolicy",
+            "backendtrafficpolicies",
+            "backendtrafficpolicy",
+            "backendTrafficPolicy",
+            "backendTrafficPolicies",
+            m.BackendTrafficPolicy,
+            ("Cluster",),
+        ),
+        KindDef(
+            "SecuritySetting",
+            "settings",
+            "setting",
+            "securitySetting",
+            "settings",
+            m.SecuritySetting,
+            ("SecurityGroup",),
+        ),
+        KindDef(
+            "ExtAuthzPolicy",
+            "extauthzpolicies",
+            "extauthzpolicy",
+            "extAuthzPolicy",
+            "extAuthzPolicies",
+            m.ExtAuthzPolicy,
+            ("SecurityGroup",),
+        ),
         KindDef("Role", "rbac", "role", "role", "roles", m.Role, (fqnmod.RBAC_KIND,)),
     )
 }

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from mgmt_api.store.engine import default_sqlite_url
 
 DEFAULT_LISTEN = "127.0.0.1:8443"
+DEFAULT_GRPC_LISTEN = "127.0.0.1:8444"
 MAX_BODY_BYTES = 1024 * 1024
 
 
@@ -31,6 +32,15 @@ class Settings:
         default_factory=lambda: os.environ.get("MESHPLANE_PUBLIC_URL") or None
     )
     max_body_bytes: int = MAX_BODY_BYTES
+    # PolicyDistribution gRPC address (HOST:PORT; port 0 picks one); None
+    # serves no distribution (REST only, as in tests of the API alone).
+    grpc_listen: str | None = field(
+        default_factory=lambda: (
+            None
+            if os.environ.get("MESHPLANE_GRPC_LISTEN", "off") in ("", "off")
+            else os.environ["MESHPLANE_GRPC_LISTEN"]
+        )
+    )
     # /metrics is served without credentials only when this is true (for a
     # scrape on a private network); otherwise it needs any valid credential.
     public_metrics: bool = field(

@@ -19,6 +19,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from meshplane import control_plane
 from meshplane.config_error import ConfigError
 from meshplane.netaddr import parse_listen
 from meshplane.server import ServeOptions, serve
@@ -36,7 +37,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     srv = sub.add_parser("serve", help="serve envoy.service.ratelimit.v3.RateLimitService")
-    srv.add_argument("--config", required=True, help="YAML file or directory of YAML files")
+    srv.add_argument("--config", help="YAML file or directory of YAML files")
     srv.add_argument("--listen", default="0.0.0.0:8081", help="gRPC HOST:PORT")
     srv.add_argument("--workers", type=int, default=1, help="worker processes (needs Redis if >1)")
     srv.add_argument("--redis-url", help="Redis URL (else $REDIS_URL, else --redis-url-file)")
@@ -47,6 +48,7 @@ def _parser() -> argparse.ArgumentParser:
     srv.add_argument("--store-timeout-ms", type=float, help="how long a decision waits for Redis")
     srv.add_argument("--no-headers", action="store_true", help="do not add x-ratelimit-* headers")
     srv.add_argument("--grace-seconds", type=float, default=5.0, help="drain time on SIGTERM")
+    control_plane.add_arguments(srv)
     chk = sub.add_parser("check", help="validate a config (and settings) and exit")
     chk.add_argument("--config", required=True)
     chk.add_argument("--settings")
@@ -92,6 +94,10 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         settings = _settings(args)
+        streamed = control_plane.options_from(args, SERVICE) if args.command == "serve" else None
+        if streamed is not None:
+            # Workers load the last good snapshot; the subscriber keeps it fresh.
+            args.config = str(control_plane.start_subscriber(streamed, SERVICE, load_config))
         config = load_config(Path(args.config))
     except ConfigError as exc:
         return _fail(str(exc))
@@ -115,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
             "would admit N times the limit"
         )
     options = AppOptions(config_path=args.config, redis_url=redis_url, settings=settings)
+    if streamed is not None:
+        options = replace(options, reload_interval=control_plane.RELOAD_INTERVAL)
     return serve(
         functools.partial(build_app, options),
         ServeOptions(

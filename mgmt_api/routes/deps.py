@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fastapi import Request
 
+from mgmt_api.distribution.hub import Distribution
 from mgmt_api.service.authn import Authenticator
 from mgmt_api.service.policies import PolicyService
 from mgmt_api.service.resources import CallContext, ResourceService
@@ -18,6 +19,7 @@ class AppState:
     authn: Authenticator
     resources: ResourceService
     policies: PolicyService
+    distribution: Distribution | None = field(default=None)
 
 
 def state(request: Request) -> AppState:

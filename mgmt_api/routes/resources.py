@@ -27,6 +27,11 @@ from mgmt_api.service.resources import CallContext
 KW = inspect.Parameter.KEYWORD_ONLY
 _PARAM = re.compile(r"{(\w+)}")
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+# Path parameters of namespaced kinds take ``{namespace}.{name}`` (see fqn.NAMESPACED).
+_NAMESPACED_PARAMS = {
+    k.param: k.collection for k in KINDS.values() if k.collection in fqnmod.NAMESPACED
+}
+NAMESPACED_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\.[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
 PageSize = Annotated[int, Query(alias="pageSize", ge=1, le=1000, description="Default 100.")]
 PageToken = Annotated[str, Query(alias="pageToken", max_length=2048)]
@@ -53,7 +58,7 @@ def _params(template: str) -> list[str]:
 
 def _fill(template: str, kw: dict[str, Any]) -> str:
     for name in _params(template):
-        fqnmod.validate_name(kw[name], name)
+        fqnmod.validate_segment(_NAMESPACED_PARAMS.get(name, ""), kw[name], name)
     return template.format(**{p: kw[p] for p in _params(template)})
 
 
@@ -61,7 +66,11 @@ def _signature(path_params: list[str], *extra: inspect.Parameter) -> inspect.Sig
     params = [inspect.Parameter("request", KW, annotation=Request)]
     params += [
         inspect.Parameter(
-            p, KW, annotation=Annotated[str, Path(max_length=63, pattern=NAME_PATTERN)]
+            p,
+            KW,
+            annotation=Annotated[str, Path(max_length=63, pattern=NAMESPACED_PATTERN)]
+            if p in _NAMESPACED_PARAMS
+            else Annotated[str, Path(max_length=63, pattern=NAME_PATTERN)],
         )
         for p in path_params
     ]
@@ -101,7 +110,12 @@ def _list_model(kdef: KindDef) -> type[ApiModel]:
 
 def _create_model(kdef: KindDef) -> type[ApiModel]:
     fields: dict[str, Any] = {
-        "name": (str, Field(max_length=63, description="Short name, a DNS-1123 label.")),
+        "name": (
+            str,
+            Field(max_length=63, description="{namespace}.{name}: two DNS-1123 labels.")
+            if kdef.collection in fqnmod.NAMESPACED
+            else Field(max_length=63, description="Short name, a DNS-1123 label."),
+        ),
         to_snake(kdef.body_field): (kdef.model, ...),
     }
     return create_model(f"Create{kdef.kind}Request", __base__=ApiModel, **fields)

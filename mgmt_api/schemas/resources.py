@@ -120,6 +120,44 @@ class InstallTemplate(ApiModel):
     helm: dict[str, Any]
 
 
+class SecretRef(ApiModel):
+    """A Kubernetes Secret in the cluster (resolved there, never stored here)."""
+
+    name: str
+    namespace: str | None = None
+
+
+class RedisTls(ApiModel):
+    certificate_ref: SecretRef | None = None
+
+
+class RedisBackend(ApiModel):
+    url: str | None = Field(default=None, description="redis:// or rediss:// URL")
+    url_ref: SecretRef | None = Field(default=None, description="Secret holding the URL")
+    tls: RedisTls | None = None
+
+
+class RateLimitBackend(ApiModel):
+    type: Literal["Redis"] = "Redis"
+    redis: RedisBackend | None = None
+
+
+class RedisSwitch(ApiModel):
+    disabled: bool = False
+
+
+class ClusterRateLimit(ApiModel):
+    """Cluster-level rate-limit switches (spec §2.9): counter store and failure mode.
+
+    ``failureMode`` uses the ratelimit service's names: ``unavailable`` (the
+    call fails and Envoy's ``failure_mode_deny`` decides), ``allow``, ``deny``.
+    """
+
+    redis: RedisSwitch | None = None
+    backend: RateLimitBackend | None = None
+    failure_mode: Literal["unavailable", "allow", "deny"] | None = None
+
+
 class Cluster(Meta):
     token_ttl: str | None = Field(default=None, description="Join-token lifetime, default 3600s.")
     network: str | None = None
@@ -129,12 +167,70 @@ class Cluster(Meta):
     namespace_scope: NamespaceScoping | None = None
     deletion_protection_enabled: bool | None = None
     config_generation_metadata: ConfigGenerationMetadata | None = None
+    rate_limit: ClusterRateLimit | None = None
     namespaces: list[dict[str, Any]] | None = Field(
         default=None, description="Output only (agents)."
     )
     state: dict[str, Any] | None = Field(default=None, description="Output only (agents).")
     service_account: ServiceAccount | None = Field(default=None, description="Output only.")
     install_template: InstallTemplate | None = Field(default=None, description="Output only.")
+
+
+class BackendTrafficPolicy(Meta):
+    """Envoy Gateway's BackendTrafficPolicy (spec §2.6), stored per cluster.
+
+    ``metadata`` and ``spec`` are validated by
+    :class:`mgmt_api.compiler.traffic_policy.BackendTrafficPolicy`, the same
+    model the compiler reads, so what the API accepts is what it can compile.
+    """
+
+    api_version: str | None = Field(default=None, description="gateway.envoyproxy.io/v1alpha1")
+    kind: str | None = Field(default=None, description="BackendTrafficPolicy")
+    metadata: dict[str, Any] | None = Field(
+        default=None, description="{name, namespace}; default: from the FQN segment ns.name."
+    )
+    spec: dict[str, Any] = Field(description="{targetRef, rateLimit{type: Global, global.rules}}")
+
+
+AuthorizationMode = Literal[
+    "UNSET", "NAMESPACE", "GROUP", "WORKSPACE", "CLUSTER", "DISABLED", "CUSTOM", "RULES"
+]
+
+
+class ExternalAuthorization(ApiModel):
+    uri: str = Field(description="grpc://host:port of the ext_authz server.")
+    policy: str | None = Field(
+        default=None,
+        description="Name of an ExtAuthzPolicy of the same security group to enforce.",
+    )
+    include_request_headers_in_check: list[str] | None = None
+
+
+class HttpAuthorization(ApiModel):
+    external: ExternalAuthorization | None = None
+
+
+class AuthorizationSettings(ApiModel):
+    mode: AuthorizationMode = "UNSET"
+    http: HttpAuthorization | None = None
+
+
+class SecuritySetting(Meta):
+    """A security group's settings (spec §2.7); only authorization is modelled."""
+
+    authorization: AuthorizationSettings | None = None
+
+
+class ExtAuthzPolicy(Meta):
+    """One ext_authz JWT policy, in the schema of an entry of the ext_authz
+    config file's ``policies`` list without ``name`` (the server names it)."""
+
+    jwt: dict[str, Any] = Field(
+        description="{algorithms, keys, leewaySeconds, issuer, audiences} as in docs/extauthz.md"
+    )
+    path_claim: dict[str, Any] | None = Field(default=None, description="{name, match}")
+    remove_authorization: bool | None = None
+    claims_to_headers: list[dict[str, Any]] | None = None
 
 
 class ResourceType(ApiModel):
@@ -162,6 +258,7 @@ class ClusterConfig(ApiModel):
     namespace_scope: NamespaceScoping | None = None
     system_namespaces: list[str]
     config_generation_metadata: ConfigGenerationMetadata | None = None
+    rate_limit: ClusterRateLimit | None = None
     revision: int = Field(description="Store revision this config was read at.")
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -98,6 +99,13 @@ def key_view(
 class ResourceService:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        # Told the new store revision after every committed create, update or
+        # delete; policy distribution uses it to push snapshots at once.
+        self.on_commit: Callable[[int], None] | None = None
+
+    def _committed(self, revision: int) -> None:
+        if self.on_commit is not None:
+            self.on_commit(revision)
 
     # ---- rendering -------------------------------------------------------
 
@@ -159,10 +167,12 @@ class ResourceService:
         *,
         key_encoding: str = "PEM",
     ) -> dict[str, Any]:
-        fqnmod.validate_name(name, "name")
+        fqnmod.validate_segment(kdef.collection, name, "name")
         fqn = fqnmod.child_fqn(parent, kdef.collection, name)
         prefix = kdef.body_field
-        spec = validation.validate(kdef.kind, prefix, _spec_from(kdef, body), creating=True)
+        spec = validation.validate(
+            kdef.kind, prefix, _spec_from(kdef, body), creating=True, name=name
+        )
         password = getattr(body, "password", None)
         if password is not None:
             validation.validate_password(password, f"{prefix}.password")
@@ -198,6 +208,7 @@ class ResourceService:
                 self._audit(conn, ctx, fqn, kdef.kind, "CREATE", f"created {kdef.kind} {fqn}")
         except sa.exc.IntegrityError:
             raise already_exists(fqn) from None
+        self._committed(revision)
         log.info("created", extra={"fqn": fqn, "kind": kdef.kind, "actor": ctx.principal.fqn})
         return out
 
@@ -412,7 +423,7 @@ class ResourceService:
         if not etag:
             raise invalid("etag", "is required on update; GET the object and send its etag")
         spec = validation.validate(
-            kdef.kind, kdef.body_field, _spec_from(kdef, body), creating=False
+            kdef.kind, kdef.body_field, _spec_from(kdef, body), creating=False, name=parsed.name
         )
         password = getattr(body, "password", None)
         if password is not None:
@@ -460,7 +471,9 @@ class ResourceService:
             )
             res.spec, res.etag, res.update_time = spec, new_etag, now
             res.protected = bool(spec.get("deletionProtectionEnabled"))
-            return self.render(conn, res)
+            out = self.render(conn, res)
+        self._committed(revision)
+        return out
 
     # ---- delete ----------------------------------------------------------
 
@@ -471,7 +484,7 @@ class ResourceService:
                 Code.FAILED_PRECONDITION, f"{fqn} is a built-in role and cannot be deleted"
             )
         with write_tx(self.engine) as conn:
-            repo.bump_revision(conn)
+            revision = repo.bump_revision(conn)
             authz.require(conn, ctx.principal, fqn, parsed.kind, rbac.DELETE)
             if not repo.exists(conn, fqn):
                 raise not_found(fqn)
@@ -495,6 +508,7 @@ class ResourceService:
                 deleted=count,
                 force=force,
             )
+        self._committed(revision)
         log.info("deleted", extra={"fqn": fqn, "count": count, "actor": ctx.principal.fqn})
 
     # ---- service-account keys -------------------------------------------
@@ -558,7 +572,13 @@ class ResourceService:
                 "systemNamespaces": (org.spec.get("systemNamespaces") if org else None) or [],
                 "revision": repo.current_revision(conn),
             }
-            for key in ("network", "trustDomain", "namespaceScope", "configGenerationMetadata"):
+            for key in (
+                "network",
+                "trustDomain",
+                "namespaceScope",
+                "configGenerationMetadata",
+                "rateLimit",
+            ):
                 if key in spec:
                     out[key] = spec[key]
             return out

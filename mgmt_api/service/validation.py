@@ -8,12 +8,19 @@ from __future__ import annotations
 
 import re
 from typing import Any
+from urllib.parse import urlsplit
 
+import pydantic
+
+from meshplane.config_error import ConfigError
 from mgmt_api import fqn as fqnmod
 from mgmt_api.auth import passwords
+from mgmt_api.compiler import extauthz as extauthz_compiler
+from mgmt_api.compiler.traffic_policy import BackendTrafficPolicy
 from mgmt_api.domain import rbac
 from mgmt_api.domain.durations import format_duration, parse_duration
 from mgmt_api.errors import invalid
+from ratelimit.redis_url import RedisUrlError, parse_redis_url
 
 SELECTOR_PATTERN = re.compile(r"^(\*|[^/*]+)/(\*|[^/*]+\*?)$")
 DEFAULT_TOKEN_TTL = "3600s"  # noqa: S105 - a duration
@@ -37,9 +44,137 @@ def _selector(spec: dict[str, Any], prefix: str, required: bool) -> None:
             )
 
 
-def validate(kind: str, prefix: str, spec: dict[str, Any], creating: bool) -> dict[str, Any]:
-    """Validate and normalise ``spec`` (camelCase) of ``kind``; returns the spec to store."""
-    if kind == "Workspace":
+def _loc(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return out
+
+
+def _traffic_policy(prefix: str, spec: dict[str, Any], name: str) -> None:
+    """Check with the compiler's model; metadata defaults to the FQN's ``ns.name``."""
+    namespace, short = fqnmod.split_namespaced(name)
+    metadata = dict(spec.get("metadata") or {})
+    metadata.setdefault("namespace", namespace)
+    metadata.setdefault("name", short)
+    if (metadata["namespace"], metadata["name"]) != (namespace, short):
+        raise invalid(
+            f"{prefix}.metadata",
+            f"namespace/name {metadata['namespace']}/{metadata['name']} "
+            f"differ from the object name {name!r} ({{namespace}}.{{name}})",
+        )
+    doc = {
+        "apiVersion": spec.get("apiVersion", "gateway.envoyproxy.io/v1alpha1"),
+        "kind": spec.get("kind", "BackendTrafficPolicy"),
+        "metadata": metadata,
+        "spec": spec.get("spec"),
+    }
+    try:
+        BackendTrafficPolicy.model_validate(doc)
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        message = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
+        raise invalid(prefix + _loc(tuple(first.get("loc", ()))), message) from None
+    spec.update(apiVersion=doc["apiVersion"], kind=doc["kind"], metadata=metadata)
+
+
+def _grpc_uri(field: str, uri: str) -> None:
+    """``grpc://host:port``: Envoy's ext_authz needs a cluster address, nothing more."""
+    try:
+        parts = urlsplit(uri)
+        port = parts.port
+    except ValueError:
+        port = None
+        parts = urlsplit("")
+    if (
+        parts.scheme != "grpc"
+        or not parts.hostname
+        or port is None
+        or not 0 < port < 65536
+        or parts.path not in ("", "/")
+        or parts.query
+        or parts.fragment
+        or parts.username is not None
+    ):
+        raise invalid(field, f"{uri!r} is not grpc://host:port")
+
+
+def _security_setting(prefix: str, spec: dict[str, Any]) -> None:
+    authz = spec.get("authorization") or {}
+    external = (authz.get("http") or {}).get("external")
+    if external is not None:
+        _grpc_uri(f"{prefix}.authorization.http.external.uri", external.get("uri", ""))
+        if external.get("policy") is not None:
+            fqnmod.validate_name(external["policy"], f"{prefix}.authorization.http.external.policy")
+    elif authz.get("mode") == "CUSTOM":
+        raise invalid(f"{prefix}.authorization.http.external", "is required when mode is CUSTOM")
+
+
+def _cluster_rate_limit(prefix: str, rate_limit: dict[str, Any] | None) -> None:
+    """The counter store is Redis unless ``redis.disabled`` (then in memory, per
+    instance); with Redis, exactly one of ``url`` and ``urlRef`` says where."""
+    if not rate_limit:
+        return
+    disabled = bool((rate_limit.get("redis") or {}).get("disabled"))
+    redis = (rate_limit.get("backend") or {}).get("redis")
+    if disabled:
+        if redis is not None:
+            raise invalid(f"{prefix}.backend.redis", "must be empty when redis.disabled is true")
+        return
+    if rate_limit.get("backend") is None:
+        return
+    redis = redis or {}
+    if ("url" in redis) == ("urlRef" in redis):
+        raise invalid(f"{prefix}.backend.redis", "give exactly one of url and urlRef")
+    if "url" in redis:
+        try:
+            parse_redis_url(redis["url"])
+        except RedisUrlError as exc:
+            raise invalid(f"{prefix}.backend.redis.url", str(exc)) from None
+        if urlsplit(redis["url"]).password is not None:
+            # Every reader of the cluster would see it: secrets go in urlRef.
+            raise invalid(
+                f"{prefix}.backend.redis.url", "must not carry a password; use urlRef (a Secret)"
+            )
+    for ref_field in ("urlRef", "tls.certificateRef"):
+        ref = redis
+        for part in ref_field.split("."):
+            ref = (ref or {}).get(part)
+        if ref is not None:
+            fqnmod.validate_name(ref["name"], f"{prefix}.backend.redis.{ref_field}.name")
+            if ref.get("namespace") is not None:
+                fqnmod.validate_name(
+                    ref["namespace"], f"{prefix}.backend.redis.{ref_field}.namespace"
+                )
+
+
+def _extauthz_policy(prefix: str, spec: dict[str, Any]) -> None:
+    policy = {
+        k: v
+        for k, v in spec.items()
+        if k in ("jwt", "pathClaim", "removeAuthorization", "claimsToHeaders")
+    }
+    try:
+        extauthz_compiler.validate_policy(policy)
+    except ConfigError as exc:
+        field = f"{prefix}.{exc.field}" if exc.field else prefix
+        raise invalid(field, exc.message) from None
+
+
+def validate(
+    kind: str, prefix: str, spec: dict[str, Any], creating: bool, name: str = ""
+) -> dict[str, Any]:
+    """Validate and normalise ``spec`` (camelCase) of ``kind``; returns the spec to store.
+
+    ``name`` is the object's FQN segment (namespaced kinds derive metadata from it).
+    """
+    if kind == "BackendTrafficPolicy":
+        _traffic_policy(prefix, spec, name)
+    elif kind == "SecuritySetting":
+        _security_setting(prefix, spec)
+    elif kind == "ExtAuthzPolicy":
+        _extauthz_policy(prefix, spec)
+    elif kind == "Workspace":
         _selector(spec, prefix, required=True)
     elif kind == "SecurityGroup":
         _selector(spec, prefix, required=False)
@@ -47,6 +182,7 @@ def validate(kind: str, prefix: str, spec: dict[str, Any], creating: bool) -> di
         for i, ns in enumerate(spec.get("systemNamespaces") or []):
             fqnmod.validate_name(ns, f"{prefix}.systemNamespaces[{i}]")
     elif kind == "Cluster":
+        _cluster_rate_limit(f"{prefix}.rateLimit", spec.get("rateLimit"))
         ttl = spec.get("tokenTtl")
         seconds = parse_duration(ttl, f"{prefix}.tokenTtl") if ttl is not None else 3600.0
         spec["tokenTtl"] = format_duration(seconds)

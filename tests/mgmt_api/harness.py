@@ -34,6 +34,7 @@ class MgmtServer:
             database_url or f"sqlite+pysqlite:///{Path(self.data_dir) / 'mgmt-api.db'}"
         )
         self.port = free_port()
+        self.grpc_port = free_port()  # PolicyDistribution; never the fixed default
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = Path(self.data_dir) / f"server-{self.port}.log"
 
@@ -56,6 +57,8 @@ class MgmtServer:
                 f"127.0.0.1:{self.port}",
                 "--database",
                 self.database_url,
+                "--grpc-listen",
+                f"127.0.0.1:{self.grpc_port}",
             ],
             env=env,
             stdout=subprocess.DEVNULL,

@@ -38,6 +38,20 @@ class World:
         return f"organizations/{self.other_org}"
 
 
+# Minimal valid bodies of the policy kinds (issue 5), shared with the generated table.
+POLICY_SPECS: dict[str, dict[str, Any]] = {
+    "BackendTrafficPolicy": {
+        "spec": {
+            "targetRef": {"name": "web"},
+            "rateLimit": {"global": {"rules": [{"limit": {"requests": 1, "unit": "Hour"}}]}},
+        }
+    },
+    "ExtAuthzPolicy": {
+        "jwt": {"algorithms": ["HS256"], "keys": [{"hmacSecret": {"value": "rbac-test-secret"}}]}
+    },
+}
+
+
 def build_world(admin: httpx.Client) -> World:
     w = World(unique("org"), unique("org"))
     for name in (w.org, w.other_org):
@@ -57,6 +71,23 @@ def build_world(admin: httpx.Client) -> World:
             )
         )
         ok(admin.post(f"{base}/clusters", json={"name": "c", "cluster": {}}))
+        group = f"{base}/tenants/t/workspaces/w/securitygroups/g"
+        ok(
+            admin.post(
+                f"{base}/clusters/c/backendtrafficpolicies",
+                json={
+                    "name": "default.p",
+                    "backendTrafficPolicy": POLICY_SPECS["BackendTrafficPolicy"],
+                },
+            )
+        )
+        ok(admin.post(f"{group}/settings", json={"name": "s", "securitySetting": {}}))
+        ok(
+            admin.post(
+                f"{group}/extauthzpolicies",
+                json={"name": "p", "extAuthzPolicy": POLICY_SPECS["ExtAuthzPolicy"]},
+            )
+        )
         ok(admin.post(f"{base}/teams", json={"name": "tm", "team": {}}))
         ok(admin.post(f"{base}/serviceaccounts", json={"name": "sa", "serviceAccount": {}}))
         ok(admin.post(f"{base}/users", json={"name": "bob", "user": {}}))

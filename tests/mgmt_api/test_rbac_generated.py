@@ -22,12 +22,19 @@ from mgmt_api.auth.tokens import sign_service_account
 from mgmt_api.kinds import KINDS, item_templates, parent_templates
 from tests.mgmt_api.harness import MgmtServer, err, ok, unique
 from tests.mgmt_api.rbac_helpers import grant
-from tests.mgmt_api.test_rbac import World, build_world
+from tests.mgmt_api.test_rbac import POLICY_SPECS, World, build_world
 
 CREATE_SPEC: dict[str, dict[str, Any]] = {
     "Workspace": {"namespaceSelector": {"names": ["*/*"]}},
     "Role": {"rules": [{"permissions": ["READ"]}]},
+    "BackendTrafficPolicy": POLICY_SPECS["BackendTrafficPolicy"],
+    "ExtAuthzPolicy": POLICY_SPECS["ExtAuthzPolicy"],
 }
+
+
+def _new_name(kind: str) -> str:
+    """A fresh object name; namespaced kinds are named ``{namespace}.{name}``."""
+    return f"default.{unique('n')}" if kind == "BackendTrafficPolicy" else unique("n")
 
 
 @dataclass(frozen=True)
@@ -67,6 +74,9 @@ def _fill(tpl: str, w: World, role: str) -> str:
         "cluster": "c",
         "team": "tm",
         "role": role.split("/", 1)[1],
+        "backendtrafficpolicy": "default.p",
+        "setting": "s",
+        "extauthzpolicy": "p",
     }
     if tpl.endswith("{serviceaccount}"):
         values["serviceaccount"] = "agent" if "/clusters/" in tpl else "sa"
@@ -120,7 +130,7 @@ def test_generated_endpoint_permissions(
         return server.client(headers={"Authorization": f"Bearer {token}"})
 
     def disposable() -> str:
-        name = unique("d")
+        name = _new_name(row.kind)
         ok(
             admin.post(
                 collection, json={"name": name, kdef.body_field: CREATE_SPEC.get(row.kind, {})}
@@ -135,7 +145,7 @@ def test_generated_endpoint_permissions(
         request = lambda: ("GET", f"{collection}?pageSize=1000", None)  # noqa: E731
         right, wrong = ("rbac/reader", parent), None
     elif row.op == "create":
-        body = lambda: {"name": unique("n"), kdef.body_field: CREATE_SPEC.get(row.kind, {})}  # noqa: E731
+        body = lambda: {"name": _new_name(row.kind), kdef.body_field: CREATE_SPEC.get(row.kind, {})}  # noqa: E731
         request = lambda: ("POST", collection, body())  # noqa: E731
         right = ("rbac/admin" if row.kind == "Cluster" else "rbac/creator", parent)
         wrong = ("rbac/reader", parent)

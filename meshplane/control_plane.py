@@ -1,0 +1,208 @@
+"""``--control-plane``: run a service from the management plane's policy stream.
+
+Shared by ``extauthz serve`` and ``ratelimit serve`` so both behave the same:
+
+``--control-plane HOST:PORT --cluster ORG/CLUSTER --credentials FILE [--cache-dir DIR]``
+
+- FILE is the key material of the cluster's install template
+  (``helm.secrets.clusterServiceAccount``: ``{clusterFqn, serviceAccountFqn,
+  keyId, jwk, encodedJwk}`` as JSON or YAML), or just its ``jwk`` (the private
+  JWK JSON) or ``encodedJwk`` (its base64). Each connection authenticates with
+  a fresh short-lived ES256 JWT signed with that key, in the format the
+  management API verifies (``kid`` = key id, ``iat``/``exp``).
+- The supervisor runs a :class:`~meshplane.distribution_client.SnapshotSubscriber`
+  in a background thread with its own event loop. It reconnects with backoff
+  and keeps the last good snapshot in ``DIR/current``.
+- The workers load ``DIR/current`` with their usual ``FileSource``, polled
+  every :data:`RELOAD_INTERVAL` seconds, so static and streamed modes share
+  one loader and one reload path; a restart with the management plane down
+  starts from the cached snapshot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jwt
+import yaml
+
+from meshplane.config_error import ConfigError
+from meshplane.distribution_client import NodeIdentity, SnapshotSubscriber, ensure_cache
+from meshplane.netaddr import parse_listen
+
+log = logging.getLogger(__name__)
+
+# How often workers poll the snapshot directory: propagation stays well under a second.
+RELOAD_INTERVAL = 0.1
+# Lifetime of each connection's token: it is only checked when a stream opens.
+TOKEN_TTL_SECONDS = 300
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("management plane (instead of --config)")
+    group.add_argument("--control-plane", help="PolicyDistribution gRPC HOST:PORT of mgmt-api")
+    group.add_argument("--cluster", help="ORG/CLUSTER whose policies this instance enforces")
+    group.add_argument(
+        "--credentials", help="the cluster's service-account key (install template secret)"
+    )
+    group.add_argument(
+        "--cache-dir", help="where snapshots are kept (default: ./.data/<service>-<org>-<cluster>)"
+    )
+
+
+@dataclass(frozen=True)
+class ServiceAccountKey:
+    """The private key a cluster's agent account signs its tokens with."""
+
+    private_jwk: dict[str, Any]
+    subject: str | None = None
+    cluster_fqn: str | None = None
+
+    @property
+    def key_id(self) -> str:
+        return str(self.private_jwk["kid"])
+
+    def token(self, now: float | None = None, ttl: int = TOKEN_TTL_SECONDS) -> str:
+        now = time.time() if now is None else now
+        claims: dict[str, Any] = {"iat": int(now), "exp": int(now) + ttl}
+        if self.subject:
+            claims["sub"] = self.subject
+        key = jwt.PyJWK.from_dict(self.private_jwk)
+        return jwt.encode(claims, key.key, algorithm="ES256", headers={"kid": self.key_id})
+
+
+def _jwk_from(value: Any, source: str) -> dict[str, Any]:
+    if isinstance(value, dict):
+        return value
+    if isinstance(value, str):
+        text = value.strip()
+        if not text.startswith("{"):
+            try:
+                text = base64.b64decode(text, validate=True).decode()
+            except ValueError:
+                raise ConfigError("not a JWK, nor base64 of one", source=source) from None
+        try:
+            parsed = json.loads(text)
+        except json.JSONDecodeError:
+            raise ConfigError("not a JWK, nor base64 of one", source=source) from None
+        if isinstance(parsed, dict):
+            return parsed
+    raise ConfigError("not a JWK, nor base64 of one", source=source)
+
+
+def load_credentials(path: Path) -> ServiceAccountKey:
+    """Read FILE: the template's ``clusterServiceAccount``, its ``jwk`` or ``encodedJwk``."""
+    source = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read credentials: {exc.strerror}", source=source) from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError:
+        doc = text
+    if isinstance(doc, dict) and "clusterServiceAccount" in doc:
+        doc = doc["clusterServiceAccount"]
+    subject = cluster = None
+    if isinstance(doc, dict) and ("jwk" in doc or "encodedJwk" in doc):
+        subject, cluster = doc.get("serviceAccountFqn"), doc.get("clusterFqn")
+        jwk_value = doc["jwk"] if "jwk" in doc else doc["encodedJwk"]
+        jwk_doc = _jwk_from(jwk_value, source)
+    else:
+        jwk_doc = _jwk_from(doc if isinstance(doc, dict) else text, source)
+    if jwk_doc.get("kty") != "EC" or "d" not in jwk_doc or not jwk_doc.get("kid"):
+        raise ConfigError("the key must be a private EC JWK with a kid", source=source)
+    try:
+        jwt.PyJWK.from_dict(jwk_doc)
+    except jwt.PyJWTError as exc:
+        raise ConfigError(f"unusable key: {exc}", source=source) from None
+    return ServiceAccountKey(jwk_doc, subject, cluster)
+
+
+@dataclass(frozen=True)
+class ControlPlaneOptions:
+    address: str
+    organization: str
+    cluster: str
+    key: ServiceAccountKey
+    cache_dir: Path
+
+
+def options_from(args: argparse.Namespace, service: str) -> ControlPlaneOptions | None:
+    """Validate the flags; None means static ``--config`` mode. Raises ConfigError."""
+    config = getattr(args, "config", None)
+    if not args.control_plane:
+        if not config:
+            raise ConfigError("give --config FILE, or --control-plane with --cluster")
+        for flag in ("cluster", "credentials", "cache_dir"):
+            if getattr(args, flag):
+                raise ConfigError("only with --control-plane", field="--" + flag.replace("_", "-"))
+        return None
+    if config:
+        raise ConfigError("--config and --control-plane are exclusive", field="--config")
+    try:
+        parse_listen(args.control_plane)
+    except ValueError as exc:
+        raise ConfigError(str(exc), field="--control-plane") from None
+    org, sep, cluster = (args.cluster or "").partition("/")
+    if not sep or not org or not cluster or "/" in cluster:
+        raise ConfigError("must be ORG/CLUSTER", field="--cluster")
+    if not args.credentials:
+        raise ConfigError("is required with --control-plane", field="--credentials")
+    key = load_credentials(Path(args.credentials))
+    expected = f"organizations/{org}/clusters/{cluster}"
+    if key.cluster_fqn and key.cluster_fqn != expected:
+        raise ConfigError(
+            f"the credentials are for {key.cluster_fqn}, not {expected}", field="--credentials"
+        )
+    cache_dir = Path(args.cache_dir or os.path.join(".data", f"{service}-{org}-{cluster}"))
+    return ControlPlaneOptions(args.control_plane, org, cluster, key, cache_dir.resolve())
+
+
+def start_subscriber(
+    options: ControlPlaneOptions, service: str, loader: Callable[[Path], object]
+) -> Path:
+    """Start the subscriber thread; return the directory the workers should load.
+
+    The thread is a daemon with its own event loop: the supervisor's main
+    thread stays the plain signal-handling loop of ``meshplane.server``.
+    """
+    current = ensure_cache(options.cache_dir)
+    node = NodeIdentity(
+        service, options.organization, options.cluster, f"{socket.gethostname()}-{os.getpid()}"
+    )
+    subscriber = SnapshotSubscriber(
+        options.address,
+        node,
+        loader,
+        options.cache_dir,
+        credentials=options.key.token,
+        on_applied=lambda version: log.info("policy snapshot live", extra={"version": version}),
+    )
+
+    def run() -> None:
+        asyncio.run(subscriber.run())
+
+    threading.Thread(target=run, name=f"{service}-policy-subscriber", daemon=True).start()
+    log.info(
+        "subscribed to the management plane",
+        extra={
+            "address": options.address,
+            "cluster": f"{options.organization}/{options.cluster}",
+            "cache": str(options.cache_dir),
+            "applied_version": subscriber.applied_version,
+        },
+    )
+    return current

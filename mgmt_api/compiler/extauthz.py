@@ -1,0 +1,107 @@
+"""ExtAuthzPolicy objects → the ext_authz server's config file (docs/extauthz.md).
+
+The management API stores each policy as one entry of the ext_authz file's
+``policies`` list without its ``name``; this module names them, assembles the
+file a cluster's ext_authz instances load, and validates a single policy with
+extauthz's own loader so the API accepts exactly what the server will.
+
+Key material must be inline (``value``) or fetched (``jwks.uri``): a
+``file``/``env`` reference would be resolved on whichever host happens to
+load it (the management plane when validating, every ext_authz host when
+enforcing), so the same object could be valid here and NACKed there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from extauthz.config import load_config
+from meshplane.config_error import ConfigError
+
+FILE_NAME = "extauthz.yaml"
+DEFAULT_POLICY = "deny"
+MAX_NAME = 63
+_MATERIAL_KEYS = ("hmacSecret", "publicKeyPem", "jwks")
+
+
+def policy_name(group_fqn: str, name: str) -> str:
+    """Deterministic ext_authz policy name: ``{workspace}.{group}.{policy}``.
+
+    Envoy selects it with the ``meshplane.policy`` context extension, so it
+    must be stable across snapshots. Names longer than ext_authz's 63-char
+    limit keep a readable prefix and a digest of the full FQN for uniqueness.
+    """
+    parts = group_fqn.split("/")
+    workspace = parts[5] if len(parts) > 5 else ""
+    group = parts[-1]
+    full = f"{workspace}.{group}.{name}" if workspace else f"{group}.{name}"
+    if len(full) <= MAX_NAME:
+        return full
+    digest = hashlib.sha256(f"{group_fqn}/{name}".encode()).hexdigest()[:10]
+    return f"{full[: MAX_NAME - 11]}-{digest}"
+
+
+def policy_entry(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """The ``policies[]`` entry for a stored ExtAuthzPolicy spec."""
+    entry: dict[str, Any] = {"name": name, "jwt": spec["jwt"]}
+    for key in ("pathClaim", "removeAuthorization", "claimsToHeaders"):
+        if spec.get(key) is not None:
+            entry[key] = spec[key]
+    return entry
+
+
+def render_file(policies: list[tuple[str, dict[str, Any]]]) -> bytes:
+    """The whole ext_authz config: ``defaultPolicy: deny`` plus ``policies``.
+
+    Deny by default because a route that selects no (or an unknown) policy
+    must not be let through just because the cluster has no matching rule.
+    """
+    doc: dict[str, Any] = {
+        "defaultPolicy": DEFAULT_POLICY,
+        "policies": [policy_entry(name, spec) for name, spec in sorted(policies)],
+    }
+    return yaml.safe_dump(doc, sort_keys=False).encode()
+
+
+def _inline_only(spec: dict[str, Any]) -> None:
+    keys = (spec.get("jwt") or {}).get("keys")
+    if not isinstance(keys, list):
+        return  # the loader reports the shape
+    for i, key in enumerate(keys):
+        if not isinstance(key, dict):
+            continue
+        for kind in _MATERIAL_KEYS:
+            ref = key.get(kind)
+            if isinstance(ref, dict):
+                for forbidden in ("file", "env"):
+                    if forbidden in ref:
+                        raise ConfigError(
+                            f"{forbidden} references are not allowed in a published policy; "
+                            "give the key inline (value) or as jwks.uri",
+                            field=f"jwt.keys[{i}].{kind}.{forbidden}",
+                        )
+
+
+def validate_policy(spec: dict[str, Any]) -> None:
+    """Load ``spec`` as the only policy of an ext_authz config; raise ConfigError.
+
+    The error's ``field`` is relative to the policy (``jwt.algorithms[1]``).
+    """
+    _inline_only(spec)
+    with tempfile.TemporaryDirectory(prefix="extauthz-validate-") as tmp:
+        path = Path(tmp) / FILE_NAME
+        path.write_bytes(render_file([("policy", spec)]))
+        try:
+            load_config(path)
+        except ConfigError as exc:
+            field = exc.field or ""
+            for prefix in ("policies[0].", "policies[0]"):
+                if field.startswith(prefix):
+                    field = field[len(prefix) :]
+                    break
+            raise ConfigError(exc.message, field=field or None) from None

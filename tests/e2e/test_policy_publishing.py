@@ -1,0 +1,430 @@
+"""Policy publishing end to end: real processes, real sockets (issue 5's scenarios).
+
+``mgmt-api`` (SQLite), ``ratelimit`` on a real redis-server and ``extauthz``
+run as CLI subprocesses; the services subscribe with ``--control-plane``.
+Policies are written over REST and checked with ShouldRateLimit and Check
+calls made exactly as Envoy makes them. The tests run in file order: each
+scenario starts from the state the previous one left (scenario 6, which
+stops the management plane, runs last).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
+from envoy.service.auth.v3 import attribute_context_pb2, external_auth_pb2, external_auth_pb2_grpc
+from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
+
+from extauthz.cli import mint_demo_token
+from meshplane.control_plane import load_credentials
+from meshplane.proto.distribution.v1 import distribution_pb2 as dpb
+from meshplane.proto.distribution.v1 import distribution_pb2_grpc as dpb_grpc
+from tests.mgmt_api.harness import MgmtServer, ok
+from tests.support.net import free_port, wait_for_port
+from tests.support.redis_server import RedisServer
+
+ORG = "e2e"
+CLUSTER = "c1"
+OTHER = "c2"
+BASE = f"/v2/organizations/{ORG}"
+CLUSTER_PATH = f"{BASE}/clusters/{CLUSTER}"
+POLICY_PATH = f"{CLUSTER_PATH}/backendtrafficpolicies/default.web-limit"
+DOMAIN = f"{CLUSTER}/default/web-limit"
+ROUTE = "httproute/default/web"
+GROUP_PATH = f"{BASE}/tenants/t/workspaces/w/securitygroups/g"
+EXTAUTHZ_POLICY = "w.g.jwt"  # mgmt_api.compiler.extauthz.policy_name
+SECRET = "e2e-hmac-secret-0123456789abcdef"
+OK_CODE = rls_pb2.RateLimitResponse.OK
+OVER = rls_pb2.RateLimitResponse.OVER_LIMIT
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what or predicate}")
+        time.sleep(0.05)
+
+
+class Service:
+    """A ratelimit or extauthz CLI subprocess."""
+
+    def __init__(self, args: list[str], port: int, log: Path) -> None:
+        self.args, self.port, self.log = args, port, log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Service:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", *self.args],
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.log, "ab"),  # noqa: SIM115
+        )
+        try:
+            wait_for_port(self.port, timeout=60)
+        except Exception:
+            self.stop()
+            raise RuntimeError(self.log.read_text()[-3000:]) from None
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+
+class Stack:
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        (tmp / "mgmt").mkdir()
+        self.mgmt = MgmtServer(data_dir=str(tmp / "mgmt")).start()
+        self.admin = self.mgmt.admin()
+        self.redis = RedisServer().start()
+        self.services: list[Service] = []
+        self.credentials: dict[str, Path] = {}
+
+    def create_cluster(self, name: str) -> Path:
+        created = ok(self.admin.post(f"{BASE}/clusters", json={"name": name, "cluster": {}}))
+        path = self.tmp / f"{name}-credentials.json"
+        secret = created["installTemplate"]["helm"]["secrets"]["clusterServiceAccount"]
+        path.write_text(json.dumps(secret))
+        self.credentials[name] = path
+        return path
+
+    def control_plane_args(self, service: str) -> list[str]:
+        return [
+            "--control-plane",
+            f"127.0.0.1:{self.mgmt.grpc_port}",
+            "--cluster",
+            f"{ORG}/{CLUSTER}",
+            "--credentials",
+            str(self.credentials[CLUSTER]),
+            "--cache-dir",
+            str(self.tmp / f"{service}-cache"),
+        ]
+
+    def ratelimit(self) -> Service:
+        port = getattr(self, "rl_port", None) or free_port()
+        self.rl_port = port
+        args = ["ratelimit.cli", "serve", "--listen", f"127.0.0.1:{port}"]
+        # No local over-limit cache: the scenarios reset counters with FLUSHALL,
+        # which a per-process cache of "over until the window ends" would outlive.
+        settings = self.tmp / "ratelimit-settings.yaml"
+        settings.write_text("localCacheSize: 0\n")
+        args += ["--redis-url", self.redis.url, "--settings", str(settings)]
+        args += self.control_plane_args("ratelimit")
+        service = Service(args, port, self.tmp / "ratelimit.log").start()
+        self.services.append(service)
+        return service
+
+    def extauthz(self) -> Service:
+        port = getattr(self, "az_port", None) or free_port()
+        self.az_port = port
+        args = ["extauthz.cli", "serve", "--listen", f"127.0.0.1:{port}"]
+        args += self.control_plane_args("extauthz")
+        service = Service(args, port, self.tmp / "extauthz.log").start()
+        self.services.append(service)
+        return service
+
+    def status(self) -> dict[str, Any]:
+        return ok(self.admin.get(f"{CLUSTER_PATH}/status"))  # type: ignore[no-any-return]
+
+    def converged(self, kind: str) -> None:
+        """Wait until every instance of ``kind`` ACKed the cluster's desired version,
+        then for the workers' 0.1 s poll of the snapshot directory."""
+
+        def done() -> bool:
+            status = self.status()
+            desired = status["desiredVersions"][kind]
+            mine = [i for i in status["instances"] if i["kind"] == kind and i["connected"]]
+            return bool(mine) and all(
+                i["appliedVersion"] == desired and i["lastResult"] == "ACK" for i in mine
+            )
+
+        wait_until(done, 15, f"{kind} to apply the desired snapshot")
+        time.sleep(0.4)
+
+    def close(self) -> None:
+        for service in self.services:
+            service.stop()
+        self.admin.close()
+        self.mgmt.close()
+        self.redis.close()
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    st = Stack(tmp_path_factory.mktemp("e2e"))
+    try:
+        ok(st.admin.post("/v2/organizations", json={"name": ORG, "organization": {}}))
+        st.create_cluster(CLUSTER)
+        st.create_cluster(OTHER)
+        st.ratelimit()
+        st.extauthz()
+        yield st
+    finally:
+        st.close()
+
+
+def traffic_policy(*limits: tuple[int, str]) -> dict[str, Any]:
+    rules = [{"limit": {"requests": n, "unit": unit}} for n, unit in limits]
+    return {
+        "spec": {
+            "targetRef": {"kind": "HTTPRoute", "name": "web"},
+            "rateLimit": {"type": "Global", "global": {"rules": rules}},
+        }
+    }
+
+
+def should_rate_limit(stack: Stack, rules: int = 1) -> rls_pb2.RateLimitResponse:
+    """What Envoy sends for route ``web`` with the compiled actions: one
+    descriptor per rule, ``[route node, rule-R-match--1]``."""
+    request = rls_pb2.RateLimitRequest(domain=DOMAIN)
+    for r in range(rules):
+        d = ratelimit_pb2.RateLimitDescriptor()
+        d.entries.add(key=ROUTE, value=ROUTE)
+        d.entries.add(key=f"rule-{r}-match--1", value=f"rule-{r}-match--1")
+        request.descriptors.append(d)
+    with grpc.insecure_channel(f"127.0.0.1:{stack.rl_port}") as channel:
+        return rls_pb2_grpc.RateLimitServiceStub(channel).ShouldRateLimit(request, timeout=5)
+
+
+def headers(response: rls_pb2.RateLimitResponse) -> dict[str, str]:
+    return {h.key: h.value for h in response.response_headers_to_add}
+
+
+def fresh_minute(stack: Stack, margin: float = 12.0) -> None:
+    """Empty counters, and enough of the current minute left for the scenario."""
+    left = 60 - time.time() % 60
+    if left < margin:
+        time.sleep(left + 0.05)
+    stack.redis.command("FLUSHALL")
+
+
+def test_1_three_per_minute_the_fourth_is_over_limit(stack: Stack) -> None:
+    body = {"name": "default.web-limit", "backendTrafficPolicy": traffic_policy((3, "Minute"))}
+    ok(stack.admin.post(f"{CLUSTER_PATH}/backendtrafficpolicies", json=body))
+    stack.converged("ratelimit")
+    policy_status = ok(stack.admin.get(f"{POLICY_PATH}/status"))
+    assert [(i["lastResult"], i["upToDate"]) for i in policy_status["instances"]] == [("ACK", True)]
+    fresh_minute(stack)
+    codes = [should_rate_limit(stack).overall_code for _ in range(4)]
+    assert codes == [OK_CODE, OK_CODE, OK_CODE, OVER]
+    last = headers(should_rate_limit(stack))
+    assert last["x-ratelimit-limit"] == "3, 3;w=60"
+    assert last["x-ratelimit-remaining"] == "0"
+    assert 0 < int(last["x-ratelimit-reset"]) <= 60
+
+
+def test_2_update_to_five_is_enforced(stack: Stack) -> None:
+    current = ok(stack.admin.get(POLICY_PATH))
+    update = {**traffic_policy((5, "Minute")), "etag": current["etag"]}
+    ok(stack.admin.put(POLICY_PATH, json=update))
+    stack.converged("ratelimit")
+    fresh_minute(stack)
+    codes = [should_rate_limit(stack).overall_code for _ in range(6)]
+    assert codes == [OK_CODE] * 5 + [OVER]
+    assert headers(should_rate_limit(stack))["x-ratelimit-limit"] == "5, 5;w=60"
+
+
+def test_3_second_rule_ors_with_the_first_and_both_windows_are_listed(stack: Stack) -> None:
+    current = ok(stack.admin.get(POLICY_PATH))
+    update = {**traffic_policy((5, "Minute"), (2, "Second")), "etag": current["etag"]}
+    ok(stack.admin.put(POLICY_PATH, json=update))
+    stack.converged("ratelimit")
+    fresh_minute(stack, margin=20)
+    time.sleep(1 - time.time() % 1)  # start of a second: three calls fit in it
+    burst = [should_rate_limit(stack, rules=2) for _ in range(3)]
+    assert [r.overall_code for r in burst] == [OK_CODE, OK_CODE, OVER]
+    # The per-second rule denied while the minute rule still had room.
+    assert [s.code for s in burst[2].statuses] == [OK_CODE, OVER]
+    limit_header = headers(burst[0])["x-ratelimit-limit"]
+    assert "5;w=60" in limit_header
+    assert "2;w=1" in limit_header
+    # One call per second never trips the second rule; the minute rule does.
+    for _ in range(8):
+        time.sleep(1.05 - time.time() % 1)
+        response = should_rate_limit(stack, rules=2)
+        if response.overall_code == OVER:
+            assert [s.code for s in response.statuses] == [OVER, OK_CODE]
+            return
+    pytest.fail("the 5/Minute rule never applied")
+
+
+def test_4_delete_makes_traffic_unlimited(stack: Stack) -> None:
+    ok(stack.admin.delete(POLICY_PATH))
+    stack.converged("ratelimit")
+    fresh_minute(stack)
+    responses = [should_rate_limit(stack) for _ in range(10)]
+    assert {r.overall_code for r in responses} == {OK_CODE}
+
+
+def check(stack: Stack, path: str, token: str | None, policy: str = EXTAUTHZ_POLICY) -> int:
+    """One Check as Envoy sends it; returns the gRPC status code in the answer (0 allows)."""
+    hdrs = {":method": "GET", ":path": path}
+    if token:
+        hdrs["authorization"] = f"Bearer {token}"
+    http = attribute_context_pb2.AttributeContext.HttpRequest(
+        method="GET", path=path, protocol="HTTP/1.1", headers=hdrs
+    )
+    attributes = attribute_context_pb2.AttributeContext(
+        request=attribute_context_pb2.AttributeContext.Request(http=http)
+    )
+    attributes.context_extensions["meshplane.policy"] = policy
+    with grpc.insecure_channel(f"127.0.0.1:{stack.az_port}") as channel:
+        stub = external_auth_pb2_grpc.AuthorizationStub(channel)
+        response = stub.Check(external_auth_pb2.CheckRequest(attributes=attributes), timeout=5)
+    return int(response.status.code)
+
+
+def jwt_policy(secret: str) -> dict[str, Any]:
+    return {
+        "jwt": {"algorithms": ["HS256"], "keys": [{"hmacSecret": {"value": secret}}]},
+        "pathClaim": {"name": "path", "match": "PREFIX"},
+    }
+
+
+def test_5_security_setting_and_jwt_policy_with_check(stack: Stack) -> None:
+    ok(stack.admin.post(f"{BASE}/tenants", json={"name": "t", "tenant": {}}))
+    workspace = {"namespaceSelector": {"names": [f"{CLUSTER}/*"]}}
+    ok(stack.admin.post(f"{BASE}/tenants/t/workspaces", json={"name": "w", "workspace": workspace}))
+    group = {"configMode": "BRIDGED"}
+    ok(
+        stack.admin.post(
+            f"{BASE}/tenants/t/workspaces/w/securitygroups",
+            json={"name": "g", "securityGroup": group},
+        )
+    )
+    setting = {
+        "authorization": {
+            "mode": "CUSTOM",
+            "http": {"external": {"uri": f"grpc://127.0.0.1:{stack.az_port}", "policy": "jwt"}},
+        }
+    }
+    ok(stack.admin.post(f"{GROUP_PATH}/settings", json={"name": "s", "securitySetting": setting}))
+    token = mint_demo_token(SECRET, "/headers", 600)
+    assert check(stack, "/headers", token) != 0  # no policy yet: unknown, denied
+    ok(
+        stack.admin.post(
+            f"{GROUP_PATH}/extauthzpolicies",
+            json={"name": "jwt", "extAuthzPolicy": jwt_policy(SECRET)},
+        )
+    )
+    stack.converged("extauthz")
+    assert check(stack, "/headers", token) == 0
+    assert check(stack, "/headers/sub", token) == 0
+    assert check(stack, "/get", token) != 0  # the path claim does not grant it
+    assert check(stack, "/headers", None) != 0
+    assert check(stack, "/headers", token, policy="other") != 0
+    # Update: a new secret; tokens signed with the old one are denied.
+    current = ok(stack.admin.get(f"{GROUP_PATH}/extauthzpolicies/jwt"))
+    new_secret = SECRET + "-rotated"
+    update = {**jwt_policy(new_secret), "etag": current["etag"]}
+    ok(stack.admin.put(f"{GROUP_PATH}/extauthzpolicies/jwt", json=update))
+    stack.converged("extauthz")
+    assert check(stack, "/headers", token) != 0
+    assert check(stack, "/headers", mint_demo_token(new_secret, "/headers", 600)) == 0
+
+
+def test_7_invalid_snapshot_is_nacked_and_the_old_policy_stays(stack: Stack) -> None:
+    """Forced past the API's validation by writing the store directly, as a
+    buggy replica or a schema drift would."""
+    good = mint_demo_token(SECRET + "-rotated", "/headers", 600)
+    assert check(stack, "/headers", good) == 0
+    db = Path(stack.mgmt.data_dir) / "mgmt-api.db"
+    fqn = GROUP_PATH.removeprefix("/v2/") + "/extauthzpolicies/jwt"
+    with sqlite3.connect(db) as conn:
+        (spec_text,) = conn.execute("SELECT spec FROM resources WHERE fqn = ?", (fqn,)).fetchone()
+        spec = json.loads(spec_text)
+        spec["jwt"]["algorithms"] = ["none"]
+        conn.execute("UPDATE resources SET spec = ? WHERE fqn = ?", (json.dumps(spec), fqn))
+        conn.execute("UPDATE revision SET value = value + 1 WHERE id = 1")
+
+    def nacked() -> dict[str, Any] | None:
+        for instance in stack.status()["instances"]:
+            if instance["kind"] == "extauthz" and instance["lastResult"] == "NACK":
+                return instance  # type: ignore[no-any-return]
+        return None
+
+    instance = wait_until(nacked, 15, "the NACK to show in the cluster status")
+    assert "algorithm" in instance["lastError"]
+    assert instance["nackedVersion"] and instance["nackedVersion"] != instance["appliedVersion"]
+    assert instance["upToDate"] is False
+    assert check(stack, "/headers", good) == 0  # the last good snapshot is still enforced
+    # Repair through the API: the next snapshot is ACKed again.
+    current = ok(stack.admin.get(f"{GROUP_PATH}/extauthzpolicies/jwt"))
+    repaired = {**jwt_policy(SECRET + "-rotated"), "etag": current["etag"]}
+    ok(stack.admin.put(f"{GROUP_PATH}/extauthzpolicies/jwt", json=repaired))
+    stack.converged("extauthz")
+
+
+def _first_snapshot(stack: Stack, cluster: str, token: str) -> dpb.Snapshot:
+    node = dpb.Node(kind="ratelimit", organization=ORG, cluster=cluster, instance="probe")
+    with grpc.insecure_channel(f"127.0.0.1:{stack.mgmt.grpc_port}") as channel:
+        stub = dpb_grpc.PolicyDistributionStub(channel)  # type: ignore[no-untyped-call]
+        stream = stub.StreamSnapshots(
+            iter([dpb.SnapshotRequest(node=node)]),
+            metadata=[("authorization", f"Bearer {token}")],
+            timeout=5,
+        )
+        snapshot: dpb.Snapshot = next(stream)
+        stream.cancel()
+        return snapshot
+
+
+def test_8_a_cluster_a_subscriber_never_gets_cluster_b_policies(stack: Stack) -> None:
+    body = {"name": "default.b-only", "backendTrafficPolicy": traffic_policy((1, "Hour"))}
+    ok(stack.admin.post(f"{BASE}/clusters/{OTHER}/backendtrafficpolicies", json=body))
+    token_a = load_credentials(stack.credentials[CLUSTER]).token()
+    own = _first_snapshot(stack, CLUSTER, token_a)
+    assert all(b"b-only" not in f.content for f in own.files)
+    with pytest.raises(grpc.RpcError) as denied:
+        _first_snapshot(stack, OTHER, token_a)
+    assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    token_b = load_credentials(stack.credentials[OTHER]).token()
+    theirs = _first_snapshot(stack, OTHER, token_b)
+    assert any(b"b-only" in f.content for f in theirs.files)
+
+
+def test_6_enforcement_survives_the_management_plane_and_a_restart(stack: Stack) -> None:
+    body = {"name": "default.web-limit", "backendTrafficPolicy": traffic_policy((3, "Minute"))}
+    ok(stack.admin.post(f"{CLUSTER_PATH}/backendtrafficpolicies", json=body))
+    stack.converged("ratelimit")
+    stack.mgmt.stop()
+    fresh_minute(stack, margin=25)
+    codes = [should_rate_limit(stack).overall_code for _ in range(4)]
+    assert codes == [OK_CODE] * 3 + [OVER]
+    token = mint_demo_token(SECRET + "-rotated", "/headers", 600)
+    assert check(stack, "/headers", token) == 0
+    # Restart both services while the management plane is still down.
+    for service in list(stack.services):
+        service.stop()
+        stack.services.remove(service)
+    stack.ratelimit()
+    stack.extauthz()
+    assert should_rate_limit(stack).overall_code == OVER  # same minute, same redis counters
+    stack.redis.command("FLUSHALL")
+    codes = [should_rate_limit(stack).overall_code for _ in range(4)]
+    assert codes == [OK_CODE] * 3 + [OVER]
+    assert check(stack, "/headers", token) == 0
+    assert check(stack, "/get", token) != 0
+    assert os.path.islink(stack.tmp / "ratelimit-cache" / "current")
