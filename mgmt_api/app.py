@@ -21,13 +21,30 @@ from prometheus_client import CollectorRegistry
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mgmt_api.distribution.hub import Distribution
+from mgmt_api.domain.durations import parse_duration
 from mgmt_api.errors import ApiError, Code
+from mgmt_api.identity.runtime import IdentityRuntime
 from mgmt_api.middleware import BodyLimit, Metrics
-from mgmt_api.routes import admin, distribution_status, resources
+from mgmt_api.routes import (
+    admin,
+    approvals,
+    cleanup,
+    dashboards,
+    distribution_status,
+    envoyconfig,
+    inventory,
+    lookup,
+    oidc,
+    onboarding,
+    profiles,
+    resources,
+    sync,
+)
 from mgmt_api.routes.deps import AppState, call_context
 from mgmt_api.schemas.base import ErrorBody
 from mgmt_api.service.authn import Authenticator
 from mgmt_api.service.bootstrap import bootstrap
+from mgmt_api.service.onboarding_sync import OnboardingNames
 from mgmt_api.service.policies import PolicyService
 from mgmt_api.service.resources import ResourceService
 from mgmt_api.settings import Settings
@@ -95,7 +112,7 @@ def _custom_openapi(app: FastAPI) -> dict[str, Any]:
             responses = op.setdefault("responses", {})
             responses.pop("422", None)
             responses["default"] = error_ref
-            if op.get("security") is None and op.get("operationId") != "GetOidcConfiguration":
+            if op.get("security") is None and op.get("operationId") not in oidc.PUBLIC_OPERATIONS:
                 op["security"] = [{"basic": []}, {"bearer": []}]
     schema["components"]["securitySchemes"] = {
         "basic": {"type": "http", "scheme": "basic"},
@@ -113,9 +130,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     secret = bootstrap(engine, settings.admin_password)
 
     resource_service = ResourceService(engine)
+    resource_service.onboarding = OnboardingNames(
+        settings.onboarding_tenant, settings.onboarding_workspace
+    )
+    resource_service.stale_after_seconds = parse_duration(
+        settings.agent_stale_after, "MESHPLANE_AGENT_STALE_AFTER"
+    )
     distribution = Distribution(engine, settings.grpc_listen) if settings.grpc_listen else None
     if distribution is not None:
         resource_service.on_commit = distribution.committed
+    authn = Authenticator(engine, secret)
+    identity = IdentityRuntime.build(
+        engine,
+        authn,
+        install_config=settings.install_config,
+        public_url=settings.public_url,
+        on_commit=resource_service.on_commit,
+    )
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -123,9 +154,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # snapshot streams directly (see mgmt_api.distribution.hub).
         if distribution is not None:
             await distribution.start()
+        await identity.start()  # the periodic directory sync
         try:
             yield
         finally:
+            await identity.stop()
             if distribution is not None:
                 await distribution.stop()
             engine.dispose()  # close pooled connections on SIGTERM
@@ -142,16 +175,27 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.meshplane = AppState(
         settings=settings,
-        authn=Authenticator(engine, secret),
+        authn=authn,
         resources=resource_service,
         policies=PolicyService(engine),
         distribution=distribution,
     )
     registry = CollectorRegistry()
     app.state.registry = registry
+    app.include_router(onboarding.router)  # before the generated .../onboarding/{name}
     resources.add_routes(app.router)
+    app.include_router(inventory.router)
+    app.include_router(lookup.router)
+    app.include_router(cleanup.router)
     app.include_router(admin.router)
     app.include_router(distribution_status.router)
+    app.include_router(envoyconfig.router)
+    app.include_router(approvals.router)
+    app.include_router(profiles.router)
+    app.include_router(dashboards.router)
+    app.state.identity = identity
+    app.include_router(oidc.router)
+    app.include_router(sync.router)
 
     @app.exception_handler(ApiError)
     async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:

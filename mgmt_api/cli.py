@@ -49,6 +49,13 @@ def serve(
             "'off' disables it"
         ),
     ] = DEFAULT_GRPC_LISTEN,
+    config: Annotated[
+        str | None,
+        typer.Option(
+            help="Install config YAML with spec.identityProvider (OIDC login, directory sync); "
+            "default: $MESHPLANE_CONFIG"
+        ),
+    ] = None,
 ) -> None:
     """Migrate the store, bootstrap it on first start, and serve /v2."""
     configure_logging("mgmt-api")
@@ -60,6 +67,8 @@ def serve(
     if settings.grpc_listen is None and grpc_listen != "off":
         _split_listen(grpc_listen)
         settings = dataclasses.replace(settings, grpc_listen=grpc_listen)
+    if config:
+        settings = dataclasses.replace(settings, install_config=config)
     host, port = _split_listen(listen)
     application = create_app(settings)
     # Everything built so far (routes, models, compiled statements) lives for

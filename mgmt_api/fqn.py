@@ -32,13 +32,17 @@ CHILDREN: dict[str, dict[str, str]] = {
         "users": "User",
         "teams": "Team",
         "serviceaccounts": "ServiceAccount",
+        "profiles": "Profile",
+        "approvals": "ApprovalPolicy",
     },
-    "Tenant": {"workspaces": "Workspace"},
-    "Workspace": {"securitygroups": "SecurityGroup"},
+    "Tenant": {"workspaces": "Workspace", "profiles": "Profile"},
+    "Workspace": {"securitygroups": "SecurityGroup", "profiles": "Profile"},
     "SecurityGroup": {"settings": "SecuritySetting", "extauthzpolicies": "ExtAuthzPolicy"},
     "Cluster": {
         "serviceaccounts": "ServiceAccount",
         "backendtrafficpolicies": "BackendTrafficPolicy",
+        "approvals": "ApprovalPolicy",
+        "onboarding": "ClusterOnboardingConfig",
     },
 }
 

@@ -85,6 +85,16 @@ KINDS: dict[str, KindDef] = {
             output_only=frozenset({"namespaces", "state", "installTemplate", "serviceAccount"}),
         ),
         KindDef(
+            "Profile",
+            "profiles",
+            "profile",
+            "profile",
+            "profiles",
+            m.Profile,
+            ("Organization", "Tenant", "Workspace"),
+            protectable=True,
+        ),
+        KindDef(
             "User",
             "users",
             "user",
@@ -121,6 +131,15 @@ KINDS: dict[str, KindDef] = {
             "backendTrafficPolicy",
             "backendTrafficPolicies",
             m.BackendTrafficPolicy,
+            ("Cluster",),
+        ),
+        KindDef(
+            "ClusterOnboardingConfig",
+            "onboarding",
+            "onboarding",
+            "config",
+            "configs",
+            m.ClusterOnboardingConfig,
             ("Cluster",),
         ),
         KindDef(

@@ -41,6 +41,24 @@ class Settings:
             else os.environ["MESHPLANE_GRPC_LISTEN"]
         )
     )
+    # The install config (YAML) with ``spec.identityProvider`` (OIDC login and
+    # directory sync, docs/identity.md); None: both are off.
+    install_config: str | None = field(
+        default_factory=lambda: os.environ.get("MESHPLANE_CONFIG") or None
+    )
+    # Cluster onboarding (docs/api.md, "Cluster onboarding"): the tenant and
+    # workspace onboarded namespaces join, created when missing.
+    onboarding_tenant: str = field(
+        default_factory=lambda: os.environ.get("MESHPLANE_ONBOARDING_TENANT") or "onboarding"
+    )
+    onboarding_workspace: str = field(
+        default_factory=lambda: os.environ.get("MESHPLANE_ONBOARDING_WORKSPACE") or "onboarding"
+    )
+    # A cluster whose agent has not reported for longer than this (a duration,
+    # "300s", "5m") shows ``state.stale: true``.
+    agent_stale_after: str = field(
+        default_factory=lambda: os.environ.get("MESHPLANE_AGENT_STALE_AFTER") or "300s"
+    )
     # /metrics is served without credentials only when this is true (for a
     # scrape on a private network); otherwise it needs any valid credential.
     public_metrics: bool = field(

@@ -1,4 +1,4 @@
-"""Global policies, session tokens, audit logs, OIDC configuration, probes and metrics."""
+"""Global policies, session tokens, audit logs, probes and metrics (OIDC: routes/oidc.py)."""
 
 from __future__ import annotations
 
@@ -117,17 +117,6 @@ def list_audit_logs(
         ],
         "nextPageToken": str(records[-1].id) if more else "",
     }
-
-
-@router.get(
-    "/v2/oidc/configuration",
-    response_model=m.OidcConfiguration,
-    tags=["OIDC"],
-    operation_id="GetOidcConfiguration",
-)
-def oidc_configuration() -> dict[str, Any]:
-    """Public: whether OIDC login is available (it is configured by a later issue)."""
-    return {"enabled": False}
 
 
 @router.get("/healthz", include_in_schema=False)

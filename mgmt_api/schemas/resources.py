@@ -71,6 +71,19 @@ class SecurityGroup(Meta):
     config_generation_metadata: ConfigGenerationMetadata | None = None
 
 
+class Profile(Meta):
+    """Settings attached to organizations, tenants and workspaces (spec §4.6).
+
+    ``defaults`` may be overridden by later profiles or the object's own
+    value; ``mandates`` never are. Both are free-form settings objects whose
+    keys are dot-joined into setting paths by blame.
+    """
+
+    deletion_protection_enabled: bool | None = None
+    defaults: dict[str, Any] | None = Field(default=None, description="Overridable settings.")
+    mandates: dict[str, Any] | None = Field(default=None, description="Enforced settings.")
+
+
 class User(Meta):
     login_name: str | None = None
     first_name: str | None = None
@@ -174,6 +187,20 @@ class Cluster(Meta):
     state: dict[str, Any] | None = Field(default=None, description="Output only (agents).")
     service_account: ServiceAccount | None = Field(default=None, description="Output only.")
     install_template: InstallTemplate | None = Field(default=None, description="Output only.")
+
+
+NamespaceDesiredState = Literal["DESIRED_ONBOARDED", "DESIRED_OFFBOARDED"]
+
+
+class NamespaceConfig(ApiModel):
+    name: str = Field(max_length=63, description="A namespace of the cluster (DNS-1123 label).")
+    desired_state: NamespaceDesiredState
+
+
+class ClusterOnboardingConfig(Meta):
+    """Desired onboarding state per namespace of one cluster (spec 2.3); one per cluster."""
+
+    namespaces: list[NamespaceConfig] = Field(max_length=1000)
 
 
 class BackendTrafficPolicy(Meta):

@@ -22,11 +22,11 @@ from sqlalchemy.engine import Connection, Engine
 from mgmt_api import fqn as fqnmod
 from mgmt_api.auth import keys as keymod
 from mgmt_api.auth import passwords
-from mgmt_api.domain import etags, listing, rbac
+from mgmt_api.domain import etags, inventory, listing, rbac
 from mgmt_api.errors import ApiError, Code, already_exists, invalid, not_found
 from mgmt_api.kinds import KINDS, KindDef
 from mgmt_api.schemas.base import ApiModel
-from mgmt_api.service import authz, validation
+from mgmt_api.service import authz, onboarding_sync, profiles, validation
 from mgmt_api.service.authz import Principal
 from mgmt_api.store import repo
 from mgmt_api.store.engine import read_tx, write_tx
@@ -102,6 +102,9 @@ class ResourceService:
         # Told the new store revision after every committed create, update or
         # delete; policy distribution uses it to push snapshots at once.
         self.on_commit: Callable[[int], None] | None = None
+        # Settings of cluster onboarding and agent reports (set by the app).
+        self.onboarding = onboarding_sync.OnboardingNames()
+        self.stale_after_seconds = inventory.DEFAULT_STALE_AFTER_SECONDS
 
     def _committed(self, revision: int) -> None:
         if self.on_commit is not None:
@@ -126,7 +129,9 @@ class ResourceService:
             namespaces = res.status.get("namespaces") or []
             out["namespaces"] = namespaces if fetch_workloads else strip_workloads(namespaces)
             if res.status.get("state"):
-                out["state"] = res.status["state"]
+                out["state"] = inventory.state_view(
+                    res.status, repo.now_us(), self.stale_after_seconds
+                )
         elif res.kind == "ServiceAccount":
             out["keys"] = [
                 key_view(k, jwk, key_encoding) for k, jwk, _ in repo.keys_of(conn, res.fqn)
@@ -153,6 +158,19 @@ class ResourceService:
             actor=ctx.principal.fqn,
             message=msg,
             properties=props,
+        )
+
+    def _after_write(
+        self, conn: Connection, ctx: CallContext, res: repo.Resource, revision: int, prefix: str
+    ) -> None:
+        """Side effects of kinds with their own (cluster onboarding), same transaction."""
+        onboarding_sync.after_write(
+            conn,
+            res,
+            actor=ctx.principal.fqn,
+            names=self.onboarding,
+            revision=revision,
+            prefix=prefix,
         )
 
     # ---- create ----------------------------------------------------------
@@ -185,6 +203,7 @@ class ResourceService:
                 if kdef.kind == "Cluster":
                     authz.require(conn, ctx.principal, parent, "Organization", rbac.SET_POLICY)
                 self._require_parent(conn, parent)
+                profiles.check_references(conn, fqn, spec, prefix)
                 res = self._insert(
                     conn,
                     ctx=ctx,
@@ -197,6 +216,7 @@ class ResourceService:
                 )
                 if password is not None:
                     repo.set_password_hash(conn, fqn, passwords.hash_password(password))
+                self._after_write(conn, ctx, res, revision, prefix)
                 out = self.render(conn, res, key_encoding=key_encoding)
                 if kdef.kind == "ServiceAccount":
                     pair = self._new_key(conn, fqn)
@@ -435,6 +455,7 @@ class ResourceService:
         with write_tx(self.engine) as conn:
             revision = repo.bump_revision(conn)
             authz.require(conn, ctx.principal, fqn, kdef.kind, rbac.WRITE)
+            profiles.check_references(conn, fqn, spec, kdef.body_field)
             if password is not None:
                 authz.require(conn, ctx.principal, fqn, kdef.kind, rbac.SET_POLICY)
             res = repo.get(conn, fqn)
@@ -471,6 +492,7 @@ class ResourceService:
             )
             res.spec, res.etag, res.update_time = spec, new_etag, now
             res.protected = bool(spec.get("deletionProtectionEnabled"))
+            self._after_write(conn, ctx, res, revision, kdef.body_field)
             out = self.render(conn, res)
         self._committed(revision)
         return out
@@ -497,6 +519,9 @@ class ResourceService:
                         "clear it first or delete with force=true",
                         metadata={"protectedFqn": protected, "fqn": fqn},
                     )
+            onboarding_sync.before_delete(
+                conn, fqn, actor=ctx.principal.fqn, names=self.onboarding, revision=revision
+            )
             count = repo.delete_subtree(conn, fqn)
             self._audit(
                 conn,

@@ -6,7 +6,6 @@ Each check raises INVALID_ARGUMENT naming the field as the client wrote it
 
 from __future__ import annotations
 
-import re
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -19,10 +18,10 @@ from mgmt_api.compiler import extauthz as extauthz_compiler
 from mgmt_api.compiler.traffic_policy import BackendTrafficPolicy
 from mgmt_api.domain import rbac
 from mgmt_api.domain.durations import format_duration, parse_duration
+from mgmt_api.domain.lookup import validate_names
 from mgmt_api.errors import invalid
 from ratelimit.redis_url import RedisUrlError, parse_redis_url
 
-SELECTOR_PATTERN = re.compile(r"^(\*|[^/*]+)/(\*|[^/*]+\*?)$")
 DEFAULT_TOKEN_TTL = "3600s"  # noqa: S105 - a duration
 
 
@@ -35,13 +34,7 @@ def _selector(spec: dict[str, Any], prefix: str, required: bool) -> None:
     names = sel.get("names") or []
     if not names:
         raise invalid(f"{prefix}.namespaceSelector.names", "needs at least one cluster/namespace")
-    for i, name in enumerate(names):
-        if not SELECTOR_PATTERN.match(name):
-            raise invalid(
-                f"{prefix}.namespaceSelector.names[{i}]",
-                f"{name!r} is not cluster/namespace "
-                "('*' for a segment, trailing '*' on the namespace)",
-            )
+    validate_names(names, f"{prefix}.namespaceSelector.names")
 
 
 def _loc(loc: tuple[int | str, ...]) -> str:
@@ -161,6 +154,36 @@ def _extauthz_policy(prefix: str, spec: dict[str, Any]) -> None:
         raise invalid(field, exc.message) from None
 
 
+def _profile_refs(prefix: str, spec: dict[str, Any]) -> None:
+    """Each entry of ``profiles`` is a Profile FQN, listed once. Whether it
+    exists and is visible from the object is checked in the write transaction
+    (``mgmt_api.service.profiles.check_references``)."""
+    seen: set[str] = set()
+    for i, ref in enumerate(spec.get("profiles") or []):
+        field = f"{prefix}.profiles[{i}]"
+        if fqnmod.parse(ref, field).kind != "Profile":
+            raise invalid(field, f"{ref!r} is not a profile FQN")
+        if ref in seen:
+            raise invalid(field, f"{ref!r} is listed twice")
+        seen.add(ref)
+
+
+def _onboarding_config(prefix: str, spec: dict[str, Any], name: str) -> None:
+    """Namespace names are DNS-1123 labels, each listed once; the name ``status``
+    is reserved for ``.../onboarding/status``. System namespaces are checked in
+    the write transaction (``mgmt_api.service.onboarding``): they live on the
+    organization."""
+    if name == "status":
+        raise invalid("name", "'status' is reserved (GET .../onboarding/status)")
+    seen: set[str] = set()
+    for i, ns in enumerate(spec.get("namespaces") or []):
+        field = f"{prefix}.namespaces[{i}].name"
+        fqnmod.validate_name(ns.get("name", ""), field)
+        if ns["name"] in seen:
+            raise invalid(field, f"{ns['name']!r} is listed twice")
+        seen.add(ns["name"])
+
+
 def validate(
     kind: str, prefix: str, spec: dict[str, Any], creating: bool, name: str = ""
 ) -> dict[str, Any]:
@@ -168,10 +191,14 @@ def validate(
 
     ``name`` is the object's FQN segment (namespaced kinds derive metadata from it).
     """
+    if kind in ("Organization", "Tenant", "Workspace"):
+        _profile_refs(prefix, spec)
     if kind == "BackendTrafficPolicy":
         _traffic_policy(prefix, spec, name)
     elif kind == "SecuritySetting":
         _security_setting(prefix, spec)
+    elif kind == "ClusterOnboardingConfig":
+        _onboarding_config(prefix, spec, name)
     elif kind == "ExtAuthzPolicy":
         _extauthz_policy(prefix, spec)
     elif kind == "Workspace":

@@ -94,3 +94,26 @@ server_kv = sa.Table(
     sa.Column("key", sa.String(128), primary_key=True),
     sa.Column("value", sa.Text, nullable=False),
 )
+
+# ---- identity (migration 0002) ----------------------------------------------
+
+# Pending OIDC logins, keyed by ``state``: shared by every replica, so a
+# callback may land on another process than the login (mgmt_api.identity.sql_store).
+login_states = sa.Table(
+    "login_states",
+    metadata,
+    sa.Column("state", sa.String(128), primary_key=True),
+    sa.Column("payload", sa.Text, nullable=False),
+    sa.Column("expires_at", sa.Float, nullable=False),
+    sa.Index("ix_login_states_expires_at", "expires_at"),
+)
+
+# The last directory-sync result of each organization (and its last success).
+directory_sync_runs = sa.Table(
+    "directory_sync_runs",
+    metadata,
+    sa.Column("organization", sa.String(128), primary_key=True),
+    sa.Column("last_result", sa.Text, nullable=False),
+    sa.Column("last_success", sa.Text, nullable=True),
+    sa.Column("update_time", sa.BigInteger, nullable=False),
+)

@@ -26,8 +26,10 @@ class MgmtServer:
         database_url: str | None = None,
         data_dir: str | None = None,
         admin_password: str | None = ADMIN_PASSWORD,
+        install_config: str | None = None,
     ) -> None:
         self.admin_password = admin_password
+        self.install_config = install_config  # --config: spec.identityProvider
         self._owns_dir = data_dir is None
         self.data_dir = data_dir or tempfile.mkdtemp(prefix="meshplane-mgmt-")
         self.database_url = (
@@ -59,6 +61,7 @@ class MgmtServer:
                 self.database_url,
                 "--grpc-listen",
                 f"127.0.0.1:{self.grpc_port}",
+                *(["--config", self.install_config] if self.install_config else []),
             ],
             env=env,
             stdout=subprocess.DEVNULL,

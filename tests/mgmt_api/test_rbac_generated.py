@@ -29,7 +29,13 @@ CREATE_SPEC: dict[str, dict[str, Any]] = {
     "Role": {"rules": [{"permissions": ["READ"]}]},
     "BackendTrafficPolicy": POLICY_SPECS["BackendTrafficPolicy"],
     "ExtAuthzPolicy": POLICY_SPECS["ExtAuthzPolicy"],
+    "ClusterOnboardingConfig": {
+        "namespaces": [{"name": "ns", "desiredState": "DESIRED_ONBOARDED"}]
+    },
 }
+# At most one object of these kinds per parent: create and delete rows make
+# room first, and put the world's object back afterwards.
+SINGLETONS = {"ClusterOnboardingConfig"}
 
 
 def _new_name(kind: str) -> str:
@@ -77,6 +83,8 @@ def _fill(tpl: str, w: World, role: str) -> str:
         "backendtrafficpolicy": "default.p",
         "setting": "s",
         "extauthzpolicy": "p",
+        "profile": "pr",
+        "onboarding": "ob",
     }
     if tpl.endswith("{serviceaccount}"):
         values["serviceaccount"] = "agent" if "/clusters/" in tpl else "sa"
@@ -96,6 +104,14 @@ def test_generated_endpoint_permissions(
 ) -> None:
     if server.url not in worlds:
         w = build_world(admin)
+        for level in ("", "/tenants/t", "/tenants/t/workspaces/w"):  # a Profile "pr" per level
+            ok(admin.post(f"/v2/{w.o}{level}/profiles", json={"name": "pr", "profile": {}}))
+        onboarding = CREATE_SPEC["ClusterOnboardingConfig"]
+        ok(
+            admin.post(
+                f"/v2/{w.o}/clusters/c/onboarding", json={"name": "ob", "config": onboarding}
+            )
+        )
         role = f"rbac/{unique('role')}"
         ok(
             admin.post(
@@ -129,7 +145,13 @@ def test_generated_endpoint_permissions(
         )
         return server.client(headers={"Authorization": f"Bearer {token}"})
 
+    def make_room() -> None:
+        if row.kind in SINGLETONS:
+            for obj in ok(admin.get(collection))[kdef.list_field]:
+                ok(admin.delete(f"/v2/{obj['fqn']}"))
+
     def disposable() -> str:
+        make_room()
         name = _new_name(row.kind)
         ok(
             admin.post(
@@ -145,7 +167,10 @@ def test_generated_endpoint_permissions(
         request = lambda: ("GET", f"{collection}?pageSize=1000", None)  # noqa: E731
         right, wrong = ("rbac/reader", parent), None
     elif row.op == "create":
-        body = lambda: {"name": _new_name(row.kind), kdef.body_field: CREATE_SPEC.get(row.kind, {})}  # noqa: E731
+        body = lambda: (  # noqa: E731
+            make_room()
+            or {"name": _new_name(row.kind), kdef.body_field: CREATE_SPEC.get(row.kind, {})}
+        )
         request = lambda: ("POST", collection, body())  # noqa: E731
         right = ("rbac/admin" if row.kind == "Cluster" else "rbac/creator", parent)
         wrong = ("rbac/reader", parent)
@@ -195,3 +220,8 @@ def test_generated_endpoint_permissions(
         result = ok(attempt(c))
         if row.op == "list":
             assert any(o["fqn"] == item for o in result[kdef.list_field])
+    if row.kind in SINGLETONS and row.op in ("create", "delete"):
+        make_room()
+        name = item.rsplit("/", 1)[1]
+        spec = CREATE_SPEC.get(row.kind, {})
+        ok(admin.post(collection, json={"name": name, kdef.body_field: spec}))

@@ -1,0 +1,180 @@
+"""Approvals (spec §4.5) for an organization and for a cluster, plus the access check.
+
+Both variants share one set of handlers; only the dependency that turns the
+path into the resource FQN differs.
+"""
+
+from collections.abc import Callable
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Depends, Path, Query, Request
+
+from mgmt_api.domain import approvals as ap
+from mgmt_api.routes.deps import call_context, state
+from mgmt_api.routes.resources import NAME_PATTERN
+from mgmt_api.schemas import approvals as s
+from mgmt_api.schemas.base import Empty
+from mgmt_api.service.approvals import TRANSITIONS, ApprovalService, same_resource
+from mgmt_api.service.resources import CallContext
+
+router = APIRouter()
+Ctx = Annotated[CallContext, Depends(call_context)]
+Name = Annotated[str, Path(max_length=63, pattern=NAME_PATTERN)]
+
+
+def organization_fqn(organization: Name) -> str:
+    return f"organizations/{organization}"
+
+
+def cluster_fqn(organization: Name, cluster: Name) -> str:
+    return f"organizations/{organization}/clusters/{cluster}"
+
+
+def _service(request: Request) -> ApprovalService:
+    st = state(request)
+    return ApprovalService(st.resources.engine)
+
+
+def _access(body: s.AccessRequest, resource: str) -> ap.Access:
+    same_resource(body.resource, resource, "resource")
+    return ap.access(body.access.subject, body.access.permissions)
+
+
+def _accesses(entries: list[s.Access] | None) -> list[ap.Access] | None:
+    return None if entries is None else [ap.access(a.subject, a.permissions) for a in entries]
+
+
+# Path suffix -> (operation name of spec §4.5, summary).
+TRANSITION_ROUTES = {
+    "approved:add": ("AddApprovedAccess", "Grant access directly"),
+    "approved:delete": ("DeleteApprovedAccess", "Revoke an approved access"),
+    "requested:add": ("AddAccessRequest", "Ask for access; granted at once in ALLOW_REQUESTED"),
+    "requested:approve": ("ApproveAccessRequest", "Approve a pending request (these permissions)"),
+    "requested:delete": ("DeleteAccessRequest", "Withdraw a pending request; 404 once approved"),
+}
+
+
+def _transition_endpoint(name: str, resource_type: Any) -> Callable[..., Any]:
+    """The handler of one state-table transition; the deletes take only a subject."""
+    doc = f"{TRANSITION_ROUTES[name][1]} ({TRANSITIONS[name].operation.name})."
+    if name.endswith(":delete"):
+
+        def by_subject(
+            request: Request,
+            ctx: Ctx,
+            resource: resource_type,
+            body: Annotated[s.ResourceAndSubject, Body()],
+        ) -> dict[str, Any]:
+            same_resource(body.resource, resource, "resource")
+            _service(request).transition(ctx, resource, name, ap.access(body.subject, ()))
+            return {}
+
+        by_subject.__doc__ = doc
+        return by_subject
+
+    def with_access(
+        request: Request,
+        ctx: Ctx,
+        resource: resource_type,
+        body: Annotated[s.AccessRequest, Body()],
+    ) -> dict[str, Any]:
+        _service(request).transition(ctx, resource, name, _access(body, resource))
+        return {}
+
+    with_access.__doc__ = doc
+    return with_access
+
+
+def _add_variant(prefix: str, resource_of: Callable[..., str], variant: str) -> None:
+    Resource = Annotated[str, Depends(resource_of)]
+    tag = "Approvals"
+
+    def get_policy(request: Request, ctx: Ctx, resource: Resource) -> dict[str, Any]:
+        """The approval policy (ReadApprovalPolicy)."""
+        return _service(request).get(ctx, resource)
+
+    def set_policy(
+        request: Request, ctx: Ctx, resource: Resource, body: Annotated[s.ApprovalPolicy, Body()]
+    ) -> dict[str, Any]:
+        """Enable checks, replacing the policy's settings (Create/WriteApprovalPolicy)."""
+        same_resource(body.resource, resource, "resource")
+        _service(request).set_policy(
+            ctx,
+            resource,
+            ap.Mode(body.mode),
+            metadata=body.metadata.model_dump(by_alias=True, exclude_none=True, mode="json")
+            if body.metadata
+            else None,
+            requested=_accesses(body.requested),
+            approved=_accesses(body.approved),
+            etag=body.etag,
+        )
+        return {}
+
+    def delete_policy(
+        request: Request,
+        ctx: Ctx,
+        resource: Resource,
+        force: Annotated[
+            bool, Query(description="Accepted; no protected internals exist.")
+        ] = False,
+    ) -> dict[str, Any]:
+        """Stop checks and revoke every approval (DeleteApprovalPolicy)."""
+        _service(request).delete_policy(ctx, resource, force=force)
+        return {}
+
+    def query(
+        request: Request,
+        ctx: Ctx,
+        resource: Resource,
+        body: Annotated[s.QueryPoliciesRequest, Body()],
+    ) -> dict[str, Any]:
+        """Approval policies here and (for an organization) on its clusters (ReadApprovalPolicy)."""
+        same_resource(body.parent, resource, "parent")
+        policies = _service(request).query(
+            ctx,
+            resource,
+            types=list(body.types),
+            details=body.include_details,
+            permissions=body.include_permissions,
+        )
+        return {"policies": policies}
+
+    def check(
+        request: Request,
+        ctx: Ctx,
+        resource: Resource,
+        body: Annotated[s.AccessCheckRequest, Body()],
+    ) -> dict[str, Any]:
+        """Is the subject allowed the permission? (CheckApprovalPolicyAccess)"""
+        return _service(request).check(ctx, resource, body.subject, body.permission)
+
+    empty: dict[str, Any] = {"response_model": Empty}
+    routes: list[tuple[str, str, Callable[..., Any], str, dict[str, Any]]] = [
+        ("", "GET", get_policy, "GetPolicy", {"response_model": s.ApprovalPolicy}),
+        ("", "POST", set_policy, "SetPolicy", empty),
+        ("", "DELETE", delete_policy, "DeletePolicy", empty),
+        ("/query", "POST", query, "QueryPolicies", {"response_model": s.QueryPoliciesResponse}),
+        (":check", "POST", check, "CheckAccess", {"response_model": s.AccessCheckResponse}),
+    ]
+    routes += [
+        (f"/{name}", "POST", _transition_endpoint(name, Resource), op, empty)
+        for name, (op, _) in TRANSITION_ROUTES.items()
+    ]
+    for suffix, method, fn, op, extra in routes:
+        router.add_api_route(
+            prefix + suffix,
+            fn,
+            methods=[method],
+            operation_id=f"{variant}Approvals_{op}",
+            tags=[tag],
+            summary=(fn.__doc__ or "").strip().splitlines()[0],
+            response_model_exclude_none=True,
+            **extra,
+        )
+
+
+_add_variant("/v2/organizations/{organization}/approvals", organization_fqn, "Organization")
+_add_variant(
+    "/v2/organizations/{organization}/clusters/{cluster}/approvals", cluster_fqn, "Cluster"
+)

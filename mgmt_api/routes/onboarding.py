@@ -1,0 +1,56 @@
+"""``GET .../clusters/{cluster}/onboarding/status`` (spec 4.8).
+
+The config's CRUD is generated from the kind registry; this router must be
+mounted before those routes so ``status`` is not taken for a config name
+(validation also reserves that name).
+"""
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from pydantic import Field
+
+from mgmt_api.routes.approvals import cluster_fqn
+from mgmt_api.routes.deps import call_context, state
+from mgmt_api.schemas.base import ApiModel
+from mgmt_api.service.onboarding import OnboardingService
+from mgmt_api.service.resources import CallContext
+
+router = APIRouter()
+Ctx = Annotated[CallContext, Depends(call_context)]
+Cluster = Annotated[str, Depends(cluster_fqn)]
+
+
+class NamespaceStatus(ApiModel):
+    name: str
+    desired_state: str = Field(description="DESIRED_ONBOARDED or DESIRED_OFFBOARDED")
+    current_state: str = Field(
+        description="PENDING, ONBOARDED, OFFBOARDED or NOT_FOUND_IN_CLUSTER (see docs/api.md)"
+    )
+    last_transition_time: str | None = Field(default=None, description="RFC 3339")
+
+
+class ClusterOnboardingStatus(ApiModel):
+    fqn: str | None = Field(default=None, description="The config; absent when none exists.")
+    cluster: str
+    tenant: str = Field(description="The onboarding tenant.")
+    workspace: str = Field(description="The onboarding workspace.")
+    last_sync_time: str | None = Field(default=None, description="The agent's last report.")
+    stale: bool | None = Field(default=None, description="The agent has gone silent.")
+    namespaces: list[NamespaceStatus]
+
+
+@router.get(
+    "/v2/organizations/{organization}/clusters/{cluster}/onboarding/status",
+    response_model=ClusterOnboardingStatus,
+    response_model_exclude_none=True,
+    operation_id="GetClusterOnboardingStatus",
+    tags=["ClusterOnboardingConfig"],
+    summary="Desired and current state of each configured namespace (READ)",
+)
+def onboarding_status(request: Request, ctx: Ctx, cluster: Cluster) -> dict[str, Any]:
+    resources = state(request).resources
+    service = OnboardingService(
+        resources.engine, resources.onboarding, resources.stale_after_seconds
+    )
+    return service.status(ctx, cluster)

@@ -1,0 +1,148 @@
+"""What a cluster's agent reports (``PUT .../clusters/{cluster}/inventory``).
+
+Shapes follow the reference's Namespace, ClusterService, Workload and
+ClusterState records. Every list and string is bounded, so a report is
+rejected (400 naming the field) before it can replace the last good one;
+the API-wide request body limit bounds the whole report.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from mgmt_api.schemas.base import ApiModel
+
+MAX_NAMESPACES = 2000
+MAX_SERVICES = 1000  # per namespace
+MAX_WORKLOADS = 1000  # per service
+MAX_ITEMS = 100  # ports, addresses, versions, ...
+MAX_MAP = 64  # labels, annotations, selectors
+
+Map = dict[str, str]
+
+
+class ServicePort(ApiModel):
+    number: int = Field(ge=1, le=65535)
+    name: str | None = Field(default=None, max_length=63)
+    kubernetes_node_port: int | None = Field(default=None, ge=0, le=65535)
+
+
+class Proxy(ApiModel):
+    control_plane_address: str | None = Field(default=None, max_length=256)
+    envoy_version: str | None = Field(default=None, max_length=64)
+    istio_version: str | None = Field(default=None, max_length=64)
+    status: Map | None = Field(default=None, max_length=MAX_MAP)
+
+
+class Workload(ApiModel):
+    name: str = Field(max_length=253)
+    address: str | None = Field(default=None, max_length=256)
+    is_vm: bool | None = None
+    proxy: Proxy | None = None
+
+
+class ReportedService(ApiModel):
+    name: str = Field(max_length=63, description="Kubernetes service name (DNS-1123 label).")
+    hostname: str | None = Field(default=None, max_length=253)
+    canonical_name: str | None = Field(default=None, max_length=253)
+    selector: Map | None = Field(default=None, max_length=MAX_MAP)
+    labels: Map | None = Field(default=None, max_length=MAX_MAP)
+    annotations: Map | None = Field(default=None, max_length=MAX_MAP)
+    ports: list[ServicePort] | None = Field(default=None, max_length=MAX_ITEMS)
+    subsets: list[str] | None = Field(default=None, max_length=MAX_ITEMS)
+    kubernetes_service_ip: str | None = Field(default=None, max_length=64)
+    kubernetes_external_addresses: list[str] | None = Field(default=None, max_length=MAX_ITEMS)
+    kubernetes_service_fqdn: str | None = Field(default=None, max_length=253)
+    num_kubernetes_endpoints: int | None = Field(default=None, ge=0)
+    num_vm_endpoints: int | None = Field(default=None, ge=0)
+    num_hops: int | None = Field(default=None, ge=0)
+    gateway_host: bool | None = None
+    tier1_gateway_host: bool | None = None
+    mesh_external: bool | None = None
+    spiffe_ids: list[str] | None = Field(default=None, max_length=MAX_ITEMS)
+    state: str | None = Field(
+        default=None, max_length=32, description="EXTERNAL/OBSERVED/CONTROLLED"
+    )
+    workloads: list[Workload] | None = Field(default=None, max_length=MAX_WORKLOADS)
+
+
+class IstioSettings(ApiModel):
+    istio_injection: str | None = Field(default=None, max_length=64)
+    istio_revision: str | None = Field(default=None, max_length=64)
+
+
+class ReportedNamespace(ApiModel):
+    name: str = Field(max_length=63, description="DNS-1123 label.")
+    labels: Map | None = Field(default=None, max_length=MAX_MAP)
+    istio: IstioSettings | None = None
+    services: list[ReportedService] | None = Field(default=None, max_length=MAX_SERVICES)
+
+
+class IstioRevision(ApiModel):
+    distribution: str | None = Field(default=None, max_length=64)
+    revision: str | None = Field(default=None, max_length=64)
+    version: str | None = Field(default=None, max_length=64)
+
+
+class ReportedLocality(ApiModel):
+    region: str = Field(max_length=128)
+
+
+class ReportedState(ApiModel):
+    provider: str | None = Field(default=None, max_length=64, description="GKE, EKS, AKS, ...")
+    istio_versions: list[str] | None = Field(default=None, max_length=MAX_ITEMS)
+    istio_revisions: list[IstioRevision] | None = Field(default=None, max_length=MAX_ITEMS)
+    xcp_version: str | None = Field(default=None, max_length=64)
+    tsb_cp_version: str | None = Field(default=None, max_length=64)
+    agent_version: str | None = Field(default=None, max_length=64)
+    kubernetes_version: str | None = Field(default=None, max_length=64)
+    discovered_locality: ReportedLocality | None = None
+    mode: str | None = Field(default=None, max_length=32, description="CONTROL or OBSERVE")
+
+
+class InventoryReport(ApiModel):
+    """The agent's full view of its cluster; each report replaces the previous one."""
+
+    namespaces: list[ReportedNamespace] = Field(max_length=MAX_NAMESPACES)
+    state: ReportedState
+
+
+class ClusterStateView(ReportedState):
+    last_sync_time: str = Field(description="When the management plane received the report.")
+    stale: bool = Field(description="The agent has been silent longer than the threshold.")
+
+
+class ServiceLookupSelector(ApiModel):
+    names: list[str] = Field(
+        min_length=1,
+        max_length=100,
+        description="cluster/namespace patterns: '*' for a segment, trailing '*' on the namespace.",
+    )
+
+
+class ServiceLookupRequest(ApiModel):
+    parent: str = Field(max_length=512, description="An organization or an object in one.")
+    selector: ServiceLookupSelector
+
+
+class RegisteredServicePort(ApiModel):
+    number: int
+    name: str | None = None
+
+
+class RegisteredService(ApiModel):
+    fqn: str = Field(description="{cluster}/namespaces/{ns}/services/{name}; agent data only.")
+    cluster: str
+    namespace: str
+    short_name: str
+    hostnames: list[str]
+    ports: list[RegisteredServicePort]
+    service_type: str = Field(description="INTERNAL, LOADBALANCER or MESH_EXTERNAL")
+    external_addresses: list[str]
+    state: str = Field(description="EXTERNAL, OBSERVED or CONTROLLED (default OBSERVED)")
+    spiffe_ids: list[str]
+    canonical_name: str | None = None
+
+
+class ServiceLookupResponse(ApiModel):
+    services: list[RegisteredService]

@@ -1,0 +1,166 @@
+"""Every approvals endpoint x {no credentials, every other approval permission, its own}.
+
+Each operation has its own permission: a principal whose custom role grants
+every approval permission *but* the operation's is refused with 403 naming
+it, and a principal whose role grants *only* that one succeeds.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+
+from mgmt_api.auth.tokens import sign_service_account
+from mgmt_api.service.approvals import OPERATIONS, Operation
+from tests.mgmt_api.harness import MgmtServer, err, ok, unique
+from tests.mgmt_api.rbac_helpers import grant
+
+SUBJECT = "organizations/acme/users/someone"
+ACCESS = {"access": {"subject": SUBJECT, "permissions": ["GET"]}}
+
+
+@dataclass(frozen=True)
+class Case:
+    operation: str
+    method: str
+    suffix: str
+    body: dict[str, Any] | None
+    setup: tuple[str, ...]  # what must exist first: "policy", "request", "approved"
+
+
+CASES = [
+    Case("ReadApprovalPolicy", "GET", "", None, ("policy",)),
+    Case("CreateApprovalPolicy", "POST", "", {"mode": "REQUIRE_APPROVAL"}, ()),
+    Case("WriteApprovalPolicy", "POST", "", {"mode": "ALLOW_REQUESTED"}, ("policy",)),
+    Case("DeleteApprovalPolicy", "DELETE", "", None, ("policy",)),
+    Case("WriteApprovalPolicyAccessRequest", "POST", "/requested:add", ACCESS, ("policy",)),
+    Case(
+        "WriteApprovalPolicyApproveAccess",
+        "POST",
+        "/requested:approve",
+        ACCESS,
+        ("policy", "request"),
+    ),
+    Case(
+        "DeleteApprovalPolicyAccessRequest",
+        "POST",
+        "/requested:delete",
+        {"subject": SUBJECT},
+        ("policy", "request"),
+    ),
+    Case("CreateApprovalPolicyApprovedAccess", "POST", "/approved:add", ACCESS, ("policy",)),
+    Case(
+        "DeleteApprovalPolicyApprovedAccess",
+        "POST",
+        "/approved:delete",
+        {"subject": SUBJECT},
+        ("policy", "approved"),
+    ),
+    Case("ReadApprovalPolicy", "POST", "/query", {"includeDetails": True}, ("policy",)),
+    Case(
+        "CheckApprovalPolicyAccess",
+        "POST",
+        ":check",
+        {"subject": SUBJECT, "permission": "GET"},
+        ("policy",),
+    ),
+]
+
+
+def test_every_operation_is_covered() -> None:
+    assert {c.operation for c in CASES} == {op.name for op in OPERATIONS}
+
+
+def _role(admin: httpx.Client, ops: list[Operation]) -> str:
+    name = unique("role")
+    rules = [{"types": [{"kinds": [op.kind]}], "permissions": [op.permission]} for op in ops]
+    ok(admin.post("/v2/rbac", json={"name": name, "role": {"rules": rules}}))
+    return f"rbac/{name}"
+
+
+@pytest.fixture
+def principal(admin: httpx.Client, server: MgmtServer) -> Iterator[Callable[..., httpx.Client]]:
+    clients: list[httpx.Client] = []
+
+    def make(org: str, role: str, on: str) -> httpx.Client:
+        created = ok(
+            admin.post(
+                f"/v2/organizations/{org}/serviceaccounts",
+                json={"name": unique("sa"), "serviceAccount": {}},
+                params={"keyEncoding": "JWK"},
+            )
+        )
+        grant(admin, on, role, {"serviceAccount": created["fqn"]})
+        token = sign_service_account(
+            json.loads(created["keys"][0]["privateKey"]), created["fqn"], time.time(), 600
+        )
+        client = server.client(headers={"Authorization": f"Bearer {token}"})
+        clients.append(client)
+        return client
+
+    yield make
+    for c in clients:
+        c.close()
+
+
+@pytest.mark.parametrize("variant", ["organization", "cluster"])
+@pytest.mark.parametrize(
+    "case", CASES, ids=[f"{c.operation}:{c.suffix or c.method}" for c in CASES]
+)
+def test_operation_needs_its_own_permission(
+    server: MgmtServer,
+    admin: httpx.Client,
+    org: str,
+    principal: Callable[..., httpx.Client],
+    case: Case,
+    variant: str,
+) -> None:
+    fqn = f"organizations/{org}"
+    if variant == "cluster":
+        ok(admin.post(f"/v2/{fqn}/clusters", json={"name": "c", "cluster": {}}))
+        fqn += "/clusters/c"
+    path = f"/v2/{fqn}/approvals"
+    if "policy" in case.setup:
+        ok(admin.post(path, json={"mode": "REQUIRE_APPROVAL"}))
+    if "request" in case.setup:
+        ok(admin.post(path + "/requested:add", json=ACCESS))
+    if "approved" in case.setup:
+        ok(admin.post(path + "/approved:add", json=ACCESS))
+    own = next(op for op in OPERATIONS if op.name == case.operation)
+    others = _role(admin, [op for op in OPERATIONS if op != own])
+    only = _role(admin, [own])
+
+    def attempt(client: httpx.Client) -> httpx.Response:
+        return client.request(case.method, path + case.suffix, json=case.body)
+
+    with server.client() as anonymous:
+        err(attempt(anonymous), 401, "UNAUTHENTICATED")
+    if case.suffix == "/query":  # a query is filtered, like a list, not refused
+        assert ok(attempt(principal(org, others, fqn))) == {"policies": []}
+    else:
+        body = err(attempt(principal(org, others, fqn)), 403, "PERMISSION_DENIED")
+        assert case.operation in body["message"]
+    result = ok(attempt(principal(org, only, fqn)))
+    if case.suffix == "/query":
+        assert [p["resource"] for p in result["policies"]] == [fqn]
+    elif case.suffix == ":check":
+        assert result["allowed"] is False
+
+
+def test_query_hides_policies_the_caller_may_not_read(
+    admin: httpx.Client, org: str, principal: Callable[..., httpx.Client]
+) -> None:
+    base = f"/v2/organizations/{org}"
+    for cluster in ("c1", "c2"):
+        ok(admin.post(f"{base}/clusters", json={"name": cluster, "cluster": {}}))
+        ok(admin.post(f"{base}/clusters/{cluster}/approvals", json={"mode": "UNRESTRICTED"}))
+    ok(admin.post(f"{base}/approvals", json={"mode": "UNRESTRICTED"}))
+    reader = principal(org, "rbac/reader", f"organizations/{org}/clusters/c2")
+    policies = ok(reader.post(f"{base}/approvals/query", json={}))["policies"]
+    assert [p["resource"] for p in policies] == [f"organizations/{org}/clusters/c2"]

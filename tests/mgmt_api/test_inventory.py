@@ -1,0 +1,174 @@
+"""Agent inventory reports: who may send them, what the cluster shows, bad reports, staleness."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.mgmt_api.agents import (
+    agent,
+    create_cluster,
+    inventory_path,
+    namespace,
+    report,
+    tuned_server,
+)
+from tests.mgmt_api.harness import MgmtServer, err, ok, unique
+
+
+def test_report_becomes_the_clusters_read_only_view(
+    server: MgmtServer, admin: httpx.Client, org: str
+) -> None:
+    east = create_cluster(admin, org, "east")
+    path = f"/v2/{east['fqn']}"
+    with agent(server, east) as east_agent:
+        state = ok(report(east_agent, east, namespace("shop", "cart", "web", workloads=True)))
+    assert state["provider"] == "kind" and state["stale"] is False and state["lastSyncTime"]
+
+    plain = ok(admin.get(path))
+    assert plain["etag"] == east["etag"]  # agent data does not move the user's etag
+    assert plain["state"] == {**state}
+    assert [s["name"] for s in plain["namespaces"][0]["services"]] == ["cart", "web"]
+    assert all("workloads" not in s for s in plain["namespaces"][0]["services"])
+    full = ok(admin.get(path, params={"fetchWorkloads": "true"}))
+    assert full["namespaces"][0]["services"][0]["workloads"] == [
+        {"name": "cart-0", "address": "10.0.0.1"}
+    ]
+    listed = ok(admin.get(f"/v2/organizations/{org}/clusters", params={"fetchWorkloads": "true"}))
+    assert "workloads" in listed["clusters"][0]["namespaces"][0]["services"][0]
+
+    # users cannot write the read-only fields
+    ok(admin.put(path, json={**plain, "namespaces": [], "state": {"provider": "x"}}))
+    assert ok(admin.get(path))["namespaces"] == plain["namespaces"]
+
+
+def test_changed_reports_are_audited_heartbeats_are_not(
+    server: MgmtServer, admin: httpx.Client, org: str
+) -> None:
+    east = create_cluster(admin, org, "east")
+    with agent(server, east) as east_agent:
+        first = ok(report(east_agent, east, namespace("shop")))
+        second = ok(report(east_agent, east, namespace("shop")))
+        ok(report(east_agent, east, namespace("shop"), namespace("cart")))
+    assert second["lastSyncTime"] > first["lastSyncTime"]
+    logs = ok(admin.get(f"/v2/organizations/{org}/auditlogs", params={"pageSize": 100}))
+    reports = [a for a in logs["auditLogs"] if a["operation"] == "REPORT_INVENTORY"]
+    assert [a["properties"]["namespaces"] for a in reports] == [2, 1]  # newest first
+    assert all(a["triggeredBy"] == f"{east['fqn']}/serviceaccounts/agent" for a in reports)
+
+
+def test_only_the_clusters_own_agent_may_report(
+    server: MgmtServer, admin: httpx.Client, org: str
+) -> None:
+    east = create_cluster(admin, org, "east")
+    west = create_cluster(admin, org, "west")
+    body = {"namespaces": [], "state": {}}
+    with server.client() as anonymous:
+        err(anonymous.put(inventory_path(east), json=body), 401, "UNAUTHENTICATED")
+    with server.client(headers={"Authorization": "Bearer not-a-jwt"}) as forged:
+        err(forged.put(inventory_path(east), json=body), 401)
+    err(admin.put(inventory_path(east), json=body), 403, "PERMISSION_DENIED")  # even the admin
+    with agent(server, west) as west_agent:
+        denied = err(report(west_agent, east, namespace("evil")), 403, "PERMISSION_DENIED")
+        assert f"{east['fqn']}/serviceaccounts/agent" in denied["message"]
+        ok(report(west_agent, west, namespace("shop")))
+    assert ok(admin.get(f"/v2/{east['fqn']}"))["namespaces"] == []
+
+    # the agent's own binding is checked too: without WRITE on the cluster it is refused
+    policy = ok(admin.get(f"/v2/{east['fqn']}/policy"))
+    kept = [b for b in policy["allow"] if b["role"] != "rbac/editor"]
+    ok(admin.put(f"/v2/{east['fqn']}/policy", json={"etag": policy["etag"], "allow": kept}))
+    with agent(server, east) as east_agent:
+        err(report(east_agent, east, namespace("shop")), 403, "PERMISSION_DENIED")
+
+    # deleting the cluster revokes the key
+    west_agent = agent(server, west)
+    ok(admin.delete(f"/v2/{west['fqn']}"))
+    err(report(west_agent, west, namespace("shop")), 401)
+    west_agent.close()
+
+
+def _too_many(n: int) -> dict:
+    return {"namespaces": [{"name": f"ns-{i}"} for i in range(n)], "state": {}}
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"namespaces": [{"name": "shop"}]}, "state"),
+        ({"namespaces": [{"name": "Shop"}], "state": {}}, "namespaces[0].name"),
+        ({"namespaces": [{"name": "a"}, {"name": "a"}], "state": {}}, "namespaces[1].name"),
+        (
+            {
+                "namespaces": [
+                    {"name": "a", "services": [{"name": "s", "ports": [{"number": 0}]}]}
+                ],
+                "state": {},
+            },
+            "namespaces[0].services[0].ports[0].number",
+        ),
+        ({"namespaces": [{"name": "a", "pods": []}], "state": {}}, "namespaces[0].pods"),
+        (_too_many(2001), "namespaces"),
+        (
+            {
+                "namespaces": [{"name": "a", "services": [{"name": f"s{i}"} for i in range(1001)]}],
+                "state": {},
+            },
+            "namespaces[0].services",
+        ),
+    ],
+)
+def test_bad_reports_are_refused_and_the_last_good_one_kept(
+    server: MgmtServer, admin: httpx.Client, org: str, body: dict, field: str
+) -> None:
+    east = create_cluster(admin, org, "east")
+    with agent(server, east) as east_agent:
+        good = ok(report(east_agent, east, namespace("shop", "cart")))
+        got = err(east_agent.put(inventory_path(east), json=body), 400, "INVALID_ARGUMENT")
+        assert got["details"][1]["fieldViolations"][0]["field"] == field, got
+    cluster = ok(admin.get(f"/v2/{east['fqn']}"))
+    assert cluster["namespaces"] == [namespace("shop", "cart")]
+    assert cluster["state"]["lastSyncTime"] == good["lastSyncTime"]
+
+
+def test_malformed_or_oversized_bodies_are_refused(
+    server: MgmtServer, admin: httpx.Client, org: str
+) -> None:
+    east = create_cluster(admin, org, "east")
+    with agent(server, east) as east_agent:
+        ok(report(east_agent, east, namespace("shop")))
+        headers = {"Content-Type": "application/json"}
+        err(east_agent.put(inventory_path(east), content=b'{"namespaces": [', headers=headers), 400)
+        huge = {"namespaces": [{"name": "a", "labels": {"k": "v" * 2_000_000}}], "state": {}}
+        body = err(east_agent.put(inventory_path(east), json=huge), 400)
+        assert "larger than" in body["message"]
+    assert ok(admin.get(f"/v2/{east['fqn']}"))["namespaces"] == [namespace("shop")]
+
+
+@pytest.fixture(scope="module")
+def impatient() -> Iterator[MgmtServer]:
+    """Agents count as stale after 50 ms of silence."""
+    with tuned_server(MESHPLANE_AGENT_STALE_AFTER="50ms") as srv:
+        yield srv
+
+
+def test_silent_agents_make_their_cluster_stale(impatient: MgmtServer) -> None:
+    with impatient.admin() as admin:
+        org = unique("org")
+        ok(admin.post("/v2/organizations", json={"name": org, "organization": {}}))
+        east = create_cluster(admin, org, "east")
+        assert "state" not in ok(admin.get(f"/v2/{east['fqn']}"))  # never reported
+        with agent(impatient, east) as east_agent:
+            first = ok(report(east_agent, east, namespace("shop")))
+            deadline = time.monotonic() + 30
+            while not (state := ok(admin.get(f"/v2/{east['fqn']}"))["state"])["stale"]:
+                assert time.monotonic() < deadline, "never became stale"
+                time.sleep(0.02)
+            assert state["lastSyncTime"] == first["lastSyncTime"]
+            status = ok(admin.get(f"/v2/{east['fqn']}/onboarding/status"))
+            assert status["stale"] is True
+            again = ok(report(east_agent, east, namespace("shop")))
+            assert again["lastSyncTime"] > first["lastSyncTime"]
