@@ -25,6 +25,7 @@ import typer
 import yaml
 
 from meshctl import approvals as approvals_mod
+from meshctl import diag as diag_mod
 from meshctl import login as login_mod
 from meshctl.client import ApiClient
 from meshctl.config import load_config
@@ -57,6 +58,7 @@ clusters_app = typer.Typer(help="Cluster-specific operations.")
 app.add_typer(config_app, name="config")
 app.add_typer(clusters_app, name="clusters")
 app.add_typer(approvals_mod.app, name="approvals")
+app.add_typer(diag_mod.app, name="diag")
 
 
 @app.callback()

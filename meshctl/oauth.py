@@ -1,14 +1,10 @@
 """The OAuth protocol clients of ``meshctl login``: RFC 8628, RFC 8693 and the loopback redirect.
 
-**Why not import ``mgmt_api.identity.device_code``?** It would work (that
-module needs only httpx), but meshctl is a client of the public API and must
-not depend on the server package: it may be shipped alone, and a refactor of
-the server must never break the CLI. The device-code client is small, and
-meshctl is synchronous (one command, then exit), so it is reimplemented here
-with the same rules (RFC 8628 section 3.5): ``authorization_pending`` keeps
-the interval, ``slow_down`` adds 5 s to this and every later poll,
-``access_denied`` and ``expired_token`` end the flow, a transport timeout
-counts as ``slow_down``, and a missing ``interval`` means 5 s.
+The device-code rules (request forms, answers, RFC 8628 section 3.5 polling
+reactions) are shared with the server's async client in
+``meshplane.oauth_device``, which imports only the standard library; this
+module adds meshctl's transport and its errors and exit codes. meshctl never
+imports ``mgmt_api``: it is a client of the public API and may ship alone.
 
 Token values never appear in ``repr``, messages or logs.
 """
@@ -19,7 +15,8 @@ import html
 import secrets
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -27,13 +24,14 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 from meshctl.errors import ApiFailure, Exit, MeshctlError, one_line
 from meshctl.transport import Transport, TransportError, TransportTimeout
+from meshplane import oauth_device
+from meshplane.oauth_device import DeviceAuthorization, DeviceTokens
 
-DEVICE_CODE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
 TOKEN_EXCHANGE_GRANT = "urn:ietf:params:oauth:grant-type:token-exchange"  # noqa: S105
 ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"  # noqa: S105 - a URN
 ID_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:id_token"  # noqa: S105 - a URN
-DEFAULT_INTERVAL_S = 5.0
-SLOW_DOWN_STEP_S = 5.0
+
+__all__ = ["DeviceAuthorization", "DeviceFlowError", "DeviceTokens"]
 
 
 class DeviceFlowError(MeshctlError):
@@ -44,62 +42,27 @@ class DeviceFlowError(MeshctlError):
         self.error = error
 
 
-@dataclass(frozen=True, slots=True)
-class DeviceAuthorization:
-    """RFC 8628 section 3.2 response. The device code is secret-ish: kept out of repr."""
-
-    device_code: str = field(repr=False)
-    user_code: str
-    verification_uri: str
-    verification_uri_complete: str | None
-    expires_in: float
-    interval: float
-
-    @classmethod
-    def from_response(cls, body: Any) -> DeviceAuthorization:
-        if not isinstance(body, Mapping):
-            raise DeviceFlowError("invalid_response", "the device endpoint did not answer JSON")
-        try:
-            uri = body.get("verification_uri") or body["verification_url"]
-            expires = float(body["expires_in"])
-            device_code, user_code = str(body["device_code"]), str(body["user_code"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise DeviceFlowError(
-                "invalid_response", f"the device endpoint's answer lacks {exc}"
-            ) from exc
-        interval = body.get("interval")
-        complete = body.get("verification_uri_complete")
-        return cls(
-            device_code=device_code,
-            user_code=user_code,
-            verification_uri=str(uri),
-            verification_uri_complete=complete if isinstance(complete, str) else None,
-            expires_in=expires,
-            interval=float(interval)
-            if isinstance(interval, int | float) and interval > 0
-            else DEFAULT_INTERVAL_S,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class ProviderTokens:
-    access_token: str = field(repr=False)
-    id_token: str | None = field(default=None, repr=False)
+@contextmanager
+def _as_meshctl_error() -> Iterator[None]:
+    """The shared rules raise ``oauth_device.DeviceFlowError``; meshctl reports its own."""
+    try:
+        yield
+    except oauth_device.DeviceFlowError as exc:
+        message = exc.message
+        if exc.error == "expired_token":
+            message += "; run meshctl login again"
+        raise DeviceFlowError(exc.error, message) from None
 
 
 def next_interval(error: str, interval: float) -> float:
     """RFC 8628 section 3.5: the next polling interval, or raise when the flow ends."""
-    if error == "authorization_pending":
-        return interval
-    if error == "slow_down":
-        return interval + SLOW_DOWN_STEP_S
-    if error == "access_denied":
-        raise DeviceFlowError(error, "the sign-in was denied at the identity provider")
-    if error == "expired_token":
-        raise DeviceFlowError(
-            error, "the code expired before the sign-in finished; run meshctl login again"
-        )
-    raise DeviceFlowError(error or "invalid_response", "the identity provider refused the login")
+    with _as_meshctl_error():
+        return oauth_device.next_interval(error, interval)
+
+
+def parse_device_authorization(body: Any) -> DeviceAuthorization:
+    with _as_meshctl_error():
+        return DeviceAuthorization.from_response(body)
 
 
 def start_device_authorization(
@@ -108,7 +71,7 @@ def start_device_authorization(
     """RFC 8628 section 3.1: ask the provider for a device code and a user code."""
     try:
         response = http.request(
-            "POST", endpoint, form={"client_id": client_id, "scope": " ".join(scopes)}
+            "POST", endpoint, form=oauth_device.authorization_form(client_id, scopes)
         )
         body = response.json()
     except TransportError as exc:
@@ -119,11 +82,10 @@ def start_device_authorization(
         raise DeviceFlowError(
             "invalid_response", f"the device endpoint {endpoint} did not answer JSON"
         ) from exc
-    if response.status >= 400:
-        error = body.get("error", "invalid_request") if isinstance(body, Mapping) else "?"
-        description = body.get("error_description", "") if isinstance(body, Mapping) else ""
-        raise DeviceFlowError(str(error), f"the identity provider refused: {description}")
-    return DeviceAuthorization.from_response(body)
+    with _as_meshctl_error():
+        if response.status >= 400:
+            raise oauth_device.authorization_refused(body)
+        return DeviceAuthorization.from_response(body)
 
 
 def poll_for_tokens(
@@ -134,7 +96,7 @@ def poll_for_tokens(
     *,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
-) -> ProviderTokens:
+) -> DeviceTokens:
     """RFC 8628 section 3.4: poll until the user approves, denies, or the code expires."""
     deadline = clock() + authorization.expires_in
     interval = authorization.interval
@@ -144,13 +106,7 @@ def poll_for_tokens(
             next_interval("expired_token", interval)
         try:
             response = http.request(
-                "POST",
-                token_endpoint,
-                form={
-                    "grant_type": DEVICE_CODE_GRANT,
-                    "device_code": authorization.device_code,
-                    "client_id": client_id,
-                },
+                "POST", token_endpoint, form=oauth_device.poll_form(client_id, authorization)
             )
         except TransportTimeout:
             interval = next_interval("slow_down", interval)
@@ -160,16 +116,14 @@ def poll_for_tokens(
                 f"lost the identity provider while polling ({exc})", Exit.UNREACHABLE
             ) from exc
         try:
-            body = response.json()
+            body: Any = response.json()
         except ValueError:
             body = None
-        if not isinstance(body, Mapping):
-            raise DeviceFlowError("invalid_response", "the token endpoint did not answer JSON")
-        token = body.get("access_token")
-        if response.status < 400 and isinstance(token, str):
-            id_token = body.get("id_token")
-            return ProviderTokens(token, id_token if isinstance(id_token, str) else None)
-        interval = next_interval(str(body.get("error", "")), interval)
+        with _as_meshctl_error():
+            outcome = oauth_device.poll_outcome(response.status, body)
+        if isinstance(outcome, DeviceTokens):
+            return outcome
+        interval = next_interval(outcome, interval)
 
 
 @dataclass(frozen=True, slots=True)

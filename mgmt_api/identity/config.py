@@ -124,6 +124,11 @@ class SyncConfig:
     interval_s: float
     azure: AzureSyncConfig | None = None
     ldap: LdapSyncConfig | None = None
+    organizations: tuple[str, ...] = ()
+    """The organizations the directory is synced into (periodic job and ``:sync``).
+
+    Explicit, so that an organization admin cannot copy the company
+    directory into an organization of their own by calling ``:sync``."""
 
     @property
     def source_type(self) -> str:
@@ -413,14 +418,29 @@ def _ldap(node: _Node) -> LdapSyncConfig:
 
 
 def _sync(node: _Node) -> SyncConfig:
-    f = node.mapping(frozenset({"interval", "azure", "ldap"}))
+    f = node.mapping(frozenset({"interval", "azure", "ldap", "organizations"}))
     sources = [k for k in ("azure", "ldap") if k in f and f[k].value is not None]
     if len(sources) != 1:
         raise node.error("must configure exactly one source: 'azure' or 'ldap'")
     interval = parse_duration(f["interval"]) if "interval" in f else DEFAULT_SYNC_INTERVAL_S
+    organizations = _organizations(_required(f, "organizations", node))
     if sources[0] == "azure":
-        return SyncConfig(interval_s=interval, azure=_azure(f["azure"]))
-    return SyncConfig(interval_s=interval, ldap=_ldap(f["ldap"]))
+        return SyncConfig(
+            interval_s=interval, azure=_azure(f["azure"]), organizations=organizations
+        )
+    return SyncConfig(interval_s=interval, ldap=_ldap(f["ldap"]), organizations=organizations)
+
+
+def _organizations(node: _Node) -> tuple[str, ...]:
+    names = tuple(item.string() for item in node.items())
+    if not names:
+        raise node.error("must list at least one organization")
+    for item, name in zip(node.items(), names, strict=True):
+        if not _NAME_RE.fullmatch(name):
+            raise item.error(f"{name!r} is not an organization name (a DNS-1123 label)")
+    if len(set(names)) != len(names):
+        raise node.error("organizations must be unique")
+    return names
 
 
 def parse_identity_provider(
@@ -482,7 +502,8 @@ def _deep_copy(value: Any) -> Any:
 _KNOWN_KEYS = frozenset(
     _OIDC_KEYS
     | {"oidc", "sync", "dynamic", "configurationUri", "deviceCodeAuth", "tokenExchange"}
-    | {"interval", "azure", "ldap", "tenantId", "graphBaseUrl", "authorityBaseUrl"}
+    | {"interval", "azure", "ldap", "organizations", "tenantId", "graphBaseUrl"}
+    | {"authorityBaseUrl"}
     | {"url", "bindDn", "bindPassword", "userBase", "groupBase", "userFilter", "groupFilter"}
     | {"attributes", "pageSize", "timeout", "file", "env"}
     | set(_ATTRIBUTE_KEYS)

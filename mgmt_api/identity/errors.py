@@ -14,6 +14,9 @@ class IdentityError(Exception):
     """Base class: ``reason`` is a short machine-readable code."""
 
     reason: str = "identity_error"
+    return_to: str | None = None
+    """Set by ``OidcLogin.complete`` once the failing callback's state was taken and
+    found bound to this browser: where that login wanted the user sent back."""
 
     def __init__(self, message: str, *, reason: str | None = None) -> None:
         super().__init__(message)

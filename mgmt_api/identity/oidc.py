@@ -30,7 +30,12 @@ import httpx
 from mgmt_api.identity.claims import DEFAULT_LEEWAY_S, check_id_token
 from mgmt_api.identity.config import OidcConfig
 from mgmt_api.identity.discovery import DiscoveryCache, ProviderMetadata
-from mgmt_api.identity.errors import InvalidLoginError, InvalidTokenError, ProviderError
+from mgmt_api.identity.errors import (
+    IdentityError,
+    InvalidLoginError,
+    InvalidTokenError,
+    ProviderError,
+)
 from mgmt_api.identity.jwks import DEFAULT_ALLOWED_ALGS, JwksCache, verify_jwt
 from mgmt_api.identity.login_state import DEFAULT_LOGIN_TTL_S, LoginState, LoginStateStore
 from mgmt_api.identity.pkce import code_challenge_s256, new_code_verifier, new_random_token
@@ -279,6 +284,16 @@ class OidcLogin:
                 "the login was started in another browser; start the login again",
                 reason="state_not_bound",
             )
+        try:
+            return await self._finish(callback, login, find_user)
+        except IdentityError as exc:
+            # The login is genuinely this browser's: its client may be told why it failed.
+            exc.return_to = login.return_to
+            raise
+
+    async def _finish(
+        self, callback: CallbackParams, login: LoginState, find_user: FindUser[U]
+    ) -> LoginResult[U]:
         if callback.error:
             raise ProviderLoginError(callback.error, callback.error_description, callback.error_uri)
         if not callback.code:

@@ -43,6 +43,7 @@ P = TypeVar("P")
 TOKEN_EXCHANGE_GRANT = "urn:ietf:params:oauth:grant-type:token-exchange"  # noqa: S105 - a URN, not a secret
 ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"  # noqa: S105 - a URN, not a secret
 JWT_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:jwt"  # noqa: S105 - a URN, not a secret
+ID_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:id_token"  # noqa: S105 - a URN, not a secret
 ACCEPTED_SUBJECT_TOKEN_TYPES = frozenset({ACCESS_TOKEN_TYPE, JWT_TOKEN_TYPE})
 
 V1_REFUSAL = (
@@ -66,8 +67,14 @@ class TokenExchangeRequest:
     subject_token_type: str
 
 
-def parse_token_exchange_request(form: Mapping[str, str]) -> TokenExchangeRequest:
-    """Validate the form of an RFC 8693 token request (section 2.1)."""
+def parse_token_exchange_request(
+    form: Mapping[str, str], accepted_types: frozenset[str] = ACCEPTED_SUBJECT_TOKEN_TYPES
+) -> TokenExchangeRequest:
+    """Validate the form of an RFC 8693 token request (section 2.1).
+
+    ``accepted_types`` are the subject token types this grant takes: provider
+    access tokens for token exchange, ``ID_TOKEN_TYPE`` for the device login.
+    """
     if form.get("grant_type") != TOKEN_EXCHANGE_GRANT:
         raise TokenExchangeRequestError(
             "unsupported_grant_type", f"grant_type must be {TOKEN_EXCHANGE_GRANT}"
@@ -76,9 +83,9 @@ def parse_token_exchange_request(form: Mapping[str, str]) -> TokenExchangeReques
     if not token:
         raise TokenExchangeRequestError("invalid_request", "subject_token is required")
     token_type = form.get("subject_token_type")
-    if token_type not in ACCEPTED_SUBJECT_TOKEN_TYPES:
+    if token_type not in accepted_types:
         raise TokenExchangeRequestError(
-            "invalid_request", f"subject_token_type must be {ACCESS_TOKEN_TYPE}"
+            "invalid_request", f"subject_token_type must be {min(accepted_types)}"
         )
     requested = form.get("requested_token_type")
     if requested not in (None, "", ACCESS_TOKEN_TYPE):

@@ -50,6 +50,7 @@ def principal_for(conn: Connection, fqn: str, subject_field: str) -> Principal:
     """The principal with its team memberships (teams live in its organization)."""
     subjects = {fqn}
     org = fqnmod.parse(fqn).organization
+    nested: list[tuple[str, list[str]]] = []
     if org:
         after = ""
         while True:
@@ -57,9 +58,20 @@ def principal_for(conn: Connection, fqn: str, subject_field: str) -> Principal:
             for team in teams:
                 if fqn in (team.spec.get("members") or []):
                     subjects.add(team.fqn)
+                if team.status.get("memberTeams"):
+                    nested.append((team.fqn, team.status["memberTeams"]))
             if len(teams) < 500:
                 break
             after = teams[-1].fqn
+    # Nested directory groups (status.memberTeams, written by the directory sync):
+    # a member of a team nested in another is a member of that one too.
+    grown = True
+    while grown:
+        grown = False
+        for team_fqn, inner in nested:
+            if team_fqn not in subjects and any(t in subjects for t in inner):
+                subjects.add(team_fqn)
+                grown = True
     return Principal(fqn, subject_field, frozenset(subjects))
 
 

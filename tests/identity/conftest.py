@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -10,14 +9,8 @@ import httpx
 import pytest
 
 from mgmt_api.identity.config import IdentityProviderConfig, load_identity_provider
-from tests.support.oidc_provider.launcher import (
-    DEVICE_CLIENT_ID,
-    EXCHANGE_CLIENT_ID,
-    WEB_CLIENT_ID,
-    WEB_CLIENT_SECRET,
-    RunningProvider,
-    start_provider,
-)
+from tests.identity.install_config import oidc_section, write_install_config
+from tests.support.oidc_provider.launcher import RunningProvider, start_provider
 from tests.support.slapd import Slapd, start_slapd
 
 CALLBACK = "https://mp.example.test:8443/iam/v2/oidc/callback"
@@ -48,33 +41,7 @@ async def http() -> AsyncIterator[httpx.AsyncClient]:
         yield client
 
 
-def write_install_config(tmp_path: Path, provider: RunningProvider) -> Path:
-    secret = tmp_path / "client-secret"
-    secret.write_text(WEB_CLIENT_SECRET + "\n")
-    config = tmp_path / "install.yaml"
-    config.write_text(
-        textwrap.dedent(
-            f"""\
-            spec:
-              identityProvider:
-                oidc:
-                  - name: corp
-                    clientId: {WEB_CLIENT_ID}
-                    clientSecret: {{file: {secret}}}
-                    providerConfig:
-                      dynamic:
-                        configurationUri: {provider.configuration_uri}
-                    redirectUri: {CALLBACK}
-                    scopes: [email, profile, offline_access]
-                    offlineAccessConfig:
-                      deviceCodeAuth: {{clientId: {DEVICE_CLIENT_ID}}}
-                      tokenExchange: {{clientId: {EXCHANGE_CLIENT_ID}}}
-            """
-        )
-    )
-    return config
-
-
 @pytest.fixture
 def idp_config(tmp_path: Path, oidc_provider: RunningProvider) -> IdentityProviderConfig:
-    return load_identity_provider(write_install_config(tmp_path, oidc_provider), environ={})
+    config = write_install_config(tmp_path, oidc_section(tmp_path, oidc_provider, CALLBACK))
+    return load_identity_provider(config, environ={})

@@ -30,6 +30,7 @@ spec:
         scopes: [email]
     sync:
       interval: 15m
+      organizations: [acme, partners]
       ldap:
         url: ldaps://ldap.example:636
         bindDn: cn=sync,dc=example
@@ -68,6 +69,7 @@ def test_full_config_is_parsed(tmp_path: Path) -> None:
     assert config.sync.ldap.attributes.user_id == "sAMAccountName"
     assert config.sync.ldap.attributes.member == "uniqueMember"
     assert config.sync.ldap.page_size == 200
+    assert config.sync.organizations == ("acme", "partners")
 
 
 def test_single_mapping_form_of_the_spec_is_named_default(tmp_path: Path) -> None:
@@ -80,6 +82,7 @@ spec:
       providerConfig: {dynamic: {configurationUri: https://idp.example/.well-known/openid-configuration}}
       redirectUri: https://mp.example:8443/iam/v2/oidc/callback
     sync:
+      organizations: [acme]
       azure: {clientId: app, tenantId: contoso.onmicrosoft.com, clientSecret: {env: AZ}}
 """
     config = load_identity_provider(write(tmp_path, text), environ={})
@@ -139,6 +142,10 @@ def test_environment_overrides_apply_before_validation(tmp_path: Path) -> None:
         ("name: partners", "name: corp", "unique"),
         ("name: partners", "name: Partners_1", "DNS-1123"),
         ("interval: 15m", "interval: 1s", "at least"),
+        ("      organizations: [acme, partners]\n", "", "organizations: is required"),
+        ("organizations: [acme, partners]", "organizations: []", "at least one organization"),
+        ("organizations: [acme, partners]", "organizations: [Acme]", "DNS-1123"),
+        ("organizations: [acme, partners]", "organizations: [acme, acme]", "unique"),
         ("interval: 15m", "interval: soon", "not a duration"),
         ("url: ldaps://ldap.example:636", "url: https://ldap.example", "ldap/ldaps"),
         ("pageSize: 200", "pageSize: 0", "1 to 10000"),

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from mgmt_api.identity.device_code import DeviceAuthorization, DeviceFlowError, next_poll
+from mgmt_api.identity.device_code import DeviceAuthorization, DeviceFlowError, next_interval
 from mgmt_api.identity.errors import TokenExchangeRefusedError
 from mgmt_api.identity.token_exchange import (
     ACCESS_TOKEN_TYPE,
@@ -26,13 +26,13 @@ from mgmt_api.identity.token_exchange import (
     ],
 )
 def test_polling_intervals(error: str, interval: float, expected: float) -> None:
-    assert next_poll(error, interval).interval == expected
+    assert next_interval(error, interval) == expected
 
 
 @pytest.mark.parametrize("error", ["access_denied", "expired_token", "invalid_grant", ""])
 def test_polling_stops_on_final_errors(error: str) -> None:
     with pytest.raises(DeviceFlowError) as stopped:
-        next_poll(error, 5.0)
+        next_interval(error, 5.0)
     assert stopped.value.error == (error or "invalid_response")
 
 

@@ -122,15 +122,13 @@ async def test_the_provider_refuses_an_unknown_device_client(
     assert failed.value.error == "invalid_client"
 
 
-def test_the_device_client_imports_without_server_dependencies() -> None:
-    """meshctl reuses device_code: importing it must not pull in FastAPI, SQLAlchemy or
-    other mgmt_api modules."""
+def test_the_shared_device_rules_import_only_the_standard_library() -> None:
+    """meshctl uses ``meshplane.oauth_device``: it must not pull in httpx, FastAPI,
+    SQLAlchemy or any server module."""
     code = (
-        "import json, sys; import mgmt_api.identity.device_code; "
-        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
-        "('fastapi', 'sqlalchemy', 'starlette', 'ldap3', 'jwt') or "
-        "(m.startswith('mgmt_api.') and m not in "
-        "('mgmt_api.identity', 'mgmt_api.identity.device_code')))))"
+        "import json, sys; before = set(sys.modules); import meshplane.oauth_device; "
+        "new = {m.split('.')[0] for m in set(sys.modules) - before}; "
+        "print(json.dumps(sorted(new - set(sys.stdlib_module_names) - {'meshplane'})))"
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     assert json.loads(out.stdout) == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 
@@ -19,6 +20,7 @@ from mgmt_api.identity.token_exchange import (
     TokenExchanger,
     TokenExchangeRequestError,
 )
+from tests.identity.provider_tokens import client_credentials_token
 from tests.support.oidc_provider.launcher import (
     API_V1,
     API_V2,
@@ -34,19 +36,8 @@ async def provider_access_token(
     http: httpx.AsyncClient, provider: RunningProvider, client_id: str, secret: str, resource: str
 ) -> str:
     """A service-principal access token (client credentials) from the provider."""
-    metadata = await DiscoveryCache(http).get(provider.configuration_uri)
-    response = await http.post(
-        metadata.token_endpoint,
-        data={
-            "grant_type": "client_credentials",
-            "client_id": client_id,
-            "client_secret": secret,
-            "resource": resource,
-            "scope": "api",
-        },
-    )
-    assert response.status_code == 200, response.text
-    return str(response.json()["access_token"])
+    del http  # the helper has its own client; kept so the call sites read the same
+    return await asyncio.to_thread(client_credentials_token, provider, client_id, secret, resource)
 
 
 def claims_of(token: str) -> dict[str, object]:

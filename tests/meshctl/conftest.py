@@ -48,10 +48,8 @@ class ManagementPlane:
         return token
 
 
-@pytest.fixture(scope="session")
-def mgmt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ManagementPlane]:
-    data = tmp_path_factory.mktemp("mgmt")
-    port = free_port()
+def launch(data: Path, port: int, *extra: str) -> ManagementPlane:
+    """Start ``mgmt-api serve`` (SQLite in ``data``) on ``port`` and wait until it is ready."""
     log = data / "server.log"
     env = {
         **os.environ,
@@ -69,6 +67,7 @@ def mgmt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ManagementPlane]:
                 f"127.0.0.1:{port}",
                 "--database",
                 f"sqlite:///{data / 'db.sqlite'}",
+                *extra,
             ],
             env=env,
             cwd=REPO,
@@ -85,13 +84,24 @@ def mgmt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ManagementPlane]:
     except Exception:
         process.kill()
         raise RuntimeError(f"mgmt-api did not start:\n{log.read_text()[-3000:]}") from None
-    yield ManagementPlane(url, process, log)
-    process.send_signal(signal.SIGTERM)
+    return ManagementPlane(url, process, log)
+
+
+def shut_down(plane: ManagementPlane) -> None:
+    plane.process.send_signal(signal.SIGTERM)
     try:
-        process.wait(timeout=20)
+        plane.process.wait(timeout=20)
     except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+        plane.process.kill()
+        plane.process.wait()
+
+
+@pytest.fixture(scope="session")
+def mgmt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ManagementPlane]:
+    """The management plane without an identity provider (no install config)."""
+    plane = launch(tmp_path_factory.mktemp("mgmt"), free_port())
+    yield plane
+    shut_down(plane)
 
 
 @dataclass

@@ -86,13 +86,14 @@ def test_polling_stops_at_the_code_deadline_without_another_request() -> None:
 
 
 def test_device_authorization_defaults_the_interval_and_hides_the_device_code() -> None:
-    from meshctl.oauth import DeviceAuthorization
+    from meshctl.oauth import parse_device_authorization
 
-    parsed = DeviceAuthorization.from_response(
+    parsed = parse_device_authorization(
         {"device_code": "secret-dc", "user_code": "U", "verification_uri": "https://x/d",
          "expires_in": 600}
     )  # fmt: skip
     assert parsed.interval == 5.0
     assert "secret-dc" not in repr(parsed)
-    with pytest.raises(DeviceFlowError):
-        DeviceAuthorization.from_response({"user_code": "U"})
+    with pytest.raises(DeviceFlowError) as raised:  # meshctl's error: one line, exit 3
+        parse_device_authorization({"user_code": "U"})
+    assert raised.value.exit_code == Exit.AUTH

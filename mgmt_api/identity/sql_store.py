@@ -1,0 +1,401 @@
+"""SQL-backed identity stores: pending logins and the directory users and teams.
+
+Both live in the management plane's own database, so a login started on one
+replica can finish on another, and a restart loses nothing.
+
+* ``SqlLoginStateStore``: ``take`` is one ``DELETE ... RETURNING`` statement,
+  so two racing callbacks with the same ``state`` cannot both win.
+* ``SqlDirectoryStore``: the ``DirectoryStore`` the sync writes through.
+  Synced users and teams are ordinary ``User``/``Team`` resources under
+  ``organizations/{org}`` with ``sourceType`` set to the source (``LDAP`` or
+  ``AZURE``); the sync sees and touches only those, never local users or
+  manual teams. Every write bumps the store revision (so cached principals
+  and etags follow) and is audited with the actor ``SYNC_ACTOR``.
+  Direct members are the team's ``members`` (user FQNs, as for any team);
+  nested groups are kept in the team's server-owned ``status.memberTeams``
+  (team FQNs), which authentication follows when it resolves a principal's
+  teams.
+* ``SyncRunLog``: the last result (and last success) of each organization's
+  sync, so a failure is reported even by a replica that did not run it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from mgmt_api import fqn as fqnmod
+from mgmt_api.domain import etags
+from mgmt_api.identity.login_state import LoginState
+from mgmt_api.identity.sync.model import DirectoryTeam, DirectoryUser
+from mgmt_api.identity.sync.reconcile import Membership
+from mgmt_api.store import repo
+from mgmt_api.store.engine import read_tx, write_tx
+from mgmt_api.store.tables import directory_sync_runs, login_states, resources
+
+SYNC_ACTOR = "system:directory-sync"
+_PAGE = 500
+
+
+# ---- pending logins ----------------------------------------------------------------------
+
+
+class SqlLoginStateStore:
+    """A ``LoginStateStore`` in the ``login_states`` table.
+
+    The calls are single short statements; they run on the event loop's
+    thread (the protocol is synchronous), which is cheap next to the
+    provider round trips of the same requests.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def put(self, login: LoginState) -> None:
+        payload = asdict(login)
+        del payload["state"]
+        with write_tx(self._engine) as conn:
+            conn.execute(
+                sa.insert(login_states).values(
+                    state=login.state, payload=json.dumps(payload), expires_at=login.expires_at
+                )
+            )
+
+    def take(self, state: str, now: float) -> LoginState | None:
+        with write_tx(self._engine) as conn:
+            row = conn.execute(
+                sa.delete(login_states)
+                .where(login_states.c.state == state)
+                .returning(login_states.c.payload, login_states.c.expires_at)
+            ).first()
+        if row is None or float(row.expires_at) <= now:
+            return None  # an expired row is consumed too: it can never be used
+        return LoginState(state=state, **json.loads(row.payload))
+
+    def purge_expired(self, now: float) -> int:
+        with write_tx(self._engine) as conn:
+            result = conn.execute(sa.delete(login_states).where(login_states.c.expires_at <= now))
+        return int(result.rowcount)
+
+
+# ---- directory users and teams -------------------------------------------------------------
+
+
+def org_fqn(org: str) -> str:
+    return f"organizations/{org}"
+
+
+def _user_spec(user: DirectoryUser, source: str) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "loginName": user.login_name,
+        "email": user.email,
+        "displayName": user.display_name[:256] if user.display_name else None,
+        "description": user.description[:4096] if user.description else None,
+        "sourceType": source,
+    }
+    return {k: v for k, v in spec.items() if v is not None}
+
+
+def _team_spec(team: DirectoryTeam, source: str, members: list[str]) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "displayName": team.display_name[:256] if team.display_name else None,
+        "description": team.description[:4096] if team.description else None,
+        "members": members,
+        "sourceType": source,
+    }
+    return {k: v for k, v in spec.items() if v is not None}
+
+
+def _children(conn: Connection, parent: str, kind: str) -> list[repo.Resource]:
+    out: list[repo.Resource] = []
+    after = ""
+    while True:
+        page = repo.list_children(conn, parent, kind, after, _PAGE)
+        out.extend(page)
+        if len(page) < _PAGE:
+            return out
+        after = page[-1].fqn
+
+
+class SqlDirectoryStore:
+    """``DirectoryStore`` over the resources table (see the module docstring)."""
+
+    def __init__(self, engine: Engine, on_commit: Callable[[int], None] | None = None) -> None:
+        self._engine = engine
+        self._on_commit = on_commit
+
+    # -- reads
+
+    async def list_users(self, org: str, source: str) -> list[DirectoryUser]:
+        return await asyncio.to_thread(self._list_users, org, source)
+
+    def _list_users(self, org: str, source: str) -> list[DirectoryUser]:
+        with read_tx(self._engine) as conn:
+            users = _children(conn, org_fqn(org), "User")
+        return [
+            DirectoryUser(
+                id=u.name,
+                login_name=str(u.spec.get("loginName") or u.name),
+                email=u.spec.get("email"),
+                display_name=u.spec.get("displayName"),
+                description=u.spec.get("description"),
+            )
+            for u in users
+            if u.spec.get("sourceType") == source
+        ]
+
+    async def list_teams(self, org: str, source: str) -> list[DirectoryTeam]:
+        return await asyncio.to_thread(self._list_teams, org, source)
+
+    def _list_teams(self, org: str, source: str) -> list[DirectoryTeam]:
+        with read_tx(self._engine) as conn:
+            teams = _children(conn, org_fqn(org), "Team")
+        return [
+            DirectoryTeam(
+                id=t.name,
+                display_name=t.spec.get("displayName"),
+                description=t.spec.get("description"),
+                member_user_ids=frozenset(
+                    m.rsplit("/", 1)[1] for m in t.spec.get("members") or [] if "/users/" in m
+                ),
+                member_team_ids=frozenset(
+                    m.rsplit("/", 1)[1] for m in t.status.get("memberTeams") or []
+                ),
+            )
+            for t in teams
+            if t.spec.get("sourceType") == source
+        ]
+
+    # -- writes: one transaction each, so one failure never undoes the others
+
+    def _write(self, org: str, fn: Callable[[Connection, int], tuple[str, str, str]]) -> None:
+        with write_tx(self._engine) as conn:
+            revision = repo.bump_revision(conn)
+            fqn, operation, message = fn(conn, revision)
+            repo.audit(
+                conn,
+                organization=org,
+                fqn=fqn,
+                kind=fqnmod.parse(fqn).kind,
+                operation=operation,
+                actor=SYNC_ACTOR,
+                message=message,
+            )
+        if self._on_commit is not None:
+            self._on_commit(revision)
+
+    async def _run(self, org: str, fn: Callable[[Connection, int], tuple[str, str, str]]) -> None:
+        await asyncio.to_thread(self._write, org, fn)
+
+    @staticmethod
+    def _owned(conn: Connection, fqn: str, source: str) -> repo.Resource:
+        res = repo.get(conn, fqn)
+        if res is None or res.spec.get("sourceType") != source:
+            raise LookupError(f"{fqn} is not a {source} object")
+        return res
+
+    @staticmethod
+    def _insert(conn: Connection, fqn: str, kind: str, spec: dict[str, Any], rev: int) -> None:
+        parsed = fqnmod.parse(fqn)
+        fqnmod.validate_name(parsed.name)
+        if not repo.exists(conn, parsed.parent):
+            raise LookupError(f"{parsed.parent} does not exist")
+        now = repo.now_us()
+        created = repo.insert(
+            conn,
+            repo.Resource(
+                fqn=fqn,
+                parent=parsed.parent,
+                kind=kind,
+                name=parsed.name,
+                spec=spec,
+                status={},
+                etag=etags.compute(fqn, rev),
+                protected=False,
+                creator=SYNC_ACTOR,
+                create_time=now,
+                update_time=now,
+            ),
+        )
+        if not created:  # e.g. a local user of the same name: never taken over
+            raise LookupError(f"{fqn} already exists")
+
+    @staticmethod
+    def _replace(conn: Connection, res: repo.Resource, spec: dict[str, Any], rev: int) -> None:
+        repo.update_if_etag(
+            conn,
+            res.fqn,
+            res.etag,
+            spec=spec,
+            protected=res.protected,
+            etag=etags.compute(res.fqn, rev),
+            update_time=repo.now_us(),
+        )
+
+    async def create_user(self, org: str, source: str, user: DirectoryUser) -> None:
+        fqn = f"{org_fqn(org)}/users/{user.id}"
+
+        def op(conn: Connection, rev: int) -> tuple[str, str, str]:
+            self._insert(conn, fqn, "User", _user_spec(user, source), rev)
+            return fqn, "CREATE", f"created User {fqn} from the {source} directory"
+
+        await self._run(org, op)
+
+    async def update_user(self, org: str, source: str, user: DirectoryUser) -> None:
+        fqn = f"{org_fqn(org)}/users/{user.id}"
+
+        def op(conn: Connection, rev: int) -> tuple[str, str, str]:
+            res = self._owned(conn, fqn, source)
+            self._replace(conn, res, {**res.spec, **_user_spec(user, source)}, rev)
+            return fqn, "UPDATE", f"updated User {fqn} from the {source} directory"
+
+        await self._run(org, op)
+
+    async def delete_user(self, org: str, source: str, user_id: str) -> None:
+        fqn = f"{org_fqn(org)}/users/{user_id}"
+
+        def op(conn: Connection, rev: int) -> tuple[str, str, str]:
+            self._owned(conn, fqn, source)
+            repo.delete_subtree(conn, fqn)
+            # Every team, manual ones too: a later user of the same name must not
+            # inherit the memberships of this one.
+            for team in _children(conn, org_fqn(org), "Team"):
+                members = team.spec.get("members") or []
+                if fqn in members:
+                    spec = {**team.spec, "members": [m for m in members if m != fqn]}
+                    self._replace(conn, team, spec, rev)
+            return fqn, "DELETE", f"deleted User {fqn}: gone from the {source} directory"
+
+        await self._run(org, op)
+
+    async def create_team(self, org: str, source: str, team: DirectoryTeam) -> None:
+        fqn = f"{org_fqn(org)}/teams/{team.id}"
+
+        def op(conn: Connection, rev: int) -> tuple[str, str, str]:
+            self._insert(conn, fqn, "Team", _team_spec(team, source, []), rev)
+            return fqn, "CREATE", f"created Team {fqn} from the {source} directory"
+
+        await self._run(org, op)
+
+    async def update_team(self, org: str, source: str, team: DirectoryTeam) -> None:
+        fqn = f"{org_fqn(org)}/teams/{team.id}"
+
+        def op(conn: Connection, rev: int) -> tuple[str, str, str]:
+            res = self._owned(conn, fqn, source)
+            members = list(res.spec.get("members") or [])
+            spec = _team_spec(team, source, members)
+            self._replace(conn, res, {**res.spec, **spec}, rev)
+            return fqn, "UPDATE", f"updated Team {fqn} from the {source} directory"
+
+        await self._run(org, op)
+
+    async def delete_team(self, org: str, source: str, team_id: str) -> None:
+        fqn = f"{org_fqn(org)}/teams/{team_id}"
+
+        def op(conn: Connection, rev: int) -> tuple[str, str, str]:
+            self._owned(conn, fqn, source)
+            repo.delete_subtree(conn, fqn)
+            for team in _children(conn, org_fqn(org), "Team"):
+                nested = team.status.get("memberTeams") or []
+                if fqn in nested:
+                    status = {**team.status, "memberTeams": [t for t in nested if t != fqn]}
+                    repo.set_status(conn, team.fqn, status, etags.compute(team.fqn, rev))
+            return fqn, "DELETE", f"deleted Team {fqn}: gone from the {source} directory"
+
+        await self._run(org, op)
+
+    async def set_members(self, org: str, source: str, team_id: str, members: Membership) -> None:
+        fqn = f"{org_fqn(org)}/teams/{team_id}"
+        users = sorted(f"{org_fqn(org)}/users/{u}" for u in members.user_ids)
+        teams = sorted(f"{org_fqn(org)}/teams/{t}" for t in members.team_ids)
+
+        def op(conn: Connection, rev: int) -> tuple[str, str, str]:
+            res = self._owned(conn, fqn, source)
+            self._replace(conn, res, {**res.spec, "members": users}, rev)
+            repo.set_status(
+                conn, fqn, {**res.status, "memberTeams": teams}, etags.compute(fqn, rev)
+            )
+            return fqn, "UPDATE", f"set the members of Team {fqn} from the {source} directory"
+
+        await self._run(org, op)
+
+
+# ---- last sync results ----------------------------------------------------------------------
+
+
+class SyncRunLog:
+    """The last ``:sync`` body of each organization, and the last successful one."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def record(self, org: str, result: dict[str, Any]) -> None:
+        body = json.dumps(result)
+        values: dict[str, Any] = {"last_result": body, "update_time": repo.now_us()}
+        if result.get("ok"):
+            values["last_success"] = body
+        with write_tx(self._engine) as conn:
+            updated = conn.execute(
+                sa.update(directory_sync_runs)
+                .where(directory_sync_runs.c.organization == org)
+                .values(**values)
+            ).rowcount
+            if not updated:
+                conn.execute(sa.insert(directory_sync_runs).values(organization=org, **values))
+
+    def get(self, org: str) -> dict[str, Any]:
+        with read_tx(self._engine) as conn:
+            row = conn.execute(
+                sa.select(directory_sync_runs).where(directory_sync_runs.c.organization == org)
+            ).first()
+        if row is None:
+            return {"lastResult": None, "lastSuccess": None}
+        return {
+            "lastResult": json.loads(row.last_result),
+            "lastSuccess": json.loads(row.last_success) if row.last_success else None,
+        }
+
+
+# ---- who is logging in ------------------------------------------------------------------------
+
+
+class AmbiguousUserError(Exception):
+    """Several user records match one identity: refusing beats guessing."""
+
+
+def find_user_fqns(
+    conn: Connection, *, user_id: str | None, email: str | None, organization: str | None
+) -> list[str]:
+    """User FQNs whose ID (the name segment) is ``user_id``, or else whose email is ``email``.
+
+    ``organization`` limits the search to that organization's users and the
+    global ones. Email is matched case-insensitively and only when given
+    (the caller passes only verified emails).
+    """
+    scope: list[Any] = [resources.c.kind == "User"]
+    if organization is not None:
+        scope.append(resources.c.parent.in_([org_fqn(organization), fqnmod.ROOT]))
+    if user_id:
+        rows = conn.execute(sa.select(resources.c.fqn).where(*scope, resources.c.name == user_id))
+        found = sorted(str(r.fqn) for r in rows)
+        if found:
+            return found
+    if email:
+        needle = f'"email":{json.dumps(email.lower())}'
+        rows = conn.execute(
+            sa.select(resources.c.fqn, resources.c.spec).where(
+                *scope, sa.func.lower(resources.c.spec).contains(needle, autoescape=True)
+            )
+        )
+        return sorted(
+            str(r.fqn)
+            for r in rows
+            if str(json.loads(r.spec).get("email", "")).lower() == email.lower()
+        )
+    return []
