@@ -31,33 +31,36 @@ from pathlib import Path
 
 import grpc
 import jwt
-from envoy.service.auth.v3 import attribute_context_pb2, external_auth_pb2, external_auth_pb2_grpc
+from envoy.service.auth.v3 import external_auth_pb2_grpc
 
 from extauthz.app import make_app
+from extauthz.check_request import (
+    HttpCall,
+    PairError,
+    build_check_request,
+    describe_check_response,
+    parse_pairs,
+)
 from extauthz.config import POLICY_CONTEXT_KEY, ExtAuthzConfig, load_config
 from extauthz.keys import KeyFamily
-from meshplane import control_plane
+from meshplane import cli_args, control_plane
 from meshplane.config_error import ConfigError
-from meshplane.netaddr import parse_listen
-from meshplane.server import ServeOptions, serve
+from meshplane.server import serve
 
 SERVICE = "extauthz"
 DEMO_SECRET = "secret"  # noqa: S105 - the public TSB demo secret, for `token` only
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="extauthz", description="Envoy ext_authz (gRPC Check and HTTP) JWT policy server"
+    parser, sub, srv = cli_args.service_parser(
+        SERVICE,
+        "Envoy ext_authz (gRPC Check and HTTP) JWT policy server",
+        "serve envoy.service.auth.v3.Authorization/Check",
+        config_help="policy YAML file (reloaded on change)",
+        listen_default="0.0.0.0:9191",
+        workers_help="worker processes (SO_REUSEPORT)",
     )
-    sub = parser.add_subparsers(dest="command", required=True)
-    srv = sub.add_parser("serve", help="serve envoy.service.auth.v3.Authorization/Check")
-    srv.add_argument("--config", help="policy YAML file (reloaded on change)")
-    srv.add_argument("--listen", default="0.0.0.0:9191", help="gRPC HOST:PORT")
-    srv.add_argument("--workers", type=int, default=1, help="worker processes (SO_REUSEPORT)")
-    srv.add_argument("--metrics-listen", help="HOST:PORT for Prometheus /metrics")
     srv.add_argument("--http-listen", help="HOST:PORT for Envoy's http_service mode")
-    srv.add_argument("--grace-seconds", type=float, default=5.0, help="drain time on SIGTERM")
-    control_plane.add_arguments(srv)
     chk = sub.add_parser("check", help="validate a policy file, or send one Check to a server")
     target = chk.add_mutually_exclusive_group(required=True)
     target.add_argument("--config", help="validate this policy file and exit")
@@ -126,45 +129,27 @@ def _token(args: argparse.Namespace) -> int:
 
 
 def _send_check(args: argparse.Namespace) -> int:
-    headers = {":method": args.method, ":path": args.path}
-    for item in args.header:
-        name, sep, value = item.partition("=")
-        if not sep:
-            return _fail(f"--header {item!r} is not NAME=VALUE")
-        headers[name.strip().lower()] = value
-    http = attribute_context_pb2.AttributeContext.HttpRequest(
-        method=args.method, path=args.path, protocol="HTTP/1.1", headers=headers
+    try:
+        headers = parse_pairs(args.header, "--header", lower=True)
+    except PairError as exc:
+        return _fail(str(exc))
+    extensions = {POLICY_CONTEXT_KEY: args.policy} if args.policy else {}
+    call = HttpCall(
+        method=args.method, path=args.path, headers=headers, context_extensions=extensions
     )
-    attributes = attribute_context_pb2.AttributeContext(
-        request=attribute_context_pb2.AttributeContext.Request(http=http)
-    )
-    if args.policy:
-        attributes.context_extensions[POLICY_CONTEXT_KEY] = args.policy
-    request = external_auth_pb2.CheckRequest(attributes=attributes)
     with grpc.insecure_channel(args.server) as channel:
         stub = external_auth_pb2_grpc.AuthorizationStub(channel)
         try:
-            response = stub.Check(request, timeout=5)
+            response = stub.Check(build_check_request(call), timeout=5)
         except grpc.RpcError as exc:
             return _fail(f"Check failed: {exc.code().name}")
-    allowed = response.status.code == 0
-    result: dict[str, object] = {"allowed": allowed, "grpc_status": response.status.code}
-    if allowed:
-        ok = response.ok_response
-        result["headers"] = {h.header.key: h.header.value for h in ok.headers}
-        result["headers_to_remove"] = list(ok.headers_to_remove)
-    else:
-        denied = response.denied_response
-        result["http_status"] = denied.status.code
-        result["headers"] = {h.header.key: h.header.value for h in denied.headers}
-        result["body"] = denied.body
+    result = describe_check_response(response)
     print(json.dumps(result, indent=2))
-    return 0 if allowed else 1
+    return 0 if result["allowed"] else 1
 
 
 def _fail(message: str) -> int:
-    print(f"extauthz: error: {message}", file=sys.stderr)
-    return 2
+    return cli_args.fail(SERVICE, message)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -174,10 +159,7 @@ def main(argv: list[str] | None = None) -> int:
             return _token(args)
         if args.command == "check" and args.server:
             return _send_check(args)
-        streamed = control_plane.options_from(args, SERVICE) if args.command == "serve" else None
-        if streamed is not None:
-            # Workers load the last good snapshot; the subscriber keeps it fresh.
-            args.config = str(control_plane.start_subscriber(streamed, SERVICE, load_config))
+        streamed = cli_args.streamed_config(args, SERVICE, load_config)
         config = load_config(Path(args.config))
     except ConfigError as exc:
         return _fail(str(exc))
@@ -185,14 +167,9 @@ def main(argv: list[str] | None = None) -> int:
         summary = {"defaultPolicy": config.default_policy, "policies": sorted(config.policies)}
         print("ok: " + json.dumps(summary))
         return 0
-    try:
-        for listen in (args.listen, args.metrics_listen, args.http_listen):
-            if listen:
-                parse_listen(listen)
-    except ValueError as exc:
-        return _fail(str(exc))
-    if args.workers < 1:
-        return _fail("--workers must be at least 1")
+    problem = cli_args.serve_arguments_error(args, args.http_listen)
+    if problem:
+        return _fail(problem)
     return serve(
         functools.partial(
             make_app,
@@ -201,13 +178,7 @@ def main(argv: list[str] | None = None) -> int:
             str(Path(args.config).absolute() if streamed else Path(args.config).resolve()),
             control_plane.RELOAD_INTERVAL if streamed is not None else 1.0,
         ),
-        ServeOptions(
-            listen=args.listen,
-            workers=args.workers,
-            metrics_listen=args.metrics_listen,
-            http_listen=args.http_listen,
-            grace_seconds=args.grace_seconds,
-        ),
+        cli_args.serve_options(args, http_listen=args.http_listen),
         service=SERVICE,
     )
 

@@ -14,7 +14,8 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from meshplane.config_source import FileSource
 from meshplane.server import ASGIApp, WorkerContext
@@ -24,12 +25,13 @@ from ratelimit.config import RateLimitConfig, load_config
 from ratelimit.grpc_api import SERVICE_NAME, add_to_server
 from ratelimit.redis_url import parse_redis_url, redact
 from ratelimit.service import RateLimitService
-from ratelimit.settings import Settings
+from ratelimit.settings import FailureMode, Settings
 from ratelimit.store import CounterStore, StoreUnavailable
 from ratelimit.store.local_cache import LocalCacheStore
 from ratelimit.store.memory import MemoryStore
 from ratelimit.store.redis import RedisStore
 from ratelimit.store.resp import build_keyed_client
+from ratelimit.store.switches import StoreSwitches, load_switches
 
 log = logging.getLogger(__name__)
 
@@ -45,13 +47,51 @@ class AppOptions:
     probe_interval: float = 0.5
 
 
-def build_store(options: AppOptions) -> tuple[CounterStore, RedisStore | None]:
-    """The store stack for the options: (outermost store, the Redis store if any)."""
-    settings = options.settings
+@dataclass(frozen=True)
+class RateLimitSnapshot:
+    """One loaded config directory: the limits, and the cluster's switches if it has any."""
+
+    config: RateLimitConfig
+    switches: StoreSwitches | None = None
+
+
+def load_snapshot(path: Path) -> RateLimitSnapshot:
+    """The loader of both modes; it also validates what ``--control-plane`` delivers,
+    so a switch that cannot be applied is NACKed before it goes live."""
+    return RateLimitSnapshot(load_config(path), load_switches(path))
+
+
+@dataclass(frozen=True)
+class StoreChoice:
+    """The counter store and failure mode in force, and why."""
+
+    redis_url: str | None = field(repr=False)
+    failure_mode: FailureMode
+    source: str
+
+
+def choose_store(options: AppOptions, switches: StoreSwitches | None) -> StoreChoice:
+    """Local ``--redis-url``/``REDIS_URL`` wins over the cluster's store switch
+    (the operator pinned this instance to a Redis); the cluster's failureMode,
+    when set, wins over the local settings (it is policy, like the limits)."""
+    mode = options.settings.failure_mode
+    if switches is not None and switches.failure_mode is not None:
+        mode = switches.failure_mode
+    if options.redis_url:
+        return StoreChoice(options.redis_url, mode, "--redis-url / REDIS_URL")
+    if switches is not None and switches.store_set:
+        return StoreChoice(switches.redis_url, mode, f"cluster switch {switches.store_source}")
+    return StoreChoice(None, mode, "default (no Redis URL)")
+
+
+def build_store(
+    settings: Settings, redis_url: str | None
+) -> tuple[CounterStore, RedisStore | None]:
+    """The store stack: (outermost store, the Redis store if any); no URL: in memory."""
     redis_store: RedisStore | None = None
     inner: CounterStore
-    if options.redis_url:
-        target = parse_redis_url(options.redis_url)
+    if redis_url:
+        target = parse_redis_url(redis_url)
         client = build_keyed_client(
             target,
             on_flush=metrics.REDIS_ROUND_TRIPS.inc,
@@ -90,34 +130,87 @@ class RateLimitApp:
     def __init__(self, options: AppOptions, *, clock: Callable[[], float] = time.time) -> None:
         self.options = options
         self._clock = clock
-        self.source: FileSource[RateLimitConfig] = FileSource(
+        self.source: FileSource[RateLimitSnapshot] = FileSource(
             options.config_path,
-            load_config,
+            load_snapshot,
             name="ratelimit",
             interval=options.reload_interval,
         )
         self._tasks: list[asyncio.Task[None]] = []
         self.service: RateLimitService | None = None
         self._redis: RedisStore | None = None
+        self._probe_task: asyncio.Task[None] | None = None
+        self._ctx: WorkerContext | None = None
+        self.choice: StoreChoice | None = None
 
     async def start(self, ctx: WorkerContext) -> None:
-        self.source.load_initial()
-        store, self._redis = build_store(self.options)
+        self._ctx = ctx
+        snapshot = self.source.load_initial()
+        self.choice = choose_store(self.options, snapshot.switches)
+        store, self._redis = build_store(self.options.settings, self.choice.redis_url)
+        settings = replace(self.options.settings, failure_mode=self.choice.failure_mode)
         self.service = RateLimitService(
-            lambda: self.source.current, store, self.options.settings, clock=self._clock
+            lambda: self.source.current.config, store, settings, clock=self._clock
         )
         add_to_server(self.service, ctx.server)
+        self.source.add_listener(self._on_snapshot)
         self._tasks.append(asyncio.create_task(self.source.watch()))
-        if self._redis is not None:
-            assert self.options.redis_url is not None
-            log.info("counting in Redis", extra={"redis": redact(self.options.redis_url)})
-            ctx.set_serving(False)
-            self._tasks.append(asyncio.create_task(self._probe(ctx, self._redis)))
+        self._announce(self.choice, snapshot.switches)
+        self._follow_redis()
+
+    def _announce(self, choice: StoreChoice, switches: StoreSwitches | None) -> None:
+        extra = {"source": choice.source, "failure_mode": choice.failure_mode}
+        if choice.redis_url:
+            log.info("counting in Redis", extra={**extra, "redis": redact(choice.redis_url)})
         else:
             log.warning(
                 "no Redis URL: counting in this process's memory; limits are per instance, "
-                "not global across instances"
+                "not global across instances",
+                extra=extra,
             )
+        if self.options.redis_url and switches is not None and switches.store_set:
+            log.warning(
+                "the cluster's counter-store switch is ignored: this instance was given "
+                "--redis-url / REDIS_URL, which wins",
+                extra={"switch": switches.store_source},
+            )
+
+    def _follow_redis(self) -> None:
+        """Readiness follows the Redis store in force (if any)."""
+        assert self._ctx is not None
+        if self._probe_task is not None:
+            self._probe_task.cancel()
+            self._probe_task = None
+        if self._redis is not None:
+            self._ctx.set_serving(False)
+            self._probe_task = asyncio.create_task(self._probe(self._ctx, self._redis))
+        else:
+            self._ctx.set_serving(True)
+
+    def _on_snapshot(self, snapshot: RateLimitSnapshot) -> None:
+        """Called on the loop after every swap: apply a changed store switch."""
+        choice = choose_store(self.options, snapshot.switches)
+        if choice == self.choice:
+            return
+        self._tasks.append(asyncio.create_task(self._swap_store(choice, snapshot.switches)))
+
+    async def _swap_store(self, choice: StoreChoice, switches: StoreSwitches | None) -> None:
+        """New store first, then one swap between requests, then close the old one."""
+        assert self.service is not None
+        previous = self.choice
+        if previous is not None and previous.redis_url == choice.redis_url:
+            self.service.set_failure_mode(choice.failure_mode)  # same store: just the mode
+            self.choice = choice
+            log.info("failure mode changed", extra={"failure_mode": choice.failure_mode})
+            return
+        store, redis = build_store(self.options.settings, choice.redis_url)
+        old = self.service.swap_store(store, choice.failure_mode)
+        self._redis, self.choice = redis, choice
+        self._follow_redis()
+        self._announce(choice, switches)
+        # Requests already waiting on the old store finish within its timeout.
+        await asyncio.sleep(self.options.settings.store_timeout + 0.1)
+        await old.close()
 
     async def _probe(self, ctx: WorkerContext, store: RedisStore) -> None:
         """Readiness follows Redis; a good PING also closes an open breaker."""
@@ -141,6 +234,8 @@ class RateLimitApp:
             await asyncio.sleep(self.options.probe_interval)
 
     async def stop(self) -> None:
+        if self._probe_task is not None:
+            self._tasks.append(self._probe_task)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

@@ -19,11 +19,10 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from meshplane import control_plane
+from meshplane import cli_args, control_plane
 from meshplane.config_error import ConfigError
-from meshplane.netaddr import parse_listen
-from meshplane.server import ServeOptions, serve
-from ratelimit.app import AppOptions, build_app
+from meshplane.server import serve
+from ratelimit.app import AppOptions, build_app, load_snapshot
 from ratelimit.config import load_config
 from ratelimit.redis_url import RedisUrlError, parse_redis_url
 from ratelimit.settings import FAILURE_MODES, Settings, load_settings
@@ -32,23 +31,20 @@ SERVICE = "ratelimit"
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="ratelimit", description="Envoy global rate-limit service"
+    parser, sub, srv = cli_args.service_parser(
+        SERVICE,
+        "Envoy global rate-limit service",
+        "serve envoy.service.ratelimit.v3.RateLimitService",
+        config_help="YAML file or directory of YAML files",
+        listen_default="0.0.0.0:8081",
+        workers_help="worker processes (needs Redis if >1)",
     )
-    sub = parser.add_subparsers(dest="command", required=True)
-    srv = sub.add_parser("serve", help="serve envoy.service.ratelimit.v3.RateLimitService")
-    srv.add_argument("--config", help="YAML file or directory of YAML files")
-    srv.add_argument("--listen", default="0.0.0.0:8081", help="gRPC HOST:PORT")
-    srv.add_argument("--workers", type=int, default=1, help="worker processes (needs Redis if >1)")
     srv.add_argument("--redis-url", help="Redis URL (else $REDIS_URL, else --redis-url-file)")
     srv.add_argument("--redis-url-file", help="file holding the Redis URL (else $REDIS_URL_FILE)")
-    srv.add_argument("--metrics-listen", help="HOST:PORT for Prometheus /metrics")
     srv.add_argument("--settings", help="service settings YAML (failureMode, headers, ...)")
     srv.add_argument("--failure-mode", choices=FAILURE_MODES, help="when Redis cannot answer")
     srv.add_argument("--store-timeout-ms", type=float, help="how long a decision waits for Redis")
     srv.add_argument("--no-headers", action="store_true", help="do not add x-ratelimit-* headers")
-    srv.add_argument("--grace-seconds", type=float, default=5.0, help="drain time on SIGTERM")
-    control_plane.add_arguments(srv)
     chk = sub.add_parser("check", help="validate a config (and settings) and exit")
     chk.add_argument("--config", required=True)
     chk.add_argument("--settings")
@@ -86,18 +82,15 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _fail(message: str) -> int:
-    print(f"ratelimit: error: {message}", file=sys.stderr)
-    return 2
+    return cli_args.fail(SERVICE, message)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         settings = _settings(args)
-        streamed = control_plane.options_from(args, SERVICE) if args.command == "serve" else None
-        if streamed is not None:
-            # Workers load the last good snapshot; the subscriber keeps it fresh.
-            args.config = str(control_plane.start_subscriber(streamed, SERVICE, load_config))
+        # load_snapshot also validates the cluster switches: a bad one is NACKed.
+        streamed = cli_args.streamed_config(args, SERVICE, load_snapshot)
         config = load_config(Path(args.config))
     except ConfigError as exc:
         return _fail(str(exc))
@@ -108,13 +101,11 @@ def main(argv: list[str] | None = None) -> int:
         redis_url = resolve_redis_url(args.redis_url, args.redis_url_file)
         if redis_url:
             parse_redis_url(redis_url)
-        parse_listen(args.listen)
-        if args.metrics_listen:
-            parse_listen(args.metrics_listen)
-    except (ConfigError, RedisUrlError, ValueError) as exc:
+    except (ConfigError, RedisUrlError) as exc:
         return _fail(str(exc))
-    if args.workers < 1:
-        return _fail("--workers must be at least 1")
+    problem = cli_args.serve_arguments_error(args)
+    if problem:
+        return _fail(problem)
     if args.workers > 1 and not redis_url:
         return _fail(
             "--workers > 1 needs Redis: in-memory counters are per process, so N workers "
@@ -125,12 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         options = replace(options, reload_interval=control_plane.RELOAD_INTERVAL)
     return serve(
         functools.partial(build_app, options),
-        ServeOptions(
-            listen=args.listen,
-            workers=args.workers,
-            metrics_listen=args.metrics_listen,
-            grace_seconds=args.grace_seconds,
-        ),
+        cli_args.serve_options(args),
         service=SERVICE,
     )
 

@@ -13,6 +13,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from envoy.service.ratelimit.v3 import rls_pb2
 
@@ -20,7 +21,7 @@ from ratelimit import metrics
 from ratelimit.config import RateLimitConfig
 from ratelimit.plan import InvalidRequest, Plan, plan_request
 from ratelimit.response import build_response, failure_response
-from ratelimit.settings import Settings
+from ratelimit.settings import FailureMode, Settings
 from ratelimit.store import CounterStore, Outcome, StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,17 @@ class RateLimitService:
     @property
     def store(self) -> CounterStore:
         return self._store
+
+    def swap_store(self, store: CounterStore, failure_mode: FailureMode) -> CounterStore:
+        """Make ``store`` (and ``failure_mode``) live for the next request; return
+        the old store, which the caller closes once in-flight requests are done.
+        Both assignments happen between two awaits, so no request sees a mix."""
+        old, self._store = self._store, store
+        self.set_failure_mode(failure_mode)
+        return old
+
+    def set_failure_mode(self, failure_mode: FailureMode) -> None:
+        self._settings = replace(self._settings, failure_mode=failure_mode)
 
     async def decide(self, request: rls_pb2.RateLimitRequest) -> rls_pb2.RateLimitResponse:
         """Answer one request. Raises InvalidRequest or StoreUnavailable."""

@@ -15,12 +15,16 @@ exactly the depth of the descriptor Envoy sends.
 - Per rule R and selector entry M: ``rule-R-match-M``: Exact/RegularExpression
   headers use ``header_value_match`` (key = value), Distinct headers use
   ``request_headers`` (key only: one counter per value); ``sourceCIDR`` uses
-  ``masked_remote_address`` = CIDR, and Distinct adds ``remote_address``.
+  Envoy's ``masked_remote_address`` action with the CIDR's prefix length, so
+  a client inside the range sends ``masked_remote_address`` = the CIDR, the
+  node's value (a client outside sends another network, which matches
+  nothing); Distinct adds ``remote_address``.
   A rule without selectors uses ``generic_key`` ``rule-R-match--1``.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,24 +96,13 @@ def _rule_entries(index: int, rule: RateLimitRule) -> list[_Entry]:
             )
         cidr = selector.source_cidr
         if cidr is not None:
-            network, _, prefix_len = cidr.value.partition("/")
-            masked_value = f"invert:{cidr.value}" if cidr.invert else cidr.value
+            network = ipaddress.ip_network(cidr.value)
+            mask_field = "v4PrefixMaskLen" if network.version == 4 else "v6PrefixMaskLen"
             entries.append(
                 _Entry(
                     "masked_remote_address",
-                    masked_value,
-                    {
-                        "remoteAddressMatch": {
-                            "descriptorKey": "masked_remote_address",
-                            "descriptorValue": masked_value,
-                            "addressMatcher": {
-                                "ranges": [
-                                    {"addressPrefix": network, "prefixLen": int(prefix_len)}
-                                ],
-                                "invertMatch": cidr.invert,
-                            },
-                        }
-                    },
+                    cidr.value,
+                    {"maskedRemoteAddress": {mask_field: network.prefixlen}},
                 )
             )
             if cidr.type is SourceMatchType.DISTINCT:

@@ -99,9 +99,12 @@ class SourceMatch(_Model):
             raise ValueError(f"not a CIDR: {v!r}") from exc
 
     @model_validator(mode="after")
-    def _distinct_not_inverted(self) -> SourceMatch:
-        if self.type is SourceMatchType.DISTINCT and self.invert:
-            raise ValueError("invert is not supported when type is Distinct")
+    def _not_inverted(self) -> SourceMatch:
+        # Envoy's masked_remote_address action (what the route renders) cannot
+        # express "outside this range"; accepting invert would store a rule
+        # that never matches.
+        if self.invert:
+            raise ValueError("invert is not supported for sourceCIDR")
         return self
 
 

@@ -75,6 +75,24 @@ class DistributionServicer(pb_grpc.PolicyDistributionServicer):
         self._clock = clock
         self._heartbeat = heartbeat
         self._nonces = itertools.count(1)
+        # (kind, org, cluster) → (feed revision when the build started, the build).
+        self._builds: dict[tuple[str, str, str], tuple[int, asyncio.Future[Compiled]]] = {}
+
+    async def _shared_build(self, node: NodeIdentity, revision: int) -> Compiled:
+        """Build once per cluster and revision, however many streams wake for it.
+
+        A write wakes every stream of the cluster at once; they all need the
+        same snapshot. A build started when the feed was at ``revision`` or
+        later has seen every write up to ``revision`` (the feed only moves
+        after a commit), so a stream may join it; an older one it may not.
+        """
+        key = (node.kind, node.organization, node.cluster)
+        entry = self._builds.get(key)
+        if entry is None or entry[0] < revision or (entry[1].done() and entry[1].exception()):
+            started = self._feed.revision
+            future = asyncio.ensure_future(self._build(node))
+            entry = self._builds[key] = (started, future)
+        return await asyncio.shield(entry[1])
 
     async def _admit(
         self,
@@ -122,7 +140,7 @@ class DistributionServicer(pb_grpc.PolicyDistributionServicer):
         try:
             while True:
                 revision = self._feed.revision
-                compiled = await self._build(node)
+                compiled = await self._shared_build(node, revision)
                 if compiled.version != last_version:
                     nonce = str(next(self._nonces))
                     sent[nonce] = compiled.version

@@ -5,7 +5,9 @@ its own cluster:
 
 - ratelimit: every BackendTrafficPolicy under
   ``organizations/{org}/clusters/{cluster}``, compiled to envoyproxy/ratelimit
-  YAML (one file per policy, see :mod:`mgmt_api.compiler.ratelimit`);
+  YAML (one file per policy, see :mod:`mgmt_api.compiler.ratelimit`), plus
+  the cluster's ``rateLimit`` switches as ``cluster-switches.json`` when it
+  sets any (applied by :mod:`ratelimit.store.switches`);
 - extauthz: one ``extauthz.yaml`` with ``defaultPolicy: deny`` and the
   ExtAuthzPolicies of every security group of the organization whose
   namespace selector (or, if it has none, its workspace's) reaches the
@@ -24,6 +26,7 @@ also serves REST keeps answering.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -40,6 +43,7 @@ from mgmt_api.service.authn import service_account_ttl
 from mgmt_api.service.resources import CLUSTER_AGENT_SA
 from mgmt_api.store import repo
 from mgmt_api.store.engine import read_tx
+from ratelimit.store.switches import SWITCHES_FILE
 
 _PAGE = 500
 
@@ -94,6 +98,19 @@ def extauthz_policies(
     return out
 
 
+def cluster_switches(conn: Connection, organization: str, cluster: str) -> bytes | None:
+    """The cluster's ``rateLimit`` switches for its ratelimit instances, if it sets any.
+
+    Only references travel (``urlRef``); a ``url`` cannot carry a password
+    (the API refuses it), so no secret is ever in a snapshot.
+    """
+    res = repo.get(conn, cluster_fqn(organization, cluster))
+    rate_limit = res.spec.get("rateLimit") if res is not None else None
+    if not rate_limit:
+        return None
+    return json.dumps({"rateLimit": rate_limit}, sort_keys=True).encode()
+
+
 class StoreBackend:
     """Builds snapshots from, and checks subscriber credentials against, the store."""
 
@@ -105,7 +122,11 @@ class StoreBackend:
         with read_tx(self._engine) as conn:
             if node.kind == "ratelimit":
                 policies = traffic_policies(conn, node.organization, node.cluster)
-                return Compiled(render_rls_files(node.cluster, policies))
+                files = render_rls_files(node.cluster, policies)
+                switches = cluster_switches(conn, node.organization, node.cluster)
+                if switches is not None:
+                    files[SWITCHES_FILE] = switches
+                return Compiled(files)
             if node.kind == "extauthz":
                 table = extauthz_policies(conn, node.organization, node.cluster)
                 return Compiled({extauthz_compiler.FILE_NAME: extauthz_compiler.render_file(table)})

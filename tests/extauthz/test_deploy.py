@@ -5,27 +5,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-from envoy.config.bootstrap.v3 import bootstrap_pb2
-
-# Imported for their side effect: registering the typed_config message types
-# so that json_format can resolve every "@type" Any in the file.
 from envoy.extensions.filters.http.ext_authz.v3 import ext_authz_pb2
-from envoy.extensions.filters.http.router.v3 import router_pb2  # noqa: F401
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
-from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2  # noqa: F401
-from google.protobuf import json_format
 
 from extauthz.config import POLICY_CONTEXT_KEY, load_config
+from tests.support.envoy_protos import parse_bootstrap
 
 ROOT = Path(__file__).parents[2]
 
 
 def load_bootstrap() -> Any:
-    doc = yaml.safe_load((ROOT / "deploy" / "envoy" / "extauthz.yaml").read_text())
-    return json_format.ParseDict(doc, bootstrap_pb2.Bootstrap())
+    return parse_bootstrap(ROOT / "deploy" / "envoy" / "extauthz.yaml")
 
 
 def test_bootstrap_wires_ext_authz_with_policy_context_extensions() -> None:

@@ -1,0 +1,1 @@
+"""The demo platform behind ``scripts/run``: a seeder and a process orchestrator."""

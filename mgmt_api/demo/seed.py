@@ -1,0 +1,218 @@
+"""Seed a demo organization, cluster and policies through the REST API.
+
+Data-driven and idempotent, so ``scripts/run`` (and a compose seed step) can
+run it on every start: :func:`demo_plan` describes the objects, :func:`seed`
+makes the server match them (create what is missing, update what differs,
+leave the rest alone) and writes the cluster's service-account key for the
+services' ``--credentials``. Everything goes through the public REST API,
+as an admin would, so the demo exercises the same validation and
+distribution paths as production writes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from mgmt_api.compiler.extauthz import policy_name
+from mgmt_api.compiler.ratelimit import domain_of, route_rate_limits
+from mgmt_api.compiler.traffic_policy import BackendTrafficPolicy
+
+# A demo secret, printed in the README's commands: never reuse it.
+DEMO_HMAC_SECRET = "meshplane-demo-hmac-secret-do-not-use"  # noqa: S105
+
+
+class SeedError(RuntimeError):
+    """The server refused a seed write (the message carries its answer)."""
+
+
+@dataclass(frozen=True)
+class Resource:
+    """One REST object: POSTed to ``collection`` as ``{name, <field>: spec}``."""
+
+    collection: str  # e.g. /v2/organizations/demo/clusters
+    name: str
+    field: str  # the body field of the kind, e.g. "backendTrafficPolicy"
+    spec: Mapping[str, Any]
+    update: bool = True  # PUT the spec again when the stored one differs
+
+    @property
+    def path(self) -> str:
+        return f"{self.collection}/{self.name}"
+
+
+@dataclass(frozen=True)
+class DemoPlan:
+    """What the demo consists of, and what the printed commands need to know."""
+
+    organization: str
+    cluster: str
+    resources: tuple[Resource, ...]
+    hmac_secret: str
+    extauthz_policy: str  # the ``meshplane.policy`` context extension value
+    rate_limit_domain: str
+    rate_limit_descriptors: tuple[tuple[tuple[str, str], ...], ...]
+    limit: str  # e.g. "3/Minute"
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def cluster_path(self) -> str:
+        return f"/v2/organizations/{self.organization}/clusters/{self.cluster}"
+
+
+def _envoy_descriptors(
+    cluster: str, policy: BackendTrafficPolicy
+) -> tuple[tuple[tuple[str, str], ...], ...]:
+    """The descriptors Envoy sends for the policy's route when no header
+    selector applies: the generic-key actions of :func:`route_rate_limits`."""
+    out = []
+    for rate_limit in route_rate_limits(cluster, policy)["rateLimits"]:
+        entries = []
+        for action in rate_limit["actions"]:
+            generic = action.get("genericKey")
+            if generic is None:
+                raise ValueError("the demo descriptor only covers generic-key actions")
+            entries.append((generic["descriptorKey"], generic["descriptorValue"]))
+        out.append(tuple(entries))
+    return tuple(out)
+
+
+def demo_plan(
+    *,
+    organization: str = "demo",
+    cluster: str = "demo",
+    extauthz_uri: str = "grpc://127.0.0.1:9191",
+    requests: int = 3,
+    unit: str = "Minute",
+    hmac_secret: str = DEMO_HMAC_SECRET,
+    cluster_rate_limit: Mapping[str, Any] | None = None,
+) -> DemoPlan:
+    """The demo: a cluster with a ``requests``/``unit`` limit on route ``web``,
+    and a JWT policy (HS256 ``hmac_secret``, path claim) selected by a
+    SecuritySetting whose ext_authz server is ``extauthz_uri``."""
+    org = f"/v2/organizations/{organization}"
+    workspace = f"{org}/tenants/demo/workspaces/demo"
+    group = f"{workspace}/securitygroups/web"
+    traffic = {
+        "targetRef": {"kind": "HTTPRoute", "name": "web"},
+        "rateLimit": {
+            "type": "Global",
+            "global": {"rules": [{"limit": {"requests": requests, "unit": unit}}]},
+        },
+    }
+    policy = BackendTrafficPolicy.model_validate(
+        {
+            "apiVersion": "gateway.envoyproxy.io/v1alpha1",
+            "kind": "BackendTrafficPolicy",
+            "metadata": {"namespace": "default", "name": "web-limit"},
+            "spec": traffic,
+        }
+    )
+    cluster_spec = {"rateLimit": dict(cluster_rate_limit or {"redis": {"disabled": True}})}
+    jwt_policy = {
+        "jwt": {"algorithms": ["HS256"], "keys": [{"hmacSecret": {"value": hmac_secret}}]},
+        "pathClaim": {"name": "path", "match": "PREFIX"},
+    }
+    setting = {
+        "authorization": {
+            "mode": "CUSTOM",
+            "http": {"external": {"uri": extauthz_uri, "policy": "jwt"}},
+        }
+    }
+    resources = (
+        Resource("/v2/organizations", organization, "organization", {}, update=False),
+        Resource(f"{org}/clusters", cluster, "cluster", cluster_spec),
+        Resource(
+            f"{org}/clusters/{cluster}/backendtrafficpolicies",
+            "default.web-limit",
+            "backendTrafficPolicy",
+            {"spec": traffic},
+        ),
+        Resource(f"{org}/tenants", "demo", "tenant", {}, update=False),
+        Resource(
+            f"{org}/tenants/demo/workspaces",
+            "demo",
+            "workspace",
+            {"namespaceSelector": {"names": [f"{cluster}/*"]}},
+        ),
+        Resource(f"{workspace}/securitygroups", "web", "securityGroup", {"configMode": "BRIDGED"}),
+        Resource(f"{group}/extauthzpolicies", "jwt", "extAuthzPolicy", jwt_policy),
+        Resource(f"{group}/settings", "default", "securitySetting", setting),
+    )
+    return DemoPlan(
+        organization=organization,
+        cluster=cluster,
+        resources=resources,
+        hmac_secret=hmac_secret,
+        extauthz_policy=policy_name(group.removeprefix("/v2/"), "jwt"),
+        rate_limit_domain=domain_of(cluster, policy),
+        rate_limit_descriptors=_envoy_descriptors(cluster, policy),
+        limit=f"{requests}/{unit}",
+    )
+
+
+def _differs(stored: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
+    return any(stored.get(key) != value for key, value in wanted.items())
+
+
+def _check(response: httpx.Response, what: str) -> Any:
+    if response.status_code != 200:
+        raise SeedError(f"{what}: HTTP {response.status_code}: {response.text[:500]}")
+    return response.json()
+
+
+def apply_resource(client: httpx.Client, resource: Resource) -> tuple[str, Any]:
+    """Create or update one object; return (``created``/``updated``/``unchanged``, body)."""
+    found = client.get(resource.path)
+    if found.status_code == 404:
+        body = {"name": resource.name, resource.field: dict(resource.spec)}
+        return "created", _check(client.post(resource.collection, json=body), resource.path)
+    stored = _check(found, resource.path)
+    if not resource.update or not _differs(stored, resource.spec):
+        return "unchanged", stored
+    body = {**resource.spec, "etag": stored["etag"]}
+    return "updated", _check(client.put(resource.path, json=body), resource.path)
+
+
+def _write_secret(path: Path, doc: Mapping[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump(doc, handle)
+
+
+def _cluster_key(body: Any) -> Mapping[str, Any]:
+    try:
+        secret = body["installTemplate"]["helm"]["secrets"]["clusterServiceAccount"]
+    except (KeyError, TypeError):
+        raise SeedError("the cluster came back without its install template") from None
+    if not isinstance(secret, Mapping):
+        raise SeedError("the install template has no clusterServiceAccount")
+    return secret
+
+
+def seed(client: httpx.Client, plan: DemoPlan, credentials: Path) -> dict[str, str]:
+    """Make the server hold ``plan``; write the cluster key to ``credentials``.
+
+    The key is written when the cluster is created, or fetched again (a new
+    key) when the file is missing, so a re-run with the same state directory
+    changes nothing and one with a fresh directory still gets a key.
+    Returns each object's path → what was done.
+    """
+    report: dict[str, str] = {}
+    for resource in plan.resources:
+        action, body = apply_resource(client, resource)
+        report[resource.path] = action
+        if resource.field == "cluster" and resource.name == plan.cluster:
+            if action == "created":
+                _write_secret(credentials, _cluster_key(body))
+            elif not credentials.exists():
+                fresh = client.get(resource.path, params={"includeInstallTemplate": "true"})
+                _write_secret(credentials, _cluster_key(_check(fresh, resource.path)))
+    return report

@@ -1,0 +1,413 @@
+"""``GET .../clusters/{cluster}/envoyconfig``: the gateway's half of the cluster's policies.
+
+Every rendered piece is parsed into Envoy's own protos (unknown fields
+rejected, ``@type`` resolved), assembled into a bootstrap, and the route
+actions are run as Envoy would run them against the descriptors the
+ratelimit service loads for the same policies.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from envoy.config.cluster.v3 import cluster_pb2
+from envoy.config.route.v3 import route_components_pb2
+from envoy.extensions.filters.http.ext_authz.v3 import ext_authz_pb2
+from envoy.extensions.filters.http.ratelimit.v3 import rate_limit_pb2
+from envoy.extensions.filters.network.http_connection_manager.v3 import (
+    http_connection_manager_pb2 as hcm_pb2,
+)
+
+from extauthz.config import POLICY_CONTEXT_KEY
+from mgmt_api.compiler import envoy_config
+from mgmt_api.compiler.ratelimit import render_rls_files
+from mgmt_api.compiler.traffic_policy import BackendTrafficPolicy
+from ratelimit.config import load_config
+from ratelimit.matching import match_descriptor
+from tests.mgmt_api.harness import MgmtServer, err, ok, unique
+from tests.mgmt_api.rbac_helpers import grant
+from tests.support.envoy_protos import (
+    descriptors_for,
+    listener_hcm,
+    parse,
+    parse_bootstrap,
+    parse_typed,
+    unpack,
+)
+
+RULES: list[dict[str, Any]] = [
+    {  # 0: alice of an org that is not a test org
+        "clientSelectors": [
+            {
+                "headers": [
+                    {"name": "x-user-id", "value": "alice"},
+                    {
+                        "name": "x-org",
+                        "type": "RegularExpression",
+                        "value": "test.*",
+                        "invert": True,
+                    },
+                ]
+            }
+        ],
+        "limit": {"requests": 3, "unit": "Minute"},
+    },
+    {  # 1: per tenant, each request costs 2
+        "clientSelectors": [{"headers": [{"name": "x-tenant", "type": "Distinct"}]}],
+        "limit": {"requests": 10, "unit": "Hour"},
+        "cost": {"request": 2},
+    },
+    {  # 2: the 10/8 network as a whole
+        "clientSelectors": [{"sourceCIDR": {"value": "10.0.0.0/8"}}],
+        "limit": {"requests": 5, "unit": "Second"},
+    },
+    {  # 3: each client of 192.168/16 on its own
+        "clientSelectors": [{"sourceCIDR": {"type": "Distinct", "value": "192.168.0.0/16"}}],
+        "limit": {"requests": 1, "unit": "Minute"},
+    },
+    {"limit": {"requests": 100, "unit": "Day"}, "shadowMode": True},  # 4: everyone
+]
+
+TRAFFIC_POLICY: dict[str, Any] = {
+    "apiVersion": "gateway.envoyproxy.io/v1alpha1",
+    "kind": "BackendTrafficPolicy",
+    "spec": {
+        "targetRef": {"kind": "HTTPRoute", "name": "web"},
+        "rateLimit": {"type": "Global", "global": {"rules": RULES}},
+    },
+}
+
+EXTAUTHZ_POLICY = {
+    "jwt": {"algorithms": ["HS256"], "keys": [{"hmacSecret": {"value": "a-long-test-secret"}}]},
+    "pathClaim": {"name": "path", "match": "PREFIX"},
+}
+
+
+def _group(admin: httpx.Client, org: str, workspace: str, group: str, names: list[str]) -> str:
+    base = f"/v2/organizations/{org}/tenants/t"
+    ok(
+        admin.post(
+            f"{base}/workspaces",
+            json={"name": workspace, "workspace": {"namespaceSelector": {"names": names}}},
+        )
+    )
+    path = f"{base}/workspaces/{workspace}/securitygroups/{group}"
+    ok(
+        admin.post(
+            f"{base}/workspaces/{workspace}/securitygroups",
+            json={"name": group, "securityGroup": {"configMode": "BRIDGED"}},
+        )
+    )
+    return path
+
+
+def _setting(admin: httpx.Client, group: str, uri: str, policy: str) -> None:
+    external = {"uri": uri, "policy": policy}
+    body = {"authorization": {"mode": "CUSTOM", "http": {"external": external}}}
+    ok(admin.post(f"{group}/settings", json={"name": "authz", "securitySetting": body}))
+    ok(
+        admin.post(
+            f"{group}/extauthzpolicies", json={"name": policy, "extAuthzPolicy": EXTAUTHZ_POLICY}
+        )
+    )
+
+
+@pytest.fixture
+def cluster(admin: httpx.Client, org: str) -> str:
+    """Cluster ``east`` (failing closed) with one traffic policy and one ext_authz
+    setting; a second group only selects cluster ``west``."""
+    base = f"/v2/organizations/{org}"
+    ok(
+        admin.post(
+            f"{base}/clusters",
+            json={"name": "east", "cluster": {"rateLimit": {"failureMode": "deny"}}},
+        )
+    )
+    ok(
+        admin.post(
+            f"{base}/clusters/east/backendtrafficpolicies",
+            json={"name": "shop.web-limits", "backendTrafficPolicy": TRAFFIC_POLICY},
+        )
+    )
+    ok(admin.post(f"{base}/tenants", json={"name": "t", "tenant": {}}))
+    _setting(admin, _group(admin, org, "w", "g", ["east/shop"]), "grpc://authz.east:9191", "jwt")
+    _setting(admin, _group(admin, org, "w2", "g2", ["west/*"]), "grpc://authz.west:9191", "jwt")
+    return f"{base}/clusters/east"
+
+
+def _compiled_domain(cluster: str) -> Any:
+    """The domain the ratelimit service loads for TRAFFIC_POLICY, via its own loader."""
+    doc = {**TRAFFIC_POLICY, "metadata": {"namespace": "shop", "name": "web-limits"}}
+    policy = BackendTrafficPolicy.model_validate(doc)
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, content in render_rls_files(cluster, [policy]).items():
+            (Path(tmp) / name).write_bytes(content)
+        return load_config(Path(tmp)).domains[f"{cluster}/shop/web-limits"]
+
+
+def _bootstrap(config: dict[str, Any]) -> dict[str, Any]:
+    """A gateway bootstrap assembled from the rendered pieces, as an operator would."""
+    routes = [
+        {
+            "name": entry["name"],
+            "match": {"prefix": f"/{i}"},
+            "route": {"cluster": "upstream"},
+            "typedPerFilterConfig": entry["typedPerFilterConfig"],
+        }
+        for i, entry in enumerate(config["routes"])
+    ]
+    router = {
+        "name": "envoy.filters.http.router",
+        "typedConfig": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
+        },
+    }
+    hcm = {
+        "@type": "type.googleapis.com/envoy.extensions.filters.network."
+        "http_connection_manager.v3.HttpConnectionManager",
+        "statPrefix": "gateway",
+        "routeConfig": {"virtualHosts": [{"name": "all", "domains": ["*"], "routes": routes}]},
+        "httpFilters": [*config["httpFilters"], router],
+    }
+    listener = {
+        "name": "gateway",
+        "address": {"socketAddress": {"address": "0.0.0.0", "portValue": 8080}},
+        "filterChains": [
+            {
+                "filters": [
+                    {"name": "envoy.filters.network.http_connection_manager", "typedConfig": hcm}
+                ]
+            }
+        ],
+    }
+    upstream = {"name": "upstream", "type": "STRICT_DNS", "connectTimeout": "1s"}
+    return {
+        "staticResources": {"listeners": [listener], "clusters": [*config["clusters"], upstream]}
+    }
+
+
+def test_filters_routes_and_clusters_parse_into_envoys_protos(
+    admin: httpx.Client, cluster: str
+) -> None:
+    config = ok(admin.get(f"{cluster}/envoyconfig"))
+    assert config["cluster"] == cluster.removeprefix("/v2/")
+    assert config["warnings"] == []
+    for piece in config["httpFilters"]:
+        parse(piece, hcm_pb2.HttpFilter())
+    for piece in config["clusters"]:
+        parse(piece, cluster_pb2.Cluster())
+    hcm = listener_hcm(parse_bootstrap(_bootstrap(config)))
+    assert [f.name for f in hcm.http_filters] == [
+        "envoy.filters.http.ext_authz",
+        "envoy.filters.http.ratelimit",
+        "envoy.filters.http.router",
+    ]
+    assert len(hcm.route_config.virtual_hosts[0].routes) == 2
+
+
+def test_ext_authz_filter_calls_the_settings_server_and_routes_select_its_policy(
+    admin: httpx.Client, cluster: str
+) -> None:
+    config = ok(admin.get(f"{cluster}/envoyconfig"))
+    ext = parse_typed(config["httpFilters"][0]["typedConfig"], ext_authz_pb2.ExtAuthz())
+    assert not ext.failure_mode_allow
+    assert ext.status_on_error.code == 503
+    clusters = {c["name"]: parse(c, cluster_pb2.Cluster()) for c in config["clusters"]}
+    upstream = clusters[ext.grpc_service.envoy_grpc.cluster_name]
+    address = upstream.load_assignment.endpoints[0].lb_endpoints[0].endpoint.address
+    assert (address.socket_address.address, address.socket_address.port_value) == (
+        "authz.east",
+        9191,
+    )
+    assert "envoy.extensions.upstreams.http.v3.HttpProtocolOptions" in (
+        upstream.typed_extension_protocol_options
+    )
+    (route,) = [r for r in config["routes"] if "workloads" in r]
+    org = cluster.split("/")[3]
+    group = f"organizations/{org}/tenants/t/workspaces/w/securitygroups/g"
+    assert route["workloads"] == {"securityGroup": group, "namespaces": ["shop"]}
+    assert route["setting"] == f"{group}/settings/authz"
+    per_route = parse_typed(
+        route["typedPerFilterConfig"]["envoy.filters.http.ext_authz"],
+        ext_authz_pb2.ExtAuthzPerRoute(),
+    )
+    # The name under which the cluster's ext_authz file publishes the policy.
+    assert dict(per_route.check_settings.context_extensions) == {POLICY_CONTEXT_KEY: "w.g.jwt"}
+
+
+def test_ratelimit_filter_follows_the_cluster_failure_mode_and_service_headers(
+    admin: httpx.Client, cluster: str
+) -> None:
+    config = ok(admin.get(f"{cluster}/envoyconfig", params={"rateLimitService": "grpc://rl:7000"}))
+    (piece,) = [f for f in config["httpFilters"] if f["name"] == "envoy.filters.http.ratelimit"]
+    rl = parse_typed(piece["typedConfig"], rate_limit_pb2.RateLimit())
+    assert rl.failure_mode_deny  # the cluster's rateLimit.failureMode is deny
+    # The ratelimit service adds x-ratelimit-* itself; Envoy must not add them again.
+    assert rl.enable_x_ratelimit_headers == rate_limit_pb2.RateLimit.OFF
+    assert rl.rate_limit_service.grpc_service.envoy_grpc.cluster_name == "ratelimit"
+    (service,) = [c for c in config["clusters"] if c["name"] == "ratelimit"]
+    address = parse(service, cluster_pb2.Cluster()).load_assignment.endpoints[0]
+    socket = address.lb_endpoints[0].endpoint.address.socket_address
+    assert (socket.address, socket.port_value) == ("rl", 7000)
+    base = cluster.rsplit("/", 1)[0]
+    ok(admin.post(base, json={"name": "open", "cluster": {}}))
+    ok(
+        admin.post(
+            f"{base}/open/backendtrafficpolicies",
+            json={"name": "shop.web-limits", "backendTrafficPolicy": TRAFFIC_POLICY},
+        )
+    )
+    open_config = ok(admin.get(f"{base}/open/envoyconfig"))
+    (piece,) = [
+        f for f in open_config["httpFilters"] if f["name"] == "envoy.filters.http.ratelimit"
+    ]
+    assert not parse_typed(piece["typedConfig"], rate_limit_pb2.RateLimit()).failure_mode_deny
+    assert not [r for r in open_config["routes"] if "workloads" in r]  # no group selects it
+
+
+def test_route_actions_send_the_descriptors_the_ratelimit_service_limits(
+    admin: httpx.Client, cluster: str
+) -> None:
+    config = ok(admin.get(f"{cluster}/envoyconfig"))
+    (route,) = [r for r in config["routes"] if "targetRef" in r]
+    assert route["targetRef"] == {"kind": "HTTPRoute", "namespace": "shop", "name": "web"}
+    assert (
+        route["policy"] == f"{cluster.removeprefix('/v2/')}/backendtrafficpolicies/shop.web-limits"
+    )
+    per_route = parse_typed(
+        route["typedPerFilterConfig"]["envoy.filters.http.ratelimit"],
+        rate_limit_pb2.RateLimitPerRoute(),
+    )
+    assert per_route.domain == "east/shop/web-limits"
+    assert [r.hits_addend.number.value for r in per_route.rate_limits] == [0, 2, 0, 0, 0]
+    domain = _compiled_domain("east")
+
+    def limits(headers: dict[str, str], client: str) -> list[tuple[int, bool] | None]:
+        out: list[tuple[int, bool] | None] = []
+        for entries in descriptors_for(per_route.rate_limits, headers, client):
+            match = match_descriptor(domain, entries)
+            out.append(
+                None if match is None else (match.limit.requests_per_unit, match.limit.shadow_mode)
+            )
+        return out
+
+    alice = {"x-user-id": "alice", "x-org": "acme"}
+    # rules 0, 2 and 4 apply; rule 3's descriptor is sent but names 10.1.0.0/16, no limit
+    assert limits(alice, "10.1.2.3") == [(3, False), (5, False), None, (100, True)]
+    # an inverted header match that matches produces no descriptor for rule 0
+    assert limits({"x-user-id": "alice", "x-org": "test-1"}, "172.16.0.1") == [
+        None,
+        None,
+        (100, True),
+    ]
+    assert limits({"x-tenant": "t1"}, "192.168.4.5") == [(10, False), None, (1, False), (100, True)]
+
+
+def test_yaml_format_is_the_same_document(admin: httpx.Client, cluster: str) -> None:
+    as_json = ok(admin.get(f"{cluster}/envoyconfig"))
+    response = admin.get(f"{cluster}/envoyconfig", params={"format": "yaml"})
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("application/yaml")
+    assert yaml.safe_load(response.text) == as_json
+
+
+def test_needs_read_on_the_cluster(
+    server: MgmtServer, admin: httpx.Client, org: str, make_user: Callable[..., httpx.Client]
+) -> None:
+    base = f"/v2/organizations/{org}/clusters"
+    ok(admin.post(base, json={"name": "c1", "cluster": {}}))
+    with server.client() as anonymous:
+        err(anonymous.get(f"{base}/c1/envoyconfig"), 401)
+    name = unique("u")
+    with make_user(org, name) as user:
+        err(user.get(f"{base}/c1/envoyconfig"), 403)
+        grant(
+            admin,
+            f"organizations/{org}/clusters/c1",
+            "rbac/reader",
+            {"user": f"organizations/{org}/users/{name}"},
+        )
+        assert ok(user.get(f"{base}/c1/envoyconfig"))["httpFilters"] == []
+
+
+def test_missing_cluster_and_bad_service_address(admin: httpx.Client, org: str) -> None:
+    base = f"/v2/organizations/{org}/clusters"
+    err(admin.get(f"{base}/nope/envoyconfig"), 404)
+    ok(admin.post(base, json={"name": "c1", "cluster": {}}))
+    err(admin.get(f"{base}/c1/envoyconfig", params={"rateLimitService": "http://x:1"}), 400)
+
+
+def test_inverted_source_cidr_is_refused_as_envoy_cannot_render_it(
+    admin: httpx.Client, org: str
+) -> None:
+    base = f"/v2/organizations/{org}/clusters"
+    ok(admin.post(base, json={"name": "c1", "cluster": {}}))
+    rule = {"clientSelectors": [{"sourceCIDR": {"value": "10.0.0.0/8", "invert": True}}]}
+    policy = {**TRAFFIC_POLICY, "spec": {**TRAFFIC_POLICY["spec"]}}
+    policy["spec"]["rateLimit"] = {
+        "type": "Global",
+        "global": {"rules": [{**rule, "limit": {"requests": 1, "unit": "Second"}}]},
+    }
+    body = err(
+        admin.post(
+            f"{base}/c1/backendtrafficpolicies",
+            json={"name": "default.p", "backendTrafficPolicy": policy},
+        ),
+        400,
+    )
+    assert "invert is not supported for sourceCIDR" in body["message"]
+
+
+def test_each_route_is_checked_by_its_own_groups_server_only() -> None:
+    """Pure renderer: two ext_authz servers, a DISABLED setting, two policies on one route."""
+    doc = {**TRAFFIC_POLICY, "metadata": {"namespace": "shop", "name": "a"}}
+    first = BackendTrafficPolicy.model_validate(doc)
+    second = BackendTrafficPolicy.model_validate(
+        {**doc, "metadata": {"namespace": "shop", "name": "b"}}
+    )
+    settings = (
+        envoy_config.ExtAuthzRoute("s/one", "g/one", ("shop",), "grpc://one:9191", "w.one.jwt"),
+        envoy_config.ExtAuthzRoute("s/two", "g/two", ("*",), "grpc://two:9191", None),
+        envoy_config.ExtAuthzRoute("s/off", "g/off", ("open",), "", None, disabled=True),
+    )
+    config = envoy_config.render(
+        envoy_config.ClusterPolicies(
+            "organizations/o/clusters/east",
+            "east",
+            None,
+            (("p/a", first), ("p/b", second)),
+            settings,
+        )
+    )
+    filters = [f["name"] for f in config["httpFilters"]]
+    one, two = "envoy.filters.http.ext_authz/one:9191", "envoy.filters.http.ext_authz/two:9191"
+    assert filters == [one, two, "envoy.filters.http.ratelimit"]
+    per_route = {}
+    for entry in config["routes"]:
+        if "setting" in entry:
+            route = parse(
+                {"match": {"prefix": "/"}, "typedPerFilterConfig": entry["typedPerFilterConfig"]},
+                route_components_pb2.Route(),
+            )
+            per_route[entry["setting"]] = {
+                name: unpack(any_config, ext_authz_pb2.ExtAuthzPerRoute())
+                for name, any_config in route.typed_per_filter_config.items()
+            }
+    assert (
+        per_route["s/one"][one].check_settings.context_extensions[POLICY_CONTEXT_KEY] == "w.one.jwt"
+    )
+    assert per_route["s/one"][two].disabled
+    assert per_route["s/two"][one].disabled
+    assert not per_route["s/two"][two].disabled
+    assert dict(per_route["s/two"][two].check_settings.context_extensions) == {}
+    assert all(c.disabled for c in per_route["s/off"].values())
+    assert config["warnings"] == [
+        "2 BackendTrafficPolicies target httproute/shop/web; an Envoy route takes one "
+        "RateLimitPerRoute, so only one of them can be applied there"
+    ]
