@@ -67,13 +67,18 @@ class CircuitBreaker:
         self._state = BreakerState.CLOSED
         self._trial_in_flight = False
 
-    def record_failure(self, now: float) -> None:
+    def record_failure(self, now: float) -> bool:
+        """Count a failed call; True when this failure opened the breaker
+        (from closed, or a failed half-open trial), so the caller can act once
+        per opening, e.g. drop its connections."""
         if self._failures == 0:
             self._streak_start = now
         self._failures += 1
+        was_open = self._state is BreakerState.OPEN
         if self._state is BreakerState.HALF_OPEN or (
             self._failures >= self._threshold and now - self._streak_start >= self._min_streak
         ):
             self._state = BreakerState.OPEN
             self._open_until = now + self._open_seconds
             self._trial_in_flight = False
+        return not was_open and self._state is BreakerState.OPEN

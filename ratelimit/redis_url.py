@@ -12,7 +12,7 @@ One URL describes every topology, so the same ``--redis-url`` / ``REDIS_URL``
 TLS options as query parameters: ``ssl_ca_certs``, ``ssl_certfile``,
 ``ssl_keyfile``, ``ssl_cert_reqs=required|none``, ``ssl_check_hostname=true|false``.
 Passwords are percent-decoded and never appear in ``repr`` or logs
-(:func:`redact`).
+(:func:`redact`), nor in parse errors, which never quote the URL.
 """
 
 from __future__ import annotations
@@ -45,7 +45,17 @@ _QUERY_KEYS = frozenset(
 
 
 class RedisUrlError(ValueError):
-    """The URL is malformed; the message never contains the password."""
+    """The URL is malformed; the message never contains the password.
+
+    Nor any other piece of the URL: a password with an unencoded ``/``, ``?``
+    or ``@`` shifts the split, so what the parser takes for a host, a port, a
+    path or a parameter name may be a fragment of the password
+    (``redis://user:hunter/2@h`` has the "host" ``user:hunter``). Messages
+    name the part that is wrong and where, never its text.
+    """
+
+
+_ENCODING_HINT = "; a password containing / ? @ or % must be percent-encoded"
 
 
 @dataclass(frozen=True)
@@ -68,20 +78,21 @@ class RedisTarget:
     ssl_check_hostname: bool = True
 
 
-def _split_host(text: str, default_port: int) -> tuple[str, int]:
+def _split_host(text: str, default_port: int, number: int) -> tuple[str, int]:
+    """``host[:port]`` or ``[v6]:port``; ``number`` (1-based) names it in errors."""
     if text.startswith("["):
         host, _, rest = text[1:].partition("]")
         port_text = rest[1:] if rest.startswith(":") else ""
     else:
         host, _, port_text = text.rpartition(":") if ":" in text else (text, "", "")
+    where = f"host #{number} of the Redis URL"
     if not host:
-        raise RedisUrlError(f"missing host in {text!r}")
-    try:
-        port = int(port_text) if port_text else default_port
-    except ValueError:
-        raise RedisUrlError(f"invalid port in {text!r}") from None
+        raise RedisUrlError(f"missing host name in {where}{_ENCODING_HINT}")
+    if port_text and not (port_text.isascii() and port_text.isdigit()):
+        raise RedisUrlError(f"invalid port in {where}{_ENCODING_HINT}")
+    port = int(port_text) if port_text else default_port
     if not 0 < port < 65536:
-        raise RedisUrlError(f"invalid port in {text!r}")
+        raise RedisUrlError(f"port out of range in {where}")
     return host, port
 
 
@@ -95,6 +106,11 @@ def parse_redis_url(url: str) -> RedisTarget:
     mode, tls = _SCHEMES[scheme.lower()]
     rest, _, query = rest.partition("?")
     netloc, _, path = rest.partition("/")
+    if "@" in path or "@" in query:
+        # Not a master name or a file path: the tail of a password whose "/"
+        # or "?" was not encoded, which would otherwise be used (and logged)
+        # as one. An "@" that belongs there can be written %40.
+        raise RedisUrlError(f"'@' after the host part of the Redis URL{_ENCODING_HINT}")
     userinfo, at, hostpart = netloc.rpartition("@")
     if not at:
         hostpart, userinfo = netloc, ""
@@ -107,7 +123,9 @@ def parse_redis_url(url: str) -> RedisTarget:
         else:
             password = unquote(user)  # redis://secret@host: a password alone
     default_port = 26379 if mode == "sentinel" else 6379
-    hosts = tuple(_split_host(h, default_port) for h in hostpart.split(",") if h)
+    hosts = tuple(
+        _split_host(h, default_port, i) for i, h in enumerate(hostpart.split(","), 1) if h
+    )
     if not hosts:
         raise RedisUrlError("the Redis URL names no host")
     if mode == "standalone" and len(hosts) > 1:
@@ -121,12 +139,21 @@ def parse_redis_url(url: str) -> RedisTarget:
     db = 0
     if segments:
         if mode == "cluster" or len(segments) > 1 or not segments[0].isdigit():
-            raise RedisUrlError(f"invalid database path {'/'.join(segments)!r}")
+            shape = {
+                "cluster": "a Redis Cluster URL takes no path",
+                "sentinel": "the path of a sentinel URL is /<master name>[/<db number>]",
+                "standalone": "the path of a Redis URL is /<db number>",
+            }[mode]
+            raise RedisUrlError(f"invalid path: {shape}{_ENCODING_HINT}")
         db = int(segments[0])
     params = {k: v[-1] for k, v in parse_qs(query, keep_blank_values=True).items()}
     unknown = set(params) - _QUERY_KEYS
     if unknown:
-        raise RedisUrlError(f"unknown URL parameter(s): {', '.join(sorted(unknown))}")
+        raise RedisUrlError(
+            f"{len(unknown)} unknown parameter(s) in the Redis URL; known: "
+            + ", ".join(sorted(_QUERY_KEYS))
+            + _ENCODING_HINT
+        )
     reqs = params.get("ssl_cert_reqs", "required").lower()
     if reqs not in ("required", "none"):
         raise RedisUrlError("ssl_cert_reqs must be 'required' or 'none'")
@@ -152,10 +179,21 @@ def parse_redis_url(url: str) -> RedisTarget:
 
 
 def redact(url: str) -> str:
-    """The URL with any password (in userinfo or query) replaced by ``***``."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
+    """The URL for logs: passwords (in userinfo or query) replaced by ``***``.
+
+    Only a URL that parses is shown (parsing refuses an ``@`` outside the
+    userinfo, so the split is unambiguous); anything else becomes
+    ``<scheme>://***`` (or ``***``), since a password with unencoded
+    separators puts its fragments where a host or a path would be.
+    """
+    scheme, sep, rest = url.strip().partition("://")
+    scheme = scheme.lower()
+    if not sep or scheme not in _SCHEMES:
         return "***"
+    try:
+        parse_redis_url(url)
+    except RedisUrlError:
+        return f"{scheme}://***"
     rest, qmark, query = rest.partition("?")
     netloc, slash, path = rest.partition("/")
     userinfo, at, hostpart = netloc.rpartition("@")

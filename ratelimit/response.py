@@ -190,22 +190,49 @@ def add_headers(response: rls_pb2.RateLimitResponse, headers: list[tuple[str, st
         add(key=name, value=value)
 
 
+def can_deny(plan: Plan) -> bool:
+    """Whether some limit of the request could deny it: a non-shadow bucket."""
+    return any(
+        d.limit is not None and d.bucket is not None and not d.limit.shadow_mode
+        for d in plan.descriptors
+    )
+
+
 def failure_response(
-    plan: Plan, *, deny: bool, headers: HeaderNames | None
+    plan: Plan, now: float, *, deny: bool, headers: HeaderNames | None
 ) -> rls_pb2.RateLimitResponse:
     """The answer when the store is down and ``failureMode`` is allow or deny.
 
-    Limited descriptors get OVER_LIMIT (deny) or a bare OK (allow): without
-    the store there is no remaining count to report, so no x-ratelimit-*
-    headers either; a denial still carries ``x-proxy-ratelimited: true``.
+    Deny applies to the limits that could deny: a request is answered
+    OVER_LIMIT only when it has a non-shadow limited descriptor (those get
+    OVER_LIMIT); shadow rules never deny, with or without Redis, so a request
+    that only hits shadow rules is answered OK. Limited descriptors carry
+    ``current_limit`` and ``duration_until_reset``, which need no store; the
+    remaining count is unknown, so ``limit_remaining`` is left out (0), and
+    no x-ratelimit-* headers are added; a denial still carries
+    ``x-proxy-ratelimited: true``.
     """
-    code = OVER_LIMIT if deny else OK
-    response = _Response(overall_code=code)
+    buckets = plan.buckets
+    deny = deny and can_deny(plan)
+    response = _Response(overall_code=OVER_LIMIT if deny else OK)
     for desc in plan.descriptors:
         status = response.statuses.add()
-        status.code = code if desc.bucket is not None else OK
-        if desc.limit is not None and desc.bucket is None:
+        status.code = OK
+        limit = desc.limit
+        if limit is None:
+            continue
+        if desc.bucket is None:  # unlimited
             status.limit_remaining = _MAX_UINT32
+            continue
+        if deny and not limit.shadow_mode:
+            status.code = OVER_LIMIT
+        current = status.current_limit
+        current.SetInParent()
+        current.requests_per_unit = limit.requests_per_unit
+        current.unit = limit.proto_unit
+        if limit.name:
+            current.name = limit.name
+        status.duration_until_reset.seconds = buckets[desc.bucket].window.reset_after(now)
     if headers is not None and deny:
         add_headers(response, render([], over_limit=True, names=headers))
     return response

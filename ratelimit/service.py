@@ -20,7 +20,7 @@ from envoy.service.ratelimit.v3 import rls_pb2
 from ratelimit import metrics
 from ratelimit.config import RateLimitConfig
 from ratelimit.plan import InvalidRequest, Plan, plan_request
-from ratelimit.response import build_response, failure_response
+from ratelimit.response import build_response, can_deny, failure_response
 from ratelimit.settings import FailureMode, Settings
 from ratelimit.store import CounterStore, Outcome, StoreUnavailable
 
@@ -85,7 +85,7 @@ class RateLimitService:
                 try:
                     outcome = await self._store.apply(plan.buckets, now)
                 except StoreUnavailable as exc:
-                    return self._store_failed(plan, exc)
+                    return self._store_failed(plan, exc, now)
                 self._count(plan, outcome)
             response = build_response(plan, outcome, now, headers=self._headers)
             over = outcome is not None and not outcome.allowed
@@ -111,14 +111,21 @@ class RateLimitService:
             self._unknown_logged.add(domain)
             log.warning("request for a domain that is not configured", extra={"domain": domain})
 
-    def _store_failed(self, plan: Plan, exc: StoreUnavailable) -> rls_pb2.RateLimitResponse:
+    def _store_failed(
+        self, plan: Plan, exc: StoreUnavailable, now: float
+    ) -> rls_pb2.RateLimitResponse:
+        """Answer by ``failureMode``. A request whose only limits are shadow
+        rules cannot be denied by them, so it is answered OK in every mode
+        (an UNAVAILABLE could make Envoy's failure_mode_deny deny it)."""
         metrics.STORE_ERRORS.labels(exc.reason).inc()
         mode = self._settings.failure_mode
-        if mode == "unavailable":
+        binding = can_deny(plan)
+        if mode == "unavailable" and binding:
             metrics.DECISIONS.labels("store_unavailable").inc()
             raise exc
-        metrics.DECISIONS.labels(f"failure_{mode}").inc()
-        return failure_response(plan, deny=mode == "deny", headers=self._headers)
+        deny = mode == "deny" and binding
+        metrics.DECISIONS.labels("failure_deny" if deny else "failure_allow").inc()
+        return failure_response(plan, now, deny=deny, headers=self._headers)
 
     def _count(self, plan: Plan, outcome: Outcome) -> None:
         add = metrics.add

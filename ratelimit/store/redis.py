@@ -21,7 +21,12 @@ concurrent decisions share round trips instead of each waiting for its own.
 
 Redis down: each call waits at most ``timeout`` seconds, then raises
 StoreUnavailable; the breaker then fails calls at once until a trial call
-succeeds. A late reply to a timed-out call may still have charged its buckets;
+succeeds. A call whose caller gave up before it was written is never written
+(:mod:`ratelimit.store.resp`), a connection that owes a reply for more than
+twice the timeout is dropped, and so is every connection when the breaker
+opens: the calls after an outage go out on a fresh connection instead of
+queueing behind, and being replayed after, a reply that never came. Only a
+call already written when Redis stalled may still charge its buckets late;
 that errs towards over-counting, never towards exceeding a limit.
 """
 
@@ -34,11 +39,12 @@ import time
 from collections.abc import Callable, Sequence
 
 import hiredis
+from prometheus_client import Gauge
 
 from ratelimit.breaker import CircuitBreaker
 from ratelimit.buckets import Bucket
 from ratelimit.store import Outcome, StoreUnavailable, decide
-from ratelimit.store.resp import KeyedClient, RedisConnectionError, RedisReplyError
+from ratelimit.store.resp import KeyedClient, RedisConnectionError, RedisReplyError, pack
 
 log = logging.getLogger(__name__)
 
@@ -76,23 +82,16 @@ return before
 DECIDE_SHA = hashlib.sha1(DECIDE_SCRIPT.encode(), usedforsecurity=False).hexdigest()
 
 
-def _keys_and_args(buckets: Sequence[Bucket], now: float) -> tuple[list[str], list[int]]:
-    """The script's KEYS and ARGV (see DECIDE_SCRIPT)."""
-    keys = [b.key for b in buckets]
-    args: list[int] = []
-    for b in buckets:
-        args += (b.limit, b.cost, b.window.ttl_ms(now), 1 if b.shadow else 0)
-    return keys, args
+def _script_call(head: bytes, buckets: Sequence[Bucket], now: float) -> bytes:
+    """``pack([*head, n, *keys, *args])`` (see DECIDE_SCRIPT), written out for the hot path.
 
-
-_EVALSHA_NAME = b"$7\r\nEVALSHA\r\n$40\r\n" + DECIDE_SHA.encode() + b"\r\n"
-
-
-def _evalsha(buckets: Sequence[Bucket], now: float) -> bytes:
-    """``pack(["EVALSHA", DECIDE_SHA, n, *keys, *args])``, written out for the hot path."""
+    ``head`` is the packed command name and its first argument without the
+    array header: :data:`_EVALSHA_HEAD` on every call, :data:`_EVAL_HEAD`
+    after NOSCRIPT.
+    """
     n = len(buckets)
     count = b"%d" % n
-    parts = [b"*%d\r\n" % (3 + 5 * n), _EVALSHA_NAME, b"$%d\r\n%b\r\n" % (len(count), count)]
+    parts = [b"*%d\r\n" % (3 + 5 * n), head, b"$%d\r\n%b\r\n" % (len(count), count)]
     append = parts.append
     for b in buckets:
         key = b.key.encode()
@@ -102,6 +101,16 @@ def _evalsha(buckets: Sequence[Bucket], now: float) -> bytes:
             raw = b"%d" % value
             append(b"$%d\r\n%b\r\n" % (len(raw), raw))
     return b"".join(parts)
+
+
+_EVALSHA_HEAD = pack(["EVALSHA", DECIDE_SHA]).partition(b"\r\n")[2]
+_EVAL_HEAD = pack(["EVAL", DECIDE_SCRIPT]).partition(b"\r\n")[2]
+
+REDIS_UNREACHABLE = Gauge(
+    "meshplane_ratelimit_redis_unreachable",
+    "1 while the Redis store in force does not answer the readiness PING of a worker.",
+    multiprocess_mode="livemax",
+)
 
 
 class RedisStore:
@@ -123,6 +132,9 @@ class RedisStore:
         self._breaker = breaker or CircuitBreaker()
         self._monotonic = monotonic
         self._on_decision = on_decision
+        # A reply owed for twice the call timeout means a stalled server or a
+        # dead host, not a slow answer: give the connection up.
+        client.set_stall_timeout(2 * timeout)
 
     @property
     def breaker(self) -> CircuitBreaker:
@@ -135,12 +147,12 @@ class RedisStore:
         try:
             reply = await self._run(buckets, now, deadline)
         except TimeoutError:
-            self._breaker.record_failure(self._monotonic())
+            self._failed()
             raise StoreUnavailable(
                 "timeout", f"no answer within {self._timeout * 1000:g} ms"
             ) from None
         except (RedisConnectionError, RedisReplyError) as exc:
-            self._breaker.record_failure(self._monotonic())
+            self._failed()
             raise StoreUnavailable("redis_error", str(exc)) from exc
         self._breaker.record_success()
         outcome = decide(buckets, [int(c) for c in reply[1:]])
@@ -148,16 +160,25 @@ class RedisStore:
             raise StoreUnavailable("script_mismatch")
         return outcome
 
+    def _failed(self) -> None:
+        if self._breaker.record_failure(self._monotonic()):
+            # Calls stop here while the breaker is open; drop the connections
+            # too, so that nothing still queued on them is ever written and
+            # the trial call reconnects (a Sentinel master is asked anew).
+            log.warning("Redis circuit breaker opened; dropping the connections")
+            self._client.reset()
+
     async def _run(self, buckets: Sequence[Bucket], now: float, deadline: float) -> list[int]:
         if self._on_decision is not None:
             self._on_decision()
         first_key = buckets[0].key
-        reply = await self._client.execute_packed(first_key, _evalsha(buckets, now), deadline)
+        reply = await self._client.execute_packed(
+            first_key, _script_call(_EVALSHA_HEAD, buckets, now), deadline
+        )
         if isinstance(reply, hiredis.ReplyError) and str(reply).startswith("NOSCRIPT"):
             # After a restart or failover the script cache is empty: EVAL loads it.
-            keys, args = _keys_and_args(buckets, now)
-            reply = await self._client.execute_keyed(
-                first_key, ["EVAL", DECIDE_SCRIPT, len(keys), *keys, *args], deadline
+            reply = await self._client.execute_packed(
+                first_key, _script_call(_EVAL_HEAD, buckets, now), deadline
             )
         if isinstance(reply, hiredis.ReplyError):
             raise RedisReplyError(str(reply).split(" ", 1)[0])
@@ -166,11 +187,23 @@ class RedisStore:
         return reply
 
     async def ping(self) -> None:
+        """Readiness: every node the store needs answers a PING within the wait.
+
+        Also sets ``meshplane_ratelimit_redis_unreachable``, which says that
+        Redis is down even when readiness does not (failureMode allow/deny).
+        """
+        deadline = asyncio.get_running_loop().time() + max(self._timeout, 0.5)
         try:
-            async with asyncio.timeout(max(self._timeout, 0.5)):
-                await self._client.ping()
+            # The deadline expires the PING's reply future (which also detects a
+            # stalled connection); the outer timeout is only a safety net, a bit
+            # later so that it does not pre-empt that.
+            async with asyncio.timeout_at(deadline + 0.05):
+                await self._client.ping(deadline)
         except (RedisConnectionError, RedisReplyError, TimeoutError) as exc:
+            REDIS_UNREACHABLE.set(1)
             raise StoreUnavailable("ping_failed", str(exc) or type(exc).__name__) from exc
+        REDIS_UNREACHABLE.set(0)
 
     async def close(self) -> None:
+        REDIS_UNREACHABLE.set(0)  # no longer the store in force
         await self._client.close()

@@ -10,8 +10,12 @@ EVALSHA/EVAL with keys, so this module speaks RESP directly:
 - commands issued during one event-loop turn are written with one ``write``
   (they share a round trip), and replies read together are dispatched together;
 - replies are parsed by hiredis (C);
-- TLS, AUTH (user + password) and SELECT on connect; reconnects lazily with a
-  connect timeout, so a missing Redis never blocks or crashes startup.
+- TLS, AUTH (user + password), SELECT and a PING on connect; reconnects
+  lazily with a connect timeout, so a missing Redis never blocks or crashes
+  startup;
+- a stalled Redis costs bounded waits, never a replay: commands whose caller
+  gave up are never written, and a connection owing a reply for too long is
+  dropped (see :class:`_Protocol`).
 
 Cluster: the slot map comes from ``CLUSTER SLOTS``; a call goes to the master
 of its keys' slot (all of one call's keys share the domain's hash tag), with
@@ -25,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import ssl
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -65,11 +70,6 @@ def _retrieve(task: asyncio.Future[Any]) -> None:
         task.exception()
 
 
-def _expire(future: asyncio.Future[Reply]) -> None:
-    if not future.done():
-        future.set_exception(TimeoutError())
-
-
 class _Protocol(asyncio.Protocol):
     """One connection: replies matched FIFO; writes corked while a batch is out.
 
@@ -78,17 +78,39 @@ class _Protocol(asyncio.Protocol):
     (or at once when nothing is outstanding). Under load
     this turns many small writes into a few large ones on both ends, the
     same effect as Nagle's algorithm but bounded by one Redis round trip.
+
+    Invariant: ``_waiters`` holds the futures of the ``_outstanding`` written
+    commands, then one future per ``_buffer`` entry, in order.
+
+    Two rules keep a stalled Redis (paused, overloaded, or a host gone without
+    a RST) from doing harm:
+
+    - a queued command whose caller already gave up (its future is done:
+      expired at its deadline, or cancelled) is dropped when the queue is
+      written, so Redis never executes, and charges, a decision that nobody
+      waits for any more;
+    - when a call expires while the oldest written command has waited longer
+      than ``stall_after`` seconds, the connection is aborted: every waiter
+      fails at once and the next call reconnects (re-resolving a Sentinel
+      master) instead of queueing forever behind a reply that may never come.
     """
 
-    def __init__(self, on_flush: Callable[[], None] | None, window: float = 0.0) -> None:
+    def __init__(
+        self,
+        on_flush: Callable[[], None] | None,
+        window: float = 0.0,
+        stall_after: float = math.inf,
+    ) -> None:
         self._reader = hiredis.Reader()
         self._waiters: deque[asyncio.Future[Reply]] = deque()
         self._transport: asyncio.Transport | None = None
         self._buffer: list[bytes] = []
         self._outstanding = 0  # written commands still waiting for a reply
+        self._written_at = 0.0  # loop time of the write that the outstanding replies answer
         self._on_flush = on_flush
         self._window = window
         self._timer: asyncio.TimerHandle | None = None
+        self.stall_after = stall_after
         self.loop = asyncio.get_running_loop()
         self.closed = False
 
@@ -102,9 +124,9 @@ class _Protocol(asyncio.Protocol):
             reply = self._reader.gets()
             if reply is False:
                 return
-            if not self._waiters:  # pragma: no cover - a reply nobody asked for
+            if not self._outstanding:  # pragma: no cover - a reply nobody asked for
                 log.error("unexpected reply from Redis; closing the connection")
-                self.close()
+                self.abort("unexpected reply from Redis")
                 return
             waiter = self._waiters.popleft()
             self._outstanding -= 1
@@ -114,38 +136,37 @@ class _Protocol(asyncio.Protocol):
                 self._flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._fail(RedisConnectionError(f"connection to Redis lost: {exc or 'closed'}"))
+
+    def _fail(self, error: RedisConnectionError) -> None:
+        """Mark the connection closed and fail every waiter; nothing queued is written."""
         self.closed = True
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         self._buffer.clear()
-        error = RedisConnectionError(f"connection to Redis lost: {exc or 'closed'}")
+        self._outstanding = 0
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
                 waiter.set_exception(error)
 
     def send(self, commands: Sequence[bytes]) -> list[asyncio.Future[Reply]]:
-        """Queue commands for this turn's write; one future per command."""
+        """Queue commands back to back; one future per command, written together."""
         if self.closed or self._transport is None:
             raise RedisConnectionError("connection to Redis is closed")
-        loop = asyncio.get_running_loop()
-        futures = [loop.create_future() for _ in commands]
-        self._waiters.extend(futures)
-        self._buffer.extend(commands)
-        if self._outstanding == 0:
-            if self._window <= 0:
-                # Nothing out: write at once (waiting for the end of the loop
-                # turn would cost an iteration per request when calls trickle in).
-                self._flush()
-            elif self._timer is None:
-                # A pipeline window: hold the first command briefly so that the
-                # calls arriving meanwhile share its write and round trip.
-                self._timer = loop.call_later(self._window, self._flush)
+        futures: list[asyncio.Future[Reply]] = []
+        for command in commands[:-1]:
+            future: asyncio.Future[Reply] = self.loop.create_future()
+            self._waiters.append(future)
+            self._buffer.append(command)
+            futures.append(future)
+        if commands:  # the last one decides when the queue is written
+            futures.append(self.send_one(commands[-1]))
         return futures
 
     def send_one(self, command: bytes) -> asyncio.Future[Reply]:
-        """:meth:`send` for one command (the hot path: no lists)."""
+        """Queue one command (the hot path: no lists); its reply's future."""
         if self.closed or self._transport is None:
             raise RedisConnectionError("connection to Redis is closed")
         future: asyncio.Future[Reply] = self.loop.create_future()
@@ -153,23 +174,74 @@ class _Protocol(asyncio.Protocol):
         self._buffer.append(command)
         if self._outstanding == 0:
             if self._window <= 0:
-                self._flush()
+                # Nothing out: write at once (waiting for the end of the loop
+                # turn would cost an iteration per request when calls trickle
+                # in). Everything queued was queued just now: nothing to prune.
+                self._write()
             elif self._timer is None:
+                # A pipeline window: hold the first command briefly so that the
+                # calls arriving meanwhile share its write and round trip.
                 self._timer = self.loop.call_later(self._window, self._flush)
         return future
 
     def _flush(self) -> None:
+        """Write the queue, without the commands whose callers gave up meanwhile."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         if self._outstanding or not self._buffer or self._transport is None or self.closed:
             return
-        data = b"".join(self._buffer)
-        self._outstanding = len(self._buffer)
-        self._buffer.clear()
+        # Nothing is outstanding: the waiters are exactly the queued commands'.
+        for waiter in self._waiters:
+            if waiter.done():
+                self._prune()
+                break
+        if self._buffer:
+            self._write()
+
+    def _prune(self) -> None:
+        kept = [(w, c) for w, c in zip(self._waiters, self._buffer, strict=True) if not w.done()]
+        self._waiters = deque(w for w, _ in kept)
+        self._buffer = [c for _, c in kept]
+
+    def _write(self) -> None:
+        assert self._transport is not None
+        buffer = self._buffer
+        self._outstanding = len(buffer)
+        data = b"".join(buffer)
+        buffer.clear()
+        self._written_at = self.loop.time()
         self._transport.write(data)
         if self._on_flush is not None:
             self._on_flush()
+
+    def expire(self, future: asyncio.Future[Reply]) -> None:
+        """A call's deadline passed: fail it (TimeoutError); abort a stalled connection.
+
+        Set on the reply future itself rather than by cancelling the caller:
+        timers run after the loop turn's I/O callbacks, so a reply read before
+        the deadline is never lost to a timer firing in the same turn, and a
+        connection is never judged stalled while its reply sits unread.
+        """
+        if future.done():
+            return
+        future.set_exception(TimeoutError())
+        if self._outstanding and not self.closed:
+            waited = self.loop.time() - self._written_at
+            if waited >= self.stall_after:
+                log.warning(
+                    "no reply from Redis; dropping the connection",
+                    extra={"waited_ms": round(waited * 1000), "owed": self._outstanding},
+                )
+                self.abort(f"no reply from Redis for {waited * 1000:.0f} ms")
+
+    def abort(self, reason: str) -> None:
+        """Drop the connection now: waiters fail, queued commands are never written."""
+        if self.closed:
+            return
+        self._fail(RedisConnectionError(reason))
+        if self._transport is not None:
+            self._transport.abort()
 
     def close(self) -> None:
         if self._transport is not None:
@@ -204,6 +276,7 @@ class NodeClient:
         select_db: bool = True,
         on_flush: Callable[[], None] | None = None,
         pipeline_window: float = 0.0,
+        stall_after: float = math.inf,
     ) -> None:
         self._address = address
         self._target = target
@@ -212,8 +285,15 @@ class NodeClient:
         self._select_db = select_db
         self._on_flush = on_flush
         self._window = pipeline_window
+        self._stall_after = stall_after
         self._protocol: _Protocol | None = None
         self._connecting: asyncio.Task[_Protocol] | None = None
+
+    def set_stall_timeout(self, seconds: float) -> None:
+        """Abort the connection when a reply is owed for longer than this (see _Protocol)."""
+        self._stall_after = seconds
+        if self._protocol is not None:
+            self._protocol.stall_after = seconds
 
     async def _resolve(self) -> tuple[str, int]:
         if isinstance(self._address, tuple):
@@ -222,12 +302,21 @@ class NodeClient:
         return str(host), int(port)
 
     async def _connect(self) -> _Protocol:
+        """Connect, authenticate, select the db, and PING.
+
+        The PING (whose reply comes after AUTH's and SELECT's) proves that the
+        server answers, not just that the kernel accepted the connection: a
+        paused or wedged redis-server still completes TCP handshakes from its
+        listen backlog, and a call written to such a connection would run
+        whenever the server wakes up, long after its caller gave up.
+        """
         host, port = await self._resolve()
         loop = asyncio.get_running_loop()
+        protocol: _Protocol | None = None
         try:
             async with asyncio.timeout(self._connect_timeout):
                 _, protocol = await loop.create_connection(
-                    lambda: _Protocol(self._on_flush, self._window),
+                    lambda: _Protocol(self._on_flush, self._window, self._stall_after),
                     host,
                     port,
                     ssl=self._ssl,
@@ -242,37 +331,52 @@ class NodeClient:
                     setup.append(pack(auth))
                 if self._select_db and self._target.db:
                     setup.append(pack(["SELECT", self._target.db]))
-                if setup:
-                    for reply in await asyncio.gather(*protocol.send(setup)):
-                        if isinstance(reply, hiredis.ReplyError):
-                            protocol.close()
-                            # The reply names the failure (e.g. WRONGPASS), never the secret.
-                            raise RedisConnectionError(
-                                f"Redis refused the connection setup: {reply}"
-                            )
-        except (OSError, TimeoutError) as exc:
-            raise RedisConnectionError(
-                f"cannot connect to Redis at {host}:{port}: {exc!r}"
-            ) from exc
+                setup.append(pack(["PING"]))
+                replies = await asyncio.gather(*protocol.send(setup))
+            for reply in replies:
+                if isinstance(reply, hiredis.ReplyError):
+                    # The reply names the failure (e.g. WRONGPASS), never the secret.
+                    raise RedisConnectionError(f"Redis refused the connection setup: {reply}")
+        except BaseException as exc:
+            if protocol is not None:
+                protocol.abort("connection setup failed")
+            if isinstance(exc, (OSError, TimeoutError)) and not isinstance(
+                exc, RedisConnectionError
+            ):
+                raise RedisConnectionError(
+                    f"cannot connect to Redis at {host}:{port}: {exc!r}"
+                ) from exc
+            raise
         return protocol
 
     async def connection(self) -> _Protocol:
+        """The live connection, connecting first if needed (one attempt for all callers)."""
         protocol = self._protocol
         if protocol is not None and not protocol.closed:
             return protocol
-        if self._connecting is None:
-            self._connecting = asyncio.get_running_loop().create_task(self._connect())
-            # Callers may give up (deadline) while the connect goes on; its
-            # failure must still count as retrieved.
-            self._connecting.add_done_callback(_retrieve)
         connecting = self._connecting
-        try:
-            protocol = await asyncio.shield(connecting)
-        finally:
-            if connecting.done() and self._connecting is connecting:
-                self._connecting = None
-        self._protocol = protocol
-        return protocol
+        if connecting is None:
+            connecting = self._connecting = asyncio.get_running_loop().create_task(self._connect())
+            # Callers may give up (deadline) while the connect goes on: the
+            # task itself installs its result and clears itself, so the next
+            # caller never inherits a stale failure.
+            connecting.add_done_callback(self._connected)
+        return await asyncio.shield(connecting)
+
+    def _connected(self, task: asyncio.Task[_Protocol]) -> None:
+        if self._connecting is task:
+            self._connecting = None
+        if not task.cancelled() and task.exception() is None:
+            self._protocol = task.result()
+
+    async def _connection_by(self, deadline: float | None) -> _Protocol:
+        protocol = self._protocol
+        if protocol is not None and not protocol.closed:
+            return protocol
+        if deadline is None:
+            return await self.connection()
+        async with asyncio.timeout_at(deadline):
+            return await self.connection()
 
     async def execute(
         self, *commands: Sequence[Arg] | bytes, deadline: float | None = None
@@ -281,24 +385,14 @@ class NodeClient:
 
         ``deadline`` (event-loop time) bounds the wait; past it TimeoutError is
         raised. The expiry is set on the reply future itself, not by
-        cancelling the caller: a reply read before the deadline is never lost
-        to a timer that fires in the same loop turn, which matters when the
-        loop is saturated.
+        cancelling the caller (see :meth:`_Protocol.expire`).
         """
-        protocol = self._protocol
-        if protocol is None or protocol.closed:
-            if deadline is None:
-                protocol = await self.connection()
-            else:
-                async with asyncio.timeout_at(deadline):
-                    protocol = await self.connection()
+        protocol = await self._connection_by(deadline)
         futures = protocol.send([c if isinstance(c, bytes) else pack(c) for c in commands])
         timer = None
         if deadline is not None:
-            timer = asyncio.get_running_loop().call_at(deadline, _expire, futures[-1])
+            timer = protocol.loop.call_at(deadline, protocol.expire, futures[-1])
         try:
-            if len(futures) == 1:
-                return [await futures[0]]
             return list(await asyncio.gather(*futures))
         finally:
             if timer is not None:
@@ -307,28 +401,27 @@ class NodeClient:
     async def execute_one(self, command: bytes, deadline: float | None) -> Reply:
         """One packed command, its reply (an error as ReplyError); the hot path.
 
-        Same contract as :meth:`execute`, without its lists.
+        Same contract as :meth:`execute`, without its lists and gather.
         """
         protocol = self._protocol
         if protocol is None or protocol.closed:
-            if deadline is None:
-                protocol = await self.connection()
-            else:
-                async with asyncio.timeout_at(deadline):
-                    protocol = await self.connection()
+            protocol = await self._connection_by(deadline)
         future = protocol.send_one(command)
         if deadline is None:
             return await future
-        timer = protocol.loop.call_at(deadline, _expire, future)
+        timer = protocol.loop.call_at(deadline, protocol.expire, future)
         try:
             return await future
         finally:
             timer.cancel()
 
     def reset(self) -> None:
-        """Drop the connection; the next call reconnects (and re-resolves the address)."""
+        """Drop the connection now; the next call reconnects (and re-resolves the address).
+
+        Whatever is queued on it is never written, and its waiters fail at once.
+        """
         if self._protocol is not None:
-            self._protocol.close()
+            self._protocol.abort("connection reset")
             self._protocol = None
 
     async def close(self) -> None:
@@ -344,16 +437,19 @@ class NodeClient:
 class KeyedClient:
     """Runs one command whose keys all share a slot; the interface the store uses."""
 
-    async def execute_keyed(
-        self, first_key: str, command: Sequence[Arg], deadline: float | None = None
-    ) -> Reply:
-        raise NotImplementedError
-
     async def execute_packed(self, first_key: str, command: bytes, deadline: float) -> Reply:
-        """:meth:`execute_keyed` with the command already packed (the hot path)."""
+        """Run a packed command on the node that owns ``first_key``'s slot."""
         raise NotImplementedError
 
-    async def ping(self) -> None:
+    async def ping(self, deadline: float) -> None:
+        raise NotImplementedError
+
+    def set_stall_timeout(self, seconds: float) -> None:
+        """How long a reply may be owed before a connection is given up (see _Protocol)."""
+        raise NotImplementedError
+
+    def reset(self) -> None:
+        """Drop every connection now (the store's breaker opened); calls reconnect."""
         raise NotImplementedError
 
     async def close(self) -> None:
@@ -366,29 +462,24 @@ class SingleClient(KeyedClient):
     def __init__(self, node: NodeClient) -> None:
         self._node = node
 
-    async def execute_keyed(
-        self, first_key: str, command: Sequence[Arg], deadline: float | None = None
-    ) -> Reply:
-        if deadline is None:
-            (reply,) = await self._node.execute(command)
-        else:
-            reply = await self._node.execute_one(pack(command), deadline)
-        return self._check(reply)
-
     async def execute_packed(self, first_key: str, command: bytes, deadline: float) -> Reply:
-        return self._check(await self._node.execute_one(command, deadline))
-
-    def _check(self, reply: Reply) -> Reply:
+        reply = await self._node.execute_one(command, deadline)
         if isinstance(reply, hiredis.ReplyError) and str(reply).startswith("READONLY"):
             # A Sentinel failover turned our server into a replica: reconnect,
             # which asks the sentinels for the new master.
             self._node.reset()
         return reply
 
-    async def ping(self) -> None:
-        (reply,) = await self._node.execute(["PING"])
+    async def ping(self, deadline: float) -> None:
+        (reply,) = await self._node.execute(["PING"], deadline=deadline)
         if isinstance(reply, hiredis.ReplyError):
             raise RedisReplyError(str(reply))
+
+    def set_stall_timeout(self, seconds: float) -> None:
+        self._node.set_stall_timeout(seconds)
+
+    def reset(self) -> None:
+        self._node.reset()
 
     async def close(self) -> None:
         await self._node.close()
@@ -414,6 +505,7 @@ class ClusterClient(KeyedClient):
         self._connect_timeout = connect_timeout
         self._on_flush = on_flush
         self._window = pipeline_window
+        self._stall_after = math.inf
         self._nodes: dict[tuple[str, int], NodeClient] = {}
         self._slots: list[tuple[str, int] | None] = [None] * _SLOTS
         self._refreshing: asyncio.Task[None] | None = None
@@ -430,17 +522,24 @@ class ClusterClient(KeyedClient):
                 select_db=False,
                 on_flush=self._on_flush,
                 pipeline_window=self._window,
+                stall_after=self._stall_after,
             )
         return node
 
     async def _load_slots(self) -> None:
         errors = []
         seeds = list(dict.fromkeys([*self._nodes, *self._target.hosts]))
+        loop = asyncio.get_running_loop()
         for address in seeds:
+            # Each seed gets its own bounded wait: a node that accepts but never
+            # answers must not hold the refresh (shared by every caller) forever.
+            deadline = loop.time() + self._connect_timeout
             try:
-                (reply,) = await self._node(address).execute(["CLUSTER", "SLOTS"])
-            except RedisConnectionError as exc:
-                errors.append(str(exc))
+                (reply,) = await self._node(address).execute(
+                    ["CLUSTER", "SLOTS"], deadline=deadline
+                )
+            except (RedisConnectionError, TimeoutError) as exc:
+                errors.append(f"{address[0]}:{address[1]}: {exc or 'timeout'}")
                 continue
             if isinstance(reply, hiredis.ReplyError):
                 errors.append(str(reply))
@@ -467,21 +566,10 @@ class ClusterClient(KeyedClient):
         """Reload the slot map once, however many callers ask at the same time."""
         await asyncio.shield(self._start_refresh())
 
-    async def execute_keyed(
-        self, first_key: str, command: Sequence[Arg], deadline: float | None = None
-    ) -> Reply:
-        return await self._execute(first_key, pack(command), deadline)
-
     async def execute_packed(self, first_key: str, command: bytes, deadline: float) -> Reply:
-        return await self._execute(first_key, command, deadline)
-
-    async def _execute(self, first_key: str, command: bytes, deadline: float | None) -> Reply:
         if not self._loaded:
-            if deadline is None:
+            async with asyncio.timeout_at(deadline):
                 await self.refresh()
-            else:
-                async with asyncio.timeout_at(deadline):
-                    await self.refresh()
         slot = key_slot(first_key.encode())
         owner = self._slots[slot]
         if owner is None:
@@ -501,15 +589,27 @@ class ClusterClient(KeyedClient):
                     )
         return reply
 
-    async def ping(self) -> None:
-        await self.refresh()
+    async def ping(self, deadline: float) -> None:
+        async with asyncio.timeout_at(deadline):
+            await self.refresh()
         masters = {a for a in self._slots if a is not None}
         if len(masters) == 0 or any(a is None for a in self._slots):
             raise RedisConnectionError("the cluster does not cover every slot")
         for address in masters:
-            (reply,) = await self._node(address).execute(["PING"])
+            (reply,) = await self._node(address).execute(["PING"], deadline=deadline)
             if isinstance(reply, hiredis.ReplyError):
                 raise RedisReplyError(str(reply))
+
+    def set_stall_timeout(self, seconds: float) -> None:
+        self._stall_after = seconds
+        for node in self._nodes.values():
+            node.set_stall_timeout(seconds)
+
+    def reset(self) -> None:
+        for node in self._nodes.values():
+            node.reset()
+        # The outage may have been a failover: reload the slot map in the background.
+        self._start_refresh()
 
     async def close(self) -> None:
         if self._refreshing is not None:

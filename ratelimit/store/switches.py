@@ -84,7 +84,13 @@ def _redis_url(redis: dict[str, Any], source: str) -> tuple[str, str]:
     cert_ref = (redis.get("tls") or {}).get("certificateRef")
     if cert_ref is not None:
         ca = _secret_file(cert_ref, "ca.crt", f"{prefix}.tls.certificateRef", source)
-        parts = urlsplit(url)
+        try:
+            parse_redis_url(url)  # first: its errors are the ones safe to show
+            parts = urlsplit(url)
+        except ValueError as exc:  # RedisUrlError included
+            # Neither message may echo the URL: it may hold a password.
+            message = str(exc) if isinstance(exc, RedisUrlError) else "not a valid URL"
+            raise ConfigError(message, source=source, field=prefix) from None
         if parts.scheme != "rediss":
             raise ConfigError(
                 "a TLS certificate needs a rediss:// URL", source=source, field=prefix

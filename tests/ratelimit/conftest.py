@@ -114,6 +114,7 @@ async def serve_app(
     settings: Settings | None = None,
     clock: FakeClock | None = None,
     wait_ready: bool = True,
+    probe_interval: float = 0.05,
 ) -> AsyncIterator[Harness]:
     """The real app, in process, on a real loopback gRPC port."""
     options = AppOptions(
@@ -121,7 +122,7 @@ async def serve_app(
         redis_url=redis_url,
         settings=settings or Settings(store_timeout=0.5),
         reload_interval=0.05,
-        probe_interval=0.05,
+        probe_interval=probe_interval,
     )
     app = RateLimitApp(options, clock=clock or FakeClock())
     async with running(app) as srv, grpc.aio.insecure_channel(f"127.0.0.1:{srv.port}") as channel:

@@ -15,14 +15,15 @@ from ratelimit.settings import Settings, load_settings
 def test_breaker_opens_after_threshold_and_lets_one_trial_through() -> None:
     b = CircuitBreaker(failure_threshold=2, open_seconds=1.0, min_streak_seconds=0.0)
     assert b.allow(0.0)
-    b.record_failure(0.0)
+    assert not b.record_failure(0.0)
     assert b.state is BreakerState.CLOSED and b.allow(0.1)
-    b.record_failure(0.1)
+    assert b.record_failure(0.1)  # True: this failure opened it (the store drops its connections)
     assert b.state is BreakerState.OPEN
+    assert not b.record_failure(0.15)  # a late failure of a call already in flight: no new opening
     assert not b.allow(0.5)
     assert b.allow(1.2)  # the trial
     assert not b.allow(1.2)  # only one trial at a time
-    b.record_failure(1.3)  # the trial failed: open again
+    assert b.record_failure(1.3)  # the trial failed: open again
     assert not b.allow(1.4)
     assert b.allow(2.4)
     b.record_success()
@@ -176,3 +177,29 @@ def test_cli_refuses_several_workers_without_redis(
     assert main(["serve", "--config", str(config), "--workers", "2"]) == 2
     assert "--workers > 1 needs Redis" in capsys.readouterr().err
     assert main(["check", "--config", str(config)]) == 0
+
+
+def test_script_calls_are_packed_like_any_command() -> None:
+    """The hot path writes EVALSHA (and EVAL after NOSCRIPT) out by hand; it
+    must be byte for byte what the generic RESP encoder gives."""
+    from ratelimit.buckets import Bucket, window_at
+    from ratelimit.store.redis import (
+        _EVAL_HEAD,
+        _EVALSHA_HEAD,
+        DECIDE_SCRIPT,
+        DECIDE_SHA,
+        _script_call,
+    )
+    from ratelimit.store.resp import pack
+
+    now = 1_800_000_010.25
+    buckets = [
+        Bucket("rl:{t}:60:a", 5, 2, window_at(60, now), False),
+        Bucket("rl:{t}:3600:b", 3, 0, window_at(3600, now), True),
+    ]
+    args = [5, 2, 49_750, 0, 3, 0, 3_589_750, 1]
+    keys = [b.key for b in buckets]
+    assert _script_call(_EVALSHA_HEAD, buckets, now) == pack(
+        ["EVALSHA", DECIDE_SHA, 2, *keys, *args]
+    )
+    assert _script_call(_EVAL_HEAD, buckets, now) == pack(["EVAL", DECIDE_SCRIPT, 2, *keys, *args])

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2
 
 from ratelimit.settings import FailureMode, Settings
 from tests.ratelimit.conftest import (
@@ -29,7 +30,11 @@ domain: out
 descriptors:
   - key: client
     rate_limit: {unit: minute, requests_per_unit: 1000}
+  - key: shadow
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 5, name: shadowed}
 """
+MINUTE, HOUR = 2, 3  # RateLimitResponse.RateLimit.Unit
 
 
 def settings(mode: FailureMode = "unavailable") -> Settings:
@@ -121,14 +126,26 @@ async def test_startup_without_redis_does_not_crash_and_becomes_ready_later(
         server.close()
 
 
+async def wait_metric(name: str, value: float, timeout: float = 5.0) -> None:
+    async with asyncio.timeout(timeout):
+        while metric_value(name, "") != value:
+            await asyncio.sleep(0.05)
+
+
 @pytest.mark.parametrize(("mode", "code"), [("allow", OK), ("deny", OVER)])
 async def test_failure_modes_answer_instead_of_erroring(
     config: Path, mode: FailureMode, code: int
 ) -> None:
+    """allow/deny answer by policy, with the limits' static facts
+    (current_limit, duration_until_reset; T0 is 10 s into the minute), and
+    the worker stays ready: it can answer, so it must not leave the
+    endpoints (that would hand the decision to Envoy's failure_mode_deny);
+    the gauge says that Redis is down instead."""
     server = RedisServer().start()
     try:
         async with serve_app(config, redis_url=server.url, settings=settings(mode)) as svc:
             assert (await svc.call(request("out", [("client", "a")]))).overall_code == OK
+            await wait_metric("meshplane_ratelimit_redis_unreachable", 0)
             server.kill()
             label = f'result="failure_{mode}"'
             before = metric_value("meshplane_ratelimit_decisions_total", label)
@@ -136,12 +153,85 @@ async def test_failure_modes_answer_instead_of_erroring(
                 resp = await svc.call(request("out", [("client", "a")], [("nolimit", "x")]))
                 assert resp.overall_code == code
             assert metric_value("meshplane_ratelimit_decisions_total", label) == before + 5
+            limited, free = resp.statuses
+            assert limited.code == code and free.code == OK
+            assert (limited.current_limit.requests_per_unit, limited.current_limit.unit) == (
+                1000,
+                MINUTE,
+            )
+            assert limited.duration_until_reset.seconds == 50
+            assert not free.HasField("current_limit")
             if mode == "deny":
                 assert headers_of(resp) == {"x-proxy-ratelimited": "true"}
             else:
                 assert headers_of(resp) == {}
             # A request with no limited descriptor never needs Redis.
-            free = await svc.call(request("out", [("nolimit", "x")]))
-            assert free.overall_code == OK
+            free_only = await svc.call(request("out", [("nolimit", "x")]))
+            assert free_only.overall_code == OK
+            # Redis is down, and said so, but the worker stays ready throughout.
+            await wait_metric("meshplane_ratelimit_redis_unreachable", 1)
+            for _ in range(5):
+                assert await svc.serving_status() == health_pb2.HealthCheckResponse.SERVING
+                await asyncio.sleep(0.05)
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("mode", ["unavailable", "allow", "deny"])
+async def test_shadow_only_requests_are_never_denied_without_redis(
+    config: Path, mode: FailureMode
+) -> None:
+    """Shadow rules never deny: a request that only hits shadow rules is
+    answered OK whatever the failure mode (UNAVAILABLE would let Envoy's
+    failure_mode_deny deny it); with a real limit beside it, the mode decides
+    for that limit only."""
+    server = RedisServer().start()
+    try:
+        async with serve_app(config, redis_url=server.url, settings=settings(mode)) as svc:
+            server.kill()
+            allowed = metric_value("meshplane_ratelimit_decisions_total", 'result="failure_allow"')
+            resp = await svc.call(request("out", [("shadow", "s")]))
+            assert resp.overall_code == OK
+            assert headers_of(resp) == {}
+            (status,) = resp.statuses
+            assert status.code == OK
+            assert (
+                status.current_limit.requests_per_unit,
+                status.current_limit.unit,
+                status.current_limit.name,
+            ) == (5, HOUR, "shadowed")
+            assert status.duration_until_reset.seconds == 3590
+            assert (
+                metric_value("meshplane_ratelimit_decisions_total", 'result="failure_allow"')
+                == allowed + 1
+            )
+            both = request("out", [("shadow", "s")], [("client", "c")])
+            if mode == "unavailable":
+                with pytest.raises(grpc.aio.AioRpcError) as info:
+                    await svc.call(both)
+                assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+            else:
+                mixed = await svc.call(both)
+                code = OVER if mode == "deny" else OK
+                assert mixed.overall_code == code
+                assert [s.code for s in mixed.statuses] == [OK, code]
+    finally:
+        server.close()
+
+
+async def test_with_a_failure_policy_a_worker_is_ready_before_redis_is(config: Path) -> None:
+    """failureMode allow: no Redis at startup, yet SERVING from the start."""
+    server = RedisServer(free_port())
+    try:
+        async with serve_app(
+            config, redis_url=server.url, settings=settings("allow"), wait_ready=False
+        ) as svc:
+            await svc.wait_serving(True, timeout=2)
+            resp = await svc.call(request("out", [("client", "a")]))
+            assert resp.overall_code == OK
+            await wait_metric("meshplane_ratelimit_redis_unreachable", 1)
+            server.start()
+            await wait_metric("meshplane_ratelimit_redis_unreachable", 0, timeout=10)
+            assert await svc.serving_status() == health_pb2.HealthCheckResponse.SERVING
     finally:
         server.close()

@@ -1,9 +1,18 @@
-"""ShouldRateLimit end to end: real gRPC socket, real redis-server, fake clock."""
+"""ShouldRateLimit end to end: real gRPC socket, real redis-server, fake clock.
+
+Every test that uses ``svc`` runs twice: with the local cache of empty
+buckets, as deployed, and without it. With the cache, a denial on a bucket
+this process already saw empty is answered locally, so the Lua script's
+all-or-nothing branch (deny, charge nothing) would never run; without it,
+every decision goes through the script. The no-cache run checks that the
+cache really answered nothing.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -61,10 +70,30 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
+@pytest.fixture(params=[True, False], ids=["local-cache", "no-local-cache"])
+def local_cache(request: pytest.FixtureRequest) -> bool:
+    return bool(request.param)
+
+
+def service_settings(local_cache: bool, *, headers_enabled: bool = True) -> Settings:
+    return Settings(
+        store_timeout=0.5,
+        local_cache_size=100_000 if local_cache else 0,
+        headers_enabled=headers_enabled,
+    )
+
+
 @pytest.fixture
-async def svc(config: Path, redis: RedisServer, clock: FakeClock) -> AsyncIterator[Harness]:
-    async with serve_app(config, redis_url=redis.url, clock=clock) as harness:
+async def svc(
+    config: Path, redis: RedisServer, clock: FakeClock, local_cache: bool
+) -> AsyncIterator[Harness]:
+    hits = metric_value("meshplane_ratelimit_local_cache_hits_total", "")
+    settings = service_settings(local_cache)
+    async with serve_app(config, redis_url=redis.url, clock=clock, settings=settings) as harness:
         yield harness
+    if not local_cache:
+        # Every decision of this run went through the script.
+        assert metric_value("meshplane_ratelimit_local_cache_hits_total", "") == hits
 
 
 def statuses(response):  # type: ignore[no-untyped-def]
@@ -139,7 +168,9 @@ async def test_shadow_rules_count_but_never_deny(svc: Harness) -> None:
     assert statuses(resp) == [(OK, 2), (OVER, 0)]
 
 
-async def test_exact_header_strings(svc: Harness, config: Path, redis: RedisServer) -> None:
+async def test_exact_header_strings(
+    svc: Harness, config: Path, redis: RedisServer, local_cache: bool
+) -> None:
     both = request("api", [("client", "hal")], [("route", "checkout")])
     resp = await svc.call(both)
     assert headers_of(resp) == {
@@ -167,7 +198,7 @@ async def test_exact_header_strings(svc: Harness, config: Path, redis: RedisServ
     assert not named.statuses[2].HasField("current_limit")
     # Nothing limited: no headers at all.
     assert list((await svc.call(request("api", [("x", "y")]))).response_headers_to_add) == []
-    off = Settings(store_timeout=0.5, headers_enabled=False)
+    off = service_settings(local_cache, headers_enabled=False)
     async with serve_app(config, redis_url=redis.url, settings=off) as quiet:
         resp = await quiet.call(request("api", [("banned", "b")]))
         assert resp.overall_code == OVER and list(resp.response_headers_to_add) == []
@@ -210,22 +241,33 @@ async def test_invalid_input(svc: Harness, req, message: str) -> None:  # type: 
 
 
 async def test_every_key_has_a_ttl_ending_with_its_window(svc: Harness, redis: RedisServer) -> None:
+    """Each key lives exactly until its window ends: not longer (it would
+    outlive its window) and not shorter (it would refill early), so the TTL is
+    pinned from both sides, the lower bound allowing only the real time spent
+    since the keys were written (the service's clock stands still at T0)."""
     # (Rules with minute and hour windows: a 1-second key could expire, in real
     # time, before the scan reads it.)
+    written = time.monotonic()
     await svc.call(request("api", [("client", "ivy")], [("route", "checkout")]))
     await svc.call(request("api", [("shadow", "s")], hits=2))
     await svc.call(request("api", [("override", "o")]))
     keys = redis.command("--scan").split()
     assert len(keys) == 4
+    windows = set()
     for key in keys:
         match = re.search(r"\}:(\d+):(\d+):", key)
         assert match, key
         window, start = int(match[1]), int(match[2])
+        windows.add(window)
         ttl_ms = int(redis.command("pttl", key))
-        assert 0 < ttl_ms <= (start + window - T0) * 1000, (key, ttl_ms)
+        elapsed_ms = (time.monotonic() - written) * 1000
+        expected_ms = (start + window - T0) * 1000
+        assert expected_ms - elapsed_ms - 1 <= ttl_ms <= expected_ms, (key, ttl_ms, expected_ms)
         assert key.startswith("rl:{")
+    assert windows == {60, 3600}
 
 
+@pytest.mark.parametrize("local_cache", [True], ids=["local-cache"])
 async def test_over_limit_traffic_from_the_local_cache_costs_no_redis_command(
     svc: Harness, redis: RedisServer
 ) -> None:
