@@ -108,38 +108,21 @@ def _merged(entries: tuple[Access, ...], new: Access) -> tuple[Access, ...]:
     return tuple(joined if a.subject == new.subject else a for a in entries)
 
 
-def _unique_subjects(entries: Iterable[Access]) -> tuple[Access, ...]:
-    out: tuple[Access, ...] = ()
-    for a in entries:
-        out = _merged(out, a)
-    return out
-
-
 # ---- transitions -------------------------------------------------------------
 
 
 def set_policy(
-    current: Policy | None,
-    mode: Mode,
-    *,
-    metadata: Mapping[str, Any] | None = None,
-    requested: Iterable[Access] | None = None,
-    approved: Iterable[Access] | None = None,
+    current: Policy | None, mode: Mode, *, metadata: Mapping[str, Any] | None = None
 ) -> Policy:
-    """SetPolicy: enable checks with ``mode``, replacing the policy's settings.
+    """SetPolicy: enable checks with ``mode`` and ``metadata``; the lists are kept.
 
-    The lists are kept unless given: changing the mode of a live policy must
-    not silently revoke approvals. Given lists replace the stored ones
-    (entries of one subject are merged).
+    Changing the mode of a live policy must not silently revoke approvals,
+    and the lists change only through the transitions below, each with its
+    own permission and audit record (a new policy starts empty).
     """
-    keep_requested = current.requested if current is not None else ()
-    keep_approved = current.approved if current is not None else ()
-    return Policy(
-        mode,
-        _unique_subjects(requested) if requested is not None else keep_requested,
-        _unique_subjects(approved) if approved is not None else keep_approved,
-        metadata,
-    )
+    if current is None:
+        return Policy(mode, metadata=metadata)
+    return replace(current, mode=mode, metadata=metadata)
 
 
 def add_request(policy: Policy, request: Access) -> Policy:

@@ -42,6 +42,43 @@ def selects(names: Iterable[str], cluster: str, namespace: str) -> bool:
     return any(matches(p, cluster, namespace) for p in names)
 
 
+def cluster_segments(names: Iterable[str]) -> list[str] | None:
+    """The cluster names the (valid) patterns can reach; None when one says ``*``.
+
+    Lets a caller skip, without reading them, clusters no pattern names.
+    """
+    clusters = [p.partition("/")[0] for p in names]
+    return None if "*" in clusters else sorted(set(clusters))
+
+
+ServiceKey = tuple[str, str, str]  # (cluster FQN, namespace, service name)
+
+
+def service_fqn(key: ServiceKey) -> str:
+    cluster, namespace, name = key
+    return f"{cluster}/namespaces/{namespace}/services/{name}"
+
+
+def service_key(fqn: str, organization: str, field: str) -> ServiceKey:
+    """The sort key of a RegisteredService FQN of ``organization`` (a page token's content).
+
+    Lookup results are ordered by this tuple, not by the FQN string: the
+    string order of ``east/...`` and ``east-2/...`` differs from the order of
+    the clusters themselves.
+    """
+    parts = fqn.rsplit("/", 4)
+    prefix = f"{organization}/clusters/"
+    if (
+        len(parts) != 5
+        or parts[1] != "namespaces"
+        or parts[3] != "services"
+        or not parts[0].startswith(prefix)
+        or "/" in parts[0][len(prefix) :]
+    ):
+        raise invalid(field, "is not a token this server issued for this lookup")
+    return parts[0], parts[2], parts[4]
+
+
 def service_type(service: dict[str, Any]) -> str:
     """INTERNAL, LOADBALANCER (it has external addresses) or MESH_EXTERNAL."""
     if service.get("meshExternal"):

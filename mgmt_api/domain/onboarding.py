@@ -1,12 +1,15 @@
 """Cluster onboarding: desired versus current namespace states, and selector sync.
 
 Pure functions over plain data; the service calls them inside its
-transactions. Current states come from the agent's inventory reports:
+transactions. Current states come from what the agent reports about each
+namespace (see :func:`reported_onboarded`), never from the desired state:
 
 - ``PENDING``: no report has arrived since the namespace's desired state was
   set, so the agent cannot have acted on it yet;
-- ``ONBOARDED`` / ``OFFBOARDED``: a later report lists the namespace, in the
-  desired state;
+- ``ONBOARDED`` / ``OFFBOARDED``: a later report lists the namespace and
+  says it is (or is not) onboarded, as desired;
+- ``FAILED``: a later report lists the namespace in the other state than
+  the desired one (``message`` says which): the agent did not apply it;
 - ``NOT_FOUND_IN_CLUSTER``: a later report does not list it: the cluster
   has no such namespace.
 
@@ -24,17 +27,53 @@ DESIRED_OFFBOARDED = "DESIRED_OFFBOARDED"
 PENDING = "PENDING"
 ONBOARDED = "ONBOARDED"
 OFFBOARDED = "OFFBOARDED"
+FAILED = "FAILED"
 NOT_FOUND_IN_CLUSTER = "NOT_FOUND_IN_CLUSTER"
 
-_REACHED = {DESIRED_ONBOARDED: ONBOARDED, DESIRED_OFFBOARDED: OFFBOARDED}
+# What the onboarding workspace selects when no cluster onboards anything.
+# Workspace validation requires at least one selector name, so an emptied
+# workspace keeps this one. It is a valid pattern that can never match: a
+# cluster name is a DNS-1123 label and cannot contain parentheses.
+NOTHING = "(none)/(none)"
 
 
 @dataclass(frozen=True, slots=True)
 class Report:
-    """What the cluster's latest inventory report says: namespaces seen, and when (µs)."""
+    """What the cluster's latest inventory report says, and when (µs).
 
-    namespaces: frozenset[str]
+    ``namespaces`` maps each reported namespace to whether the agent reports
+    it onboarded.
+    """
+
+    namespaces: Mapping[str, bool]
     time_us: int
+
+
+def reported_onboarded(namespace: Mapping[str, Any]) -> bool:
+    """Whether an agent-reported namespace (stored JSON shape) is onboarded.
+
+    The agent's explicit ``onboarded`` flag decides when present. Otherwise
+    sidecar injection does, with Istio's precedence: the injection setting
+    (``istio.istioInjection``, else the ``istio-injection`` label) when set,
+    ``enabled`` meaning onboarded; without one, a revision (``istio.istioRevision``,
+    else the ``istio.io/rev`` label) means onboarded.
+    """
+    if namespace.get("onboarded") is not None:
+        return bool(namespace["onboarded"])
+    istio = namespace.get("istio") or {}
+    labels = namespace.get("labels") or {}
+    injection = istio.get("istioInjection") or labels.get("istio-injection")
+    if injection:
+        return str(injection) == "enabled"
+    return bool(istio.get("istioRevision") or labels.get("istio.io/rev"))
+
+
+def report_of(status: Mapping[str, Any]) -> Report | None:
+    """The :class:`Report` in a cluster's stored status; None if it never reported."""
+    if "syncTimeUs" not in status:
+        return None
+    seen = {ns["name"]: reported_onboarded(ns) for ns in status.get("namespaces") or []}
+    return Report(seen, int(status["syncTimeUs"]))
 
 
 def onboarded(spec: Mapping[str, Any]) -> list[str]:
@@ -44,14 +83,41 @@ def onboarded(spec: Mapping[str, Any]) -> list[str]:
     )
 
 
-def sync_selector(names: Iterable[str], cluster: str, namespaces: Iterable[str]) -> list[str]:
-    """The onboarding workspace's selector names with ``cluster``'s entries replaced.
+def sync_selector(
+    names: Iterable[str], cluster: str, namespaces: Iterable[str], owned: Iterable[str]
+) -> tuple[list[str], list[str]]:
+    """The onboarding workspace's selector after ``cluster`` onboards ``namespaces``.
 
-    Entries of other clusters (and wildcard-cluster entries an admin added)
-    are kept in place; ``cluster/ns`` for each onboarded namespace follows.
+    ``owned`` are the entries the sync added for this cluster earlier (kept
+    by the caller). Only those are ever removed: entries an admin added stay,
+    even ``{cluster}/...`` ones, and an admin entry that the sync also wants
+    stays the admin's (offboarding does not remove it). Returns the new names
+    (kept entries in place, then new ``cluster/ns`` entries sorted; the
+    :data:`NOTHING` placeholder when empty) and the entries now owned.
     """
-    kept = [n for n in names if n.partition("/")[0] != cluster]
-    return kept + [f"{cluster}/{ns}" for ns in sorted(set(namespaces))]
+    wanted = [f"{cluster}/{ns}" for ns in sorted(set(namespaces))]
+    was_owned = set(owned)
+    drop = was_owned - set(wanted)
+    kept = [n for n in names if n not in drop and n != NOTHING]
+    added = [w for w in wanted if w not in kept]
+    now_owned = [w for w in wanted if w in was_owned or w in added]
+    return (kept + added) or [NOTHING], now_owned
+
+
+def _current(desired: str, name: str, report: Report | None, since: int) -> tuple[str, str]:
+    """(current state, message) of one namespace."""
+    if report is None or report.time_us < since:
+        return PENDING, "waiting for the agent's next report"
+    if name not in report.namespaces:
+        return NOT_FOUND_IN_CLUSTER, "the agent does not report this namespace"
+    is_onboarded = report.namespaces[name]
+    if desired == DESIRED_ONBOARDED:
+        if is_onboarded:
+            return ONBOARDED, ""
+        return FAILED, "desired onboarded, but the agent reports the namespace not onboarded"
+    if not is_onboarded:
+        return OFFBOARDED, ""
+    return FAILED, "desired offboarded, but the agent still reports the namespace onboarded"
 
 
 def statuses(
@@ -71,17 +137,15 @@ def statuses(
         name, desired = ns["name"], ns["desiredState"]
         prev = previous.get(name) or {}
         since = prev["desiredSince"] if prev.get("desiredState") == desired else now_us
-        if report is None or report.time_us < since:
-            current = PENDING
-        elif name in report.namespaces:
-            current = _REACHED[desired]
-        else:
-            current = NOT_FOUND_IN_CLUSTER
+        current, message = _current(desired, name, report, since)
         changed = prev.get("currentState") != current
-        out[name] = {
+        entry: dict[str, Any] = {
             "desiredState": desired,
             "desiredSince": since,
             "currentState": current,
             "lastTransitionTime": now_us if changed else prev["lastTransitionTime"],
         }
+        if message:
+            entry["message"] = message
+        out[name] = entry
     return out

@@ -7,11 +7,11 @@ path into the resource FQN differs.
 from collections.abc import Callable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Path, Query, Request
+from fastapi import APIRouter, Body, Depends, Query, Request
 
 from mgmt_api.domain import approvals as ap
-from mgmt_api.routes.deps import call_context, state
-from mgmt_api.routes.resources import NAME_PATTERN
+from mgmt_api.errors import invalid
+from mgmt_api.routes.deps import call_context, cluster_fqn, organization_fqn, state
 from mgmt_api.schemas import approvals as s
 from mgmt_api.schemas.base import Empty
 from mgmt_api.service.approvals import TRANSITIONS, ApprovalService, same_resource
@@ -19,15 +19,6 @@ from mgmt_api.service.resources import CallContext
 
 router = APIRouter()
 Ctx = Annotated[CallContext, Depends(call_context)]
-Name = Annotated[str, Path(max_length=63, pattern=NAME_PATTERN)]
-
-
-def organization_fqn(organization: Name) -> str:
-    return f"organizations/{organization}"
-
-
-def cluster_fqn(organization: Name, cluster: Name) -> str:
-    return f"organizations/{organization}/clusters/{cluster}"
 
 
 def _service(request: Request) -> ApprovalService:
@@ -38,10 +29,6 @@ def _service(request: Request) -> ApprovalService:
 def _access(body: s.AccessRequest, resource: str) -> ap.Access:
     same_resource(body.resource, resource, "resource")
     return ap.access(body.access.subject, body.access.permissions)
-
-
-def _accesses(entries: list[s.Access] | None) -> list[ap.Access] | None:
-    return None if entries is None else [ap.access(a.subject, a.permissions) for a in entries]
 
 
 # Path suffix -> (operation name of spec §4.5, summary).
@@ -94,10 +81,16 @@ def _add_variant(prefix: str, resource_of: Callable[..., str], variant: str) -> 
         return _service(request).get(ctx, resource)
 
     def set_policy(
-        request: Request, ctx: Ctx, resource: Resource, body: Annotated[s.ApprovalPolicy, Body()]
+        request: Request,
+        ctx: Ctx,
+        resource: Resource,
+        body: Annotated[s.SetApprovalPolicyRequest, Body()],
     ) -> dict[str, Any]:
-        """Enable checks, replacing the policy's settings (Create/WriteApprovalPolicy)."""
+        """Enable checks, setting the mode and metadata (Create/WriteApprovalPolicy)."""
         same_resource(body.resource, resource, "resource")
+        for field in ("requested", "approved"):
+            if getattr(body, field) is not None:
+                raise invalid(field, s.LISTS_REFUSED)
         _service(request).set_policy(
             ctx,
             resource,
@@ -105,8 +98,6 @@ def _add_variant(prefix: str, resource_of: Callable[..., str], variant: str) -> 
             metadata=body.metadata.model_dump(by_alias=True, exclude_none=True, mode="json")
             if body.metadata
             else None,
-            requested=_accesses(body.requested),
-            approved=_accesses(body.approved),
             etag=body.etag,
         )
         return {}

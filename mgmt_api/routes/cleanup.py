@@ -5,8 +5,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends, Request
 from pydantic import Field
 
-from mgmt_api.routes.approvals import organization_fqn
-from mgmt_api.routes.deps import call_context, state
+from mgmt_api.routes.deps import call_context, organization_fqn, state
 from mgmt_api.schemas.base import ApiModel
 from mgmt_api.service.cleanup import CleanupService
 from mgmt_api.service.resources import CallContext
@@ -31,7 +30,12 @@ class CleanupResourcesResponse(ApiModel):
     changes: list[CleanupItem] = Field(
         description="Deletions: would be applied (dry run) or were applied (apply)."
     )
-    skipped: list[CleanupItem] = Field(description="Unused but protected or still holding objects.")
+    skipped: list[CleanupItem] = Field(
+        description=(
+            "Unused but protected (itself or below), still holding objects, or (security "
+            "groups) selecting clusters whose agents never reported or are stale."
+        )
+    )
 
 
 @router.post(
@@ -48,5 +52,10 @@ def cleanup_resources(
     body: Annotated[CleanupResourcesRequest, Body()],
 ) -> dict[str, Any]:
     resources = state(request).resources
-    service = CleanupService(resources.engine, resources.onboarding, resources.on_commit)
+    service = CleanupService(
+        resources.engine,
+        resources.onboarding,
+        resources.on_commit,
+        stale_after_seconds=resources.stale_after_seconds,
+    )
     return service.run(ctx, organization, apply=body.apply)

@@ -1,10 +1,11 @@
-"""Request dependencies: application state and the authenticated call context."""
+"""Request dependencies: application state, the authenticated call context, path FQNs."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Annotated
 
-from fastapi import Request
+from fastapi import Path, Request
 
 from mgmt_api.distribution.hub import Distribution
 from mgmt_api.service.authn import Authenticator
@@ -37,3 +38,27 @@ def call_context(request: Request) -> CallContext:
     principal = st.authn.authenticate(request.headers.get("authorization"), client_address(request))
     base_url = st.settings.public_url or str(request.base_url)
     return CallContext(principal, base_url)
+
+
+# A DNS-1123 label path parameter (the FQN grammar of mgmt_api.fqn). FastAPI
+# checks it before authentication, so a malformed name is a 400, never a 404.
+NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+Name = Annotated[str, Path(max_length=63, pattern=NAME_PATTERN)]
+
+
+def organization_fqn(organization: Name) -> str:
+    """``/v2/organizations/{organization}/...`` as the organization's FQN."""
+    return f"organizations/{organization}"
+
+
+def cluster_fqn(organization: Name, cluster: Name) -> str:
+    """``/v2/organizations/{organization}/clusters/{cluster}/...`` as the cluster's FQN."""
+    return f"organizations/{organization}/clusters/{cluster}"
+
+
+def tenant_fqn(organization: Name, tenant: Name) -> str:
+    return f"organizations/{organization}/tenants/{tenant}"
+
+
+def workspace_fqn(organization: Name, tenant: Name, workspace: Name) -> str:
+    return f"organizations/{organization}/tenants/{tenant}/workspaces/{workspace}"

@@ -9,8 +9,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Request
 
-from mgmt_api.routes.approvals import cluster_fqn
-from mgmt_api.routes.deps import call_context, state
+from mgmt_api.routes.deps import call_context, cluster_fqn, state
 from mgmt_api.schemas.inventory import ClusterStateView, InventoryReport
 from mgmt_api.service.inventory import InventoryService
 from mgmt_api.service.resources import CallContext

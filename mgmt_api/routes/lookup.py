@@ -19,11 +19,18 @@ Ctx = Annotated[CallContext, Depends(call_context)]
     response_model_exclude_none=True,
     operation_id="LookupServices",
     tags=["Lookup"],
-    summary="Agent-reported services the selector matches (READ on parent and on each cluster)",
+    summary="Agent-reported services a selector matches, paged (READ on parent and each cluster)",
 )
 def lookup_services(
     request: Request, ctx: Ctx, body: Annotated[ServiceLookupRequest, Body()]
 ) -> dict[str, Any]:
     resources = state(request).resources
     service = InventoryService(resources.engine, resources.stale_after_seconds)
-    return {"services": service.lookup_services(ctx, body.parent, body.selector.names)}
+    services, next_token = service.lookup_services(
+        ctx,
+        body.parent,
+        body.selector.names,
+        page_size=body.page_size,
+        page_token=body.page_token,
+    )
+    return {"services": services, "nextPageToken": next_token}

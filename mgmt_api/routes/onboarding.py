@@ -10,8 +10,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request
 from pydantic import Field
 
-from mgmt_api.routes.approvals import cluster_fqn
-from mgmt_api.routes.deps import call_context, state
+from mgmt_api.routes.deps import call_context, cluster_fqn, state
 from mgmt_api.schemas.base import ApiModel
 from mgmt_api.service.onboarding import OnboardingService
 from mgmt_api.service.resources import CallContext
@@ -25,7 +24,13 @@ class NamespaceStatus(ApiModel):
     name: str
     desired_state: str = Field(description="DESIRED_ONBOARDED or DESIRED_OFFBOARDED")
     current_state: str = Field(
-        description="PENDING, ONBOARDED, OFFBOARDED or NOT_FOUND_IN_CLUSTER (see docs/api.md)"
+        description=(
+            "From the agent's reports: PENDING, ONBOARDED, OFFBOARDED, FAILED or "
+            "NOT_FOUND_IN_CLUSTER (see docs/api.md)"
+        )
+    )
+    message: str | None = Field(
+        default=None, description="Why the namespace is not in its desired state yet."
     )
     last_transition_time: str | None = Field(default=None, description="RFC 3339")
 

@@ -11,22 +11,20 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request
 from pydantic import Field
 
-from mgmt_api.routes.approvals import Name, cluster_fqn, organization_fqn
-from mgmt_api.routes.deps import call_context, state
+from mgmt_api.routes.deps import (
+    call_context,
+    cluster_fqn,
+    organization_fqn,
+    state,
+    tenant_fqn,
+    workspace_fqn,
+)
 from mgmt_api.schemas.base import ApiModel
 from mgmt_api.service.profiles import ProfileService
 from mgmt_api.service.resources import CallContext
 
 router = APIRouter()
 Ctx = Annotated[CallContext, Depends(call_context)]
-
-
-def tenant_fqn(organization: Name, tenant: Name) -> str:
-    return f"organizations/{organization}/tenants/{tenant}"
-
-
-def workspace_fqn(organization: Name, tenant: Name, workspace: Name) -> str:
-    return f"organizations/{organization}/tenants/{tenant}/workspaces/{workspace}"
 
 
 class AvailableProfile(ApiModel):

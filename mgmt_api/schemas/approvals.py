@@ -46,25 +46,44 @@ class ApprovalMetadata(ApiModel):
 
 
 class ApprovalPolicy(ApiModel):
-    """GetPolicy's answer, and SetPolicy's body (``mode`` required there)."""
+    """GetPolicy's and QueryPolicies' answer."""
 
     resource: str | None = _resource()
     mode: ApprovalMode
-    requested: list[Access] | None = Field(
-        default=None, description="On SetPolicy: replaces the requests when given, else kept."
+    requested: list[Access] | None = None
+    approved: list[Access] | None = None
+    metadata: ApprovalMetadata | None = None
+    etag: str | None = None
+    create_time: str | None = None
+    update_time: str | None = None
+    allowed_operations: list[str] | None = Field(
+        default=None, description="QueryPolicies with includePermissions."
     )
-    approved: list[Access] | None = Field(
-        default=None, description="On SetPolicy: replaces the approvals when given, else kept."
-    )
+
+
+LISTS_REFUSED = (
+    "not accepted on SetPolicy, which sets only the mode and metadata: change the lists "
+    "with requested:add, requested:approve, requested:delete, approved:add and "
+    "approved:delete, which each need their own permission and are audited per subject"
+)
+
+
+class SetApprovalPolicyRequest(ApiModel):
+    """SetPolicy's body: the mode and metadata; the lists are kept as they are."""
+
+    resource: str | None = _resource()
+    mode: ApprovalMode
     metadata: ApprovalMetadata | None = None
     etag: str | None = Field(
-        default=None, description="On SetPolicy: optional; when given, must be the current one."
+        default=None, description="Optional; when given, must be the current one."
     )
-    create_time: str | None = Field(default=None, description="Output only.")
-    update_time: str | None = Field(default=None, description="Output only.")
-    allowed_operations: list[str] | None = Field(
-        default=None, description="Output only: QueryPolicies with includePermissions."
-    )
+    # Declared so the refusal can name the operations to use instead of a bare
+    # "unknown field". Any value, even [], is a 400: granting or revoking
+    # through SetPolicy would bypass those operations' permissions and audit.
+    requested: list[Access] | None = Field(default=None, description=f"Refused: {LISTS_REFUSED}.")
+    approved: list[Access] | None = Field(default=None, description=f"Refused: {LISTS_REFUSED}.")
+    create_time: str | None = Field(default=None, description="Output only; ignored.")
+    update_time: str | None = Field(default=None, description="Output only; ignored.")
 
 
 class AccessRequest(ApiModel):

@@ -75,6 +75,15 @@ class ReportedNamespace(ApiModel):
     name: str = Field(max_length=63, description="DNS-1123 label.")
     labels: Map | None = Field(default=None, max_length=MAX_MAP)
     istio: IstioSettings | None = None
+    onboarded: bool | None = Field(
+        default=None,
+        description=(
+            "Whether the agent has onboarded the namespace (our addition). When absent, "
+            "sidecar injection decides: istio.istioInjection (else the istio-injection "
+            "label) 'enabled', or without it a revision (istio.istioRevision, else the "
+            "istio.io/rev label). The onboarding status compares this with the desired state."
+        ),
+    )
     services: list[ReportedService] | None = Field(default=None, max_length=MAX_SERVICES)
 
 
@@ -123,6 +132,12 @@ class ServiceLookupSelector(ApiModel):
 class ServiceLookupRequest(ApiModel):
     parent: str = Field(max_length=512, description="An organization or an object in one.")
     selector: ServiceLookupSelector
+    page_size: int = Field(
+        default=100, ge=1, le=1000, description="Services per page (our addition); default 100."
+    )
+    page_token: str = Field(
+        default="", max_length=2048, description="nextPageToken of the previous page."
+    )
 
 
 class RegisteredServicePort(ApiModel):
@@ -145,4 +160,7 @@ class RegisteredService(ApiModel):
 
 
 class ServiceLookupResponse(ApiModel):
-    services: list[RegisteredService]
+    services: list[RegisteredService] = Field(
+        description="Ordered by cluster FQN, namespace, service name."
+    )
+    next_page_token: str = Field(description="Empty on the last page.")

@@ -23,7 +23,6 @@ from mgmt_api.domain import approvals as ap
 from mgmt_api.domain import etags, rbac
 from mgmt_api.errors import ApiError, Code, invalid, not_found, permission_denied
 from mgmt_api.service import authz
-from mgmt_api.service.profiles import all_children
 from mgmt_api.service.resources import CallContext, ResourceService, rfc3339
 from mgmt_api.store import repo
 from mgmt_api.store.engine import read_tx, write_tx
@@ -76,10 +75,30 @@ def policy_fqn(resource: str) -> str:
     return f"{resource}/approvals/{POLICY_NAME}"
 
 
-def _allowed(conn: Connection, ctx: CallContext, resource: str) -> dict[str, frozenset[str]]:
-    """The caller's permissions on ``resource`` per approval kind (one lookup per kind)."""
-    kinds = {op.kind for op in OPERATIONS}
-    return {k: authz.permissions(conn, ctx.principal, resource, k) for k in kinds}
+def _allowed_on(
+    conn: Connection, ctx: CallContext, targets: list[str]
+) -> dict[str, dict[str, frozenset[str]]]:
+    """The caller's permissions per approval kind on each target, in two queries.
+
+    The policies on every target's path and the custom roles they bind are
+    read once for all targets, instead of a full permission check per target
+    and kind (what ``authz.permissions`` would cost).
+    """
+    paths = {t: fqnmod.ancestors(t) for t in targets}
+    stored = repo.get_policies(conn, sorted({n for path in paths.values() for n in path}))
+    allows = {t: [stored[n].allow for n in path if n in stored] for t, path in paths.items()}
+    subjects = ctx.principal.subjects
+    names = rbac.referenced_roles([a for each in allows.values() for a in each], subjects)
+    roles: dict[str, tuple[rbac.Rule, ...]] = {
+        n: rbac.BUILTIN_ROLES[n] for n in names if n in rbac.BUILTIN_ROLES
+    }
+    custom = [n for n in names if n not in rbac.BUILTIN_ROLES and n.startswith("rbac/")]
+    roles.update({f: rbac.rules_from_spec(r.spec) for f, r in repo.get_many(conn, custom).items()})
+    kinds = sorted({op.kind for op in OPERATIONS})
+    return {
+        t: {k: rbac.effective_permissions(allows[t], subjects, roles, k) for k in kinds}
+        for t in targets
+    }
 
 
 def _require(conn: Connection, ctx: CallContext, resource: str, op: Operation) -> None:
@@ -173,10 +192,14 @@ class ApprovalService:
         mode: ap.Mode,
         *,
         metadata: dict[str, Any] | None,
-        requested: list[ap.Access] | None,
-        approved: list[ap.Access] | None,
         etag: str | None,
     ) -> None:
+        """Create the policy or change its mode and metadata.
+
+        The requested and approved lists are never set here (the route
+        refuses them): each change of those has its own operation, permission
+        and audit record, which SetPolicy would otherwise bypass.
+        """
         fqn = policy_fqn(resource)
         with write_tx(self.engine) as conn:
             revision = repo.bump_revision(conn)
@@ -190,9 +213,7 @@ class ApprovalService:
                     f"{resource} approval policy changed since etag {etag} was read",
                     metadata={"fqn": resource},
                 )
-            policy = ap.set_policy(
-                current, mode, metadata=metadata, requested=requested, approved=approved
-            )
+            policy = ap.set_policy(current, mode, metadata=metadata)
             new_etag = etags.compute(fqn, revision)
             if existing is None:
                 now = repo.now_us()
@@ -318,26 +339,37 @@ class ApprovalService:
         permissions: bool,
     ) -> list[dict[str, Any]]:
         """The policies of ``resource`` and, for an organization, of its clusters,
-        that the caller may read (ReadApprovalPolicy)."""
+        that the caller may read (ReadApprovalPolicy).
+
+        Permission comes before existence, as everywhere: a caller who may not
+        read policies at ``resource`` gets the same empty answer whether it
+        exists or not (a missing organization has no clusters to show), and
+        only a caller who may read there learns that it does not exist (404).
+        """
         wanted = set(types or TARGET_KINDS)
         with read_tx(self.engine) as conn:
-            self._target(conn, resource)
             targets = [resource]
             if fqnmod.parse(resource).kind == "Organization" and "Cluster" in wanted:
-                targets += [c.fqn for c in all_children(conn, resource, "Cluster")]
-            stored = repo.get_many(conn, [policy_fqn(t) for t in targets])
+                targets += [c.fqn for c in repo.all_children(conn, resource, "Cluster")]
+            allowed = _allowed_on(conn, ctx, targets)
+            if READ_POLICY.permission in allowed[resource][READ_POLICY.kind]:
+                self._target(conn, resource)
+            readable = [
+                t
+                for t in targets
+                if fqnmod.parse(t).kind in wanted
+                and READ_POLICY.permission in allowed[t][READ_POLICY.kind]
+            ]
+            stored = repo.get_many(conn, [policy_fqn(t) for t in readable])
             out: list[dict[str, Any]] = []
-            for target in targets:
+            for target in readable:
                 res = stored.get(policy_fqn(target))
-                if res is None or fqnmod.parse(target).kind not in wanted:
-                    continue
-                allowed = _allowed(conn, ctx, target)
-                if READ_POLICY.permission not in allowed[READ_POLICY.kind]:
+                if res is None:
                     continue
                 item = _render(res, target, details=details)
                 if permissions:
                     item["allowedOperations"] = [
-                        op.name for op in OPERATIONS if op.permission in allowed[op.kind]
+                        op.name for op in OPERATIONS if op.permission in allowed[target][op.kind]
                     ]
                 out.append(item)
             return out

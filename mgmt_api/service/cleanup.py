@@ -7,36 +7,48 @@ Unused, within one organization:
    else);
 2. profiles attached to no organization, tenant or workspace;
 3. security groups whose namespace selector (their own, else their
-   workspace's) matches no namespace any of the organization's agents reported;
+   workspace's) matches no namespace any of the organization's agents
+   reported, and names no cluster whose agent never reported or went stale
+   (such a cluster's namespaces are unknown, so the group may well be used);
 4. service-account keys whose owner lives under a cluster that no longer
    exists (deleting a cluster revokes its keys in the same transaction, so
    these are leftovers of imports, restores or older releases).
 
 Candidates are found and, with ``apply``, deleted in one transaction, so the
-applied set is exactly what a dry run on the same state lists. Protected
-objects (``deletionProtectionEnabled``) and objects that still hold children
-are skipped and reported, never deleted. The operation has its own
-permission: READ (dry run) or DELETE (apply) for kind ``CleanupResources`` on
-the organization, so a role can grant cleanup without granting deletes of
-every kind.
+applied set is exactly what a dry run on the same state lists. A candidate is
+skipped and reported, never deleted, when anything in its subtree has
+``deletionProtectionEnabled`` or when it holds other objects (a security
+group's settings and ext_authz policies, another engineer's objects in the
+onboarding workspace): the recursive delete would take those along silently.
+The operation has its own permission: READ (dry run) or DELETE (apply) for
+kind ``CleanupResources`` on the organization, so a role can grant cleanup
+without granting deletes of every kind.
+
+The organization's tree is read once (FQN, parent, kind and protection of
+every object, no JSON), then the specs of the few kinds that matter and the
+reported namespaces of its clusters in batches: the cost does not grow with
+one query per object.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import bisect
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from mgmt_api import fqn as fqnmod
+from mgmt_api.domain import inventory as inv
 from mgmt_api.domain import lookup, rbac
 from mgmt_api.domain import onboarding as ob
 from mgmt_api.errors import not_found
+from mgmt_api.fqn import subtree_bounds
 from mgmt_api.service import authz
-from mgmt_api.service.onboarding_sync import OnboardingNames, config_of
-from mgmt_api.service.profiles import PROFILE_LEVELS, all_children
+from mgmt_api.service.onboarding_sync import KIND as CONFIG_KIND
+from mgmt_api.service.onboarding_sync import OnboardingNames
 from mgmt_api.service.resources import CallContext, ResourceService
 from mgmt_api.store import repo
 from mgmt_api.store.engine import read_tx, write_tx
@@ -46,6 +58,7 @@ audit = ResourceService._audit  # the audit record every resource write makes
 
 KIND = "CleanupResources"  # the pseudo-kind roles grant cleanup with
 KEY_KIND = "ServiceAccountKey"
+_BATCH = 200  # objects per IN (...) read
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -58,36 +71,105 @@ class Finding:
         return {"fqn": self.fqn, "kind": self.kind, "reason": self.reason}
 
 
+class Tree:
+    """The organization's objects as FQN, parent, kind and protection, read once."""
+
+    def __init__(self, organization: str, nodes: Sequence[repo.Node]) -> None:
+        self.organization = organization
+        self.children: dict[str, list[repo.Node]] = defaultdict(list)
+        for node in nodes:
+            self.children[node.parent].append(node)
+        self.protected = sorted(n.fqn for n in nodes if n.protected)
+        self._protected = set(self.protected)
+
+    def of_kind(self, parent: str, kind: str) -> list[repo.Node]:
+        return [n for n in self.children.get(parent, []) if n.kind == kind]
+
+    def first_protected(self, fqn: str) -> str | None:
+        """The first protected object in ``fqn``'s subtree, itself included.
+
+        The predicate of :func:`mgmt_api.store.repo.first_protected` (the one
+        the recursive delete refuses on), over the tree already read.
+        """
+        if fqn in self._protected:
+            return fqn
+        lo, hi = subtree_bounds(fqn)
+        i = bisect.bisect_right(self.protected, lo)
+        return self.protected[i] if i < len(self.protected) and self.protected[i] < hi else None
+
+    def held(self, fqn: str, ignore: Iterable[str] = ()) -> list[repo.Node]:
+        """The objects directly under ``fqn``, except those in ``ignore``."""
+        skip = set(ignore)
+        return [n for n in self.children.get(fqn, []) if n.fqn not in skip]
+
+
 @dataclass(slots=True)
 class Findings:
+    tree: Tree
     changes: list[Finding]
     skipped: list[Finding]
 
-    def add(self, res: repo.Resource, reason: str, *, children: bool = False) -> None:
-        if res.protected:
-            self.skipped.append(
-                Finding(res.fqn, res.kind, f"{reason}; skipped: deletionProtectionEnabled")
-            )
-        elif children:
-            self.skipped.append(Finding(res.fqn, res.kind, f"{reason}; skipped: holds objects"))
+    def add(self, node: repo.Node, reason: str, *, ignore: Iterable[str] = ()) -> None:
+        """A candidate: a change, or skipped when its subtree is protected or it holds objects."""
+        protected = self.tree.first_protected(node.fqn)
+        held = self.tree.held(node.fqn, ignore)
+        if protected is not None:
+            who = "it has" if protected == node.fqn else f"{protected} has"
+            why = f"{who} deletionProtectionEnabled"
+        elif held:
+            kinds = ", ".join(sorted({n.kind for n in held}))
+            why = f"holds objects ({len(held)}: {kinds})"
         else:
-            self.changes.append(Finding(res.fqn, res.kind, reason))
+            self.changes.append(Finding(node.fqn, node.kind, reason))
+            return
+        self.skipped.append(Finding(node.fqn, node.kind, f"{reason}; skipped: {why}"))
 
 
-def _has_children(conn: Connection, res: repo.Resource, ignore: set[str]) -> bool:
-    for kind in fqnmod.CHILDREN.get(res.kind, {}).values():
-        if any(c.fqn not in ignore for c in repo.list_children(conn, res.fqn, kind, "", 2)):
-            return True
-    return False
+def _specs(conn: Connection, fqns: list[str]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for i in range(0, len(fqns), _BATCH):
+        out.update({f: r.spec for f, r in repo.get_many(conn, fqns[i : i + _BATCH]).items()})
+    return out
 
 
-def _orphan_keys(conn: Connection, organization: str) -> list[tuple[str, str]]:
+def _reports(
+    conn: Connection, clusters: list[repo.Node], now_us: int, stale_after_seconds: float
+) -> tuple[list[tuple[str, str]], set[str]]:
+    """(cluster, namespace) pairs the fresh reports list, and the clusters with none.
+
+    A cluster whose agent never reported, or has been silent longer than the
+    staleness threshold, is "unknown": its namespaces cannot be trusted.
+    """
+    reported: list[tuple[str, str]] = []
+    unknown: set[str] = set()
+    for i in range(0, len(clusters), _BATCH):
+        batch = clusters[i : i + _BATCH]
+        statuses = repo.statuses_of(conn, [c.fqn for c in batch])
+        for cluster in batch:
+            name = cluster.fqn.rsplit("/", 1)[1]
+            status = statuses.get(cluster.fqn, {})
+            sync = status.get("syncTimeUs")
+            if sync is None or inv.is_stale(int(sync), now_us, stale_after_seconds):
+                unknown.add(name)
+                continue
+            reported += [(name, ns["name"]) for ns in status.get("namespaces") or []]
+    return reported, unknown
+
+
+def _unknown_clusters(patterns: list[str], unknown: set[str]) -> list[str]:
+    """The clusters without a fresh report that ``patterns`` name (``*`` names all)."""
+    named = {p.partition("/")[0] for p in patterns}
+    return sorted(unknown if "*" in named else unknown & named)
+
+
+def _orphan_keys(conn: Connection, tree: Tree) -> list[tuple[str, str]]:
     """(owner, key id) of keys under a cluster path whose cluster is gone.
 
     Keys are not resources, so this reads the key table over the organization's
     FQN range directly (the range the recursive delete uses).
     """
-    lo, hi = fqnmod.subtree_bounds(organization)
+    clusters = {n.fqn for n in tree.of_kind(tree.organization, "Cluster")}
+    lo, hi = subtree_bounds(tree.organization)
     rows = conn.execute(
         sa.select(sa_keys.c.owner, sa_keys.c.id)
         .where(sa_keys.c.owner > lo, sa_keys.c.owner < hi)
@@ -97,55 +179,76 @@ def _orphan_keys(conn: Connection, organization: str) -> list[tuple[str, str]]:
     for owner, key_id in rows:
         parts = str(owner).split("/")
         under_cluster = len(parts) > 4 and parts[2] == "clusters"
-        if under_cluster and not repo.exists(conn, "/".join(parts[:4])):
+        if under_cluster and "/".join(parts[:4]) not in clusters:
             out.append((str(owner), str(key_id)))
     return out
 
 
-def find(conn: Connection, organization: str, names: OnboardingNames) -> Findings:
-    found = Findings([], [])
-    clusters = all_children(conn, organization, "Cluster")
-    tenants = all_children(conn, organization, "Tenant")
-    workspaces = [w for t in tenants for w in all_children(conn, t.fqn, "Workspace")]
-    org = repo.get(conn, organization)
-    levels = [r for r in (org, *tenants, *workspaces) if r is not None]
+def find(
+    conn: Connection,
+    organization: str,
+    names: OnboardingNames,
+    *,
+    stale_after_seconds: float,
+    now_us: int,
+) -> Findings:
+    tree = Tree(organization, repo.subtree_nodes(conn, organization))
+    found = Findings(tree, [], [])
+    clusters = tree.of_kind(organization, "Cluster")
+    tenants = tree.of_kind(organization, "Tenant")
+    workspaces = [w for t in tenants for w in tree.of_kind(t.fqn, "Workspace")]
+    groups = [g for w in workspaces for g in tree.of_kind(w.fqn, "SecurityGroup")]
+    configs = [c for cl in clusters for c in tree.of_kind(cl.fqn, CONFIG_KIND)]
+    levels = [organization, *(t.fqn for t in tenants), *(w.fqn for w in workspaces)]
+    specs = _specs(conn, [*levels, *(g.fqn for g in groups), *(c.fqn for c in configs)])
 
-    # 1. the onboarding tenant and workspace, when nothing is onboarded
-    configs = [config_of(conn, c.fqn) for c in clusters]
-    onboarded = any(ob.onboarded(cfg.spec) for cfg in configs if cfg is not None)
-    if not onboarded:
-        ws = repo.get(conn, names.workspace_fqn(organization))
-        reason = "onboarding {} with no onboarded namespace"
-        if ws is not None:
-            found.add(ws, reason.format("workspace"), children=_has_children(conn, ws, set()))
-        tenant = repo.get(conn, names.tenant_fqn(organization))
-        if tenant is not None:
-            going = {f.fqn for f in found.changes}
-            children = _has_children(conn, tenant, going)
-            found.add(tenant, reason.format("tenant"), children=children)
-
-    # 2. profiles attached nowhere
-    attached = {ref for r in levels for ref in r.spec.get("profiles") or []}
+    # 1. profiles attached nowhere
+    attached = {ref for lv in levels for ref in specs.get(lv, {}).get("profiles") or []}
     for level in levels:
-        if level.kind in PROFILE_LEVELS:
-            for profile in all_children(conn, level.fqn, "Profile"):
-                if profile.fqn not in attached:
-                    found.add(profile, "profile attached to no organization, tenant or workspace")
+        for profile in tree.of_kind(level, "Profile"):
+            if profile.fqn not in attached:
+                found.add(profile, "profile attached to no organization, tenant or workspace")
 
-    # 3. security groups that select no reported namespace
-    reported = [(c.name, ns["name"]) for c in clusters for ns in c.status.get("namespaces") or []]
-    for ws in workspaces:
-        for group in all_children(conn, ws.fqn, "SecurityGroup"):
-            selector = group.spec.get("namespaceSelector") or ws.spec.get("namespaceSelector")
-            patterns = (selector or {}).get("names") or []
-            if not any(lookup.selects(patterns, c, n) for c, n in reported):
-                found.add(
-                    group,
-                    f"namespace selector {patterns} matches no namespace the agents reported",
+    # 2. security groups that select no reported namespace
+    reported, unknown = _reports(conn, clusters, now_us, stale_after_seconds)
+    for group in groups:
+        selector = specs.get(group.fqn, {}).get("namespaceSelector") or specs.get(
+            group.parent, {}
+        ).get("namespaceSelector")
+        patterns = list((selector or {}).get("names") or [])
+        if any(lookup.selects(patterns, c, n) for c, n in reported):
+            continue
+        reason = f"namespace selector {patterns} matches no namespace the agents reported"
+        maybe = _unknown_clusters(patterns, unknown)
+        if maybe:
+            found.skipped.append(
+                Finding(
+                    group.fqn,
+                    group.kind,
+                    f"{reason}; skipped: it names clusters whose agents never reported or "
+                    f"are stale, so their namespaces are unknown ({', '.join(maybe)})",
                 )
+            )
+            continue
+        found.add(group, reason)
+
+    # 3. the onboarding tenant and workspace, when nothing is onboarded
+    onboarded = any(ob.onboarded(specs.get(c.fqn, {})) for c in configs)
+    if not onboarded:
+        reason = "onboarding {} with no onboarded namespace"
+        ws_fqn, tenant_fqn = names.workspace_fqn(organization), names.tenant_fqn(organization)
+        tenant = next((t for t in tenants if t.fqn == tenant_fqn), None)
+        ws = next((w for w in workspaces if w.fqn == ws_fqn), None)
+        if ws is not None:
+            found.add(ws, reason.format("workspace"))
+        if tenant is not None:
+            # Its onboarding workspace goes first (deepest first), so it does
+            # not count; anything else it holds does.
+            going = [ws_fqn] if any(f.fqn == ws_fqn for f in found.changes) else []
+            found.add(tenant, reason.format("tenant"), ignore=going)
 
     # 4. keys of deleted clusters
-    for owner, key_id in _orphan_keys(conn, organization):
+    for owner, key_id in _orphan_keys(conn, tree):
         found.changes.append(
             Finding(f"{owner}/keys/{key_id}", KEY_KIND, "key of a deleted cluster's account")
         )
@@ -160,10 +263,12 @@ class CleanupService:
         engine: Engine,
         names: OnboardingNames,
         on_commit: Callable[[int], None] | None = None,
+        stale_after_seconds: float = inv.DEFAULT_STALE_AFTER_SECONDS,
     ) -> None:
         self.engine = engine
         self.names = names
         self.on_commit = on_commit
+        self.stale_after_seconds = stale_after_seconds
 
     def run(self, ctx: CallContext, organization: str, *, apply: bool) -> dict[str, Any]:
         if not apply:
@@ -197,7 +302,13 @@ class CleanupService:
         authz.require(conn, ctx.principal, organization, KIND, permission)
         if not repo.exists(conn, organization):
             raise not_found(organization)
-        return find(conn, organization, self.names)
+        return find(
+            conn,
+            organization,
+            self.names,
+            stale_after_seconds=self.stale_after_seconds,
+            now_us=repo.now_us(),
+        )
 
 
 def _delete(conn: Connection, item: Finding) -> None:

@@ -6,6 +6,13 @@ table; no table of its own): ``namespaces``, ``state`` (with
 cluster's etag: reports are output-only data, and a user's PUT must not fail
 because the agent spoke in between. Changed content is audited; identical
 reports (heartbeats) only move ``lastSyncTime``.
+
+Reports do not bump the store revision. The revision wakes the policy
+distribution, which recompiles every subscribed cluster's snapshot, and
+nothing it compiles reads reported data (``mgmt_api.distribution.store_backend``
+and ``mgmt_api.compiler`` read specs only); neither does the bearer cache the
+revision also guards. Concurrent reports of one cluster are serialised by a
+row lock on the cluster instead (see :mod:`mgmt_api.service.onboarding_sync`).
 """
 
 from __future__ import annotations
@@ -16,15 +23,18 @@ from sqlalchemy.engine import Connection, Engine
 
 from mgmt_api import fqn as fqnmod
 from mgmt_api.domain import inventory as inv
-from mgmt_api.domain import lookup, rbac
+from mgmt_api.domain import listing, lookup, rbac
 from mgmt_api.domain import onboarding as ob
 from mgmt_api.errors import ApiError, Code, invalid, not_found
 from mgmt_api.schemas.inventory import InventoryReport
 from mgmt_api.service import authz, onboarding_sync
-from mgmt_api.service.profiles import all_children
-from mgmt_api.service.resources import CLUSTER_AGENT_SA, CallContext, rfc3339
+from mgmt_api.service.resources import CLUSTER_AGENT_SA, CallContext, ResourceService, rfc3339
 from mgmt_api.store import repo
 from mgmt_api.store.engine import read_tx, write_tx
+
+# Clusters whose status (the whole reported inventory, workloads included)
+# one lookup step loads at once: bounds memory, and a full page stops early.
+LOOKUP_BATCH = 16
 
 
 def agent_fqn(cluster_fqn: str) -> str:
@@ -69,9 +79,10 @@ class InventoryService:
         state = report.state.model_dump(by_alias=True, exclude_none=True)
         digest = inv.digest(namespaces, state)
         with write_tx(self.engine) as conn:
-            repo.bump_revision(conn)  # serialises with config writes (onboarding status)
             authz.require(conn, ctx.principal, cluster_fqn, "Cluster", rbac.WRITE)
-            cluster = repo.get(conn, cluster_fqn)
+            # The row lock serialises reports of this cluster (and config
+            # writes, which take it too); the revision stays as it is.
+            cluster = repo.lock(conn, cluster_fqn)
             if cluster is None:
                 raise not_found(cluster_fqn)
             now = repo.now_us()
@@ -85,60 +96,104 @@ class InventoryService:
             }
             repo.set_status(conn, cluster_fqn, status, cluster.etag)
             if cluster.status.get("digest") != digest:
-                repo.audit(
+                ResourceService._audit(
                     conn,
-                    organization=fqnmod.parse(cluster_fqn).parent.partition("/")[2],
-                    fqn=cluster_fqn,
-                    kind="Cluster",
-                    operation="REPORT_INVENTORY",
-                    actor=ctx.principal.fqn,
-                    message=f"agent reported {len(namespaces)} namespaces of {cluster_fqn}",
-                    properties={"namespaces": len(namespaces), "provider": state.get("provider")},
+                    ctx,
+                    cluster_fqn,
+                    "Cluster",
+                    "REPORT_INVENTORY",
+                    f"agent reported {len(namespaces)} namespaces of {cluster_fqn}",
+                    namespaces=len(namespaces),
+                    provider=state.get("provider"),
                 )
-            config = onboarding_sync.config_of(conn, cluster_fqn)
+            # Skipped when a config write holds the row: that writer reads
+            # this report once we commit (it waits on the cluster lock).
+            config = repo.first_child_unless_locked(conn, cluster_fqn, onboarding_sync.KIND)
             if config is not None:
-                seen = frozenset(ns["name"] for ns in namespaces)
-                onboarding_sync.refresh_status(conn, config, ob.Report(seen, now))
+                onboarding_sync.refresh_status(conn, config, ob.report_of(status))
         return inv.state_view(status, now, self.stale_after_seconds)
 
     # ---- lookup ----------------------------------------------------------
 
     def lookup_services(
-        self, ctx: CallContext, parent: str, names: list[str]
-    ) -> list[dict[str, Any]]:
-        """Reported services of the parent's organization that ``names`` select.
+        self,
+        ctx: CallContext,
+        parent: str,
+        names: list[str],
+        *,
+        page_size: int = listing.DEFAULT_PAGE_SIZE,
+        page_token: str = "",
+    ) -> tuple[list[dict[str, Any]], str]:
+        """One page of the reported services of the parent's organization that ``names`` select.
 
         Needs READ on ``parent``; each cluster's services are returned only if
-        the caller may READ that cluster.
+        the caller may READ that cluster. Returns the page and the token of the
+        next one (empty when this is the last).
         """
         lookup.validate_names(names, "selector.names")
         parsed = fqnmod.parse(parent, "parent")
         organization = parsed.organization
         if organization is None:
             raise invalid("parent", f"{parent!r} is not an organization or an object in one")
+        after = listing.decode_token(page_token)
+        start = lookup.service_key(after, organization, "pageToken") if after else None
         with read_tx(self.engine) as conn:
             authz.require(conn, ctx.principal, parent, parsed.kind, rbac.READ)
             if not repo.exists(conn, parent):
                 raise not_found(parent)
-            return self._selected(conn, ctx, organization, names)
+            return self._selected(conn, ctx, organization, names, page_size=page_size, start=start)
 
     @staticmethod
     def _selected(
-        conn: Connection, ctx: CallContext, organization: str, names: list[str]
-    ) -> list[dict[str, Any]]:
-        clusters = all_children(conn, organization, "Cluster")
-        readable = authz.readable(
-            conn, ctx.principal, organization, [c.fqn for c in clusters], "Cluster"
-        )
-        out = []
-        for cluster in clusters:
-            if cluster.fqn not in readable:
-                continue
-            for ns in cluster.status.get("namespaces") or []:
-                if not lookup.selects(names, cluster.name, ns["name"]):
-                    continue
-                out += [
-                    lookup.registered_service(cluster.fqn, ns["name"], svc)
-                    for svc in ns.get("services") or []
-                ]
-        return out
+        conn: Connection,
+        ctx: CallContext,
+        organization: str,
+        names: list[str],
+        *,
+        page_size: int,
+        start: lookup.ServiceKey | None,
+    ) -> tuple[list[dict[str, Any]], str]:
+        """Walk the clusters in FQN order, a few at a time, until the page is full.
+
+        Only the clusters a pattern can name are read, their status only if
+        the caller may read them, and the walk stops at the first result past
+        the page, so the cost follows the page rather than the organization.
+        """
+        only = lookup.cluster_segments(names)
+        out: list[dict[str, Any]] = []
+        last: lookup.ServiceKey | None = None
+        # From the token's cluster on: it may have services after the token's one.
+        cursor, inclusive = (start[0], True) if start else ("", False)
+        while True:
+            batch = repo.child_names(
+                conn,
+                organization,
+                "Cluster",
+                after=cursor,
+                limit=LOOKUP_BATCH,
+                names=only,
+                inclusive=inclusive,
+            )
+            fqns = [fqn for fqn, _ in batch]
+            readable = authz.readable(conn, ctx.principal, organization, fqns, "Cluster")
+            statuses = repo.statuses_of(conn, [f for f in fqns if f in readable])
+            for fqn, name in batch:
+                for ns in sorted(statuses.get(fqn, {}).get("namespaces") or [], key=_name):
+                    if not lookup.selects(names, name, ns["name"]):
+                        continue
+                    for svc in sorted(ns.get("services") or [], key=_name):
+                        key = (fqn, ns["name"], svc["name"])
+                        if start is not None and key <= start:
+                            continue
+                        if len(out) == page_size:  # one more exists: end the page here
+                            assert last is not None
+                            return out, listing.encode_token(lookup.service_fqn(last))
+                        out.append(lookup.registered_service(fqn, ns["name"], svc))
+                        last = key
+            if len(batch) < LOOKUP_BATCH:
+                return out, ""
+            cursor, inclusive = batch[-1][0], False
+
+
+def _name(item: dict[str, Any]) -> str:
+    return str(item["name"])

@@ -58,6 +58,8 @@ class OnboardingService:
                 "desiredState": ns["desiredState"],
                 "currentState": st.get("currentState", "PENDING"),
             }
+            if st.get("message"):
+                entry["message"] = st["message"]
             if "lastTransitionTime" in st:
                 entry["lastTransitionTime"] = rfc3339(int(st["lastTransitionTime"]))
             out["namespaces"].append(entry)

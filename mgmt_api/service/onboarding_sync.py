@@ -8,6 +8,12 @@ per-namespace status commit or roll back together. Every write transaction
 starts by bumping the global revision row, which serialises writers on both
 stores: that is what makes "at most one config per cluster" race-free.
 
+Agent reports (:mod:`mgmt_api.service.inventory`) do not bump the revision.
+They refresh the config's status under a row lock on the cluster instead;
+config writes take the same lock (:func:`cluster_report`) after their own
+row, and a report never waits on the config row (it skips a locked one, whose
+writer then reads the new report itself), so the two cannot deadlock.
+
 This module imports nothing from ``mgmt_api.service.resources`` (which
 imports it).
 """
@@ -19,6 +25,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
+from meshplane.config_error import ConfigError
 from mgmt_api import fqn as fqnmod
 from mgmt_api.domain import etags
 from mgmt_api.domain import onboarding as ob
@@ -26,7 +33,9 @@ from mgmt_api.errors import ApiError, Code, invalid
 from mgmt_api.store import repo
 
 KIND = "ClusterOnboardingConfig"
-SYSTEM = "SYSTEM"
+# Key of the onboarding workspace's status: cluster name -> selector entries
+# the sync added (and so may remove).
+OWNED = "onboardingSelector"
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +44,25 @@ class OnboardingNames:
 
     tenant: str = "onboarding"
     workspace: str = "onboarding"
+
+    def __post_init__(self) -> None:
+        """Refuse names that could never be FQN segments, at start-up.
+
+        Otherwise the first onboarding write would fail with a 400 about a
+        name no client sent.
+        """
+        for setting, value in (
+            ("MESHPLANE_ONBOARDING_TENANT", self.tenant),
+            ("MESHPLANE_ONBOARDING_WORKSPACE", self.workspace),
+        ):
+            try:
+                fqnmod.validate_name(value, setting)
+            except ApiError:
+                raise ConfigError(  # from None: the API error adds nothing here
+                    f"{value!r} is not a DNS-1123 label (lower-case letters, digits and '-', "
+                    "starting and ending with a letter or digit, at most 63 characters)",
+                    field=setting,
+                ) from None
 
     def tenant_fqn(self, organization: str) -> str:
         return f"{organization}/tenants/{self.tenant}"
@@ -50,19 +78,24 @@ def config_of(conn: Connection, cluster_fqn: str) -> repo.Resource | None:
 
 
 def cluster_report(conn: Connection, cluster_fqn: str) -> ob.Report | None:
-    """The namespaces of the cluster's last inventory report, if it ever reported."""
-    cluster = repo.get(conn, cluster_fqn)
-    if cluster is None or "syncTimeUs" not in cluster.status:
-        return None
-    names = frozenset(ns["name"] for ns in cluster.status.get("namespaces") or [])
-    return ob.Report(names, int(cluster.status["syncTimeUs"]))
+    """The cluster's last inventory report, if it ever reported.
+
+    Locks the cluster row, the lock every report takes first: a report being
+    stored concurrently is either committed before this reads (and seen) or
+    waits until this transaction ends (and then refreshes the status itself).
+    """
+    cluster = repo.lock(conn, cluster_fqn)
+    return None if cluster is None else ob.report_of(cluster.status)
 
 
 def _audit(conn: Connection, actor: str, res: repo.Resource, op: str, message: str) -> None:
-    organization = fqnmod.parse(res.fqn).organization or ""
+    """Audited like a user's write of the object, with the reason in the properties.
+
+    The actor is the principal whose config write caused the sync.
+    """
     repo.audit(
         conn,
-        organization=organization.partition("/")[2],
+        organization=repo.org_name(res.fqn),
         fqn=res.fqn,
         kind=res.kind,
         operation=op,
@@ -138,6 +171,9 @@ def sync_workspace(
 
     The tenant and workspace are created when missing, but only when there is
     something to onboard; an emptied workspace stays for the cleanup to find.
+    The entries the sync added are recorded per cluster in the workspace's
+    status (``onboardingSelector``, never shown or writable by clients), so
+    only those are removed later; see :func:`mgmt_api.domain.onboarding.sync_selector`.
     """
     org = fqnmod.parse(cluster_fqn).parent
     cluster = fqnmod.parse(cluster_fqn).name
@@ -153,26 +189,35 @@ def sync_workspace(
         workspace = _ensure(conn, ws_fqn, "Workspace", spec, actor=actor, revision=revision)
     selector = workspace.spec.get("namespaceSelector") or {}
     old = list(selector.get("names") or [])
-    new = ob.sync_selector(old, cluster, onboarded)
-    if new == old:
-        return
-    spec = {**workspace.spec, "namespaceSelector": {**selector, "names": new}}
-    repo.update_if_etag(
-        conn,
-        ws_fqn,
-        workspace.etag,
-        spec=spec,
-        protected=workspace.protected,
-        etag=etags.compute(ws_fqn, revision),
-        update_time=repo.now_us(),
-    )
-    _audit(
-        conn,
-        actor,
-        workspace,
-        "UPDATE",
-        f"onboarding of {cluster_fqn}: namespaceSelector.names now {', '.join(new) or '(none)'}",
-    )
+    owned_by_cluster: dict[str, list[str]] = dict(workspace.status.get(OWNED) or {})
+    new, owned = ob.sync_selector(old, cluster, onboarded, owned_by_cluster.get(cluster, []))
+    if owned:
+        owned_by_cluster[cluster] = owned
+    else:
+        owned_by_cluster.pop(cluster, None)
+    status = {**workspace.status, OWNED: owned_by_cluster}
+    etag = workspace.etag
+    if new != old:
+        etag = etags.compute(ws_fqn, revision)
+        spec = {**workspace.spec, "namespaceSelector": {**selector, "names": new}}
+        repo.update_if_etag(
+            conn,
+            ws_fqn,
+            workspace.etag,
+            spec=spec,
+            protected=workspace.protected,
+            etag=etag,
+            update_time=repo.now_us(),
+        )
+        _audit(
+            conn,
+            actor,
+            workspace,
+            "UPDATE",
+            f"onboarding of {cluster_fqn}: namespaceSelector.names now {', '.join(new)}",
+        )
+    if status != workspace.status:
+        repo.set_status(conn, ws_fqn, status, etag)
 
 
 def refresh_status(conn: Connection, config: repo.Resource, report: ob.Report | None) -> None:
@@ -197,9 +242,13 @@ def after_write(
     if res.kind != KIND:
         return
     _check(conn, res, prefix)
+    report = cluster_report(conn, res.parent)  # takes the cluster's report lock
     onboarded = ob.onboarded(res.spec)
     sync_workspace(conn, res.parent, onboarded, actor=actor, names=names, revision=revision)
-    refresh_status(conn, res, cluster_report(conn, res.parent))
+    # A report may have refreshed the status since the caller read the row.
+    current = repo.get(conn, res.fqn)
+    res.status = current.status if current is not None else res.status
+    refresh_status(conn, res, report)
 
 
 def before_delete(

@@ -28,19 +28,6 @@ PROFILE_LEVELS = ("Organization", "Tenant", "Workspace")
 NOT_SETTINGS = frozenset(
     {"fqn", "etag", "createTime", "updateTime", "displayName", "description", "labels", "profiles"}
 )
-_PAGE = 500
-
-
-def all_children(conn: Connection, parent: str, kind: str) -> list[repo.Resource]:
-    """Every child of ``kind`` under ``parent``, FQN-ordered (paged through the store)."""
-    out: list[repo.Resource] = []
-    after = ""
-    while True:
-        batch = repo.list_children(conn, parent, kind, after, _PAGE)
-        out += batch
-        if len(batch) < _PAGE:
-            return out
-        after = batch[-1].fqn
 
 
 def check_references(conn: Connection, fqn: str, spec: dict[str, Any], prefix: str) -> None:
@@ -92,7 +79,7 @@ class ProfileService:
             return [
                 _profile_view(p)
                 for level in _levels(fqn)
-                for p in all_children(conn, level, "Profile")
+                for p in repo.all_children(conn, level, "Profile")
             ]
 
     def blame(self, ctx: CallContext, fqn: str) -> dict[str, Any]:

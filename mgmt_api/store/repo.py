@@ -132,6 +132,120 @@ def list_children(
     return [_row_to_resource(r) for r in rows]
 
 
+_PAGE = 500
+
+
+def all_children(conn: Connection, parent: str, kind: str) -> list[Resource]:
+    """Every child of ``kind`` under ``parent``, FQN-ordered (paged through the store).
+
+    Paged so one call never builds an unbounded result set in the driver; the
+    callers (cleanup, approvals query, profiles) need the whole collection.
+    """
+    out: list[Resource] = []
+    after = ""
+    while True:
+        batch = list_children(conn, parent, kind, after, _PAGE)
+        out += batch
+        if len(batch) < _PAGE:
+            return out
+        after = batch[-1].fqn
+
+
+_LOCK = _GET.with_for_update()  # built once: agents' reports take it on every call
+
+
+def lock(conn: Connection, fqn: str) -> Resource | None:
+    """Read the object with a row lock held to the end of the transaction.
+
+    ``SELECT ... FOR UPDATE`` on PostgreSQL: a second writer of the same row
+    waits, then reads the committed row. On SQLite (no row locks; SQLAlchemy
+    drops the clause) write transactions are already serialised by
+    ``BEGIN IMMEDIATE``.
+    """
+    row = conn.execute(_LOCK, {"fqn": fqn}).first()
+    return _row_to_resource(row) if row else None
+
+
+def first_child_unless_locked(conn: Connection, parent: str, kind: str) -> Resource | None:
+    """The first child of ``kind``, locked; None if there is none *or* it is locked.
+
+    ``FOR UPDATE SKIP LOCKED``: for a caller that must never wait on that row
+    (waiting could deadlock with a writer that holds it and waits on a row the
+    caller holds). The caller must be fine with skipping: the lock holder
+    does the work itself.
+    """
+    stmt = (
+        sa.select(resources)
+        .where(resources.c.parent == parent, resources.c.kind == kind)
+        .order_by(resources.c.fqn)
+        .limit(1)
+        .with_for_update(skip_locked=True)
+    )
+    row = conn.execute(stmt).first()
+    return _row_to_resource(row) if row else None
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """An object's place in the tree, without its JSON (cheap to read in bulk)."""
+
+    fqn: str
+    parent: str
+    kind: str
+    protected: bool
+
+
+def subtree_nodes(conn: Connection, fqn: str) -> list[Node]:
+    """Every object strictly below ``fqn``, FQN-ordered: one range scan of the primary key.
+
+    Enough to answer "what does X hold" and "is anything under X protected"
+    for many X at once, without reading specs or agent status.
+    """
+    lo, hi = subtree_bounds(fqn)
+    rows = conn.execute(
+        sa.select(resources.c.fqn, resources.c.parent, resources.c.kind, resources.c.protected)
+        .where(resources.c.fqn > lo, resources.c.fqn < hi)
+        .order_by(resources.c.fqn)
+    )
+    return [Node(str(r.fqn), str(r.parent), str(r.kind), bool(r.protected)) for r in rows]
+
+
+def child_names(
+    conn: Connection,
+    parent: str,
+    kind: str,
+    *,
+    after: str,
+    limit: int,
+    names: Sequence[str] | None = None,
+    inclusive: bool = False,
+) -> list[tuple[str, str]]:
+    """(FQN, name) of up to ``limit`` children after ``after`` (or from it, ``inclusive``),
+    FQN-ordered, optionally only those named in ``names``.
+
+    Reads no JSON: a caller can decide which children it needs before paying
+    for their spec or status.
+    """
+    position = resources.c.fqn >= after if inclusive else resources.c.fqn > after
+    stmt = sa.select(resources.c.fqn, resources.c.name).where(
+        resources.c.parent == parent, resources.c.kind == kind, position
+    )
+    if names is not None:
+        stmt = stmt.where(resources.c.name.in_(list(names)))
+    rows = conn.execute(stmt.order_by(resources.c.fqn).limit(limit))
+    return [(str(r.fqn), str(r.name)) for r in rows]
+
+
+def statuses_of(conn: Connection, fqns: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The status JSON (agent-reported data) of each existing object in ``fqns``."""
+    if not fqns:
+        return {}
+    rows = conn.execute(
+        sa.select(resources.c.fqn, resources.c.status).where(resources.c.fqn.in_(list(fqns)))
+    )
+    return {str(r.fqn): json.loads(r.status or "{}") for r in rows}
+
+
 def insert(conn: Connection, res: Resource) -> bool:
     """Insert; False when the FQN is taken (checked first, then the PK decides)."""
     if exists(conn, res.fqn):
@@ -347,6 +461,16 @@ class AuditRecord:
     time: int
     message: str
     properties: dict[str, Any]
+
+
+def org_name(fqn: str) -> str:
+    """The organization name an FQN belongs to (``""`` for global objects).
+
+    Audit records are filed under it, so an organization's audit log shows
+    every write below it.
+    """
+    parts = fqn.split("/")
+    return parts[1] if len(parts) >= 2 and parts[0] == "organizations" else ""
 
 
 def audit(

@@ -32,10 +32,16 @@ def agent(server: MgmtServer, cluster: dict[str, Any]) -> httpx.Client:
     return server.client(headers={"Authorization": f"Bearer {token}"})
 
 
-def namespace(name: str, *services: str, workloads: bool = False) -> dict[str, Any]:
-    """A reported namespace with services listening on port 8080 (one workload each)."""
+def namespace(
+    name: str, *services: str, workloads: bool = False, onboarded: bool | None = None
+) -> dict[str, Any]:
+    """A reported namespace with services listening on port 8080 (one workload each).
+
+    ``onboarded`` is the agent's explicit flag (left out when None).
+    """
     return {
         "name": name,
+        **({} if onboarded is None else {"onboarded": onboarded}),
         "services": [
             {
                 "name": svc,
@@ -53,6 +59,12 @@ def namespace(name: str, *services: str, workloads: bool = False) -> dict[str, A
 
 def inventory_path(cluster: dict[str, Any]) -> str:
     return f"/v2/{cluster['fqn']}/inventory"
+
+
+def revision(admin: httpx.Client, cluster: dict[str, Any]) -> int:
+    """The store's write revision (what wakes the policy distribution), via ClusterConfig."""
+    value: int = ok(admin.post(f"/v2/{cluster['fqn']}/config"))["revision"]
+    return value
 
 
 def report(

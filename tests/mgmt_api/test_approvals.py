@@ -248,7 +248,7 @@ def test_deleting_the_policy_revokes_every_approval_and_refuses_requests(
     assert allowed(admin, target, A, "GET") is False
 
 
-def test_set_policy_replaces_the_mode_and_keeps_the_lists_unless_given(
+def test_set_policy_replaces_the_mode_and_keeps_the_lists(
     admin: httpx.Client, target: Target
 ) -> None:
     ok(admin.post(target.path, json={"mode": "ALLOW_REQUESTED"}))
@@ -261,8 +261,36 @@ def test_set_policy_replaces_the_mode_and_keeps_the_lists_unless_given(
     assert allowed(admin, target, A, "GET") is False  # the same request is now pending
 
     err(admin.post(target.path, json={"mode": "UNRESTRICTED", "etag": etag}), 409, "ABORTED")
-    ok(admin.post(target.path, json={"mode": "REQUIRE_APPROVAL", "requested": []}))
-    assert ok(admin.get(target.path))["requested"] == []
+
+
+@pytest.mark.parametrize(
+    "lists_",
+    [
+        {"approved": [{"subject": B, "permissions": ["GET"]}]},  # would grant
+        {"requested": []},  # would withdraw every request
+        {"approved": []},  # would revoke every approval
+    ],
+)
+def test_set_policy_refuses_the_lists(
+    admin: httpx.Client, org: str, target: Target, lists_: dict[str, Any]
+) -> None:
+    """Granting or revoking through SetPolicy would bypass the per-operation
+    permissions and the per-subject audit: the lists change only through them."""
+    ok(admin.post(target.path, json={"mode": "REQUIRE_APPROVAL"}))
+    ok(run(admin, target, ("grant", A, ["GET"])))
+    ok(run(admin, target, ("request", B, ["GET"])))
+    before = ok(admin.get(target.path))
+    [field] = lists_
+    body = err(
+        admin.post(target.path, json={"mode": "ALLOW_REQUESTED", **lists_}), 400, "INVALID_ARGUMENT"
+    )
+    assert body["details"][1]["fieldViolations"][0]["field"] == field
+    assert "approved:add" in body["message"] and "requested:add" in body["message"]
+    assert ok(admin.get(target.path)) == before  # nothing changed, the mode included
+    # creating a policy with lists is refused the same way
+    ok(admin.delete(target.path))
+    err(admin.post(target.path, json={"mode": "ALLOW_REQUESTED", **lists_}), 400)
+    err(admin.get(target.path), 404)
 
 
 def test_bodies_are_validated(admin: httpx.Client, target: Target) -> None:

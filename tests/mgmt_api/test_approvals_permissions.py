@@ -164,3 +164,57 @@ def test_query_hides_policies_the_caller_may_not_read(
     reader = principal(org, "rbac/reader", f"organizations/{org}/clusters/c2")
     policies = ok(reader.post(f"{base}/approvals/query", json={}))["policies"]
     assert [p["resource"] for p in policies] == [f"organizations/{org}/clusters/c2"]
+
+
+def test_set_policy_cannot_grant_without_the_grant_permission(
+    admin: httpx.Client, org: str, principal: Callable[..., httpx.Client]
+) -> None:
+    """Holding Create/WriteApprovalPolicy is not holding
+    CreateApprovalPolicyApprovedAccess: the lists are refused on SetPolicy."""
+    fqn = f"organizations/{org}"
+    path = f"/v2/{fqn}/approvals"
+    setter = next(op for op in OPERATIONS if op.name == "CreateApprovalPolicy")
+    writer = next(op for op in OPERATIONS if op.name == "WriteApprovalPolicy")
+    client = principal(org, _role(admin, [setter, writer]), fqn)
+    grant_ = {"subject": SUBJECT, "permissions": ["GET"]}
+    err(client.post(path, json={"mode": "REQUIRE_APPROVAL", "approved": [grant_]}), 400)
+    ok(client.post(path, json={"mode": "REQUIRE_APPROVAL"}))
+    err(client.post(path, json={"mode": "REQUIRE_APPROVAL", "approved": [grant_]}), 400)
+    check = ok(admin.post(f"{path}:check", json={"subject": SUBJECT, "permission": "GET"}))
+    assert check["allowed"] is False
+    logs = ok(admin.get(f"/v2/{fqn}/auditlogs", params={"pageSize": 100}))["auditLogs"]
+    assert [a["operation"] for a in logs if a["kind"] == "ApprovalPolicy"] == [
+        "SET_APPROVAL_POLICY"
+    ]
+
+
+@pytest.mark.parametrize("variant", ["organization", "cluster"])
+def test_query_tells_no_one_without_rights_whether_the_resource_exists(
+    admin: httpx.Client, org: str, principal: Callable[..., httpx.Client], variant: str
+) -> None:
+    """Permission before existence: without ReadApprovalPolicy a missing and an
+    existing resource answer alike; with it, a missing one is 404."""
+    ok(admin.post(f"/v2/organizations/{org}/clusters", json={"name": "c", "cluster": {}}))
+    missing_org = unique("nope")
+    existing = f"organizations/{org}" + ("/clusters/c" if variant == "cluster" else "")
+    missing = (
+        f"organizations/{org}/clusters/nope"
+        if variant == "cluster"
+        else f"organizations/{missing_org}"
+    )
+    ok(admin.post(f"/v2/{existing}/approvals", json={"mode": "UNRESTRICTED"}))
+    # a principal of this organization that may read clusters but no approval policy
+    clusters_only = unique("role")
+    rules = [{"types": [{"kinds": ["Cluster"]}], "permissions": ["READ"]}]
+    ok(admin.post("/v2/rbac", json={"name": clusters_only, "role": {"rules": rules}}))
+    outsider = principal(org, f"rbac/{clusters_only}", f"organizations/{org}")
+    for fqn in (existing, missing):
+        assert ok(outsider.post(f"/v2/{fqn}/approvals/query", json={})) == {"policies": []}
+    # one who may read policies in the whole organization learns what exists
+    reader = principal(org, "rbac/reader", f"organizations/{org}")
+    assert len(ok(reader.post(f"/v2/{existing}/approvals/query", json={}))["policies"]) == 1
+    if variant == "cluster":
+        err(reader.post(f"/v2/{missing}/approvals/query", json={}), 404, "NOT_FOUND")
+    else:  # another organization: no rights there either, so no answer about it
+        assert ok(reader.post(f"/v2/{missing}/approvals/query", json={})) == {"policies": []}
+        err(admin.post(f"/v2/{missing}/approvals/query", json={}), 404, "NOT_FOUND")

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from mgmt_api.auth import keys as keymod
 from mgmt_api.store import repo
 from mgmt_api.store.engine import create_engine, read_tx, write_tx
-from tests.mgmt_api.agents import agent, create_cluster, namespace, report
+from tests.mgmt_api.agents import agent, create_cluster, namespace, report, tuned_server
 from tests.mgmt_api.harness import MgmtServer, err, ok, unique
 from tests.mgmt_api.rbac_helpers import grant
 
@@ -162,12 +163,12 @@ def test_onboarding_objects_in_use_or_holding_objects_stay(
     _post(admin, f"{ws}/securitygroups", "g", "securityGroup", {})
     cfg = ok(admin.get(f"/v2/{base}/c"))
     ok(admin.put(f"/v2/{base}/c", json={**cfg, "namespaces": []}))
-    dry = _run(admin, o, apply=True)
-    skipped = {s["fqn"]: s["reason"] for s in dry["skipped"]}
+    applied = _run(admin, o, apply=True)
+    skipped = {s["fqn"]: s["reason"] for s in applied["skipped"]}
     assert set(skipped) == {ws, f"{o}/tenants/onboarding"}
     assert all("holds objects" in r for r in skipped.values())
-    # the group selects nothing now: its workspace selector is empty
-    assert [c["fqn"] for c in dry["changes"]] == [f"{ws}/securitygroups/g"]
+    # the group selects nothing now: its workspace selects only the empty placeholder
+    assert [c["fqn"] for c in applied["changes"]] == [f"{ws}/securitygroups/g"]
     ok(admin.get(f"/v2/{ws}"))
     assert [c["fqn"] for c in _run(admin, o, apply=True)["changes"]] == [
         f"{o}/tenants/onboarding",
@@ -217,3 +218,126 @@ def test_cleanup_has_its_own_permission(
         assert ok(user.post(path, json={"apply": True}))["changes"] == dry["changes"]
     err(admin.post(f"/v2/organizations/{unique('none')}/cleanupresources", json={}), 404)
     err(admin.post(path, json={"apply": "maybe"}), 400)
+
+
+EXTAUTHZ_POLICY = {
+    "jwt": {"algorithms": ["HS256"], "keys": [{"hmacSecret": {"value": "a-long-test-secret"}}]},
+    "pathClaim": {"name": "path", "match": "PREFIX"},
+}
+SETTING = {
+    "authorization": {
+        "mode": "CLUSTER",
+        "http": {"external": {"uri": "grpc://extauthz.mesh:9191", "policy": "jwt"}},
+    }
+}
+
+
+def _workspace(admin: httpx.Client, org: str, *names: str) -> str:
+    tenant = _post(admin, f"organizations/{org}/tenants", "t", "tenant", {})
+    return _post(
+        admin, f"{tenant}/workspaces", "w", "workspace", {"namespaceSelector": {"names": names}}
+    )
+
+
+def _group(admin: httpx.Client, ws: str, name: str, *names: str, **spec: object) -> str:
+    if names:
+        spec["namespaceSelector"] = {"names": list(names)}
+    return _post(admin, f"{ws}/securitygroups", name, "securityGroup", spec)
+
+
+def test_groups_holding_settings_or_policies_are_skipped_not_emptied(
+    server: MgmtServer, admin: httpx.Client, org: str
+) -> None:
+    """The recursive delete would take a group's SecuritySettings and
+    ExtAuthzPolicies along unannounced: such a group is reported, never deleted."""
+    o = f"organizations/{org}"
+    ws = _workspace(admin, org, "gone/*")
+    full = _group(admin, ws, "full")
+    setting = _post(admin, f"{full}/settings", "s", "securitySetting", SETTING)
+    policy = _post(admin, f"{full}/extauthzpolicies", "jwt", "extAuthzPolicy", EXTAUTHZ_POLICY)
+    empty = _group(admin, ws, "empty")
+
+    dry = _run(admin, o)
+    assert [c["fqn"] for c in dry["changes"]] == [empty]
+    [held] = dry["skipped"]
+    assert held["fqn"] == full
+    assert "holds objects (2: ExtAuthzPolicy, SecuritySetting)" in held["reason"]
+    applied = _run(admin, o, apply=True)
+    assert applied["changes"] == dry["changes"] and applied["skipped"] == dry["skipped"]
+    for fqn in (full, setting, policy):
+        ok(admin.get(f"/v2/{fqn}"))
+    err(admin.get(f"/v2/{empty}"), 404)
+
+
+def test_protection_anywhere_below_a_candidate_skips_it(
+    server: MgmtServer, admin: httpx.Client, org: str
+) -> None:
+    o = f"organizations/{org}"
+    east = create_cluster(admin, org, "east")
+    base = f"{east['fqn']}/onboarding"
+    _post(admin, base, "c", "config", {"namespaces": [{"name": "shop", "desiredState": ON}]})
+    ws = f"{o}/tenants/onboarding/workspaces/onboarding"
+    guarded = _group(admin, ws, "g", deletionProtectionEnabled=True)
+    cfg = ok(admin.get(f"/v2/{base}"))["configs"][0]
+    ok(admin.put(f"/v2/{base}/c", json={**cfg, "namespaces": []}))
+
+    result = _run(admin, o, apply=True)
+    assert result["changes"] == []
+    skipped = {s["fqn"]: s["reason"] for s in result["skipped"]}
+    assert set(skipped) == {guarded, ws, f"{o}/tenants/onboarding"}
+    assert skipped[guarded].endswith("skipped: it has deletionProtectionEnabled")
+    # the containers name what is protected below them
+    assert f"skipped: {guarded} has deletionProtectionEnabled" in skipped[ws]
+    assert f"skipped: {guarded} has deletionProtectionEnabled" in skipped[f"{o}/tenants/onboarding"]
+    ok(admin.get(f"/v2/{guarded}"))
+
+
+def test_groups_naming_clusters_without_a_report_are_unknown(
+    server: MgmtServer, admin: httpx.Client, org: str
+) -> None:
+    """A cluster whose agent never reported makes every selector naming it look
+    unused; such groups are skipped with the reason until the agent reports."""
+    o = f"organizations/{org}"
+    north = create_cluster(admin, org, "north")
+    ws = _workspace(admin, org, "north/*")
+    named = _group(admin, ws, "named", "north/shop")
+    wild = _group(admin, ws, "wild", "*/shop")
+    other = _group(admin, ws, "other", "south/shop")  # no such cluster: unused
+
+    dry = _run(admin, o)
+    assert [c["fqn"] for c in dry["changes"]] == [other]
+    skipped = {s["fqn"]: s["reason"] for s in dry["skipped"]}
+    assert set(skipped) == {named, wild}
+    assert all("never reported or are stale" in r and "(north)" in r for r in skipped.values())
+
+    with agent(server, north) as a:
+        ok(report(a, north, namespace("web")))
+    assert {c["fqn"] for c in _run(admin, o)["changes"]} == {named, wild, other}
+    with agent(server, north) as a:
+        ok(report(a, north, namespace("shop")))
+    assert [c["fqn"] for c in _run(admin, o)["changes"]] == [other]
+
+
+@pytest.fixture(scope="module")
+def impatient() -> Iterator[MgmtServer]:
+    """Agents count as stale after one second of silence."""
+    with tuned_server(MESHPLANE_AGENT_STALE_AFTER="1s") as srv:
+        yield srv
+
+
+def test_groups_naming_stale_clusters_are_unknown(impatient: MgmtServer) -> None:
+    with impatient.admin() as admin:
+        org = unique("org")
+        ok(admin.post("/v2/organizations", json={"name": org, "organization": {}}))
+        east = create_cluster(admin, org, "east")
+        ws = _workspace(admin, org, "east/*")
+        group = _group(admin, ws, "g", "east/shop")
+        with agent(impatient, east) as a:
+            ok(report(a, east, namespace("web")))
+            fresh = _run(admin, f"organizations/{org}")
+            assert [c["fqn"] for c in fresh["changes"]] == [group]
+            time.sleep(1.2)  # silent past the threshold: what it listed may be gone or grown
+            stale = _run(admin, f"organizations/{org}")
+            assert stale["changes"] == []
+            assert [s["fqn"] for s in stale["skipped"]] == [group]
+            assert "(east)" in stale["skipped"][0]["reason"]

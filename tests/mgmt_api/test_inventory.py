@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import threading
 import time
 from collections.abc import Iterator
 
@@ -14,6 +16,7 @@ from tests.mgmt_api.agents import (
     inventory_path,
     namespace,
     report,
+    revision,
     tuned_server,
 )
 from tests.mgmt_api.harness import MgmtServer, err, ok, unique
@@ -58,6 +61,82 @@ def test_changed_reports_are_audited_heartbeats_are_not(
     reports = [a for a in logs["auditLogs"] if a["operation"] == "REPORT_INVENTORY"]
     assert [a["properties"]["namespaces"] for a in reports] == [2, 1]  # newest first
     assert all(a["triggeredBy"] == f"{east['fqn']}/serviceaccounts/agent" for a in reports)
+
+
+def test_reports_do_not_bump_the_revision_the_distribution_follows(
+    server: MgmtServer, admin: httpx.Client, org: str
+) -> None:
+    """Every revision bump makes the policy distribution recompile every cluster's
+    snapshot, and no snapshot reads reported data: neither heartbeats nor changed
+    reports bump it, while a changed report still does all it must."""
+    east = create_cluster(admin, org, "east")
+    ok(
+        admin.post(
+            f"/v2/{east['fqn']}/onboarding",
+            json={
+                "name": "c",
+                "config": {"namespaces": [{"name": "shop", "desiredState": "DESIRED_ONBOARDED"}]},
+            },
+        )
+    )
+    before = revision(admin, east)
+    with agent(server, east) as east_agent:
+        first = ok(report(east_agent, east, namespace("shop", onboarded=True)))
+        assert revision(admin, east) == before
+        beat = ok(report(east_agent, east, namespace("shop", onboarded=True)))  # heartbeat
+        assert revision(admin, east) == before
+        assert beat["lastSyncTime"] > first["lastSyncTime"]
+        ok(report(east_agent, east, namespace("shop", onboarded=False), namespace("cart")))
+        assert revision(admin, east) == before
+    # ... and the changed report was stored, audited and reached the onboarding status
+    cluster = ok(admin.get(f"/v2/{east['fqn']}"))
+    assert [ns["name"] for ns in cluster["namespaces"]] == ["shop", "cart"]
+    assert cluster["etag"] == east["etag"]
+    logs = ok(admin.get(f"/v2/organizations/{org}/auditlogs", params={"pageSize": 100}))
+    assert [
+        a["properties"]["namespaces"]
+        for a in logs["auditLogs"]
+        if a["operation"] == "REPORT_INVENTORY"
+    ] == [2, 1]
+    onboarding = ok(admin.get(f"/v2/{east['fqn']}/onboarding/status"))
+    assert onboarding["namespaces"][0]["currentState"] == "FAILED"
+    # a user's write still bumps it: the revision is observable here
+    ok(admin.put(f"/v2/{east['fqn']}", json={**cluster, "description": "x"}))
+    assert revision(admin, east) > before
+
+
+def test_concurrent_reports_of_one_cluster_are_serialised(
+    server: MgmtServer, admin: httpx.Client, org: str
+) -> None:
+    """Agent replicas reporting at once: each report is compared with the one
+    committed just before it (the cluster's row lock), so a content change is
+    audited once, and never twice in a row for the same content."""
+    east = create_cluster(admin, org, "east")
+    contents = [[namespace(f"ns-{k}") for k in range(j + 1)] for j in range(3)]
+    errors: list[str] = []
+
+    def send(offset: int) -> None:
+        with agent(server, east) as east_agent:
+            for i in range(8):
+                got = report(east_agent, east, *contents[(i + offset) % 3])
+                if got.status_code != 200:
+                    errors.append(got.text)
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    logs = ok(admin.get(f"/v2/organizations/{org}/auditlogs", params={"pageSize": 1000}))
+    audited = [
+        a["properties"]["namespaces"]
+        for a in reversed(logs["auditLogs"])
+        if a["operation"] == "REPORT_INVENTORY"
+    ]
+    assert audited and all(a != b for a, b in itertools.pairwise(audited)), audited
+    stored = ok(admin.get(f"/v2/{east['fqn']}"))["namespaces"]
+    assert len(stored) == audited[-1]  # the last audited content is the stored one
 
 
 def test_only_the_clusters_own_agent_may_report(

@@ -7,6 +7,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
+from mgmt_api.domain.listing import encode_token
 from mgmt_api.domain.lookup import matches
 from tests.mgmt_api.agents import agent, create_cluster, namespace, report
 from tests.mgmt_api.harness import MgmtServer, err, ok, unique
@@ -166,3 +167,76 @@ def test_results_are_filtered_by_read(
             "east/shop/web",
             "west/shop/cart",
         ]
+
+
+def _page(client: httpx.Client, org: str, token: str, size: int, *names: str) -> dict:
+    body = {
+        "parent": f"organizations/{org}",
+        "selector": {"names": list(names)},
+        "pageSize": size,
+        "pageToken": token,
+    }
+    page: dict = ok(client.post(LOOKUP, json=body))
+    return page
+
+
+def test_results_are_paged_in_a_stable_order(
+    server: MgmtServer, admin: httpx.Client, reported: str
+) -> None:
+    org = reported
+    # "east-2" sorts after "east" as a cluster, but its service FQNs sort before
+    # east's as strings: paging must follow the cluster order all the same.
+    east2 = create_cluster(admin, org, "east-2")
+    with agent(server, east2) as a:
+        ok(report(a, east2, namespace("shop", "b", "a")))
+    everything = _page(admin, org, "", 1000, "*/*")
+    assert everything["nextPageToken"] == ""
+    order = [
+        (s["cluster"].rsplit("/", 1)[1], s["namespace"], s["shortName"])
+        for s in everything["services"]
+    ]
+    assert order == [
+        ("east", "payments", "pay"),
+        ("east", "shop", "cart"),
+        ("east", "shop", "web"),
+        ("east", "shop-v2", "cart"),
+        ("east-2", "shop", "a"),
+        ("east-2", "shop", "b"),
+        ("west", "shop", "cart"),
+    ]
+    for size in (1, 2, 3, 7):
+        seen: list[dict] = []
+        token = ""
+        while True:
+            page = _page(admin, org, token, size, "*/*")
+            assert 1 <= len(page["services"]) <= size
+            seen += page["services"]
+            token = page["nextPageToken"]
+            if not token:
+                break
+        assert seen == everything["services"], size
+    # a selector that names clusters pages over those alone
+    named = _page(admin, org, "", 1, "west/*", "east-2/shop")
+    assert [s["shortName"] for s in named["services"]] == ["a"]
+    rest = _page(admin, org, named["nextPageToken"], 5, "west/*", "east-2/shop")
+    assert [s["shortName"] for s in rest["services"]] == ["b", "cart"]
+    assert rest["nextPageToken"] == ""
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"pageSize": 0}, "pageSize"),
+        ({"pageSize": 1001}, "pageSize"),
+        ({"pageToken": "%%%"}, "pageToken"),
+        (
+            # a well-formed token of another organization
+            {"pageToken": encode_token("organizations/other/clusters/e/namespaces/n/services/s")},
+            "pageToken",
+        ),
+    ],
+)
+def test_bad_paging_is_refused(admin: httpx.Client, org: str, extra: dict, field: str) -> None:
+    body = {"parent": f"organizations/{org}", "selector": {"names": ["*/*"]}, **extra}
+    got = err(admin.post(LOOKUP, json=body), 400, "INVALID_ARGUMENT")
+    assert field in got["message"], got
