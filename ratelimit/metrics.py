@@ -30,7 +30,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +84,11 @@ REDIS_ROUND_TRIPS_COUNTER = Counter(
 )
 REDIS_DECISIONS_COUNTER = Counter(
     "meshplane_ratelimit_redis_decisions", "Decisions sent to Redis (one script call each)."
+)
+REDIS_UNREACHABLE = Gauge(
+    "meshplane_ratelimit_redis_unreachable",
+    "1 while the Redis store in force does not answer the readiness PING of a worker.",
+    multiprocess_mode="livemax",
 )
 _LATENCY_BUCKETS = (
     0.0001,

@@ -39,8 +39,8 @@ import time
 from collections.abc import Callable, Sequence
 
 import hiredis
-from prometheus_client import Gauge
 
+from ratelimit import metrics
 from ratelimit.breaker import CircuitBreaker
 from ratelimit.buckets import Bucket
 from ratelimit.store import Outcome, StoreUnavailable, decide
@@ -105,12 +105,6 @@ def _script_call(head: bytes, buckets: Sequence[Bucket], now: float) -> bytes:
 
 _EVALSHA_HEAD = pack(["EVALSHA", DECIDE_SHA]).partition(b"\r\n")[2]
 _EVAL_HEAD = pack(["EVAL", DECIDE_SCRIPT]).partition(b"\r\n")[2]
-
-REDIS_UNREACHABLE = Gauge(
-    "meshplane_ratelimit_redis_unreachable",
-    "1 while the Redis store in force does not answer the readiness PING of a worker.",
-    multiprocess_mode="livemax",
-)
 
 
 class RedisStore:
@@ -200,10 +194,10 @@ class RedisStore:
             async with asyncio.timeout_at(deadline + 0.05):
                 await self._client.ping(deadline)
         except (RedisConnectionError, RedisReplyError, TimeoutError) as exc:
-            REDIS_UNREACHABLE.set(1)
+            metrics.REDIS_UNREACHABLE.set(1)
             raise StoreUnavailable("ping_failed", str(exc) or type(exc).__name__) from exc
-        REDIS_UNREACHABLE.set(0)
+        metrics.REDIS_UNREACHABLE.set(0)
 
     async def close(self) -> None:
-        REDIS_UNREACHABLE.set(0)  # no longer the store in force
+        metrics.REDIS_UNREACHABLE.set(0)  # no longer the store in force
         await self._client.close()

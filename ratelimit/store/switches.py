@@ -85,15 +85,19 @@ def _redis_url(redis: dict[str, Any], source: str) -> tuple[str, str]:
     if cert_ref is not None:
         ca = _secret_file(cert_ref, "ca.crt", f"{prefix}.tls.certificateRef", source)
         try:
-            parse_redis_url(url)  # first: its errors are the ones safe to show
+            # First: its errors are the ones safe to show.
+            uses_tls = parse_redis_url(url).tls
             parts = urlsplit(url)
         except ValueError as exc:  # RedisUrlError included
             # Neither message may echo the URL: it may hold a password.
             message = str(exc) if isinstance(exc, RedisUrlError) else "not a valid URL"
             raise ConfigError(message, source=source, field=prefix) from None
-        if parts.scheme != "rediss":
+        if not uses_tls:
             raise ConfigError(
-                "a TLS certificate needs a rediss:// URL", source=source, field=prefix
+                "a TLS certificate needs a TLS URL "
+                "(rediss://, rediss+sentinel:// or rediss+cluster://)",
+                source=source,
+                field=prefix,
             )
         query = "&".join(q for q in (parts.query, urlencode({"ssl_ca_certs": str(ca)})) if q)
         url = urlunsplit(parts._replace(query=query))
