@@ -187,7 +187,10 @@ def login(  # noqa: PLR0917 - typer maps options to parameters
     organization: Annotated[
         str | None, typer.Option("--organization", "--org", help="Organization (device login).")
     ] = None,
-    tenant: Annotated[str | None, typer.Option("--tenant", help="Tenant (device login).")] = None,
+    tenant: Annotated[
+        str | None,
+        typer.Option("--tenant", help="Device login: saved as the profile's default tenant."),
+    ] = None,
     oidc_name: Annotated[
         str | None, typer.Option("--oidc-name", help="OIDC configuration name, when several.")
     ] = None,

@@ -11,6 +11,10 @@ A kind can live under several parents (a User is global or in an
 organization; a ServiceAccount is in an organization or a cluster). Each
 alternative is a chain of parent kinds, outermost first; the chain used is the
 longest one whose parent names are all known.
+
+Being a copy, it can drift: ``tests/meshctl/test_kinds_match_server.py``
+compares it with the server's registry (``mgmt_api.kinds.KINDS``), so a new
+server kind fails the suite until it has a row here.
 """
 
 from __future__ import annotations
@@ -64,6 +68,11 @@ KINDS: dict[str, Kind] = {
         Kind("Cluster", "clusters", "cluster", "clusters", (("Organization",),), ("cl",),
              frozenset({"namespaces", "state", "installTemplate", "serviceAccount"}),
              defaults=(("tokenTtl", "3600s"), ("tier1Cluster", False))),
+        Kind("Profile", "profiles", "profile", "profiles",
+             (("Organization",), ("Organization", "Tenant"),
+              ("Organization", "Tenant", "Workspace")), ("prof",)),
+        Kind("ClusterOnboardingConfig", "onboarding", "config", "configs",
+             (("Organization", "Cluster"),), ("onboardingconfig", "onboardingconfigs")),
         Kind("User", "users", "user", "users", (("Organization",), ()), (),
              frozenset({"sourceType"})),
         Kind("Team", "teams", "team", "teams", (("Organization",),), (),

@@ -2,11 +2,12 @@
 
 * Basic (local users): ``POST /v2/auth/token`` with Basic credentials. The
   password is read from stdin or a hidden prompt, sent once, never stored.
-* Browser (default): a loopback listener, then the management plane's
-  ``/v2/oidc/login?redirectUri=http://127.0.0.1:PORT/callback?state=...``;
-  after the provider login the management plane redirects back to the
-  listener with the platform token (see ``docs/meshctl.md`` for the exact
-  contract the server must honour).
+* Browser (default, RFC 8252): a loopback listener, then the management
+  plane's ``/v2/oidc/login?redirectUri=http://127.0.0.1:PORT/callback?state=...``
+  with meshctl's own PKCE ``codeChallenge``; after the provider login the
+  management plane redirects back to the listener with a one-time ``code``,
+  which meshctl redeems with its verifier at ``POST /v2/oidc/token`` (see
+  ``docs/meshctl.md`` for the exact contract).
 * Device code (RFC 8628) against the identity provider named by
   ``GET /v2/oidc/configuration``, then the provider's ID token is exchanged
   at the management plane's token endpoint.
@@ -33,10 +34,12 @@ from meshctl.oauth import (
     ACCESS_TOKEN_TYPE,
     ID_TOKEN_TYPE,
     LoopbackReceiver,
+    Pkce,
     PlatformToken,
     exchange_at_platform,
     parse_platform_token,
     poll_for_tokens,
+    redeem_login_code,
     start_device_authorization,
 )
 from meshctl.transport import Transport, basic_auth
@@ -145,9 +148,11 @@ def login_device(
 
     ``choose_scope`` returns the organization and tenant (asking the user
     if needed); it is called only once the management plane has said that
-    device login is available, so nobody types them in vain. They are sent
-    along so the management plane can map the provider identity to the user
-    record of that organization.
+    device login is available, so nobody types them in vain. The
+    organization is sent along so the management plane maps the provider
+    identity to the user record of that organization; the tenant is not a
+    login matter (users belong to organizations), it only becomes the
+    profile's default ``--tenant`` (the caller saves both).
     """
     conf = oidc_configuration(profile, oidc_name, verbose=verbose)
     device_endpoint = conf.get("deviceAuthorizationEndpoint")
@@ -165,7 +170,7 @@ def login_device(
             "configuration lacks the device and token endpoints); retry later",
             Exit.UNREACHABLE,
         )
-    organization, tenant = choose_scope()
+    organization, _tenant = choose_scope()
     http = _http(profile)
     authorization = start_device_authorization(http, device_endpoint, client_id, DEVICE_SCOPES)
     say(
@@ -189,7 +194,7 @@ def login_device(
         platform_token_url(profile, conf),
         tokens.id_token,
         ID_TOKEN_TYPE,
-        {"organization": organization, "tenant": tenant},
+        {"organization": organization},
     )
     return _credentials("device-code", token)
 
@@ -204,15 +209,29 @@ def login_browser(
     port: int,
     say: Callable[[str], None],
 ) -> Credentials:
-    """Authorization-code login in the browser with a loopback redirect (RFC 8252)."""
+    """Authorization-code login in the browser with a loopback redirect (RFC 8252).
+
+    The management plane sends a one-time code, not the token, to the
+    loopback listener; only this process knows the PKCE verifier that
+    redeems it, so another local process that catches the redirect gets
+    nothing it can use.
+    """
     conf = oidc_configuration(profile, oidc_name, verbose=verbose)
     login_path = conf.get("loginUrl") if isinstance(conf.get("loginUrl"), str) else "/v2/oidc/login"
     assert isinstance(login_path, str)
+    pkce = Pkce.new()
     with LoopbackReceiver(port) as receiver:
+        redirect_uri = receiver.redirect_uri
         url = (
             urljoin(require_server(profile) + "/", login_path)
             + "?"
-            + urlencode({"redirectUri": receiver.redirect_uri})
+            + urlencode(
+                {
+                    "redirectUri": redirect_uri,
+                    "codeChallenge": pkce.challenge,
+                    "codeChallengeMethod": "S256",
+                }
+            )
         )
         say(f"Opening the login page in your browser. If it does not open, visit:\n  {url}")
         if open_browser:
@@ -221,7 +240,16 @@ def login_browser(
     if "error" in params:
         description = params.get("errorDescription") or params.get("error_description") or ""
         raise MeshctlError(f"login failed ({params['error']}): {description}", Exit.AUTH)
-    token = parse_platform_token(params)
+    code = params.get("code")
+    if not code:
+        raise MeshctlError(
+            "the management plane redirected back without a login code (it may be too old "
+            "for this meshctl: it must support codeChallenge on /v2/oidc/login)",
+            Exit.AUTH,
+        )
+    token = redeem_login_code(
+        _http(profile), platform_token_url(profile, conf), code, pkce.verifier, redirect_uri
+    )
     return _credentials("browser", token)
 
 

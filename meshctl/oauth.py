@@ -1,4 +1,4 @@
-"""The OAuth protocol clients of ``meshctl login``: RFC 8628, RFC 8693 and the loopback redirect.
+"""The OAuth protocol clients of ``meshctl login``: RFC 8628, RFC 8693 and the loopback login.
 
 The device-code rules (request forms, answers, RFC 8628 section 3.5 polling
 reactions) are shared with the server's async client in
@@ -11,6 +11,8 @@ Token values never appear in ``repr``, messages or logs.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import html
 import secrets
 import threading
@@ -28,6 +30,7 @@ from meshplane import oauth_device
 from meshplane.oauth_device import DeviceAuthorization, DeviceTokens
 
 TOKEN_EXCHANGE_GRANT = "urn:ietf:params:oauth:grant-type:token-exchange"  # noqa: S105
+AUTHORIZATION_CODE_GRANT = "authorization_code"
 ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"  # noqa: S105 - a URN
 ID_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:id_token"  # noqa: S105 - a URN
 
@@ -156,27 +159,14 @@ def parse_platform_token(body: Any) -> PlatformToken:
     raise MeshctlError("the management plane answered without an access token", Exit.API_ERROR)
 
 
-def exchange_at_platform(
-    http: Transport,
-    url: str,
-    subject_token: str,
-    subject_token_type: str,
-    extra: Mapping[str, str] | None = None,
-) -> PlatformToken:
-    """RFC 8693: trade a provider token for a platform token at the management plane.
+def _post_platform_token(http: Transport, url: str, form: Mapping[str, str]) -> PlatformToken:
+    """POST a form to the management plane's token endpoint and read the platform token.
 
     A refusal keeps the server's reason: OAuth bodies (``error``,
     ``error_description``) and API bodies (``code``, ``message``, ``details``)
     are both rendered, so "only version 2.0 access tokens are accepted"
     reaches the user verbatim.
     """
-    form = {
-        "grant_type": TOKEN_EXCHANGE_GRANT,
-        "subject_token": subject_token,
-        "subject_token_type": subject_token_type,
-        "requested_token_type": ACCESS_TOKEN_TYPE,
-        **(extra or {}),
-    }
     try:
         response = http.request("POST", url, form=form)
     except TransportError as exc:
@@ -206,6 +196,57 @@ def exchange_at_platform(
     return parse_platform_token(body)
 
 
+def exchange_at_platform(
+    http: Transport,
+    url: str,
+    subject_token: str,
+    subject_token_type: str,
+    extra: Mapping[str, str] | None = None,
+) -> PlatformToken:
+    """RFC 8693: trade a provider token for a platform token at the management plane."""
+    form = {
+        "grant_type": TOKEN_EXCHANGE_GRANT,
+        "subject_token": subject_token,
+        "subject_token_type": subject_token_type,
+        "requested_token_type": ACCESS_TOKEN_TYPE,
+        **(extra or {}),
+    }
+    return _post_platform_token(http, url, form)
+
+
+def redeem_login_code(
+    http: Transport, url: str, code: str, verifier: str, redirect_uri: str
+) -> PlatformToken:
+    """RFC 8252: the loopback login's one-time code and our PKCE verifier become the token."""
+    form = {
+        "grant_type": AUTHORIZATION_CODE_GRANT,
+        "code": code,
+        "code_verifier": verifier,
+        "redirect_uri": redirect_uri,
+    }
+    return _post_platform_token(http, url, form)
+
+
+@dataclass(frozen=True, slots=True)
+class Pkce:
+    """meshctl's own PKCE pair (RFC 7636, S256) for one browser login.
+
+    The challenge goes out with the login; the verifier never leaves this
+    process until it redeems the code, so a code caught on its way to the
+    loopback listener (by another local process, or from browser history)
+    is useless to whoever caught it.
+    """
+
+    verifier: str = field(repr=False)
+    challenge: str
+
+    @classmethod
+    def new(cls) -> Pkce:
+        verifier = secrets.token_urlsafe(32)  # 43 characters, 256 bits
+        digest = hashlib.sha256(verifier.encode("ascii")).digest()
+        return cls(verifier, base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii"))
+
+
 # ---- browser login: the loopback redirect (RFC 8252 section 7.3) ------------------------
 
 
@@ -218,9 +259,10 @@ class LoopbackReceiver:
     """A one-shot HTTP listener on 127.0.0.1 that waits for the post-login redirect.
 
     ``redirect_uri`` carries a random ``state``; only a callback echoing it
-    is accepted, so another local page cannot feed meshctl a token of its
-    choosing. The listener binds the loopback interface only and serves
-    until it has one acceptable callback or the timeout passes.
+    is accepted, so another local page cannot feed meshctl a code of its
+    choosing (login CSRF). The callback carries a one-time ``code`` (or an
+    ``error``), never a token. The listener binds the loopback interface only
+    and serves until it has one acceptable callback or the timeout passes.
     """
 
     def __init__(self, port: int = 0) -> None:
@@ -272,7 +314,7 @@ class LoopbackReceiver:
                 self.wfile.write(body)
 
             def log_message(self, format: str, *args: Any) -> None:
-                """Silent: the request line holds the token."""
+                """Silent: the request line holds the login code."""
 
         self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)

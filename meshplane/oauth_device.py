@@ -1,11 +1,12 @@
 """The rules of the OAuth 2.0 device authorization grant (RFC 8628), without any I/O.
 
-Two clients run this grant: ``meshctl login --use-device-code`` (synchronous,
-on its own ``http.client`` transport) and ``mgmt_api.identity.device_code``
-(async, httpx). They share everything but the transport: the request forms,
-parsing of the answers, and the polling reactions. This module imports only
-the standard library, so meshctl can use it without the server's
-dependencies.
+The management plane never runs this grant; ``meshctl login
+--use-device-code`` does, with its own ``http.client`` transport
+(``meshctl.oauth``, the one polling loop; the server's tests drive the
+real provider through it too). What does not depend on a transport lives
+here: the request forms, parsing of the answers, and the polling reactions.
+This module imports only the standard library, so meshctl can use it
+without the server's dependencies.
 
 Polling reactions (RFC 8628 section 3.5): ``authorization_pending`` keeps the
 interval, ``slow_down`` adds 5 s to this and every later poll (a transport

@@ -3,14 +3,15 @@
 The package is layered so each part is testable on its own:
 
 * pure logic (no I/O, the clock passed in): ``pkce``, ``login_state``,
-  ``claims``, ``error_page``, ``device_flow`` (the RFC 8628 polling rules),
-  ``sync.reconcile``;
+  ``login_code``, ``claims``, ``redirects``, ``error_page``,
+  ``user_mapping``, ``sync.reconcile`` (the RFC 8628 polling rules live in
+  ``meshplane.oauth_device``, shared with meshctl);
 * adapters that talk to the outside world: ``discovery``, ``jwks``, ``oidc``
-  (the provider's token endpoint), ``device_code``, ``token_exchange``,
-  ``sync.graph``, ``sync.ldap``;
-* wiring that the REST layer calls: ``config`` (install config) and
-  ``sync.runner``.
+  (the provider's token endpoint), ``token_exchange``, ``sync.graph``,
+  ``sync.ldap``, ``sql_store``;
+* wiring that the REST layer calls: ``config`` (install config),
+  ``service``, ``runtime`` and ``sync.runner``.
 
-This ``__init__`` imports nothing on purpose: ``device_code`` is reused by
-``meshctl`` and must stay importable without FastAPI or SQLAlchemy.
+This ``__init__`` imports nothing on purpose, so that importing one module
+(a pure rule in a test, say) does not drag in httpx, SQLAlchemy or ldap3.
 """

@@ -14,12 +14,14 @@ by reference, and an LDAP sync source)::
             scopes: [email, profile, offline_access]
             offlineAccessConfig:
               deviceCodeAuth: {clientId: meshctl}
-              tokenExchange: {clientId: ci-robot}
+              tokenExchange: {clientId: ci-robot, audience: api://meshplane}
+            users: {sourceTypes: [AZURE], organizations: [acme]}   # who may log in
         sync:
           interval: 1h
+          maxDeletePercent: 50
           azure: {clientId: ..., tenantId: ..., clientSecret: {env: AZURE_SECRET}}
           # or
-          ldap: {url: ldap://..., bindDn: ..., bindPassword: {file: ...},
+          ldap: {url: ldaps://..., bindDn: ..., bindPassword: {file: ...},
                  userBase: ..., groupBase: ...}
 
 Environment overrides: ``MESHPLANE_IDENTITYPROVIDER__<path>`` where the path
@@ -36,13 +38,14 @@ line and field.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from meshplane.config_error import ConfigError
 from meshplane.yamlconf import LocatedDict, LocatedList, load_yaml, loads_yaml
@@ -53,6 +56,8 @@ DEFAULT_SCOPES = ("email", "profile", "offline_access")
 ALLOWED_SCOPES = frozenset({"openid", "email", "profile", "offline_access"})
 DEFAULT_SYNC_INTERVAL_S = 3600.0
 MIN_SYNC_INTERVAL_S = 10.0
+DEFAULT_MAX_DELETE_PERCENT = 50
+DIRECTORY_SOURCE_TYPES = frozenset({"LDAP", "AZURE"})
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _DURATION_RE = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 
@@ -69,11 +74,41 @@ class OidcConfig:
     scopes: tuple[str, ...]
     device_code_client_id: str | None = None
     token_exchange_client_id: str | None = None
+    token_exchange_audience: tuple[str, ...] = ()
+    """``tokenExchange.audience``; empty means the default, see ``token_exchange_audiences``."""
+    user_source_types: tuple[str, ...] = ()
+    """Directory source types (``LDAP``, ``AZURE``) whose synced users this provider's
+    accounts may log in as (``users.sourceTypes``)."""
+    user_organizations: tuple[str, ...] = ()
+    """The organizations those synced users must be in (``users.organizations``)."""
 
     @property
     def request_scopes(self) -> tuple[str, ...]:
         """The scopes to send: ``openid`` always first, then the configured ones."""
         return ("openid", *(s for s in self.scopes if s != "openid"))
+
+    @property
+    def token_exchange_audiences(self) -> frozenset[str]:
+        """The ``aud`` values a token-exchange subject token may carry.
+
+        Default: ``api://<clientId>`` (the Application ID URI Entra ID proposes
+        for the management plane's app) and ``<clientId>`` itself (what Entra
+        puts into ``aud`` of a version 2.0 access token for that app).
+        """
+        if self.token_exchange_audience:
+            return frozenset(self.token_exchange_audience)
+        return frozenset({f"api://{self.client_id}", self.client_id})
+
+    @property
+    def cookie_path(self) -> str:
+        """The login cookie's path: the callback's public path (``redirectUri``), so it
+        is right behind a proxy that serves the API under a prefix such as ``/iam``."""
+        return urlsplit(self.redirect_uri).path or "/"
+
+    @property
+    def cookie_secure(self) -> bool:
+        """``Secure`` when the public callback is https, even if TLS ends at a proxy."""
+        return urlsplit(self.redirect_uri).scheme == "https"
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +150,10 @@ class LdapSyncConfig:
     attributes: LdapAttributes = field(default_factory=LdapAttributes)
     page_size: int = 500
     timeout_s: float = 10.0
+    start_tls: bool = False
+    """Upgrade an ``ldap://`` connection with StartTLS (RFC 4511 4.14) before the bind."""
+    ca_file: str | None = None
+    """CA bundle that verifies the server certificate (default: the system's)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +168,10 @@ class SyncConfig:
 
     Explicit, so that an organization admin cannot copy the company
     directory into an organization of their own by calling ``:sync``."""
+    max_delete_percent: int = DEFAULT_MAX_DELETE_PERCENT
+    """A run that would delete more than this share of the synced users (or teams)
+    is refused unless forced: an empty or truncated, yet "successful", listing
+    must not wipe the organization."""
 
     @property
     def source_type(self) -> str:
@@ -214,6 +257,7 @@ class _Node:
 
 
 _LOOPBACK = {"localhost", "127.0.0.1", "::1"}
+_LOOPBACK_IPS = {"127.0.0.1", "::1"}
 
 
 def _kind(value: Any) -> str:
@@ -286,8 +330,13 @@ _OIDC_KEYS = frozenset(
         "redirectUri",
         "scopes",
         "offlineAccessConfig",
+        "users",
     }
 )
+_CALLBACK_SUFFIX = "/v2/oidc/callback"
+# Marks a ``users`` field left out, so that ``parse_identity_provider`` can apply the
+# defaults that depend on the sync section (parsed after the OIDC list).
+_UNSET: tuple[str, ...] = ("\0unset",)
 
 
 def _oidc(node: _Node, default_name: str | None) -> OidcConfig:
@@ -316,6 +365,7 @@ def _oidc(node: _Node, default_name: str | None) -> OidcConfig:
         if len(set(scopes)) != len(scopes):
             raise f["scopes"].error("lists a scope twice")
     device_id = exchange_id = None
+    audience: tuple[str, ...] = ()
     if "offlineAccessConfig" in f:
         offline = f["offlineAccessConfig"].mapping(frozenset({"deviceCodeAuth", "tokenExchange"}))
         if "deviceCodeAuth" in offline:
@@ -323,16 +373,56 @@ def _oidc(node: _Node, default_name: str | None) -> OidcConfig:
             device_id = _required(dca.mapping(frozenset({"clientId"})), "clientId", dca).string()
         if "tokenExchange" in offline:
             tex = offline["tokenExchange"]
-            exchange_id = _required(tex.mapping(frozenset({"clientId"})), "clientId", tex).string()
+            tex_fields = tex.mapping(frozenset({"clientId", "audience"}))
+            exchange_id = _required(tex_fields, "clientId", tex).string()
+            if "audience" in tex_fields:
+                audience = _strings(tex_fields["audience"])
+    source_types: tuple[str, ...] | None = None
+    organizations: tuple[str, ...] | None = None
+    if "users" in f:
+        users = f["users"].mapping(frozenset({"sourceTypes", "organizations"}))
+        if "sourceTypes" in users:
+            source_types = _strings(users["sourceTypes"], allow_empty=True)
+            for value in source_types:
+                if value not in DIRECTORY_SOURCE_TYPES:
+                    raise users["sourceTypes"].error(
+                        f"{value!r} is not a directory source type (LDAP or AZURE)"
+                    )
+        if "organizations" in users:
+            organizations = _organizations(users["organizations"], allow_empty=True)
+    redirect_node = _required(f, "redirectUri", node)
+    redirect_uri = redirect_node.url(https_only=True)
     return OidcConfig(
         name=name,
         client_id=_required(f, "clientId", node).string(),
         client_secret=_secret(_required(f, "clientSecret", node)),
         configuration_uri=configuration_uri,
-        redirect_uri=_required(f, "redirectUri", node).url(https_only=True),
+        redirect_uri=redirect_uri,
         scopes=scopes,
         device_code_client_id=device_id,
         token_exchange_client_id=exchange_id,
+        token_exchange_audience=audience,
+        user_source_types=source_types if source_types is not None else _UNSET,
+        user_organizations=organizations if organizations is not None else _UNSET,
+    )
+
+
+def _check_callback(node: _Node, config: OidcConfig, *, default: bool) -> None:
+    """``redirectUri`` must be this configuration's callback route, so the provider sends
+    the browser to the handler that owns its ``state`` and the login cookie's path
+    (derived from it) covers that request."""
+    parts = urlsplit(config.redirect_uri)
+    path = parts.path.rstrip("/")
+    named = f"/v2/oidc/{config.name}/callback"
+    query_name = dict(parse_qsl(parts.query)).get("name")
+    if path.endswith(named):
+        return
+    if path.endswith(_CALLBACK_SUFFIX) and (query_name == config.name or default):
+        return
+    hint = f"/v2/oidc/callback or {named}" if default else named
+    raise node.error(
+        f"must be the public URL of this configuration's callback, ending in {hint} "
+        "(a reverse-proxy prefix before /v2 is fine)"
     )
 
 
@@ -382,6 +472,8 @@ def _ldap(node: _Node) -> LdapSyncConfig:
                 "attributes",
                 "pageSize",
                 "timeout",
+                "startTls",
+                "caFile",
             }
         )
     )
@@ -407,8 +499,27 @@ def _ldap(node: _Node) -> LdapSyncConfig:
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
             raise f["timeout"].error("must be a positive number of seconds")
         kwargs["timeout_s"] = float(timeout)
+    url_node = _required(f, "url", node)
+    url = url_node.url(schemes=("ldap", "ldaps"))
+    start_tls = False
+    if "startTls" in f:
+        if not isinstance(f["startTls"].value, bool):
+            raise f["startTls"].error("must be true or false")
+        start_tls = f["startTls"].value
+    parts = urlsplit(url)
+    if start_tls and parts.scheme == "ldaps":
+        raise f["startTls"].error("ldaps:// is TLS already; StartTLS is for ldap:// URLs")
+    if parts.scheme == "ldap" and not start_tls and parts.hostname not in _LOOPBACK_IPS:
+        # The bind password and the whole directory would cross the network in clear.
+        raise url_node.error(
+            "ldap:// to a non-loopback host sends the bind password in clear: use ldaps:// "
+            "or set startTls: true"
+        )
+    kwargs["start_tls"] = start_tls
+    if "caFile" in f:
+        kwargs["ca_file"] = f["caFile"].string()
     return LdapSyncConfig(
-        url=_required(f, "url", node).url(schemes=("ldap", "ldaps")),
+        url=url,
         bind_dn=_required(f, "bindDn", node).string(),
         bind_password=_secret(_required(f, "bindPassword", node)),
         user_base=_required(f, "userBase", node).string(),
@@ -418,22 +529,48 @@ def _ldap(node: _Node) -> LdapSyncConfig:
 
 
 def _sync(node: _Node) -> SyncConfig:
-    f = node.mapping(frozenset({"interval", "azure", "ldap", "organizations"}))
+    f = node.mapping(frozenset({"interval", "azure", "ldap", "organizations", "maxDeletePercent"}))
     sources = [k for k in ("azure", "ldap") if k in f and f[k].value is not None]
     if len(sources) != 1:
         raise node.error("must configure exactly one source: 'azure' or 'ldap'")
     interval = parse_duration(f["interval"]) if "interval" in f else DEFAULT_SYNC_INTERVAL_S
     organizations = _organizations(_required(f, "organizations", node))
+    percent = DEFAULT_MAX_DELETE_PERCENT
+    if "maxDeletePercent" in f:
+        value = f["maxDeletePercent"].value
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 100:
+            raise f["maxDeletePercent"].error("must be an integer from 0 to 100")
+        percent = value
     if sources[0] == "azure":
         return SyncConfig(
-            interval_s=interval, azure=_azure(f["azure"]), organizations=organizations
+            interval_s=interval,
+            azure=_azure(f["azure"]),
+            organizations=organizations,
+            max_delete_percent=percent,
         )
-    return SyncConfig(interval_s=interval, ldap=_ldap(f["ldap"]), organizations=organizations)
+    return SyncConfig(
+        interval_s=interval,
+        ldap=_ldap(f["ldap"]),
+        organizations=organizations,
+        max_delete_percent=percent,
+    )
 
 
-def _organizations(node: _Node) -> tuple[str, ...]:
+def _strings(node: _Node, *, allow_empty: bool = False) -> tuple[str, ...]:
+    """A string or a list of unique strings."""
+    if isinstance(node.value, str):
+        return (node.string(),)
+    values = tuple(item.string() for item in node.items())
+    if not values and not allow_empty:
+        raise node.error("must not be empty")
+    if len(set(values)) != len(values):
+        raise node.error("lists a value twice")
+    return values
+
+
+def _organizations(node: _Node, *, allow_empty: bool = False) -> tuple[str, ...]:
     names = tuple(item.string() for item in node.items())
-    if not names:
+    if not names and not allow_empty:
         raise node.error("must list at least one organization")
     for item, name in zip(node.items(), names, strict=True):
         if not _NAME_RE.fullmatch(name):
@@ -464,8 +601,30 @@ def parse_identity_provider(
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise node.error(f"OIDC configuration names must be unique: {', '.join(dupes)}")
+        entries = node.items() if isinstance(node.value, list) else [node]
+        for i, (entry, config) in enumerate(zip(entries, oidc, strict=True)):
+            fields = entry.mapping(_OIDC_KEYS)
+            _check_callback(fields["redirectUri"], config, default=i == 0)
     sync = _sync(f["sync"]) if "sync" in f and f["sync"].value is not None else None
-    return IdentityProviderConfig(oidc=oidc, sync=sync)
+    return IdentityProviderConfig(
+        oidc=tuple(_user_defaults(c, sync, default=i == 0) for i, c in enumerate(oidc)),
+        sync=sync,
+    )
+
+
+def _user_defaults(config: OidcConfig, sync: SyncConfig | None, *, default: bool) -> OidcConfig:
+    """Fill ``users`` left out: the default (first) configuration logs in the users the
+    pull sync creates; any other configuration only the users bound to it explicitly."""
+    inherit = default and sync is not None
+    source_types = config.user_source_types
+    if source_types == _UNSET:
+        source_types = (sync.source_type,) if inherit and sync is not None else ()
+    organizations = config.user_organizations
+    if organizations == _UNSET:
+        organizations = sync.organizations if inherit and sync is not None else ()
+    return dataclasses.replace(
+        config, user_source_types=source_types, user_organizations=organizations
+    )
 
 
 # --------------------------------------------------------------------------- env overrides
@@ -505,7 +664,8 @@ _KNOWN_KEYS = frozenset(
     | {"interval", "azure", "ldap", "organizations", "tenantId", "graphBaseUrl"}
     | {"authorityBaseUrl"}
     | {"url", "bindDn", "bindPassword", "userBase", "groupBase", "userFilter", "groupFilter"}
-    | {"attributes", "pageSize", "timeout", "file", "env"}
+    | {"attributes", "pageSize", "timeout", "file", "env", "startTls", "caFile"}
+    | {"audience", "users", "sourceTypes", "maxDeletePercent"}
     | set(_ATTRIBUTE_KEYS)
 )
 

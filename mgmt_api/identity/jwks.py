@@ -98,6 +98,25 @@ class JwksCache:
         return next(iter(self._keys.values())) if len(self._keys) == 1 else None
 
 
+class ProviderKeys:
+    """The JWKS cache of one OIDC configuration, shared by everything that verifies its tokens.
+
+    The browser login, the device login and token exchange all verify
+    tokens of the same provider; one cache means one fetch per refresh and
+    one refetch budget for unknown ``kid`` values, instead of one per
+    verifier. A new ``jwks_uri`` in discovery replaces the cache.
+    """
+
+    def __init__(self, http: httpx.AsyncClient) -> None:
+        self._http = http
+        self._cache: JwksCache | None = None
+
+    def for_uri(self, jwks_uri: str) -> JwksCache:
+        if self._cache is None or self._cache.uri != jwks_uri:
+            self._cache = JwksCache(self._http, jwks_uri)
+        return self._cache
+
+
 def parse_jwks(document: Any) -> dict[str, SigningKey]:
     """The usable signing keys of a JWKS document, by ``kid``; others are skipped."""
     if not isinstance(document, Mapping) or not isinstance(document.get("keys"), list):

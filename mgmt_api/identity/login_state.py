@@ -5,18 +5,23 @@ single-use (a replayed callback finds nothing), expires (an abandoned login
 cannot be completed hours later), and carries the secrets the callback
 needs and the browser must never see: the PKCE verifier and the nonce.
 
-Binding to the browser: the login endpoint also sets a cookie holding a
-digest of the state (``browser_binding``); the callback must present the
-same cookie, so a state value stolen from a URL cannot be completed from
-another browser. The REST layer passes the cookie value in; this module
-only compares.
+Binding to the browser: the login endpoint sets a cookie holding a fresh
+random value, independent of ``state``, and the pending login keeps only
+its SHA-256 digest (``binding_hash``). The callback must present the
+cookie. ``state`` travels in URLs (the provider's redirect, browser history,
+proxy logs) while the cookie never leaves the browser that started the
+login, so whoever captures the callback URL still cannot finish the login
+first; and because only the digest is stored, a read of the login-state
+table does not yield usable cookies either. The REST layer passes the
+cookie value in; this module only compares.
 
 Stores: ``InMemoryLoginStateStore`` is correct for one process (a lock
-makes ``take`` atomic). With several workers or replicas, the SQL store will
-implement the same protocol with a ``login_states`` table (state primary key,
-JSON payload, ``expires_at``) and ``take`` as ``DELETE ... WHERE state = :s
-AND expires_at > :now RETURNING payload``: one statement, so two racing
-callbacks cannot both win, and expired rows are purged by ``purge_expired``.
+makes ``take`` atomic) and serves the in-process tests of the login logic.
+The server uses ``sql_store.SqlLoginStateStore`` (the ``login_states``
+table; ``take`` is one ``DELETE ... RETURNING`` statement). Both are
+bounded: an unauthenticated client can start logins at will, so past
+``max_pending`` live rows a new login is refused rather than the store
+growing without limit.
 """
 
 from __future__ import annotations
@@ -27,8 +32,21 @@ import threading
 from dataclasses import dataclass
 from typing import Protocol
 
+from mgmt_api.identity.pkce import new_random_token
+
 DEFAULT_LOGIN_TTL_S = 600.0
 MAX_PENDING_LOGINS = 10_000
+
+
+def binding_digest(cookie_value: str) -> str:
+    """What the store keeps of a login cookie: its SHA-256, hex."""
+    return hashlib.sha256(cookie_value.encode()).hexdigest()
+
+
+def new_browser_binding() -> tuple[str, str]:
+    """A fresh login cookie value and its digest (the cookie is 256 random bits)."""
+    value = new_random_token()
+    return value, binding_digest(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,15 +63,16 @@ class LoginState:
     """Where the user goes after login (the ``redirectUri`` query parameter)."""
     created_at: float
     expires_at: float
-
-    @property
-    def browser_binding(self) -> str:
-        """The value of the cookie that binds this login to the browser that started it."""
-        return hashlib.sha256(("meshplane-login:" + self.state).encode()).hexdigest()
+    binding_hash: str
+    """``binding_digest`` of the login cookie; the cookie itself is never stored."""
+    client_challenge: str | None = None
+    """The PKCE S256 challenge of the client behind ``return_to`` (RFC 8252): the
+    one-time login code sent there is redeemed only with the matching verifier."""
 
     def bound_to(self, cookie_value: str | None) -> bool:
+        """True when ``cookie_value`` is the cookie this login set."""
         return cookie_value is not None and hmac.compare_digest(
-            cookie_value.encode(), self.browser_binding.encode()
+            binding_digest(cookie_value), self.binding_hash
         )
 
 
@@ -61,7 +80,7 @@ class LoginStateStore(Protocol):
     """Storage of pending logins; ``take`` must be atomic."""
 
     def put(self, login: LoginState) -> None:
-        """Remember a new pending login."""
+        """Remember a new pending login (``TooManyPendingLoginsError`` when full)."""
 
     def take(self, state: str, now: float) -> LoginState | None:
         """Remove and return the login for ``state`` if it exists and has not expired."""
@@ -72,6 +91,9 @@ class LoginStateStore(Protocol):
 
 class TooManyPendingLoginsError(Exception):
     """The store is full: refuse new logins rather than grow without bound."""
+
+    def __init__(self) -> None:
+        super().__init__("too many logins are in progress; try again in a few minutes")
 
 
 class InMemoryLoginStateStore:
@@ -87,7 +109,7 @@ class InMemoryLoginStateStore:
             if len(self._pending) >= self._max:
                 self._purge_locked(login.created_at)
             if len(self._pending) >= self._max:
-                raise TooManyPendingLoginsError("too many logins in progress; try again later")
+                raise TooManyPendingLoginsError()
             self._pending[login.state] = login
 
     def take(self, state: str, now: float) -> LoginState | None:

@@ -2,14 +2,17 @@
 
 Seams for the REST layer (``GET /v2/oidc[/{name}]/login`` and ``/callback``):
 
-* ``OidcLogin.begin(return_to)`` → ``LoginStart``: redirect the browser to
-  ``authorization_url`` and set a cookie (HttpOnly, Secure, SameSite=Lax,
-  path ``/v2/oidc``) to ``browser_binding``.
+* ``OidcLogin.begin(return_to, code_challenge=...)`` → ``LoginStart``:
+  redirect the browser to ``authorization_url`` and set the login cookie
+  (HttpOnly, SameSite=Lax, path and ``Secure`` from the configured
+  ``redirectUri``) to ``browser_binding``, a random value the pending login
+  knows only by its digest.
 * ``OidcLogin.complete(callback, browser_binding=cookie, find_user=...)`` →
-  ``LoginResult``; then mint the session token with the other engineer's
-  token service. ``ProviderLoginError`` carries the provider's ``error``
-  triple for ``error_page.render_error_page``; any other ``IdentityError``
-  is a failed login (render a generic error page, no session).
+  ``LoginResult``; the REST layer then mints the session token, or, when the
+  login has a ``return_to``, a one-time code for it (``login_code``).
+  ``ProviderLoginError`` carries the provider's ``error`` triple for
+  ``error_page.render_error_page``; any other ``IdentityError`` is a failed
+  login (render a generic error page, no session).
 
 ``find_user`` is the user store's callable: it gets the verified identity
 (``sub``, email, issuer) and returns the user record or ``None``. Users must
@@ -36,10 +39,21 @@ from mgmt_api.identity.errors import (
     InvalidTokenError,
     ProviderError,
 )
-from mgmt_api.identity.jwks import DEFAULT_ALLOWED_ALGS, JwksCache, verify_jwt
-from mgmt_api.identity.login_state import DEFAULT_LOGIN_TTL_S, LoginState, LoginStateStore
-from mgmt_api.identity.pkce import code_challenge_s256, new_code_verifier, new_random_token
+from mgmt_api.identity.jwks import DEFAULT_ALLOWED_ALGS, ProviderKeys, verify_jwt
+from mgmt_api.identity.login_state import (
+    DEFAULT_LOGIN_TTL_S,
+    LoginState,
+    LoginStateStore,
+    new_browser_binding,
+)
+from mgmt_api.identity.pkce import (
+    code_challenge_s256,
+    is_s256_challenge,
+    new_code_verifier,
+    new_random_token,
+)
 from mgmt_api.identity.redirects import is_safe_return_to
+from mgmt_api.identity.secrets import SecretUnavailableError
 
 U = TypeVar("U")
 
@@ -49,6 +63,7 @@ class LoginStart:
     authorization_url: str = field(repr=False)
     state: str = field(repr=False)
     browser_binding: str = field(repr=False)
+    """The login cookie's value: random, independent of ``state``, stored only hashed."""
     expires_at: float
 
 
@@ -135,6 +150,8 @@ class LoginResult(Generic[U]):
     identity: VerifiedIdentity
     config_name: str
     return_to: str | None
+    client_challenge: str | None = None
+    """The PKCE challenge the client behind ``return_to`` sent with the login."""
 
 
 FindUser = Callable[[VerifiedIdentity], Awaitable[U | None]]
@@ -194,6 +211,7 @@ class OidcLogin:
         login_ttl_s: float = DEFAULT_LOGIN_TTL_S,
         leeway_s: float = DEFAULT_LEEWAY_S,
         allowed_return_origins: tuple[str, ...] = (),
+        keys: ProviderKeys | None = None,
     ) -> None:
         self.config = config
         self._http = http
@@ -203,25 +221,52 @@ class OidcLogin:
         self._ttl = login_ttl_s
         self._leeway = leeway_s
         self._return_origins = allowed_return_origins
-        self._jwks: JwksCache | None = None
+        self.keys = keys or ProviderKeys(http)
+        """The JWKS cache of this configuration (shared with its ``TokenExchanger``)."""
 
     async def metadata(self) -> ProviderMetadata:
         return await self._discovery.get(self.config.configuration_uri)
 
-    async def _jwks_for(self, metadata: ProviderMetadata) -> JwksCache:
-        if self._jwks is None or self._jwks.uri != metadata.jwks_uri:
-            self._jwks = JwksCache(self._http, metadata.jwks_uri)
-        return self._jwks
+    async def begin(
+        self,
+        return_to: str | None = None,
+        *,
+        code_challenge: str | None = None,
+        code_challenge_method: str | None = None,
+    ) -> LoginStart:
+        """Create a pending login and the provider URL to send the browser to.
 
-    async def begin(self, return_to: str | None = None) -> LoginStart:
-        """Create a pending login and the provider URL to send the browser to."""
+        A ``return_to`` needs the client's own PKCE ``code_challenge`` (S256):
+        what is sent there is a one-time code that only the holder of the
+        matching verifier can redeem, never the session token (RFC 8252).
+        """
         if return_to is not None and not is_safe_return_to(return_to, self._return_origins):
             raise InvalidLoginError(
-                "redirectUri must be a path on this server or a loopback URL",
+                "redirectUri must be a path on this server, an allowed origin, or a loopback "
+                "URL with a literal IP address (http://127.0.0.1:PORT/... or http://[::1]:PORT/...)",
                 reason="invalid_redirect_uri",
+            )
+        if code_challenge is not None or code_challenge_method is not None:
+            if return_to is None:
+                raise InvalidLoginError(
+                    "codeChallenge is only used with a redirectUri", reason="invalid_request"
+                )
+            if code_challenge_method != "S256" or not is_s256_challenge(code_challenge or ""):
+                raise InvalidLoginError(
+                    "codeChallenge must be an S256 PKCE challenge (43 base64url characters) "
+                    "and codeChallengeMethod must be S256",
+                    reason="invalid_code_challenge",
+                )
+        elif return_to is not None:
+            raise InvalidLoginError(
+                "a login with a redirectUri needs the client's PKCE codeChallenge "
+                "(codeChallengeMethod=S256): the redirect carries a one-time code that the "
+                "client redeems with its verifier at POST /v2/oidc/token",
+                reason="code_challenge_required",
             )
         metadata = await self.metadata()
         now = self._clock()
+        binding, binding_hash = new_browser_binding()
         login = LoginState(
             state=new_random_token(),
             config_name=self.config.name,
@@ -231,6 +276,8 @@ class OidcLogin:
             return_to=return_to,
             created_at=now,
             expires_at=now + self._ttl,
+            binding_hash=binding_hash,
+            client_challenge=code_challenge,
         )
         self._states.put(login)
         query = urlencode(
@@ -251,7 +298,7 @@ class OidcLogin:
         return LoginStart(
             authorization_url=f"{metadata.authorization_endpoint}{separator}{query}",
             state=login.state,
-            browser_binding=login.browser_binding,
+            browser_binding=binding,
             expires_at=login.expires_at,
         )
 
@@ -312,7 +359,11 @@ class OidcLogin:
                 reason="unknown_user",
             )
         return LoginResult(
-            user=user, identity=identity, config_name=self.config.name, return_to=login.return_to
+            user=user,
+            identity=identity,
+            config_name=self.config.name,
+            return_to=login.return_to,
+            client_challenge=login.client_challenge,
         )
 
     async def exchange_code(self, code: str, login: LoginState) -> ProviderTokens:
@@ -324,11 +375,18 @@ class OidcLogin:
             "redirect_uri": login.redirect_uri,
             "code_verifier": login.code_verifier,
         }
+        try:
+            secret = self.config.client_secret.read()
+        except SecretUnavailableError as exc:
+            # The state is already consumed: say clearly that the fault is ours, not the
+            # user's, and that retrying is pointless until an operator fixes it.
+            raise ProviderError(
+                "the management plane cannot read its OIDC client secret "
+                f"({self.config.client_secret.describe()}); ask an administrator",
+                reason="client_secret_unavailable",
+            ) from exc
         headers = client_auth(
-            metadata.token_auth_method(),
-            self.config.client_id,
-            self.config.client_secret.read().reveal(),
-            form,
+            metadata.token_auth_method(), self.config.client_id, secret.reveal(), form
         )
         return await post_token_request(self._http, metadata.token_endpoint, form, headers)
 
@@ -344,7 +402,9 @@ class OidcLogin:
         allowed = DEFAULT_ALLOWED_ALGS
         if metadata.id_token_signing_algs:
             allowed = allowed & frozenset(metadata.id_token_signing_algs)
-        claims = await verify_jwt(id_token, await self._jwks_for(metadata), allowed_algs=allowed)
+        claims = await verify_jwt(
+            id_token, self.keys.for_uri(metadata.jwks_uri), allowed_algs=allowed
+        )
         subject = check_id_token(
             claims,
             issuer=metadata.issuer,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 import secrets
 
 # 32 random bytes give a 43-character verifier, the RFC's minimum length,
@@ -31,3 +32,11 @@ def code_challenge_s256(verifier: str) -> str:
         raise ValueError("a code_verifier has 43 to 128 characters")
     digest = hashlib.sha256(verifier.encode("ascii")).digest()
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+
+_S256_CHALLENGE = re.compile(r"^[A-Za-z0-9_-]{43}$")
+
+
+def is_s256_challenge(value: str) -> bool:
+    """True for a well-formed S256 ``code_challenge``: 43 base64url characters (32 bytes)."""
+    return bool(_S256_CHALLENGE.fullmatch(value))

@@ -5,10 +5,12 @@ of the app: the install config (``Settings.install_config``), the SQL stores,
 the session tokens of ``Authenticator.mint``, and the periodic directory
 sync. Without an ``identityProvider`` section ``service`` is ``None``: the
 OIDC routes answer FAILED_PRECONDITION and ``/v2/oidc/configuration`` says
-``enabled: false``.
+``enabled: false``; the push-style ``SyncOrganization`` still works, since
+it needs no configured source.
 
 Users must exist: a login finds the user record (by the token's subject,
-``oid`` first for Entra ID, then a verified email) and never creates one.
+``oid`` first for Entra ID, then a verified email) among the records the
+OIDC configuration may log in as (``user_mapping``) and never creates one.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -25,19 +27,34 @@ from urllib.parse import urlsplit
 import httpx
 from sqlalchemy.engine import Engine
 
-from mgmt_api.identity.config import IdentityProviderConfig, load_identity_provider
+from mgmt_api.identity.config import (
+    DEFAULT_MAX_DELETE_PERCENT,
+    IdentityProviderConfig,
+    OidcConfig,
+    load_identity_provider,
+)
 from mgmt_api.identity.errors import InvalidLoginError, TokenExchangeRefusedError
-from mgmt_api.identity.oidc import VerifiedIdentity
+from mgmt_api.identity.login_code import issue_code, redeem_code
+from mgmt_api.identity.oidc import LoginResult, VerifiedIdentity
 from mgmt_api.identity.service import IdentityService
 from mgmt_api.identity.sql_store import (
     SqlDirectoryStore,
+    SqlLoginCodeStore,
     SqlLoginStateStore,
     SyncRunLog,
+    UsedTokenCache,
     find_user_fqns,
     org_fqn,
 )
-from mgmt_api.identity.sync.runner import DirectorySync, SyncResult
+from mgmt_api.identity.sync.model import DirectoryTeam, DirectoryUser
+from mgmt_api.identity.sync.runner import (
+    DirectorySync,
+    StaticSource,
+    SyncResult,
+    run_sync,
+)
 from mgmt_api.identity.token_exchange import ExchangeSubject, IssuedToken
+from mgmt_api.identity.user_mapping import LoginScope
 from mgmt_api.service.authn import Authenticator
 from mgmt_api.service.authz import Principal
 from mgmt_api.store import repo
@@ -46,6 +63,9 @@ from mgmt_api.store.engine import read_tx
 log = logging.getLogger(__name__)
 
 PURGE_EVERY_S = 600.0
+USED_TOKEN_LEEWAY_S = 120.0
+"""Used-token entries outlive the token by the verification leeway, so a token that
+still passes the ``exp`` check can never be replayed after its entry is purged."""
 
 
 def _origin(url: str | None) -> tuple[str, ...]:
@@ -55,6 +75,22 @@ def _origin(url: str | None) -> tuple[str, ...]:
     return (f"{parts.scheme}://{parts.netloc}",) if parts.scheme and parts.netloc else ()
 
 
+def provider_token_id(claims: Mapping[str, object]) -> str:
+    """The replay-cache key of a provider token: its issuer and unique id, or ``""``.
+
+    The unique id is ``jti`` (RFC 7519), or ``uti``, which Entra ID puts into
+    its tokens instead. A token with neither cannot be told apart from an
+    identical one issued in the same second for a fresh login (ID tokens
+    without a nonce often are), so it is not cached rather than refused.
+    """
+    iss = claims.get("iss")
+    for name in ("jti", "uti"):
+        value = claims.get(name)
+        if isinstance(value, str) and value and isinstance(iss, str):
+            return f"{iss}#{name}:{value}"
+    return ""
+
+
 @dataclass
 class IdentityRuntime:
     engine: Engine
@@ -62,10 +98,15 @@ class IdentityRuntime:
     service: IdentityService | None = None
     http: httpx.AsyncClient | None = None
     states: SqlLoginStateStore | None = None
+    codes: SqlLoginCodeStore | None = None
+    used_tokens: UsedTokenCache | None = None
+    store: SqlDirectoryStore | None = None
     runs: SyncRunLog | None = None
     syncs: dict[str, DirectorySync] = field(default_factory=dict)
+    clock: Callable[[], float] = time.time
     _stop: asyncio.Event | None = None
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    _push_locks: dict[tuple[str, str], asyncio.Lock] = field(default_factory=dict)
 
     @classmethod
     def build(
@@ -79,6 +120,8 @@ class IdentityRuntime:
     ) -> IdentityRuntime:
         """Read the install config (a ``ConfigError`` stops the start-up, naming the line)."""
         runtime = cls(engine, authn)
+        runtime.store = SqlDirectoryStore(engine, on_commit)
+        runtime.runs = SyncRunLog(engine)
         if install_config is None:
             return runtime
         config: IdentityProviderConfig = load_identity_provider(Path(install_config))
@@ -86,16 +129,16 @@ class IdentityRuntime:
             return runtime
         runtime.http = httpx.AsyncClient(timeout=10.0)
         runtime.states = SqlLoginStateStore(engine)
-        runtime.runs = SyncRunLog(engine)
+        runtime.codes = SqlLoginCodeStore(engine)
+        runtime.used_tokens = UsedTokenCache(engine)
         runtime.service = IdentityService(
             config,
             http=runtime.http,
             states=runtime.states,
             allowed_return_origins=_origin(public_url),
         )
-        store = SqlDirectoryStore(engine, on_commit)
         for org in config.sync.organizations if config.sync else ():
-            sync = runtime.service.directory_sync(org, store)
+            sync = runtime.service.directory_sync(org, runtime.store)
             if sync is not None:
                 runtime.syncs[org] = sync
         return runtime
@@ -103,7 +146,7 @@ class IdentityRuntime:
     # ---- lifespan ----------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Start the periodic sync of every configured organization and the state purge."""
+        """Start the periodic sync of every configured organization and the purges."""
         if self.service is None:
             return
         self._stop = asyncio.Event()
@@ -124,6 +167,12 @@ class IdentityRuntime:
             await self.http.aclose()
 
     async def _sync_forever(self, org: str, stop: asyncio.Event) -> None:
+        """The periodic job: sync now, then every ``interval``, until ``stop``.
+
+        The one loop of the periodic sync (``DirectorySync`` only runs single
+        syncs): it skips an organization that does not exist yet and records
+        every result for ``GET .../directorySync``.
+        """
         sync = self.syncs[org]
         while not stop.is_set():
             try:
@@ -140,30 +189,79 @@ class IdentityRuntime:
         with read_tx(self.engine) as conn:
             return repo.exists(conn, org_fqn(org))
 
+    def _purge(self, now: float) -> None:
+        for store in (self.states, self.codes, self.used_tokens):
+            if store is not None:
+                store.purge_expired(now)
+
     async def _purge_forever(self, stop: asyncio.Event) -> None:
-        assert self.states is not None
         while not stop.is_set():
             try:
-                await asyncio.to_thread(self.states.purge_expired, time.time())
+                await asyncio.to_thread(self._purge, self.clock())
             except Exception:
                 log.exception("purging expired logins failed")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=PURGE_EVERY_S)
 
-    async def sync_now(self, org: str) -> SyncResult:
-        """Run (or join) the sync of ``org`` and record its result for ``GET``."""
-        result = await self.syncs[org].run_now()
+    # ---- directory sync -------------------------------------------------------------------
+
+    async def _record(self, org: str, result: SyncResult) -> None:
         if self.runs is not None:
             await asyncio.to_thread(self.runs.record, org, result.to_json())
+
+    async def sync_now(self, org: str, *, force: bool = False) -> SyncResult:
+        """Run (or join) the pull sync of ``org`` and record its result for ``GET``."""
+        result = await self.syncs[org].run_now(force=force)
+        await self._record(org, result)
+        return result
+
+    def max_delete_percent(self) -> int:
+        sync = self.service.config.sync if self.service is not None else None
+        return sync.max_delete_percent if sync is not None else DEFAULT_MAX_DELETE_PERCENT
+
+    async def push_sync(
+        self,
+        org: str,
+        source_type: str,
+        users: list[DirectoryUser],
+        teams: list[DirectoryTeam],
+        *,
+        force: bool = False,
+    ) -> SyncResult:
+        """A push-style ``SyncOrganization``: the given directory is applied as a full sync.
+
+        Runs of the same organization and source type are serialized in this
+        process; the reconcile itself plans from the store, so a run on
+        another replica at the same time only makes one of them redo work.
+        """
+        assert self.store is not None
+        lock = self._push_locks.setdefault((org, source_type), asyncio.Lock())
+        async with lock:
+            result = await run_sync(
+                org,
+                StaticSource(source_type, users, teams),
+                self.store,
+                clock=self.clock,
+                max_delete_percent=self.max_delete_percent(),
+                force=force,
+            )
+        await self._record(org, result)
         return result
 
     # ---- users and tokens ---------------------------------------------------------------
 
     def _one_user(
-        self, *, user_id: str | None, email: str | None, organization: str | None
+        self,
+        scope: LoginScope,
+        *,
+        user_id: str | None,
+        email: str | None,
+        organization: str | None,
     ) -> str | None:
         with read_tx(self.engine) as conn:
-            found = find_user_fqns(conn, user_id=user_id, email=email, organization=organization)
+            found = find_user_fqns(
+                conn, scope=scope, user_id=user_id, email=email, organization=organization
+            )
         if len(found) > 1:
             raise InvalidLoginError(
                 f"{len(found)} user records match this account ({', '.join(found[:5])}); "
@@ -173,36 +271,82 @@ class IdentityRuntime:
         return found[0] if found else None
 
     async def user_for_identity(
-        self, identity: VerifiedIdentity, organization: str | None = None
+        self, identity: VerifiedIdentity, config: OidcConfig, organization: str | None = None
     ) -> str | None:
-        """The user FQN of a verified ID token: Entra ``oid``, then ``sub``, then verified email."""
+        """The user FQN of a verified ID token: Entra ``oid``, then ``sub``, then verified
+        email, among the users ``config`` may log in as."""
+        scope = LoginScope.of(config)
         oid = identity.claims.get("oid")
         for user_id in (oid if isinstance(oid, str) else None, identity.subject):
             if user_id:
                 found = await asyncio.to_thread(
-                    self._one_user, user_id=user_id, email=None, organization=organization
+                    self._one_user, scope, user_id=user_id, email=None, organization=organization
                 )
                 if found is not None:
                     return found
         if identity.email and identity.email_verified:
             return await asyncio.to_thread(
-                self._one_user, user_id=None, email=identity.email, organization=organization
+                self._one_user, scope, user_id=None, email=identity.email, organization=organization
             )
         return None
 
-    async def user_with_id(self, user_id: str) -> str | None:
+    async def user_with_id(self, user_id: str, config: OidcConfig) -> str | None:
         """The token-exchange rule: the user record whose ID equals the token's subject."""
         try:
             return await asyncio.to_thread(
-                self._one_user, user_id=user_id, email=None, organization=None
+                self._one_user,
+                LoginScope.of(config),
+                user_id=user_id,
+                email=None,
+                organization=None,
             )
         except InvalidLoginError as exc:
             raise TokenExchangeRefusedError(exc.message, reason=exc.reason) from exc
 
-    def mint(self, user_fqn: str) -> IssuedToken:
+    def use_provider_token(self, token_id: str, expires_at: float) -> None:
+        """Each provider token becomes a platform token once (``token_replayed`` after);
+        ``token_id`` is ``provider_token_id`` (empty: the token cannot be told apart)."""
+        if self.used_tokens is None or not token_id:
+            return
+        if not self.used_tokens.use(token_id, expires_at + USED_TOKEN_LEEWAY_S):
+            raise TokenExchangeRefusedError(
+                "this provider token was already exchanged; get a new one from the identity "
+                "provider",
+                reason="token_replayed",
+            )
+
+    def mint(self, user_fqn: str, max_ttl: int | None = None) -> IssuedToken:
         """A platform session token (the same kind ``POST /v2/auth/token`` issues)."""
-        token, ttl = self.authn.mint(Principal(user_fqn, "user", frozenset({user_fqn})))
+        token, ttl = self.authn.mint(Principal(user_fqn, "user", frozenset({user_fqn})), max_ttl)
         return IssuedToken(access_token=token, expires_in=ttl)
 
-    async def mint_exchanged(self, user_fqn: str, _subject: ExchangeSubject) -> IssuedToken:
-        return self.mint(user_fqn)
+    async def mint_exchanged(self, user_fqn: str, subject: ExchangeSubject) -> IssuedToken:
+        """Token exchange: at most the provider token's remaining lifetime, once per token."""
+        remaining = int(subject.expires_at - self.clock())
+        if remaining < 1:
+            raise TokenExchangeRefusedError("the access token has expired", reason="expired")
+        token_id = provider_token_id(subject.claims)
+        await asyncio.to_thread(self.use_provider_token, token_id, subject.expires_at)
+        return self.mint(user_fqn, max_ttl=remaining)
+
+    def issue_login_code(self, result: LoginResult[str]) -> str:
+        """The one-time code for the client behind ``result.return_to`` (RFC 8252)."""
+        assert self.codes is not None
+        assert result.return_to is not None and result.client_challenge is not None
+        return issue_code(
+            self.codes,
+            config_name=result.config_name,
+            user=result.user,
+            code_challenge=result.client_challenge,
+            return_to=result.return_to,
+            now=self.clock(),
+        )
+
+    def redeem_login_code(self, form: dict[str, str], config: OidcConfig) -> IssuedToken:
+        """``grant_type=authorization_code``: the session token for a login code + verifier."""
+        assert self.codes is not None
+        user = redeem_code(self.codes, form, config_name=config.name, now=self.clock())
+        with read_tx(self.engine) as conn:
+            if not repo.exists(conn, user):  # deleted in the seconds since the login
+                raise TokenExchangeRefusedError("the user no longer exists", reason="unknown_user")
+        return self.mint(user)

@@ -20,6 +20,7 @@ import httpx
 from mgmt_api.identity.config import IdentityProviderConfig
 from mgmt_api.identity.discovery import DiscoveryCache, ProviderMetadata
 from mgmt_api.identity.errors import ProviderError
+from mgmt_api.identity.jwks import ProviderKeys
 from mgmt_api.identity.login_state import LoginStateStore
 from mgmt_api.identity.oidc import OidcLogin
 from mgmt_api.identity.public_config import configuration_response
@@ -42,6 +43,8 @@ class IdentityService:
         self.config = config
         self._http = http
         self.discovery = DiscoveryCache(http)
+        # One JWKS cache per configuration, shared by its logins and its token exchange.
+        keys = {c.name: ProviderKeys(http) for c in config.oidc}
         self._logins = {
             c.name: OidcLogin(
                 c,
@@ -49,11 +52,13 @@ class IdentityService:
                 discovery=self.discovery,
                 states=states,
                 allowed_return_origins=allowed_return_origins,
+                keys=keys[c.name],
             )
             for c in config.oidc
         }
         self._exchangers: dict[str, TokenExchanger[Any]] = {
-            c.name: TokenExchanger(c, http=http, discovery=self.discovery) for c in config.oidc
+            c.name: TokenExchanger(c, http=http, discovery=self.discovery, keys=keys[c.name])
+            for c in config.oidc
         }
 
     def login(self, name: str | None = None) -> OidcLogin | None:
@@ -83,4 +88,10 @@ class IdentityService:
         else:
             assert sync.ldap is not None
             source = LdapSource(sync.ldap)
-        return DirectorySync(org, source, store, interval_s=sync.interval_s)
+        return DirectorySync(
+            org,
+            source,
+            store,
+            interval_s=sync.interval_s,
+            max_delete_percent=sync.max_delete_percent,
+        )

@@ -4,7 +4,11 @@ Both live in the management plane's own database, so a login started on one
 replica can finish on another, and a restart loses nothing.
 
 * ``SqlLoginStateStore``: ``take`` is one ``DELETE ... RETURNING`` statement,
-  so two racing callbacks with the same ``state`` cannot both win.
+  so two racing callbacks with the same ``state`` cannot both win. ``put``
+  is capped (``max_pending`` live rows): logins are started without
+  credentials, so the table must not grow at an anonymous client's will.
+* ``SqlLoginCodeStore``: the one-time codes of loopback logins, the same way.
+* ``UsedTokenCache``: provider tokens already traded for a platform token.
 * ``SqlDirectoryStore``: the ``DirectoryStore`` the sync writes through.
   Synced users and teams are ordinary ``User``/``Team`` resources under
   ``organizations/{org}`` with ``sourceType`` set to the source (``LDAP`` or
@@ -22,6 +26,7 @@ replica can finish on another, and a restart loses nothing.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import asdict
@@ -32,12 +37,24 @@ from sqlalchemy.engine import Connection, Engine
 
 from mgmt_api import fqn as fqnmod
 from mgmt_api.domain import etags
-from mgmt_api.identity.login_state import LoginState
+from mgmt_api.identity.login_code import LoginCode
+from mgmt_api.identity.login_state import (
+    MAX_PENDING_LOGINS,
+    LoginState,
+    TooManyPendingLoginsError,
+)
 from mgmt_api.identity.sync.model import DirectoryTeam, DirectoryUser
 from mgmt_api.identity.sync.reconcile import Membership
+from mgmt_api.identity.user_mapping import LoginScope, match_kind
 from mgmt_api.store import repo
 from mgmt_api.store.engine import read_tx, write_tx
-from mgmt_api.store.tables import directory_sync_runs, login_states, resources
+from mgmt_api.store.tables import (
+    directory_sync_runs,
+    login_states,
+    oidc_login_codes,
+    oidc_used_tokens,
+    resources,
+)
 
 SYNC_ACTOR = "system:directory-sync"
 _PAGE = 500
@@ -54,18 +71,37 @@ class SqlLoginStateStore:
     provider round trips of the same requests.
     """
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, max_pending: int = MAX_PENDING_LOGINS) -> None:
         self._engine = engine
+        self._max = max_pending
 
     def put(self, login: LoginState) -> None:
+        """Insert, unless ``max_pending`` logins are pending: then expired rows are purged
+        first, and if the table is still full the login is refused.
+
+        The count and the insert share one write transaction (``BEGIN IMMEDIATE``
+        on SQLite), so concurrent starts cannot overshoot the cap by much; on
+        PostgreSQL replicas may overshoot it by their concurrency, which is
+        harmless: the cap is a bound, not a quota.
+        """
         payload = asdict(login)
         del payload["state"]
         with write_tx(self._engine) as conn:
+            if self._pending(conn) >= self._max:
+                conn.execute(
+                    sa.delete(login_states).where(login_states.c.expires_at <= login.created_at)
+                )
+                if self._pending(conn) >= self._max:
+                    raise TooManyPendingLoginsError()
             conn.execute(
                 sa.insert(login_states).values(
                     state=login.state, payload=json.dumps(payload), expires_at=login.expires_at
                 )
             )
+
+    @staticmethod
+    def _pending(conn: Connection) -> int:
+        return int(conn.execute(sa.select(sa.func.count()).select_from(login_states)).scalar_one())
 
     def take(self, state: str, now: float) -> LoginState | None:
         with write_tx(self._engine) as conn:
@@ -76,11 +112,86 @@ class SqlLoginStateStore:
             ).first()
         if row is None or float(row.expires_at) <= now:
             return None  # an expired row is consumed too: it can never be used
-        return LoginState(state=state, **json.loads(row.payload))
+        try:
+            return LoginState(state=state, **json.loads(row.payload))
+        except TypeError:  # a login started by an older version (no cookie digest)
+            return None
+
+    def __len__(self) -> int:
+        with read_tx(self._engine) as conn:
+            return self._pending(conn)
 
     def purge_expired(self, now: float) -> int:
         with write_tx(self._engine) as conn:
             result = conn.execute(sa.delete(login_states).where(login_states.c.expires_at <= now))
+        return int(result.rowcount)
+
+
+class SqlLoginCodeStore:
+    """A ``LoginCodeStore`` in the ``oidc_login_codes`` table (keyed by the code's digest)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def put(self, code: LoginCode) -> None:
+        payload = asdict(code)
+        del payload["code_hash"]
+        with write_tx(self._engine) as conn:
+            conn.execute(
+                sa.insert(oidc_login_codes).values(
+                    code_hash=code.code_hash,
+                    payload=json.dumps(payload),
+                    expires_at=code.expires_at,
+                )
+            )
+
+    def take(self, code_hash: str) -> LoginCode | None:
+        with write_tx(self._engine) as conn:
+            row = conn.execute(
+                sa.delete(oidc_login_codes)
+                .where(oidc_login_codes.c.code_hash == code_hash)
+                .returning(oidc_login_codes.c.payload)
+            ).first()
+        if row is None:
+            return None
+        return LoginCode(code_hash=code_hash, **json.loads(row.payload))
+
+    def purge_expired(self, now: float) -> int:
+        with write_tx(self._engine) as conn:
+            result = conn.execute(
+                sa.delete(oidc_login_codes).where(oidc_login_codes.c.expires_at <= now)
+            )
+        return int(result.rowcount)
+
+
+class UsedTokenCache:
+    """Provider tokens already traded for a platform token, until they expire.
+
+    ``use`` is one ``INSERT`` on a primary key, so of two replicas racing with
+    the same token exactly one wins. Keys are hashed: the table holds no
+    token identifiers an observer could correlate.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def use(self, token_id: str, expires_at: float) -> bool:
+        """Record ``token_id``; ``False`` when it was recorded before (a replay)."""
+        key = hashlib.sha256(token_id.encode()).hexdigest()
+        try:
+            with write_tx(self._engine) as conn:
+                conn.execute(
+                    sa.insert(oidc_used_tokens).values(token_key=key, expires_at=expires_at)
+                )
+        except sa.exc.IntegrityError:
+            return False
+        return True
+
+    def purge_expired(self, now: float) -> int:
+        with write_tx(self._engine) as conn:
+            result = conn.execute(
+                sa.delete(oidc_used_tokens).where(oidc_used_tokens.c.expires_at <= now)
+            )
         return int(result.rowcount)
 
 
@@ -365,37 +476,55 @@ class SyncRunLog:
 # ---- who is logging in ------------------------------------------------------------------------
 
 
-class AmbiguousUserError(Exception):
-    """Several user records match one identity: refusing beats guessing."""
-
-
 def find_user_fqns(
-    conn: Connection, *, user_id: str | None, email: str | None, organization: str | None
+    conn: Connection,
+    *,
+    scope: LoginScope,
+    user_id: str | None,
+    email: str | None,
+    organization: str | None,
 ) -> list[str]:
-    """User FQNs whose ID (the name segment) is ``user_id``, or else whose email is ``email``.
+    """The users ``scope`` may log in as whose ID (the name segment) is ``user_id``, or
+    else whose email is ``email`` (``user_mapping`` says which records count).
 
     ``organization`` limits the search to that organization's users and the
     global ones. Email is matched case-insensitively and only when given
-    (the caller passes only verified emails).
+    (the caller passes only verified emails). Synced matches are returned
+    alone when there are any (see ``user_mapping``).
     """
-    scope: list[Any] = [resources.c.kind == "User"]
+    where: list[Any] = [resources.c.kind == "User"]
     if organization is not None:
-        scope.append(resources.c.parent.in_([org_fqn(organization), fqnmod.ROOT]))
+        where.append(resources.c.parent.in_([org_fqn(organization), fqnmod.ROOT]))
+    candidates: list[tuple[str, dict[str, Any]]] = []
     if user_id:
-        rows = conn.execute(sa.select(resources.c.fqn).where(*scope, resources.c.name == user_id))
-        found = sorted(str(r.fqn) for r in rows)
-        if found:
-            return found
-    if email:
-        needle = f'"email":{json.dumps(email.lower())}'
         rows = conn.execute(
-            sa.select(resources.c.fqn, resources.c.spec).where(
-                *scope, sa.func.lower(resources.c.spec).contains(needle, autoescape=True)
-            )
+            sa.select(resources.c.fqn, resources.c.spec).where(*where, resources.c.name == user_id)
         )
-        return sorted(
-            str(r.fqn)
-            for r in rows
-            if str(json.loads(r.spec).get("email", "")).lower() == email.lower()
+        candidates = [(str(r.fqn), json.loads(r.spec)) for r in rows]
+    found = _eligible(conn, scope, candidates)
+    if found or not email:
+        return found
+    needle = f'"email":{json.dumps(email.lower())}'
+    rows = conn.execute(
+        sa.select(resources.c.fqn, resources.c.spec).where(
+            *where, sa.func.lower(resources.c.spec).contains(needle, autoescape=True)
         )
-    return []
+    )
+    candidates = [
+        (str(r.fqn), spec)
+        for r in rows
+        if str((spec := json.loads(r.spec)).get("email", "")).lower() == email.lower()
+    ]
+    return _eligible(conn, scope, candidates)
+
+
+def _eligible(
+    conn: Connection, scope: LoginScope, candidates: list[tuple[str, dict[str, Any]]]
+) -> list[str]:
+    by_kind: dict[str, list[str]] = {"synced": [], "bound": []}
+    for fqn, spec in candidates:
+        has_password = repo.get_password_hash(conn, fqn) is not None
+        kind = match_kind(scope, fqn, spec, has_password=has_password)
+        if kind is not None:
+            by_kind[kind].append(fqn)
+    return sorted(by_kind["synced"] or by_kind["bound"])

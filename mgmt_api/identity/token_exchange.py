@@ -7,10 +7,17 @@ management plane, which answers with a temporary platform token. The rules:
 1. the token is signed by the provider (its JWKS), ``iss`` is the
    provider's issuer, ``exp`` has not passed;
 2. it is a **version 2.0** access token (``ver == "2.0"``);
-3. its client id (``azp``; ``appid`` on older shapes) equals
+3. its ``aud`` names the management plane (``tokenExchange.audience``,
+   by default ``api://<clientId>`` or ``<clientId>`` of the configuration):
+   a token the provider issued for another API must not be replayable here;
+4. its client id (``azp``; ``appid`` on older shapes) equals
    ``offlineAccessConfig.tokenExchange.clientId``;
-4. a user record exists whose ID equals the token's ``sub`` (for a service
+5. a user record exists whose ID equals the token's ``sub`` (for a service
    principal the subject is the client id itself).
+
+The platform token never outlives the provider token (``mint`` gets the
+token's ``exp`` in ``ExchangeSubject.expires_at``), so revoking or
+shortening the provider credential bounds the platform session too.
 
 Why refuse version 1.0: Entra ID issues v1 access tokens unless the app's
 manifest says ``accessTokenAcceptedVersion: 2``. A v1 token has
@@ -26,17 +33,18 @@ the RFC 8693 JSON body; ``mint`` is the platform token service.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 import httpx
 
-from mgmt_api.identity.claims import DEFAULT_LEEWAY_S, audiences, check_time
+from mgmt_api.identity.claims import DEFAULT_LEEWAY_S, check_time
+from mgmt_api.identity.claims import audiences as token_audiences
 from mgmt_api.identity.config import OidcConfig
 from mgmt_api.identity.discovery import DiscoveryCache
 from mgmt_api.identity.errors import InvalidTokenError, TokenExchangeRefusedError
-from mgmt_api.identity.jwks import JwksCache, verify_jwt
+from mgmt_api.identity.jwks import ProviderKeys, verify_jwt
 
 P = TypeVar("P")
 
@@ -107,6 +115,8 @@ class ExchangeSubject:
     client_id: str
     issuer: str
     claims: Mapping[str, Any] = field(repr=False)
+    expires_at: float = 0.0
+    """The provider token's ``exp``: the platform token must not outlive it."""
 
 
 def check_exchange_claims(
@@ -116,9 +126,13 @@ def check_exchange_claims(
     allowed_client_id: str,
     now: float,
     leeway: float = DEFAULT_LEEWAY_S,
-    audience: str | None = None,
+    audiences: Collection[str] | None = None,
 ) -> ExchangeSubject:
-    """Rules 1 to 3 on signature-verified claims (pure; rule 4 needs the user store)."""
+    """Rules 1 to 4 on signature-verified claims (pure; rule 5 needs the user store).
+
+    ``audiences``: the token's ``aud`` must name one of them (``None`` skips
+    the check; the server always passes the configured audiences).
+    """
     version = claims.get("ver")
     if version == "1.0" or (version is None and "appid" in claims and "azp" not in claims):
         raise TokenExchangeRefusedError(V1_REFUSAL, reason="token_version_1")
@@ -136,9 +150,11 @@ def check_exchange_claims(
         check_time(claims, now=now, leeway=leeway)
     except InvalidTokenError as exc:
         raise TokenExchangeRefusedError(exc.message, reason=exc.reason) from exc
-    if audience is not None and audience not in audiences(claims):
+    if audiences is not None and not set(audiences) & set(token_audiences(claims)):
         raise TokenExchangeRefusedError(
-            "the access token is not meant for the management plane", reason="wrong_audience"
+            "the access token is not meant for the management plane: its audience must be "
+            f"one of {', '.join(sorted(audiences))} (offlineAccessConfig.tokenExchange.audience)",
+            reason="wrong_audience",
         )
     client_id = claims.get("azp") or claims.get("appid")
     if not isinstance(client_id, str) or client_id != allowed_client_id:
@@ -150,7 +166,13 @@ def check_exchange_claims(
     subject = claims.get("sub")
     if not isinstance(subject, str) or not subject:
         raise TokenExchangeRefusedError("the access token has no subject", reason="missing_sub")
-    return ExchangeSubject(subject=subject, client_id=client_id, issuer=issuer, claims=claims)
+    return ExchangeSubject(
+        subject=subject,
+        client_id=client_id,
+        issuer=issuer,
+        claims=claims,
+        expires_at=float(claims["exp"]),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,32 +204,30 @@ class TokenExchanger(Generic[P]):
         discovery: DiscoveryCache,
         clock: Callable[[], float] = time.time,
         leeway_s: float = DEFAULT_LEEWAY_S,
-        audience: str | None = None,
+        keys: ProviderKeys | None = None,
     ) -> None:
         self.config = config
         self._http = http
         self._discovery = discovery
         self._clock = clock
         self._leeway = leeway_s
-        self._audience = audience
-        self._jwks: JwksCache | None = None
+        self.keys = keys or ProviderKeys(http)
+        """The JWKS cache of this configuration (shared with its ``OidcLogin``)."""
 
     @property
     def enabled(self) -> bool:
         return self.config.token_exchange_client_id is not None
 
     async def verify(self, subject_token: str) -> ExchangeSubject:
-        """Rules 1 to 3: the token itself."""
+        """Rules 1 to 4: the token itself."""
         allowed_client = self.config.token_exchange_client_id
         if allowed_client is None:
             raise TokenExchangeRefusedError(
                 "token exchange is not configured", reason="token_exchange_disabled"
             )
         metadata = await self._discovery.get(self.config.configuration_uri)
-        if self._jwks is None or self._jwks.uri != metadata.jwks_uri:
-            self._jwks = JwksCache(self._http, metadata.jwks_uri)
         try:
-            claims = await verify_jwt(subject_token, self._jwks)
+            claims = await verify_jwt(subject_token, self.keys.for_uri(metadata.jwks_uri))
         except InvalidTokenError as exc:
             raise TokenExchangeRefusedError(exc.message, reason=exc.reason) from exc
         return check_exchange_claims(
@@ -216,7 +236,7 @@ class TokenExchanger(Generic[P]):
             allowed_client_id=allowed_client,
             now=self._clock(),
             leeway=self._leeway,
-            audience=self._audience,
+            audiences=self.config.token_exchange_audiences,
         )
 
     async def exchange(
@@ -226,7 +246,7 @@ class TokenExchanger(Generic[P]):
         find_user: Callable[[str], Awaitable[P | None]],
         mint: Callable[[P, ExchangeSubject], Awaitable[IssuedToken]],
     ) -> dict[str, Any]:
-        """The whole exchange: parse, verify, look the user up (rule 4), mint."""
+        """The whole exchange: parse, verify, look the user up (rule 5), mint."""
         request = parse_token_exchange_request(form)
         subject = await self.verify(request.subject_token)
         principal = await find_user(subject.subject)

@@ -200,7 +200,13 @@ class Authenticator:
             return self.bearer(value, client)
         raise unauthenticated("unsupported authorization scheme")
 
-    def mint(self, principal: Principal) -> tuple[str, int]:
-        return tokens.mint_session(
-            self._secret, principal.fqn, self._clock()
-        ), tokens.SESSION_TTL_SECONDS
+    def mint(self, principal: Principal, max_ttl: int | None = None) -> tuple[str, int]:
+        """A session token for ``principal`` and its lifetime in seconds.
+
+        ``max_ttl`` shortens the usual lifetime, never lengthens it: a token
+        exchanged for a provider credential must not outlive that credential.
+        """
+        ttl = tokens.SESSION_TTL_SECONDS
+        if max_ttl is not None:
+            ttl = max(1, min(ttl, max_ttl))
+        return tokens.mint_session(self._secret, principal.fqn, self._clock(), ttl), ttl

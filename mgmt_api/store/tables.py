@@ -117,3 +117,26 @@ directory_sync_runs = sa.Table(
     sa.Column("last_success", sa.Text, nullable=True),
     sa.Column("update_time", sa.BigInteger, nullable=False),
 )
+
+# ---- identity (migration 0003) ----------------------------------------------
+
+# One-time codes that hand a finished browser login to a native client (RFC 8252),
+# keyed by the code's SHA-256 (mgmt_api.identity.login_code).
+oidc_login_codes = sa.Table(
+    "oidc_login_codes",
+    metadata,
+    sa.Column("code_hash", sa.String(64), primary_key=True),
+    sa.Column("payload", sa.Text, nullable=False),
+    sa.Column("expires_at", sa.Float, nullable=False),
+    sa.Index("ix_oidc_login_codes_expires_at", "expires_at"),
+)
+
+# Provider tokens already traded for a platform token (device login, token exchange),
+# kept until they expire so each one is used once.
+oidc_used_tokens = sa.Table(
+    "oidc_used_tokens",
+    metadata,
+    sa.Column("token_key", sa.String(64), primary_key=True),
+    sa.Column("expires_at", sa.Float, nullable=False),
+    sa.Index("ix_oidc_used_tokens_expires_at", "expires_at"),
+)

@@ -6,6 +6,7 @@ import textwrap
 from pathlib import Path
 
 from tests.support.oidc_provider.launcher import (
+    API_V2,
     DEVICE_CLIENT_ID,
     EXCHANGE_CLIENT_ID,
     WEB_CLIENT_ID,
@@ -14,8 +15,14 @@ from tests.support.oidc_provider.launcher import (
 )
 
 
-def oidc_section(directory: Path, provider: RunningProvider, callback: str) -> str:
-    """The ``oidc`` list: one configuration ``corp`` for the provider's fixed clients."""
+def oidc_section(
+    directory: Path, provider: RunningProvider, callback: str, *, extra: str = ""
+) -> str:
+    """The ``oidc`` list: one configuration ``corp`` for the provider's fixed clients.
+
+    Token exchange accepts the audience the test provider puts into its v2
+    access tokens (``API_V2``); ``extra`` is appended to the entry (YAML lines
+    indented like its other keys, e.g. a ``users`` block)."""
     secret = directory / "client-secret"
     secret.write_text(WEB_CLIENT_SECRET + "\n")
     return textwrap.dedent(
@@ -31,9 +38,9 @@ def oidc_section(directory: Path, provider: RunningProvider, callback: str) -> s
             scopes: [email, profile, offline_access]
             offlineAccessConfig:
               deviceCodeAuth: {{clientId: {DEVICE_CLIENT_ID}}}
-              tokenExchange: {{clientId: {EXCHANGE_CLIENT_ID}}}
+              tokenExchange: {{clientId: {EXCHANGE_CLIENT_ID}, audience: "{API_V2}"}}
         """
-    )
+    ) + textwrap.indent(textwrap.dedent(extra), "    ")
 
 
 def write_install_config(directory: Path, *sections: str) -> Path:

@@ -92,6 +92,44 @@ spec:
     assert config.sync.interval_s == 3600
 
 
+def test_new_fields_and_their_defaults(tmp_path: Path) -> None:
+    config = load_identity_provider(write(tmp_path, FULL), environ={})
+    corp, partners = config.oidc
+    # Token exchange: the default audience is the management plane's own app.
+    assert corp.token_exchange_audiences == {"api://web", "web"}
+    # The default configuration logs in the pull sync's users; others only bound ones.
+    assert (corp.user_source_types, corp.user_organizations) == (("LDAP",), ("acme", "partners"))
+    assert (partners.user_source_types, partners.user_organizations) == ((), ())
+    # The login cookie follows the public callback (a proxy prefix, TLS at the proxy).
+    assert (corp.cookie_path, corp.cookie_secure) == ("/iam/v2/oidc/callback", True)
+    assert config.sync is not None and config.sync.max_delete_percent == 50
+    assert config.sync.ldap is not None and not config.sync.ldap.start_tls
+
+    text = (
+        FULL.replace(
+            "tokenExchange: {clientId: robot}",
+            "tokenExchange: {clientId: robot, audience: [api://mp, mp-id]}",
+        )
+        .replace(
+            "        scopes: [email]\n",
+            "        scopes: [email]\n        users: {sourceTypes: [AZURE], organizations: [p]}\n",
+        )
+        .replace("interval: 15m", "interval: 15m\n      maxDeletePercent: 10")
+        .replace(
+            "url: ldaps://ldap.example:636",
+            "url: ldap://ldap.example\n        startTls: true\n        caFile: /etc/ca.pem",
+        )
+        .replace("oidc/partners/callback", "oidc/callback?name=partners")
+    )
+    config = load_identity_provider(write(tmp_path, text), environ={})
+    corp, partners = config.oidc
+    assert corp.token_exchange_audiences == {"api://mp", "mp-id"}
+    assert (partners.user_source_types, partners.user_organizations) == (("AZURE",), ("p",))
+    assert config.sync is not None and config.sync.max_delete_percent == 10
+    assert config.sync.ldap is not None
+    assert (config.sync.ldap.start_tls, config.sync.ldap.ca_file) == (True, "/etc/ca.pem")
+
+
 def test_missing_section_means_disabled(tmp_path: Path) -> None:
     config = load_identity_provider(write(tmp_path, "spec: {}\n"), environ={})
     assert not config.oidc_enabled and config.sync is None
@@ -155,6 +193,37 @@ def test_environment_overrides_apply_before_validation(tmp_path: Path) -> None:
             "    sync:\n      azure: {clientId: a, tenantId: t, clientSecret: {env: X}}\n",
             "exactly one source",
         ),
+        # The callback must be the configuration's route (the cookie path derives from it).
+        (
+            "iam/v2/oidc/callback",
+            "iam/v2/oidc/callback/x",
+            "ending in /v2/oidc/callback or /v2/oidc/corp/callback",
+        ),
+        ("oidc/partners/callback", "oidc/callback", "ending in /v2/oidc/partners/callback"),
+        ("oidc/partners/callback", "oidc/corp/callback", "ending in /v2/oidc/partners/callback"),
+        (
+            "tokenExchange: {clientId: robot}",
+            "tokenExchange: {clientId: robot, audience: []}",
+            "must not be empty",
+        ),
+        (
+            "tokenExchange: {clientId: robot}",
+            "tokenExchange: {clientId: robot, aud: x}",
+            "unknown field",
+        ),
+        (
+            "scopes: [email]",
+            "scopes: [email]\n        users: {sourceTypes: [MANUAL]}",
+            "not a directory source type",
+        ),
+        ("interval: 15m", "interval: 15m\n      maxDeletePercent: 101", "0 to 100"),
+        ("url: ldaps://ldap.example:636", "url: ldap://ldap.example", "startTls: true"),
+        (
+            "url: ldaps://ldap.example:636",
+            "url: ldaps://ldap.example:636\n        startTls: true",
+            "StartTLS is for ldap://",
+        ),
+        ("url: ldaps://ldap.example:636", "url: ldap://localhost:389", "startTls: true"),
     ],
 )
 def test_invalid_configs_name_the_field_and_line(

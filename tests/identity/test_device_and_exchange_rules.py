@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from mgmt_api.identity.device_code import DeviceAuthorization, DeviceFlowError, next_interval
+from meshplane.oauth_device import DeviceAuthorization, DeviceFlowError, next_interval
 from mgmt_api.identity.errors import TokenExchangeRefusedError
 from mgmt_api.identity.token_exchange import (
     ACCESS_TOKEN_TYPE,
@@ -95,16 +95,36 @@ def test_token_exchange_claim_rules(changes: dict[str, Any], reason: str | None)
         assert refused.value.reason == reason
 
 
-def test_token_exchange_audience_is_checked_when_configured() -> None:
-    with pytest.raises(TokenExchangeRefusedError) as refused:
-        check_exchange_claims(
-            {**V2, "aud": "other"},
+@pytest.mark.parametrize(
+    ("aud", "accepted"),
+    [
+        ("api://mp", True),
+        (["other", "mp"], True),
+        ("other", False),
+        (["other", "api://mp-not"], False),
+        (None, False),
+    ],
+)
+def test_token_exchange_audience_must_name_the_management_plane(
+    aud: str | list[str] | None, accepted: bool
+) -> None:
+    claims = {k: v for k, v in {**V2, "aud": aud}.items() if v is not None}
+
+    def check() -> str:
+        return check_exchange_claims(
+            claims,
             issuer="https://idp/v2.0",
             allowed_client_id="robot",
             now=NOW,
-            audience="api://mp",
-        )
-    assert refused.value.reason == "wrong_audience"
+            audiences=frozenset({"api://mp", "mp"}),
+        ).subject
+
+    if accepted:
+        assert check() == "robot"
+    else:
+        with pytest.raises(TokenExchangeRefusedError) as refused:
+            check()
+        assert refused.value.reason == "wrong_audience"
 
 
 @pytest.mark.parametrize(

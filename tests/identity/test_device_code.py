@@ -1,4 +1,9 @@
-"""RFC 8628 device-code login against the real test OIDC provider."""
+"""RFC 8628 device-code login against the real test OIDC provider.
+
+The client side is meshctl's (``meshctl.oauth`` on ``meshplane.oauth_device``):
+the one implementation of the polling loop, exercised here against the
+real provider and the server's ``verify_device_login``.
+"""
 
 from __future__ import annotations
 
@@ -6,26 +11,30 @@ import asyncio
 import json
 import subprocess
 import sys
+import time
 
 import httpx
 import pytest
 
+from meshctl.oauth import DeviceFlowError, poll_for_tokens, start_device_authorization
+from meshctl.transport import Transport
 from mgmt_api.identity.config import IdentityProviderConfig
-from mgmt_api.identity.device_code import (
-    DeviceFlowError,
-    poll_for_tokens,
-    start_device_authorization,
-)
 from mgmt_api.identity.discovery import DiscoveryCache
 from mgmt_api.identity.login_state import InMemoryLoginStateStore
 from mgmt_api.identity.oidc import OidcLogin
 from tests.identity.browser import approve_device
 from tests.support.oidc_provider.launcher import DEVICE_SHORT_CLIENT_ID, RunningProvider
 
+DEVICE_SCOPES = ["openid", "email", "profile"]
 
-async def quick_sleep(seconds: float) -> None:
+
+def quick_sleep(seconds: float) -> None:
     """The provider does not enforce the 5 s default interval; poll faster so the test is short."""
-    await asyncio.sleep(min(seconds, 0.2))
+    time.sleep(min(seconds, 0.2))
+
+
+def client() -> Transport:
+    return Transport(timeout=10.0)
 
 
 async def endpoints(http: httpx.AsyncClient, provider: RunningProvider) -> tuple[str, str]:
@@ -40,8 +49,8 @@ async def test_device_login_end_to_end_yields_an_id_token_the_server_accepts(
     oidc = idp_config.oidc_named(None)
     assert oidc is not None and oidc.device_code_client_id is not None
     device_endpoint, token_endpoint = await endpoints(http, oidc_provider)
-    authorization = await start_device_authorization(
-        http, device_endpoint, oidc.device_code_client_id, ("openid", "email", "profile")
+    authorization = start_device_authorization(
+        client(), device_endpoint, oidc.device_code_client_id, DEVICE_SCOPES
     )
     assert authorization.user_code and authorization.verification_uri.startswith(
         oidc_provider.issuer
@@ -57,8 +66,13 @@ async def test_device_login_end_to_end_yields_an_id_token_the_server_accepts(
     page, tokens = await asyncio.wait_for(
         asyncio.gather(
             user_in_browser(),
-            poll_for_tokens(
-                http, token_endpoint, oidc.device_code_client_id, authorization, sleep=quick_sleep
+            asyncio.to_thread(
+                poll_for_tokens,
+                client(),
+                token_endpoint,
+                oidc.device_code_client_id,
+                authorization,
+                sleep=quick_sleep,
             ),
         ),
         timeout=30,
@@ -81,17 +95,19 @@ async def test_device_login_denied_by_the_user(
     oidc = idp_config.oidc_named(None)
     assert oidc is not None and oidc.device_code_client_id is not None
     device_endpoint, token_endpoint = await endpoints(http, oidc_provider)
-    authorization = await start_device_authorization(
-        http, device_endpoint, oidc.device_code_client_id
+    authorization = start_device_authorization(
+        client(), device_endpoint, oidc.device_code_client_id, DEVICE_SCOPES
     )
     async with httpx.AsyncClient(timeout=10.0) as browser:
         await approve_device(browser, authorization.verification_uri_complete or "", account="deny")
     with pytest.raises(DeviceFlowError) as failed:
-        await asyncio.wait_for(
-            poll_for_tokens(
-                http, token_endpoint, oidc.device_code_client_id, authorization, sleep=quick_sleep
-            ),
-            timeout=30,
+        await asyncio.to_thread(
+            poll_for_tokens,
+            client(),
+            token_endpoint,
+            oidc.device_code_client_id,
+            authorization,
+            sleep=quick_sleep,
         )
     assert failed.value.error == "access_denied"
 
@@ -101,14 +117,18 @@ async def test_device_code_expires_when_nobody_approves(
 ) -> None:
     # This client's device codes live 2 seconds at the provider.
     device_endpoint, token_endpoint = await endpoints(http, oidc_provider)
-    authorization = await start_device_authorization(http, device_endpoint, DEVICE_SHORT_CLIENT_ID)
+    authorization = start_device_authorization(
+        client(), device_endpoint, DEVICE_SHORT_CLIENT_ID, DEVICE_SCOPES
+    )
     assert authorization.expires_in <= 2
     with pytest.raises(DeviceFlowError) as failed:
-        await asyncio.wait_for(
-            poll_for_tokens(
-                http, token_endpoint, DEVICE_SHORT_CLIENT_ID, authorization, sleep=quick_sleep
-            ),
-            timeout=30,
+        await asyncio.to_thread(
+            poll_for_tokens,
+            client(),
+            token_endpoint,
+            DEVICE_SHORT_CLIENT_ID,
+            authorization,
+            sleep=quick_sleep,
         )
     assert failed.value.error == "expired_token"
 
@@ -118,7 +138,7 @@ async def test_the_provider_refuses_an_unknown_device_client(
 ) -> None:
     device_endpoint, _ = await endpoints(http, oidc_provider)
     with pytest.raises(DeviceFlowError) as failed:
-        await start_device_authorization(http, device_endpoint, "no-such-client")
+        start_device_authorization(client(), device_endpoint, "no-such-client", DEVICE_SCOPES)
     assert failed.value.error == "invalid_client"
 
 

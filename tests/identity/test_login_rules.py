@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import pytest
+from sqlalchemy.engine import Engine
 
 from mgmt_api.identity.claims import check_id_token, check_time
 from mgmt_api.identity.discovery import parse_metadata
@@ -13,11 +15,15 @@ from mgmt_api.identity.errors import InvalidTokenError, ProviderError
 from mgmt_api.identity.login_state import (
     InMemoryLoginStateStore,
     LoginState,
+    LoginStateStore,
     TooManyPendingLoginsError,
+    binding_digest,
+    new_browser_binding,
 )
 from mgmt_api.identity.oidc import CallbackParams
-from mgmt_api.identity.pkce import code_challenge_s256, new_code_verifier
+from mgmt_api.identity.pkce import code_challenge_s256, is_s256_challenge, new_code_verifier
 from mgmt_api.identity.redirects import is_safe_return_to
+from mgmt_api.identity.sql_store import SqlLoginStateStore
 
 
 def test_pkce_s256_matches_rfc7636_appendix_b() -> None:
@@ -29,14 +35,33 @@ def test_pkce_s256_matches_rfc7636_appendix_b() -> None:
     assert len(verifier) == 43 and verifier != new_code_verifier()
     with pytest.raises(ValueError):
         code_challenge_s256("short")
+    assert is_s256_challenge(code_challenge_s256(verifier))
+    assert not is_s256_challenge(verifier + "=") and not is_s256_challenge("x" * 42)
 
 
-def login(state: str, now: float = 1000.0, ttl: float = 600.0) -> LoginState:
-    return LoginState(state, "corp", "nonce", "v" * 43, "https://cb", None, now, now + ttl)
+def login(
+    state: str, now: float = 1000.0, ttl: float = 600.0, binding_hash: str = "0" * 64
+) -> LoginState:
+    return LoginState(
+        state, "corp", "nonce", "v" * 43, "https://cb", None, now, now + ttl, binding_hash
+    )
 
 
-def test_login_state_is_single_use_and_expires() -> None:
-    store = InMemoryLoginStateStore()
+@pytest.fixture(params=["memory", "sql"])
+def make_store(request: pytest.FixtureRequest) -> Any:
+    """Both ``LoginStateStore`` implementations: the SQL one on the real, migrated schema."""
+
+    def make(max_pending: int = 10_000) -> LoginStateStore:
+        if request.param == "memory":
+            return InMemoryLoginStateStore(max_pending=max_pending)
+        engine: Engine = request.getfixturevalue("sqlite_engine")
+        return SqlLoginStateStore(engine, max_pending=max_pending)
+
+    return make
+
+
+def test_login_state_is_single_use_and_expires(make_store: Any) -> None:
+    store = make_store()
     store.put(login("a"))
     store.put(login("b"))
     assert store.take("a", 1001.0) is not None
@@ -45,25 +70,35 @@ def test_login_state_is_single_use_and_expires() -> None:
     assert store.take("never", 1001.0) is None
 
 
-def test_login_state_store_is_bounded_and_purges() -> None:
-    store = InMemoryLoginStateStore(max_pending=2)
+def test_login_state_store_is_bounded_and_purges(make_store: Any) -> None:
+    """Logins are started without credentials: past the cap a new one is refused, after
+    the expired ones were purged to make room (both stores, the server's SQL one too)."""
+    store = make_store(max_pending=2)
     store.put(login("a", now=0, ttl=10))
     store.put(login("b", now=0, ttl=100))
     with pytest.raises(TooManyPendingLoginsError):
         store.put(login("c", now=5))
     store.put(login("d", now=20))  # "a" has expired and is purged to make room
     assert len(store) == 2
+    with pytest.raises(TooManyPendingLoginsError):
+        store.put(login("e", now=21))
     assert store.purge_expired(1000) == 2
+    assert store.take("b", 30) is None and len(store) == 0
 
 
-def test_browser_binding() -> None:
-    state = login("abc")
-    assert state.bound_to(state.browser_binding)
-    assert (
-        not state.bound_to(None)
-        and not state.bound_to("x")
-        and not state.bound_to(login("abd").browser_binding)
-    )
+def test_the_login_cookie_is_random_and_only_its_digest_is_kept() -> None:
+    """Finding: the cookie used to be sha256("meshplane-login:" + state), computable by
+    anyone who saw the callback URL. Now it is an independent random value."""
+    cookie, digest = new_browser_binding()
+    other, _ = new_browser_binding()
+    assert cookie != other and len(cookie) >= 43
+    assert digest == binding_digest(cookie) == hashlib.sha256(cookie.encode()).hexdigest()
+    state = login("abc", binding_hash=digest)
+    assert state.bound_to(cookie)
+    old_scheme = hashlib.sha256(b"meshplane-login:abc").hexdigest()
+    assert not state.bound_to(old_scheme)
+    assert not state.bound_to(digest)  # the stored digest is not the cookie
+    assert not state.bound_to(None) and not state.bound_to("x") and not state.bound_to(other)
 
 
 NOW = 1_700_000_000.0
@@ -133,7 +168,13 @@ def test_time_checks_respect_zero_leeway() -> None:
         ("//evil.example/x", False),
         ("/\\evil", False),
         ("http://127.0.0.1:53682/callback", True),
-        ("http://localhost:8000/", True),
+        ("http://127.0.0.1/callback?state=s", True),
+        ("http://[::1]:53682/callback", True),
+        ("http://localhost:8000/", False),  # RFC 8252 8.3: literal loopback IPs only
+        ("http://127.0.0.1.evil.example/", False),
+        ("http://127.1:8000/", False),
+        ("http://user@127.0.0.1:8000/", False),
+        ("https://127.0.0.1:8000/", False),
         ("https://mp.example.com/ui", True),
         ("https://evil.example/ui", False),
         ("http://mp.example.com/ui", False),

@@ -8,7 +8,12 @@ import pytest
 
 from mgmt_api.identity.sync.model import DirectorySnapshot, DirectoryTeam, DirectoryUser
 from mgmt_api.identity.sync.reconcile import Membership, SyncPlan, plan_sync
-from mgmt_api.identity.sync.runner import DirectorySync, SourceError, run_sync
+from mgmt_api.identity.sync.runner import (
+    TOO_MANY_DELETIONS,
+    DirectorySync,
+    SourceError,
+    run_sync,
+)
 from mgmt_api.identity.sync.store import InMemoryDirectoryStore
 
 A = DirectoryUser("a", "alice", "a@x.test", "Alice")
@@ -110,7 +115,7 @@ async def test_applying_reaches_the_desired_state_and_leaves_other_sources_alone
     assert store.snapshot("org", "LDAP") == desired
     assert [u.id for u in await store.list_users("org", "MANUAL")] == ["admin"]
     source.users, source.teams = [B], []
-    result = await run_sync("org", source, store)
+    result = await run_sync("org", source, store, max_delete_percent=100)
     assert (result.users_deleted, result.teams_deleted) == (1, 2)
     assert store.snapshot("org", "LDAP") == snap([B], [])
     assert [u.id for u in await store.list_users("org", "MANUAL")] == ["admin"]
@@ -148,3 +153,53 @@ async def test_source_failure_changes_nothing_and_is_kept_as_last_result() -> No
     assert store.snapshot("org", "LDAP").users == (A,)
     assert sync.last_result is bad and sync.last_success is good
     assert bad.to_json()["ok"] is False
+
+
+async def test_a_listing_that_would_delete_most_synced_users_is_refused_unless_forced() -> None:
+    """An empty (or truncated) listing that reads fine must not wipe the organization."""
+    store = InMemoryDirectoryStore()
+    source = ListSource([A, B, C], [team("t", {"a"})])
+    sync = DirectorySync("org", source, store, interval_s=60)
+    assert (await sync.run_now()).ok
+    source.users, source.teams = [], []
+    refused = await sync.run_now()
+    assert not refused.ok and refused.reason == TOO_MANY_DELETIONS and refused.applied_nothing
+    assert "3 of 3 synced users" in (refused.error or "") and "force" in (refused.error or "")
+    assert len(store.snapshot("org", "LDAP").users) == 3  # untouched
+    assert refused.to_json()["reason"] == TOO_MANY_DELETIONS
+    forced = await sync.run_now(force=True)
+    assert forced.ok and forced.forced and forced.users_deleted == 3
+    assert store.snapshot("org", "LDAP") == snap([], [])
+
+
+@pytest.mark.parametrize(
+    ("percent", "remaining", "applied"),
+    [(50, [A], False), (50, [A, B], True), (0, [A, B], False), (100, [], True)],
+)
+async def test_the_deletion_threshold_is_a_share_of_the_synced_users(
+    percent: int, remaining: list[DirectoryUser], applied: bool
+) -> None:
+    store = InMemoryDirectoryStore()
+    source = ListSource([A, B, C], [])
+    await run_sync("org", source, store)
+    source.users = remaining
+    result = await run_sync("org", source, store, max_delete_percent=percent)
+    assert result.ok is applied
+    assert len(store.snapshot("org", "LDAP").users) == (len(remaining) if applied else 3)
+
+
+class CrashingSource(ListSource):
+    async def fetch(self) -> tuple[list[DirectoryUser], list[DirectoryTeam]]:
+        raise KeyError("value")  # a source bug, not a SourceError
+
+
+async def test_an_unexpected_source_exception_is_recorded_and_changes_nothing() -> None:
+    store = InMemoryDirectoryStore()
+    sync = DirectorySync("org", ListSource([A], []), store, interval_s=60)
+    assert (await sync.run_now()).ok
+    sync.source = CrashingSource([], [])
+    crashed = await sync.run_now()
+    assert not crashed.ok and crashed.applied_nothing
+    assert "KeyError" in (crashed.error or "") and "nothing was changed" in (crashed.error or "")
+    assert sync.last_result is crashed
+    assert store.snapshot("org", "LDAP").users == (A,)

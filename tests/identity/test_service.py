@@ -36,6 +36,10 @@ async def test_public_configuration_describes_every_login_mode(
     assert "secret" not in str(body).lower()
     assert service.login("corp") is service.login(None)
     assert service.login("unknown") is None and service.exchanger("unknown") is None
+    # One JWKS cache per configuration: login and token exchange share fetches and the
+    # refetch budget for unknown key ids.
+    login, exchanger = service.login("corp"), service.exchanger("corp")
+    assert login is not None and exchanger is not None and login.keys is exchanger.keys
     assert service.directory_sync("acme", InMemoryDirectoryStore()) is None
 
 

@@ -14,6 +14,7 @@ from mgmt_api.identity.sync.ldap import LdapSource
 from mgmt_api.identity.sync.model import DirectoryTeam, DirectoryUser
 from mgmt_api.identity.sync.runner import DirectorySync
 from mgmt_api.identity.sync.store import InMemoryDirectoryStore
+from tests.identity.slapd_tls import TlsSlapd, start_tls_slapd
 from tests.support.slapd import (
     GROUPS,
     PEOPLE,
@@ -156,3 +157,60 @@ async def test_a_failed_bind_keeps_the_last_good_state_and_reports(
     assert result.error is not None and "bind" in result.error and "wrong" not in result.error
     assert store.snapshot(ORG, "LDAP") == before
     assert broken.last_result is result and broken.last_success is None
+
+
+# ---- transport security (a real slapd with StartTLS and ldaps) -------------------------------
+
+
+@pytest.fixture(scope="module")
+def tls_slapd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsSlapd]:
+    server = start_tls_slapd(tmp_path_factory.mktemp("tls"))
+    conn = server.plain.admin()
+    add_user(conn, "tina", mail="tina@example.test")
+    conn.unbind()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def tls_source(tmp_path: Path, url: str, *, start_tls: bool, ca_file: Path | None) -> LdapSource:
+    secret = tmp_path / "bind-password"
+    secret.write_text(SYNC_PASSWORD)
+    return LdapSource(
+        LdapSyncConfig(
+            url=url,
+            bind_dn=SYNC_DN,
+            bind_password=SecretRef("file", str(secret)),
+            user_base=PEOPLE,
+            group_base=GROUPS,
+            start_tls=start_tls,
+            ca_file=str(ca_file) if ca_file else None,
+        )
+    )
+
+
+@pytest.mark.parametrize("mode", ["start_tls", "ldaps"])
+async def test_tls_connections_sync_when_the_certificate_verifies(
+    tls_slapd: TlsSlapd, tmp_path: Path, mode: str
+) -> None:
+    url = tls_slapd.start_tls_url if mode == "start_tls" else tls_slapd.ldaps_url
+    src = tls_source(tmp_path, url, start_tls=mode == "start_tls", ca_file=tls_slapd.ca_file)
+    users, _ = await src.fetch()
+    assert [u.id for u in users] == ["tina"]
+
+
+@pytest.mark.parametrize("mode", ["start_tls", "ldaps"])
+async def test_an_unverifiable_certificate_fails_the_run_before_the_bind(
+    tls_slapd: TlsSlapd, tmp_path: Path, mode: str
+) -> None:
+    """ldap3 accepts any certificate by default; ours must not (here: signed by a CA we do
+    not trust), and the run must fail as a read failure, changing nothing."""
+    url = tls_slapd.start_tls_url if mode == "start_tls" else tls_slapd.ldaps_url
+    src = tls_source(tmp_path, url, start_tls=mode == "start_tls", ca_file=tls_slapd.other_ca_file)
+    store = InMemoryDirectoryStore()
+    result = await DirectorySync(ORG, src, store, interval_s=60).run_now()
+    assert not result.ok and result.applied_nothing, result.error
+    assert "CERTIFICATE_VERIFY_FAILED" in (result.error or "")
+    assert SYNC_PASSWORD not in (result.error or "")
+    assert store.snapshot(ORG, "LDAP").users == ()

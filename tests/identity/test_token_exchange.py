@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import json
 
 import httpx
@@ -28,6 +29,7 @@ from tests.support.oidc_provider.launcher import (
     EXCHANGE_CLIENT_SECRET,
     OTHER_CLIENT_ID,
     OTHER_CLIENT_SECRET,
+    WEB_CLIENT_ID,
     RunningProvider,
 )
 
@@ -51,12 +53,14 @@ class Platform:
     def __init__(self, user_ids: set[str]) -> None:
         self.user_ids = user_ids
         self.minted: list[str] = []
+        self.subjects: list[ExchangeSubject] = []
 
     async def find_user(self, user_id: str) -> str | None:
         return user_id if user_id in self.user_ids else None
 
     async def mint(self, user: str, subject: ExchangeSubject) -> IssuedToken:
         self.minted.append(user)
+        self.subjects.append(subject)
         return IssuedToken(access_token=f"platform-token-for-{user}", expires_in=900)
 
 
@@ -94,6 +98,31 @@ async def test_exchange_allowed_for_the_configured_client_with_a_user_record(
         "expires_in": 900,
     }
     assert platform.minted == [EXCHANGE_CLIENT_ID]
+    # The platform token service learns when the provider token ends, to cap its own.
+    assert platform.subjects[0].expires_at == claims["exp"]
+
+
+async def test_exchange_refuses_a_token_issued_for_another_audience(
+    idp_config: IdentityProviderConfig, oidc_provider: RunningProvider, http: httpx.AsyncClient
+) -> None:
+    """The provider's token is for ``urn:meshplane:api``; a management plane whose
+    ``tokenExchange.audience`` is the default (``api://<clientId>`` or ``<clientId>``)
+    must refuse it: it was meant for another API."""
+    token = await provider_access_token(
+        http, oidc_provider, EXCHANGE_CLIENT_ID, EXCHANGE_CLIENT_SECRET, API_V2
+    )
+    assert claims_of(token)["aud"] == API_V2
+    configured = idp_config.oidc_named(None)
+    assert configured is not None and configured.token_exchange_audiences == {API_V2}
+    default = dataclasses.replace(configured, token_exchange_audience=())
+    assert default.token_exchange_audiences == {f"api://{WEB_CLIENT_ID}", WEB_CLIENT_ID}
+    platform = Platform({EXCHANGE_CLIENT_ID})
+    with pytest.raises(TokenExchangeRefusedError) as refused:
+        await TokenExchanger(default, http=http, discovery=DiscoveryCache(http)).exchange(
+            form(token), find_user=platform.find_user, mint=platform.mint
+        )
+    assert refused.value.reason == "wrong_audience"
+    assert platform.minted == []
 
 
 async def test_exchange_refused_for_another_client(

@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from mgmt_api.identity.token_exchange import V1_REFUSAL
+from mgmt_api.identity.user_mapping import BINDING_LABEL
 from tests.identity.browser import approve_device
 from tests.identity.install_config import oidc_section, write_install_config
 from tests.identity.provider_tokens import client_credentials_token
@@ -42,7 +43,7 @@ from tests.support.oidc_provider.launcher import (
 @dataclass
 class IdentityPlane:
     """A management plane with OIDC configured, its provider, and an organization where the
-    provider's account ``alice`` exists and can read."""
+    provider's account ``alice`` exists (bound to the OIDC configuration) and can read."""
 
     plane: ManagementPlane
     provider: RunningProvider
@@ -65,7 +66,8 @@ def idp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IdentityPlane]:
                 assert created.status_code == 200, created.text
                 for user in (f"/v2/organizations/{org}/users", "/v2/users"):
                     name = "alice" if user.startswith("/v2/org") else EXCHANGE_CLIENT_ID
-                    response = admin.post(user, json={"name": name, "user": {}})
+                    bound = {"labels": {BINDING_LABEL: "corp"}}
+                    response = admin.post(user, json={"name": name, "user": bound})
                     assert response.status_code == 200, response.text
                 policy = admin.get(f"/v2/organizations/{org}/policy").json()
                 policy["allow"].append(
@@ -104,14 +106,17 @@ def read_until(stream: IO[str] | None, pattern: str) -> re.Match[str]:
     raise AssertionError(f"meshctl never printed {pattern!r}")
 
 
-def browse(url: str, account: str = "alice") -> httpx.Response:
-    """The user's browser: follow every redirect, logging ``account`` in at the provider."""
+def browse(url: str, account: str = "alice", visited: list[str] | None = None) -> httpx.Response:
+    """The user's browser: follow every redirect, logging ``account`` in at the provider;
+    every URL it is sent to is appended to ``visited`` (its history)."""
     with httpx.Client(timeout=10) as browser:
         response = browser.get(url)
         for _ in range(20):
             if response.status_code not in (302, 303):
                 return response
             location = urljoin(str(response.url), response.headers["location"])
+            if visited is not None:
+                visited.append(location)
             if "/interaction/" in location:
                 location += f"?account={account}"
             response = browser.get(location)
@@ -142,21 +147,26 @@ def start_browser_login(ctl: Meshctl) -> tuple[subprocess.Popen[str], str]:
     return proc, url
 
 
-def test_browser_login_receives_the_platform_token_on_the_loopback_redirect(
+def test_browser_login_redeems_a_one_time_code_from_the_loopback_redirect(
     tmp_path_factory: pytest.TempPathFactory, idp: IdentityPlane
 ) -> None:
+    """RFC 8252: meshctl sends its PKCE challenge, the loopback redirect carries a one-time
+    code (never the token), and meshctl redeems it with its verifier."""
     ctl = Meshctl(tmp_path_factory.mktemp("home"), idp.plane.url)
     proc, url = start_browser_login(ctl)
+    visited: list[str] = []
     try:
-        redirect = parse_qs(urlsplit(url).query)["redirectUri"][0]
+        query = parse_qs(urlsplit(url).query)
+        redirect = query["redirectUri"][0]
         assert redirect.startswith("http://127.0.0.1:") and "/callback?state=" in redirect
+        assert query["codeChallengeMethod"] == ["S256"] and len(query["codeChallenge"][0]) == 43
 
         # A callback without meshctl's state (another local page) is refused; meshctl waits on.
-        forged = urlsplit(redirect)._replace(query="state=forged&accessToken=evil").geturl()
+        forged = urlsplit(redirect)._replace(query="state=forged&code=evil").geturl()
         assert httpx.get(forged).status_code == 400
         assert proc.poll() is None
 
-        page = browse(url)
+        page = browse(url, visited=visited)
         assert page.status_code == 200 and "Login complete" in page.text
         out, err = proc.communicate(timeout=30)
     finally:
@@ -165,6 +175,16 @@ def test_browser_login_receives_the_platform_token_on_the_loopback_redirect(
     creds = stored_credentials(ctl)
     assert creds["method"] == "browser"
     assert creds["accessToken"] not in out + err
+    loopback = [u for u in visited if u.startswith(redirect)]
+    assert len(loopback) == 1 and "code=" in loopback[0]
+    assert all(creds["accessToken"] not in u for u in visited)  # not in browser history
+    # The code was used by meshctl; whoever copies it from the history gets nothing.
+    stolen = parse_qs(urlsplit(loopback[0]).query)["code"][0]
+    replay = httpx.post(
+        f"{idp.plane.url}/v2/oidc/token",
+        data={"grant_type": "authorization_code", "code": stolen, "code_verifier": "x" * 43},
+    )
+    assert replay.status_code == 400 and "invalid_grant" in replay.text
     # The token is the server's session of alice: her team-less reader grant applies.
     assert idp.org in ctl.ok("get", "org", idp.org)
 

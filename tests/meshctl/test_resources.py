@@ -375,3 +375,60 @@ def test_policy_kinds_under_security_groups_and_clusters(
         {"limit": {"requests": 10, "unit": "Second"}}
     ]
     assert "default.rl" in shared_admin.ok("get", "btp", "--org", org, "--cluster", "c")
+
+
+def test_apply_get_and_delete_profiles_and_onboarding_configs(
+    shared_admin: Meshctl, mgmt: ManagementPlane, tmp_path: Path
+) -> None:
+    """The two kinds meshctl once lacked, end to end against the server."""
+    org = unique("kinds")
+    manifest = tmp_path / "kinds.yaml"
+    manifest.write_text(
+        textwrap.dedent(
+            f"""\
+            kind: Organization
+            metadata: {{name: {org}}}
+            spec: {{}}
+            ---
+            kind: Tenant
+            metadata: {{name: t1, organization: {org}}}
+            spec: {{}}
+            ---
+            kind: Profile
+            metadata: {{name: strict, organization: {org}, tenant: t1}}
+            spec:
+              mandates: {{traffic: {{timeout: 5s}}}}
+            ---
+            kind: Cluster
+            metadata: {{name: c1, organization: {org}}}
+            spec: {{}}
+            ---
+            kind: ClusterOnboardingConfig
+            metadata: {{name: main, organization: {org}, cluster: c1}}
+            spec:
+              namespaces: [{{name: payments, desiredState: DESIRED_ONBOARDED}}]
+            """
+        )
+    )
+    out = shared_admin.ok("apply", "-f", str(manifest))
+    assert f"profile organizations/{org}/tenants/t1/profiles/strict created" in out
+    assert f"clusteronboardingconfig organizations/{org}/clusters/c1/onboarding/main created" in out
+    with mgmt.admin() as http:
+        profile = as_json(http.get(f"/v2/organizations/{org}/tenants/t1/profiles/strict"))
+        assert profile["mandates"] == {"traffic": {"timeout": "5s"}}
+        config = as_json(http.get(f"/v2/organizations/{org}/clusters/c1/onboarding/main"))
+        assert config["namespaces"][0]["name"] == "payments"
+
+    listed = json.loads(
+        shared_admin.ok("get", "profiles", "--org", org, "--tenant", "t1", "-o", "json")
+    )
+    assert [item["metadata"]["name"] for item in listed["items"]] == ["strict"]
+    got = yaml.safe_load(
+        shared_admin.ok("get", "onboarding", "main", "--org", org, "--cluster", "c1", "-o", "yaml")
+    )
+    assert got["kind"] == "ClusterOnboardingConfig" and got["spec"]["namespaces"]
+
+    shared_admin.ok("delete", "profile", "strict", "--org", org, "--tenant", "t1")
+    with mgmt.admin() as http:
+        assert http.get(f"/v2/organizations/{org}/tenants/t1/profiles/strict").status_code == 404
+    shared_admin.ok("delete", "organization", org, "--force")

@@ -11,15 +11,22 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import json
+import textwrap
+import time
 from collections.abc import AsyncIterator, Iterator
+from http.cookies import SimpleCookie
 from urllib.parse import parse_qs, urljoin, urlsplit
 
 import httpx
 import pytest
 
-from mgmt_api.identity.device_code import poll_for_tokens, start_device_authorization
+from meshctl.oauth import poll_for_tokens, start_device_authorization
+from meshctl.transport import Transport
+from mgmt_api.identity.pkce import code_challenge_s256, new_code_verifier
 from mgmt_api.identity.token_exchange import V1_REFUSAL
+from mgmt_api.identity.user_mapping import BINDING_LABEL
 from tests.identity.browser import approve_device, follow_until
 from tests.identity.install_config import oidc_section, write_install_config
 from tests.identity.provider_tokens import client_credentials_token
@@ -41,6 +48,11 @@ LOOPBACK = "http://127.0.0.1:9/callback?state=client-state"  # never requested: 
 TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
 ACCESS_TOKEN = "urn:ietf:params:oauth:token-type:access_token"
 ID_TOKEN = "urn:ietf:params:oauth:token-type:id_token"
+# The organization whose LDAP users the "corp" configuration logs in (users.organizations).
+SYNCED_ORG = unique("synced")
+# A second configuration behind a TLS-terminating proxy that serves the API under /iam.
+PROXIED_CALLBACK = "https://mp.example.test:8443/iam/v2/oidc/proxied/callback"
+BOUND = {"labels": {BINDING_LABEL: "corp"}}
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +64,20 @@ def provider_and_server(
     callback = f"{server.url}/v2/oidc/callback"
     provider = start_provider([callback], directory / "provider.log")
     try:
-        config = write_install_config(directory, oidc_section(directory, provider, callback))
+        users = f"users: {{sourceTypes: [LDAP], organizations: [{SYNCED_ORG}]}}\n"
+        proxied = textwrap.dedent(
+            f"""\
+            - name: proxied
+              clientId: {WEB_CLIENT_ID}
+              clientSecret: {{file: {directory / "client-secret"}}}
+              providerConfig: {{dynamic: {{configurationUri: {provider.configuration_uri}}}}}
+              redirectUri: {PROXIED_CALLBACK}
+            """
+        )
+        section = oidc_section(directory, provider, callback, extra=users) + textwrap.indent(
+            proxied, "  "
+        )
+        config = write_install_config(directory, section)
         server.install_config = str(config)
         server.start()
         try:
@@ -75,11 +100,12 @@ def provider(provider_and_server: tuple[RunningProvider, MgmtServer]) -> Running
 
 @pytest.fixture(scope="module")
 def alice_org(server: MgmtServer) -> str:
-    """``organizations/ORG/users/alice`` (the provider's account), a reader through her team."""
+    """``organizations/ORG/users/alice`` (the provider's account), bound to the "corp"
+    configuration by label, a reader through her team."""
     org = unique("idp")
     with server.admin() as admin:
         ok(admin.post("/v2/organizations", json={"name": org, "organization": {}}))
-        ok(admin.post(f"/v2/organizations/{org}/users", json={"name": "alice", "user": {}}))
+        ok(admin.post(f"/v2/organizations/{org}/users", json={"name": "alice", "user": BOUND}))
         team = {"members": [f"organizations/{org}/users/alice"]}
         ok(admin.post(f"/v2/organizations/{org}/teams", json={"name": "readers", "team": team}))
         policy = ok(admin.get(f"/v2/organizations/{org}/policy"))
@@ -96,12 +122,26 @@ async def browser() -> AsyncIterator[httpx.AsyncClient]:
         yield client
 
 
+def loopback_login(redirect_uri: str = LOOPBACK) -> tuple[dict[str, str], str]:
+    """The query of a native client's login (RFC 8252) and the PKCE verifier it keeps."""
+    verifier = new_code_verifier()
+    query = {
+        "redirectUri": redirect_uri,
+        "codeChallenge": code_challenge_s256(verifier),
+        "codeChallengeMethod": "S256",
+    }
+    return query, verifier
+
+
 async def provider_callback(
-    browser: httpx.AsyncClient, server: MgmtServer, query: str = "", account: str = "alice"
+    browser: httpx.AsyncClient,
+    server: MgmtServer,
+    params: dict[str, str] | None = None,
+    account: str = "alice",
 ) -> str:
     """Start the login at the server and log ``account`` in at the provider; return the
     callback URL the provider sends the browser to (not yet requested)."""
-    start = await browser.get(f"{server.url}/v2/oidc/login{query}")
+    start = await browser.get(f"{server.url}/v2/oidc/login", params=params)
     assert start.status_code == 302, start.text
     assert "meshplane_login" in start.cookies
     authorize = start.headers["location"]
@@ -136,28 +176,113 @@ def test_configuration_is_public_and_enough_to_start_any_login(
     assert body["deviceCodeSupported"] and body["deviceCodeClientId"] == DEVICE_CLIENT_ID
     assert body["tokenExchangeSupported"] and body["tokenExchangeClientId"] == EXCHANGE_CLIENT_ID
     assert body["deviceAuthorizationEndpoint"].startswith(provider.issuer)
-    assert [c["name"] for c in body["configurations"]] == ["corp"]
+    assert [c["name"] for c in body["configurations"]] == ["corp", "proxied"]
+    assert body["configurations"][1]["callbackUrl"] == "/v2/oidc/proxied/callback"
     assert "secret" not in json.dumps(body).lower()
 
 
 # ---- authorization-code login ------------------------------------------------------------------
 
 
-async def test_browser_less_login_redirects_with_a_session_token_that_follows_teams(
+def redeem(server: MgmtServer, form: dict[str, str]) -> httpx.Response:
+    with server.client() as anonymous:
+        return anonymous.post("/v2/oidc/token", data={"grant_type": "authorization_code", **form})
+
+
+async def test_loopback_login_gets_a_one_time_code_redeemed_with_the_clients_verifier(
     server: MgmtServer, alice_org: str, browser: httpx.AsyncClient
 ) -> None:
-    callback = await provider_callback(browser, server, f"?redirectUri={LOOPBACK}")
-    finished = await browser.get(callback)
+    """RFC 8252: no token in the loopback URL; the code needs the client's PKCE verifier,
+    works once, and the token it yields is alice's session, following her teams."""
+    query, verifier = loopback_login()
+    finished = await browser.get(await provider_callback(browser, server, query))
     assert finished.status_code == 302, finished.text
     target = finished.headers["location"]
     assert target.startswith(LOOPBACK + "&")  # redirectUri exactly as given, query kept
     result = query_of(target)
-    assert result["state"] == "client-state" and int(result["expiresIn"]) > 0
-    bearer = {"Authorization": f"Bearer {result['accessToken']}"}
+    assert set(result) == {"state", "code"} and result["state"] == "client-state"
+
+    body = ok(redeem(server, {"code": result["code"], "code_verifier": verifier,
+                              "redirect_uri": LOOPBACK}))  # fmt: skip
+    assert body["token_type"] == "Bearer" and 0 < body["expires_in"] <= 3600
+    bearer = {"Authorization": f"Bearer {body['access_token']}"}
     with server.client(headers=bearer) as alice:
         ok(alice.get(f"/v2/organizations/{alice_org}"))  # rbac/reader through team readers
         err(alice.put(f"/v2/organizations/{alice_org}", json={"etag": "x"}), 403)
-    assert claims_of(result["accessToken"])["sub"] == f"organizations/{alice_org}/users/alice"
+    assert claims_of(body["access_token"])["sub"] == f"organizations/{alice_org}/users/alice"
+
+    again = err(redeem(server, {"code": result["code"], "code_verifier": verifier}), 400)
+    assert again["details"][0]["metadata"]["reason"] == "invalid_grant"
+
+
+async def test_a_login_code_is_refused_with_a_wrong_verifier_and_then_burnt(
+    server: MgmtServer, alice_org: str, browser: httpx.AsyncClient
+) -> None:
+    query, verifier = loopback_login()
+    finished = await browser.get(await provider_callback(browser, server, query))
+    code = query_of(finished.headers["location"])["code"]
+    wrong = err(redeem(server, {"code": code, "code_verifier": new_code_verifier()}), 400)
+    assert wrong["details"][0]["metadata"]["reason"] == "invalid_grant"
+    assert "access_token" not in json.dumps(wrong)
+    # One guess only: the right verifier no longer helps whoever made the wrong one.
+    burnt = err(redeem(server, {"code": code, "code_verifier": verifier}), 400)
+    assert burnt["details"][0]["metadata"]["reason"] == "invalid_grant"
+
+
+async def test_a_login_code_needs_the_same_redirect_uri_and_the_verifier(
+    server: MgmtServer, alice_org: str, browser: httpx.AsyncClient
+) -> None:
+    query, verifier = loopback_login()
+    finished = await browser.get(await provider_callback(browser, server, query))
+    code = query_of(finished.headers["location"])["code"]
+    missing = err(redeem(server, {"code": code}), 400)
+    assert missing["details"][0]["metadata"]["reason"] == "invalid_request"
+    other = err(
+        redeem(server, {"code": code, "code_verifier": verifier,
+                        "redirect_uri": "http://127.0.0.1:10/callback"}),
+        400,
+    )  # fmt: skip
+    assert other["details"][0]["metadata"]["reason"] == "invalid_grant"
+
+
+@pytest.mark.parametrize(
+    ("params", "reason"),
+    [
+        ({"redirectUri": LOOPBACK}, "code_challenge_required"),
+        ({"redirectUri": LOOPBACK, "codeChallenge": "x" * 43, "codeChallengeMethod": "plain"},
+         "invalid_code_challenge"),
+        ({"redirectUri": "http://localhost:9/callback", "codeChallenge": "x" * 43,
+          "codeChallengeMethod": "S256"}, "invalid_redirect_uri"),
+    ],
+    ids=["no-challenge", "plain", "localhost"],
+)  # fmt: skip
+async def test_a_loopback_login_needs_pkce_and_a_literal_loopback_ip(
+    server: MgmtServer, browser: httpx.AsyncClient, params: dict[str, str], reason: str
+) -> None:
+    body = err(await browser.get(f"{server.url}/v2/oidc/login", params=params), 400)
+    assert body["details"][0]["metadata"]["reason"] == reason
+
+
+def set_cookies(response: httpx.Response) -> SimpleCookie:
+    jar: SimpleCookie = SimpleCookie()
+    for header in response.headers.get_list("set-cookie"):
+        jar.load(header)
+    return jar
+
+
+async def test_the_login_cookie_follows_the_configured_public_callback(
+    server: MgmtServer, browser: httpx.AsyncClient
+) -> None:
+    """Path and Secure come from redirectUri: behind a proxy serving /iam with TLS ending
+    there, the request is plain http on /v2/oidc, yet the browser calls back on
+    https://.../iam/v2/oidc/proxied/callback and must send the cookie there."""
+    direct = set_cookies(await browser.get(f"{server.url}/v2/oidc/login"))["meshplane_login"]
+    assert direct["path"] == "/v2/oidc/callback" and not direct["secure"]
+    assert direct["httponly"] and direct["samesite"].lower() == "lax"
+    proxied = set_cookies(await browser.get(f"{server.url}/v2/oidc/proxied/login"))
+    cookie = proxied["meshplane_login"]
+    assert cookie["path"] == "/iam/v2/oidc/proxied/callback" and cookie["secure"]
+    assert cookie.value != direct.value and len(cookie.value) >= 43
 
 
 async def test_named_login_without_redirect_uri_answers_the_token_as_json(
@@ -179,7 +304,7 @@ async def test_a_replayed_callback_is_refused_and_creates_no_session(
 ) -> None:
     callback = await provider_callback(browser, server)
     ok(await browser.get(callback))
-    browser.cookies.set("meshplane_login", "any", path="/v2/oidc")
+    browser.cookies.set("meshplane_login", "any", path="/v2/oidc/callback")
     replay = await browser.get(callback)
     assert replay.status_code == 400 and replay.headers["content-type"].startswith("text/html")
     assert "expired or was already used" in replay.text and "accessToken" not in replay.text
@@ -201,13 +326,30 @@ async def test_a_forged_or_missing_state_gets_the_generic_page(
     assert "EVIL" not in page.text  # a crafted link cannot put text on our pages
 
 
-async def test_a_state_completed_in_another_browser_is_refused_and_burnt(
-    server: MgmtServer, alice_org: str, browser: httpx.AsyncClient
+@pytest.mark.parametrize(
+    "attacker_cookie",
+    [
+        lambda state: hashlib.sha256(("meshplane-login:" + state).encode()).hexdigest(),
+        lambda state: "a-wrong-cookie",
+        lambda state: None,
+    ],
+    ids=["old-scheme-digest-of-state", "wrong-cookie", "no-cookie"],
+)
+async def test_a_captured_callback_cannot_be_completed_in_another_browser(
+    server: MgmtServer, alice_org: str, browser: httpx.AsyncClient, attacker_cookie: object
 ) -> None:
-    callback = await provider_callback(browser, server, f"?redirectUri={LOOPBACK}")
+    """Whoever captures the callback URL knows ``state``; the cookie used to be computable
+    from it. Every cookie the attacker can produce is refused, and the state is burnt."""
+    query, _ = loopback_login()
+    callback = await provider_callback(browser, server, query)
+    assert callable(attacker_cookie)
+    cookie = attacker_cookie(query_of(callback)["state"])
     async with httpx.AsyncClient(timeout=10.0) as attacker:
+        if cookie is not None:
+            attacker.cookies.set("meshplane_login", cookie, path="/v2/oidc/callback")
         stolen = await attacker.get(callback)
     assert stolen.status_code == 400 and "another browser" in stolen.text
+    assert "code=" not in stolen.headers.get("location", "")
     again = await browser.get(callback)  # the state was consumed by the refused attempt
     assert again.status_code == 400 and "expired or was already used" in again.text
 
@@ -228,15 +370,15 @@ async def test_a_failed_login_goes_back_to_the_client_with_the_reason(
     server: MgmtServer, browser: httpx.AsyncClient
 ) -> None:
     denied = await browser.get(
-        await provider_callback(browser, server, f"?redirectUri={LOOPBACK}", account="deny")
+        await provider_callback(browser, server, loopback_login()[0], account="deny")
     )
     assert denied.status_code == 302
     assert query_of(denied.headers["location"])["error"] == "access_denied"
     unknown = await browser.get(
-        await provider_callback(browser, server, f"?redirectUri={LOOPBACK}", account="bob")
+        await provider_callback(browser, server, loopback_login()[0], account="bob")
     )
     result = query_of(unknown.headers["location"])
-    assert result["error"] == "unknown_user" and "accessToken" not in result
+    assert result["error"] == "unknown_user" and "code" not in result
     assert "ask an administrator" in result["errorDescription"]
 
 
@@ -266,39 +408,51 @@ async def test_a_login_started_before_a_restart_completes_after_it(
 
 
 async def device_id_token(provider: RunningProvider, account: str) -> str:
-    """What ``meshctl login --use-device-code`` obtains: the provider's ID token."""
+    """What ``meshctl login --use-device-code`` obtains: the provider's ID token (with
+    meshctl's own client code, the one implementation of the device flow)."""
     async with httpx.AsyncClient(timeout=10.0) as http:
         discovery = (await http.get(provider.configuration_uri)).json()
-        authorization = await start_device_authorization(
-            http, discovery["device_authorization_endpoint"], DEVICE_CLIENT_ID
-        )
-        async with httpx.AsyncClient(timeout=10.0) as user_browser:
-            await approve_device(
-                user_browser, authorization.verification_uri_complete or "", account
-            )
+    transport = Transport(timeout=10.0)
+    authorization = await asyncio.to_thread(
+        start_device_authorization,
+        transport,
+        discovery["device_authorization_endpoint"],
+        DEVICE_CLIENT_ID,
+        ["openid", "email", "profile"],
+    )
+    async with httpx.AsyncClient(timeout=10.0) as user_browser:
+        await approve_device(user_browser, authorization.verification_uri_complete or "", account)
 
-        async def no_wait(_seconds: float) -> None:
-            """Approved already: the first poll gets the tokens."""
+    def no_wait(_seconds: float) -> None:
+        """Approved already: the first poll gets the tokens."""
 
-        tokens = await poll_for_tokens(
-            http, discovery["token_endpoint"], DEVICE_CLIENT_ID, authorization, sleep=no_wait
-        )
+    tokens = await asyncio.to_thread(
+        poll_for_tokens,
+        transport,
+        discovery["token_endpoint"],
+        DEVICE_CLIENT_ID,
+        authorization,
+        sleep=no_wait,
+    )
     assert tokens.id_token is not None
     return tokens.id_token
+
+
+def device_form(id_token: str, organization: str) -> dict[str, str]:
+    return {
+        "grant_type": TOKEN_EXCHANGE,
+        "subject_token": id_token,
+        "subject_token_type": ID_TOKEN,
+        "requested_token_type": ACCESS_TOKEN,
+        "organization": organization,
+    }
 
 
 async def test_device_code_id_token_is_exchanged_for_a_session(
     server: MgmtServer, provider: RunningProvider, alice_org: str
 ) -> None:
     id_token = await device_id_token(provider, "alice")
-    form = {
-        "grant_type": TOKEN_EXCHANGE,
-        "subject_token": id_token,
-        "subject_token_type": ID_TOKEN,
-        "requested_token_type": ACCESS_TOKEN,
-        "organization": alice_org,
-        "tenant": "ignored",
-    }
+    form = device_form(id_token, alice_org)
     with server.client() as anonymous:
         body = ok(anonymous.post("/v2/oidc/token", data=form))
     assert body["token_type"] == "Bearer" and body["issued_token_type"] == ACCESS_TOKEN
@@ -309,6 +463,48 @@ async def test_device_code_id_token_is_exchanged_for_a_session(
     with server.client() as anonymous:
         refused = err(anonymous.post("/v2/oidc/token", data={**form, "subject_token": bob}), 401)
     assert refused["details"][0]["metadata"]["reason"] == "unknown_user"
+
+
+async def test_logins_map_only_to_users_of_this_configuration_never_local_ones(
+    server: MgmtServer, provider: RunningProvider
+) -> None:
+    """The provider says ``sub=alice``. Local and unbound ``alice`` records must not match;
+    a synced one in the configuration's organizations (users.organizations) does."""
+    other = unique("other")
+    with server.admin() as admin:
+        for org in (other, SYNCED_ORG):
+            ok(admin.post("/v2/organizations", json={"name": org, "organization": {}}))
+        # An admin-made, unbound alice, and a global local-password alice.
+        ok(admin.post(f"/v2/organizations/{other}/users", json={"name": "alice", "user": {}}))
+        ok(admin.post("/v2/users", json={"name": "alice", "user": {"password": "pw-alice-42!"}}))
+    try:
+        with server.client() as anonymous:
+            for org in (other, SYNCED_ORG):
+                form = device_form(await device_id_token(provider, "alice"), org)
+                refused = err(anonymous.post("/v2/oidc/token", data=form), 401)
+                assert refused["details"][0]["metadata"]["reason"] == "unknown_user", org
+        # The LDAP directory (pushed) brings alice and bob into both organizations; in
+        # ``other`` the manual alice keeps her place (a directory user never takes over a
+        # local one), so the push reports her as a failed addition.
+        with server.admin() as admin:
+            pushed = {"sourceType": "LDAP", "users": [{"id": "alice"}, {"id": "bob"}]}
+            ok(admin.post(f"/v2/organizations/{SYNCED_ORG}:sync", json=pushed))
+            partial = ok(admin.post(f"/v2/organizations/{other}:sync", json=pushed))
+            assert partial["failedUsers"]["addition"] == ["alice"]
+        with server.client() as anonymous:
+            form = device_form(await device_id_token(provider, "alice"), SYNCED_ORG)
+            body = ok(anonymous.post("/v2/oidc/token", data=form))
+            subject = claims_of(body["access_token"])["sub"]
+            assert subject == f"organizations/{SYNCED_ORG}/users/alice"
+            # A synced bob outside the configuration's organizations is not its user.
+            form = device_form(await device_id_token(provider, "bob"), other)
+            refused = err(anonymous.post("/v2/oidc/token", data=form), 401)
+            assert refused["details"][0]["metadata"]["reason"] == "unknown_user"
+    finally:
+        with server.admin() as admin:
+            for org in (other, SYNCED_ORG):
+                ok(admin.delete(f"/v2/organizations/{org}", params={"force": "true"}))
+            ok(admin.delete("/v2/users/alice"))
 
 
 async def provider_access_token(
@@ -341,11 +537,22 @@ async def test_token_exchange_needs_the_user_record_of_the_subject(
     with server.admin() as admin:
         ok(admin.post("/v2/users", json={"name": EXCHANGE_CLIENT_ID, "user": {}}))
     try:
+        # Unbound, the record is not this configuration's: still unknown.
+        unbound = err(exchange(server, token), 401)
+        assert unbound["details"][0]["metadata"]["reason"] == "unknown_user"
+        with server.admin() as admin:
+            robot = ok(admin.get(f"/v2/users/{EXCHANGE_CLIENT_ID}"))
+            ok(admin.put(f"/v2/users/{EXCHANGE_CLIENT_ID}", json={**robot, **BOUND}))
         body = ok(exchange(server, token))
-        assert body["expires_in"] > 0
+        # Never longer than the provider token (the test provider's live 600 s).
+        provider_exp = float(str(claims_of(token)["exp"]))
+        assert 0 < body["expires_in"] <= provider_exp - time.time() + 1
+        assert float(str(claims_of(body["access_token"])["exp"])) <= provider_exp + 1
         bearer = {"Authorization": f"Bearer {body['access_token']}"}
-        with server.client(headers=bearer) as robot:
-            ok(robot.get(f"/v2/users/{EXCHANGE_CLIENT_ID}/permissions"))
+        with server.client(headers=bearer) as robot_client:
+            ok(robot_client.get(f"/v2/users/{EXCHANGE_CLIENT_ID}/permissions"))
+        replayed = err(exchange(server, token), 401)
+        assert replayed["details"][0]["metadata"]["reason"] == "token_replayed"
     finally:
         with server.admin() as admin:
             ok(admin.delete(f"/v2/users/{EXCHANGE_CLIENT_ID}"))

@@ -1,13 +1,15 @@
 """``POST /v2/organizations/{org}:sync`` on a real mgmt-api subprocess.
 
-Sources: a real OpenLDAP ``slapd`` (tests/support/slapd.py) and the
+Pull sources: a real OpenLDAP ``slapd`` (tests/support/slapd.py) and the
 Graph-shaped STAND-IN (tests/support/graph_server.py), because the real
 Microsoft Graph cannot be reached from here. The server reads both through
-its install config, as in production.
+its install config, as in production. Push: the ``SyncOrganization`` body
+(reference notes), on a server without any directory configured.
 """
 
 from __future__ import annotations
 
+import json
 import textwrap
 import time
 from collections.abc import Iterator
@@ -47,9 +49,19 @@ def create_org(server: MgmtServer, org: str) -> None:
         ok(admin.post("/v2/organizations", json={"name": org, "organization": {}}))
 
 
-def sync(server: MgmtServer, org: str, auth: Any = None) -> httpx.Response:
+def sync(
+    server: MgmtServer,
+    org: str,
+    auth: Any = None,
+    body: dict[str, Any] | None = None,
+    force: bool = False,
+) -> httpx.Response:
     with server.client(auth=auth or ("admin", server.admin_password)) as client:
-        return client.post(f"/v2/organizations/{org}:sync")
+        return client.post(
+            f"/v2/organizations/{org}:sync",
+            json=body,
+            params={"force": "true"} if force else None,
+        )
 
 
 @contextmanager
@@ -343,3 +355,149 @@ def test_graph_failure_mid_listing_changes_nothing(
         graph.state.broken_prefixes.clear()
     assert set(names(server, org, "users")) == {"u0", "u1", "u2"}
     assert "g-devs" in names(server, org, "teams")
+
+
+# ---- push: the SyncOrganization body ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def plain_server() -> Iterator[MgmtServer]:
+    """No install config: other identity providers push their directory."""
+    server = MgmtServer().start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def directory(*user_ids: str, teams: dict[str, list[str]] | None = None) -> dict[str, Any]:
+    return {
+        "sourceType": "LDAP",
+        "users": [{"id": u, "email": f"{u}@example.test", "displayName": u.title()}
+                  for u in user_ids],
+        "teams": [{"id": t, "displayName": t.upper(), "memberUserIds": members}
+                  for t, members in (teams or {}).items()],
+    }  # fmt: skip
+
+
+def test_a_pushed_directory_is_a_full_sync_with_exact_teams(plain_server: MgmtServer) -> None:
+    org = unique("push")
+    create_org(plain_server, org)
+    with plain_server.admin() as admin:
+        ok(admin.post(f"/v2/organizations/{org}/users", json={"name": "local", "user": {}}))
+    body = ok(
+        sync(
+            plain_server,
+            org,
+            body=directory("ann", "ben", "cat", "dan", teams={"ops": ["ann", "ben", "ghost"]}),
+        )
+    )
+    assert body["ok"] and body["sourceType"] == "LDAP"
+    assert body["users"]["created"] == 4 and body["droppedReferences"] == 1
+    users = names(plain_server, org, "users")
+    assert users["ann"]["sourceType"] == "LDAP" and users["ann"]["email"] == "ann@example.test"
+    ops = names(plain_server, org, "teams")["ops"]
+    assert ops["members"] == [f"organizations/{org}/users/ann", f"organizations/{org}/users/ben"]
+
+    # Full sync: what the body leaves out is deleted; local objects are kept.
+    body = ok(sync(plain_server, org, body=directory("ann", "ben", "cat", teams={"ops": ["cat"]})))
+    assert body["users"]["deleted"] == 1 and body["teams"]["membershipsSet"] == 1
+    assert set(names(plain_server, org, "users")) == {"ann", "ben", "cat", "local"}
+    assert names(plain_server, org, "teams")["ops"]["members"] == [f"organizations/{org}/users/cat"]
+    with plain_server.admin() as admin:
+        status = ok(admin.get(f"/v2/organizations/{org}/directorySync"))
+        logs = ok(admin.get(f"/v2/organizations/{org}/auditlogs"))["auditLogs"]
+    assert status["sourceType"] == "LDAP" and status["lastResult"]["users"]["deleted"] == 1
+    assert status["intervalSeconds"] is None
+    pushes = [log for log in logs if log["operation"] == "SYNC"]
+    assert pushes and "(push)" in pushes[0]["message"]
+
+
+def test_an_empty_push_is_refused_unless_forced(plain_server: MgmtServer) -> None:
+    """An empty "successful" listing would delete every synced user: refused, reported,
+    nothing changed, until the caller confirms with force=true."""
+    org = unique("empty")
+    create_org(plain_server, org)
+    ok(sync(plain_server, org, body=directory("ann", "ben", teams={"ops": ["ann"]})))
+    refused = err(sync(plain_server, org, body=directory()), 400)
+    assert refused["details"][0]["metadata"]["reason"] == "too_many_deletions"
+    assert "2 of 2 synced users" in refused["message"] and "force" in refused["message"]
+    assert {"ann", "ben"} <= set(names(plain_server, org, "users"))
+    with plain_server.admin() as admin:
+        status = ok(admin.get(f"/v2/organizations/{org}/directorySync"))
+    assert status["lastResult"]["reason"] == "too_many_deletions"
+    assert status["lastSuccess"]["users"]["created"] == 2
+    forced = ok(sync(plain_server, org, body=directory(), force=True))
+    assert forced["forced"] and forced["users"]["deleted"] == 2
+    assert names(plain_server, org, "users") == {}
+
+
+def test_a_push_reports_records_it_could_not_write(plain_server: MgmtServer) -> None:
+    org = unique("partial")
+    create_org(plain_server, org)
+    with plain_server.admin() as admin:
+        ok(admin.post(f"/v2/organizations/{org}/users", json={"name": "taken", "user": {}}))
+    body = ok(sync(plain_server, org, body=directory("fine", "taken", "Not_A_Name")))
+    assert body["ok"] is False and body["reason"] == "store_failures"
+    assert sorted(body["failedUsers"]["addition"]) == ["Not_A_Name", "taken"]
+    assert names(plain_server, org, "users")["taken"]["sourceType"] == "MANUAL"  # not taken over
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"users": []}, "sourceType"),
+        ({"sourceType": "MANUAL"}, "sourceType"),
+        ({"sourceType": "LDAP", "users": [{"email": "x@y"}]}, "id"),
+        ({"sourceType": "LDAP", "groups": []}, "groups"),
+        ({"sourceType": "LDAP", "fqn": "organizations/someone-else"}, "fqn"),
+    ],
+)
+def test_a_malformed_push_is_refused_before_anything_is_written(
+    plain_server: MgmtServer, body: dict[str, Any], field: str
+) -> None:
+    org = unique("bad")
+    create_org(plain_server, org)
+    refused = err(sync(plain_server, org, body=body), 400)
+    assert field in json.dumps(refused)
+    assert names(plain_server, org, "users") == {}
+
+
+def test_push_needs_the_sync_permission(plain_server: MgmtServer) -> None:
+    org = unique("perm")
+    create_org(plain_server, org)
+    reader = unique("reader")
+    with plain_server.admin() as admin:
+        ok(
+            admin.post(
+                f"/v2/organizations/{org}/users",
+                json={"name": reader, "user": {"password": f"{reader}-password"}},
+            )
+        )
+        policy = ok(admin.get(f"/v2/organizations/{org}/policy"))
+        policy["allow"].append(
+            {"role": "rbac/editor", "subjects": [{"user": f"organizations/{org}/users/{reader}"}]}
+        )
+        ok(admin.put(f"/v2/organizations/{org}/policy", json=policy))
+    with plain_server.client() as anonymous:
+        err(anonymous.post(f"/v2/organizations/{org}:sync", json=directory("x")), 401)
+    denied = err(sync(plain_server, org, (f"{org}/{reader}", f"{reader}-password"),
+                      body=directory("x")), 403)  # fmt: skip
+    assert "DirectorySync" in denied["message"]
+    # Without a body there is nothing configured to pull from.
+    unconfigured = err(sync(plain_server, org), 400)
+    assert unconfigured["details"][0]["metadata"]["reason"] == "sync_not_configured"
+
+
+def test_pushing_the_source_an_organization_is_pulled_from_is_refused(
+    ldap_synced: Synced,
+) -> None:
+    server, org = ldap_synced.server, ldap_synced.org
+    refused = err(sync(server, org, body=directory("intruder")), 400)
+    assert refused["details"][0]["metadata"]["reason"] == "source_is_pulled"
+    assert "intruder" not in names(server, org, "users")
+    pushed = ok(sync(server, org, body={**directory("az-user"), "sourceType": "AZURE"}))
+    try:
+        assert pushed["users"]["created"] == 1
+    finally:
+        ok(sync(server, org, body={"sourceType": "AZURE"}, force=True))

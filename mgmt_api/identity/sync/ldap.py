@@ -10,11 +10,21 @@ Searches use the simple paged results control (RFC 2696) so a large
 directory does not hit the server's size limit. ldap3 is synchronous, so the
 whole read runs in a worker thread. The connection is read-only and uses
 the bind password only for the bind.
+
+Transport security: the bind password and the whole directory cross the
+connection, so it is encrypted unless it stays on this machine. The config
+refuses ``ldap://`` to a non-loopback address without ``startTls: true``;
+``ldaps://`` and StartTLS (RFC 4511 4.14, before the bind) both verify the
+server certificate and its host name against the system CAs or ``caFile``
+(ldap3 would otherwise accept any certificate). A failed StartTLS fails the
+run before the password is sent.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ssl
 from typing import Any
 
 import ldap3  # type: ignore[import-untyped]
@@ -33,6 +43,13 @@ def normalize_dn(dn: str) -> str:
         return str(safe_dn(dn)).lower()
     except LDAPException:
         return dn.strip().lower()
+
+
+def _describe(exc: LDAPException) -> str:
+    """The exception's class and ldap3's message (which names TLS and socket problems and
+    never holds the bind password), clipped."""
+    text = str(exc).strip()
+    return f"{exc.__class__.__name__}: {text[:300]}" if text else exc.__class__.__name__
 
 
 def _first(attributes: dict[str, Any], name: str) -> str | None:
@@ -80,6 +97,22 @@ class LdapSource:
             )
         return [e for e in entries if e.get("type") == "searchResEntry"]
 
+    def _start_tls(self, conn: Any) -> None:
+        """Upgrade to TLS before anything else is sent; fail the run when that is refused."""
+        try:
+            conn.open()
+            started = conn.start_tls()
+        except LDAPException as exc:
+            raise SourceError(
+                f"StartTLS with {self.config.url} failed, the bind password was not sent: "
+                f"{_describe(exc)}"
+            ) from exc
+        if not started:
+            raise SourceError(
+                f"StartTLS with {self.config.url} failed, the bind password was not sent: "
+                f"{(conn.result or {}).get('description', 'error')}"
+            )
+
     def _fetch_blocking(self) -> tuple[list[DirectoryUser], list[DirectoryTeam]]:
         cfg = self.config
         attrs = cfg.attributes
@@ -87,8 +120,12 @@ class LdapSource:
             password = cfg.bind_password.read().reveal()
         except SecretUnavailableError as exc:
             raise SourceError(f"cannot read the LDAP bind password: {exc}") from exc
+        tls = None
+        if cfg.start_tls or cfg.url.startswith("ldaps://"):
+            # ldap3 checks the host name itself after the handshake (check_hostname).
+            tls = ldap3.Tls(validate=ssl.CERT_REQUIRED, ca_certs_file=cfg.ca_file)
         server = ldap3.Server(
-            cfg.url, connect_timeout=max(int(cfg.timeout_s), 1), get_info=ldap3.NONE
+            cfg.url, connect_timeout=max(int(cfg.timeout_s), 1), get_info=ldap3.NONE, tls=tls
         )
         try:
             conn = ldap3.Connection(
@@ -100,6 +137,8 @@ class LdapSource:
                 raise_exceptions=False,
             )
             try:
+                if cfg.start_tls:
+                    self._start_tls(conn)
                 if not conn.bind():
                     raise SourceError(
                         f"LDAP bind as {cfg.bind_dn} failed: "
@@ -125,9 +164,10 @@ class LdapSource:
                     ),
                 )
             finally:
-                conn.unbind()
+                with contextlib.suppress(LDAPException):  # must not mask the real failure
+                    conn.unbind()
         except LDAPException as exc:
-            raise SourceError(f"LDAP error talking to {cfg.url}: {exc.__class__.__name__}") from exc
+            raise SourceError(f"LDAP error talking to {cfg.url}: {_describe(exc)}") from exc
 
         users: list[DirectoryUser] = []
         user_by_dn: dict[str, str] = {}

@@ -6,14 +6,26 @@ nothing is applied, so the store keeps the last good state; the failure is
 returned in the ``SyncResult`` and kept as ``last_result``. A partial listing
 must never be applied: a full sync would delete everyone on the missing pages.
 
+Any exception while reading (not only ``SourceError``: a bug in a source,
+an unexpected answer shape) is caught and recorded the same way, so the run
+log shows it instead of a crashed job that leaves no trace.
+
+Deletion guard: a listing that reads fine but is empty or truncated (a
+wrong ``userBase``, a filter typo, a directory outage answered with an empty
+page) would delete every synced user. A run whose plan deletes more than
+``max_delete_percent`` of the synced users, or of the synced teams, is
+refused and applies nothing unless it is forced (``force=True``, from
+``POST ...:sync?force=true``); the refusal is the run's result.
+
 Individual store operations that fail are recorded by ID (the
 ``SyncOrganization`` response's ``failedUsers``/``failedTeams`` shape) and
 the rest still applies; the next run retries them, since it plans from the
 store's actual state.
 
 Seams: ``DirectorySync.run_now()`` for ``POST /v2/organizations/{org}:sync``
-(returns the result; concurrent calls share one run), ``run_forever(stop)``
-as the background task started with the app, ``last_result`` for status.
+and the periodic job (``IdentityRuntime``); concurrent calls share one run;
+``last_result`` for status. ``StaticSource`` is the directory of a push-style
+``SyncOrganization`` request.
 """
 
 from __future__ import annotations
@@ -25,11 +37,18 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from mgmt_api.identity.config import DEFAULT_MAX_DELETE_PERCENT
 from mgmt_api.identity.sync.model import DirectorySnapshot, DirectoryTeam, DirectoryUser
-from mgmt_api.identity.sync.reconcile import plan_sync
+from mgmt_api.identity.sync.reconcile import SyncPlan, plan_sync
 from mgmt_api.identity.sync.store import DirectoryStore
 
 log = logging.getLogger(__name__)
+
+# ``SyncResult.reason`` values.
+DIRECTORY_UNAVAILABLE = "directory_unavailable"
+STORE_UNAVAILABLE = "store_unavailable"
+TOO_MANY_DELETIONS = "too_many_deletions"
+STORE_FAILURES = "store_failures"
 
 
 class SourceError(Exception):
@@ -74,10 +93,19 @@ class SyncResult:
     dropped_references: int = 0
     failed_users: FailedIds = field(default_factory=FailedIds)
     failed_teams: FailedIds = field(default_factory=FailedIds)
+    reason: str | None = None
+    """Why the run is not ok: ``directory_unavailable``, ``store_unavailable``,
+    ``too_many_deletions`` (nothing was applied) or ``store_failures`` (some was)."""
+    forced: bool = False
 
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    @property
+    def applied_nothing(self) -> bool:
+        """The run failed before writing anything (the last good state is untouched)."""
+        return self.reason in {DIRECTORY_UNAVAILABLE, STORE_UNAVAILABLE, TOO_MANY_DELETIONS}
 
     def to_json(self) -> dict[str, Any]:
         """The body of ``POST /v2/organizations/{org}:sync`` (camelCase)."""
@@ -90,6 +118,8 @@ class SyncResult:
             "sourceType": self.source_type,
             "ok": self.ok,
             "error": self.error,
+            "reason": self.reason,
+            "forced": self.forced,
             "startedAt": self.started_at,
             "finishedAt": self.finished_at,
             "users": {
@@ -109,29 +139,76 @@ class SyncResult:
         }
 
 
+def deletion_refusal(
+    plan: SyncPlan, current: DirectorySnapshot, max_delete_percent: int
+) -> str | None:
+    """Why ``plan`` deletes too much of ``current``, or ``None`` when it may apply."""
+    problems = []
+    for what, deleted, total in (
+        ("users", len(plan.delete_users), len(current.users)),
+        ("teams", len(plan.delete_teams), len(current.teams)),
+    ):
+        if total and deleted * 100 > max_delete_percent * total:
+            problems.append(f"{deleted} of {total} synced {what}")
+    if not problems:
+        return None
+    return (
+        f"the directory listing would delete {' and '.join(problems)}, more than "
+        f"maxDeletePercent ({max_delete_percent}%); nothing was changed. If the directory "
+        "really lost them, run the sync with force=true"
+    )
+
+
 async def run_sync(
     org: str,
     source: DirectorySource,
     store: DirectoryStore,
     *,
     clock: Callable[[], float] = time.time,
+    max_delete_percent: int = DEFAULT_MAX_DELETE_PERCENT,
+    force: bool = False,
 ) -> SyncResult:
     """Make the store's users and teams of ``source`` equal the directory's."""
     kind = source.source_type
-    result = SyncResult(organization=org, source_type=kind, started_at=clock())
+    result = SyncResult(organization=org, source_type=kind, started_at=clock(), forced=force)
+
+    def stop(reason: str, error: str) -> SyncResult:
+        result.reason, result.error = reason, error
+        result.finished_at = clock()
+        return result
+
     try:
         users, teams = await source.fetch()
     except SourceError as exc:
-        result.error = f"reading the directory failed, nothing was changed: {exc}"
-        result.finished_at = clock()
         log.warning("directory sync of %s failed: %s", org, exc)
-        return result
+        return stop(
+            DIRECTORY_UNAVAILABLE, f"reading the directory failed, nothing was changed: {exc}"
+        )
+    except Exception as exc:  # a source bug must be reported, not crash the job silently
+        log.exception("directory sync of %s: reading the directory crashed", org)
+        return stop(
+            DIRECTORY_UNAVAILABLE,
+            f"reading the directory failed unexpectedly ({exc.__class__.__name__}), nothing "
+            "was changed; see the management plane's log",
+        )
     desired, result.dropped_references = DirectorySnapshot.build(users, teams)
-    current = DirectorySnapshot(
-        users=tuple(await store.list_users(org, kind)),
-        teams=tuple(await store.list_teams(org, kind)),
-    )
+    try:
+        current = DirectorySnapshot(
+            users=tuple(await store.list_users(org, kind)),
+            teams=tuple(await store.list_teams(org, kind)),
+        )
+    except Exception as exc:
+        log.exception("directory sync of %s: reading the current users and teams failed", org)
+        return stop(
+            STORE_UNAVAILABLE,
+            f"reading the current users and teams failed ({exc.__class__.__name__}), nothing "
+            "was changed",
+        )
     plan = plan_sync(desired, current)
+    refusal = None if force else deletion_refusal(plan, current, max_delete_percent)
+    if refusal is not None:
+        log.warning("directory sync of %s refused: %s", org, refusal)
+        return stop(TOO_MANY_DELETIONS, refusal)
 
     async def attempt(op: Awaitable[None], failed: list[str], key: str) -> bool:
         try:
@@ -170,9 +247,28 @@ async def run_sync(
 
     failures = len(result.failed_users) + len(result.failed_teams)
     if failures:
+        result.reason = STORE_FAILURES
         result.error = f"{failures} store operations failed; they are retried on the next run"
     result.finished_at = clock()
     return result
+
+
+class StaticSource:
+    """A directory handed over whole: the body of a push-style ``SyncOrganization``.
+
+    Providers without a pull source (neither Graph nor LDAP) push their users
+    and teams; the same reconcile applies them as a full sync.
+    """
+
+    def __init__(
+        self, source_type: str, users: list[DirectoryUser], teams: list[DirectoryTeam]
+    ) -> None:
+        self.source_type = source_type
+        self._users = users
+        self._teams = teams
+
+    async def fetch(self) -> tuple[list[DirectoryUser], list[DirectoryTeam]]:
+        return list(self._users), list(self._teams)
 
 
 class DirectorySync:
@@ -186,37 +282,38 @@ class DirectorySync:
         *,
         interval_s: float,
         clock: Callable[[], float] = time.time,
+        max_delete_percent: int = DEFAULT_MAX_DELETE_PERCENT,
     ) -> None:
         self.org = org
         self.source = source
         self.store = store
         self.interval_s = interval_s
+        self.max_delete_percent = max_delete_percent
         self._clock = clock
         self._lock = asyncio.Lock()
         self.last_result: SyncResult | None = None
         self.last_success: SyncResult | None = None
 
-    async def run_now(self) -> SyncResult:
-        """Run a sync, or wait for the one already running and return its result."""
-        if self._lock.locked():
+    async def run_now(self, *, force: bool = False) -> SyncResult:
+        """Run a sync, or wait for the one already running and return its result.
+
+        A forced run never joins another: it waits for it, then runs itself,
+        so ``force`` is never lost to a concurrent unforced run.
+        """
+        if self._lock.locked() and not force:
             async with self._lock:
                 assert self.last_result is not None
                 return self.last_result
         async with self._lock:
-            result = await run_sync(self.org, self.source, self.store, clock=self._clock)
+            result = await run_sync(
+                self.org,
+                self.source,
+                self.store,
+                clock=self._clock,
+                max_delete_percent=self.max_delete_percent,
+                force=force,
+            )
             self.last_result = result
             if result.ok:
                 self.last_success = result
             return result
-
-    async def run_forever(self, stop: asyncio.Event) -> None:
-        """Sync now and then every ``interval_s`` until ``stop`` is set."""
-        while not stop.is_set():
-            try:
-                await self.run_now()
-            except Exception:  # the loop must survive a store outage
-                log.exception("directory sync of %s crashed", self.org)
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=self.interval_s)
-            except TimeoutError:
-                continue
