@@ -1,30 +1,69 @@
-"""The baseline of the rate-limit bench: an RLS that answers OK at once.
+"""The baselines of the rate-limit bench: an RLS that answers OK at once.
 
 Built on the same runtime as the real service (meshplane.server: the same
 gRPC server, worker model, health and reflection), so the ratio of our
 service to this one measures what deciding costs, not the framework.
 
-    uv run python bench/ratelimit/noop_rls.py --listen 127.0.0.1:18081
+With ``--redis-port`` it also makes one ``GET`` round trip to that Redis per
+call, on a bare asyncio protocol, before answering: the floor of any decision
+that consults Redis once on this runtime. Our service's distance from this
+second baseline is what its own code costs on the Redis path.
+
+    uv run python bench/ratelimit/noop_rls.py --listen 127.0.0.1:18081 [--redis-port 6379]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import functools
 import sys
+from collections import deque
 from collections.abc import Sequence
 
 import grpc
+import hiredis
 from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 
 from meshplane.server import ASGIApp, ServeOptions, WorkerContext, serve
 
-_OK = rls_pb2.RateLimitResponse(overall_code=rls_pb2.RateLimitResponse.OK)
+_GET = b"*2\r\n$3\r\nGET\r\n$4\r\nnoop\r\n"
+
+
+class _Redis(asyncio.Protocol):
+    """One pipelined connection; replies resolve the waiting calls in order."""
+
+    def __init__(self) -> None:
+        self.reader = hiredis.Reader()
+        self.waiters: deque[asyncio.Future[object]] = deque()
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.reader.feed(data)
+        while (reply := self.reader.gets()) is not False:
+            self.waiters.popleft().set_result(reply)
+
+    async def get(self) -> None:
+        assert self.transport is not None
+        future = asyncio.get_running_loop().create_future()
+        self.waiters.append(future)
+        self.transport.write(_GET)
+        await future
 
 
 class _Noop(rls_pb2_grpc.RateLimitServiceServicer):  # type: ignore[misc]
+    def __init__(self, redis: _Redis | None) -> None:
+        self._redis = redis
+
     async def ShouldRateLimit(
         self, request: rls_pb2.RateLimitRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> rls_pb2.RateLimitResponse:
+        if self._redis is not None:
+            await self._redis.get()
         response = rls_pb2.RateLimitResponse(overall_code=rls_pb2.RateLimitResponse.OK)
         for _ in request.descriptors:
             response.statuses.add(code=rls_pb2.RateLimitResponse.OK)
@@ -35,23 +74,37 @@ class NoopApp:
     service_names: Sequence[str] = ("envoy.service.ratelimit.v3.RateLimitService",)
     http_app: ASGIApp | None = None
 
+    def __init__(self, redis_port: int | None = None) -> None:
+        self._redis_port = redis_port
+        self._redis: _Redis | None = None
+
     async def start(self, ctx: WorkerContext) -> None:
-        rls_pb2_grpc.add_RateLimitServiceServicer_to_server(_Noop(), ctx.server)
+        if self._redis_port is not None:
+            _, self._redis = await asyncio.get_running_loop().create_connection(
+                _Redis, "127.0.0.1", self._redis_port
+            )
+        rls_pb2_grpc.add_RateLimitServiceServicer_to_server(_Noop(self._redis), ctx.server)
 
     async def stop(self) -> None:
-        return None
+        if self._redis is not None and self._redis.transport is not None:
+            self._redis.transport.close()
 
 
-def build() -> NoopApp:
-    return NoopApp()
+def build(redis_port: int | None = None) -> NoopApp:
+    return NoopApp(redis_port)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--listen", default="127.0.0.1:18081")
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--redis-port", type=int, help="one GET to 127.0.0.1:PORT per call")
     args = parser.parse_args()
-    return serve(build, ServeOptions(listen=args.listen, workers=args.workers), service="noop-rls")
+    return serve(
+        functools.partial(build, args.redis_port),
+        ServeOptions(listen=args.listen, workers=args.workers),
+        service="noop-rls",
+    )
 
 
 if __name__ == "__main__":

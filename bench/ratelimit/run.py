@@ -10,11 +10,15 @@ serialized RateLimitRequest):
 2. latency at a fixed offered rate: ``-c 1 --rps R`` with ``--log-file`` →
    p50/p99 from the per-request times.
 
-Cases: a no-op RLS on the same runtime (the baseline), ours on in-memory, ours
-on Redis with 1 and 3 descriptors, and over-limit traffic (a bucket already
-empty, so the local cache answers). Redis commands per decision come from
-``INFO commandstats`` (reset before each case; Lua's inner GET/INCRBY/PEXPIRE
-are counted there too) and round trips per decision from the service's own
+Cases: a no-op RLS on the same runtime (the baseline), the same no-op making
+one bare Redis ``GET`` round trip per call (the floor of any decision that
+consults Redis once on this runtime), ours on in-memory, ours on Redis with 1
+and 3 descriptors, and over-limit traffic (a bucket already empty, so the
+local cache answers). Ratios are given by req/s and by server CPU per request
+(baseline CPU ÷ the case's), the steadier of the two on a shared machine.
+Redis commands per decision come from ``INFO commandstats`` (reset before
+each case; Lua's inner GET/INCRBY/PEXPIRE are counted there too) and round
+trips per decision from the service's own
 ``meshplane_ratelimit_redis_round_trips_total``.
 """
 
@@ -82,13 +86,14 @@ def grpc_frame(message: rls_pb2.RateLimitRequest) -> bytes:
 @dataclass
 class Case:
     name: str
-    server: str  # noop | memory | redis
+    server: str  # noop | noop-redis | memory | redis
     request: rls_pb2.RateLimitRequest
     expect_over: bool = False
 
 
 CASES = [
     Case("no-op RLS (baseline)", "noop", rls_request(("client", "c1"))),
+    Case("no-op RLS + 1 Redis GET (floor)", "noop-redis", rls_request(("client", "c1"))),
     Case("ours, in-memory, 1 descriptor", "memory", rls_request(("client", "c1"))),
     Case("ours, Redis, 1 descriptor", "redis", rls_request(("client", "c1"))),
     Case(
@@ -134,13 +139,15 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def _start(
-    kind: str, config: Path, redis_url: str | None
+    kind: str, config: Path, redis: RedisServer
 ) -> tuple[subprocess.Popen[bytes], int, int | None]:
     port = free_port()
     metrics_port: int | None = None
-    if kind == "noop":
+    if kind in ("noop", "noop-redis"):
         cmd = [sys.executable, str(ROOT / "bench/ratelimit/noop_rls.py"), "--listen",
                f"127.0.0.1:{port}"]  # fmt: skip
+        if kind == "noop-redis":
+            cmd += ["--redis-port", str(redis.port)]
     else:
         metrics_port = free_port()
         while metrics_port == port:
@@ -148,8 +155,7 @@ def _start(
         cmd = [str(BIN / "ratelimit"), "serve", "--config", str(config), "--listen",
                f"127.0.0.1:{port}", "--metrics-listen", f"127.0.0.1:{metrics_port}"]  # fmt: skip
         if kind == "redis":
-            assert redis_url is not None
-            cmd += ["--redis-url", redis_url]
+            cmd += ["--redis-url", redis.url]
         settings = config.parent / "settings.yaml"
         if settings.exists():
             cmd += ["--settings", str(settings)]
@@ -158,11 +164,11 @@ def _start(
 
 
 @contextlib.contextmanager
-def server(kind: str, config: Path, redis_url: str | None) -> Iterator[tuple[int, int | None, int]]:
+def server(kind: str, config: Path, redis: RedisServer) -> Iterator[tuple[int, int | None, int]]:
     # A free port can be taken by another process between our probe and the
     # server's bind (a busy shared machine): then start again on new ports.
     for attempt in range(3):
-        proc, port, metrics_port = _start(kind, config, redis_url)
+        proc, port, metrics_port = _start(kind, config, redis)
         try:
             wait_for_port(port, timeout=30)
             wait_serving(port)
@@ -259,7 +265,7 @@ def run_case(case: Case, config: Path, redis: RedisServer, opts: argparse.Namesp
     try:
         body = tmp / "body.bin"
         body.write_bytes(grpc_frame(case.request))
-        with server(case.server, config, redis.url) as (port, metrics_port, pid):
+        with server(case.server, config, redis) as (port, metrics_port, pid):
             check_answer(port, case)
             cpu_before, redis_cpu_before = tree_cpu_seconds(pid), redis_cpu_seconds(redis)
             redis.command("config", "resetstat")
@@ -279,7 +285,7 @@ def run_case(case: Case, config: Path, redis: RedisServer, opts: argparse.Namesp
             commands = redis_commands(redis)
             rt = scrape(metrics_port, "meshplane_ratelimit_redis_round_trips_total") - rt_before
             failed_end = scrape(metrics_port, _FAILED)
-        uses_redis = case.server == "redis"
+        uses_redis = case.server in ("redis", "noop-redis")
         evalsha = commands.get("evalsha", 0) + commands.get("eval", 0)
         return Result(
             case.name,
@@ -367,21 +373,22 @@ def main() -> int:
         redis.close()
         shutil.rmtree(root, ignore_errors=True)
     results = [median_result([r[i] for r in rounds]) for i in range(len(cases))]
-    base = results[0].rps
+    base, base_cpu = results[0].rps, results[0].server_cpu_us
     print(
         f"\nthroughput: h2load -n {opts.requests} -c {opts.clients} -m {opts.streams}; "
         f"latency: h2load -c 1 --rps {opts.rps} for {opts.seconds} s; 1 worker per server; "
         f"median of {opts.repeat} interleaved rounds\n"
     )
     print(
-        "| case | rps | ratio to baseline | p50 ms | p99 ms | Redis commands/decision "
+        "| case | rps | ratio to baseline | ratio CPU | p50 ms | p99 ms | Redis commands/decision "
         "| EVALSHA/decision | round trips/decision | server CPU µs/req | redis CPU µs/req "
         "| UNAVAILABLE (throughput / latency run) |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
         print(
-            f"| {r.name} | {r.rps:.0f} | {r.rps / base:.2f} | {r.p50_ms:.2f} | {r.p99_ms:.2f} "
+            f"| {r.name} | {r.rps:.0f} | {r.rps / base:.2f} | {base_cpu / r.server_cpu_us:.2f} "
+            f"| {r.p50_ms:.2f} | {r.p99_ms:.2f} "
             f"| {fmt(r.commands_per_decision)} | {fmt(r.evalsha_per_decision)} "
             f"| {fmt(r.round_trips_per_decision, 3)} | {r.server_cpu_us:.0f} "
             f"| {r.redis_cpu_us:.0f} "
