@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from meshplane import control_plane
+from meshplane.logging import configure_logging
 from meshplane.netaddr import parse_listen
 from meshplane.server import ServeOptions
 
@@ -55,6 +56,10 @@ def streamed_config(
     (and for other commands). Raises ConfigError for inconsistent flags."""
     if args.command != "serve":
         return None
+    if args.control_plane:
+        # The flag checks warn (plaintext stream) and the subscriber starts
+        # before serve() sets up logging: make those lines JSON like the rest.
+        configure_logging(service)
     streamed = control_plane.options_from(args, service)
     if streamed is not None:
         # Workers load the last good snapshot; the subscriber keeps it fresh.

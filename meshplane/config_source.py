@@ -24,7 +24,7 @@ from prometheus_client import Counter, Gauge
 
 from meshplane.config_error import ConfigError
 
-__all__ = ["ConfigError", "FileSource", "fingerprint"]
+__all__ = ["ConfigError", "FileSource", "fingerprint", "resolve_once"]
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,25 @@ def fingerprint(path: Path) -> Fingerprint:
         return ()
 
 
+def resolve_once(path: Path) -> Path:
+    """The directory a symlink to a directory points at now; any other path as is.
+
+    ``--control-plane`` services load ``cache/current``, a symlink the
+    subscriber swaps to each new snapshot. A load that went through the link
+    for each file (or once for the fingerprint and again for the files) could
+    mix two snapshots, or find its directory pruned between two reads. So
+    each load resolves the link once and reads only that directory. Other
+    paths (a ConfigMap's file symlinks included) are left alone: relative key
+    files in a config resolve against the path the operator gave.
+    """
+    try:
+        if path.is_symlink() and path.is_dir():
+            return Path(os.path.realpath(path))
+    except OSError:
+        pass
+    return path
+
+
 class FileSource(Generic[T]):
     """A config file or directory, loaded by ``loader`` and watched for changes."""
 
@@ -94,9 +113,10 @@ class FileSource(Generic[T]):
 
     def load_initial(self) -> T:
         """Load the first snapshot; a ConfigError here should stop the start."""
-        self._fingerprint = fingerprint(self.path)
+        target = resolve_once(self.path)
+        self._fingerprint = fingerprint(target)
         try:
-            snapshot = self._loader(self.path)
+            snapshot = self._loader(target)
         except ConfigError:
             CONFIG_RELOADS.labels(self.name, "error").inc()
             raise
@@ -125,12 +145,13 @@ class FileSource(Generic[T]):
 
     async def reload_if_changed(self) -> bool:
         """Reload when the files changed; return True if a new snapshot is live."""
-        current_fp = await asyncio.to_thread(fingerprint, self.path)
+        target = await asyncio.to_thread(resolve_once, self.path)
+        current_fp = await asyncio.to_thread(fingerprint, target)
         if current_fp == self._fingerprint:
             return False
         self._fingerprint = current_fp
         try:
-            snapshot = await asyncio.to_thread(self._loader, self.path)
+            snapshot = await asyncio.to_thread(self._loader, target)
         except ConfigError as exc:
             CONFIG_RELOADS.labels(self.name, "error").inc()
             log.error(

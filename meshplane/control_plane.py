@@ -2,14 +2,23 @@
 
 Shared by ``extauthz serve`` and ``ratelimit serve`` so both behave the same:
 
-``--control-plane HOST:PORT --cluster ORG/CLUSTER --credentials FILE [--cache-dir DIR]``
+``--control-plane URL --cluster ORG/CLUSTER --credentials FILE [--cache-dir DIR]``
+
+- URL is ``grpcs://host:port`` (TLS; the server certificate is checked
+  against ``--control-plane-ca FILE``, or the system's roots without it;
+  ``--control-plane-cert``/``--control-plane-key`` add a client certificate
+  when the management plane requires mutual TLS) or ``grpc://host:port``
+  (plaintext). A bare ``HOST:PORT`` still works and means plaintext, with a
+  warning: snapshots carry inline JWT secrets and the stream's token.
 
 - FILE is the key material of the cluster's install template
   (``helm.secrets.clusterServiceAccount``: ``{clusterFqn, serviceAccountFqn,
   keyId, jwk, encodedJwk}`` as JSON or YAML), or just its ``jwk`` (the private
   JWK JSON) or ``encodedJwk`` (its base64). Each connection authenticates with
   a fresh short-lived ES256 JWT signed with that key, in the format the
-  management API verifies (``kid`` = key id, ``iat``/``exp``).
+  management API verifies (``kid`` = key id, ``iat``/``exp``), with the
+  policy-distribution audience: the management plane accepts it on the
+  stream only, so a token seen on the wire is no REST credential.
 - The supervisor runs a :class:`~meshplane.distribution_client.SnapshotSubscriber`
   in a background thread with its own event loop. It reconnects with backoff
   and keeps the last good snapshot in ``DIR/current``.
@@ -24,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import ipaddress
 import json
 import logging
 import os
@@ -34,12 +44,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+import grpc
 import jwt
 import yaml
 
 from meshplane.config_error import ConfigError
-from meshplane.distribution_client import NodeIdentity, SnapshotSubscriber, ensure_cache
+from meshplane.distribution_client import (
+    TOKEN_AUDIENCE,
+    NodeIdentity,
+    SnapshotSubscriber,
+    ensure_cache,
+)
 from meshplane.netaddr import parse_listen
 
 log = logging.getLogger(__name__)
@@ -55,7 +72,18 @@ TOKEN_TTL_SECONDS = 300
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("management plane (instead of --config)")
-    group.add_argument("--control-plane", help="PolicyDistribution gRPC HOST:PORT of mgmt-api")
+    group.add_argument(
+        "--control-plane",
+        help="PolicyDistribution of mgmt-api: grpcs://HOST:PORT (TLS), grpc://HOST:PORT "
+        "(plaintext), or HOST:PORT (plaintext, deprecated)",
+    )
+    group.add_argument(
+        "--control-plane-ca", help="PEM CA bundle that signs mgmt-api's certificate (grpcs://)"
+    )
+    group.add_argument(
+        "--control-plane-cert", help="PEM client certificate, when mgmt-api requires mTLS"
+    )
+    group.add_argument("--control-plane-key", help="PEM key of --control-plane-cert")
     group.add_argument("--cluster", help="ORG/CLUSTER whose policies this instance enforces")
     group.add_argument(
         "--credentials", help="the cluster's service-account key (install template secret)"
@@ -78,8 +106,9 @@ class ServiceAccountKey:
         return str(self.private_jwk["kid"])
 
     def token(self, now: float | None = None, ttl: int = TOKEN_TTL_SECONDS) -> str:
+        """A token for the distribution stream (``aud`` = the distribution audience)."""
         now = time.time() if now is None else now
-        claims: dict[str, Any] = {"iat": int(now), "exp": int(now) + ttl}
+        claims: dict[str, Any] = {"iat": int(now), "exp": int(now) + ttl, "aud": TOKEN_AUDIENCE}
         if self.subject:
             claims["sub"] = self.subject
         key = jwt.PyJWK.from_dict(self.private_jwk)
@@ -135,12 +164,105 @@ def load_credentials(path: Path) -> ServiceAccountKey:
 
 
 @dataclass(frozen=True)
+class Target:
+    """Where the management plane's stream is, and whether it speaks TLS."""
+
+    address: str  # gRPC target, host:port
+    tls: bool
+    bare: bool = False  # given as HOST:PORT, without a scheme
+
+    @property
+    def loopback(self) -> bool:
+        host = self.address.rpartition(":")[0].strip("[]")
+        if host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            return False
+
+
+def parse_target(value: str) -> Target:
+    """``grpcs://host:port``, ``grpc://host:port`` or a bare ``HOST:PORT``; ValueError."""
+    if "://" not in value:
+        parse_listen(value)
+        return Target(value, tls=False, bare=True)
+    try:
+        parts = urlsplit(value)
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"{value!r} is not grpcs://HOST:PORT or grpc://HOST:PORT") from None
+    if (
+        parts.scheme not in ("grpc", "grpcs")
+        or not parts.hostname
+        or port is None
+        or parts.path not in ("", "/")
+        or parts.query
+        or parts.fragment
+        or parts.username is not None
+    ):
+        raise ValueError(f"{value!r} is not grpcs://HOST:PORT or grpc://HOST:PORT")
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return Target(f"{host}:{port}", tls=parts.scheme == "grpcs")
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """The PEM files of a ``grpcs://`` subscription (each optional)."""
+
+    ca: Path | None = None
+    cert: Path | None = None
+    key: Path | None = None
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        """Read the files; an unreadable one is a ConfigError naming its flag."""
+
+        def read(path: Path | None, flag: str) -> bytes | None:
+            if path is None:
+                return None
+            try:
+                return path.read_bytes()
+            except OSError as exc:
+                raise ConfigError(f"cannot read {path}: {exc.strerror}", field=flag) from None
+
+        return grpc.ssl_channel_credentials(
+            root_certificates=read(self.ca, "--control-plane-ca"),
+            private_key=read(self.key, "--control-plane-key"),
+            certificate_chain=read(self.cert, "--control-plane-cert"),
+        )
+
+
+@dataclass(frozen=True)
 class ControlPlaneOptions:
     address: str
     organization: str
     cluster: str
     key: ServiceAccountKey
     cache_dir: Path
+    tls: TlsFiles | None = None  # None: plaintext
+
+    def channel_credentials(self) -> grpc.ChannelCredentials | None:
+        return None if self.tls is None else self.tls.credentials()
+
+
+def _tls_files(args: argparse.Namespace, target: Target) -> TlsFiles | None:
+    flags = {
+        "--control-plane-ca": getattr(args, "control_plane_ca", None),
+        "--control-plane-cert": getattr(args, "control_plane_cert", None),
+        "--control-plane-key": getattr(args, "control_plane_key", None),
+    }
+    if not target.tls:
+        for flag, value in flags.items():
+            if value:
+                raise ConfigError("only with a grpcs:// --control-plane", field=flag)
+        return None
+    cert, key = flags["--control-plane-cert"], flags["--control-plane-key"]
+    if bool(cert) != bool(key):
+        field = "--control-plane-key" if cert else "--control-plane-cert"
+        raise ConfigError("give --control-plane-cert and --control-plane-key together", field=field)
+    files = TlsFiles(*(Path(v) if v else None for v in flags.values()))
+    files.credentials()  # unreadable files stop the start here, naming the flag
+    return files
 
 
 def options_from(args: argparse.Namespace, service: str) -> ControlPlaneOptions | None:
@@ -149,16 +271,24 @@ def options_from(args: argparse.Namespace, service: str) -> ControlPlaneOptions 
     if not args.control_plane:
         if not config:
             raise ConfigError("give --config FILE, or --control-plane with --cluster")
-        for flag in ("cluster", "credentials", "cache_dir"):
-            if getattr(args, flag):
+        for flag in (
+            "cluster",
+            "credentials",
+            "cache_dir",
+            "control_plane_ca",
+            "control_plane_cert",
+            "control_plane_key",
+        ):
+            if getattr(args, flag, None):
                 raise ConfigError("only with --control-plane", field="--" + flag.replace("_", "-"))
         return None
     if config:
         raise ConfigError("--config and --control-plane are exclusive", field="--config")
     try:
-        parse_listen(args.control_plane)
+        target = parse_target(args.control_plane)
     except ValueError as exc:
         raise ConfigError(str(exc), field="--control-plane") from None
+    tls = _tls_files(args, target)
     org, sep, cluster = (args.cluster or "").partition("/")
     if not sep or not org or not cluster or "/" in cluster:
         raise ConfigError("must be ORG/CLUSTER", field="--cluster")
@@ -170,8 +300,20 @@ def options_from(args: argparse.Namespace, service: str) -> ControlPlaneOptions 
         raise ConfigError(
             f"the credentials are for {key.cluster_fqn}, not {expected}", field="--credentials"
         )
+    if target.bare:
+        log.warning(
+            "--control-plane HOST:PORT is plaintext; give grpcs://HOST:PORT (TLS) or, to keep "
+            "plaintext on a trusted network, grpc://HOST:PORT",
+            extra={"control_plane": args.control_plane},
+        )
+    elif not target.tls and not target.loopback:
+        log.warning(
+            "the policy stream is plaintext: snapshots (with inline JWT secrets) and the "
+            "stream's token cross the network in clear; use grpcs://",
+            extra={"control_plane": args.control_plane},
+        )
     cache_dir = Path(args.cache_dir or os.path.join(".data", f"{service}-{org}-{cluster}"))
-    return ControlPlaneOptions(args.control_plane, org, cluster, key, cache_dir.resolve())
+    return ControlPlaneOptions(target.address, org, cluster, key, cache_dir.resolve(), tls)
 
 
 def start_subscriber(
@@ -192,6 +334,7 @@ def start_subscriber(
         loader,
         options.cache_dir,
         credentials=options.key.token,
+        channel_credentials=options.channel_credentials(),
         on_applied=lambda version: log.info("policy snapshot live", extra={"version": version}),
     )
 
@@ -203,6 +346,7 @@ def start_subscriber(
         "subscribed to the management plane",
         extra={
             "address": options.address,
+            "tls": options.tls is not None,
             "cluster": f"{options.organization}/{options.cluster}",
             "cache": str(options.cache_dir),
             "applied_version": subscriber.applied_version,

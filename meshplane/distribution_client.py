@@ -12,41 +12,152 @@ kubelet swaps a ConfigMap. The workers watch ``current`` with
 - a rejected snapshot (NACK) never replaces the last good one;
 - the last good snapshot survives a restart while the management plane is
   down, because it is simply the directory ``current`` points at.
+
+Between snapshots the subscriber sends a keep-alive every
+:data:`HEARTBEAT_SECONDS` (a request without ``response_nonce``), and both
+ends ping the HTTP/2 connection, so the management plane can tell a live
+instance from one that vanished without closing its stream.
+
+A snapshot whose version is already on disk (the server re-sends the applied
+version after a NACK, or a policy flips back) is never rewritten in place:
+``current`` may point at that directory and workers may be reading it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import os
 import random
 import shutil
+import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
-from prometheus_client import Counter, Gauge
+from prometheus_client.mmap_dict import MmapedDict, mmap_key
 
 from meshplane.config_error import ConfigError
 from meshplane.proto.distribution.v1 import distribution_pb2, distribution_pb2_grpc
 
 log = logging.getLogger(__name__)
 
-SNAPSHOTS = Counter(
-    "meshplane_distribution_snapshots_total",
-    "Snapshots received from the management plane, by result (ack or nack).",
-    ["result"],
-)
-CONNECTED = Gauge(
-    "meshplane_distribution_connected",
-    "1 while the policy stream to the management plane is up.",
-    multiprocess_mode="max",
+CURRENT = "current"
+VERSION_FILE = ".version"
+_KEEP_SNAPSHOTS = 3
+# ``aud`` of the tokens a subscriber opens its stream with. The management
+# plane requires it on the stream and refuses it on REST (mgmt_api.auth.tokens).
+TOKEN_AUDIENCE = "meshplane:policy-distribution"  # noqa: S105 - an audience
+# A keep-alive on the stream this often, so the management plane's status
+# tells a live instance from one that is gone (its stale threshold, 60 s by
+# default, is several of these).
+HEARTBEAT_SECONDS = 10.0
+# Ping the connection every 20 s and give up on it when a ping is not answered
+# within 10 s, so a dead management plane (or a half-open NAT entry) is
+# noticed and the subscriber reconnects. The server accepts pings every 10 s.
+CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.keepalive_time_ms", 20_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
 )
 
-CURRENT = "current"
-_KEEP_SNAPSHOTS = 3
+
+class SubscriberMetrics:
+    """The subscriber's Prometheus metrics, in the supervisor's metrics directory.
+
+    The subscriber runs in the supervisor, whose ``/metrics`` serves only the
+    multiprocess directory (``PROMETHEUS_MULTIPROC_DIR``, set up by
+    :func:`meshplane.metrics.prepare_multiprocess_dir` after this module was
+    imported, so ordinary metric objects here would never be exported). So
+    the subscriber writes its own small files there, in prometheus_client's
+    format, rewriting them whole on every change:
+
+    - ``meshplane_distribution_connected``: 1 while the stream is up;
+    - ``meshplane_distribution_applied_info{kind, version}``: 1 for the
+      version in force. Rewriting the file drops the previous version's
+      series, which prometheus_client's multiprocess mode cannot remove, so
+      there is exactly one such series per subscriber (bounded);
+    - ``meshplane_distribution_snapshots_total{result}``: ack / nack counts.
+
+    Nothing is written when the directory is not set (a subscriber used as a
+    library, as in tests).
+    """
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.connected = False
+        self.version = ""
+        self.results = {"ack": 0, "nack": 0}
+        self._lock = threading.Lock()
+
+    def _write(self, path: Path, samples: list[tuple[str, dict[str, str], str, float]]) -> None:
+        tmp = path.with_name(f".{path.name}.tmp")  # not *.db: the collector must not read it
+        tmp.unlink(missing_ok=True)
+        db = MmapedDict(str(tmp))  # type: ignore[no-untyped-call]
+        try:
+            for name, labels, help_text, value in samples:
+                key = mmap_key(name, name, list(labels), list(labels.values()), help_text)
+                db.write_value(key, value, 0.0)  # type: ignore[no-untyped-call]
+        finally:
+            db.close()  # type: ignore[no-untyped-call]
+        os.replace(tmp, path)
+
+    def publish(self) -> None:
+        directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+        if not directory:
+            return
+        base = Path(directory)
+        pid = os.getpid()
+        with self._lock:
+            gauges: list[tuple[str, dict[str, str], str, float]] = [
+                (
+                    "meshplane_distribution_connected",
+                    {},
+                    "1 while the policy stream to the management plane is up.",
+                    1.0 if self.connected else 0.0,
+                )
+            ]
+            if self.version:
+                gauges.append(
+                    (
+                        "meshplane_distribution_applied_info",
+                        {"kind": self.kind, "version": self.version},
+                        "The policy snapshot version in force (value 1).",
+                        1.0,
+                    )
+                )
+            counters = [
+                (
+                    "meshplane_distribution_snapshots_total",
+                    {"result": result},
+                    "Snapshots received from the management plane, by result (ack or nack).",
+                    float(count),
+                )
+                for result, count in sorted(self.results.items())
+            ]
+            try:
+                # File names: prometheus_client reads type (and gauge mode) from them.
+                self._write(base / f"gauge_max_subscriber-{pid}.db", gauges)
+                self._write(base / f"counter_subscriber-{pid}.db", counters)
+            except OSError as exc:  # the directory went away (shutting down)
+                log.debug("cannot write subscriber metrics", extra={"error": str(exc)})
+
+    def set(self, *, connected: bool | None = None, version: str | None = None) -> None:
+        with self._lock:
+            if connected is not None:
+                self.connected = connected
+            if version is not None:
+                self.version = version
+        self.publish()
+
+    def count(self, result: str) -> None:
+        with self._lock:
+            self.results[result] += 1
+        self.publish()
 
 
 @dataclass(frozen=True)
@@ -96,6 +207,13 @@ def _swap_symlink(link: Path, target: Path) -> None:
     os.replace(tmp, link)
 
 
+def _read_version(directory: Path) -> str:
+    try:
+        return (directory / VERSION_FILE).read_text().strip()
+    except OSError:
+        return ""
+
+
 def _safe_name(name: str) -> str:
     base = os.path.basename(name)
     if not base or base != name or base.startswith("."):
@@ -117,6 +235,8 @@ class SnapshotSubscriber:
         channel_credentials: grpc.ChannelCredentials | None = None,
         on_applied: Callable[[str], None] | None = None,
         max_backoff: float = 15.0,
+        heartbeat: float = HEARTBEAT_SECONDS,
+        channel_options: tuple[tuple[str, int], ...] = CHANNEL_OPTIONS,
     ) -> None:
         self.address = address
         self.node = node
@@ -126,27 +246,35 @@ class SnapshotSubscriber:
         self.channel_credentials = channel_credentials
         self.on_applied = on_applied
         self.max_backoff = max_backoff
+        self.heartbeat = heartbeat
+        self.channel_options = channel_options
         ensure_cache(cache_dir)
         self.applied_version = self._read_applied_version()
+        self.metrics = SubscriberMetrics(node.kind)
+        self.metrics.set(version=self.applied_version)
 
     def _read_applied_version(self) -> str:
-        version_file = current_dir(self.cache_dir) / ".version"
-        try:
-            return version_file.read_text().strip()
-        except OSError:
-            return ""
+        return _read_version(current_dir(self.cache_dir))
 
     def apply(self, snapshot: distribution_pb2.Snapshot) -> str | None:
-        """Validate and install one snapshot; return an error message or None."""
+        """Validate and install one snapshot; return an error message or None.
+
+        The version is a digest of the content, so a directory already
+        holding this version holds this content: it is validated and made
+        current as it is, never deleted and rewritten (``current`` may point
+        at it, and a worker may be loading it right now).
+        """
         digest = hashlib.sha256(snapshot.version_info.encode()).hexdigest()[:16]
-        staging = self.cache_dir / "snapshots" / f".staging-{digest}-{os.getpid()}"
         final = self.cache_dir / "snapshots" / digest
+        if _read_version(final) == snapshot.version_info:
+            return self._reuse(final, snapshot.version_info)
+        staging = self.cache_dir / "snapshots" / f".staging-{digest}-{os.getpid()}"
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
         try:
             for file in snapshot.files:
                 (staging / _safe_name(file.name)).write_bytes(file.content)
-            (staging / ".version").write_text(snapshot.version_info + "\n")
+            (staging / VERSION_FILE).write_text(snapshot.version_info + "\n")
             self.loader(staging)
         except ConfigError as exc:
             shutil.rmtree(staging, ignore_errors=True)
@@ -155,10 +283,29 @@ class SnapshotSubscriber:
             shutil.rmtree(staging, ignore_errors=True)
             log.exception("snapshot loader crashed")
             return f"loader failed: {exc!r}"
-        shutil.rmtree(final, ignore_errors=True)
+        if final.exists():
+            # Same digest, other version (never in practice): the directory is
+            # not in use by ``current`` (its version differs), so replace it.
+            shutil.rmtree(final, ignore_errors=True)
         os.replace(staging, final)
         _swap_symlink(current_dir(self.cache_dir), Path("snapshots") / digest)
         self.applied_version = snapshot.version_info
+        self._prune(keep=final.name)
+        return None
+
+    def _reuse(self, final: Path, version: str) -> str | None:
+        """Make an already installed snapshot current again, without rewriting it."""
+        try:
+            self.loader(final)
+        except ConfigError as exc:
+            return str(exc)
+        except Exception as exc:
+            log.exception("snapshot loader crashed")
+            return f"loader failed: {exc!r}"
+        if os.path.realpath(current_dir(self.cache_dir)) != os.path.realpath(final):
+            _swap_symlink(current_dir(self.cache_dir), Path("snapshots") / final.name)
+        os.utime(final)  # newest again, so pruning keeps it
+        self.applied_version = version
         self._prune(keep=final.name)
         return None
 
@@ -178,15 +325,23 @@ class SnapshotSubscriber:
         while True:
             yield await queue.get()
 
+    async def _keepalive(self, queue: asyncio.Queue[distribution_pb2.SnapshotRequest]) -> None:
+        """Every ``heartbeat`` seconds: the version in force, answering no snapshot."""
+        while True:
+            await asyncio.sleep(self.heartbeat)
+            queue.put_nowait(distribution_pb2.SnapshotRequest(version_info=self.applied_version))
+            self.metrics.publish()  # also rewrites files a supervisor restart of the dir removed
+
     async def run_once(self) -> None:
         """One stream: subscribe, then apply and answer snapshots until it ends."""
         metadata: list[tuple[str, str]] = []
         if self.credentials is not None:
             metadata.append(("authorization", f"Bearer {self.credentials()}"))
+        options = list(self.channel_options)
         if self.channel_credentials is not None:
-            channel = grpc.aio.secure_channel(self.address, self.channel_credentials)
+            channel = grpc.aio.secure_channel(self.address, self.channel_credentials, options)
         else:
-            channel = grpc.aio.insecure_channel(self.address)
+            channel = grpc.aio.insecure_channel(self.address, options)
         async with channel:
             stub = distribution_pb2_grpc.PolicyDistributionStub(channel)  # type: ignore[no-untyped-call]
             queue: asyncio.Queue[distribution_pb2.SnapshotRequest] = asyncio.Queue()
@@ -196,12 +351,18 @@ class SnapshotSubscriber:
                 )
             )
             call = stub.StreamSnapshots(self._requests(queue), metadata=metadata)
-            CONNECTED.set(1)
+            keepalive = asyncio.create_task(self._keepalive(queue))
             try:
+                # The server sends its headers once the stream is admitted;
+                # a refused stream ends instead (the loop below raises).
+                await call.initial_metadata()
+                if not call.done():
+                    self.metrics.set(connected=True)
                 async for snapshot in call:
                     error = await asyncio.to_thread(self.apply, snapshot)
                     if error is None:
-                        SNAPSHOTS.labels("ack").inc()
+                        self.metrics.count("ack")
+                        self.metrics.set(version=self.applied_version)
                         log.info("snapshot applied", extra={"version": snapshot.version_info})
                         if self.on_applied is not None:
                             self.on_applied(snapshot.version_info)
@@ -211,7 +372,7 @@ class SnapshotSubscriber:
                             )
                         )
                     else:
-                        SNAPSHOTS.labels("nack").inc()
+                        self.metrics.count("nack")
                         log.error(
                             "snapshot rejected; keeping the last good one",
                             extra={"version": snapshot.version_info, "error": error},
@@ -224,7 +385,10 @@ class SnapshotSubscriber:
                             )
                         )
             finally:
-                CONNECTED.set(0)
+                keepalive.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await keepalive
+                self.metrics.set(connected=False)
                 call.cancel()
 
     async def run(self) -> None:
@@ -243,7 +407,11 @@ class SnapshotSubscriber:
                         "retry_in": round(backoff, 2),
                     },
                 )
-                if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+                if exc.code() in (
+                    grpc.StatusCode.UNAUTHENTICATED,
+                    grpc.StatusCode.PERMISSION_DENIED,
+                ):
+                    # Credentials problems do not fix themselves in a second.
                     backoff = self.max_backoff
             await asyncio.sleep(backoff * random.uniform(0.8, 1.2))  # noqa: S311 - jitter
             backoff = min(backoff * 2, self.max_backoff)

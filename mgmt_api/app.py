@@ -136,7 +136,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     resource_service.stale_after_seconds = parse_duration(
         settings.agent_stale_after, "MESHPLANE_AGENT_STALE_AFTER"
     )
-    distribution = Distribution(engine, settings.grpc_listen) if settings.grpc_listen else None
+    distribution = Distribution.from_settings(engine, settings)
     if distribution is not None:
         resource_service.on_commit = distribution.committed
     authn = Authenticator(engine, secret)

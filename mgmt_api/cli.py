@@ -28,7 +28,7 @@ def _split_listen(listen: str) -> tuple[str, int]:
 
 
 @app.command()
-def serve(
+def serve(  # noqa: PLR0917 - one parameter per command-line option, as typer wants
     listen: Annotated[str, typer.Option(help="HOST:PORT to listen on")] = DEFAULT_LISTEN,
     database: Annotated[
         str | None,
@@ -56,6 +56,23 @@ def serve(
             "default: $MESHPLANE_CONFIG"
         ),
     ] = None,
+    grpc_tls_cert: Annotated[
+        str | None,
+        typer.Option(
+            help="PEM certificate of the policy stream; default: $MESHPLANE_GRPC_TLS_CERT"
+        ),
+    ] = None,
+    grpc_tls_key: Annotated[
+        str | None,
+        typer.Option(help="PEM private key of the policy stream; default: $MESHPLANE_GRPC_TLS_KEY"),
+    ] = None,
+    grpc_tls_client_ca: Annotated[
+        str | None,
+        typer.Option(
+            help="PEM CA that subscribers' client certificates must chain to (mTLS); "
+            "default: $MESHPLANE_GRPC_TLS_CLIENT_CA"
+        ),
+    ] = None,
 ) -> None:
     """Migrate the store, bootstrap it on first start, and serve /v2."""
     configure_logging("mgmt-api")
@@ -69,6 +86,12 @@ def serve(
         settings = dataclasses.replace(settings, grpc_listen=grpc_listen)
     if config:
         settings = dataclasses.replace(settings, install_config=config)
+    settings = dataclasses.replace(
+        settings,
+        grpc_tls_cert=grpc_tls_cert or settings.grpc_tls_cert,
+        grpc_tls_key=grpc_tls_key or settings.grpc_tls_key,
+        grpc_tls_client_ca=grpc_tls_client_ca or settings.grpc_tls_client_ca,
+    )
     host, port = _split_listen(listen)
     application = create_app(settings)
     # Everything built so far (routes, models, compiled statements) lives for

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mgmt_api import fqn as fqnmod
+from mgmt_api.compiler import security_setting
 from mgmt_api.schemas import resources as m
 from mgmt_api.schemas.base import ApiModel
 
@@ -148,7 +149,7 @@ KINDS: dict[str, KindDef] = {
             "setting",
             "securitySetting",
             "settings",
-            m.SecuritySetting,
+            security_setting.SecuritySetting,
             ("SecurityGroup",),
         ),
         KindDef(

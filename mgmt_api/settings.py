@@ -41,6 +41,24 @@ class Settings:
             else os.environ["MESHPLANE_GRPC_LISTEN"]
         )
     )
+    # TLS of the PolicyDistribution stream (PEM files; docs/policy-publishing.md).
+    # Snapshots carry inline JWT secrets: without a certificate the stream is
+    # plaintext, which the server only accepts quietly on loopback. With a
+    # client CA, subscribers also need a certificate chaining to it (mTLS).
+    grpc_tls_cert: str | None = field(
+        default_factory=lambda: os.environ.get("MESHPLANE_GRPC_TLS_CERT") or None
+    )
+    grpc_tls_key: str | None = field(
+        default_factory=lambda: os.environ.get("MESHPLANE_GRPC_TLS_KEY") or None
+    )
+    grpc_tls_client_ca: str | None = field(
+        default_factory=lambda: os.environ.get("MESHPLANE_GRPC_TLS_CLIENT_CA") or None
+    )
+    # A subscribed ratelimit/extauthz instance not heard from for longer than
+    # this (a duration, "60s", "2m") shows ``stale: true`` in the status views.
+    distribution_stale_after: str = field(
+        default_factory=lambda: os.environ.get("MESHPLANE_DISTRIBUTION_STALE_AFTER") or "60s"
+    )
     # The install config (YAML) with ``spec.identityProvider`` (OIDC login and
     # directory sync, docs/identity.md); None: both are off.
     install_config: str | None = field(

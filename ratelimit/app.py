@@ -1,10 +1,13 @@
 """Wiring of one worker: config source + store + service + gRPC + readiness.
 
-Startup never waits for Redis: the client connects lazily, the worker starts
-NOT_SERVING and a background probe flips readiness to SERVING once Redis
-answers a PING (and back while it does not). So a pod without Redis stays
-up and unready instead of crash-looping, and Kubernetes routes traffic only
-to instances that can count.
+Startup never waits for Redis: the client connects lazily and a background
+probe PINGs it, so a pod without Redis stays up instead of crash-looping.
+Readiness follows that probe only in failureMode ``unavailable``: such a
+worker starts NOT_SERVING and turns SERVING once Redis answers, so
+Kubernetes routes traffic only to instances that can count. With ``allow``
+or ``deny`` a worker answers every request by the operator's policy, so it
+is SERVING from the start and stays so; Redis being down shows in
+``meshplane_ratelimit_redis_unreachable`` and the log instead.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from meshplane.config_source import FileSource
+from meshplane.config_source import FileSource, resolve_once
 from meshplane.server import ASGIApp, WorkerContext
 from ratelimit import metrics
 from ratelimit.breaker import CircuitBreaker
@@ -57,8 +60,14 @@ class RateLimitSnapshot:
 
 def load_snapshot(path: Path) -> RateLimitSnapshot:
     """The loader of both modes; it also validates what ``--control-plane`` delivers,
-    so a switch that cannot be applied is NACKed before it goes live."""
-    return RateLimitSnapshot(load_config(path), load_switches(path))
+    so a switch that cannot be applied is NACKed before it goes live.
+
+    Limits and switches come from one snapshot: ``path`` (``cache/current``
+    under ``--control-plane``, swapped by the subscriber) is resolved once,
+    so a swap between the two reads cannot pair one snapshot's limits with
+    another's switches."""
+    resolved = resolve_once(path)
+    return RateLimitSnapshot(load_config(resolved), load_switches(resolved))
 
 
 @dataclass(frozen=True)
@@ -176,13 +185,16 @@ class RateLimitApp:
             )
 
     def _follow_redis(self) -> None:
-        """Readiness follows the Redis store in force (if any)."""
+        """Probe the Redis store in force (if any); readiness follows it only in
+        failureMode ``unavailable`` (see :meth:`_probe`)."""
         assert self._ctx is not None
         if self._probe_task is not None:
             self._probe_task.cancel()
             self._probe_task = None
         if self._redis is not None:
-            self._ctx.set_serving(False)
+            # allow/deny answer every request by policy: ready before Redis is.
+            by_policy = self.choice is not None and self.choice.failure_mode != "unavailable"
+            self._ctx.set_serving(by_policy)
             self._probe_task = asyncio.create_task(self._probe(self._ctx, self._redis))
         else:
             self._ctx.set_serving(True)
@@ -213,24 +225,43 @@ class RateLimitApp:
         await old.close()
 
     async def _probe(self, ctx: WorkerContext, store: RedisStore) -> None:
-        """Readiness follows Redis; a good PING also closes an open breaker."""
+        """PING Redis; a good PING also closes an open breaker.
+
+        Readiness follows Redis only in failureMode ``unavailable``, where a
+        worker without Redis can only answer UNAVAILABLE. With ``allow`` or
+        ``deny`` it answers every request by the operator's policy, so it
+        stays SERVING: dropping it from the endpoints would hand the decision
+        to Envoy's ``failure_mode_deny`` instead. Redis being down is then
+        told by the log below and ``meshplane_ratelimit_redis_unreachable``
+        (set by the PING). The mode is read on every round, since a cluster
+        switch can change it without changing the store.
+        """
+        reachable: bool | None = None
         serving: bool | None = None
         while True:
             try:
                 await store.ping()
-                ok = True
+                ok, detail = True, ""
             except StoreUnavailable as exc:
-                ok = False
-                detail = str(exc)
+                ok, detail = False, str(exc)
             if ok:
                 store.breaker.record_success()
-            if ok != serving:
-                serving = ok
-                ctx.set_serving(ok)
+            mode = self.choice.failure_mode if self.choice is not None else "unavailable"
+            by_policy = mode != "unavailable"
+            if ok != reachable:
+                reachable = ok
                 if ok:
-                    log.info("Redis reachable; serving")
+                    log.info("Redis reachable")
                 else:
-                    log.warning("Redis unreachable; not ready", extra={"error": detail})
+                    log.warning(
+                        "Redis unreachable; "
+                        + ("answering by failureMode" if by_policy else "not ready"),
+                        extra={"error": detail, "failure_mode": mode},
+                    )
+            ready = ok or by_policy
+            if ready != serving:
+                serving = ready
+                ctx.set_serving(ready)
             await asyncio.sleep(self.options.probe_interval)
 
     async def stop(self) -> None:

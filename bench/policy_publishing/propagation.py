@@ -24,6 +24,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -38,11 +39,59 @@ from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
 from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 
 from mgmt_api.demo.seed import DemoPlan, demo_plan, seed
-from tests.mgmt_api.harness import MgmtServer
-from tests.support.net import free_port, wait_for_port
 
 FIRST_LIMIT = 1000
 POLL_PAUSE = 0.001  # between two polls of one subscriber
+ADMIN_PASSWORD = "propagation-bench-admin"  # a throw-away local server
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_port(port: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"nothing listens on 127.0.0.1:{port}") from None
+            time.sleep(0.05)
+
+
+class Mgmt:
+    """``mgmt-api serve`` on SQLite in ``work``, as a subprocess (the bench's own
+    launcher: benches do not depend on the test suite's harness)."""
+
+    def __init__(self, work: Path) -> None:
+        self.port, self.grpc_port = free_port(), free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {**os.environ, "MESHPLANE_DATA_DIR": str(work)}
+        env["MESHPLANE_ADMIN_PASSWORD"] = ADMIN_PASSWORD
+        self.proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "mgmt_api.cli", "serve",
+                "--listen", f"127.0.0.1:{self.port}",
+                "--database", f"sqlite+pysqlite:///{work / 'mgmt-api.db'}",
+                "--grpc-listen", f"127.0.0.1:{self.grpc_port}",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=open(work / "mgmt-api.log", "ab"),  # noqa: SIM115
+        )  # fmt: skip
+        wait_for_port(self.port, timeout=60)
+        deadline = time.monotonic() + 30
+        while httpx.get(self.url + "/readyz", timeout=5).status_code != 200:
+            if time.monotonic() > deadline:
+                raise TimeoutError("mgmt-api never became ready")
+            time.sleep(0.05)
+
+    def admin(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, auth=("admin", ADMIN_PASSWORD), timeout=30)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -76,7 +125,7 @@ def start_subscriber(
     proc = subprocess.Popen(
         [
             sys.executable, "-m", "ratelimit.cli", "serve", "--listen", f"127.0.0.1:{port}",
-            "--control-plane", f"127.0.0.1:{grpc_port}",
+            "--control-plane", f"grpc://127.0.0.1:{grpc_port}",
             "--cluster", f"{plan.organization}/{plan.cluster}",
             "--credentials", str(credentials), "--cache-dir", str(work / f"cache-{index}"),
         ],
@@ -117,9 +166,7 @@ def traffic_spec(limit: int) -> dict[str, Any]:
     }
 
 
-async def measure(
-    mgmt: MgmtServer, plan: DemoPlan, ports: list[int], updates: int
-) -> list[list[float]]:
+async def measure(mgmt: Mgmt, plan: DemoPlan, ports: list[int], updates: int) -> list[list[float]]:
     request = rate_limit_request(plan)
     channels = [grpc.aio.insecure_channel(f"127.0.0.1:{port}") for port in ports]
     stubs = [rls_pb2_grpc.RateLimitServiceStub(channel) for channel in channels]
@@ -130,7 +177,7 @@ async def measure(
         await asyncio.gather(
             *(wait_limit(s, request, FIRST_LIMIT, time.perf_counter(), 120) for s in stubs)
         )
-        auth = ("admin", mgmt.admin_password or "")
+        auth = ("admin", ADMIN_PASSWORD)
         async with httpx.AsyncClient(base_url=mgmt.url, auth=auth, timeout=30) as client:
             etag = (await client.get(policy.path)).json()["etag"]
             for i in range(updates):
@@ -163,7 +210,7 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 def run(subscribers: int, updates: int) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="meshplane-propagation-"))
-    mgmt = MgmtServer(data_dir=str(work)).start()
+    mgmt = Mgmt(work)
     procs: list[subprocess.Popen[bytes]] = []
     try:
         plan = demo_plan(requests=FIRST_LIMIT, unit="Hour")
@@ -183,7 +230,7 @@ def run(subscribers: int, updates: int) -> dict[str, Any]:
     finally:
         for proc in procs:
             stop(proc)
-        mgmt.close()
+        stop(mgmt.proc)
     everything = [value for column in samples for value in column]
     return {
         "subscribers": subscribers,

@@ -7,6 +7,11 @@
   header ``kid`` names the key, which selects the stored public key. A token
   must carry ``iat`` and ``exp`` and its lifetime (``exp - iat``) may not
   exceed the account's ``tokenTtl`` (the cluster's, for a cluster agent).
+* Audiences keep the two uses of a cluster agent's key apart. A token for
+  the policy-distribution stream carries ``aud`` = :data:`DISTRIBUTION_AUDIENCE`
+  and is refused by REST; REST tokens carry no such audience and are refused
+  by the stream. A token seen on one channel (a stream token is sent on
+  every connect) can therefore not be replayed on the other.
 """
 
 from __future__ import annotations
@@ -18,10 +23,14 @@ from typing import Any
 
 import jwt
 
+from meshplane.distribution_client import TOKEN_AUDIENCE
+
 SESSION_KID = "meshplane-session"
 ISSUER = "meshplane"
 LEEWAY_SECONDS = 5.0
 SESSION_TTL_SECONDS = 3600
+# ``aud`` of the tokens that open a PolicyDistribution stream, and only those.
+DISTRIBUTION_AUDIENCE = TOKEN_AUDIENCE
 
 
 def new_signing_secret() -> str:
@@ -83,9 +92,32 @@ class ServiceAccountClaims:
     expires_at: float
 
 
+def _audiences(claims: dict[str, Any]) -> list[str]:
+    aud = claims.get("aud")
+    if aud is None:
+        return []
+    if isinstance(aud, str):
+        return [aud]
+    if isinstance(aud, list) and all(isinstance(a, str) for a in aud):
+        return list(aud)
+    raise TokenError("invalid service-account token: aud must be a string or a list of strings")
+
+
 def verify_service_account(
-    public_jwk: dict[str, Any], token: str, now: float, max_ttl: float
+    public_jwk: dict[str, Any],
+    token: str,
+    now: float,
+    max_ttl: float,
+    *,
+    audience: str | None = None,
 ) -> ServiceAccountClaims:
+    """Verify an ES256 service-account token signed with ``public_jwk``'s key.
+
+    ``audience=None`` is REST: a token made for the distribution stream
+    (``aud`` holding :data:`DISTRIBUTION_AUDIENCE`) is refused, anything else
+    is accepted as before. ``audience=X`` requires ``aud`` to hold X, so
+    a REST token cannot open a stream either.
+    """
     try:
         key = jwt.PyJWK.from_json(json.dumps(public_jwk))
         claims = jwt.decode(
@@ -101,6 +133,11 @@ def verify_service_account(
         )
     except jwt.PyJWTError as exc:
         raise TokenError(f"invalid service-account token: {exc}") from exc
+    audiences = _audiences(claims)
+    if audience is None and DISTRIBUTION_AUDIENCE in audiences:
+        raise TokenError("a policy-distribution token is not accepted here")
+    if audience is not None and audience not in audiences:
+        raise TokenError(f"the token's audience is not {audience}")
     iat, exp = float(claims["iat"]), float(claims["exp"])
     if exp + LEEWAY_SECONDS < now:
         raise TokenError("service-account token expired")

@@ -30,16 +30,22 @@ _MATERIAL_KEYS = ("hmacSecret", "publicKeyPem", "jwks")
 
 
 def policy_name(group_fqn: str, name: str) -> str:
-    """Deterministic ext_authz policy name: ``{workspace}.{group}.{policy}``.
+    """Deterministic ext_authz policy name: ``{tenant}.{workspace}.{group}.{policy}``.
 
     Envoy selects it with the ``meshplane.policy`` context extension, so it
-    must be stable across snapshots. Names longer than ext_authz's 63-char
-    limit keep a readable prefix and a digest of the full FQN for uniqueness.
+    must be stable across snapshots, and it must be unique in a cluster's
+    ext_authz file, whose loader refuses a duplicate name (the whole snapshot
+    would be NACKed). Every segment of the group's FQN that can differ
+    between two groups reaching the same cluster is in the name: the tenant,
+    the workspace and the group, then the policy. Each is a DNS-1123 label
+    (no dot), so joining them with dots is unambiguous, and the result matches
+    ext_authz's ``[A-Za-z0-9][A-Za-z0-9._-]*``. Names longer than ext_authz's
+    63-character limit keep a readable prefix and a digest of the full FQN.
     """
     parts = group_fqn.split("/")
-    workspace = parts[5] if len(parts) > 5 else ""
-    group = parts[-1]
-    full = f"{workspace}.{group}.{name}" if workspace else f"{group}.{name}"
+    # organizations/{o}/tenants/{t}/workspaces/{w}/securitygroups/{g}
+    segments = [parts[i] for i in (3, 5) if len(parts) > i + 1] + [parts[-1], name]
+    full = ".".join(segments)
     if len(full) <= MAX_NAME:
         return full
     digest = hashlib.sha256(f"{group_fqn}/{name}".encode()).hexdigest()[:10]

@@ -1,7 +1,13 @@
 """BackendTrafficPolicy → envoyproxy/ratelimit config and Envoy route actions.
 
-The naming scheme is Envoy Gateway's (``internal/xds/translator/ratelimit.go``)
-so operators who know it can read ours, and it is produced in one place for
+The descriptor *keys* follow Envoy Gateway's translator
+(``internal/xds/translator/ratelimit.go``: ``rule-R-match-M``,
+``rule-R-match--1`` for a rule without selectors, ``masked_remote_address``,
+``remote_address``, a ``generic_key`` naming the route first), so operators
+who know it can read ours. The *domain* and the route node's name are ours:
+Envoy Gateway uses one domain per listener (or gateway) and the xDS route
+name, neither of which exists here, where a policy is compiled for a cluster
+without the gateway's listeners. Everything is produced in one place for
 both halves: the descriptor *tree* the rate-limit service loads, and the
 route *actions* that make Envoy send matching descriptors. A rule becomes one
 chain under the route's node; the limit sits on the chain's last entry, at
@@ -165,7 +171,7 @@ def route_rate_limits(cluster: str, policy: BackendTrafficPolicy) -> JsonDict:
         ]
         rate_limit: JsonDict = {"actions": actions}
         if rule.cost is not None:
-            rate_limit["hitsAddend"] = {"number": str(rule.cost.request)}
+            rate_limit["hitsAddend"] = {"number": str(rule.cost.request.number)}
         rate_limits.append(rate_limit)
     return {
         "@type": "type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimitPerRoute",

@@ -1,9 +1,16 @@
 """The BackendTrafficPolicy resource (spec §2.6), in Envoy Gateway's shape.
 
 Validation lives in these models so the REST layer, the compiler and the
-tests agree on one definition. Names follow Envoy Gateway's
-``gateway.envoyproxy.io/v1alpha1`` API; the subset accepted is the one the
-platform enforces (global rules only; units up to Day).
+tests agree on one definition. Field names and shapes follow Envoy Gateway's
+``gateway.envoyproxy.io/v1alpha1`` API (``cost.request`` is its
+``{from: Number, number: N}``; a bare integer is accepted too and stored in
+that form); the subset accepted is the one the platform enforces (global
+rules only; units up to Day; costs from a number, not from metadata;
+``targetRef`` a Gateway API ``HTTPRoute`` or ``Gateway``).
+
+Numbers and booleans are strict: ``requests: "3"``, ``3.0`` or ``true`` is
+refused naming the field instead of being coerced, and the REST layer stores
+this model's dump, so what is stored is exactly what the compiler reads.
 """
 
 from __future__ import annotations
@@ -11,12 +18,21 @@ from __future__ import annotations
 import ipaddress
 import re
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    field_validator,
+    model_validator,
+)
 
 API_VERSION = "gateway.envoyproxy.io/v1alpha1"
 KIND = "BackendTrafficPolicy"
+GATEWAY_API_GROUP = "gateway.networking.k8s.io"
 MAX_RULES = 256
 MAX_SELECTORS = 8
 MAX_HEADERS = 128
@@ -59,7 +75,7 @@ class HeaderMatch(_Model):
     name: str = Field(min_length=1, max_length=256)
     type: MatchType = MatchType.EXACT
     value: str | None = Field(default=None, max_length=1024)
-    invert: bool = False
+    invert: StrictBool = False
 
     @field_validator("name")
     @classmethod
@@ -88,7 +104,7 @@ class HeaderMatch(_Model):
 class SourceMatch(_Model):
     type: SourceMatchType = SourceMatchType.EXACT
     value: str
-    invert: bool = False
+    invert: StrictBool = False
 
     @field_validator("value")
     @classmethod
@@ -120,12 +136,38 @@ class RateLimitSelectCondition(_Model):
 
 
 class RateLimitValue(_Model):
-    requests: int = Field(ge=0, le=4294967295)
+    requests: StrictInt = Field(ge=0, le=4294967295)
     unit: RateLimitUnit
 
 
+class RateLimitCostSpecifier(_Model):
+    """Envoy Gateway's ``RateLimitCostSpecifier``: ``{from: Number, number: N}``.
+
+    ``from: Metadata`` (a cost read from dynamic metadata) is Envoy Gateway's
+    too, but not rendered by this platform, so it is refused.
+    """
+
+    from_: Literal["Number"] = Field(alias="from")
+    number: StrictInt = Field(ge=0, le=4294967295)
+
+
 class RateLimitCost(_Model):
-    request: int = Field(ge=0, le=4294967295)
+    """How many hits a request takes from the bucket (Envoy's ``hits_addend``).
+
+    Envoy Gateway's ``response`` cost (charged when the response ends) is not
+    supported: it needs Envoy's ``apply_on_stream_done``, which the rendered
+    route actions do not set.
+    """
+
+    request: RateLimitCostSpecifier
+
+    @field_validator("request", mode="before")
+    @classmethod
+    def _bare_number(cls, v: Any) -> Any:
+        # The integer form documented before Envoy Gateway's shape was adopted.
+        if isinstance(v, int) and not isinstance(v, bool):
+            return {"from": "Number", "number": v}
+        return v
 
 
 class RateLimitRule(_Model):
@@ -134,7 +176,7 @@ class RateLimitRule(_Model):
     )
     limit: RateLimitValue
     cost: RateLimitCost | None = None
-    shadow_mode: bool = Field(default=False, alias="shadowMode")
+    shadow_mode: StrictBool = Field(default=False, alias="shadowMode")
 
 
 class GlobalRateLimit(_Model):
@@ -147,7 +189,9 @@ class RateLimitSpec(_Model):
 
 
 class TargetRef(_Model):
-    group: str = "gateway.networking.k8s.io"
+    """A Gateway API route or gateway: what Envoy Gateway's policy attaches to."""
+
+    group: Literal["gateway.networking.k8s.io"] = "gateway.networking.k8s.io"
     kind: Literal["HTTPRoute", "Gateway"] = "HTTPRoute"
     name: str
 

@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 
 from mgmt_api.compiler.extauthz import policy_name
+from mgmt_api.compiler.key_material import redact
 from mgmt_api.compiler.ratelimit import domain_of, route_rate_limits
 from mgmt_api.compiler.traffic_policy import BackendTrafficPolicy
 
@@ -121,7 +122,8 @@ def demo_plan(
     }
     setting = {
         "authorization": {
-            "mode": "CUSTOM",
+            # Spec §2.7's mode; CUSTOM would need an explicit serviceAccounts list.
+            "mode": "CLUSTER",
             "http": {"external": {"uri": extauthz_uri, "policy": "jwt"}},
         }
     }
@@ -157,7 +159,15 @@ def demo_plan(
     )
 
 
-def _differs(stored: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
+def _differs(stored: Mapping[str, Any], wanted: Mapping[str, Any], field: str) -> bool:
+    """Whether the server's object differs from the plan.
+
+    An ExtAuthzPolicy comes back with its secrets redacted (a marker with the
+    secret's fingerprint): compare it with the plan redacted the same way, so
+    an unchanged secret is "unchanged" and a changed one is sent again.
+    """
+    if field == "extAuthzPolicy":
+        wanted = redact(dict(wanted))
     return any(stored.get(key) != value for key, value in wanted.items())
 
 
@@ -174,7 +184,7 @@ def apply_resource(client: httpx.Client, resource: Resource) -> tuple[str, Any]:
         body = {"name": resource.name, resource.field: dict(resource.spec)}
         return "created", _check(client.post(resource.collection, json=body), resource.path)
     stored = _check(found, resource.path)
-    if not resource.update or not _differs(stored, resource.spec):
+    if not resource.update or not _differs(stored, resource.spec, resource.field):
         return "unchanged", stored
     body = {**resource.spec, "etag": stored["etag"]}
     return "updated", _check(client.put(resource.path, json=body), resource.path)

@@ -209,7 +209,8 @@ class Stack:
     def _subscribe_args(self, service: str) -> list[str]:
         return [
             "--control-plane",
-            self.ports.at(self.ports.grpc),
+            # Explicit plaintext on loopback (a bare HOST:PORT logs a warning).
+            f"grpc://{self.ports.at(self.ports.grpc)}",
             "--cluster",
             f"{self.plan.organization}/{self.plan.cluster}",
             "--credentials",

@@ -1,14 +1,37 @@
-"""What every subscribed service instance has applied, and when we heard from it."""
+"""What every subscribed service instance has applied, and when we heard from it.
+
+"Has my change reached the proxies?" must not be answered with a confident
+*yes* by an instance that silently went away. So:
+
+- every subscriber sends a keep-alive on its stream every few seconds
+  (``meshplane.distribution_client.HEARTBEAT_SECONDS``), and gRPC keepalive
+  pings close a half-open connection; each answer, ACK, NACK or keep-alive
+  counts as contact;
+- an instance is **stale** when it has not been heard from for
+  ``stale_after`` seconds, connected or not (a stream can look open for
+  minutes after the peer died);
+- rows not heard from for ``forget_after`` seconds are dropped, so restarted
+  instances (a new ``hostname-pid`` each time) do not pile up.
+
+A stream that replaces an older one of the same instance (a reconnect racing
+the old stream's teardown) owns the row: the old stream's late "disconnected"
+is ignored, by comparing the stream number each ``connected`` returns.
+"""
 
 from __future__ import annotations
 
+import itertools
 import threading
 from dataclasses import dataclass, field, replace
 
 from meshplane.distribution_client import NodeIdentity
 
-# An instance that has not been heard from for this long is shown as stale.
+# An instance that has not been heard from for this long is shown as stale
+# (settings: MESHPLANE_DISTRIBUTION_STALE_AFTER).
 DEFAULT_STALE_AFTER_SECONDS = 60.0
+# Rows are forgotten after this many stale periods without contact (at least 10 min).
+FORGET_AFTER_STALE_PERIODS = 10
+MIN_FORGET_AFTER_SECONDS = 600.0
 
 
 @dataclass(frozen=True)
@@ -23,14 +46,17 @@ class InstanceStatus:
     last_error: str = ""
     nacked_version: str = ""
     last_contact: float = 0.0
+    stream: int = 0  # which stream owns the row (see the module docstring)
+
+    def stale(self, now: float, stale_after: float) -> bool:
+        return now - self.last_contact > stale_after
 
     def to_json(self, now: float, stale_after: float) -> dict[str, object]:
-        stale = not self.connected and now - self.last_contact > stale_after
         return {
             "kind": self.node.kind,
             "instance": self.node.instance,
             "connected": self.connected,
-            "stale": stale,
+            "stale": self.stale(now, stale_after),
             "sentVersion": self.sent_version,
             "appliedVersion": self.applied_version,
             "lastResult": self.last_result,
@@ -45,8 +71,16 @@ class SubscriberRegistry:
     """Thread-safe map of (organization, cluster, kind, instance) → status."""
 
     stale_after: float = DEFAULT_STALE_AFTER_SECONDS
+    forget_after: float | None = None  # None: derived from stale_after
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _instances: dict[tuple[str, str, str, str], InstanceStatus] = field(default_factory=dict)
+    _streams: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+
+    @property
+    def forget_after_seconds(self) -> float:
+        if self.forget_after is not None:
+            return self.forget_after
+        return max(MIN_FORGET_AFTER_SECONDS, FORGET_AFTER_STALE_PERIODS * self.stale_after)
 
     @staticmethod
     def _key(node: NodeIdentity) -> tuple[str, str, str, str]:
@@ -57,11 +91,26 @@ class SubscriberRegistry:
             current = self._instances.get(self._key(node)) or InstanceStatus(node, True)
             self._instances[self._key(node)] = replace(current, last_contact=now, **changes)  # type: ignore[arg-type]
 
-    def connected(self, node: NodeIdentity, applied_version: str, now: float) -> None:
-        self._update(node, now, connected=True, applied_version=applied_version)
+    def connected(self, node: NodeIdentity, applied_version: str, now: float) -> int:
+        """Record a new stream of ``node``; return its number for :meth:`disconnected`.
 
-    def disconnected(self, node: NodeIdentity, now: float) -> None:
-        self._update(node, now, connected=False)
+        Also drops long-gone rows, so a registry nobody reads stays bounded."""
+        self.prune(now)
+        stream = next(self._streams)
+        self._update(node, now, connected=True, applied_version=applied_version, stream=stream)
+        return stream
+
+    def disconnected(self, node: NodeIdentity, now: float, stream: int | None = None) -> None:
+        """The stream ``stream`` ended; ignored if a newer stream of the node owns the row."""
+        with self._lock:
+            current = self._instances.get(self._key(node))
+            if current is None or (stream is not None and current.stream != stream):
+                return
+            self._instances[self._key(node)] = replace(current, connected=False, last_contact=now)
+
+    def heartbeat(self, node: NodeIdentity, now: float) -> None:
+        """A keep-alive: contact only, the ACK/NACK state stays as it was."""
+        self._update(node, now)
 
     def sent(self, node: NodeIdentity, version: str, now: float) -> None:
         self._update(node, now, sent_version=version)
@@ -83,7 +132,21 @@ class SubscriberRegistry:
             nacked_version=rejected,
         )
 
-    def for_cluster(self, organization: str, cluster: str) -> list[InstanceStatus]:
+    def prune(self, now: float) -> int:
+        """Drop rows not heard from for ``forget_after_seconds``; return how many."""
+        limit = self.forget_after_seconds
+        with self._lock:
+            old = [k for k, s in self._instances.items() if now - s.last_contact > limit]
+            for key in old:
+                del self._instances[key]
+        return len(old)
+
+    def for_cluster(
+        self, organization: str, cluster: str, now: float | None = None
+    ) -> list[InstanceStatus]:
+        """The cluster's instances (long-gone ones pruned first when ``now`` is given)."""
+        if now is not None:
+            self.prune(now)
         with self._lock:
             return sorted(
                 (

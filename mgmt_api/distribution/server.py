@@ -4,7 +4,14 @@ One stream per service instance. The servicer authenticates the stream,
 checks that the node's cluster is the one its credentials belong to (so a
 subscriber never sees another cluster's policies), sends the current
 snapshot, and sends a new one whenever the change feed moves and the
-compiled content differs. ACKs and NACKs update the registry.
+compiled content differs. ACKs, NACKs and keep-alives update the registry.
+
+Each wake-up (a store change, or ``heartbeat`` seconds without one) first
+asks ``still_admitted`` whether the credentials the stream was opened with
+still hold: a revoked key or a deleted cluster ends the stream with
+PERMISSION_DENIED instead of streaming policies (and their inline secrets)
+until the subscriber happens to reconnect. A deleted cluster's rows are
+dropped from the registry too.
 """
 
 from __future__ import annotations
@@ -49,8 +56,18 @@ class Compiled:
         return digest.hexdigest()[:20]
 
 
-# (bearer token, node) → None, or raise AuthError.
-Authenticate = Callable[[str, NodeIdentity], Awaitable[None]]
+@dataclass(frozen=True)
+class Revocation:
+    """Why an open stream may no longer receive its cluster's policies."""
+
+    reason: str
+    cluster_gone: bool = False
+
+
+# (bearer token, node) → a grant (the key id), or raise AuthError.
+Authenticate = Callable[[str, NodeIdentity], Awaitable[str]]
+# (grant, node) → None while the grant holds, else why it no longer does.
+StillAdmitted = Callable[[str, NodeIdentity], Awaitable[Revocation | None]]
 # node → the compiled snapshot for it.
 Build = Callable[[NodeIdentity], Awaitable[Compiled]]
 
@@ -67,9 +84,11 @@ class DistributionServicer(pb_grpc.PolicyDistributionServicer):
         *,
         clock: Callable[[], float] = time.time,
         heartbeat: float = 30.0,
+        still_admitted: StillAdmitted | None = None,
     ) -> None:
         self._build = build
         self._authenticate = authenticate
+        self._still_admitted = still_admitted
         self._feed = feed
         self._registry = registry
         self._clock = clock
@@ -98,7 +117,7 @@ class DistributionServicer(pb_grpc.PolicyDistributionServicer):
         self,
         first: pb.SnapshotRequest,
         context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
-    ) -> NodeIdentity:
+    ) -> tuple[NodeIdentity, str]:
         node = first.node
         if node.kind not in KINDS or not node.organization or not node.cluster:
             await context.abort(
@@ -114,10 +133,10 @@ class DistributionServicer(pb_grpc.PolicyDistributionServicer):
         if scheme.lower() != "bearer" or not token.strip():
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, "a bearer token is required")
         try:
-            await self._authenticate(token.strip(), identity)
+            grant = await self._authenticate(token.strip(), identity)
         except AuthError as exc:
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(exc))
-        return identity
+        return identity, grant
 
     async def StreamSnapshots(
         self,
@@ -128,8 +147,12 @@ class DistributionServicer(pb_grpc.PolicyDistributionServicer):
             first = await anext(aiter(request_iterator))
         except StopAsyncIteration:
             return
-        node = await self._admit(first, context)
-        self._registry.connected(node, first.version_info, self._clock())
+        node, grant = await self._admit(first, context)
+        # Headers now, not with the first snapshot (there is none when the
+        # subscriber already runs the current version): they tell it the
+        # stream was admitted.
+        await context.send_initial_metadata(())
+        stream = self._registry.connected(node, first.version_info, self._clock())
         log.info(
             "subscriber connected",
             extra={"kind": node.kind, "cluster": node.cluster, "instance": node.instance},
@@ -137,10 +160,19 @@ class DistributionServicer(pb_grpc.PolicyDistributionServicer):
         sent: dict[str, str] = {}  # nonce → version
         reader = asyncio.create_task(self._read_answers(node, request_iterator, sent))
         last_version = first.version_info
+        revoked: Revocation | None = None
         try:
             while True:
                 revision = self._feed.revision
                 compiled = await self._shared_build(node, revision)
+                # Checked after the build: a cluster deleted before the build
+                # read the store compiles to an empty snapshot (no limits, no
+                # policies), which must never be sent; this check sees that
+                # deletion too.
+                if self._still_admitted is not None:
+                    revoked = await self._still_admitted(grant, node)
+                    if revoked is not None:
+                        break
                 if compiled.version != last_version:
                     nonce = str(next(self._nonces))
                     sent[nonce] = compiled.version
@@ -166,11 +198,23 @@ class DistributionServicer(pb_grpc.PolicyDistributionServicer):
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await reader
-            self._registry.disconnected(node, self._clock())
+            self._registry.disconnected(node, self._clock(), stream)
+            if revoked is not None and revoked.cluster_gone:
+                self._registry.forget_cluster(node.organization, node.cluster)
             log.info(
                 "subscriber disconnected",
                 extra={"kind": node.kind, "cluster": node.cluster, "instance": node.instance},
             )
+        if revoked is not None:
+            log.warning(
+                "stream closed: its credentials no longer hold",
+                extra={
+                    "cluster": node.cluster,
+                    "instance": node.instance,
+                    "reason": revoked.reason,
+                },
+            )
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, revoked.reason)
 
     async def _read_answers(
         self,
@@ -180,6 +224,11 @@ class DistributionServicer(pb_grpc.PolicyDistributionServicer):
     ) -> None:
         async for answer in requests:
             now = self._clock()
+            if not answer.response_nonce:
+                # A keep-alive: the subscriber is alive and runs version_info.
+                # It answers no snapshot, so it must not overwrite an ACK/NACK.
+                self._registry.heartbeat(node, now)
+                continue
             rejected = sent.pop(answer.response_nonce, "")
             if answer.HasField("error_detail"):
                 self._registry.nacked(

@@ -15,9 +15,12 @@ its own cluster:
 
 ``authenticate(token, node)`` accepts only a JWT signed with a key of the
 cluster's agent service account (``.../clusters/{cluster}/serviceaccounts/agent``),
-verified exactly as the REST API verifies it, so a subscriber can never ask
-for another cluster's snapshot. The token is checked when the stream opens;
-revoking the key or deleting the cluster takes effect on the next connect.
+verified as the REST API verifies it but with the distribution audience (so
+a stream token is useless on REST and a REST token opens no stream), so a
+subscriber can never ask for another cluster's snapshot. The token is checked
+when the stream opens; ``still_admitted`` is checked whenever the stream wakes
+(every store change, and at least every heartbeat), so revoking the key or
+deleting the cluster ends the open streams within seconds.
 
 Both run the blocking store reads in a worker thread so the event loop that
 also serves REST keeps answering.
@@ -26,6 +29,7 @@ also serves REST keeps answering.
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import time
 from collections.abc import Callable
@@ -38,34 +42,14 @@ from mgmt_api.auth import tokens
 from mgmt_api.compiler import extauthz as extauthz_compiler
 from mgmt_api.compiler.ratelimit import render_rls_files
 from mgmt_api.compiler.traffic_policy import BackendTrafficPolicy
-from mgmt_api.distribution.server import AuthError, Compiled
+from mgmt_api.distribution.selection import children, cluster_fqn, groups_reaching
+from mgmt_api.distribution.server import AuthError, Compiled, Revocation
 from mgmt_api.service.authn import service_account_ttl
 from mgmt_api.service.resources import CLUSTER_AGENT_SA
+from mgmt_api.service.validation import redis_url
 from mgmt_api.store import repo
 from mgmt_api.store.engine import read_tx
 from ratelimit.store.switches import SWITCHES_FILE
-
-_PAGE = 500
-
-
-def cluster_fqn(organization: str, cluster: str) -> str:
-    return f"organizations/{organization}/clusters/{cluster}"
-
-
-def _children(conn: Connection, parent: str, kind: str) -> list[repo.Resource]:
-    out: list[repo.Resource] = []
-    after = ""
-    while True:
-        batch = repo.list_children(conn, parent, kind, after, _PAGE)
-        out.extend(batch)
-        if len(batch) < _PAGE:
-            return out
-        after = batch[-1].fqn
-
-
-def _selects_cluster(selector: Any, cluster: str) -> bool:
-    names = (selector or {}).get("names") or []
-    return any(str(n).split("/", 1)[0] in ("*", cluster) for n in names)
 
 
 def traffic_policies(
@@ -73,7 +57,7 @@ def traffic_policies(
 ) -> list[BackendTrafficPolicy]:
     """The cluster's stored BackendTrafficPolicies, parsed by the compiler's model."""
     policies = []
-    for res in _children(conn, cluster_fqn(organization, cluster), "BackendTrafficPolicy"):
+    for res in children(conn, cluster_fqn(organization, cluster), "BackendTrafficPolicy"):
         doc = {k: res.spec[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in res.spec}
         policies.append(BackendTrafficPolicy.model_validate(doc))
     return policies
@@ -84,17 +68,10 @@ def extauthz_policies(
 ) -> list[tuple[str, dict[str, Any]]]:
     """(ext_authz name, stored spec) of the policies of groups that reach ``cluster``."""
     out: list[tuple[str, dict[str, Any]]] = []
-    for tenant in _children(conn, f"organizations/{organization}", "Tenant"):
-        for workspace in _children(conn, tenant.fqn, "Workspace"):
-            for group in _children(conn, workspace.fqn, "SecurityGroup"):
-                selector = group.spec.get("namespaceSelector") or workspace.spec.get(
-                    "namespaceSelector"
-                )
-                if not _selects_cluster(selector, cluster):
-                    continue
-                for policy in _children(conn, group.fqn, "ExtAuthzPolicy"):
-                    name = extauthz_compiler.policy_name(group.fqn, policy.name)
-                    out.append((name, policy.spec))
+    for reach in groups_reaching(conn, organization, cluster):
+        for policy in children(conn, reach.group.fqn, "ExtAuthzPolicy"):
+            name = extauthz_compiler.policy_name(reach.group.fqn, policy.name)
+            out.append((name, policy.spec))
     return out
 
 
@@ -108,6 +85,11 @@ def cluster_switches(conn: Connection, organization: str, cluster: str) -> bytes
     rate_limit = res.spec.get("rateLimit") if res is not None else None
     if not rate_limit:
         return None
+    url = ((rate_limit.get("backend") or {}).get("redis") or {}).get("url")
+    if url is not None:
+        # Stored as written (spec §2.9's ``host:port``); the service reads a URL.
+        rate_limit = copy.deepcopy(rate_limit)
+        rate_limit["backend"]["redis"]["url"] = redis_url(url)
     return json.dumps({"rateLimit": rate_limit}, sort_keys=True).encode()
 
 
@@ -135,10 +117,13 @@ class StoreBackend:
     async def build(self, node: NodeIdentity) -> Compiled:
         return await asyncio.to_thread(self.build_sync, node)
 
-    def authenticate_sync(self, token: str, node: NodeIdentity) -> None:
-        expected = (
-            f"{cluster_fqn(node.organization, node.cluster)}/serviceaccounts/{CLUSTER_AGENT_SA}"
-        )
+    def authenticate_sync(self, token: str, node: NodeIdentity) -> str:
+        """Admit ``token`` for ``node``'s cluster; return the key id it was signed with.
+
+        The token must carry the distribution audience (a REST token is
+        refused, and REST refuses this one: see :mod:`mgmt_api.auth.tokens`).
+        """
+        expected = agent_fqn(node.organization, node.cluster)
         try:
             kid = tokens.header_kid(token)
             with read_tx(self._engine) as conn:
@@ -149,10 +134,39 @@ class StoreBackend:
                 if owner != expected:
                     raise AuthError(f"the credentials belong to {owner}, not to {expected}")
                 tokens.verify_service_account(
-                    jwk, token, self._clock(), service_account_ttl(conn, owner)
+                    jwk,
+                    token,
+                    self._clock(),
+                    service_account_ttl(conn, owner),
+                    audience=tokens.DISTRIBUTION_AUDIENCE,
                 )
         except tokens.TokenError as exc:
             raise AuthError(str(exc)) from None
+        return kid
 
-    async def authenticate(self, token: str, node: NodeIdentity) -> None:
-        await asyncio.to_thread(self.authenticate_sync, token, node)
+    async def authenticate(self, token: str, node: NodeIdentity) -> str:
+        return await asyncio.to_thread(self.authenticate_sync, token, node)
+
+    def still_admitted_sync(self, grant: str, node: NodeIdentity) -> Revocation | None:
+        """Why an open stream must end, or None while its key and cluster exist.
+
+        A token is checked once, when the stream opens; streams live for
+        hours. Deleting the key the stream was opened with, the cluster's
+        agent account or the cluster itself must cut the flow of policies
+        (with inline secrets) at once, not on the next reconnect.
+        """
+        with read_tx(self._engine) as conn:
+            if not repo.exists(conn, cluster_fqn(node.organization, node.cluster)):
+                return Revocation("the cluster was deleted", cluster_gone=True)
+            key = repo.get_key(conn, grant)
+            if key is None or key[0] != agent_fqn(node.organization, node.cluster):
+                return Revocation("the stream's key was revoked")
+        return None
+
+    async def still_admitted(self, grant: str, node: NodeIdentity) -> Revocation | None:
+        return await asyncio.to_thread(self.still_admitted_sync, grant, node)
+
+
+def agent_fqn(organization: str, cluster: str) -> str:
+    """The service account whose keys may subscribe for the cluster."""
+    return f"{cluster_fqn(organization, cluster)}/serviceaccounts/{CLUSTER_AGENT_SA}"

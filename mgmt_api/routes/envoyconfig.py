@@ -16,7 +16,7 @@ management plane does not know; default ``grpc://ratelimit:8081``).
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import yaml
 from fastapi import APIRouter, Depends, Path, Query, Request
@@ -25,18 +25,19 @@ from sqlalchemy.engine import Connection
 
 from mgmt_api.compiler import envoy_config
 from mgmt_api.compiler import extauthz as extauthz_compiler
-from mgmt_api.distribution.store_backend import (
-    _children,
-    _selects_cluster,
+from mgmt_api.distribution.selection import (
+    children,
     cluster_fqn,
-    traffic_policies,
+    groups_reaching,
+    selected_namespaces,
 )
+from mgmt_api.distribution.store_backend import traffic_policies
 from mgmt_api.domain import rbac
 from mgmt_api.errors import not_found
 from mgmt_api.routes.deps import call_context, state
 from mgmt_api.service import authz
 from mgmt_api.service.resources import CallContext
-from mgmt_api.service.validation import _grpc_uri
+from mgmt_api.service.validation import check_grpc_uri
 from mgmt_api.store import repo
 from mgmt_api.store.engine import read_tx
 
@@ -45,53 +46,35 @@ Ctx = Annotated[CallContext, Depends(call_context)]
 Name = Annotated[str, Path(max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
 
 
-def _namespaces(selector: Any, cluster: str) -> tuple[str, ...]:
-    """The namespaces of ``cluster`` that a ``{cluster}/{namespace}`` selector names."""
-    out = []
-    for name in (selector or {}).get("names") or []:
-        head, _, rest = str(name).partition("/")
-        if head in ("*", cluster):
-            out.append(rest or "*")
-    return tuple(sorted(set(out)))
-
-
 def _ext_authz_routes(
     conn: Connection, organization: str, cluster: str
 ) -> tuple[list[envoy_config.ExtAuthzRoute], list[str]]:
     routes: list[envoy_config.ExtAuthzRoute] = []
     notes: list[str] = []
-    for tenant in _children(conn, f"organizations/{organization}", "Tenant"):
-        for workspace in _children(conn, tenant.fqn, "Workspace"):
-            for group in _children(conn, workspace.fqn, "SecurityGroup"):
-                selector = group.spec.get("namespaceSelector") or workspace.spec.get(
-                    "namespaceSelector"
+    for reach in groups_reaching(conn, organization, cluster):
+        group = reach.group
+        for setting in children(conn, group.fqn, "SecuritySetting"):
+            authorization = setting.spec.get("authorization") or {}
+            external = (authorization.get("http") or {}).get("external")
+            disabled = authorization.get("mode") == "DISABLED"
+            if external is None and not disabled:
+                continue
+            policy = (external or {}).get("policy")
+            if policy and not repo.exists(conn, f"{group.fqn}/extauthzpolicies/{policy}"):
+                notes.append(
+                    f"{setting.fqn} selects ExtAuthzPolicy {policy!r}, which does not "
+                    "exist in its group: ext_authz denies its requests"
                 )
-                if not _selects_cluster(selector, cluster):
-                    continue
-                for setting in _children(conn, group.fqn, "SecuritySetting"):
-                    authorization = setting.spec.get("authorization") or {}
-                    external = (authorization.get("http") or {}).get("external")
-                    disabled = authorization.get("mode") == "DISABLED"
-                    if external is None and not disabled:
-                        continue
-                    policy = (external or {}).get("policy")
-                    if policy and not repo.exists(conn, f"{group.fqn}/extauthzpolicies/{policy}"):
-                        notes.append(
-                            f"{setting.fqn} selects ExtAuthzPolicy {policy!r}, which does not "
-                            "exist in its group: ext_authz denies its requests"
-                        )
-                    routes.append(
-                        envoy_config.ExtAuthzRoute(
-                            setting=setting.fqn,
-                            group=group.fqn,
-                            namespaces=_namespaces(selector, cluster),
-                            uri=(external or {}).get("uri", ""),
-                            policy=extauthz_compiler.policy_name(group.fqn, policy)
-                            if policy
-                            else None,
-                            disabled=disabled,
-                        )
-                    )
+            routes.append(
+                envoy_config.ExtAuthzRoute(
+                    setting=setting.fqn,
+                    group=group.fqn,
+                    namespaces=selected_namespaces(reach.selector, cluster),
+                    uri=(external or {}).get("uri", ""),
+                    policy=extauthz_compiler.policy_name(group.fqn, policy) if policy else None,
+                    disabled=disabled,
+                )
+            )
     return routes, notes
 
 
@@ -144,7 +127,7 @@ def cluster_envoy_config(
         str, Query(alias="rateLimitService", max_length=300)
     ] = envoy_config.DEFAULT_RATELIMIT_SERVICE,
 ) -> Response:
-    _grpc_uri("rateLimitService", ratelimit_service)
+    check_grpc_uri("rateLimitService", ratelimit_service)
     fqn = cluster_fqn(organization, cluster)
     with read_tx(state(request).resources.engine) as conn:
         authz.require(conn, ctx.principal, fqn, "Cluster", rbac.READ)

@@ -22,6 +22,7 @@ from sqlalchemy.engine import Connection, Engine
 from mgmt_api import fqn as fqnmod
 from mgmt_api.auth import keys as keymod
 from mgmt_api.auth import passwords
+from mgmt_api.compiler import key_material
 from mgmt_api.domain import etags, inventory, listing, rbac
 from mgmt_api.errors import ApiError, Code, already_exists, invalid, not_found
 from mgmt_api.kinds import KINDS, KindDef
@@ -136,6 +137,8 @@ class ResourceService:
             out["keys"] = [
                 key_view(k, jwk, key_encoding) for k, jwk, _ in repo.keys_of(conn, res.fqn)
             ]
+        elif res.kind == "ExtAuthzPolicy":
+            out = key_material.redact(out)  # secrets are write-only (docs/api.md)
         return out
 
     # ---- helpers ---------------------------------------------------------
@@ -442,8 +445,15 @@ class ResourceService:
         etag = getattr(body, "etag", None)
         if not etag:
             raise invalid("etag", "is required on update; GET the object and send its etag")
+        spec = _spec_from(kdef, body)
+        if kdef.kind == "ExtAuthzPolicy":
+            # Markers from a GET stand for the stored secrets (key_material).
+            with read_tx(self.engine) as conn:
+                stored = repo.get(conn, fqn)
+            kept = stored.spec if stored is not None else None
+            spec = validation.restore_secrets(kdef.body_field, spec, kept)
         spec = validation.validate(
-            kdef.kind, kdef.body_field, _spec_from(kdef, body), creating=False, name=parsed.name
+            kdef.kind, kdef.body_field, spec, creating=False, name=parsed.name
         )
         password = getattr(body, "password", None)
         if password is not None:

@@ -6,6 +6,7 @@ Each check raises INVALID_ARGUMENT naming the field as the client wrote it
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -15,6 +16,7 @@ from meshplane.config_error import ConfigError
 from mgmt_api import fqn as fqnmod
 from mgmt_api.auth import passwords
 from mgmt_api.compiler import extauthz as extauthz_compiler
+from mgmt_api.compiler import key_material
 from mgmt_api.compiler.traffic_policy import BackendTrafficPolicy
 from mgmt_api.domain import rbac
 from mgmt_api.domain.durations import format_duration, parse_duration
@@ -63,15 +65,22 @@ def _traffic_policy(prefix: str, spec: dict[str, Any], name: str) -> None:
         "spec": spec.get("spec"),
     }
     try:
-        BackendTrafficPolicy.model_validate(doc)
+        model = BackendTrafficPolicy.model_validate(doc)
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
         message = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
         raise invalid(prefix + _loc(tuple(first.get("loc", ()))), message) from None
-    spec.update(apiVersion=doc["apiVersion"], kind=doc["kind"], metadata=metadata)
+    # Store what the model read (numbers as numbers, header names lower-case,
+    # CIDRs normalised, cost in Envoy Gateway's shape), not the text as sent.
+    spec.update(
+        apiVersion=doc["apiVersion"],
+        kind=doc["kind"],
+        metadata=metadata,
+        spec=model.spec.model_dump(mode="json", by_alias=True, exclude_unset=True),
+    )
 
 
-def _grpc_uri(field: str, uri: str) -> None:
+def check_grpc_uri(field: str, uri: str) -> None:
     """``grpc://host:port``: Envoy's ext_authz needs a cluster address, nothing more."""
     try:
         parts = urlsplit(uri)
@@ -92,15 +101,44 @@ def _grpc_uri(field: str, uri: str) -> None:
         raise invalid(field, f"{uri!r} is not grpc://host:port")
 
 
+# ``ns/sa``, ``ns/*``, ``./sa`` or ``./*`` (``.``: the setting's own namespaces).
+_SERVICE_ACCOUNT = re.compile(
+    r"^(\.|[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)/(\*|[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?)$"
+)
+
+
 def _security_setting(prefix: str, spec: dict[str, Any]) -> None:
+    """``mode: CUSTOM`` is an explicit ``serviceAccounts`` list (the reference's
+    AuthorizationSettings); ``http.external`` is the ext_authz server, with any mode."""
     authz = spec.get("authorization") or {}
     external = (authz.get("http") or {}).get("external")
     if external is not None:
-        _grpc_uri(f"{prefix}.authorization.http.external.uri", external.get("uri", ""))
+        check_grpc_uri(f"{prefix}.authorization.http.external.uri", external.get("uri", ""))
         if external.get("policy") is not None:
             fqnmod.validate_name(external["policy"], f"{prefix}.authorization.http.external.policy")
-    elif authz.get("mode") == "CUSTOM":
-        raise invalid(f"{prefix}.authorization.http.external", "is required when mode is CUSTOM")
+    accounts = authz.get("serviceAccounts")
+    field = f"{prefix}.authorization.serviceAccounts"
+    if authz.get("mode") == "CUSTOM":
+        if not accounts:
+            raise invalid(field, "is required when mode is CUSTOM (ns/sa, ns/* or ./*)")
+    elif accounts is not None:
+        raise invalid(field, "is only allowed with mode CUSTOM")
+    seen: set[str] = set()
+    for i, account in enumerate(accounts or []):
+        if not _SERVICE_ACCOUNT.match(account):
+            raise invalid(
+                f"{field}[{i}]", f"{account!r} is not ns/sa, ns/*, ./sa or ./* (DNS-1123 names)"
+            )
+        if account in seen:
+            raise invalid(f"{field}[{i}]", f"{account!r} is listed twice")
+        seen.add(account)
+
+
+def redis_url(value: str) -> str:
+    """The Redis URL a ``backend.redis.url`` means: spec §2.9 writes ``<host>:<port>``
+    (as Envoy Gateway's ``redis.url`` does); a ``redis://``/``rediss://`` URL is taken
+    as it is."""
+    return value if "://" in value else f"redis://{value}"
 
 
 def _cluster_rate_limit(prefix: str, rate_limit: dict[str, Any] | None) -> None:
@@ -120,11 +158,12 @@ def _cluster_rate_limit(prefix: str, rate_limit: dict[str, Any] | None) -> None:
     if ("url" in redis) == ("urlRef" in redis):
         raise invalid(f"{prefix}.backend.redis", "give exactly one of url and urlRef")
     if "url" in redis:
+        url = redis_url(redis["url"])
         try:
-            parse_redis_url(redis["url"])
+            parse_redis_url(url)
         except RedisUrlError as exc:
             raise invalid(f"{prefix}.backend.redis.url", str(exc)) from None
-        if urlsplit(redis["url"]).password is not None:
+        if urlsplit(url).password is not None:
             # Every reader of the cluster would see it: secrets go in urlRef.
             raise invalid(
                 f"{prefix}.backend.redis.url", "must not carry a password; use urlRef (a Secret)"
@@ -141,7 +180,31 @@ def _cluster_rate_limit(prefix: str, rate_limit: dict[str, Any] | None) -> None:
                 )
 
 
+def restore_secrets(
+    prefix: str, spec: dict[str, Any], stored: dict[str, Any] | None
+) -> dict[str, Any]:
+    """An ExtAuthzPolicy update: the redaction markers a GET returned, put back
+    as the stored secrets they stand for (``mgmt_api.compiler.key_material``)."""
+    try:
+        return key_material.restore(spec, stored)
+    except key_material.UnknownMarker as exc:
+        raise invalid(
+            f"{prefix}.{exc.field}",
+            "is a redacted value that matches none of this policy's stored secrets; "
+            "send the secret itself",
+        ) from None
+
+
 def _extauthz_policy(prefix: str, spec: dict[str, Any]) -> None:
+    marker_field = key_material.first_marker(spec)
+    if marker_field is not None:
+        # A create (or a body copied from another policy): storing the marker
+        # would make it the secret.
+        raise invalid(
+            f"{prefix}.{marker_field}",
+            "is a redacted value; send the secret itself (a marker is only "
+            "accepted on an update of the policy it was read from)",
+        )
     policy = {
         k: v
         for k, v in spec.items()

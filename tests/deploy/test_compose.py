@@ -34,6 +34,7 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
 from google.protobuf import json_format
 
 from extauthz.cli import _parser as extauthz_parser
+from meshplane import control_plane
 from mgmt_api.cli import app as mgmt_api_app
 from ratelimit.cli import _parser as ratelimit_parser
 from tests.mgmt_api.harness import ADMIN_PASSWORD, MgmtServer, ok
@@ -132,7 +133,9 @@ def test_every_address_is_a_compose_service_listening_on_that_port() -> None:
     plan = seed_script.plan_for(seed)
     for service, parsed in args.items():
         assert parsed.command == "serve" and parsed.config is None, service
-        assert parsed.control_plane == f"mgmt-api:{grpc}", service
+        target = control_plane.parse_target(parsed.control_plane)
+        assert target.address == f"mgmt-api:{grpc}", service
+        assert not target.bare, service  # an explicit scheme, not the deprecated HOST:PORT
         assert parsed.cluster == f"{plan.organization}/{plan.cluster}", service
         assert parsed.credentials == seed.credentials, service
         assert parsed.workers == 1, service

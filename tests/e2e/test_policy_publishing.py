@@ -31,6 +31,7 @@ from extauthz.cli import mint_demo_token
 from meshplane.control_plane import load_credentials
 from meshplane.proto.distribution.v1 import distribution_pb2 as dpb
 from meshplane.proto.distribution.v1 import distribution_pb2_grpc as dpb_grpc
+from mgmt_api.auth.tokens import sign_service_account
 from tests.mgmt_api.harness import MgmtServer, ok
 from tests.support.net import free_port, wait_for_port
 from tests.support.redis_server import RedisServer
@@ -44,7 +45,8 @@ POLICY_PATH = f"{CLUSTER_PATH}/backendtrafficpolicies/default.web-limit"
 DOMAIN = f"{CLUSTER}/default/web-limit"
 ROUTE = "httproute/default/web"
 GROUP_PATH = f"{BASE}/tenants/t/workspaces/w/securitygroups/g"
-EXTAUTHZ_POLICY = "w.g.jwt"  # mgmt_api.compiler.extauthz.policy_name
+EXTAUTHZ_POLICY = "t.w.g.jwt"  # mgmt_api.compiler.extauthz.policy_name
+OTHER_TENANT_POLICY = "t2.w.g.jwt"  # same workspace, group and policy names, other tenant
 SECRET = "e2e-hmac-secret-0123456789abcdef"
 OK_CODE = rls_pb2.RateLimitResponse.OK
 OVER = rls_pb2.RateLimitResponse.OVER_LIMIT
@@ -113,7 +115,7 @@ class Stack:
     def control_plane_args(self, service: str) -> list[str]:
         return [
             "--control-plane",
-            f"127.0.0.1:{self.mgmt.grpc_port}",
+            f"grpc://127.0.0.1:{self.mgmt.grpc_port}",
             "--cluster",
             f"{ORG}/{CLUSTER}",
             "--credentials",
@@ -303,24 +305,39 @@ def jwt_policy(secret: str) -> dict[str, Any]:
     }
 
 
-def test_5_security_setting_and_jwt_policy_with_check(stack: Stack) -> None:
-    ok(stack.admin.post(f"{BASE}/tenants", json={"name": "t", "tenant": {}}))
+def security_group(stack: Stack, tenant: str) -> str:
+    """Tenant ``tenant`` with workspace ``w`` (every namespace of c1) and group ``g``."""
+    ok(stack.admin.post(f"{BASE}/tenants", json={"name": tenant, "tenant": {}}))
     workspace = {"namespaceSelector": {"names": [f"{CLUSTER}/*"]}}
-    ok(stack.admin.post(f"{BASE}/tenants/t/workspaces", json={"name": "w", "workspace": workspace}))
+    tenant_path = f"{BASE}/tenants/{tenant}"
+    ok(stack.admin.post(f"{tenant_path}/workspaces", json={"name": "w", "workspace": workspace}))
     group = {"configMode": "BRIDGED"}
     ok(
         stack.admin.post(
-            f"{BASE}/tenants/t/workspaces/w/securitygroups",
-            json={"name": "g", "securityGroup": group},
+            f"{tenant_path}/workspaces/w/securitygroups", json={"name": "g", "securityGroup": group}
         )
     )
+    return f"{tenant_path}/workspaces/w/securitygroups/g"
+
+
+def create_setting(stack: Stack) -> None:
     setting = {
         "authorization": {
-            "mode": "CUSTOM",
+            "mode": "CLUSTER",
             "http": {"external": {"uri": f"grpc://127.0.0.1:{stack.az_port}", "policy": "jwt"}},
         }
     }
     ok(stack.admin.post(f"{GROUP_PATH}/settings", json={"name": "s", "securitySetting": setting}))
+
+
+def ext_authz_filters(stack: Stack) -> list[str]:
+    config = ok(stack.admin.get(f"{CLUSTER_PATH}/envoyconfig"))
+    return [f["name"] for f in config["httpFilters"] if "ext_authz" in f["name"]]
+
+
+def test_5_security_setting_and_jwt_policy_with_check(stack: Stack) -> None:
+    assert security_group(stack, "t") == GROUP_PATH
+    create_setting(stack)
     token = mint_demo_token(SECRET, "/headers", 600)
     assert check(stack, "/headers", token) != 0  # no policy yet: unknown, denied
     ok(
@@ -335,6 +352,25 @@ def test_5_security_setting_and_jwt_policy_with_check(stack: Stack) -> None:
     assert check(stack, "/get", token) != 0  # the path claim does not grant it
     assert check(stack, "/headers", None) != 0
     assert check(stack, "/headers", token, policy="other") != 0
+    assert ext_authz_filters(stack) == ["envoy.filters.http.ext_authz"]
+
+    # Another tenant with the same workspace, group and policy names: its own
+    # policy, not a duplicate name that every instance would NACK.
+    other_group = security_group(stack, "t2")
+    other_secret = SECRET + "-tenant-2"
+    ok(
+        stack.admin.post(
+            f"{other_group}/extauthzpolicies",
+            json={"name": "jwt", "extAuthzPolicy": jwt_policy(other_secret)},
+        )
+    )
+    stack.converged("extauthz")
+    other_token = mint_demo_token(other_secret, "/headers", 600)
+    assert check(stack, "/headers", other_token, policy=OTHER_TENANT_POLICY) == 0
+    assert check(stack, "/headers", token, policy=OTHER_TENANT_POLICY) != 0
+    assert check(stack, "/headers", other_token) != 0
+    assert check(stack, "/headers", token) == 0
+
     # Update: a new secret; tokens signed with the old one are denied.
     current = ok(stack.admin.get(f"{GROUP_PATH}/extauthzpolicies/jwt"))
     new_secret = SECRET + "-rotated"
@@ -342,12 +378,54 @@ def test_5_security_setting_and_jwt_policy_with_check(stack: Stack) -> None:
     ok(stack.admin.put(f"{GROUP_PATH}/extauthzpolicies/jwt", json=update))
     stack.converged("extauthz")
     assert check(stack, "/headers", token) != 0
-    assert check(stack, "/headers", mint_demo_token(new_secret, "/headers", 600)) == 0
+    new_token = mint_demo_token(new_secret, "/headers", 600)
+    assert check(stack, "/headers", new_token) == 0
+
+    # GET -> PUT round trip: the secret comes back redacted, and sending the
+    # marker back keeps enforcing the stored secret.
+    got = ok(stack.admin.get(f"{GROUP_PATH}/extauthzpolicies/jwt"))
+    assert new_secret not in json.dumps(got)
+    got["jwt"]["leewaySeconds"] = 1
+    ok(stack.admin.put(f"{GROUP_PATH}/extauthzpolicies/jwt", json=got))
+    stack.converged("extauthz")
+    assert check(stack, "/headers", new_token) == 0
+
+    # Delete the policy: the setting still routes to ext_authz, which denies
+    # (the policy is unknown, defaultPolicy deny).
+    ok(stack.admin.delete(f"{GROUP_PATH}/extauthzpolicies/jwt"))
+    stack.converged("extauthz")
+    assert check(stack, "/headers", new_token) != 0
+    config = ok(stack.admin.get(f"{CLUSTER_PATH}/envoyconfig"))
+    assert any("does not exist" in w for w in config["warnings"]), config["warnings"]
+    assert ext_authz_filters(stack) == ["envoy.filters.http.ext_authz"]
+    # Delete the setting: the gateway no longer calls ext_authz at all.
+    ok(stack.admin.delete(f"{GROUP_PATH}/settings/s"))
+    assert ext_authz_filters(stack) == []
+    config = ok(stack.admin.get(f"{CLUSTER_PATH}/envoyconfig"))
+    assert not [r for r in config["routes"] if r["name"].startswith("extauthz:")]
+    stack.converged("extauthz")
+    assert check(stack, "/headers", new_token) != 0
+    assert check(stack, "/headers", other_token, policy=OTHER_TENANT_POLICY) == 0
+
+
+def _nack_of(instances: list[dict[str, Any]]) -> dict[str, Any] | None:
+    for instance in instances:
+        if instance["kind"] == "extauthz" and instance["lastResult"] == "NACK":
+            return instance
+    return None
 
 
 def test_7_invalid_snapshot_is_nacked_and_the_old_policy_stays(stack: Stack) -> None:
     """Forced past the API's validation by writing the store directly, as a
     buggy replica or a schema drift would."""
+    create_setting(stack)
+    ok(
+        stack.admin.post(
+            f"{GROUP_PATH}/extauthzpolicies",
+            json={"name": "jwt", "extAuthzPolicy": jwt_policy(SECRET + "-rotated")},
+        )
+    )
+    stack.converged("extauthz")
     good = mint_demo_token(SECRET + "-rotated", "/headers", 600)
     assert check(stack, "/headers", good) == 0
     db = Path(stack.mgmt.data_dir) / "mgmt-api.db"
@@ -369,6 +447,18 @@ def test_7_invalid_snapshot_is_nacked_and_the_old_policy_stays(stack: Stack) -> 
     assert "algorithm" in instance["lastError"]
     assert instance["nackedVersion"] and instance["nackedVersion"] != instance["appliedVersion"]
     assert instance["upToDate"] is False
+    # The policy's own status shows the same NACK, for its cluster.
+    own = ok(stack.admin.get(f"{GROUP_PATH}/extauthzpolicies/jwt/status"))
+    assert own["policyName"] == EXTAUTHZ_POLICY
+    (cluster,) = own["clusters"]
+    assert cluster["cluster"] == CLUSTER_PATH.removeprefix("/v2/")
+    policy_nack = _nack_of(cluster["instances"])
+    assert policy_nack is not None, own
+    assert policy_nack["nackedVersion"] == instance["nackedVersion"]
+    assert "algorithm" in policy_nack["lastError"] and policy_nack["upToDate"] is False
+    assert not [i for i in cluster["instances"] if i["kind"] != "extauthz"]
+    setting_view = ok(stack.admin.get(f"{GROUP_PATH}/settings/s/status"))
+    assert _nack_of(setting_view["clusters"][0]["instances"]) is not None
     assert check(stack, "/headers", good) == 0  # the last good snapshot is still enforced
     # Repair through the API: the next snapshot is ACKed again.
     current = ok(stack.admin.get(f"{GROUP_PATH}/extauthzpolicies/jwt"))
@@ -403,6 +493,22 @@ def test_8_a_cluster_a_subscriber_never_gets_cluster_b_policies(stack: Stack) ->
     token_b = load_credentials(stack.credentials[OTHER]).token()
     theirs = _first_snapshot(stack, OTHER, token_b)
     assert any(b"b-only" in f.content for f in theirs.files)
+
+
+def test_8b_stream_and_rest_tokens_are_not_interchangeable(stack: Stack) -> None:
+    """A stream token (seen on every connect) is no REST credential, and a REST
+    token of the same key opens no stream."""
+    key = load_credentials(stack.credentials[CLUSTER])
+    headers = {"authorization": f"Bearer {key.token()}"}
+    with stack.mgmt.client(headers=headers) as replayed:
+        assert replayed.get(CLUSTER_PATH).status_code == 401
+    agent = f"organizations/{ORG}/clusters/{CLUSTER}/serviceaccounts/agent"
+    rest_token = sign_service_account(key.private_jwk, agent, time.time(), 300)
+    with stack.mgmt.client(headers={"authorization": f"Bearer {rest_token}"}) as rest:
+        assert rest.get(CLUSTER_PATH).status_code == 200
+    with pytest.raises(grpc.RpcError) as denied:
+        _first_snapshot(stack, CLUSTER, rest_token)
+    assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED
 
 
 def test_6_enforcement_survives_the_management_plane_and_a_restart(stack: Stack) -> None:

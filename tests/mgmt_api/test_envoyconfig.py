@@ -109,7 +109,7 @@ def _group(admin: httpx.Client, org: str, workspace: str, group: str, names: lis
 
 def _setting(admin: httpx.Client, group: str, uri: str, policy: str) -> None:
     external = {"uri": uri, "policy": policy}
-    body = {"authorization": {"mode": "CUSTOM", "http": {"external": external}}}
+    body = {"authorization": {"mode": "CLUSTER", "http": {"external": external}}}
     ok(admin.post(f"{group}/settings", json={"name": "authz", "securitySetting": body}))
     ok(
         admin.post(
@@ -238,7 +238,7 @@ def test_ext_authz_filter_calls_the_settings_server_and_routes_select_its_policy
         ext_authz_pb2.ExtAuthzPerRoute(),
     )
     # The name under which the cluster's ext_authz file publishes the policy.
-    assert dict(per_route.check_settings.context_extensions) == {POLICY_CONTEXT_KEY: "w.g.jwt"}
+    assert dict(per_route.check_settings.context_extensions) == {POLICY_CONTEXT_KEY: "t.w.g.jwt"}
 
 
 def test_ratelimit_filter_follows_the_cluster_failure_mode_and_service_headers(

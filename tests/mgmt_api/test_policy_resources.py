@@ -6,6 +6,8 @@ compiler and the ext_authz loader use, so errors name the field as written.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -13,6 +15,7 @@ import httpx
 import pytest
 
 from tests.mgmt_api.harness import err, ok, unique
+from tests.mgmt_api.rbac_helpers import grant
 
 
 def traffic_policy(requests: int = 3, unit: str = "Minute", **rate: Any) -> dict[str, Any]:
@@ -26,6 +29,18 @@ def traffic_policy(requests: int = 3, unit: str = "Minute", **rate: Any) -> dict
         "kind": "BackendTrafficPolicy",
         "spec": {"targetRef": {"kind": "HTTPRoute", "name": "web"}, "rateLimit": rate_limit},
     }
+
+
+def with_rule(**fields: Any) -> dict[str, Any]:
+    policy = traffic_policy()
+    policy["spec"]["rateLimit"]["global"]["rules"][0].update(fields)
+    return policy
+
+
+def with_target(**fields: Any) -> dict[str, Any]:
+    policy = traffic_policy()
+    policy["spec"]["targetRef"].update(fields)
+    return policy
 
 
 EXTAUTHZ_POLICY = {
@@ -117,6 +132,36 @@ def test_traffic_policy_crud_with_etags_and_audit(
             {**traffic_policy(), "metadata": {"name": "other", "namespace": "default"}},
             "backendTrafficPolicy.metadata",
         ),
+        # Strict: no coercion of strings, floats or booleans into the limit.
+        (
+            traffic_policy(requests="3"),  # type: ignore[arg-type]
+            "backendTrafficPolicy.spec.rateLimit.global.rules[0].limit.requests",
+        ),
+        (
+            traffic_policy(requests=3.0),  # type: ignore[arg-type]
+            "backendTrafficPolicy.spec.rateLimit.global.rules[0].limit.requests",
+        ),
+        (
+            traffic_policy(requests=True),
+            "backendTrafficPolicy.spec.rateLimit.global.rules[0].limit.requests",
+        ),
+        (
+            with_rule(shadowMode="yes"),
+            "backendTrafficPolicy.spec.rateLimit.global.rules[0].shadowMode",
+        ),
+        (
+            with_rule(cost={"request": {"from": "Number", "number": "2"}}),
+            "backendTrafficPolicy.spec.rateLimit.global.rules[0].cost.request.number",
+        ),
+        (
+            with_rule(cost={"request": {"from": "Metadata", "metadata": {"key": "k"}}}),
+            "backendTrafficPolicy.spec.rateLimit.global.rules[0].cost.request.from",
+        ),
+        (
+            with_target(group="example.com"),
+            "backendTrafficPolicy.spec.targetRef.group",
+        ),
+        (with_target(kind="Service"), "backendTrafficPolicy.spec.targetRef.kind"),
     ],
 )
 def test_traffic_policy_rejections_name_the_field(
@@ -131,6 +176,35 @@ def test_traffic_policy_rejections_name_the_field(
     )
     assert field_of(body) == field, body
     assert body["message"].startswith(field + ":")
+
+
+def test_traffic_policy_is_stored_as_the_model_read_it(admin: httpx.Client, cluster: str) -> None:
+    """Envoy Gateway's ``cost.request`` shape, the bare-integer form stored in it,
+    an explicit Gateway API group, and normalised values (header names)."""
+    policy = traffic_policy()
+    policy["spec"]["targetRef"]["group"] = "gateway.networking.k8s.io"
+    rules = policy["spec"]["rateLimit"]["global"]["rules"]
+    rules[0]["cost"] = {"request": {"from": "Number", "number": 2}}
+    selector = {"headers": [{"name": "X-User", "type": "Distinct"}]}
+    rules.append({"limit": {"requests": 9, "unit": "Hour"}, "cost": {"request": 4}})
+    rules[1]["clientSelectors"] = [selector]
+    created = ok(
+        admin.post(
+            f"{cluster}/backendtrafficpolicies",
+            json={"name": "default.costs", "backendTrafficPolicy": policy},
+        )
+    )
+    stored = created["spec"]["rateLimit"]["global"]["rules"]
+    assert stored[0]["cost"] == {"request": {"from": "Number", "number": 2}}
+    assert stored[1]["cost"] == {"request": {"from": "Number", "number": 4}}
+    assert stored[1]["clientSelectors"][0]["headers"][0]["name"] == "x-user"
+    assert (
+        ok(admin.get(f"{cluster}/backendtrafficpolicies/default.costs"))["spec"] == created["spec"]
+    )
+    rendered = ok(admin.get(f"{cluster}/envoyconfig"))
+    (route,) = [r for r in rendered["routes"] if r["name"].endswith("default.costs")]
+    actions = route["typedPerFilterConfig"]["envoy.filters.http.ratelimit"]["rateLimits"]
+    assert [a["hitsAddend"]["number"] for a in actions] == ["2", "4"]
 
 
 @pytest.mark.parametrize("name", ["nonamespace", "default." + "n" * 60, "Default.x", "a.b.c"])
@@ -150,12 +224,12 @@ def test_traffic_policy_name_is_namespace_dot_name(
 def test_security_setting_and_extauthz_policy(admin: httpx.Client, group: str) -> None:
     setting = {
         "authorization": {
-            "mode": "CUSTOM",
+            "mode": "CLUSTER",
             "http": {"external": {"uri": "grpc://extauthz.mesh:9191", "policy": "jwt"}},
         }
     }
     created = ok(admin.post(f"{group}/settings", json={"name": "s", "securitySetting": setting}))
-    assert created["authorization"]["mode"] == "CUSTOM"
+    assert created["authorization"]["mode"] == "CLUSTER"
     policy = ok(
         admin.post(
             f"{group}/extauthzpolicies", json={"name": "jwt", "extAuthzPolicy": EXTAUTHZ_POLICY}
@@ -164,18 +238,45 @@ def test_security_setting_and_extauthz_policy(admin: httpx.Client, group: str) -
     assert policy["jwt"]["algorithms"] == ["HS256"]
 
 
+def test_custom_mode_is_an_explicit_service_account_list(admin: httpx.Client, group: str) -> None:
+    """Reference: ``CUSTOM`` = explicit ``serviceAccounts`` (``ns/sa``, ``ns/*``, ``./*``);
+    it needs no ext_authz server, and may have one."""
+    setting = {"authorization": {"mode": "CUSTOM", "serviceAccounts": ["shop/checkout", "./*"]}}
+    created = ok(admin.post(f"{group}/settings", json={"name": "c", "securitySetting": setting}))
+    assert created["authorization"]["serviceAccounts"] == ["shop/checkout", "./*"]
+    external = {"external": {"uri": "grpc://extauthz.mesh:9191", "policy": "jwt"}}
+    update = {"authorization": {**setting["authorization"], "http": external}}
+    ok(admin.put(f"{group}/settings/c", json={**update, "etag": created["etag"]}))
+
+
 @pytest.mark.parametrize(
     ("setting", "field"),
     [
         (
-            {"authorization": {"mode": "CUSTOM", "http": {"external": {"uri": "http://x:1"}}}},
+            {"authorization": {"mode": "CLUSTER", "http": {"external": {"uri": "http://x:1"}}}},
             "securitySetting.authorization.http.external.uri",
         ),
         (
             {"authorization": {"http": {"external": {"uri": "grpc://host"}}}},
             "securitySetting.authorization.http.external.uri",
         ),
-        ({"authorization": {"mode": "CUSTOM"}}, "securitySetting.authorization.http.external"),
+        ({"authorization": {"mode": "CUSTOM"}}, "securitySetting.authorization.serviceAccounts"),
+        (
+            {"authorization": {"mode": "CUSTOM", "serviceAccounts": []}},
+            "securitySetting.authorization.serviceAccounts",
+        ),
+        (
+            {"authorization": {"mode": "CUSTOM", "serviceAccounts": ["ns/sa", "Not Valid"]}},
+            "securitySetting.authorization.serviceAccounts[1]",
+        ),
+        (
+            {"authorization": {"mode": "CUSTOM", "serviceAccounts": ["ns/*", "ns/*"]}},
+            "securitySetting.authorization.serviceAccounts[1]",
+        ),
+        (
+            {"authorization": {"mode": "CLUSTER", "serviceAccounts": ["ns/sa"]}},
+            "securitySetting.authorization.serviceAccounts",
+        ),
         ({"authorization": {"mode": "SOMETIMES"}}, "securitySetting.authorization.mode"),
     ],
 )
@@ -195,6 +296,12 @@ def test_security_setting_rejections(
             "extAuthzPolicy.jwt.keys[0].hmacSecret.file",
         ),
         (lambda p: p["pathClaim"].update(match="ANY"), "extAuthzPolicy.pathClaim.match"),
+        (
+            lambda p: p["jwt"].update(
+                keys=[{"hmacSecret": {"value": "<redacted sha256:0123456789abcdef>"}}]
+            ),
+            "extAuthzPolicy.jwt.keys[0].hmacSecret.value",
+        ),
     ],
 )
 def test_extauthz_policy_validated_by_the_extauthz_loader(
@@ -206,6 +313,70 @@ def test_extauthz_policy_validated_by_the_extauthz_loader(
         admin.post(f"{group}/extauthzpolicies", json={"name": "p", "extAuthzPolicy": policy}), 400
     )
     assert field_of(body) == field, body
+
+
+def _sha16(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()[:16]
+
+
+def test_extauthz_secrets_are_write_only_and_a_get_put_round_trip_keeps_them(
+    admin: httpx.Client, group: str, org: str, make_user: Callable[..., httpx.Client]
+) -> None:
+    """Anyone with READ could otherwise mint tokens the gateway accepts."""
+    secret, other = "first-hmac-secret-value", "second-hmac-secret-value"
+    jwks = json.dumps({"keys": [{"kty": "oct", "k": "c2VjcmV0LXNlY3JldC1zZWNyZXQ"}]})
+    policy = {
+        "jwt": {
+            "algorithms": ["HS256"],
+            "keys": [
+                {"hmacSecret": {"value": secret}, "kid": "one"},
+                {"hmacSecret": {"value": other}, "kid": "two"},
+                {"jwks": {"value": jwks}},
+            ],
+        }
+    }
+    path = f"{group}/extauthzpolicies/keys"
+    created = ok(
+        admin.post(f"{group}/extauthzpolicies", json={"name": "keys", "extAuthzPolicy": policy})
+    )
+    name = unique("r")
+    reader = make_user(org, name)
+    grant(
+        admin,
+        group.removeprefix("/v2/"),
+        "rbac/reader",
+        {"user": f"organizations/{org}/users/{name}"},
+    )
+    for view in (created, ok(admin.get(path)), ok(reader.get(path))):
+        text = json.dumps(view)
+        assert secret not in text and other not in text and "c2VjcmV0" not in text
+        keys = view["jwt"]["keys"]
+        assert keys[0]["hmacSecret"]["value"] == f"<redacted sha256:{_sha16(secret)}>"
+        assert keys[1]["hmacSecret"]["value"] == f"<redacted sha256:{_sha16(other)}>"
+        assert keys[2]["jwks"]["value"].startswith("<redacted sha256:")
+    listed = ok(admin.get(f"{group}/extauthzpolicies"))["extAuthzPolicies"]
+    assert secret not in json.dumps(listed)
+    # GET -> PUT with the markers, keys reordered and a leeway added: secrets kept.
+    got = ok(admin.get(path))
+    got["jwt"]["keys"] = [got["jwt"]["keys"][1], got["jwt"]["keys"][0], got["jwt"]["keys"][2]]
+    got["jwt"]["leewaySeconds"] = 5
+    updated = ok(admin.put(path, json=got))
+    assert updated["jwt"]["keys"][0]["hmacSecret"]["value"].endswith(f"{_sha16(other)}>")
+    # A new secret replaces; a marker of a secret this policy never had is refused.
+    got = ok(admin.get(path))
+    got["jwt"]["keys"][0]["hmacSecret"]["value"] = "third-hmac-secret-value"
+    assert ok(admin.put(path, json=got))["jwt"]["keys"][0]["hmacSecret"]["value"].endswith(
+        f"{_sha16('third-hmac-secret-value')}>"
+    )
+    got = ok(admin.get(path))
+    got["jwt"]["keys"][1]["hmacSecret"]["value"] = f"<redacted sha256:{_sha16('never-stored')}>"
+    body = err(admin.put(path, json=got), 400)
+    assert field_of(body) == "extAuthzPolicy.jwt.keys[1].hmacSecret.value", body
+    # The policy's own status view names it as the ext_authz snapshot does
+    # (tests/e2e checks that a GET -> PUT round trip keeps enforcing the secret).
+    status = ok(admin.get(f"{path}/status"))
+    assert status["policyName"] == "t.w.g.keys"
+    assert [c["cluster"] for c in status["clusters"]] == []  # the group reaches c1: not created
 
 
 def test_traffic_policy_needs_create_permission(
@@ -235,6 +406,17 @@ def test_cluster_status_lists_desired_versions(admin: httpx.Client, cluster: str
     assert policy_status["desiredVersion"] == after["ratelimit"]
     assert policy_status["instances"] == []
     err(admin.get(f"{cluster}/backendtrafficpolicies/default.missing/status"), 404)
+
+
+def test_cluster_redis_url_may_be_spec_host_port(admin: httpx.Client, org: str) -> None:
+    """Spec §2.9: ``backend.redis.url`` is ``<host>:<port>``; stored as written."""
+    rate_limit = {"backend": {"type": "Redis", "redis": {"url": "redis.infra:6379"}}}
+    base = f"/v2/organizations/{org}/clusters"
+    ok(admin.post(base, json={"name": "hp", "cluster": {"rateLimit": rate_limit}}))
+    assert ok(admin.post(f"{base}/hp/config"))["rateLimit"] == rate_limit
+    bad = {"backend": {"redis": {"url": "redis.infra:notaport"}}}
+    body = err(admin.post(base, json={"name": "hq", "cluster": {"rateLimit": bad}}), 400)
+    assert field_of(body) == "cluster.rateLimit.backend.redis.url", body
 
 
 def test_cluster_rate_limit_switches_are_returned_by_cluster_config(

@@ -18,7 +18,7 @@ import yaml
 from meshplane.config_error import ConfigError
 from meshplane.control_plane import add_arguments, load_credentials, options_from
 from mgmt_api.auth import keys as keymod
-from mgmt_api.auth.tokens import TokenError, verify_service_account
+from mgmt_api.auth.tokens import DISTRIBUTION_AUDIENCE, TokenError, verify_service_account
 
 CLUSTER_FQN = "organizations/o/clusters/c"
 SA_FQN = CLUSTER_FQN + "/serviceaccounts/agent"
@@ -41,7 +41,7 @@ def template_secret(pair: keymod.KeyPair) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("form", ["template-json", "template-yaml", "jwk", "encoded"])
-def test_every_credentials_form_signs_tokens_the_api_accepts(
+def test_every_credentials_form_signs_stream_tokens_the_management_plane_accepts(
     tmp_path: Path, pair: keymod.KeyPair, form: str
 ) -> None:
     secret = template_secret(pair)
@@ -56,8 +56,13 @@ def test_every_credentials_form_signs_tokens_the_api_accepts(
     key = load_credentials(path)
     assert key.key_id == pair.id
     now = time.time()
-    claims = verify_service_account(pair.public_jwk, key.token(now), now, 3600)
+    token = key.token(now)
+    claims = verify_service_account(
+        pair.public_jwk, token, now, 3600, audience=DISTRIBUTION_AUDIENCE
+    )
     assert claims.expires_at - claims.issued_at == 300
+    with pytest.raises(TokenError):  # a stream token is no REST credential
+        verify_service_account(pair.public_jwk, token, now, 3600)
     if form.startswith("template"):
         assert (key.subject, key.cluster_fqn) == (SA_FQN, CLUSTER_FQN)
 

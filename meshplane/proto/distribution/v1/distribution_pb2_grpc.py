@@ -46,8 +46,16 @@ class PolicyDistributionServicer:
 
     def StreamSnapshots(self, request_iterator, context):
         """The subscriber sends a first request carrying its node, then one ACK or
-        NACK per snapshot received. The server sends a snapshot on connect and
-        after every change that affects the node's cluster.
+        NACK per snapshot received, and a keep-alive (a request without
+        response_nonce) every few seconds in between. The server sends its
+        initial metadata once the stream is admitted, a snapshot on connect when
+        the subscriber's version differs, and one after every change that
+        affects the node's cluster. It ends the stream with PERMISSION_DENIED
+        when the credentials it was opened with are revoked.
+
+        Authorization: "Bearer <JWT>" signed with a key of the cluster's agent
+        service account, with aud "meshplane:policy-distribution" (a token the
+        REST API refuses). Snapshots carry inline secrets: use TLS.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
