@@ -30,7 +30,7 @@ from meshplane.server import ASGIApp, ServeOptions, WorkerContext, serve
 _GET = b"*2\r\n$3\r\nGET\r\n$4\r\nnoop\r\n"
 
 
-class _Redis(asyncio.Protocol):
+class RedisGet(asyncio.Protocol):
     """One pipelined connection; replies resolve the waiting calls in order."""
 
     def __init__(self) -> None:
@@ -56,7 +56,7 @@ class _Redis(asyncio.Protocol):
 
 
 class _Noop(rls_pb2_grpc.RateLimitServiceServicer):  # type: ignore[misc]
-    def __init__(self, redis: _Redis | None) -> None:
+    def __init__(self, redis: RedisGet | None) -> None:
         self._redis = redis
 
     async def ShouldRateLimit(
@@ -76,12 +76,12 @@ class NoopApp:
 
     def __init__(self, redis_port: int | None = None) -> None:
         self._redis_port = redis_port
-        self._redis: _Redis | None = None
+        self._redis: RedisGet | None = None
 
     async def start(self, ctx: WorkerContext) -> None:
         if self._redis_port is not None:
             _, self._redis = await asyncio.get_running_loop().create_connection(
-                _Redis, "127.0.0.1", self._redis_port
+                RedisGet, "127.0.0.1", self._redis_port
             )
         rls_pb2_grpc.add_RateLimitServiceServicer_to_server(_Noop(self._redis), ctx.server)
 

@@ -21,49 +21,26 @@ import sys
 import time
 from pathlib import Path
 
-import hiredis
-
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from bench.ratelimit.noop_rls import RedisGet  # noqa: E402
 from tests.support.redis_server import redis_server  # noqa: E402
-
-_GET = b"*2\r\n$3\r\nGET\r\n$5\r\nbench\r\n"
-
-
-class _OneAtATime(asyncio.Protocol):
-    """Resolves the pending future with each reply (one command in flight)."""
-
-    def __init__(self) -> None:
-        self.reader = hiredis.Reader()
-        self.waiter: asyncio.Future[object] | None = None
-        self.transport: asyncio.Transport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        self.reader.feed(data)
-        while (reply := self.reader.gets()) is not False:
-            assert self.waiter is not None
-            self.waiter.set_result(reply)
 
 
 async def _measure(port: int, count: int, redis: bool) -> tuple[float, float]:
     """(CPU µs, wall µs) per operation."""
     loop = asyncio.get_running_loop()
-    transport, protocol = await loop.create_connection(_OneAtATime, "127.0.0.1", port)
+    transport, protocol = await loop.create_connection(RedisGet, "127.0.0.1", port)
     try:
         cpu0, wall0 = time.process_time(), time.perf_counter()
         for _ in range(count):
-            future: asyncio.Future[object] = loop.create_future()
             if redis:
-                protocol.waiter = future
-                transport.write(_GET)
+                await protocol.get()
             else:
+                future: asyncio.Future[None] = loop.create_future()
                 loop.call_soon(future.set_result, None)
-            await future
+                await future
         cpu1, wall1 = time.process_time(), time.perf_counter()
     finally:
         transport.close()

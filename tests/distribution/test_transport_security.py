@@ -30,7 +30,7 @@ from mgmt_api.distribution.feed import ChangeFeed
 from mgmt_api.distribution.hub import DistributionTls
 from mgmt_api.distribution.registry import SubscriberRegistry
 from mgmt_api.distribution.server import AuthError, Compiled, DistributionServicer
-from tests.distribution.certs import CertificateAuthority
+from tests.support.certs import CertificateAuthority
 
 NODE = NodeIdentity("ratelimit", "acme", "east", "pod-1")
 TOKEN = "token-east"

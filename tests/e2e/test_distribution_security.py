@@ -26,8 +26,8 @@ import pytest
 
 from meshplane.proto.distribution.v1 import distribution_pb2 as dpb
 from meshplane.proto.distribution.v1 import distribution_pb2_grpc as dpb_grpc
-from tests.distribution.certs import CertificateAuthority
 from tests.mgmt_api.harness import MgmtServer, ok
+from tests.support.certs import CertificateAuthority
 from tests.support.net import free_port, wait_for_port
 
 ORG = "sec"

@@ -112,19 +112,30 @@ class Slapd:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def start_slapd() -> Slapd:
-    """Start a fresh, seeded-with-the-skeleton slapd; the caller must ``stop()`` it."""
+def start_slapd(
+    *, tls: str = "", ldaps_port: int | None = None, workdir: Path | None = None
+) -> Slapd:
+    """Start a fresh, seeded-with-the-skeleton slapd; the caller must ``stop()`` it.
+
+    ``tls`` holds TLS directives for the config (then ``ldap://`` also speaks
+    StartTLS), and ``ldaps_port`` adds an ``ldaps://`` listener: what
+    ``tests.identity.slapd_tls`` needs, on the one launcher.
+    """
     binary = find_slapd()
     if not (_SCHEMA_DIR / "core.schema").exists():
         raise AssertionError(SETUP_HINT)
-    workdir = Path(tempfile.mkdtemp(prefix="meshplane-slapd-"))
-    (workdir / "data").mkdir()
+    workdir = workdir or Path(tempfile.mkdtemp(prefix="meshplane-slapd-"))
+    (workdir / "data").mkdir(parents=True, exist_ok=True)
     conf = workdir / "slapd.conf"
-    conf.write_text(_config(workdir), encoding="utf-8")
+    conf.write_text(_config(workdir).replace("database mdb", tls + "database mdb", 1))
     port = free_port()
+    ports = [port] if ldaps_port is None else [port, ldaps_port]
+    urls = f"ldap://127.0.0.1:{port}/"
+    if ldaps_port is not None:
+        urls += f" ldaps://127.0.0.1:{ldaps_port}/"
     with (workdir / "slapd.log").open("wb") as log:  # the child keeps its own descriptor
         process = subprocess.Popen(
-            [binary, "-f", str(conf), "-h", f"ldap://127.0.0.1:{port}/", "-d", "0"],
+            [binary, "-f", str(conf), "-h", urls, "-d", "0"],
             stdout=log,
             stderr=subprocess.STDOUT,
         )
@@ -136,7 +147,8 @@ def start_slapd() -> Slapd:
                 output = (workdir / "slapd.log").read_text(errors="replace")[-2000:]
                 raise AssertionError(f"slapd exited with {process.returncode}:\n{output}")
             try:
-                wait_for_port(port, timeout=0.5)
+                for listening in ports:
+                    wait_for_port(listening, timeout=0.5)
                 break
             except TimeoutError:
                 if time.monotonic() > deadline:
