@@ -195,6 +195,10 @@ def restore_secrets(
         ) from None
 
 
+# An HS256 key shorter than the hash is refused (RFC 7518 §3.2).
+MIN_HMAC_SECRET_BYTES = 32
+
+
 def _extauthz_policy(prefix: str, spec: dict[str, Any]) -> None:
     marker_field = key_material.first_marker(spec)
     if marker_field is not None:
@@ -205,6 +209,17 @@ def _extauthz_policy(prefix: str, spec: dict[str, Any]) -> None:
             "is a redacted value; send the secret itself (a marker is only "
             "accepted on an update of the policy it was read from)",
         )
+    for i, entry in enumerate(((spec.get("jwt") or {}).get("keys")) or []):
+        value = ((entry or {}).get("hmacSecret") or {}).get("value")
+        if isinstance(value, str) and len(value.encode()) < MIN_HMAC_SECRET_BYTES:
+            # RFC 7518 §3.2. It also keeps the unkeyed fingerprint that REST
+            # shows instead of the secret (key_material) from helping anyone
+            # with READ guess it offline.
+            raise invalid(
+                f"{prefix}.jwt.keys[{i}].hmacSecret.value",
+                f"an HMAC secret must be at least {MIN_HMAC_SECRET_BYTES} bytes "
+                "(RFC 7518 §3.2); generate one, e.g. `openssl rand -base64 32`",
+            )
     policy = {
         k: v
         for k, v in spec.items()

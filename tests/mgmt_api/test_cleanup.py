@@ -221,7 +221,10 @@ def test_cleanup_has_its_own_permission(
 
 
 EXTAUTHZ_POLICY = {
-    "jwt": {"algorithms": ["HS256"], "keys": [{"hmacSecret": {"value": "a-long-test-secret"}}]},
+    "jwt": {
+        "algorithms": ["HS256"],
+        "keys": [{"hmacSecret": {"value": "a-long-test-secret-of-32-bytes-or-more"}}],
+    },
     "pathClaim": {"name": "path", "match": "PREFIX"},
 }
 SETTING = {

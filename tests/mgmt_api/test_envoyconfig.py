@@ -84,7 +84,10 @@ TRAFFIC_POLICY: dict[str, Any] = {
 }
 
 EXTAUTHZ_POLICY = {
-    "jwt": {"algorithms": ["HS256"], "keys": [{"hmacSecret": {"value": "a-long-test-secret"}}]},
+    "jwt": {
+        "algorithms": ["HS256"],
+        "keys": [{"hmacSecret": {"value": "a-long-test-secret-of-32-bytes-or-more"}}],
+    },
     "pathClaim": {"name": "path", "match": "PREFIX"},
 }
 

@@ -44,7 +44,10 @@ def with_target(**fields: Any) -> dict[str, Any]:
 
 
 EXTAUTHZ_POLICY = {
-    "jwt": {"algorithms": ["HS256"], "keys": [{"hmacSecret": {"value": "a-long-test-secret"}}]},
+    "jwt": {
+        "algorithms": ["HS256"],
+        "keys": [{"hmacSecret": {"value": "a-long-test-secret-of-32-bytes-or-more"}}],
+    },
     "pathClaim": {"name": "path", "match": "PREFIX"},
 }
 
@@ -302,6 +305,10 @@ def test_security_setting_rejections(
             ),
             "extAuthzPolicy.jwt.keys[0].hmacSecret.value",
         ),
+        (  # RFC 7518 §3.2: not shorter than the hash (the TSB demo's "secret" is refused)
+            lambda p: p["jwt"].update(keys=[{"hmacSecret": {"value": "secret"}}]),
+            "extAuthzPolicy.jwt.keys[0].hmacSecret.value",
+        ),
     ],
 )
 def test_extauthz_policy_validated_by_the_extauthz_loader(
@@ -323,7 +330,10 @@ def test_extauthz_secrets_are_write_only_and_a_get_put_round_trip_keeps_them(
     admin: httpx.Client, group: str, org: str, make_user: Callable[..., httpx.Client]
 ) -> None:
     """Anyone with READ could otherwise mint tokens the gateway accepts."""
-    secret, other = "first-hmac-secret-value", "second-hmac-secret-value"
+    secret, other = (
+        "first-hmac-secret-value-32-bytes-long",
+        "second-hmac-secret-value-32-bytes-long",
+    )
     jwks = json.dumps({"keys": [{"kty": "oct", "k": "c2VjcmV0LXNlY3JldC1zZWNyZXQ"}]})
     policy = {
         "jwt": {
@@ -364,9 +374,9 @@ def test_extauthz_secrets_are_write_only_and_a_get_put_round_trip_keeps_them(
     assert updated["jwt"]["keys"][0]["hmacSecret"]["value"].endswith(f"{_sha16(other)}>")
     # A new secret replaces; a marker of a secret this policy never had is refused.
     got = ok(admin.get(path))
-    got["jwt"]["keys"][0]["hmacSecret"]["value"] = "third-hmac-secret-value"
+    got["jwt"]["keys"][0]["hmacSecret"]["value"] = "third-hmac-secret-value-32-bytes-long"
     assert ok(admin.put(path, json=got))["jwt"]["keys"][0]["hmacSecret"]["value"].endswith(
-        f"{_sha16('third-hmac-secret-value')}>"
+        f"{_sha16('third-hmac-secret-value-32-bytes-long')}>"
     )
     got = ok(admin.get(path))
     got["jwt"]["keys"][1]["hmacSecret"]["value"] = f"<redacted sha256:{_sha16('never-stored')}>"

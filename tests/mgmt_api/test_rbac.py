@@ -47,7 +47,10 @@ POLICY_SPECS: dict[str, dict[str, Any]] = {
         }
     },
     "ExtAuthzPolicy": {
-        "jwt": {"algorithms": ["HS256"], "keys": [{"hmacSecret": {"value": "rbac-test-secret"}}]}
+        "jwt": {
+            "algorithms": ["HS256"],
+            "keys": [{"hmacSecret": {"value": "rbac-test-secret-of-32-bytes-or-more"}}],
+        }
     },
 }
 
