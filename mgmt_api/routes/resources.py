@@ -19,14 +19,13 @@ from pydantic.alias_generators import to_snake
 
 from mgmt_api import fqn as fqnmod
 from mgmt_api.kinds import KINDS, KindDef, item_templates, parent_templates
-from mgmt_api.routes.deps import call_context, state
+from mgmt_api.routes.deps import NAME_PATTERN, call_context, state
 from mgmt_api.schemas import resources as m
 from mgmt_api.schemas.base import ApiModel, Empty
 from mgmt_api.service.resources import CallContext
 
 KW = inspect.Parameter.KEYWORD_ONLY
 _PARAM = re.compile(r"{(\w+)}")
-NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 # Path parameters of namespaced kinds take ``{namespace}.{name}`` (see fqn.NAMESPACED).
 _NAMESPACED_PARAMS = {
     k.param: k.collection for k in KINDS.values() if k.collection in fqnmod.NAMESPACED

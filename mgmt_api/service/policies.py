@@ -15,7 +15,7 @@ from mgmt_api import fqn as fqnmod
 from mgmt_api.domain import etags, rbac
 from mgmt_api.errors import ApiError, Code, invalid, not_found
 from mgmt_api.service import authz, validation
-from mgmt_api.service.resources import CallContext, org_name
+from mgmt_api.service.resources import CallContext
 from mgmt_api.store import repo
 from mgmt_api.store.engine import read_tx, write_tx
 
@@ -91,7 +91,7 @@ class PolicyService:
                 )
             repo.audit(
                 conn,
-                organization=org_name(fqn),
+                organization=repo.org_name(fqn),
                 fqn=fqn,
                 kind=kind,
                 operation="SET_POLICY",

@@ -47,11 +47,6 @@ def rfc3339(us: int) -> str:
     )
 
 
-def org_name(fqn: str) -> str:
-    parts = fqn.split("/")
-    return parts[1] if len(parts) >= 2 and parts[0] == "organizations" else ""
-
-
 @dataclass(frozen=True, slots=True)
 class CallContext:
     principal: Principal
@@ -154,7 +149,7 @@ class ResourceService:
     ) -> None:
         repo.audit(
             conn,
-            organization=org_name(fqn),
+            organization=repo.org_name(fqn),
             fqn=fqn,
             kind=kind,
             operation=op,
