@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import signal
 from typing import Annotated
 
 import typer
@@ -99,6 +100,11 @@ def serve(  # noqa: PLR0917 - one parameter per command-line option, as typer wa
     # collections stay short and do not show up as latency spikes.
     gc.collect()
     gc.freeze()
+    # uvicorn drains on SIGTERM/SIGINT, then re-raises the signal to whatever
+    # handler was installed before it: make that a plain exit 0, so a clean
+    # drain reads as success (as ratelimit and extauthz exit), not as "killed".
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _exit_after_drain)
     uvicorn.run(
         application,
         host=host,
@@ -108,6 +114,10 @@ def serve(  # noqa: PLR0917 - one parameter per command-line option, as typer wa
         timeout_graceful_shutdown=10,
         proxy_headers=False,
     )
+
+
+def _exit_after_drain(_signum: int, _frame: object) -> None:
+    raise SystemExit(0)
 
 
 @app.callback()

@@ -38,6 +38,7 @@ class MgmtServer:
         self.port = free_port()
         self.grpc_port = free_port()  # PolicyDistribution; never the fixed default
         self.proc: subprocess.Popen[bytes] | None = None
+        self.exit_code: int | None = None  # of the last stop()
         self.log_path = Path(self.data_dir) / f"server-{self.port}.log"
 
     @property
@@ -89,6 +90,8 @@ class MgmtServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        if self.proc is not None:
+            self.exit_code = self.proc.returncode
         self.proc = None
 
     def close(self) -> None:
