@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -21,9 +18,10 @@ from typing import Any, cast
 import pytest
 from envoy.service.ratelimit.v3 import rls_pb2
 
-from tests.e2e.test_policy_publishing import should_rate_limit, traffic_policy, wait_until
+from tests.e2e.test_policy_publishing import should_rate_limit, traffic_policy
 from tests.mgmt_api.harness import MgmtServer, ok
-from tests.support.net import free_port, wait_for_port
+from tests.support.net import free_port
+from tests.support.processes import Service, wait_until
 from tests.support.redis_server import RedisServer
 
 ORG, CLUSTER = "sw", "c1"
@@ -41,29 +39,20 @@ class Platform:
         self.mgmt = MgmtServer(data_dir=str(tmp / "mgmt")).start()
         self.admin = self.mgmt.admin()
         self.redis = RedisServer().start()
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.service: Service | None = None
         self.port = self.rl_port = free_port()
 
     def start_ratelimit(self, credentials: Path) -> None:
         env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "REDIS_URL_FILE")}
         env["MESHPLANE_SECRETS_DIR"] = str(self.secrets)
-        log = self.tmp / "ratelimit.log"
-        self.proc = subprocess.Popen(
-            [
-                sys.executable, "-m", "ratelimit.cli", "serve",
-                "--listen", f"127.0.0.1:{self.port}",
-                "--control-plane", f"127.0.0.1:{self.mgmt.grpc_port}",
-                "--cluster", f"{ORG}/{CLUSTER}",
-                "--credentials", str(credentials), "--cache-dir", str(self.tmp / "cache"),
-            ],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=open(log, "ab"),  # noqa: SIM115
-        )  # fmt: skip
-        try:
-            wait_for_port(self.port, timeout=60)
-        except TimeoutError:
-            raise RuntimeError(log.read_text()[-3000:]) from None
+        args = [
+            "ratelimit.cli", "serve",
+            "--listen", f"127.0.0.1:{self.port}",
+            "--control-plane", f"127.0.0.1:{self.mgmt.grpc_port}",
+            "--cluster", f"{ORG}/{CLUSTER}",
+            "--credentials", str(credentials), "--cache-dir", str(self.tmp / "cache"),
+        ]  # fmt: skip
+        self.service = Service(args, self.port, self.tmp / "ratelimit.log", env).start()
 
     def status(self) -> dict[str, Any]:
         return ok(self.admin.get(f"{CLUSTER_PATH}/status"))  # type: ignore[no-any-return]
@@ -105,13 +94,8 @@ class Platform:
         return int(self.redis.command("DBSIZE"))
 
     def close(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.service is not None:
+            self.service.stop()
         self.admin.close()
         self.mgmt.close()
         self.redis.close()

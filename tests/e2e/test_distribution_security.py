@@ -12,11 +12,7 @@ good snapshot.
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,21 +24,11 @@ from meshplane.proto.distribution.v1 import distribution_pb2 as dpb
 from meshplane.proto.distribution.v1 import distribution_pb2_grpc as dpb_grpc
 from tests.mgmt_api.harness import MgmtServer, ok
 from tests.support.certs import CertificateAuthority
-from tests.support.net import free_port, wait_for_port
+from tests.support.net import free_port
+from tests.support.processes import Service, wait_until
 
 ORG = "sec"
 CLUSTER_PATH = f"/v2/organizations/{ORG}/clusters/c1"
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or predicate}")
-        time.sleep(0.1)
 
 
 class Setup:
@@ -55,7 +41,7 @@ class Setup:
         (tmp / "mgmt").mkdir()
         self.mgmt = MgmtServer(data_dir=str(tmp / "mgmt")).start()
         self.admin = self.mgmt.admin()
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.service: Service | None = None
         self.log = tmp / "ratelimit.log"
 
     def start_ratelimit(self, credentials: Path) -> tuple[int, int]:
@@ -69,29 +55,15 @@ class Setup:
         ]
         args += ["--cluster", f"{ORG}/c1", "--credentials", str(credentials)]
         args += ["--cache-dir", str(self.tmp / "cache")]
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ratelimit.cli", *args],
-            stdout=subprocess.DEVNULL,
-            stderr=open(self.log, "ab"),  # noqa: SIM115
-        )
-        try:
-            wait_for_port(port, timeout=60)
-        except Exception:
-            self.close()
-            raise RuntimeError(self.log.read_text()[-3000:]) from None
+        self.service = Service(["ratelimit.cli", *args], port, self.log).start()
         return port, metrics
 
     def instances(self) -> list[dict[str, Any]]:
         return ok(self.admin.get(f"{CLUSTER_PATH}/status"))["instances"]  # type: ignore[no-any-return]
 
     def close(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.service is not None:
+            self.service.stop()
         self.admin.close()
         self.mgmt.close()
 
@@ -167,5 +139,6 @@ def test_a_service_subscribes_over_tls_and_a_revoked_key_ends_its_stream(setup: 
         lambda: "PERMISSION_DENIED" in setup.log.read_text() and setup.log.read_text(),
         what="the service to log the refusal",
     )
-    assert setup.proc is not None and setup.proc.poll() is None  # still serving its cache
+    assert setup.service is not None and setup.service.proc is not None
+    assert setup.service.proc.poll() is None  # still serving its cache
     assert (setup.tmp / "cache" / "current" / ".version").read_text().strip() == desired

@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sqlite3
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +30,8 @@ from meshplane.proto.distribution.v1 import distribution_pb2 as dpb
 from meshplane.proto.distribution.v1 import distribution_pb2_grpc as dpb_grpc
 from mgmt_api.auth.tokens import sign_service_account
 from tests.mgmt_api.harness import MgmtServer, ok
-from tests.support.net import free_port, wait_for_port
+from tests.support.net import free_port
+from tests.support.processes import Service, wait_until
 from tests.support.redis_server import RedisServer
 
 ORG = "e2e"
@@ -50,48 +48,6 @@ OTHER_TENANT_POLICY = "t2.w.g.jwt"  # same workspace, group and policy names, ot
 SECRET = "e2e-hmac-secret-0123456789abcdef"
 OK_CODE = rls_pb2.RateLimitResponse.OK
 OVER = rls_pb2.RateLimitResponse.OVER_LIMIT
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or predicate}")
-        time.sleep(0.05)
-
-
-class Service:
-    """A ratelimit or extauthz CLI subprocess."""
-
-    def __init__(self, args: list[str], port: int, log: Path) -> None:
-        self.args, self.port, self.log = args, port, log
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> Service:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", *self.args],
-            stdout=subprocess.DEVNULL,
-            stderr=open(self.log, "ab"),  # noqa: SIM115
-        )
-        try:
-            wait_for_port(self.port, timeout=60)
-        except Exception:
-            self.stop()
-            raise RuntimeError(self.log.read_text()[-3000:]) from None
-        return self
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
 
 
 class Stack:

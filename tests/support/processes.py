@@ -1,0 +1,73 @@
+"""Our own services as subprocesses, the way an operator runs them, for end-to-end tests.
+
+One launcher for every e2e file: start ``python -m MODULE ARGS``, wait for
+its port, and stop it the way Kubernetes does (SIGTERM, then SIGKILL after a
+grace period). Its stderr (JSON logs) goes to a file whose tail is shown when
+it fails to start.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from tests.support.net import wait_for_port
+
+T = TypeVar("T")
+
+
+def wait_until(predicate: Callable[[], T], timeout: float = 10.0, what: str = "") -> T:
+    """The first truthy value of ``predicate``, polled every 50 ms."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what or predicate}")
+        time.sleep(0.05)
+
+
+class Service:
+    """A ``ratelimit`` / ``extauthz`` (or any ``python -m``) subprocess on ``port``."""
+
+    def __init__(
+        self, args: list[str], port: int, log: Path, env: Mapping[str, str] | None = None
+    ) -> None:
+        self.args, self.port, self.log, self.env = args, port, log, env
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Service:
+        with open(self.log, "ab") as log:  # the child keeps its own descriptor
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", *self.args],
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                env=dict(self.env) if self.env is not None else None,
+            )
+        try:
+            wait_for_port(self.port, timeout=60)
+        except Exception:
+            self.stop()
+            raise RuntimeError(self.log.read_text()[-3000:]) from None
+        return self
+
+    def stop(self) -> Any:
+        """SIGTERM, 15 s to drain, then SIGKILL; the exit code (None if never started)."""
+        code = None
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGTERM)
+                try:
+                    self.proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait()
+            code = self.proc.returncode
+        self.proc = None
+        return code
