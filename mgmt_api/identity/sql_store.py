@@ -317,22 +317,8 @@ class SqlDirectoryStore:
         fqnmod.validate_name(parsed.name)
         if not repo.exists(conn, parsed.parent):
             raise LookupError(f"{parsed.parent} does not exist")
-        now = repo.now_us()
         created = repo.insert(
-            conn,
-            repo.Resource(
-                fqn=fqn,
-                parent=parsed.parent,
-                kind=kind,
-                name=parsed.name,
-                spec=spec,
-                status={},
-                etag=etags.compute(fqn, rev),
-                protected=False,
-                creator=SYNC_ACTOR,
-                create_time=now,
-                update_time=now,
-            ),
+            conn, repo.new_resource(fqn, kind, spec, revision=rev, creator=SYNC_ACTOR)
         )
         if not created:  # e.g. a local user of the same name: never taken over
             raise LookupError(f"{fqn} already exists")

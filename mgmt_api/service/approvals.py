@@ -214,27 +214,21 @@ class ApprovalService:
                     metadata={"fqn": resource},
                 )
             policy = ap.set_policy(current, mode, metadata=metadata)
-            new_etag = etags.compute(fqn, revision)
             if existing is None:
-                now = repo.now_us()
                 repo.insert(
                     conn,
-                    repo.Resource(
-                        fqn=fqn,
-                        parent=resource,
-                        kind=POLICY_KIND,
-                        name=POLICY_NAME,
-                        spec=policy.to_json(),
-                        status={},
-                        etag=new_etag,
-                        protected=False,
+                    repo.new_resource(
+                        fqn,
+                        POLICY_KIND,
+                        policy.to_json(),
+                        revision=revision,
                         creator=ctx.principal.fqn,
-                        create_time=now,
-                        update_time=now,
+                        parent=resource,  # approval-policy FQNs are not in the path grammar
+                        name=POLICY_NAME,
                     ),
                 )
             else:
-                self._store(conn, existing, policy, new_etag)
+                self._store(conn, existing, policy, etags.compute(fqn, revision))
             _audit(
                 conn,
                 ctx,

@@ -32,25 +32,14 @@ def bootstrap(engine: Engine, admin_password: str | None) -> str:
         if repo.kv_get(conn, _MARKER) is None:
             generated = admin_password is None
             password = admin_password or secrets.token_urlsafe(18)
-            now = repo.now_us()
             repo.insert(
                 conn,
-                repo.Resource(
-                    fqn=ADMIN_FQN,
-                    parent=fqnmod.ROOT,
-                    kind="User",
-                    name="admin",
-                    spec={
-                        "loginName": "admin",
-                        "displayName": "Administrator",
-                        "sourceType": "MANUAL",
-                    },
-                    status={},
-                    etag=etags.compute(ADMIN_FQN, revision),
-                    protected=False,
+                repo.new_resource(
+                    ADMIN_FQN,
+                    "User",
+                    {"loginName": "admin", "displayName": "Administrator", "sourceType": "MANUAL"},
+                    revision=revision,
                     creator="SYSTEM",
-                    create_time=now,
-                    update_time=now,
                 ),
             )
             repo.set_password_hash(conn, ADMIN_FQN, passwords.hash_password(password))
@@ -63,20 +52,11 @@ def bootstrap(engine: Engine, admin_password: str | None) -> str:
             for role, description in rbac.BUILTIN_DESCRIPTIONS.items():
                 name = role.split("/", 1)[1]
                 rules = [{"permissions": sorted(r.permissions)} for r in rbac.BUILTIN_ROLES[role]]
+                spec = {"displayName": name, "description": description, "rules": rules}
                 repo.insert(
                     conn,
-                    repo.Resource(
-                        fqn=role,
-                        parent=fqnmod.RBAC,
-                        kind="Role",
-                        name=name,
-                        spec={"displayName": name, "description": description, "rules": rules},
-                        status={},
-                        etag=etags.compute(role, revision),
-                        protected=True,
-                        creator="SYSTEM",
-                        create_time=now,
-                        update_time=now,
+                    repo.new_resource(
+                        role, "Role", spec, revision=revision, creator="SYSTEM", protected=True
                     ),
                 )
             repo.kv_put(conn, _SECRET, tokens.new_signing_secret())

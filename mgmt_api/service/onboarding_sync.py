@@ -137,21 +137,7 @@ def _ensure(
     existing = repo.get(conn, fqn)
     if existing is not None:
         return existing
-    parsed = fqnmod.parse(fqn)
-    now = repo.now_us()
-    res = repo.Resource(
-        fqn=fqn,
-        parent=parsed.parent,
-        kind=kind,
-        name=parsed.name,
-        spec=spec,
-        status={},
-        etag=etags.compute(fqn, revision),
-        protected=False,
-        creator=actor,
-        create_time=now,
-        update_time=now,
-    )
+    res = repo.new_resource(fqn, kind, spec, revision=revision, creator=actor)
     repo.insert(conn, res)
     repo.insert_policy(conn, fqn, [], etags.compute(fqn + "#policy", revision))
     _audit(conn, actor, res, "CREATE", f"created onboarding {kind} {fqn}")

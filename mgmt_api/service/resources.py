@@ -242,19 +242,15 @@ class ResourceService:
         spec: dict[str, Any],
         revision: int,
     ) -> repo.Resource:
-        now = repo.now_us()
-        res = repo.Resource(
-            fqn=fqn,
-            parent=parent,
-            kind=kind,
-            name=name,
-            spec=spec,
-            status={},
-            etag=etags.compute(fqn, revision),
-            protected=bool(spec.get("deletionProtectionEnabled")),
+        res = repo.new_resource(
+            fqn,
+            kind,
+            spec,
+            revision=revision,
             creator=ctx.principal.fqn,
-            create_time=now,
-            update_time=now,
+            protected=bool(spec.get("deletionProtectionEnabled")),
+            parent=parent,
+            name=name,
         )
         if not repo.insert(conn, res):
             raise already_exists(fqn)

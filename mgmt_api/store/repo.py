@@ -16,6 +16,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from mgmt_api import fqn as fqnmod
+from mgmt_api.domain import etags
 from mgmt_api.fqn import subtree_bounds
 from mgmt_api.store.tables import (
     audit_log,
@@ -49,6 +51,40 @@ class Resource:
     creator: str
     create_time: int
     update_time: int
+
+
+def new_resource(
+    fqn: str,
+    kind: str,
+    spec: dict[str, Any],
+    *,
+    revision: int,
+    creator: str,
+    protected: bool = False,
+    parent: str | None = None,
+    name: str | None = None,
+) -> Resource:
+    """A resource about to be inserted: no status yet, the etag of ``revision``,
+    created and updated now. ``parent`` and ``name`` come from the FQN unless
+    given (an FQN outside the path grammar, such as an approval policy's)."""
+    if parent is None or name is None:
+        parsed = fqnmod.parse(fqn)
+        parent = parsed.parent if parent is None else parent
+        name = parsed.name if name is None else name
+    now = now_us()
+    return Resource(
+        fqn=fqn,
+        parent=parent,
+        kind=kind,
+        name=name,
+        spec=spec,
+        status={},
+        etag=etags.compute(fqn, revision),
+        protected=protected,
+        creator=creator,
+        create_time=now,
+        update_time=now,
+    )
 
 
 def _row_to_resource(row: Any) -> Resource:
