@@ -33,7 +33,7 @@ from ratelimit.store import CounterStore, StoreUnavailable
 from ratelimit.store.local_cache import LocalCacheStore
 from ratelimit.store.memory import MemoryStore
 from ratelimit.store.redis import RedisStore
-from ratelimit.store.resp import build_keyed_client
+from ratelimit.store.resp import Pipelining, build_keyed_client
 from ratelimit.store.switches import StoreSwitches, load_switches
 
 log = logging.getLogger(__name__)
@@ -104,7 +104,7 @@ def build_store(
         client = build_keyed_client(
             target,
             on_flush=metrics.REDIS_ROUND_TRIPS.inc,
-            pipeline_window=settings.redis_pipeline_window,
+            pipelining=Pipelining(settings.redis_pipeline_window, settings.redis_pipeline_limit),
         )
         redis_store = RedisStore(
             client,

@@ -42,7 +42,8 @@ class Settings:
     breaker_failures: int = 3
     breaker_open_seconds: float = 1.0
     breaker_min_streak_seconds: float = 0.25
-    redis_pipeline_window: float = 0.0
+    redis_pipeline_window: float = 0.0005
+    redis_pipeline_limit: int = 0
 
 
 _KEYS = {
@@ -54,6 +55,7 @@ _KEYS = {
     "keyPrefix",
     "breaker",
     "redisPipelineWindowUs",
+    "redisPipelineLimit",
 }
 
 
@@ -111,6 +113,10 @@ def parse_settings(doc: Any, source: str, base: Settings | None = None) -> Setti
     if "redisPipelineWindowUs" in doc:
         changes["redis_pipeline_window"] = (
             _number(doc, "redisPipelineWindowUs", source, lo=0, hi=100_000, integer=False) / 1e6
+        )
+    if "redisPipelineLimit" in doc:
+        changes["redis_pipeline_limit"] = int(
+            _number(doc, "redisPipelineLimit", source, lo=0, hi=100_000, integer=True)
         )
     if "keyPrefix" in doc:
         prefix = doc["keyPrefix"]

@@ -100,6 +100,10 @@ async def _round(count: int) -> dict[str, float]:
     cases = {
         "in-memory": (Settings(), None),
         "Redis (fake transport), local cache on": (Settings(), "redis://127.0.0.1:6379/0"),
+        "Redis (fake transport), pipelining off": (
+            replace(Settings(), redis_pipeline_window=0.0),
+            "redis://127.0.0.1:6379/0",
+        ),
         "Redis (fake transport), local cache off": (
             replace(Settings(), local_cache_size=0),
             "redis://127.0.0.1:6379/0",

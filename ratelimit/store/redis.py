@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 
@@ -49,10 +50,14 @@ from ratelimit.store.resp import KeyedClient, RedisConnectionError, RedisReplyEr
 log = logging.getLogger(__name__)
 
 #: KEYS: the request's distinct bucket keys.
-#: ARGV: per key, 4 values: limit, cost, ttl in ms, shadow (1/0).
+#: ARGV: per key, 4 values: limit, cost, window end (epoch ms), shadow (1/0);
+#: then the caller's clock (epoch ms). A new key lives until its window's end
+#: by the caller's clock, as a TTL relative to now, so a skew between our
+#: clock and Redis's cannot stretch or cut a window.
 #: Returns {allowed, count_before_1, ..., count_before_n}.
 DECIDE_SCRIPT = """
 local n = #KEYS
+local now = tonumber(ARGV[n * 4 + 1])
 local before = {}
 local allowed = 1
 for i = 1, n do
@@ -71,7 +76,9 @@ if allowed == 1 then
     if need < 1 then need = 1 end
     if cost > 0 and tonumber(ARGV[a + 1]) - before[i] >= need then
       if redis.call('INCRBY', KEYS[i], cost) == cost then
-        redis.call('PEXPIRE', KEYS[i], ARGV[a + 3])
+        local ttl = tonumber(ARGV[a + 3]) - now
+        if ttl < 1 then ttl = 1 end
+        redis.call('PEXPIRE', KEYS[i], ttl)
       end
     end
   end
@@ -82,26 +89,47 @@ return before
 DECIDE_SHA = hashlib.sha1(DECIDE_SCRIPT.encode(), usedforsecurity=False).hexdigest()
 
 
-def _script_call(head: bytes, buckets: Sequence[Bucket], now: float) -> bytes:
-    """``pack([*head, n, *keys, *args])`` (see DECIDE_SCRIPT), written out for the hot path.
+def _script_body(buckets: Sequence[Bucket]) -> bytes:
+    """The packed arguments of a script call but the clock (see DECIDE_SCRIPT).
 
-    ``head`` is the packed command name and its first argument without the
-    array header: :data:`_EVALSHA_HEAD` on every call, :data:`_EVAL_HEAD`
-    after NOSCRIPT.
+    They depend only on the buckets, which a cached plan reuses for every
+    request until its window turns, so :class:`RedisStore` packs them once
+    per plan rather than once per call.
     """
-    n = len(buckets)
-    count = b"%d" % n
-    parts = [b"*%d\r\n" % (3 + 5 * n), head, b"$%d\r\n%b\r\n" % (len(count), count)]
+    count = b"%d" % len(buckets)
+    parts = [b"$%d\r\n%b\r\n" % (len(count), count)]
     append = parts.append
     for b in buckets:
         key = b.key.encode()
         append(b"$%d\r\n%b\r\n" % (len(key), key))
     for b in buckets:
-        for value in (b.limit, b.cost, b.window.ttl_ms(now), 1 if b.shadow else 0):
+        for value in (b.limit, b.cost, b.window.end * 1000, 1 if b.shadow else 0):
             raw = b"%d" % value
             append(b"$%d\r\n%b\r\n" % (len(raw), raw))
     return b"".join(parts)
 
+
+def _script_call(head: bytes, buckets: Sequence[Bucket], now: float, body: bytes = b"") -> bytes:
+    """``pack([*head, n, *keys, *args, now_ms])`` (see DECIDE_SCRIPT), written out for the hot path.
+
+    ``head`` is the packed command name and its first argument without the
+    array header: :data:`_EVALSHA_HEAD` on every call, :data:`_EVAL_HEAD`
+    after NOSCRIPT. ``body`` is :func:`_script_body` of ``buckets`` if the
+    caller has it at hand.
+    """
+    now_ms = b"%d" % math.floor(now * 1000)
+    return b"".join(
+        (
+            b"*%d\r\n" % (4 + 5 * len(buckets)),
+            head,
+            body or _script_body(buckets),
+            b"$%d\r\n%b\r\n" % (len(now_ms), now_ms),
+        )
+    )
+
+
+#: Packed script bodies kept per store; as many as plans are cached.
+_MAX_BODIES = 65536
 
 _EVALSHA_HEAD = pack(["EVALSHA", DECIDE_SHA]).partition(b"\r\n")[2]
 _EVAL_HEAD = pack(["EVAL", DECIDE_SCRIPT]).partition(b"\r\n")[2]
@@ -126,6 +154,9 @@ class RedisStore:
         self._breaker = breaker or CircuitBreaker()
         self._monotonic = monotonic
         self._on_decision = on_decision
+        # id(buckets) -> (buckets, _script_body(buckets)); holding the buckets
+        # keeps the id from being reused while the entry lives.
+        self._bodies: dict[int, tuple[Sequence[Bucket], bytes]] = {}
         # A reply owed for twice the call timeout means a stalled server or a
         # dead host, not a slow answer: give the connection up.
         client.set_stall_timeout(2 * timeout)
@@ -167,7 +198,7 @@ class RedisStore:
             self._on_decision()
         first_key = buckets[0].key
         reply = await self._client.execute_packed(
-            first_key, _script_call(_EVALSHA_HEAD, buckets, now), deadline
+            first_key, _script_call(_EVALSHA_HEAD, buckets, now, self._body(buckets)), deadline
         )
         if isinstance(reply, hiredis.ReplyError) and str(reply).startswith("NOSCRIPT"):
             # After a restart or failover the script cache is empty: EVAL loads it.
@@ -179,6 +210,18 @@ class RedisStore:
         if not isinstance(reply, list):  # pragma: no cover - not our script's answer
             raise RedisReplyError("unexpected reply")
         return reply
+
+    def _body(self, buckets: Sequence[Bucket]) -> bytes:
+        """:func:`_script_body`, packed once per plan (a cached plan hands in
+        the same buckets tuple on every call of its window)."""
+        entry = self._bodies.get(id(buckets))
+        if entry is not None and entry[0] is buckets:
+            return entry[1]
+        if len(self._bodies) >= _MAX_BODIES:
+            self._bodies.clear()
+        body = _script_body(buckets)
+        self._bodies[id(buckets)] = (buckets, body)
+        return body
 
     async def ping(self) -> None:
         """Readiness: every node the store needs answers a PING within the wait.

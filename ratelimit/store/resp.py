@@ -33,6 +33,7 @@ import math
 import ssl
 from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import hiredis
@@ -70,17 +71,63 @@ def _retrieve(task: asyncio.Future[Any]) -> None:
         task.exception()
 
 
+@dataclass(frozen=True)
+class Pipelining:
+    """When a connection holds a write back so that later calls can share it.
+
+    ``window`` (seconds, 0: never hold) is the longest a first command waits
+    for company; ``limit`` (0: none) writes the queue as soon as it holds that
+    many commands. Like the reference's ``REDIS_PIPELINE_WINDOW`` and
+    ``REDIS_PIPELINE_LIMIT``, except that a connection only holds a write
+    when that pays:
+
+    - calls must arrive more often than once per window (a moving average of
+      the gaps between them): sparse traffic is written at once;
+    - held writes must actually be shared (a moving average of the commands
+      they carried of at least 1.5): a caller that sends one call at a time
+      and waits for each, however fast, would only ever wait for nobody.
+      Then only every 64th write is held, to notice when company returns.
+    """
+
+    window: float = 0.0
+    limit: int = 0
+
+
+#: Weight of the newest sample in the moving averages (as in TCP's RTT estimate).
+_WEIGHT = 0.125
+#: A gap longer than this counts as this long: after an idle spell the average
+#: recovers within a few dozen calls.
+_GAP_CAP = 1.0
+#: Held writes must carry this many commands on average to go on being held.
+_WORTH_HOLDING = 1.5
+#: While holding does not pay, one write in this many is held all the same.
+_PROBE_EVERY = 64
+
+
 class _Protocol(asyncio.Protocol):
     """One connection: replies matched FIFO; writes corked while a batch is out.
 
     While written commands await their replies, new commands only queue; the
-    queue is written in one piece when the last reply of the batch arrives
-    (or at once when nothing is outstanding). Under load
+    queue is written in one piece when the last reply of the batch arrives.
+    When nothing is outstanding, a command is written at once, or, while
+    calls arrive more often than once per pipelining window, held for up to
+    that window (or until ``limit`` commands are queued) so that the calls
+    arriving meanwhile share its write (see :class:`Pipelining`). Under load
     this turns many small writes into a few large ones on both ends, the
-    same effect as Nagle's algorithm but bounded by one Redis round trip.
+    same effect as Nagle's algorithm but bounded by a round trip or a window.
 
     Invariant: ``_waiters`` holds the futures of the ``_outstanding`` written
-    commands, then one future per ``_buffer`` entry, in order.
+    commands, then one future per ``_buffer`` entry, in order; ``_deadlines``
+    holds each waiter's deadline (loop time), aligned with ``_waiters``.
+
+    Deadlines: one timer per connection, at the earliest pending deadline,
+    rather than one per call (creating and cancelling a timer on every call
+    was a measurable part of a decision). It fails the calls whose deadline
+    has passed with TimeoutError, on their reply futures rather than by
+    cancelling the callers: timers run after the loop turn's I/O callbacks,
+    so a reply read before the deadline is never lost to a timer firing in
+    the same turn, and a connection is never judged stalled while its reply
+    sits unread. Then it re-arms for the next pending deadline.
 
     Two rules keep a stalled Redis (paused, overloaded, or a host gone without
     a RST) from doing harm:
@@ -98,18 +145,26 @@ class _Protocol(asyncio.Protocol):
     def __init__(
         self,
         on_flush: Callable[[], None] | None,
-        window: float = 0.0,
+        pipelining: Pipelining = Pipelining(),
         stall_after: float = math.inf,
     ) -> None:
         self._reader = hiredis.Reader()
         self._waiters: deque[asyncio.Future[Reply]] = deque()
+        self._deadlines: deque[float] = deque()
+        self._expiry: asyncio.TimerHandle | None = None
+        self._expiry_at = math.inf
         self._transport: asyncio.Transport | None = None
         self._buffer: list[bytes] = []
         self._outstanding = 0  # written commands still waiting for a reply
         self._written_at = 0.0  # loop time of the write that the outstanding replies answer
         self._on_flush = on_flush
-        self._window = window
+        self._window = pipelining.window
+        self._limit = pipelining.limit
         self._timer: asyncio.TimerHandle | None = None
+        self._last_call = 0.0  # loop time of the previous send_one
+        self._gap = _GAP_CAP  # moving average of the gaps between calls
+        self._shared = 2 * _WORTH_HOLDING  # moving average of the commands a held write carried
+        self._unheld = 0  # writes not held since the last probe
         self.stall_after = stall_after
         self.loop = asyncio.get_running_loop()
         self.closed = False
@@ -129,6 +184,7 @@ class _Protocol(asyncio.Protocol):
                 self.abort("unexpected reply from Redis")
                 return
             waiter = self._waiters.popleft()
+            self._deadlines.popleft()
             self._outstanding -= 1
             if not waiter.done():
                 waiter.set_result(reply)
@@ -141,54 +197,94 @@ class _Protocol(asyncio.Protocol):
     def _fail(self, error: RedisConnectionError) -> None:
         """Mark the connection closed and fail every waiter; nothing queued is written."""
         self.closed = True
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        for timer in (self._timer, self._expiry):
+            if timer is not None:
+                timer.cancel()
+        self._timer = self._expiry = None
+        self._expiry_at = math.inf
         self._buffer.clear()
+        self._deadlines.clear()
         self._outstanding = 0
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
                 waiter.set_exception(error)
 
-    def send(self, commands: Sequence[bytes]) -> list[asyncio.Future[Reply]]:
-        """Queue commands back to back; one future per command, written together."""
+    def send(
+        self, commands: Sequence[bytes], deadline: float = math.inf
+    ) -> list[asyncio.Future[Reply]]:
+        """Queue commands back to back; one future per command, written together.
+
+        Each future fails with TimeoutError if its reply has not come by
+        ``deadline`` (loop time). Not the hot path (connection setup, PING):
+        never held for company, written at once unless a batch is out.
+        """
         if self.closed or self._transport is None:
             raise RedisConnectionError("connection to Redis is closed")
         futures: list[asyncio.Future[Reply]] = []
-        for command in commands[:-1]:
+        for command in commands:
             future: asyncio.Future[Reply] = self.loop.create_future()
             self._waiters.append(future)
+            self._deadlines.append(deadline)
             self._buffer.append(command)
             futures.append(future)
-        if commands:  # the last one decides when the queue is written
-            futures.append(self.send_one(commands[-1]))
+        if deadline < self._expiry_at:
+            self._arm_expiry(deadline)
+        self._flush()
         return futures
 
-    def send_one(self, command: bytes) -> asyncio.Future[Reply]:
-        """Queue one command (the hot path: no lists); its reply's future."""
+    def send_one(self, command: bytes, deadline: float = math.inf) -> asyncio.Future[Reply]:
+        """Queue one command (the hot path: no lists); its reply's future, which
+        fails with TimeoutError if the reply has not come by ``deadline``."""
         if self.closed or self._transport is None:
             raise RedisConnectionError("connection to Redis is closed")
         future: asyncio.Future[Reply] = self.loop.create_future()
         self._waiters.append(future)
+        self._deadlines.append(deadline)
+        if deadline < self._expiry_at:
+            self._arm_expiry(deadline)
         self._buffer.append(command)
-        if self._outstanding == 0:
-            if self._window <= 0:
-                # Nothing out: write at once (waiting for the end of the loop
-                # turn would cost an iteration per request when calls trickle
-                # in). Everything queued was queued just now: nothing to prune.
-                self._write()
-            elif self._timer is None:
-                # A pipeline window: hold the first command briefly so that the
-                # calls arriving meanwhile share its write and round trip.
+        frequent = self._window > 0 and self._calls_are_frequent()
+        if self._outstanding:
+            return future  # corked: written when the batch out has been answered
+        if self._timer is None:
+            if frequent and self._holding_pays():
+                # Hold the first command briefly so that the calls arriving
+                # meanwhile share its write and round trip.
                 self._timer = self.loop.call_later(self._window, self._flush)
+            else:
+                # Write at once (waiting for the end of the loop turn would
+                # cost an iteration per request when calls trickle in).
+                # Everything queued was queued just now: nothing to prune.
+                self._write()
+        elif self._limit and len(self._buffer) >= self._limit:
+            self._flush()
         return future
+
+    def _calls_are_frequent(self) -> bool:
+        """Record this call; whether calls come more often than once per window."""
+        now = self.loop.time()
+        gap = min(now - self._last_call, _GAP_CAP)
+        self._last_call = now
+        self._gap += (gap - self._gap) * _WEIGHT
+        return self._gap < self._window
+
+    def _holding_pays(self) -> bool:
+        """Whether held writes have been shared lately; if not, hold only a probe."""
+        if self._shared >= _WORTH_HOLDING:
+            return True
+        self._unheld += 1
+        if self._unheld < _PROBE_EVERY:
+            return False
+        self._unheld = 0
+        return True
 
     def _flush(self) -> None:
         """Write the queue, without the commands whose callers gave up meanwhile."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        timer, self._timer = self._timer, None
+        held = timer is not None  # a held write: its size says whether holding pays
+        if timer is not None:
+            timer.cancel()
         if self._outstanding or not self._buffer or self._transport is None or self.closed:
             return
         # Nothing is outstanding: the waiters are exactly the queued commands'.
@@ -197,12 +293,19 @@ class _Protocol(asyncio.Protocol):
                 self._prune()
                 break
         if self._buffer:
+            if held:
+                self._shared += (len(self._buffer) - self._shared) * _WEIGHT
             self._write()
 
     def _prune(self) -> None:
-        kept = [(w, c) for w, c in zip(self._waiters, self._buffer, strict=True) if not w.done()]
-        self._waiters = deque(w for w, _ in kept)
-        self._buffer = [c for _, c in kept]
+        kept = [
+            (w, d, c)
+            for w, d, c in zip(self._waiters, self._deadlines, self._buffer, strict=True)
+            if not w.done()
+        ]
+        self._waiters = deque(w for w, _, _ in kept)
+        self._deadlines = deque(d for _, d, _ in kept)
+        self._buffer = [c for _, _, c in kept]
 
     def _write(self) -> None:
         assert self._transport is not None
@@ -215,25 +318,37 @@ class _Protocol(asyncio.Protocol):
         if self._on_flush is not None:
             self._on_flush()
 
-    def expire(self, future: asyncio.Future[Reply]) -> None:
-        """A call's deadline passed: fail it (TimeoutError); abort a stalled connection.
+    def _arm_expiry(self, at: float) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
+        self._expiry = self.loop.call_at(at, self._expire_due)
+        self._expiry_at = at
 
-        Set on the reply future itself rather than by cancelling the caller:
-        timers run after the loop turn's I/O callbacks, so a reply read before
-        the deadline is never lost to a timer firing in the same turn, and a
-        connection is never judged stalled while its reply sits unread.
-        """
-        if future.done():
-            return
-        future.set_exception(TimeoutError())
-        if self._outstanding and not self.closed:
-            waited = self.loop.time() - self._written_at
+    def _expire_due(self) -> None:
+        """Fail the calls past their deadline; abort a stalled connection; re-arm."""
+        self._expiry, self._expiry_at = None, math.inf
+        now = self.loop.time()
+        expired = False
+        next_at = math.inf
+        for waiter, deadline in zip(self._waiters, self._deadlines, strict=True):
+            if waiter.done():
+                continue
+            if deadline <= now:
+                waiter.set_exception(TimeoutError())
+                expired = True
+            elif deadline < next_at:
+                next_at = deadline
+        if expired and self._outstanding and not self.closed:
+            waited = now - self._written_at
             if waited >= self.stall_after:
                 log.warning(
                     "no reply from Redis; dropping the connection",
                     extra={"waited_ms": round(waited * 1000), "owed": self._outstanding},
                 )
                 self.abort(f"no reply from Redis for {waited * 1000:.0f} ms")
+                return
+        if next_at < math.inf:
+            self._arm_expiry(next_at)
 
     def abort(self, reason: str) -> None:
         """Drop the connection now: waiters fail, queued commands are never written."""
@@ -275,7 +390,7 @@ class NodeClient:
         connect_timeout: float,
         select_db: bool = True,
         on_flush: Callable[[], None] | None = None,
-        pipeline_window: float = 0.0,
+        pipelining: Pipelining = Pipelining(),
         stall_after: float = math.inf,
     ) -> None:
         self._address = address
@@ -284,7 +399,7 @@ class NodeClient:
         self._connect_timeout = connect_timeout
         self._select_db = select_db
         self._on_flush = on_flush
-        self._window = pipeline_window
+        self._pipelining = pipelining
         self._stall_after = stall_after
         self._protocol: _Protocol | None = None
         self._connecting: asyncio.Task[_Protocol] | None = None
@@ -316,7 +431,7 @@ class NodeClient:
         try:
             async with asyncio.timeout(self._connect_timeout):
                 _, protocol = await loop.create_connection(
-                    lambda: _Protocol(self._on_flush, self._window, self._stall_after),
+                    lambda: _Protocol(self._on_flush, self._pipelining, self._stall_after),
                     host,
                     port,
                     ssl=self._ssl,
@@ -385,18 +500,14 @@ class NodeClient:
 
         ``deadline`` (event-loop time) bounds the wait; past it TimeoutError is
         raised. The expiry is set on the reply future itself, not by
-        cancelling the caller (see :meth:`_Protocol.expire`).
+        cancelling the caller (see :class:`_Protocol`).
         """
         protocol = await self._connection_by(deadline)
-        futures = protocol.send([c if isinstance(c, bytes) else pack(c) for c in commands])
-        timer = None
-        if deadline is not None:
-            timer = protocol.loop.call_at(deadline, protocol.expire, futures[-1])
-        try:
-            return list(await asyncio.gather(*futures))
-        finally:
-            if timer is not None:
-                timer.cancel()
+        futures = protocol.send(
+            [c if isinstance(c, bytes) else pack(c) for c in commands],
+            math.inf if deadline is None else deadline,
+        )
+        return list(await asyncio.gather(*futures))
 
     async def execute_one(self, command: bytes, deadline: float | None) -> Reply:
         """One packed command, its reply (an error as ReplyError); the hot path.
@@ -406,14 +517,7 @@ class NodeClient:
         protocol = self._protocol
         if protocol is None or protocol.closed:
             protocol = await self._connection_by(deadline)
-        future = protocol.send_one(command)
-        if deadline is None:
-            return await future
-        timer = protocol.loop.call_at(deadline, protocol.expire, future)
-        try:
-            return await future
-        finally:
-            timer.cancel()
+        return await protocol.send_one(command, math.inf if deadline is None else deadline)
 
     def reset(self) -> None:
         """Drop the connection now; the next call reconnects (and re-resolves the address).
@@ -498,13 +602,13 @@ class ClusterClient(KeyedClient):
         ssl_ctx: ssl.SSLContext | None,
         connect_timeout: float,
         on_flush: Callable[[], None] | None = None,
-        pipeline_window: float = 0.0,
+        pipelining: Pipelining = Pipelining(),
     ) -> None:
         self._target = target
         self._ssl = ssl_ctx
         self._connect_timeout = connect_timeout
         self._on_flush = on_flush
-        self._window = pipeline_window
+        self._pipelining = pipelining
         self._stall_after = math.inf
         self._nodes: dict[tuple[str, int], NodeClient] = {}
         self._slots: list[tuple[str, int] | None] = [None] * _SLOTS
@@ -521,7 +625,7 @@ class ClusterClient(KeyedClient):
                 connect_timeout=self._connect_timeout,
                 select_db=False,
                 on_flush=self._on_flush,
-                pipeline_window=self._window,
+                pipelining=self._pipelining,
                 stall_after=self._stall_after,
             )
         return node
@@ -623,13 +727,13 @@ def build_keyed_client(
     *,
     connect_timeout: float = 1.0,
     on_flush: Callable[[], None] | None = None,
-    pipeline_window: float = 0.0,
+    pipelining: Pipelining = Pipelining(),
 ) -> KeyedClient:
     """The client for the URL's topology; nothing is connected yet."""
     ctx = ssl_context(target)
     if target.mode == "cluster":
         return ClusterClient(target, ssl_ctx=ctx, connect_timeout=connect_timeout,
-                             on_flush=on_flush, pipeline_window=pipeline_window)  # fmt: skip
+                             on_flush=on_flush, pipelining=pipelining)  # fmt: skip
     if target.mode == "sentinel":
         sentinel_kwargs: dict[str, Any] = {
             "username": target.sentinel_username,
@@ -662,6 +766,6 @@ def build_keyed_client(
         ssl_ctx=ctx,
         connect_timeout=connect_timeout,
         on_flush=on_flush,
-        pipeline_window=pipeline_window,
+        pipelining=pipelining,
     )
     return SingleClient(node)

@@ -145,6 +145,19 @@ def test_settings_file(tmp_path: Path) -> None:
     assert (info.value.line, info.value.field) == (1, "failureMode")
 
 
+def test_pipelining_settings(tmp_path: Path) -> None:
+    """On by default (it only holds writes when that pays); 0 turns it off."""
+    assert (Settings().redis_pipeline_window, Settings().redis_pipeline_limit) == (0.0005, 0)
+    path = tmp_path / "s.yaml"
+    path.write_text("redisPipelineWindowUs: 0\nredisPipelineLimit: 32\n")
+    s = load_settings(path)
+    assert (s.redis_pipeline_window, s.redis_pipeline_limit) == (0.0, 32)
+    path.write_text("redisPipelineWindowUs: 150\nredisPipelineLimit: -1\n")
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    assert (info.value.line, info.value.field) == (2, "redisPipelineLimit")
+
+
 def test_redis_url_precedence_flag_env_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -188,6 +201,7 @@ def test_script_calls_are_packed_like_any_command() -> None:
         _EVALSHA_HEAD,
         DECIDE_SCRIPT,
         DECIDE_SHA,
+        _script_body,
         _script_call,
     )
     from ratelimit.store.resp import pack
@@ -197,9 +211,13 @@ def test_script_calls_are_packed_like_any_command() -> None:
         Bucket("rl:{t}:60:a", 5, 2, window_at(60, now), False),
         Bucket("rl:{t}:3600:b", 3, 0, window_at(3600, now), True),
     ]
-    args = [5, 2, 49_750, 0, 3, 0, 3_589_750, 1]
+    # Per key: limit, cost, window end (epoch ms), shadow; then now (epoch ms).
+    args = [5, 2, 1_800_000_060_000, 0, 3, 0, 1_800_003_600_000, 1, 1_800_000_010_250]
     keys = [b.key for b in buckets]
     assert _script_call(_EVALSHA_HEAD, buckets, now) == pack(
+        ["EVALSHA", DECIDE_SHA, 2, *keys, *args]
+    )
+    assert _script_call(_EVALSHA_HEAD, buckets, now, _script_body(buckets)) == pack(
         ["EVALSHA", DECIDE_SHA, 2, *keys, *args]
     )
     assert _script_call(_EVAL_HEAD, buckets, now) == pack(["EVAL", DECIDE_SCRIPT, 2, *keys, *args])
