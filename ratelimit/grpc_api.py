@@ -5,6 +5,12 @@ and nothing else. INVALID_ARGUMENT for malformed requests; UNAVAILABLE when
 the store cannot answer and ``failureMode`` is ``unavailable``, which lets
 Envoy's ``failure_mode_deny`` decide (fail open by default), as with the
 reference service.
+
+The method is registered without (de)serializers, so the handler gets the
+request's bytes and returns the response's: the service parses a request
+only the first time it sees those bytes, and writes the response in wire
+format, so neither is built as a message and serialized again on the hot
+path. Clients see the same protocol as with the generated servicer.
 """
 
 from __future__ import annotations
@@ -12,7 +18,6 @@ from __future__ import annotations
 import logging
 
 import grpc
-from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 
 from ratelimit.plan import InvalidRequest
 from ratelimit.service import RateLimitService
@@ -23,15 +28,15 @@ log = logging.getLogger(__name__)
 SERVICE_NAME = "envoy.service.ratelimit.v3.RateLimitService"
 
 
-class RateLimitServicer(rls_pb2_grpc.RateLimitServiceServicer):  # type: ignore[misc]
+class RateLimitServicer:
     """Delegates to RateLimitService."""
 
     def __init__(self, service: RateLimitService) -> None:
         self._service = service
 
     async def ShouldRateLimit(
-        self, request: rls_pb2.RateLimitRequest, context: grpc.aio.ServicerContext[object, object]
-    ) -> rls_pb2.RateLimitResponse:
+        self, request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]
+    ) -> bytes:
         try:
             return await self._service.decide(request)
         except InvalidRequest as exc:
@@ -45,4 +50,8 @@ class RateLimitServicer(rls_pb2_grpc.RateLimitServiceServicer):  # type: ignore[
 
 
 def add_to_server(service: RateLimitService, server: grpc.aio.Server) -> None:
-    rls_pb2_grpc.add_RateLimitServiceServicer_to_server(RateLimitServicer(service), server)
+    servicer = RateLimitServicer(service)
+    handlers: dict[str, grpc.RpcMethodHandler[bytes, bytes]] = {
+        "ShouldRateLimit": grpc.unary_unary_rpc_method_handler(servicer.ShouldRateLimit)
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))

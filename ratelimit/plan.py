@@ -1,4 +1,4 @@
-"""Pure request planning: a RateLimitRequest + config + clock → the buckets to decide.
+"""Pure request planning: a serialized RateLimitRequest + config + clock → the buckets to decide.
 
 This is everything between the wire and the store: validating the request,
 matching each descriptor, applying ``replaces``, working out each
@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
 from envoy.service.ratelimit.v3 import rls_pb2
+from google.protobuf.message import DecodeError
 
 from ratelimit.buckets import Bucket, bucket_key, window_at
 from ratelimit.config import DomainConfig, RateLimit, RateLimitConfig
@@ -94,9 +95,10 @@ class _PlanCache:
 
     A plan depends on the config, on the request's content and on ``now``
     only through its buckets' windows. The same few requests repeat, so a
-    plan is kept under the request's serialized bytes (equal bytes, equal
-    request) and reused for as long as ``now`` stays inside every one of its
-    windows: validation, matching and key hashing are done once per window.
+    plan is kept under the request's bytes as they came off the wire (equal
+    bytes, equal request; a hit parses nothing) and reused for as long as
+    ``now`` stays inside every one of its windows: validation, matching and
+    key hashing are done once per window.
     A new snapshot (reload) starts an empty cache; the size is bounded
     because the requests carry client values. Unknown domains are not cached.
     """
@@ -125,17 +127,20 @@ _plan_cache = _PlanCache()
 
 def plan_request(
     config: RateLimitConfig,
-    request: rls_pb2.RateLimitRequest,
+    raw_request: bytes,
     now: float,
     *,
     key_prefix: str = "rl:",
 ) -> Plan:
-    """Validate and plan; raises InvalidRequest."""
+    """Validate and plan a serialized RateLimitRequest; raises InvalidRequest."""
     plans = _plan_cache.plans_for(config, key_prefix)
-    key = request.SerializeToString()
-    cached = plans.get(key)
+    cached = plans.get(raw_request)
     if cached is not None and cached[0] <= now < cached[1]:
         return cached[2]
+    try:
+        request = rls_pb2.RateLimitRequest.FromString(raw_request)
+    except DecodeError:
+        raise InvalidRequest("the request is not a valid RateLimitRequest") from None
     domain = request.domain
     if not domain:
         raise InvalidRequest("rate limit domain must not be empty")
@@ -153,7 +158,7 @@ def plan_request(
     plan = _plan(domain, domain_cfg, descriptors, shape, now=now, key_prefix=key_prefix)
     valid_from = max((b.window.start for b in plan.buckets), default=-math.inf)
     valid_until = min((b.window.end for b in plan.buckets), default=math.inf)
-    plans[key] = (valid_from, valid_until, plan)
+    plans[raw_request] = (valid_from, valid_until, plan)
     return plan
 
 

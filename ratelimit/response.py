@@ -97,7 +97,20 @@ def build_response(
     *,
     headers: HeaderNames | None,
 ) -> rls_pb2.RateLimitResponse:
-    """``outcome`` is None when no descriptor needed the store; ``headers``
+    """The response as a message (see :func:`encode_response`)."""
+    return _Response.FromString(encode_response(plan, outcome, now, headers=headers))
+
+
+def encode_response(
+    plan: Plan,
+    outcome: Outcome | None,
+    now: float,
+    *,
+    headers: HeaderNames | None,
+) -> bytes:
+    """The serialized RateLimitResponse, as the gRPC adapter sends it.
+
+    ``outcome`` is None when no descriptor needed the store; ``headers``
     None turns header emission off."""
     over = outcome is not None and not outcome.allowed
     parts = [_CODE_OVER if over else _CODE_OK]
@@ -130,7 +143,7 @@ def build_response(
             views.append((limit, remaining, reset))
     if headers is not None:
         append(_encoded_headers(views, over, headers))
-    return _Response.FromString(b"".join(parts))
+    return b"".join(parts)
 
 
 def _header(name: bytes, value: bytes) -> bytes:

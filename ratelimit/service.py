@@ -1,6 +1,9 @@
 """The decision: validate → match → store → statuses → response, with metrics.
 
-Transport-free: the gRPC adapter calls :meth:`RateLimitService.decide` and
+Transport-free: the gRPC adapter calls :meth:`RateLimitService.decide` with
+the request's bytes and sends the response's bytes back (a request seen
+before is answered without parsing it, and the response is written in wire
+format, not built as a message and serialized again), and it
 maps the two exceptions (InvalidRequest → INVALID_ARGUMENT, StoreUnavailable
 with ``failureMode: unavailable`` → UNAVAILABLE). The config is read through a
 getter on every request, so a reload swaps the snapshot between requests and
@@ -15,12 +18,10 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from envoy.service.ratelimit.v3 import rls_pb2
-
 from ratelimit import metrics
 from ratelimit.config import RateLimitConfig
 from ratelimit.plan import InvalidRequest, Plan, plan_request
-from ratelimit.response import build_response, can_deny, failure_response
+from ratelimit.response import can_deny, encode_response, failure_response
 from ratelimit.settings import FailureMode, Settings
 from ratelimit.store import CounterStore, Outcome, StoreUnavailable
 
@@ -63,8 +64,9 @@ class RateLimitService:
     def set_failure_mode(self, failure_mode: FailureMode) -> None:
         self._settings = replace(self._settings, failure_mode=failure_mode)
 
-    async def decide(self, request: rls_pb2.RateLimitRequest) -> rls_pb2.RateLimitResponse:
-        """Answer one request. Raises InvalidRequest or StoreUnavailable."""
+    async def decide(self, raw_request: bytes) -> bytes:
+        """Answer one serialized RateLimitRequest with a serialized
+        RateLimitResponse. Raises InvalidRequest or StoreUnavailable."""
         # One coroutine for the whole decision (no nested awaits but the
         # store's): every extra frame costs on each of thousands of calls a second.
         started = time.perf_counter()
@@ -72,14 +74,14 @@ class RateLimitService:
             now = self._clock()
             try:
                 plan = plan_request(
-                    self._config(), request, now, key_prefix=self._settings.key_prefix
+                    self._config(), raw_request, now, key_prefix=self._settings.key_prefix
                 )
             except InvalidRequest:
                 metrics.DECISIONS.labels("invalid").inc()
                 raise
             if not plan.domain_known:
                 self._unknown_domain(plan.domain)
-                return build_response(plan, None, now, headers=self._headers)
+                return encode_response(plan, None, now, headers=self._headers)
             outcome: Outcome | None = None
             if plan.buckets:
                 try:
@@ -87,7 +89,7 @@ class RateLimitService:
                 except StoreUnavailable as exc:
                     return self._store_failed(plan, exc, now)
                 self._count(plan, outcome)
-            response = build_response(plan, outcome, now, headers=self._headers)
+            response = encode_response(plan, outcome, now, headers=self._headers)
             over = outcome is not None and not outcome.allowed
             metrics.add(metrics.DECIDED_OVER if over else metrics.DECIDED_OK)
             return response
@@ -111,9 +113,7 @@ class RateLimitService:
             self._unknown_logged.add(domain)
             log.warning("request for a domain that is not configured", extra={"domain": domain})
 
-    def _store_failed(
-        self, plan: Plan, exc: StoreUnavailable, now: float
-    ) -> rls_pb2.RateLimitResponse:
+    def _store_failed(self, plan: Plan, exc: StoreUnavailable, now: float) -> bytes:
         """Answer by ``failureMode``. A request whose only limits are shadow
         rules cannot be denied by them, so it is answered OK in every mode
         (an UNAVAILABLE could make Envoy's failure_mode_deny deny it)."""
@@ -125,7 +125,9 @@ class RateLimitService:
             raise exc
         deny = mode == "deny" and binding
         metrics.DECISIONS.labels("failure_deny" if deny else "failure_allow").inc()
-        return failure_response(plan, now, deny=deny, headers=self._headers)
+        response = failure_response(plan, now, deny=deny, headers=self._headers)
+        encoded: bytes = response.SerializeToString()
+        return encoded
 
     def _count(self, plan: Plan, outcome: Outcome) -> None:
         add = metrics.add

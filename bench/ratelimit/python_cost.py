@@ -96,6 +96,7 @@ async def _round(count: int) -> dict[str, float]:
     config = load_config(directory)
     request = rls_pb2.RateLimitRequest(domain="bench")
     request.descriptors.add().entries.add(key="client", value="c1")
+    raw_request = request.SerializeToString()
     results: dict[str, float] = {}
     cases = {
         "in-memory": (Settings(), None),
@@ -112,7 +113,7 @@ async def _round(count: int) -> dict[str, float]:
     for name, (settings, url) in cases.items():
         store, _ = build_store(settings, url)
         service = RateLimitService(lambda: config, store, settings)
-        results[name] = await _per_call(lambda s=service: s.decide(request), count)  # type: ignore[misc]
+        results[name] = await _per_call(lambda s=service: s.decide(raw_request), count)  # type: ignore[misc]
         await service.close()
 
     async def next_turn() -> None:

@@ -240,6 +240,17 @@ async def test_invalid_input(svc: Harness, req, message: str) -> None:  # type: 
     assert info.value.details() == message
 
 
+async def test_bytes_that_are_not_a_request_are_invalid(svc: Harness) -> None:
+    """The service plans from the wire bytes; bytes that do not parse as a
+    RateLimitRequest are refused with a clear message, never half-decided."""
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{svc.port}") as channel:
+        raw = channel.unary_unary("/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await raw(b"\x0a\xff\xff", timeout=5)  # a length running past the end
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert info.value.details() == "the request is not a valid RateLimitRequest"
+
+
 async def test_every_key_has_a_ttl_ending_with_its_window(svc: Harness, redis: RedisServer) -> None:
     """Each key lives exactly until its window ends: not longer (it would
     outlive its window) and not shorter (it would refill early), so the TTL is
