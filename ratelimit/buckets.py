@@ -49,10 +49,6 @@ class Window(NamedTuple):
         """
         return max(1, min(self.seconds, math.ceil(self.end - now)))
 
-    def ttl_ms(self, now: float) -> int:
-        """Milliseconds a key of this window must live: until the window ends."""
-        return max(1, math.ceil((self.end - now) * 1000))
-
 
 def window_at(seconds: int, now: float) -> Window:
     """The window of length ``seconds`` containing ``now``."""

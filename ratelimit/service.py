@@ -126,8 +126,7 @@ class RateLimitService:
         deny = mode == "deny" and binding
         metrics.DECISIONS.labels("failure_deny" if deny else "failure_allow").inc()
         response = failure_response(plan, now, deny=deny, headers=self._headers)
-        encoded: bytes = response.SerializeToString()
-        return encoded
+        return bytes(response.SerializeToString())
 
     def _count(self, plan: Plan, outcome: Outcome) -> None:
         add = metrics.add

@@ -137,6 +137,14 @@ async def serve_app(
         yield harness
 
 
+@pytest.fixture
+def private_redis() -> Iterator[RedisServer]:
+    """A redis-server of the test's own, for tests that pause or kill it,
+    which no other test may see."""
+    with redis_server() as server:
+        yield server
+
+
 @pytest.fixture(scope="module")
 def redis_module() -> Iterator[RedisServer]:
     with redis_server() as server:

@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import re
-import signal
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -117,28 +114,14 @@ async def test_the_limit_writes_a_full_queue_at_once(redis: RedisServer) -> None
         assert writes.count - before == 1
 
 
-@pytest.fixture
-def own_redis() -> Iterator[RedisServer]:
-    """A redis-server of the test's own: it is paused, which no other test may see."""
-    server = RedisServer().start()
-    try:
-        yield server
-    finally:
-        server.close()
-
-
-async def test_each_call_expires_at_its_own_deadline(own_redis: RedisServer) -> None:
+async def test_each_call_expires_at_its_own_deadline(private_redis: RedisServer) -> None:
     """One timer serves a connection's deadlines: a later call with an earlier
     deadline (a decision behind a readiness PING) still expires on time, and
     the earlier call with the later deadline waits for its own."""
     writes = Writes()
-    async with node(own_redis, Pipelining(), writes) as client:
-        match = re.search(r"process_id:(\d+)", own_redis.command("info", "server"))
-        assert match
-        pid = int(match[1])
+    async with node(private_redis, Pipelining(), writes) as client:
         loop = asyncio.get_running_loop()
-        os.kill(pid, signal.SIGSTOP)
-        try:
+        with private_redis.paused():
             started = loop.time()
 
             async def call(key: str, wait: float) -> float:
@@ -151,7 +134,5 @@ async def test_each_call_expires_at_its_own_deadline(own_redis: RedisServer) -> 
             short_took = await short_wait
             assert not long_wait.done()
             long_took = await long_wait
-        finally:
-            os.kill(pid, signal.SIGCONT)
     assert 0.1 <= short_took < 0.5, short_took
     assert 1.0 <= long_took < 1.5, long_took

@@ -12,10 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import re
-import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -47,32 +43,9 @@ descriptors:
 
 
 @pytest.fixture
-def server() -> Iterator[RedisServer]:
-    """A redis-server of the test's own: it is paused, which no other test may see."""
-    srv = RedisServer().start()
-    try:
-        yield srv
-    finally:
-        srv.close()
-
-
-def _pid(server: RedisServer) -> int:
-    match = re.search(r"process_id:(\d+)", server.command("info", "server"))
-    assert match
-    return int(match[1])
-
-
-@contextlib.contextmanager
-def paused(server: RedisServer) -> Iterator[None]:
-    """SIGSTOP the server: it keeps its sockets (the kernel still accepts TCP
-    connections into its backlog and buffers what is written) but answers
-    nothing until SIGCONT."""
-    pid = _pid(server)
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        os.kill(pid, signal.SIGCONT)
+def server(private_redis: RedisServer) -> RedisServer:
+    """The server these tests pause (their own)."""
+    return private_redis
 
 
 def _node(server: RedisServer, *, stall_after: float = float("inf")) -> NodeClient:
@@ -94,7 +67,7 @@ async def test_calls_that_expired_while_queued_are_never_written(server: RedisSe
     loop = asyncio.get_running_loop()
     try:
         (client_id,) = await node.execute(["CLIENT", "ID"])
-        with paused(server):
+        with server.paused():
             deadline = loop.time() + 0.2
             results = await asyncio.gather(
                 *(
@@ -121,7 +94,7 @@ async def test_a_connection_owing_a_reply_too_long_is_dropped(server: RedisServe
     loop = asyncio.get_running_loop()
     try:
         (first_id,) = await node.execute(["CLIENT", "ID"])
-        with paused(server):
+        with server.paused():
             now = loop.time()
             written = node.execute_one(pack(["INCR", "written"]), now + 0.2)
             # Expires 0.4 s after the write, past stall_after: the connection goes.
@@ -160,7 +133,7 @@ async def test_the_breaker_opening_drops_the_connections(server: RedisServer) ->
 
     try:
         await store.apply(bucket("warm"), T0)
-        with paused(server):
+        with server.paused():
             start = loop.time()
             first = asyncio.ensure_future(store.apply(bucket("first"), T0))
             await asyncio.sleep(0.1)
@@ -225,7 +198,7 @@ async def test_a_stalled_redis_end_to_end(server: RedisServer, tmp_path: Path) -
                 outcome = exc.code().name
             return loop.time() - started, outcome
 
-        with paused(server):
+        with server.paused():
             calls = []
             for i in range(100):  # 1 s of calls, several in flight at any time
                 calls.append(asyncio.ensure_future(timed(i)))

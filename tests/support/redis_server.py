@@ -7,7 +7,9 @@ when the test is done; tests never touch the machine's own Redis on 6379.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -72,6 +74,19 @@ class RedisServer:
 
     def command(self, *args: str) -> str:
         return _command(self.port, *args)
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """SIGSTOP the server, as a wedged server or a dead host (no RST)
+        behaves: it keeps its sockets (the kernel still accepts TCP connections
+        into its backlog and buffers what is written) but answers nothing
+        until SIGCONT."""
+        assert self._proc is not None
+        os.kill(self._proc.pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.kill(self._proc.pid, signal.SIGCONT)
 
     def close(self) -> None:
         self.kill()
