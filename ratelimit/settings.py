@@ -156,7 +156,19 @@ def parse_settings(doc: Any, source: str, base: Settings | None = None) -> Setti
                 )
     if "headers" in doc:
         changes.update(_headers(doc["headers"], doc, source, settings))
-    return replace(settings, **changes)
+    result = replace(settings, **changes)
+    if result.redis_pipeline_window * 2 > result.store_timeout:
+        # A write held longer than this leaves the call too little of its
+        # store timeout for the round trip itself.
+        key = "redisPipelineWindowUs" if "redisPipelineWindowUs" in doc else "storeTimeoutMs"
+        raise ConfigError(
+            f"redisPipelineWindowUs ({result.redis_pipeline_window * 1e6:g}) must be at most"
+            f" half of storeTimeoutMs ({result.store_timeout * 1000:g} ms)",
+            source=source,
+            line=doc.line_of(key),
+            field=key,
+        )
+    return result
 
 
 def _headers(raw: Any, doc: LocatedDict, source: str, settings: Settings) -> dict[str, Any]:

@@ -156,6 +156,11 @@ def test_pipelining_settings(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_settings(path)
     assert (info.value.line, info.value.field) == (2, "redisPipelineLimit")
+    # A window that would eat the store timeout is refused.
+    path.write_text("storeTimeoutMs: 5\nredisPipelineWindowUs: 3000\n")
+    with pytest.raises(ConfigError, match="at most half of storeTimeoutMs") as info:
+        load_settings(path)
+    assert (info.value.line, info.value.field) == (2, "redisPipelineWindowUs")
 
 
 def test_redis_url_precedence_flag_env_file(
