@@ -3,7 +3,8 @@
 ``serve()`` is the supervisor: it spawns N worker processes that each bind the
 same port with SO_REUSEPORT (the kernel spreads connections between them),
 serves the workers' merged Prometheus metrics, restarts a worker that dies,
-and on SIGTERM asks every worker to drain. Workers are *spawned*, never
+and on SIGTERM asks every worker to drain; a worker whose supervisor is gone
+(killed outright) drains and exits by itself. Workers are *spawned*, never
 forked, because gRPC's core threads do not survive ``fork()``.
 
 Each worker runs one ``grpc.aio`` server with ``grpc.health.v1`` and server
@@ -205,11 +206,16 @@ async def running(
         await worker.drain(grace_seconds)
 
 
+#: How often a worker checks that its supervisor is still there.
+SUPERVISOR_CHECK_SECONDS = 1.0
+
+
 async def _run_worker(app: GrpcApp, options: ServeOptions) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    watch = loop.create_task(_watch_supervisor(os.getppid(), stop))
     worker = _Worker(app, options.listen, options.http_listen)
     await worker.start()
     _freeze_startup_heap()
@@ -218,9 +224,26 @@ async def _run_worker(app: GrpcApp, options: ServeOptions) -> None:
         extra={"grpc_port": worker.port, "http_port": worker.http_port},
     )
     await stop.wait()
+    watch.cancel()
     log.info("worker draining", extra={"grace_seconds": options.grace_seconds})
     await worker.drain(options.grace_seconds)
     log.info("worker stopped")
+
+
+async def _watch_supervisor(supervisor: int, stop: asyncio.Event) -> None:
+    """Drain and exit when the supervisor is gone (as gunicorn's workers do).
+
+    A supervisor killed outright (SIGKILL, the OOM killer) cannot stop its
+    workers. Left alone they would go on serving on the shared port with
+    whatever config they had, next to the workers of the supervisor that
+    replaces it (SO_REUSEPORT lets both bind). The orphan's parent changes,
+    which is checked here every SUPERVISOR_CHECK_SECONDS.
+    """
+    while not stop.is_set():
+        await asyncio.sleep(SUPERVISOR_CHECK_SECONDS)
+        if os.getppid() != supervisor:
+            log.warning("supervisor gone; draining", extra={"supervisor_pid": supervisor})
+            stop.set()
 
 
 def _freeze_startup_heap() -> None:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import pytest
@@ -72,8 +74,37 @@ def supervisor() -> Iterator[tuple[subprocess.Popen[bytes], int, int]]:
         yield proc, port, metrics_port
     finally:
         if proc.poll() is None:
-            proc.kill()
+            proc.terminate()  # the workers drain and exit with it
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
         proc.wait(10)
+        assert proc.stderr is not None
+        proc.stderr.close()
+
+
+def _workers_of(supervisor: int) -> list[int]:
+    """The spawned worker processes of a supervisor (not its resource tracker)."""
+    pids = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == supervisor and b"spawn_main" in cmdline:
+            pids.append(int(entry.name))
+    return pids
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan's zombie may wait long for a reaper)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def _metric_lines(metrics_port: int, name: str) -> list[str]:
@@ -106,6 +137,26 @@ def test_workers_share_the_port_and_metrics_cover_every_worker(
     assert total % 40 == 0 and total >= 40
 
 
+def test_workers_exit_when_the_supervisor_is_killed(
+    supervisor: tuple[subprocess.Popen[bytes], int, int],
+) -> None:
+    """A supervisor killed outright cannot stop its workers; they notice that
+    it is gone and drain and exit instead of serving on as orphans."""
+    proc, port, _ = supervisor
+    deadline = time.monotonic() + 30
+    while len(workers := _workers_of(proc.pid)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(workers) == 2, workers
+    proc.kill()
+    proc.wait(10)
+    deadline = time.monotonic() + 15
+    while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_running(pid) for pid in workers), "workers outlived their supervisor"
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+
+
 def test_sigterm_drains_in_flight_calls_and_exits_zero(
     supervisor: tuple[subprocess.Popen[bytes], int, int],
 ) -> None:
@@ -124,7 +175,7 @@ def test_sigterm_drains_in_flight_calls_and_exits_zero(
 
 
 def test_a_worker_that_cannot_bind_stops_the_supervisor_with_an_error() -> None:
-    blocker = __import__("socket").socket()
+    blocker = socket.socket()
     blocker.bind(("127.0.0.1", 0))
     blocker.listen()
     port = blocker.getsockname()[1]  # bound without SO_REUSEPORT: nobody else may bind
