@@ -90,17 +90,6 @@ def _duration(seconds: int) -> bytes:
     return encoded
 
 
-def build_response(
-    plan: Plan,
-    outcome: Outcome | None,
-    now: float,
-    *,
-    headers: HeaderNames | None,
-) -> rls_pb2.RateLimitResponse:
-    """The response as a message (see :func:`encode_response`)."""
-    return _Response.FromString(encode_response(plan, outcome, now, headers=headers))
-
-
 def encode_response(
     plan: Plan,
     outcome: Outcome | None,
