@@ -51,8 +51,23 @@ CHILDREN: dict[str, dict[str, str]] = {
 # dot, so the split is unambiguous and the FQN stays collection/name pairs.
 NAMESPACED: frozenset[str] = frozenset({"backendtrafficpolicies"})
 
-_DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+#: A DNS-1123 label: every name segment of an FQN (and every other name the
+#: API takes: namespaces, OIDC configuration names, dashboards). The one copy;
+#: routes, models and validators all read it from here.
+NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+#: ``{namespace}.{name}``: the name segment of a namespaced kind.
+NAMESPACED_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\.[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 MAX_NAME = 63
+_DNS1123 = re.compile(NAME_PATTERN)
+
+#: The service account a cluster's agent (and its ratelimit, extauthz and
+#: gateway subscribers) authenticate as: ``{cluster}/serviceaccounts/agent``.
+AGENT_SERVICE_ACCOUNT = "agent"
+
+
+def is_name(value: str) -> bool:
+    """Whether ``value`` is a DNS-1123 label of at most 63 characters."""
+    return len(value) <= MAX_NAME and _DNS1123.match(value) is not None
 
 
 def validate_name(value: str, field: str = "name") -> str:
@@ -61,7 +76,7 @@ def validate_name(value: str, field: str = "name") -> str:
         raise invalid(field, "is required")
     if len(value) > MAX_NAME:
         raise invalid(field, f"must be at most {MAX_NAME} characters")
-    if not _DNS1123.match(value):
+    if not is_name(value):
         raise invalid(
             field,
             f"{value!r} is not a DNS-1123 label (lower-case letters, digits and '-', "
@@ -92,20 +107,27 @@ def split_namespaced(value: str) -> tuple[str, str]:
 
 @dataclass(frozen=True, slots=True)
 class Fqn:
-    """A parsed FQN: the full string, its kind, name and parent FQN."""
+    """A parsed FQN: the full string, its kind, name and parent FQN, and the
+    name of every ancestor by its collection (``names["tenants"]``)."""
 
     value: str
     kind: str
     name: str
     parent: str
+    names: tuple[tuple[str, str], ...] = ()
+
+    def name_in(self, collection: str) -> str | None:
+        """The name segment that follows ``collection`` in this FQN, if any."""
+        for coll, name in self.names:
+            if coll == collection:
+                return name
+        return None
 
     @property
     def organization(self) -> str | None:
         """The organization FQN this object lives in, if any."""
-        parts = self.value.split("/")
-        if len(parts) >= 2 and parts[0] == "organizations":
-            return f"organizations/{parts[1]}"
-        return None
+        org = self.name_in("organizations")
+        return organization_fqn(org) if org is not None else None
 
 
 def parse(value: str, field: str = "fqn") -> Fqn:
@@ -117,7 +139,7 @@ def parse(value: str, field: str = "fqn") -> Fqn:
         if len(parts) != 2:
             raise invalid(field, f"{value!r}: a role FQN is rbac/{{role}}")
         validate_name(parts[1], field)
-        return Fqn(value, "Role", parts[1], RBAC)
+        return Fqn(value, "Role", parts[1], RBAC, (("rbac", parts[1]),))
     if len(parts) < 2 or len(parts) % 2:
         raise invalid(field, f"{value!r} is not an FQN (collection/name pairs expected)")
     kind = ROOT_KIND
@@ -131,13 +153,60 @@ def parse(value: str, field: str = "fqn") -> Fqn:
         if i:
             parent = "/".join(parts[:i])
         kind = child
-    return Fqn(value, kind, parts[-1], parent)
+    pairs = tuple(zip(parts[::2], parts[1::2], strict=True))
+    return Fqn(value, kind, parts[-1], parent, pairs)
 
 
 def child_fqn(parent: str, collection: str, name: str) -> str:
     if parent == RBAC:
         return f"rbac/{name}"
     return f"{parent}/{collection}/{name}" if parent else f"{collection}/{name}"
+
+
+# ---- builders: the FQN of each kind from its path names ----------------------
+
+
+def organization_fqn(organization: str) -> str:
+    return f"organizations/{organization}"
+
+
+def cluster_fqn(organization: str, cluster: str) -> str:
+    return f"organizations/{organization}/clusters/{cluster}"
+
+
+def tenant_fqn(organization: str, tenant: str) -> str:
+    return f"organizations/{organization}/tenants/{tenant}"
+
+
+def workspace_fqn(organization: str, tenant: str, workspace: str) -> str:
+    return f"{tenant_fqn(organization, tenant)}/workspaces/{workspace}"
+
+
+def security_group_fqn(organization: str, tenant: str, workspace: str, group: str) -> str:
+    return f"{workspace_fqn(organization, tenant, workspace)}/securitygroups/{group}"
+
+
+def agent_fqn(cluster: str) -> str:
+    """The agent service account of the cluster whose FQN is ``cluster``."""
+    return child_fqn(cluster, "serviceaccounts", AGENT_SERVICE_ACCOUNT)
+
+
+def org_name(value: str) -> str:
+    """The organization *name* an FQN belongs to (``""`` for global objects).
+
+    Audit records are filed under it, so an organization's audit log shows
+    every write below it. Works on any FQN-shaped string without validating it.
+    """
+    parts = value.split("/")
+    return parts[1] if len(parts) >= 2 and parts[0] == "organizations" else ""
+
+
+def cluster_of(value: str) -> str | None:
+    """The FQN of the cluster ``value`` lies in (or is), without validating it."""
+    parts = value.split("/")
+    if len(parts) >= 4 and parts[0] == "organizations" and parts[2] == "clusters":
+        return "/".join(parts[:4])
+    return None
 
 
 def ancestors(value: str) -> list[str]:

@@ -22,6 +22,7 @@ import yaml
 
 from extauthz.config import load_config
 from meshplane.config_error import ConfigError
+from mgmt_api import fqn as fqnmod
 
 FILE_NAME = "extauthz.yaml"
 DEFAULT_POLICY = "deny"
@@ -42,10 +43,9 @@ def policy_name(group_fqn: str, name: str) -> str:
     ext_authz's ``[A-Za-z0-9][A-Za-z0-9._-]*``. Names longer than ext_authz's
     63-character limit keep a readable prefix and a digest of the full FQN.
     """
-    parts = group_fqn.split("/")
-    # organizations/{o}/tenants/{t}/workspaces/{w}/securitygroups/{g}
-    segments = [parts[i] for i in (3, 5) if len(parts) > i + 1] + [parts[-1], name]
-    full = ".".join(segments)
+    group = fqnmod.parse(group_fqn, "group")
+    owners = (group.name_in("tenants"), group.name_in("workspaces"))
+    full = ".".join([*(n for n in owners if n is not None), group.name, name])
     if len(full) <= MAX_NAME:
         return full
     digest = hashlib.sha256(f"{group_fqn}/{name}".encode()).hexdigest()[:10]

@@ -30,6 +30,8 @@ from pydantic import (
     model_validator,
 )
 
+from mgmt_api.fqn import is_name
+
 API_VERSION = "gateway.envoyproxy.io/v1alpha1"
 KIND = "BackendTrafficPolicy"
 GATEWAY_API_GROUP = "gateway.networking.k8s.io"
@@ -37,7 +39,6 @@ MAX_RULES = 256
 MAX_SELECTORS = 8
 MAX_HEADERS = 128
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
 
@@ -210,7 +211,7 @@ class Metadata(_Model):
     @field_validator("name", "namespace")
     @classmethod
     def _dns(cls, v: str) -> str:
-        if not _DNS_LABEL.match(v):
+        if not is_name(v):
             raise ValueError("must be a DNS-1123 label")
         return v
 

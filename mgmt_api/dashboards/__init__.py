@@ -22,17 +22,17 @@ there is no cache to invalidate.
 from __future__ import annotations
 
 import json
-import re
 from importlib import resources
 from importlib.resources.abc import Traversable
 from typing import TypedDict
+
+from mgmt_api.fqn import is_name
 
 __all__ = ["DashboardInfo", "get_dashboard", "list_dashboards"]
 
 _SUFFIX = ".json"
 # Names are file stems; anything else (slashes, dots, "..") is simply not a
 # dashboard, so a request path can never reach outside this package.
-_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 
 
 class DashboardInfo(TypedDict):
@@ -52,7 +52,7 @@ def _files() -> dict[str, Traversable]:
     for entry in _package().iterdir():
         if entry.is_file() and entry.name.endswith(_SUFFIX):
             name = entry.name[: -len(_SUFFIX)]
-            if _NAME.fullmatch(name):
+            if is_name(name):
                 found[name] = entry
     return found
 
@@ -75,7 +75,7 @@ def list_dashboards() -> list[DashboardInfo]:
 
 def get_dashboard(name: str) -> bytes | None:
     """The JSON model of dashboard ``name`` as shipped, or None if there is none."""
-    if not _NAME.fullmatch(name):
+    if not is_name(name):
         return None
     entry = _files().get(name)
     return entry.read_bytes() if entry is not None else None

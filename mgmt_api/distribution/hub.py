@@ -35,10 +35,10 @@ from meshplane.distribution_client import NodeIdentity
 from meshplane.proto.distribution.v1 import distribution_pb2_grpc as pb_grpc
 from mgmt_api.distribution.feed import ChangeFeed
 from mgmt_api.distribution.registry import DEFAULT_STALE_AFTER_SECONDS, SubscriberRegistry
-from mgmt_api.distribution.selection import cluster_fqn
 from mgmt_api.distribution.server import KINDS, DistributionServicer
 from mgmt_api.distribution.store_backend import StoreBackend
 from mgmt_api.domain.durations import parse_duration
+from mgmt_api.fqn import cluster_fqn
 from mgmt_api.settings import Settings
 from mgmt_api.store import repo
 from mgmt_api.store.engine import read_tx

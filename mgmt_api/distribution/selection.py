@@ -24,10 +24,6 @@ from sqlalchemy.engine import Connection
 from mgmt_api.store import repo
 
 
-def cluster_fqn(organization: str, cluster: str) -> str:
-    return f"organizations/{organization}/clusters/{cluster}"
-
-
 def children(conn: Connection, parent: str, kind: str) -> list[repo.Resource]:
     """Every child of ``parent`` of ``kind``."""
     return repo.all_children(conn, parent, kind)

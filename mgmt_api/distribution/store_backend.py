@@ -42,10 +42,10 @@ from mgmt_api.auth import tokens
 from mgmt_api.compiler import extauthz as extauthz_compiler
 from mgmt_api.compiler.ratelimit import render_rls_files
 from mgmt_api.compiler.traffic_policy import BackendTrafficPolicy
-from mgmt_api.distribution.selection import children, cluster_fqn, groups_reaching
+from mgmt_api.distribution.selection import children, groups_reaching
 from mgmt_api.distribution.server import AuthError, Compiled, Revocation
+from mgmt_api.fqn import agent_fqn, cluster_fqn
 from mgmt_api.service.authn import service_account_ttl
-from mgmt_api.service.resources import CLUSTER_AGENT_SA
 from mgmt_api.service.validation import redis_url
 from mgmt_api.store import repo
 from mgmt_api.store.engine import read_tx
@@ -123,7 +123,7 @@ class StoreBackend:
         The token must carry the distribution audience (a REST token is
         refused, and REST refuses this one: see :mod:`mgmt_api.auth.tokens`).
         """
-        expected = agent_fqn(node.organization, node.cluster)
+        expected = agent_fqn(cluster_fqn(node.organization, node.cluster))
         try:
             kid = tokens.header_kid(token)
             with read_tx(self._engine) as conn:
@@ -159,14 +159,9 @@ class StoreBackend:
             if not repo.exists(conn, cluster_fqn(node.organization, node.cluster)):
                 return Revocation("the cluster was deleted", cluster_gone=True)
             key = repo.get_key(conn, grant)
-            if key is None or key[0] != agent_fqn(node.organization, node.cluster):
+            if key is None or key[0] != agent_fqn(cluster_fqn(node.organization, node.cluster)):
                 return Revocation("the stream's key was revoked")
         return None
 
     async def still_admitted(self, grant: str, node: NodeIdentity) -> Revocation | None:
         return await asyncio.to_thread(self.still_admitted_sync, grant, node)
-
-
-def agent_fqn(organization: str, cluster: str) -> str:
-    """The service account whose keys may subscribe for the cluster."""
-    return f"{cluster_fqn(organization, cluster)}/serviceaccounts/{CLUSTER_AGENT_SA}"

@@ -49,6 +49,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from meshplane.config_error import ConfigError
 from meshplane.yamlconf import LocatedDict, LocatedList, load_yaml, loads_yaml
+from mgmt_api.fqn import is_name
 from mgmt_api.identity.secrets import SecretRef
 
 ENV_PREFIX = "MESHPLANE_IDENTITYPROVIDER__"
@@ -58,7 +59,6 @@ DEFAULT_SYNC_INTERVAL_S = 3600.0
 MIN_SYNC_INTERVAL_S = 10.0
 DEFAULT_MAX_DELETE_PERCENT = 50
 DIRECTORY_SOURCE_TYPES = frozenset({"LDAP", "AZURE"})
-_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _DURATION_RE = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 
 
@@ -347,7 +347,7 @@ def _oidc(node: _Node, default_name: str | None) -> OidcConfig:
         name = default_name
     else:
         raise node.error("entries of a list of OIDC configurations need a 'name'")
-    if not _NAME_RE.fullmatch(name):
+    if not is_name(name):
         raise (f.get("name") or node).error(f"{name!r} is not a DNS-1123 label")
     provider = _required(f, "providerConfig", node).mapping(frozenset({"dynamic"}))
     dynamic = _required(provider, "dynamic", _required(f, "providerConfig", node))
@@ -573,7 +573,7 @@ def _organizations(node: _Node, *, allow_empty: bool = False) -> tuple[str, ...]
     if not names and not allow_empty:
         raise node.error("must list at least one organization")
     for item, name in zip(node.items(), names, strict=True):
-        if not _NAME_RE.fullmatch(name):
+        if not is_name(name):
             raise item.error(f"{name!r} is not an organization name (a DNS-1123 label)")
     if len(set(names)) != len(names):
         raise node.error("organizations must be unique")

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
+from fastapi import APIRouter, Body, Depends, Query, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from mgmt_api import fqn as fqnmod
 from mgmt_api.domain import rbac
 from mgmt_api.errors import ApiError, Code, invalid, not_found, unauthenticated
-from mgmt_api.routes.deps import call_context, client_address, state
+from mgmt_api.routes.deps import Name, call_context, client_address, state
 from mgmt_api.routes.resources import put_access_policy
 from mgmt_api.schemas import resources as m
 from mgmt_api.schemas.base import Empty
@@ -82,7 +82,7 @@ def create_token(request: Request) -> dict[str, Any]:
 def list_audit_logs(
     request: Request,
     ctx: Ctx,
-    organization: Annotated[str, Path(max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")],
+    organization: Name,
     page_size: Annotated[int, Query(alias="pageSize", ge=1, le=1000)] = 100,
     page_token: Annotated[str, Query(alias="pageToken", max_length=32)] = "",
 ) -> dict[str, Any]:

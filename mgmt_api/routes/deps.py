@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import Path, Request
 
+from mgmt_api import fqn as fqnmod
 from mgmt_api.distribution.hub import Distribution
 from mgmt_api.service.authn import Authenticator
 from mgmt_api.service.policies import PolicyService
@@ -40,25 +41,26 @@ def call_context(request: Request) -> CallContext:
     return CallContext(principal, base_url)
 
 
-# A DNS-1123 label path parameter (the FQN grammar of mgmt_api.fqn). FastAPI
-# checks it before authentication, so a malformed name is a 400, never a 404.
-NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-Name = Annotated[str, Path(max_length=63, pattern=NAME_PATTERN)]
+# A name segment of a path: a DNS-1123 label (mgmt_api.fqn's grammar), or
+# ``{namespace}.{name}`` for namespaced kinds. FastAPI checks it before
+# authentication, so a malformed name is a 400, never a 404.
+Name = Annotated[str, Path(max_length=fqnmod.MAX_NAME, pattern=fqnmod.NAME_PATTERN)]
+NamespacedName = Annotated[str, Path(max_length=fqnmod.MAX_NAME, pattern=fqnmod.NAMESPACED_PATTERN)]
 
 
 def organization_fqn(organization: Name) -> str:
     """``/v2/organizations/{organization}/...`` as the organization's FQN."""
-    return f"organizations/{organization}"
+    return fqnmod.organization_fqn(organization)
 
 
 def cluster_fqn(organization: Name, cluster: Name) -> str:
     """``/v2/organizations/{organization}/clusters/{cluster}/...`` as the cluster's FQN."""
-    return f"organizations/{organization}/clusters/{cluster}"
+    return fqnmod.cluster_fqn(organization, cluster)
 
 
 def tenant_fqn(organization: Name, tenant: Name) -> str:
-    return f"organizations/{organization}/tenants/{tenant}"
+    return fqnmod.tenant_fqn(organization, tenant)
 
 
 def workspace_fqn(organization: Name, tenant: Name, workspace: Name) -> str:
-    return f"organizations/{organization}/tenants/{tenant}/workspaces/{workspace}"
+    return fqnmod.workspace_fqn(organization, tenant, workspace)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Request
+from fastapi import APIRouter, Depends, Request
 
 from mgmt_api import fqn as fqnmod
 from mgmt_api.compiler.extauthz import policy_name
@@ -30,8 +30,7 @@ from mgmt_api.distribution import selection
 from mgmt_api.distribution.hub import Distribution
 from mgmt_api.domain import rbac
 from mgmt_api.errors import ApiError, Code, not_found
-from mgmt_api.routes.deps import call_context, state
-from mgmt_api.routes.resources import NAMESPACED_PATTERN
+from mgmt_api.routes.deps import Name, NamespacedName, call_context, state
 from mgmt_api.service import authz
 from mgmt_api.service.resources import CallContext
 from mgmt_api.store import repo
@@ -39,8 +38,6 @@ from mgmt_api.store.engine import read_tx
 
 router = APIRouter()
 Ctx = Annotated[CallContext, Depends(call_context)]
-Name = Annotated[str, Path(max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
-PolicyName = Annotated[str, Path(max_length=63, pattern=NAMESPACED_PATTERN)]
 
 
 @router.get(
@@ -74,7 +71,7 @@ def _distribution(request: Request, ctx: CallContext, fqn: str, kind: str) -> Di
     summary="Which ratelimit instances of the cluster enforce the policy's current content",
 )
 def traffic_policy_status(
-    request: Request, ctx: Ctx, organization: Name, cluster: Name, policy: PolicyName
+    request: Request, ctx: Ctx, organization: Name, cluster: Name, policy: NamespacedName
 ) -> dict[str, Any]:
     fqn = f"organizations/{organization}/clusters/{cluster}/backendtrafficpolicies/{policy}"
     status = _distribution(request, ctx, fqn, "BackendTrafficPolicy").cluster_status(
@@ -97,7 +94,7 @@ def _group_clusters(request: Request, organization: str, group_fqn: str) -> list
         names = selection.selected_clusters(selection.group_selector(conn, group))
         if names == ("*",):
             return [c.name for c in selection.children(conn, org, "Cluster")]
-        return [n for n in names if repo.exists(conn, selection.cluster_fqn(organization, n))]
+        return [n for n in names if repo.exists(conn, fqnmod.cluster_fqn(organization, n))]
 
 
 def _extauthz_view(

@@ -19,22 +19,18 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 import yaml
-from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, Response
 from sqlalchemy.engine import Connection
 
 from mgmt_api.compiler import envoy_config
 from mgmt_api.compiler import extauthz as extauthz_compiler
-from mgmt_api.distribution.selection import (
-    children,
-    cluster_fqn,
-    groups_reaching,
-    selected_namespaces,
-)
+from mgmt_api.distribution.selection import children, groups_reaching, selected_namespaces
 from mgmt_api.distribution.store_backend import traffic_policies
 from mgmt_api.domain import rbac
 from mgmt_api.errors import not_found
-from mgmt_api.routes.deps import call_context, state
+from mgmt_api.fqn import cluster_fqn
+from mgmt_api.routes.deps import Name, call_context, state
 from mgmt_api.service import authz
 from mgmt_api.service.resources import CallContext
 from mgmt_api.service.validation import check_grpc_uri
@@ -43,7 +39,6 @@ from mgmt_api.store.engine import read_tx
 
 router = APIRouter()
 Ctx = Annotated[CallContext, Depends(call_context)]
-Name = Annotated[str, Path(max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
 
 
 def _ext_authz_routes(

@@ -31,7 +31,7 @@ import logging
 from typing import Annotated, Any
 from urllib.parse import parse_qsl, urlencode
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from mgmt_api.errors import ApiError, Code
@@ -54,6 +54,7 @@ from mgmt_api.identity.token_exchange import (
     parse_token_exchange_request,
     token_exchange_response,
 )
+from mgmt_api.routes.deps import Name
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,6 @@ PUBLIC_OPERATIONS = frozenset(
 )
 
 COOKIE = "meshplane_login"
-ConfigName = Annotated[str, Path(max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
 
 
 def runtime(request: Request) -> IdentityRuntime:
@@ -196,7 +196,7 @@ async def oidc_login(
 @router.get("/v2/oidc/{name}/login", operation_id="StartNamedOidcLogin", status_code=302)
 async def oidc_named_login(
     request: Request,
-    name: ConfigName,
+    name: Name,
     redirect_uri: RedirectUri = None,
     code_challenge: CodeChallenge = None,
     code_challenge_method: CodeChallengeMethod = None,
@@ -295,7 +295,7 @@ async def oidc_callback(request: Request) -> Response:
 
 
 @router.get("/v2/oidc/{name}/callback", operation_id="CompleteNamedOidcLogin")
-async def oidc_named_callback(request: Request, name: ConfigName) -> Response:
+async def oidc_named_callback(request: Request, name: Name) -> Response:
     """Public: the provider's redirect back for the ``name`` configuration."""
     return await _complete(request, name)
 
@@ -378,6 +378,6 @@ async def oidc_token(request: Request) -> JSONResponse:
 
 
 @router.post("/v2/oidc/{name}/token", operation_id="ExchangeNamedOidcToken")
-async def oidc_named_token(request: Request, name: ConfigName) -> JSONResponse:
+async def oidc_named_token(request: Request, name: Name) -> JSONResponse:
     """Public: RFC 8693 for the ``name`` configuration."""
     return JSONResponse(await _token(request, name), headers={"Cache-Control": "no-store"})

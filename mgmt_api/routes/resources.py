@@ -19,7 +19,7 @@ from pydantic.alias_generators import to_snake
 
 from mgmt_api import fqn as fqnmod
 from mgmt_api.kinds import KINDS, KindDef, item_templates, parent_templates
-from mgmt_api.routes.deps import NAME_PATTERN, call_context, state
+from mgmt_api.routes.deps import Name, NamespacedName, call_context, state
 from mgmt_api.schemas import resources as m
 from mgmt_api.schemas.base import ApiModel, Empty
 from mgmt_api.service.resources import CallContext
@@ -30,7 +30,6 @@ _PARAM = re.compile(r"{(\w+)}")
 _NAMESPACED_PARAMS = {
     k.param: k.collection for k in KINDS.values() if k.collection in fqnmod.NAMESPACED
 }
-NAMESPACED_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\.[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
 PageSize = Annotated[int, Query(alias="pageSize", ge=1, le=1000, description="Default 100.")]
 PageToken = Annotated[str, Query(alias="pageToken", max_length=2048)]
@@ -67,9 +66,7 @@ def _signature(path_params: list[str], *extra: inspect.Parameter) -> inspect.Sig
         inspect.Parameter(
             p,
             KW,
-            annotation=Annotated[str, Path(max_length=63, pattern=NAMESPACED_PATTERN)]
-            if p in _NAMESPACED_PARAMS
-            else Annotated[str, Path(max_length=63, pattern=NAME_PATTERN)],
+            annotation=NamespacedName if p in _NAMESPACED_PARAMS else Name,
         )
         for p in path_params
     ]

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Depends, Path, Query, Request
+from fastapi import APIRouter, Body, Depends, Query, Request
 from pydantic import Field
 
 from mgmt_api.domain import rbac
@@ -43,7 +43,7 @@ from mgmt_api.identity.runtime import IdentityRuntime
 from mgmt_api.identity.sql_store import org_fqn
 from mgmt_api.identity.sync.model import DirectoryTeam, DirectoryUser
 from mgmt_api.identity.sync.runner import TOO_MANY_DELETIONS, SyncResult
-from mgmt_api.routes.deps import call_context
+from mgmt_api.routes.deps import Name, call_context
 from mgmt_api.schemas.base import ApiModel
 from mgmt_api.service import authz
 from mgmt_api.service.resources import CallContext
@@ -52,7 +52,6 @@ from mgmt_api.store.engine import read_tx, write_tx
 
 router = APIRouter(tags=["DirectorySync"])
 Ctx = Annotated[CallContext, Depends(call_context)]
-OrgName = Annotated[str, Path(max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
 KIND = "DirectorySync"
 MAX_ENTRIES = 100_000
 
@@ -179,7 +178,7 @@ def _audit(rt: IdentityRuntime, ctx: CallContext, org: str, result: SyncResult, 
 async def sync_organization(
     request: Request,
     ctx: Ctx,
-    organization: OrgName,
+    organization: Name,
     body: Annotated[SyncOrganizationRequest | None, Body()] = None,
     force: Annotated[bool, Query()] = False,
 ) -> dict[str, Any]:
@@ -217,7 +216,7 @@ async def sync_organization(
 
 
 @router.get("/v2/organizations/{organization}/directorySync", operation_id="GetDirectorySync")
-def directory_sync_status(request: Request, ctx: Ctx, organization: OrgName) -> dict[str, Any]:
+def directory_sync_status(request: Request, ctx: Ctx, organization: Name) -> dict[str, Any]:
     """The last sync result of the organization (pulled or pushed) and its last successful one."""
     rt = _runtime(request)
     _authorize(ctx, rt, organization, rbac.READ)

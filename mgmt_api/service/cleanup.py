@@ -41,6 +41,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from mgmt_api import fqn as fqnmod
 from mgmt_api.domain import inventory as inv
 from mgmt_api.domain import lookup, rbac
 from mgmt_api.domain import onboarding as ob
@@ -177,9 +178,8 @@ def _orphan_keys(conn: Connection, tree: Tree) -> list[tuple[str, str]]:
     )
     out = []
     for owner, key_id in rows:
-        parts = str(owner).split("/")
-        under_cluster = len(parts) > 4 and parts[2] == "clusters"
-        if under_cluster and "/".join(parts[:4]) not in clusters:
+        cluster = fqnmod.cluster_of(str(owner))
+        if cluster is not None and str(owner) != cluster and cluster not in clusters:
             out.append((str(owner), str(key_id)))
     return out
 

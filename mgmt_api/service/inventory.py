@@ -28,17 +28,13 @@ from mgmt_api.domain import onboarding as ob
 from mgmt_api.errors import ApiError, Code, invalid, not_found
 from mgmt_api.schemas.inventory import InventoryReport
 from mgmt_api.service import authz, onboarding_sync
-from mgmt_api.service.resources import CLUSTER_AGENT_SA, CallContext, ResourceService, rfc3339
+from mgmt_api.service.resources import CallContext, ResourceService, rfc3339
 from mgmt_api.store import repo
 from mgmt_api.store.engine import read_tx, write_tx
 
 # Clusters whose status (the whole reported inventory, workloads included)
 # one lookup step loads at once: bounds memory, and a full page stops early.
 LOOKUP_BATCH = 16
-
-
-def agent_fqn(cluster_fqn: str) -> str:
-    return fqnmod.child_fqn(cluster_fqn, "serviceaccounts", CLUSTER_AGENT_SA)
 
 
 def _check_names(report: InventoryReport) -> None:
@@ -67,7 +63,7 @@ class InventoryService:
     def report(self, ctx: CallContext, cluster_fqn: str, report: InventoryReport) -> dict[str, Any]:
         """Replace the cluster's reported inventory; only its own agent may send it."""
         _check_names(report)
-        expected = agent_fqn(cluster_fqn)
+        expected = fqnmod.agent_fqn(cluster_fqn)
         if ctx.principal.fqn != expected:
             raise ApiError(
                 Code.PERMISSION_DENIED,

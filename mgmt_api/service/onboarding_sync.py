@@ -95,7 +95,7 @@ def _audit(conn: Connection, actor: str, res: repo.Resource, op: str, message: s
     """
     repo.audit(
         conn,
-        organization=repo.org_name(res.fqn),
+        organization=fqnmod.org_name(res.fqn),
         fqn=res.fqn,
         kind=res.kind,
         operation=op,

@@ -91,7 +91,7 @@ class PolicyService:
                 )
             repo.audit(
                 conn,
-                organization=repo.org_name(fqn),
+                organization=fqnmod.org_name(fqn),
                 fqn=fqn,
                 kind=kind,
                 operation="SET_POLICY",

@@ -34,7 +34,6 @@ from mgmt_api.store.engine import read_tx, write_tx
 
 log = logging.getLogger(__name__)
 
-CLUSTER_AGENT_SA = "agent"
 CLUSTER_AGENT_ROLE = "rbac/editor"
 MAX_SCAN = 10_000
 
@@ -149,7 +148,7 @@ class ResourceService:
     ) -> None:
         repo.audit(
             conn,
-            organization=repo.org_name(fqn),
+            organization=fqnmod.org_name(fqn),
             fqn=fqn,
             kind=kind,
             operation=op,
@@ -268,7 +267,7 @@ class ResourceService:
         self, conn: Connection, ctx: CallContext, cluster: repo.Resource, revision: int
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """The cluster's service account, its first key and the install template."""
-        sa_fqn = fqnmod.child_fqn(cluster.fqn, "serviceaccounts", CLUSTER_AGENT_SA)
+        sa_fqn = fqnmod.agent_fqn(cluster.fqn)
         spec = {"displayName": f"Agent of {cluster.name}", "description": "Cluster service account"}
         sa_res = self._insert(
             conn,
@@ -276,7 +275,7 @@ class ResourceService:
             kind="ServiceAccount",
             fqn=sa_fqn,
             parent=cluster.fqn,
-            name=CLUSTER_AGENT_SA,
+            name=fqnmod.AGENT_SERVICE_ACCOUNT,
             spec=spec,
             revision=revision,
         )
@@ -369,7 +368,7 @@ class ResourceService:
             res = repo.get(conn, fqn)
             if res is None:
                 raise not_found(fqn)
-            sa_fqn = fqnmod.child_fqn(fqn, "serviceaccounts", CLUSTER_AGENT_SA)
+            sa_fqn = fqnmod.agent_fqn(fqn)
             if not repo.exists(conn, sa_fqn):
                 raise ApiError(
                     Code.FAILED_PRECONDITION, f"{sa_fqn} was deleted; recreate the cluster"

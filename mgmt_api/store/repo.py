@@ -499,16 +499,6 @@ class AuditRecord:
     properties: dict[str, Any]
 
 
-def org_name(fqn: str) -> str:
-    """The organization name an FQN belongs to (``""`` for global objects).
-
-    Audit records are filed under it, so an organization's audit log shows
-    every write below it.
-    """
-    parts = fqn.split("/")
-    return parts[1] if len(parts) >= 2 and parts[0] == "organizations" else ""
-
-
 def audit(
     conn: Connection,
     *,
