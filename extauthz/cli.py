@@ -34,16 +34,16 @@ import jwt
 from envoy.service.auth.v3 import external_auth_pb2_grpc
 
 from extauthz.app import make_app
-from extauthz.check_request import (
+from extauthz.config import POLICY_CONTEXT_KEY, ExtAuthzConfig, load_config
+from extauthz.keys import KeyFamily
+from meshplane import cli_args, control_plane
+from meshplane.check_request import (
     HttpCall,
     PairError,
     build_check_request,
     describe_check_response,
     parse_pairs,
 )
-from extauthz.config import POLICY_CONTEXT_KEY, ExtAuthzConfig, load_config
-from extauthz.keys import KeyFamily
-from meshplane import cli_args, control_plane
 from meshplane.config_error import ConfigError
 from meshplane.server import serve
 

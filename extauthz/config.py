@@ -33,7 +33,7 @@ from extauthz.keys import (
 )
 from extauthz.paths import PathMatch
 from meshplane.config_error import ConfigError
-from meshplane.yamlconf import load_yaml
+from meshplane.yamlconf import load_yaml, loads_yaml
 
 BUILTIN_POLICIES = frozenset({"allow", "deny"})
 """Policy names with a fixed meaning; they cannot be redefined."""
@@ -225,8 +225,20 @@ def load_config(path: Path) -> ExtAuthzConfig:
                 f"a config directory holds one policy file, found {names}", source=str(path)
             )
         path = files[0]
-    v = _Validator(path)
-    doc = load_yaml(path)
+    return _config_of(_Validator(path), load_yaml(path))
+
+
+def parse_config(text: str, source: str) -> ExtAuthzConfig:
+    """Validate a policy document given as text (``source`` names it in errors).
+
+    The same checks as :func:`load_config`, without a file: what the
+    management plane runs on every policy it publishes (``extauthz.contract``).
+    A relative ``file`` reference resolves against the current directory.
+    """
+    return _config_of(_Validator(Path(source)), loads_yaml(text, source=source))
+
+
+def _config_of(v: _Validator, doc: Any) -> ExtAuthzConfig:
     root = v.mapping(
         doc, "", required=("defaultPolicy",), optional=("policies", "tokenCacheSize"), parent=doc
     )
@@ -249,7 +261,7 @@ def load_config(path: Path) -> ExtAuthzConfig:
             "defaultPolicy",
         )
     cache_size = int(v.number(root, "tokenCacheSize", "", default=10_000, lo=0, hi=10_000_000))
-    return ExtAuthzConfig(default, policies, cache_size, str(path), tuple(v.files))
+    return ExtAuthzConfig(default, policies, cache_size, v.source, tuple(v.files))
 
 
 def _policy(v: _Validator, node: Any, where: str, parent: Any, index: int) -> PolicyConfig:

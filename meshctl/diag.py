@@ -1,7 +1,7 @@
 """``meshctl diag``: ask an ext_authz or ratelimit server exactly as Envoy does.
 
 ``diag check`` sends ``envoy.service.auth.v3.Authorization/Check`` with the
-request Envoy's ext_authz filter builds (:mod:`extauthz.check_request`);
+request Envoy's ext_authz filter builds (:mod:`meshplane.check_request`);
 ``diag ratelimit`` sends ``envoy.service.ratelimit.v3.RateLimitService/
 ShouldRateLimit`` with the descriptors route ``rate_limits`` actions produce.
 Both print the decision with its headers, and the exit code is the decision
@@ -25,7 +25,8 @@ from envoy.service.auth.v3 import external_auth_pb2_grpc
 from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 from google.protobuf import json_format
 
-from extauthz.check_request import (
+from meshctl.errors import Exit, MeshctlError
+from meshplane.check_request import (
     HttpCall,
     PairError,
     build_check_request,
@@ -33,7 +34,6 @@ from extauthz.check_request import (
     parse_address,
     parse_pairs,
 )
-from meshctl.errors import Exit, MeshctlError
 
 app = typer.Typer(
     help="Diagnostics: send Check or ShouldRateLimit to a server exactly as Envoy does.",

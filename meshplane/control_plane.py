@@ -51,12 +51,8 @@ import jwt
 import yaml
 
 from meshplane.config_error import ConfigError
-from meshplane.distribution_client import (
-    TOKEN_AUDIENCE,
-    NodeIdentity,
-    SnapshotSubscriber,
-    ensure_cache,
-)
+from meshplane.distribution_client import SnapshotSubscriber, ensure_cache
+from meshplane.distribution_contract import TOKEN_AUDIENCE, NodeIdentity
 from meshplane.netaddr import parse_listen
 
 log = logging.getLogger(__name__)

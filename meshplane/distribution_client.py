@@ -34,13 +34,13 @@ import random
 import shutil
 import threading
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 from prometheus_client.mmap_dict import MmapedDict, mmap_key
 
 from meshplane.config_error import ConfigError
+from meshplane.distribution_contract import NodeIdentity
 from meshplane.proto.distribution.v1 import distribution_pb2, distribution_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -48,9 +48,6 @@ log = logging.getLogger(__name__)
 CURRENT = "current"
 VERSION_FILE = ".version"
 _KEEP_SNAPSHOTS = 3
-# ``aud`` of the tokens a subscriber opens its stream with. The management
-# plane requires it on the stream and refuses it on REST (mgmt_api.auth.tokens).
-TOKEN_AUDIENCE = "meshplane:policy-distribution"  # noqa: S105 - an audience
 # A keep-alive on the stream this often, so the management plane's status
 # tells a live instance from one that is gone (its stale threshold, 60 s by
 # default, is several of these).
@@ -158,24 +155,6 @@ class SubscriberMetrics:
         with self._lock:
             self.results[result] += 1
         self.publish()
-
-
-@dataclass(frozen=True)
-class NodeIdentity:
-    """Who subscribes: the service kind, its cluster and this instance."""
-
-    kind: str
-    organization: str
-    cluster: str
-    instance: str
-
-    def to_proto(self) -> distribution_pb2.Node:
-        return distribution_pb2.Node(
-            kind=self.kind,
-            organization=self.organization,
-            cluster=self.cluster,
-            instance=self.instance,
-        )
 
 
 def current_dir(cache_dir: Path) -> Path:

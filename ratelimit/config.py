@@ -24,7 +24,7 @@ from types import MappingProxyType
 from typing import Any
 
 from meshplane.config_error import ConfigError
-from meshplane.yamlconf import LocatedDict, LocatedList, load_yaml
+from meshplane.yamlconf import LocatedDict, LocatedList, load_yaml, loads_yaml
 from ratelimit.units import PROTO_UNIT, WINDOW_SECONDS
 
 _MAX_UINT32 = 2**32 - 1
@@ -418,6 +418,11 @@ class _Validator:
 def parse_domain_file(path: Path) -> DomainConfig:
     """Load one YAML file holding one domain."""
     return _Validator(str(path)).domain_config(load_yaml(path))
+
+
+def parse_domain(text: str, source: str) -> DomainConfig:
+    """Validate one domain document given as text (``source`` names it in errors)."""
+    return _Validator(source).domain_config(loads_yaml(text, source=source))
 
 
 def config_files(path: Path) -> list[Path]:

@@ -23,7 +23,7 @@ from typing import Any
 
 import jwt
 
-from meshplane.distribution_client import TOKEN_AUDIENCE
+from meshplane.distribution_contract import TOKEN_AUDIENCE
 
 SESSION_KID = "meshplane-session"
 ISSUER = "meshplane"

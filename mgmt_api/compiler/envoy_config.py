@@ -20,7 +20,7 @@ piece can be pasted into a bootstrap or handed to an xDS server as is:
 Decisions, and why:
 
 - ext_authz selects the policy with the ``meshplane.policy`` context
-  extension (``extauthz.config.POLICY_CONTEXT_KEY``) set to the name the
+  extension (``extauthz.contract.POLICY_CONTEXT_KEY``) set to the name the
   published ext_authz file gives it, so Envoy and ext_authz agree by
   construction. ``failureModeAllow`` is false and ``statusOnError`` 503, as
   docs/extauthz.md recommends: an outage must not open the gateway, and must
@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from extauthz.config import POLICY_CONTEXT_KEY
+from extauthz.contract import POLICY_CONTEXT_KEY
 from mgmt_api.compiler.ratelimit import route_key, route_rate_limits
 from mgmt_api.compiler.traffic_policy import BackendTrafficPolicy
 

@@ -14,17 +14,15 @@ enforcing), so the same object could be valid here and NACKed there.
 from __future__ import annotations
 
 import hashlib
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import yaml
 
-from extauthz.config import load_config
+from extauthz import contract
 from meshplane.config_error import ConfigError
 from mgmt_api import fqn as fqnmod
 
-FILE_NAME = "extauthz.yaml"
+FILE_NAME = contract.FILE_NAME
 DEFAULT_POLICY = "deny"
 MAX_NAME = 63
 _MATERIAL_KEYS = ("hmacSecret", "publicKeyPem", "jwks")
@@ -99,15 +97,12 @@ def validate_policy(spec: dict[str, Any]) -> None:
     The error's ``field`` is relative to the policy (``jwt.algorithms[1]``).
     """
     _inline_only(spec)
-    with tempfile.TemporaryDirectory(prefix="extauthz-validate-") as tmp:
-        path = Path(tmp) / FILE_NAME
-        path.write_bytes(render_file([("policy", spec)]))
-        try:
-            load_config(path)
-        except ConfigError as exc:
-            field = exc.field or ""
-            for prefix in ("policies[0].", "policies[0]"):
-                if field.startswith(prefix):
-                    field = field[len(prefix) :]
-                    break
-            raise ConfigError(exc.message, field=field or None) from None
+    try:
+        contract.parse_config(render_file([("policy", spec)]))
+    except ConfigError as exc:
+        field = exc.field or ""
+        for prefix in ("policies[0].", "policies[0]"):
+            if field.startswith(prefix):
+                field = field[len(prefix) :]
+                break
+        raise ConfigError(exc.message, field=field or None) from None

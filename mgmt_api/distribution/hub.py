@@ -31,11 +31,11 @@ from typing import Any
 import grpc
 from sqlalchemy.engine import Engine
 
-from meshplane.distribution_client import NodeIdentity
+from meshplane.distribution_contract import SERVICE_KINDS, NodeIdentity
 from meshplane.proto.distribution.v1 import distribution_pb2_grpc as pb_grpc
 from mgmt_api.distribution.feed import ChangeFeed
 from mgmt_api.distribution.registry import DEFAULT_STALE_AFTER_SECONDS, SubscriberRegistry
-from mgmt_api.distribution.server import KINDS, DistributionServicer
+from mgmt_api.distribution.server import DistributionServicer
 from mgmt_api.distribution.store_backend import StoreBackend
 from mgmt_api.domain.durations import parse_duration
 from mgmt_api.fqn import cluster_fqn
@@ -209,7 +209,7 @@ class Distribution:
         """(kind → the version the cluster's policies compile to, kind → compile error)."""
         desired: dict[str, str] = {}
         errors: dict[str, str] = {}
-        for kind in KINDS:
+        for kind in SERVICE_KINDS:
             try:
                 node = NodeIdentity(kind, organization, cluster, "")
                 desired[kind] = self.backend.build_sync(node).version
@@ -223,7 +223,11 @@ class Distribution:
         return desired, errors
 
     def instances(
-        self, organization: str, cluster: str, desired: dict[str, str], kinds: Iterable[str] = KINDS
+        self,
+        organization: str,
+        cluster: str,
+        desired: dict[str, str],
+        kinds: Iterable[str] = SERVICE_KINDS,
     ) -> list[dict[str, Any]]:
         """The registry's view of the cluster's instances of ``kinds``, with ``upToDate``."""
         now = time.time()

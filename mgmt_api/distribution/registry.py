@@ -24,7 +24,7 @@ import itertools
 import threading
 from dataclasses import dataclass, field, replace
 
-from meshplane.distribution_client import NodeIdentity
+from meshplane.distribution_contract import NodeIdentity
 
 # An instance that has not been heard from for this long is shown as stale
 # (settings: MESHPLANE_DISTRIBUTION_STALE_AFTER).

@@ -27,15 +27,13 @@ from dataclasses import dataclass
 
 import grpc
 
-from meshplane.distribution_client import NodeIdentity
+from meshplane.distribution_contract import SERVICE_KINDS, NodeIdentity
 from meshplane.proto.distribution.v1 import distribution_pb2 as pb
 from meshplane.proto.distribution.v1 import distribution_pb2_grpc as pb_grpc
 from mgmt_api.distribution.feed import ChangeFeed
 from mgmt_api.distribution.registry import SubscriberRegistry
 
 log = logging.getLogger(__name__)
-
-KINDS = ("ratelimit", "extauthz")
 
 
 class AuthError(Exception):
@@ -119,10 +117,11 @@ class DistributionServicer(pb_grpc.PolicyDistributionServicer):
         context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
     ) -> tuple[NodeIdentity, str]:
         node = first.node
-        if node.kind not in KINDS or not node.organization or not node.cluster:
+        if node.kind not in SERVICE_KINDS or not node.organization or not node.cluster:
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT,
-                f"the first request needs node.kind in {KINDS}, node.organization and node.cluster",
+                f"the first request needs node.kind in {SERVICE_KINDS}, "
+                "node.organization and node.cluster",
             )
         identity = NodeIdentity(
             node.kind, node.organization, node.cluster, node.instance or context.peer()

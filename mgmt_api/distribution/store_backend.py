@@ -37,7 +37,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection, Engine
 
-from meshplane.distribution_client import NodeIdentity
+from meshplane.distribution_contract import NodeIdentity
 from mgmt_api.auth import tokens
 from mgmt_api.compiler import extauthz as extauthz_compiler
 from mgmt_api.compiler.ratelimit import render_rls_files
@@ -49,7 +49,7 @@ from mgmt_api.service.authn import service_account_ttl
 from mgmt_api.service.validation import redis_url
 from mgmt_api.store import repo
 from mgmt_api.store.engine import read_tx
-from ratelimit.store.switches import SWITCHES_FILE
+from ratelimit.contract import SWITCHES_FILE
 
 
 def traffic_policies(

@@ -22,7 +22,7 @@ from mgmt_api.domain import rbac
 from mgmt_api.domain.durations import format_duration, parse_duration
 from mgmt_api.domain.lookup import validate_names
 from mgmt_api.errors import invalid
-from ratelimit.redis_url import RedisUrlError, parse_redis_url
+from ratelimit.contract import RedisUrlError, parse_redis_url
 
 DEFAULT_TOKEN_TTL = "3600s"  # noqa: S105 - a duration
 

@@ -53,13 +53,16 @@ def secrets_dir() -> Path:
     return Path(os.environ.get(SECRETS_DIR_ENV) or DEFAULT_SECRETS_DIR)
 
 
-def _secret_file(ref: Any, key: str, field_name: str, source: str) -> Path:
+def _secret_file(ref: Any, key: str, field_name: str, source: str, *, resolve: bool) -> Path | None:
+    """The mounted file a reference names; None when not resolving (a shape check only)."""
     if not isinstance(ref, dict) or not isinstance(ref.get("name"), str) or not ref["name"]:
         raise ConfigError("needs a name", source=source, field=field_name)
     namespace, name = str(ref.get("namespace") or "default"), str(ref["name"])
     for part in (namespace, name):
         if "/" in part or part.startswith("."):
             raise ConfigError(f"{part!r} is not a plain name", source=source, field=field_name)
+    if not resolve:
+        return None
     path = secrets_dir() / namespace / name / key
     if not path.is_file():
         raise ConfigError(
@@ -70,20 +73,27 @@ def _secret_file(ref: Any, key: str, field_name: str, source: str) -> Path:
     return path
 
 
-def _redis_url(redis: dict[str, Any], source: str) -> tuple[str, str]:
-    """(url, description) from ``backend.redis``."""
+def _redis_url(redis: dict[str, Any], source: str, *, resolve: bool) -> tuple[str | None, str]:
+    """(url, description) from ``backend.redis``; the URL is None for an unresolved urlRef."""
     prefix = "rateLimit.backend.redis"
+    url: str | None
     if "url" in redis:
         url, described = str(redis["url"]), "backend.redis.url"
     elif "urlRef" in redis:
-        ref_path = _secret_file(redis["urlRef"], "url", f"{prefix}.urlRef", source)
-        url = ref_path.read_text(encoding="utf-8").strip()
-        described = f"backend.redis.urlRef {ref_path.parent.parent.name}/{ref_path.parent.name}"
+        ref_path = _secret_file(redis["urlRef"], "url", f"{prefix}.urlRef", source, resolve=resolve)
+        url, described = None, "backend.redis.urlRef"
+        if ref_path is not None:
+            url = ref_path.read_text(encoding="utf-8").strip()
+            described += f" {ref_path.parent.parent.name}/{ref_path.parent.name}"
     else:
         raise ConfigError("give url or urlRef", source=source, field=prefix)
     cert_ref = (redis.get("tls") or {}).get("certificateRef")
     if cert_ref is not None:
-        ca = _secret_file(cert_ref, "ca.crt", f"{prefix}.tls.certificateRef", source)
+        ca = _secret_file(
+            cert_ref, "ca.crt", f"{prefix}.tls.certificateRef", source, resolve=resolve
+        )
+        if url is None:
+            return url, described
         try:
             # First: its errors are the ones safe to show.
             uses_tls = parse_redis_url(url).tls
@@ -99,8 +109,11 @@ def _redis_url(redis: dict[str, Any], source: str) -> tuple[str, str]:
                 source=source,
                 field=prefix,
             )
-        query = "&".join(q for q in (parts.query, urlencode({"ssl_ca_certs": str(ca)})) if q)
-        url = urlunsplit(parts._replace(query=query))
+        if ca is not None:
+            query = "&".join(q for q in (parts.query, urlencode({"ssl_ca_certs": str(ca)})) if q)
+            url = urlunsplit(parts._replace(query=query))
+    if url is None:
+        return url, described
     try:
         parse_redis_url(url)
     except RedisUrlError as exc:
@@ -109,8 +122,16 @@ def _redis_url(redis: dict[str, Any], source: str) -> tuple[str, str]:
     return url, described
 
 
-def parse_switches(doc: Any, source: str = SWITCHES_FILE) -> StoreSwitches:
-    """Validate ``{"rateLimit": {...}}`` and resolve its references."""
+def parse_switches(
+    doc: Any, source: str = SWITCHES_FILE, *, resolve_refs: bool = True
+) -> StoreSwitches:
+    """Validate ``{"rateLimit": {...}}`` and resolve its references.
+
+    ``resolve_refs=False`` checks everything but whether the referenced
+    Secrets are mounted (they are mounted where the service runs, not where
+    the management plane validates): ``redis_url`` is then None for a
+    ``urlRef``.
+    """
     if not isinstance(doc, dict) or not isinstance(doc.get("rateLimit", {}), dict):
         raise ConfigError("must be an object with a rateLimit object", source=source)
     rate_limit: dict[str, Any] = doc.get("rateLimit") or {}
@@ -127,7 +148,7 @@ def parse_switches(doc: Any, source: str = SWITCHES_FILE) -> StoreSwitches:
     redis = (rate_limit.get("backend") or {}).get("redis")
     if redis is None:
         return StoreSwitches(False, None, failure_mode)
-    url, described = _redis_url(redis, source)
+    url, described = _redis_url(redis, source, resolve=resolve_refs)
     return StoreSwitches(True, url, failure_mode, described)
 
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from meshplane.distribution_client import NodeIdentity, SnapshotSubscriber
+from meshplane.distribution_client import SnapshotSubscriber
+from meshplane.distribution_contract import NodeIdentity
 from meshplane.proto.distribution.v1 import distribution_pb2 as pb
 from meshplane.proto.distribution.v1 import distribution_pb2_grpc as pb_grpc
 from mgmt_api.distribution.feed import ChangeFeed

@@ -18,11 +18,11 @@ from prometheus_client import CollectorRegistry, generate_latest, multiprocess
 
 from meshplane.config_source import FileSource, resolve_once
 from meshplane.distribution_client import (
-    NodeIdentity,
     SnapshotSubscriber,
     SubscriberMetrics,
     current_dir,
 )
+from meshplane.distribution_contract import NodeIdentity
 from meshplane.proto.distribution.v1 import distribution_pb2 as pb
 from ratelimit.app import load_snapshot
 

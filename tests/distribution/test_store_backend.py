@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from extauthz.config import load_config
-from meshplane.distribution_client import NodeIdentity
+from meshplane.distribution_contract import NodeIdentity
 from mgmt_api.distribution.hub import Distribution, DistributionTls
 from mgmt_api.distribution.store_backend import StoreBackend
 from mgmt_api.errors import ApiError

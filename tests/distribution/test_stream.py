@@ -14,7 +14,8 @@ import grpc
 import pytest
 
 from meshplane.config_source import ConfigError
-from meshplane.distribution_client import NodeIdentity, SnapshotSubscriber, current_dir
+from meshplane.distribution_client import SnapshotSubscriber, current_dir
+from meshplane.distribution_contract import NodeIdentity
 from meshplane.proto.distribution.v1 import distribution_pb2 as pb
 from meshplane.proto.distribution.v1 import distribution_pb2_grpc as pb_grpc
 from mgmt_api.distribution.feed import ChangeFeed

@@ -22,7 +22,8 @@ import pytest
 
 from meshplane import control_plane
 from meshplane.config_error import ConfigError
-from meshplane.distribution_client import NodeIdentity, SnapshotSubscriber, current_dir
+from meshplane.distribution_client import SnapshotSubscriber, current_dir
+from meshplane.distribution_contract import NodeIdentity
 from meshplane.proto.distribution.v1 import distribution_pb2_grpc as pb_grpc
 from mgmt_api.auth import keys as keymod
 from mgmt_api.auth import tokens

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from extauthz.check_request import HttpCall, build_check_request
+from meshplane.check_request import HttpCall, build_check_request
 from tests.support.net import free_port, wait_for_port
 
 REPO = Path(__file__).resolve().parents[2]

@@ -16,11 +16,11 @@ import pytest
 
 from meshplane.config_source import ConfigError, FileSource
 from meshplane.distribution_client import (
-    NodeIdentity,
     SnapshotSubscriber,
     current_dir,
     ensure_cache,
 )
+from meshplane.distribution_contract import NodeIdentity
 from meshplane.proto.distribution.v1 import distribution_pb2 as pb
 from meshplane.proto.distribution.v1 import distribution_pb2_grpc as pb_grpc
 

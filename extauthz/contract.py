@@ -1,0 +1,28 @@
+"""What other components may know of ext_authz: its snapshot contract.
+
+The management plane compiles ExtAuthzPolicies into the file this service
+loads, and Envoy selects a policy per route with a context extension. Those
+names, and the one validator of that file, are the whole surface other
+packages may import (an import-linter contract in ``pyproject.toml``
+enforces it), so the service's internals can change without them noticing.
+"""
+
+from __future__ import annotations
+
+from extauthz.config import POLICY_CONTEXT_KEY, ExtAuthzConfig
+from extauthz.config import parse_config as _parse_config
+
+__all__ = ["FILE_NAME", "POLICY_CONTEXT_KEY", "ExtAuthzConfig", "parse_config"]
+
+#: The one file of an ext_authz snapshot (``extauthz serve --config DIR``).
+FILE_NAME = "extauthz.yaml"
+
+
+def parse_config(document: bytes | str, source: str = FILE_NAME) -> ExtAuthzConfig:
+    """Validate an ext_authz config document exactly as the service loads it.
+
+    Raises :class:`meshplane.config_error.ConfigError` naming the line and the
+    field; never touches the filesystem for the document itself.
+    """
+    text = document.decode("utf-8") if isinstance(document, bytes) else document
+    return _parse_config(text, source)
