@@ -40,7 +40,7 @@ from meshctl.kinds import (
     resolve_parents,
 )
 from meshctl.manifest import Manifest, dump, policy_manifest, read_manifests, to_manifest
-from meshctl.ops import apply_manifest, delete_object, get_object, list_objects, refine
+from meshctl.ops import apply_manifest, delete_all, get_object, list_objects, refine
 from meshctl.output import FORMATS, render_objects
 from meshctl.state import State, state_of
 
@@ -526,9 +526,9 @@ def delete(  # noqa: PLR0917 - typer maps options to parameters
             raise MeshctlError(f"meshctl delete {what} NAME: the name is required", Exit.USAGE)
         refs.append(ref)
     with state.client() as client:
-        for ref in refs:
-            delete_object(client, ref, force=force)
-            typer.echo(f"{ref.describe()} deleted")
+        for ref, outcome in delete_all(client, refs, force=force):
+            done = "deleted" if outcome == "deleted" else "already gone (its parent is listed too)"
+            typer.echo(f"{ref.describe()} {done}")
 
 
 EDIT_HEADER = (

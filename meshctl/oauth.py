@@ -34,10 +34,10 @@ AUTHORIZATION_CODE_GRANT = "authorization_code"
 ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"  # noqa: S105 - a URN
 ID_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:id_token"  # noqa: S105 - a URN
 
-__all__ = ["DeviceAuthorization", "DeviceFlowError", "DeviceTokens"]
+__all__ = ["DeviceAuthorization", "DeviceLoginError", "DeviceTokens"]
 
 
-class DeviceFlowError(MeshctlError):
+class DeviceLoginError(MeshctlError):
     """The device login ended without tokens; ``error`` is the OAuth error code."""
 
     def __init__(self, error: str, message: str) -> None:
@@ -47,14 +47,15 @@ class DeviceFlowError(MeshctlError):
 
 @contextmanager
 def _as_meshctl_error() -> Iterator[None]:
-    """The shared rules raise ``oauth_device.DeviceFlowError``; meshctl reports its own."""
+    """The shared rules raise ``oauth_device.DeviceFlowError``; meshctl reports it as a
+    one-line :class:`DeviceLoginError` with its exit code."""
     try:
         yield
     except oauth_device.DeviceFlowError as exc:
         message = exc.message
         if exc.error == "expired_token":
             message += "; run meshctl login again"
-        raise DeviceFlowError(exc.error, message) from None
+        raise DeviceLoginError(exc.error, message) from None
 
 
 def next_interval(error: str, interval: float) -> float:
@@ -82,7 +83,7 @@ def start_device_authorization(
             f"cannot reach the identity provider at {endpoint}: {exc}", Exit.UNREACHABLE
         ) from exc
     except ValueError as exc:
-        raise DeviceFlowError(
+        raise DeviceLoginError(
             "invalid_response", f"the device endpoint {endpoint} did not answer JSON"
         ) from exc
     with _as_meshctl_error():

@@ -7,7 +7,7 @@ names the exact ``meshctl`` command to run next.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -161,3 +161,31 @@ def delete_object(client: ApiClient, ref: Ref, *, force: bool) -> None:
         client.delete(ref.path, {"force": "true"} if force else None)
     except ApiFailure as exc:
         raise refine(exc, ref) from None
+
+
+def deletion_order(refs: Sequence[Ref]) -> list[Ref]:
+    """Each object once, children before their parents (deepest first), the
+    manifest's order otherwise: the order that undoes an ``apply -f``."""
+    unique = list(dict.fromkeys(refs))
+    return sorted(unique, key=lambda r: -len(r.parents))
+
+
+def delete_all(client: ApiClient, refs: Sequence[Ref], *, force: bool) -> Iterator[tuple[Ref, str]]:
+    """Delete ``refs`` in :func:`deletion_order`; yields each with ``deleted`` or ``gone``.
+
+    An object the server no longer has while an ancestor of it is also in the
+    list counts as gone, not as an error: the recursive delete of that
+    ancestor removes it anyway (an earlier, interrupted ``delete -f`` may have
+    taken it already). Any other failure stops, as a single delete would.
+    """
+    listed = {r.fqn for r in refs}
+    for ref in deletion_order(refs):
+        try:
+            delete_object(client, ref, force=force)
+        except ApiFailure as exc:
+            ancestors = {ref.fqn.rsplit("/", 2 * i)[0] for i in range(1, len(ref.parents) + 1)}
+            if exc.code_name == "NOT_FOUND" and ancestors & listed:
+                yield ref, "gone"
+                continue
+            raise
+        yield ref, "deleted"

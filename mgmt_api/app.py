@@ -20,8 +20,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client import CollectorRegistry
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from mgmt_api.distribution.hub import Distribution
-from mgmt_api.domain.durations import parse_duration
+from mgmt_api.distribution.hub import Distribution, tls_from
 from mgmt_api.errors import ApiError, Code
 from mgmt_api.identity.runtime import IdentityRuntime
 from mgmt_api.middleware import BodyLimit, Metrics
@@ -29,6 +28,7 @@ from mgmt_api.routes import (
     admin,
     approvals,
     cleanup,
+    clusters,
     dashboards,
     distribution_status,
     envoyconfig,
@@ -38,15 +38,12 @@ from mgmt_api.routes import (
     onboarding,
     profiles,
     resources,
+    service_accounts,
     sync,
 )
-from mgmt_api.routes.deps import AppState, call_context
+from mgmt_api.routes.deps import call_context
 from mgmt_api.schemas.base import ErrorBody
-from mgmt_api.service.authn import Authenticator
-from mgmt_api.service.bootstrap import bootstrap
-from mgmt_api.service.onboarding_sync import OnboardingNames
-from mgmt_api.service.policies import PolicyService
-from mgmt_api.service.resources import ResourceService
+from mgmt_api.service.container import Services
 from mgmt_api.settings import Settings
 from mgmt_api.store.engine import create_engine, migrate
 
@@ -67,14 +64,26 @@ def _field(loc: tuple[Any, ...]) -> str:
     return out or "body"
 
 
-def validation_error(exc: RequestValidationError) -> ApiError:
-    """First validation problem as INVALID_ARGUMENT naming the field."""
+def validation_error(exc: RequestValidationError, content_type: str | None = None) -> ApiError:
+    """First validation problem as INVALID_ARGUMENT naming the field.
+
+    JSON types are strict (:class:`mgmt_api.schemas.base.ApiModel`): ``"yes"``
+    for a boolean or ``"3"`` for a number is refused here, never coerced.
+    """
     errors = exc.errors()
     if not errors:
         return ApiError(Code.INVALID_ARGUMENT, "invalid request")
     first = errors[0]
     kind = first.get("type", "")
     field = _field(tuple(first.get("loc", ())))
+    if isinstance(first.get("input"), bytes | bytearray) and field == "body":
+        # FastAPI hands a body of a non-JSON media type over as bytes.
+        given = f"Content-Type {content_type}" if content_type else "no Content-Type"
+        return ApiError(
+            Code.INVALID_ARGUMENT,
+            f"body: send a JSON object with Content-Type: application/json (got {given})",
+            field="body",
+        )
     if kind == "json_invalid":
         return ApiError(
             Code.INVALID_ARGUMENT,
@@ -123,29 +132,27 @@ def _custom_openapi(app: FastAPI) -> dict[str, Any]:
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
-    """Build the app: open the store, migrate it, bootstrap it, mount routes."""
+    """Build the app: open the store, migrate it, bootstrap it, wire services, mount routes."""
     settings = settings or Settings()
     engine = create_engine(settings.database_url)
     migrate(engine)
-    secret = bootstrap(engine, settings.admin_password)
-
-    resource_service = ResourceService(engine)
-    resource_service.onboarding = OnboardingNames(
-        settings.onboarding_tenant, settings.onboarding_workspace
-    )
-    resource_service.stale_after_seconds = parse_duration(
-        settings.agent_stale_after, "MESHPLANE_AGENT_STALE_AFTER"
-    )
-    distribution = Distribution.from_settings(engine, settings)
-    if distribution is not None:
-        resource_service.on_commit = distribution.committed
-    authn = Authenticator(engine, secret)
+    services = Services.build(engine, settings)
+    distribution = None
+    if settings.grpc_listen and services.registry is not None:
+        distribution = Distribution(
+            services.uow,
+            settings.grpc_listen,
+            enforcement=services.enforcement,
+            stream_auth=services.stream_auth,
+            registry=services.registry,
+            tls=tls_from(settings),
+            database_url=settings.database_url,
+        )
     identity = IdentityRuntime.build(
-        engine,
-        authn,
+        services.uow,
+        services.authn,
         install_config=settings.install_config,
         public_url=settings.public_url,
-        on_commit=resource_service.on_commit,
     )
 
     @asynccontextmanager
@@ -173,17 +180,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         docs_url=None,
         redoc_url=None,
     )
-    app.state.meshplane = AppState(
-        settings=settings,
-        authn=authn,
-        resources=resource_service,
-        policies=PolicyService(engine),
-        distribution=distribution,
-    )
+    app.state.services = services
+    app.state.distribution = distribution
     registry = CollectorRegistry()
     app.state.registry = registry
     app.include_router(onboarding.router)  # before the generated .../onboarding/{name}
     resources.add_routes(app.router)
+    service_accounts.add_routes(app.router)
+    clusters.add_routes(app.router)
     app.include_router(inventory.router)
     app.include_router(lookup.router)
     app.include_router(cleanup.router)
@@ -202,8 +206,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return _error_response(exc)
 
     @app.exception_handler(RequestValidationError)
-    async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        return _error_response(validation_error(exc))
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return _error_response(validation_error(exc, request.headers.get("content-type")))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -2,7 +2,7 @@
 
 Every failure leaves the service as ``{"code", "message", "details"}``: the
 shape of ``google.rpc.Status`` that grpc-gateway clients already parse. ``code``
-is the gRPC code *number* (so a gRPC client of a later issue and REST agree);
+is the gRPC code *number* (so gRPC clients and REST agree on it);
 the code *name* is always repeated in a ``google.rpc.ErrorInfo`` detail
 (``reason``) so humans and scripts never need a lookup table.
 """

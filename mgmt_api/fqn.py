@@ -1,7 +1,7 @@
 """The one FQN parser: ``organizations/o/tenants/t/workspaces/w`` and friends.
 
 An FQN alternates collection and name segments. Which collections may follow
-which kind is a table (``CHILDREN``), so later issues add kinds by adding rows
+which kind is a table (``CHILDREN``), so a new kind adds rows
 (for example ``backendtrafficpolicies`` under a cluster) rather than parsers.
 The REST path of every object is ``/v2/`` + its FQN.
 

@@ -1,14 +1,24 @@
-"""ASGI middleware: request-body limit and Prometheus request metrics.
+"""ASGI middleware: request-body limit and checks, and Prometheus request metrics.
 
 The body limit buffers at most ``max_bytes`` and answers 400 (the API's error
 body) beyond that, whether or not the client sent Content-Length, so an
 oversized or endless chunked body can never reach a handler or cost memory.
+
+A buffered JSON body (``Content-Type: application/json``, ``+json``, or none
+given) is then checked before any handler sees it (:func:`check_json_body`),
+so what FastAPI would report as "There was an error parsing the body", or
+store as given, is refused with a 400 that says what is wrong and where.
+A body of another type passes through: its route either accepts that type
+(the OAuth token endpoint takes a form) or refuses it naming the expected
+``Content-Type`` (:func:`mgmt_api.app.validation_error`).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
+from email.message import Message as MimeHeader
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -27,6 +37,107 @@ async def send_error(send: Send, error: ApiError) -> None:
     ]
     await send({"type": "http.response.start", "status": error.http_status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+#: Deeper JSON than this is refused: no resource is nested half as deep, and
+#: a deep enough document exhausts the parser's recursion (a 500) instead.
+MAX_JSON_DEPTH = 64
+# C0 controls but tab, line feed and carriage return, and DEL: never
+# meaningful in a name, label or description, and a classic smuggling vector
+# (NUL truncates in C consumers, escape sequences rewrite terminals).
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def _path(parts: list[str | int]) -> str:
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else part)
+    return out or "body"
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
+def check_json_body(body: bytes) -> ApiError | None:
+    """Why a JSON request body is unacceptable, or None.
+
+    Refused: bytes that are not UTF-8; text that is not JSON (or uses
+    ``NaN``/``Infinity``, or repeats a key in one object, which different
+    parsers resolve differently); nesting deeper than :data:`MAX_JSON_DEPTH`;
+    a string or key holding a control character other than tab and newlines.
+    The error names the field as the client wrote it (``cluster.description``).
+    """
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return ApiError(
+            Code.INVALID_ARGUMENT,
+            f"body: is not valid UTF-8 (byte {exc.start}); send JSON encoded as UTF-8",
+            field="body",
+        )
+    try:
+        doc = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+    except RecursionError:
+        return _too_deep()
+    except ValueError as exc:
+        return ApiError(Code.INVALID_ARGUMENT, f"body: malformed JSON ({exc})", field="body")
+    return _check_value(doc, [])
+
+
+def _too_deep() -> ApiError:
+    return ApiError(
+        Code.INVALID_ARGUMENT,
+        f"body: JSON nested deeper than {MAX_JSON_DEPTH} levels",
+        field="body",
+    )
+
+
+def _check_value(value: Any, path: list[str | int]) -> ApiError | None:
+    if len(path) > MAX_JSON_DEPTH:
+        return _too_deep()
+    if isinstance(value, str):
+        found = _CONTROL.search(value)
+        if found is not None:
+            field = _path(path)
+            return ApiError(
+                Code.INVALID_ARGUMENT,
+                f"{field}: contains the control character U+{ord(found.group()):04X}",
+                field=field,
+            )
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            error = _check_value(key, path) or _check_value(item, [*path, key])
+            if error is not None:
+                return error
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            error = _check_value(item, [*path, index])
+            if error is not None:
+                return error
+    return None
+
+
+def is_json_content(headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether FastAPI will parse this request's body as JSON: a JSON media type, or none."""
+    for name, value in headers:
+        if name == b"content-type":
+            header = MimeHeader()
+            header["content-type"] = value.decode("latin-1")
+            subtype = header.get_content_subtype()
+            return header.get_content_maintype() == "application" and (
+                subtype == "json" or subtype.endswith("+json")
+            )
+    return True
 
 
 class BodyLimit:
@@ -67,6 +178,11 @@ class BodyLimit:
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)
+        if body and is_json_content(scope["headers"]):
+            error = check_json_body(body)
+            if error is not None:
+                await send_error(send, error)
+                return
         sent = False
 
         async def replay() -> Message:

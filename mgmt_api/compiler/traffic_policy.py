@@ -1,4 +1,4 @@
-"""The BackendTrafficPolicy resource (spec §2.6), in Envoy Gateway's shape.
+"""The BackendTrafficPolicy resource (docs/api.md), in Envoy Gateway's shape.
 
 Validation lives in these models so the REST layer, the compiler and the
 tests agree on one definition. Field names and shapes follow Envoy Gateway's

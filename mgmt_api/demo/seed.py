@@ -122,7 +122,7 @@ def demo_plan(
     }
     setting = {
         "authorization": {
-            # Spec §2.7's mode; CUSTOM would need an explicit serviceAccounts list.
+            # The setting's mode (docs/api.md); CUSTOM needs an explicit serviceAccounts list.
             "mode": "CLUSTER",
             "http": {"external": {"uri": extauthz_uri, "policy": "jwt"}},
         }

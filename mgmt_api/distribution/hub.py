@@ -1,11 +1,22 @@
-"""The distribution plane inside ``mgmt-api serve``: gRPC server, feed, status.
+"""The policy distribution plane inside ``mgmt-api serve``: the gRPC server and its feed.
 
 It runs in the same event loop as the REST app (started and stopped by the
-FastAPI lifespan), so a committed REST write reaches the open snapshot
-streams without any broker: the write's worker thread hands the new store
-revision to :meth:`Distribution.committed`, which wakes the
-:class:`~mgmt_api.distribution.feed.ChangeFeed` on the loop. Writes made by
-other replicas are picked up by the feed's store poll.
+FastAPI lifespan). A committed write reaches the open snapshot streams
+without any broker:
+
+- writes in this process: the unit of work tells its commit listeners
+  (:class:`mgmt_api.store.uow.CommitListeners`) the new revision right after
+  the commit, and :meth:`Distribution.committed` hands it to the
+  :class:`~mgmt_api.distribution.feed.ChangeFeed` on the loop;
+- writes of other replicas: on PostgreSQL each write also sends ``NOTIFY``,
+  which :func:`mgmt_api.store.notify.listen_revisions` hears within
+  milliseconds; a slow poll of the stored revision stays behind it (and is
+  the only cross-process path on SQLite, which has no notifications).
+
+What a stream sends comes from the read model (:mod:`mgmt_api.service.enforcement`),
+who may open one from :mod:`mgmt_api.service.stream_auth`, and what each
+instance applied goes to the registry the status views read
+(:mod:`mgmt_api.service.instances`).
 
 Snapshots carry inline key material (HMAC secrets of ExtAuthzPolicies), so
 the stream is meant to run over TLS: :class:`DistributionTls` (settings
@@ -22,30 +33,29 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
-import time
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import grpc
-from sqlalchemy.engine import Engine
 
-from meshplane.distribution_contract import SERVICE_KINDS, NodeIdentity
+from meshplane.distribution_contract import NodeIdentity
 from meshplane.proto.distribution.v1 import distribution_pb2_grpc as pb_grpc
 from mgmt_api.distribution.feed import ChangeFeed
-from mgmt_api.distribution.registry import DEFAULT_STALE_AFTER_SECONDS, SubscriberRegistry
 from mgmt_api.distribution.server import DistributionServicer
-from mgmt_api.distribution.store_backend import StoreBackend
-from mgmt_api.domain.durations import parse_duration
-from mgmt_api.fqn import cluster_fqn
+from mgmt_api.service.enforcement import EnforcementService, Snapshot
+from mgmt_api.service.instances import SubscriberRegistry
+from mgmt_api.service.stream_auth import Revocation, StreamAuth
 from mgmt_api.settings import Settings
-from mgmt_api.store import repo
-from mgmt_api.store.engine import read_tx
+from mgmt_api.store.notify import listen_revisions
+from mgmt_api.store.uow import UnitOfWork
 
 log = logging.getLogger(__name__)
 
+# Without notifications (SQLite) this poll is how other processes' writes are
+# seen; with them (PostgreSQL) it only backs up a listener that lost its
+# connection, so it can be slow.
 STORE_POLL_SECONDS = 1.0
+STORE_POLL_WITH_NOTIFY_SECONDS = 30.0
 # How long a stream may go without a store change before it re-checks its
 # credentials (a revoked key, a deleted cluster); also bounds how long a
 # revocation written by another replica takes to close it.
@@ -114,56 +124,58 @@ def tls_from(settings: Settings) -> DistributionTls | None:
 
 
 class Distribution:
-    """Owns the ``PolicyDistribution`` server and the subscriber registry."""
+    """Owns the ``PolicyDistribution`` gRPC server and the feed that wakes its streams."""
 
     def __init__(
         self,
-        engine: Engine,
+        uow: UnitOfWork,
         listen: str,
         *,
+        enforcement: EnforcementService,
+        stream_auth: StreamAuth,
+        registry: SubscriberRegistry,
         tls: DistributionTls | None = None,
-        stale_after: float = DEFAULT_STALE_AFTER_SECONDS,
+        database_url: str | None = None,
     ) -> None:
-        self._engine = engine
+        self._uow = uow
         self.listen = listen
         self.tls = tls
-        self.backend = StoreBackend(engine)
-        self.registry = SubscriberRegistry(stale_after=stale_after)
+        self.enforcement = enforcement
+        self.stream_auth = stream_auth
+        self.registry = registry
+        # Set on PostgreSQL: other replicas' commits arrive as notifications.
+        self._notify_url = database_url if uow.engine.dialect.name == "postgresql" else None
         self.feed: ChangeFeed | None = None
         self.port: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: grpc.aio.Server | None = None
-        self._poller: asyncio.Task[None] | None = None
-
-    @classmethod
-    def from_settings(cls, engine: Engine, settings: Settings) -> Distribution | None:
-        """The distribution plane the settings ask for; None when ``grpc_listen`` is off."""
-        if not settings.grpc_listen:
-            return None
-        stale_after = parse_duration(
-            settings.distribution_stale_after, "MESHPLANE_DISTRIBUTION_STALE_AFTER"
-        )
-        return cls(engine, settings.grpc_listen, tls=tls_from(settings), stale_after=stale_after)
+        self._tasks: list[asyncio.Task[None]] = []
 
     async def _read_revision(self) -> int:
-        def read() -> int:
-            with read_tx(self._engine) as conn:
-                return repo.current_revision(conn)
+        return await asyncio.to_thread(self._uow.current_revision)
 
-        return await asyncio.to_thread(read)
+    async def _build(self, node: NodeIdentity) -> Snapshot:
+        return await self.enforcement.snapshot_async(node.kind, node.organization, node.cluster)
+
+    async def _authenticate(self, token: str, node: NodeIdentity) -> str:
+        return await self.stream_auth.authenticate_async(token, node.organization, node.cluster)
+
+    async def _still_admitted(self, key_id: str, node: NodeIdentity) -> Revocation | None:
+        return await self.stream_auth.still_admitted_async(key_id, node.organization, node.cluster)
 
     async def start(self) -> None:
         """Bind and start serving; raises if the address cannot be bound."""
         self._loop = asyncio.get_running_loop()
-        self.feed = ChangeFeed(self._read_revision)
-        self.feed.notify(await self._read_revision())
+        feed = self.feed = ChangeFeed(self._read_revision)
+        feed.notify(await self._read_revision())
+        self._uow.listeners.subscribe(self.committed)
         servicer = DistributionServicer(
-            self.backend.build,
-            self.backend.authenticate,
-            self.feed,
+            self._build,
+            self._authenticate,
+            feed,
             self.registry,
             heartbeat=REVALIDATE_SECONDS,
-            still_admitted=self.backend.still_admitted,
+            still_admitted=self._still_admitted,
         )
         server = grpc.aio.server(options=SERVER_OPTIONS)
         pb_grpc.add_PolicyDistributionServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
@@ -175,7 +187,11 @@ class Distribution:
             raise OSError(f"cannot listen for gRPC on {self.listen}")
         await server.start()
         self._server, self.port = server, port
-        self._poller = asyncio.create_task(self.feed.poll_store(STORE_POLL_SECONDS))
+        poll = STORE_POLL_SECONDS
+        if self._notify_url is not None:
+            poll = STORE_POLL_WITH_NOTIFY_SECONDS
+            self._tasks.append(asyncio.create_task(self._listen(self._notify_url, feed)))
+        self._tasks.append(asyncio.create_task(feed.poll_store(poll)))
         host = self.listen.rpartition(":")[0]
         mode = "plaintext" if self.tls is None else "mtls" if self.tls.client_ca_file else "tls"
         log.info("policy distribution listening", extra={"address": f"{host}:{port}", "tls": mode})
@@ -187,11 +203,26 @@ class Distribution:
                 extra={"address": self.listen},
             )
 
+    async def _listen(self, url: str, feed: ChangeFeed) -> None:
+        """Other replicas' commits, as PostgreSQL notifications."""
+
+        def caught_up() -> None:
+            # (Re)connected: whatever was committed while not listening.
+            self._tasks.append(asyncio.create_task(self._catch_up(feed)))
+
+        await listen_revisions(url, feed.notify, connected=caught_up)
+
+    async def _catch_up(self, feed: ChangeFeed) -> None:
+        with contextlib.suppress(Exception):  # the poll covers a failed read
+            feed.notify(await self._read_revision())
+
     async def stop(self, grace: float = 2.0) -> None:
-        if self._poller is not None:
-            self._poller.cancel()
+        self._uow.listeners.unsubscribe(self.committed)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
-                await self._poller
+                await task
         if self._server is not None:
             await self._server.stop(grace)
 
@@ -202,67 +233,3 @@ class Distribution:
             return
         with contextlib.suppress(RuntimeError):  # loop shutting down
             loop.call_soon_threadsafe(feed.notify, revision)
-
-    def desired_versions(
-        self, organization: str, cluster: str
-    ) -> tuple[dict[str, str], dict[str, str]]:
-        """(kind → the version the cluster's policies compile to, kind → compile error)."""
-        desired: dict[str, str] = {}
-        errors: dict[str, str] = {}
-        for kind in SERVICE_KINDS:
-            try:
-                node = NodeIdentity(kind, organization, cluster, "")
-                desired[kind] = self.backend.build_sync(node).version
-            except Exception as exc:
-                # A stored object the compiler rejects (written around the
-                # API's validation): streams fail and subscribers keep their
-                # last good snapshot; the status says why instead of a 500.
-                log.exception("cannot compile the cluster's snapshot", extra={"kind": kind})
-                desired[kind] = ""
-                errors[kind] = f"{type(exc).__name__}: {str(exc)[:500]}"
-        return desired, errors
-
-    def instances(
-        self,
-        organization: str,
-        cluster: str,
-        desired: dict[str, str],
-        kinds: Iterable[str] = SERVICE_KINDS,
-    ) -> list[dict[str, Any]]:
-        """The registry's view of the cluster's instances of ``kinds``, with ``upToDate``."""
-        now = time.time()
-        wanted = set(kinds)
-        out = []
-        for status in self.registry.for_cluster(organization, cluster, now):
-            if status.node.kind not in wanted:
-                continue
-            view = status.to_json(now, self.registry.stale_after)
-            view["upToDate"] = status.applied_version == desired.get(status.node.kind)
-            out.append(view)
-        return out
-
-    def cluster_status(self, organization: str, cluster: str) -> dict[str, Any]:
-        """Per instance: applied version, ACK/NACK, last contact, stale; plus the
-        version each service kind should have, so "up to date" is answerable."""
-        desired, errors = self.desired_versions(organization, cluster)
-        out: dict[str, Any] = {
-            "cluster": cluster_fqn(organization, cluster),
-            "desiredVersions": desired,
-            "instances": self.instances(organization, cluster, desired),
-        }
-        if errors:
-            out["compileErrors"] = errors
-        return out
-
-    def kind_status(self, organization: str, cluster: str, kind: str) -> dict[str, Any]:
-        """One cluster seen from a policy of ``kind``'s service: its desired version
-        of that kind and that kind's instances only."""
-        desired, errors = self.desired_versions(organization, cluster)
-        out: dict[str, Any] = {
-            "cluster": cluster_fqn(organization, cluster),
-            "desiredVersion": desired[kind],
-            "instances": self.instances(organization, cluster, desired, (kind,)),
-        }
-        if kind in errors:
-            out["compileError"] = errors[kind]
-        return out

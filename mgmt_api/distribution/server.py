@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import itertools
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
 
 import grpc
 
@@ -31,35 +29,11 @@ from meshplane.distribution_contract import SERVICE_KINDS, NodeIdentity
 from meshplane.proto.distribution.v1 import distribution_pb2 as pb
 from meshplane.proto.distribution.v1 import distribution_pb2_grpc as pb_grpc
 from mgmt_api.distribution.feed import ChangeFeed
-from mgmt_api.distribution.registry import SubscriberRegistry
+from mgmt_api.service.enforcement import Snapshot, UnknownCluster
+from mgmt_api.service.instances import SubscriberRegistry
+from mgmt_api.service.stream_auth import AuthError, Revocation
 
 log = logging.getLogger(__name__)
-
-
-class AuthError(Exception):
-    """Credentials missing, invalid, or not allowed for the requested node."""
-
-
-@dataclass(frozen=True)
-class Compiled:
-    """A node's snapshot: file name → content. The version is its digest."""
-
-    files: dict[str, bytes]
-
-    @property
-    def version(self) -> str:
-        digest = hashlib.sha256()
-        for name in sorted(self.files):
-            digest.update(name.encode() + b"\0" + self.files[name] + b"\0")
-        return digest.hexdigest()[:20]
-
-
-@dataclass(frozen=True)
-class Revocation:
-    """Why an open stream may no longer receive its cluster's policies."""
-
-    reason: str
-    cluster_gone: bool = False
 
 
 # (bearer token, node) → a grant (the key id), or raise AuthError.
@@ -67,7 +41,7 @@ Authenticate = Callable[[str, NodeIdentity], Awaitable[str]]
 # (grant, node) → None while the grant holds, else why it no longer does.
 StillAdmitted = Callable[[str, NodeIdentity], Awaitable[Revocation | None]]
 # node → the compiled snapshot for it.
-Build = Callable[[NodeIdentity], Awaitable[Compiled]]
+Build = Callable[[NodeIdentity], Awaitable[Snapshot]]
 
 
 class DistributionServicer(pb_grpc.PolicyDistributionServicer):
@@ -93,9 +67,9 @@ class DistributionServicer(pb_grpc.PolicyDistributionServicer):
         self._heartbeat = heartbeat
         self._nonces = itertools.count(1)
         # (kind, org, cluster) → (feed revision when the build started, the build).
-        self._builds: dict[tuple[str, str, str], tuple[int, asyncio.Future[Compiled]]] = {}
+        self._builds: dict[tuple[str, str, str], tuple[int, asyncio.Future[Snapshot]]] = {}
 
-    async def _shared_build(self, node: NodeIdentity, revision: int) -> Compiled:
+    async def _shared_build(self, node: NodeIdentity, revision: int) -> Snapshot:
         """Build once per cluster and revision, however many streams wake for it.
 
         A write wakes every stream of the cluster at once; they all need the
@@ -163,7 +137,11 @@ class DistributionServicer(pb_grpc.PolicyDistributionServicer):
         try:
             while True:
                 revision = self._feed.revision
-                compiled = await self._shared_build(node, revision)
+                try:
+                    compiled = await self._shared_build(node, revision)
+                except UnknownCluster:
+                    revoked = Revocation("the cluster was deleted", cluster_gone=True)
+                    break
                 # Checked after the build: a cluster deleted before the build
                 # read the store compiles to an empty snapshot (no limits, no
                 # policies), which must never be sent; this check sees that

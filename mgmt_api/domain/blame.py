@@ -98,6 +98,21 @@ def blame(layers: Sequence[Layer]) -> list[Entry]:
     return sorted(entries, key=lambda e: e.path)
 
 
+def effective(entries: Sequence[Entry]) -> dict[str, Any]:
+    """The settings object the entries add up to (dot paths nested back into objects)."""
+    out: dict[str, Any] = {}
+    for entry in entries:
+        *parents, leaf = entry.path.split(".")
+        node = out
+        for key in parents:
+            child = node.get(key)
+            if not isinstance(child, dict):
+                child = node[key] = {}
+            node = child
+        node[leaf] = entry.value
+    return out
+
+
 def usable_at(profile: str, target: str) -> bool:
     """A profile is usable on the object it was created under and below, never above."""
     return fqnmod.parse(profile).parent in fqnmod.ancestors(target)

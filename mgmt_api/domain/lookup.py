@@ -89,7 +89,7 @@ def service_type(service: dict[str, Any]) -> str:
 
 
 def registered_service(cluster_fqn: str, namespace: str, service: dict[str, Any]) -> dict[str, Any]:
-    """The RegisteredService view (reference §1.10) of one agent-reported service.
+    """The RegisteredService view (docs/api.md, "Service lookup") of one reported service.
 
     ``fqn`` identifies the reported service (``{cluster}/namespaces/{ns}/services/{name}``);
     it is not a REST object of its own: services are read-only agent data.

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
+NamespaceDesiredState = Literal["DESIRED_ONBOARDED", "DESIRED_OFFBOARDED"]
 DESIRED_ONBOARDED = "DESIRED_ONBOARDED"
 DESIRED_OFFBOARDED = "DESIRED_OFFBOARDED"
 PENDING = "PENDING"

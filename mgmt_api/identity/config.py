@@ -1,7 +1,7 @@
 """The ``spec.identityProvider`` section of the management plane's install config.
 
-Shape (spec 2.8, extended with several named OIDC configurations, secrets
-by reference, and an LDAP sync source)::
+Shape (the install resource's ``spec.identityProvider``, extended with several
+named OIDC configurations, secrets by reference, and an LDAP sync source)::
 
     spec:
       identityProvider:

@@ -1,4 +1,4 @@
-"""The OIDC authorization-code flow with ``state``, ``nonce`` and PKCE (spec 4.3 and 5).
+"""The OIDC authorization-code flow with ``state``, ``nonce`` and PKCE.
 
 Seams for the REST layer (``GET /v2/oidc[/{name}]/login`` and ``/callback``):
 

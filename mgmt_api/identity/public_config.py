@@ -1,4 +1,4 @@
-"""The body of the public ``GET /v2/oidc/configuration`` (spec 4.3 and 5).
+"""The body of the public ``GET /v2/oidc/configuration``.
 
 It tells a client (``meshctl``, the UI) enough to start any of the logins:
 the issuer, the client ids, the scopes, and whether device-code and token

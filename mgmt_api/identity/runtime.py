@@ -25,8 +25,11 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
-from sqlalchemy.engine import Engine
 
+from mgmt_api import access
+from mgmt_api import fqn as fqnmod
+from mgmt_api.access import CallContext, Principal
+from mgmt_api.errors import not_found
 from mgmt_api.identity.config import (
     DEFAULT_MAX_DELETE_PERCENT,
     IdentityProviderConfig,
@@ -44,7 +47,6 @@ from mgmt_api.identity.sql_store import (
     SyncRunLog,
     UsedTokenCache,
     find_user_fqns,
-    org_fqn,
 )
 from mgmt_api.identity.sync.model import DirectoryTeam, DirectoryUser
 from mgmt_api.identity.sync.runner import (
@@ -56,9 +58,8 @@ from mgmt_api.identity.sync.runner import (
 from mgmt_api.identity.token_exchange import ExchangeSubject, IssuedToken
 from mgmt_api.identity.user_mapping import LoginScope
 from mgmt_api.service.authn import Authenticator
-from mgmt_api.service.authz import Principal
 from mgmt_api.store import repo
-from mgmt_api.store.engine import read_tx
+from mgmt_api.store.uow import UnitOfWork
 
 log = logging.getLogger(__name__)
 
@@ -91,9 +92,13 @@ def provider_token_id(claims: Mapping[str, object]) -> str:
     return ""
 
 
+#: The pseudo-kind roles grant directory sync with (``:sync`` and its results).
+SYNC_KIND = "DirectorySync"
+
+
 @dataclass
 class IdentityRuntime:
-    engine: Engine
+    uow: UnitOfWork
     authn: Authenticator
     service: IdentityService | None = None
     http: httpx.AsyncClient | None = None
@@ -111,26 +116,25 @@ class IdentityRuntime:
     @classmethod
     def build(
         cls,
-        engine: Engine,
+        uow: UnitOfWork,
         authn: Authenticator,
         *,
         install_config: str | None,
         public_url: str | None = None,
-        on_commit: Callable[[int], None] | None = None,
     ) -> IdentityRuntime:
         """Read the install config (a ``ConfigError`` stops the start-up, naming the line)."""
-        runtime = cls(engine, authn)
-        runtime.store = SqlDirectoryStore(engine, on_commit)
-        runtime.runs = SyncRunLog(engine)
+        runtime = cls(uow, authn)
+        runtime.store = SqlDirectoryStore(uow)
+        runtime.runs = SyncRunLog(uow)
         if install_config is None:
             return runtime
         config: IdentityProviderConfig = load_identity_provider(Path(install_config))
         if not config.oidc and config.sync is None:
             return runtime
         runtime.http = httpx.AsyncClient(timeout=10.0)
-        runtime.states = SqlLoginStateStore(engine)
-        runtime.codes = SqlLoginCodeStore(engine)
-        runtime.used_tokens = UsedTokenCache(engine)
+        runtime.states = SqlLoginStateStore(uow)
+        runtime.codes = SqlLoginCodeStore(uow)
+        runtime.used_tokens = UsedTokenCache(uow)
         runtime.service = IdentityService(
             config,
             http=runtime.http,
@@ -185,9 +189,37 @@ class IdentityRuntime:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=sync.interval_s)
 
+    # ---- directory sync on demand (``:sync``) ---------------------------------------------
+
+    def authorize_sync(self, ctx: CallContext, org: str, permission: str) -> None:
+        """``permission`` for the ``DirectorySync`` kind on the organization, which must exist."""
+        fqn = fqnmod.organization_fqn(org)
+        with self.uow.read() as conn:
+            access.require(conn, ctx.principal, fqn, SYNC_KIND, permission)
+            if not repo.exists(conn, fqn):
+                raise not_found(fqn)
+
+    def audit_sync(self, ctx: CallContext, org: str, result: SyncResult, mode: str) -> None:
+        """One audit record per ``:sync`` call, whatever its outcome, by the caller."""
+        body = result.to_json()
+        fqn = fqnmod.organization_fqn(org)
+        outcome = "ok" if result.ok else str(result.error)
+        with self.uow.write(ctx.principal.fqn, bump=False) as tx:
+            tx.audit(
+                fqn,
+                SYNC_KIND,
+                "SYNC",
+                f"directory sync ({mode}) of {fqn} from {result.source_type}: {outcome}",
+                ok=result.ok,
+                mode=mode,
+                forced=result.forced,
+                users=body["users"],
+                teams=body["teams"],
+            )
+
     def _org_exists(self, org: str) -> bool:
-        with read_tx(self.engine) as conn:
-            return repo.exists(conn, org_fqn(org))
+        with self.uow.read() as conn:
+            return repo.exists(conn, fqnmod.organization_fqn(org))
 
     def _purge(self, now: float) -> None:
         for store in (self.states, self.codes, self.used_tokens):
@@ -258,7 +290,7 @@ class IdentityRuntime:
         email: str | None,
         organization: str | None,
     ) -> str | None:
-        with read_tx(self.engine) as conn:
+        with self.uow.read() as conn:
             found = find_user_fqns(
                 conn, scope=scope, user_id=user_id, email=email, organization=organization
             )
@@ -346,7 +378,7 @@ class IdentityRuntime:
         """``grant_type=authorization_code``: the session token for a login code + verifier."""
         assert self.codes is not None
         user = redeem_code(self.codes, form, config_name=config.name, now=self.clock())
-        with read_tx(self.engine) as conn:
+        with self.uow.read() as conn:
             if not repo.exists(conn, user):  # deleted in the seconds since the login
                 raise TokenExchangeRefusedError("the user no longer exists", reason="unknown_user")
         return self.mint(user)

@@ -33,7 +33,7 @@ from dataclasses import asdict
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection
 
 from mgmt_api import fqn as fqnmod
 from mgmt_api.domain import etags
@@ -47,7 +47,6 @@ from mgmt_api.identity.sync.model import DirectoryTeam, DirectoryUser
 from mgmt_api.identity.sync.reconcile import Membership
 from mgmt_api.identity.user_mapping import LoginScope, match_kind
 from mgmt_api.store import repo
-from mgmt_api.store.engine import read_tx, write_tx
 from mgmt_api.store.tables import (
     directory_sync_runs,
     login_states,
@@ -55,6 +54,7 @@ from mgmt_api.store.tables import (
     oidc_used_tokens,
     resources,
 )
+from mgmt_api.store.uow import UnitOfWork
 
 SYNC_ACTOR = "system:directory-sync"
 _PAGE = 500
@@ -71,8 +71,8 @@ class SqlLoginStateStore:
     provider round trips of the same requests.
     """
 
-    def __init__(self, engine: Engine, max_pending: int = MAX_PENDING_LOGINS) -> None:
-        self._engine = engine
+    def __init__(self, uow: UnitOfWork, max_pending: int = MAX_PENDING_LOGINS) -> None:
+        self._uow = uow
         self._max = max_pending
 
     def put(self, login: LoginState) -> None:
@@ -86,7 +86,7 @@ class SqlLoginStateStore:
         """
         payload = asdict(login)
         del payload["state"]
-        with write_tx(self._engine) as conn:
+        with self._uow.write_rows() as conn:
             if self._pending(conn) >= self._max:
                 conn.execute(
                     sa.delete(login_states).where(login_states.c.expires_at <= login.created_at)
@@ -104,7 +104,7 @@ class SqlLoginStateStore:
         return int(conn.execute(sa.select(sa.func.count()).select_from(login_states)).scalar_one())
 
     def take(self, state: str, now: float) -> LoginState | None:
-        with write_tx(self._engine) as conn:
+        with self._uow.write_rows() as conn:
             row = conn.execute(
                 sa.delete(login_states)
                 .where(login_states.c.state == state)
@@ -118,11 +118,11 @@ class SqlLoginStateStore:
             return None
 
     def __len__(self) -> int:
-        with read_tx(self._engine) as conn:
+        with self._uow.read() as conn:
             return self._pending(conn)
 
     def purge_expired(self, now: float) -> int:
-        with write_tx(self._engine) as conn:
+        with self._uow.write_rows() as conn:
             result = conn.execute(sa.delete(login_states).where(login_states.c.expires_at <= now))
         return int(result.rowcount)
 
@@ -130,13 +130,13 @@ class SqlLoginStateStore:
 class SqlLoginCodeStore:
     """A ``LoginCodeStore`` in the ``oidc_login_codes`` table (keyed by the code's digest)."""
 
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
+    def __init__(self, uow: UnitOfWork) -> None:
+        self._uow = uow
 
     def put(self, code: LoginCode) -> None:
         payload = asdict(code)
         del payload["code_hash"]
-        with write_tx(self._engine) as conn:
+        with self._uow.write_rows() as conn:
             conn.execute(
                 sa.insert(oidc_login_codes).values(
                     code_hash=code.code_hash,
@@ -146,7 +146,7 @@ class SqlLoginCodeStore:
             )
 
     def take(self, code_hash: str) -> LoginCode | None:
-        with write_tx(self._engine) as conn:
+        with self._uow.write_rows() as conn:
             row = conn.execute(
                 sa.delete(oidc_login_codes)
                 .where(oidc_login_codes.c.code_hash == code_hash)
@@ -157,7 +157,7 @@ class SqlLoginCodeStore:
         return LoginCode(code_hash=code_hash, **json.loads(row.payload))
 
     def purge_expired(self, now: float) -> int:
-        with write_tx(self._engine) as conn:
+        with self._uow.write_rows() as conn:
             result = conn.execute(
                 sa.delete(oidc_login_codes).where(oidc_login_codes.c.expires_at <= now)
             )
@@ -172,14 +172,14 @@ class UsedTokenCache:
     token identifiers an observer could correlate.
     """
 
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
+    def __init__(self, uow: UnitOfWork) -> None:
+        self._uow = uow
 
     def use(self, token_id: str, expires_at: float) -> bool:
         """Record ``token_id``; ``False`` when it was recorded before (a replay)."""
         key = hashlib.sha256(token_id.encode()).hexdigest()
         try:
-            with write_tx(self._engine) as conn:
+            with self._uow.write_rows() as conn:
                 conn.execute(
                     sa.insert(oidc_used_tokens).values(token_key=key, expires_at=expires_at)
                 )
@@ -188,7 +188,7 @@ class UsedTokenCache:
         return True
 
     def purge_expired(self, now: float) -> int:
-        with write_tx(self._engine) as conn:
+        with self._uow.write_rows() as conn:
             result = conn.execute(
                 sa.delete(oidc_used_tokens).where(oidc_used_tokens.c.expires_at <= now)
             )
@@ -196,10 +196,6 @@ class UsedTokenCache:
 
 
 # ---- directory users and teams -------------------------------------------------------------
-
-
-def org_fqn(org: str) -> str:
-    return f"organizations/{org}"
 
 
 def _user_spec(user: DirectoryUser, source: str) -> dict[str, Any]:
@@ -237,9 +233,8 @@ def _children(conn: Connection, parent: str, kind: str) -> list[repo.Resource]:
 class SqlDirectoryStore:
     """``DirectoryStore`` over the resources table (see the module docstring)."""
 
-    def __init__(self, engine: Engine, on_commit: Callable[[int], None] | None = None) -> None:
-        self._engine = engine
-        self._on_commit = on_commit
+    def __init__(self, uow: UnitOfWork) -> None:
+        self._uow = uow
 
     # -- reads
 
@@ -247,8 +242,8 @@ class SqlDirectoryStore:
         return await asyncio.to_thread(self._list_users, org, source)
 
     def _list_users(self, org: str, source: str) -> list[DirectoryUser]:
-        with read_tx(self._engine) as conn:
-            users = _children(conn, org_fqn(org), "User")
+        with self._uow.read() as conn:
+            users = _children(conn, fqnmod.organization_fqn(org), "User")
         return [
             DirectoryUser(
                 id=u.name,
@@ -265,8 +260,8 @@ class SqlDirectoryStore:
         return await asyncio.to_thread(self._list_teams, org, source)
 
     def _list_teams(self, org: str, source: str) -> list[DirectoryTeam]:
-        with read_tx(self._engine) as conn:
-            teams = _children(conn, org_fqn(org), "Team")
+        with self._uow.read() as conn:
+            teams = _children(conn, fqnmod.organization_fqn(org), "Team")
         return [
             DirectoryTeam(
                 id=t.name,
@@ -285,24 +280,13 @@ class SqlDirectoryStore:
 
     # -- writes: one transaction each, so one failure never undoes the others
 
-    def _write(self, org: str, fn: Callable[[Connection, int], tuple[str, str, str]]) -> None:
-        with write_tx(self._engine) as conn:
-            revision = repo.bump_revision(conn)
-            fqn, operation, message = fn(conn, revision)
-            repo.audit(
-                conn,
-                organization=org,
-                fqn=fqn,
-                kind=fqnmod.parse(fqn).kind,
-                operation=operation,
-                actor=SYNC_ACTOR,
-                message=message,
-            )
-        if self._on_commit is not None:
-            self._on_commit(revision)
+    def _write(self, fn: Callable[[Connection, int], tuple[str, str, str]]) -> None:
+        with self._uow.write(SYNC_ACTOR) as tx:
+            fqn, operation, message = fn(tx.conn, tx.revision)
+            tx.audit(fqn, fqnmod.parse(fqn).kind, operation, message)
 
     async def _run(self, org: str, fn: Callable[[Connection, int], tuple[str, str, str]]) -> None:
-        await asyncio.to_thread(self._write, org, fn)
+        await asyncio.to_thread(self._write, fn)
 
     @staticmethod
     def _owned(conn: Connection, fqn: str, source: str) -> repo.Resource:
@@ -336,7 +320,7 @@ class SqlDirectoryStore:
         )
 
     async def create_user(self, org: str, source: str, user: DirectoryUser) -> None:
-        fqn = f"{org_fqn(org)}/users/{user.id}"
+        fqn = f"{fqnmod.organization_fqn(org)}/users/{user.id}"
 
         def op(conn: Connection, rev: int) -> tuple[str, str, str]:
             self._insert(conn, fqn, "User", _user_spec(user, source), rev)
@@ -345,7 +329,7 @@ class SqlDirectoryStore:
         await self._run(org, op)
 
     async def update_user(self, org: str, source: str, user: DirectoryUser) -> None:
-        fqn = f"{org_fqn(org)}/users/{user.id}"
+        fqn = f"{fqnmod.organization_fqn(org)}/users/{user.id}"
 
         def op(conn: Connection, rev: int) -> tuple[str, str, str]:
             res = self._owned(conn, fqn, source)
@@ -355,14 +339,14 @@ class SqlDirectoryStore:
         await self._run(org, op)
 
     async def delete_user(self, org: str, source: str, user_id: str) -> None:
-        fqn = f"{org_fqn(org)}/users/{user_id}"
+        fqn = f"{fqnmod.organization_fqn(org)}/users/{user_id}"
 
         def op(conn: Connection, rev: int) -> tuple[str, str, str]:
             self._owned(conn, fqn, source)
             repo.delete_subtree(conn, fqn)
             # Every team, manual ones too: a later user of the same name must not
             # inherit the memberships of this one.
-            for team in _children(conn, org_fqn(org), "Team"):
+            for team in _children(conn, fqnmod.organization_fqn(org), "Team"):
                 members = team.spec.get("members") or []
                 if fqn in members:
                     spec = {**team.spec, "members": [m for m in members if m != fqn]}
@@ -372,7 +356,7 @@ class SqlDirectoryStore:
         await self._run(org, op)
 
     async def create_team(self, org: str, source: str, team: DirectoryTeam) -> None:
-        fqn = f"{org_fqn(org)}/teams/{team.id}"
+        fqn = f"{fqnmod.organization_fqn(org)}/teams/{team.id}"
 
         def op(conn: Connection, rev: int) -> tuple[str, str, str]:
             self._insert(conn, fqn, "Team", _team_spec(team, source, []), rev)
@@ -381,7 +365,7 @@ class SqlDirectoryStore:
         await self._run(org, op)
 
     async def update_team(self, org: str, source: str, team: DirectoryTeam) -> None:
-        fqn = f"{org_fqn(org)}/teams/{team.id}"
+        fqn = f"{fqnmod.organization_fqn(org)}/teams/{team.id}"
 
         def op(conn: Connection, rev: int) -> tuple[str, str, str]:
             res = self._owned(conn, fqn, source)
@@ -393,12 +377,12 @@ class SqlDirectoryStore:
         await self._run(org, op)
 
     async def delete_team(self, org: str, source: str, team_id: str) -> None:
-        fqn = f"{org_fqn(org)}/teams/{team_id}"
+        fqn = f"{fqnmod.organization_fqn(org)}/teams/{team_id}"
 
         def op(conn: Connection, rev: int) -> tuple[str, str, str]:
             self._owned(conn, fqn, source)
             repo.delete_subtree(conn, fqn)
-            for team in _children(conn, org_fqn(org), "Team"):
+            for team in _children(conn, fqnmod.organization_fqn(org), "Team"):
                 nested = team.status.get("memberTeams") or []
                 if fqn in nested:
                     status = {**team.status, "memberTeams": [t for t in nested if t != fqn]}
@@ -408,9 +392,9 @@ class SqlDirectoryStore:
         await self._run(org, op)
 
     async def set_members(self, org: str, source: str, team_id: str, members: Membership) -> None:
-        fqn = f"{org_fqn(org)}/teams/{team_id}"
-        users = sorted(f"{org_fqn(org)}/users/{u}" for u in members.user_ids)
-        teams = sorted(f"{org_fqn(org)}/teams/{t}" for t in members.team_ids)
+        fqn = f"{fqnmod.organization_fqn(org)}/teams/{team_id}"
+        users = sorted(f"{fqnmod.organization_fqn(org)}/users/{u}" for u in members.user_ids)
+        teams = sorted(f"{fqnmod.organization_fqn(org)}/teams/{t}" for t in members.team_ids)
 
         def op(conn: Connection, rev: int) -> tuple[str, str, str]:
             res = self._owned(conn, fqn, source)
@@ -429,15 +413,15 @@ class SqlDirectoryStore:
 class SyncRunLog:
     """The last ``:sync`` body of each organization, and the last successful one."""
 
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
+    def __init__(self, uow: UnitOfWork) -> None:
+        self._uow = uow
 
     def record(self, org: str, result: dict[str, Any]) -> None:
         body = json.dumps(result)
         values: dict[str, Any] = {"last_result": body, "update_time": repo.now_us()}
         if result.get("ok"):
             values["last_success"] = body
-        with write_tx(self._engine) as conn:
+        with self._uow.write_rows() as conn:
             updated = conn.execute(
                 sa.update(directory_sync_runs)
                 .where(directory_sync_runs.c.organization == org)
@@ -447,7 +431,7 @@ class SyncRunLog:
                 conn.execute(sa.insert(directory_sync_runs).values(organization=org, **values))
 
     def get(self, org: str) -> dict[str, Any]:
-        with read_tx(self._engine) as conn:
+        with self._uow.read() as conn:
             row = conn.execute(
                 sa.select(directory_sync_runs).where(directory_sync_runs.c.organization == org)
             ).first()
@@ -480,7 +464,7 @@ def find_user_fqns(
     """
     where: list[Any] = [resources.c.kind == "User"]
     if organization is not None:
-        where.append(resources.c.parent.in_([org_fqn(organization), fqnmod.ROOT]))
+        where.append(resources.c.parent.in_([fqnmod.organization_fqn(organization), fqnmod.ROOT]))
     candidates: list[tuple[str, dict[str, Any]]] = []
     if user_id:
         rows = conn.execute(

@@ -2,31 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Query, Request, Response
+from fastapi import APIRouter, Body, Query, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from mgmt_api import fqn as fqnmod
-from mgmt_api.domain import rbac
-from mgmt_api.errors import ApiError, Code, invalid, not_found, unauthenticated
-from mgmt_api.routes.deps import Name, call_context, client_address, state
+from mgmt_api.errors import ApiError, Code, unauthenticated
+from mgmt_api.routes.deps import Audit, Ctx, Name, call_context, client_address, services
 from mgmt_api.routes.resources import put_access_policy
 from mgmt_api.schemas import resources as m
 from mgmt_api.schemas.base import Empty
-from mgmt_api.service import authz
-from mgmt_api.service.resources import CallContext, rfc3339
-from mgmt_api.store import repo
-from mgmt_api.store.engine import read_tx
 
 router = APIRouter()
-Ctx = Annotated[CallContext, Depends(call_context)]
 
 
 def _global_policy(path: str, fqn: str, what: str) -> None:
     def get_policy(request: Request, ctx: Ctx) -> dict[str, Any]:
-        return state(request).policies.get(ctx, fqn)
+        return services(request).policies.get(ctx, fqn)
 
     def put_policy(
         request: Request, ctx: Ctx, body: Annotated[m.AccessPolicy, Body()]
@@ -67,9 +62,9 @@ def create_token(request: Request) -> dict[str, Any]:
     header = request.headers.get("authorization") or ""
     if not header.lower().startswith("basic "):
         raise unauthenticated("Basic credentials required to obtain a token")
-    st = state(request)
-    principal = st.authn.authenticate(header, client_address(request))
-    token, ttl = st.authn.mint(principal)
+    authn = services(request).authn
+    principal = authn.authenticate(header, client_address(request))
+    token, ttl = authn.mint(principal)
     return {"accessToken": token, "tokenType": "Bearer", "expiresIn": ttl, "subject": principal.fqn}
 
 
@@ -80,43 +75,14 @@ def create_token(request: Request) -> dict[str, Any]:
     operation_id="ListAuditLogs",
 )
 def list_audit_logs(
-    request: Request,
     ctx: Ctx,
     organization: Name,
+    audit: Audit,
     page_size: Annotated[int, Query(alias="pageSize", ge=1, le=1000)] = 100,
     page_token: Annotated[str, Query(alias="pageToken", max_length=32)] = "",
 ) -> dict[str, Any]:
     """Who did what to which FQN and when, newest first (needs READ on the organization)."""
-    fqnmod.validate_name(organization, "organization")
-    org_fqn = f"organizations/{organization}"
-    before: int | None = None
-    if page_token:
-        if not page_token.isdigit():
-            raise invalid("pageToken", "is not a token this server issued")
-        before = int(page_token)
-    with read_tx(state(request).resources.engine) as conn:
-        authz.require(conn, ctx.principal, org_fqn, "Organization", rbac.READ)
-        if not repo.exists(conn, org_fqn):
-            raise not_found(org_fqn)
-        records = repo.list_audit(conn, organization, before, page_size + 1)
-    more = len(records) > page_size
-    records = records[:page_size]
-    return {
-        "auditLogs": [
-            {
-                "id": str(r.id),
-                "createTime": rfc3339(r.time),
-                "kind": r.kind,
-                "operation": r.operation,
-                "fqn": r.fqn,
-                "triggeredBy": r.actor,
-                "message": r.message,
-                "properties": r.properties,
-            }
-            for r in records
-        ],
-        "nextPageToken": str(records[-1].id) if more else "",
-    }
+    return audit.list(ctx, organization, page_size=page_size, page_token=page_token)
 
 
 @router.get("/healthz", include_in_schema=False)
@@ -126,11 +92,10 @@ def healthz() -> dict[str, str]:
 
 
 @router.get("/readyz", include_in_schema=False)
-def readyz(request: Request) -> Response:
+async def readyz(request: Request) -> Response:
     """Readiness: the store answers."""
     try:
-        with read_tx(state(request).resources.engine) as conn:
-            repo.current_revision(conn)
+        await asyncio.to_thread(services(request).uow.current_revision)
     except Exception:
         body = ApiError(Code.UNAVAILABLE, "store unavailable").body()
         return Response(json.dumps(body), status_code=503, media_type="application/json")
@@ -140,7 +105,6 @@ def readyz(request: Request) -> Response:
 @router.get("/metrics", include_in_schema=False)
 def metrics(request: Request) -> Response:
     """Prometheus metrics; any valid credential unless MESHPLANE_PUBLIC_METRICS=1."""
-    st = state(request)
-    if not st.settings.public_metrics:
+    if not services(request).settings.public_metrics:
         call_context(request)
     return Response(generate_latest(request.app.state.registry), media_type=CONTENT_TYPE_LATEST)

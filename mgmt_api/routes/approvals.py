@@ -1,4 +1,4 @@
-"""Approvals (spec §4.5) for an organization and for a cluster, plus the access check.
+"""Approvals for an organization and for a cluster, plus the access check (docs/api.md).
 
 Both variants share one set of handlers; only the dependency that turns the
 path into the resource FQN differs.
@@ -7,23 +7,16 @@ path into the resource FQN differs.
 from collections.abc import Callable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Query, Request
+from fastapi import APIRouter, Body, Depends, Query
 
 from mgmt_api.domain import approvals as ap
 from mgmt_api.errors import invalid
-from mgmt_api.routes.deps import call_context, cluster_fqn, organization_fqn, state
+from mgmt_api.routes.deps import Approvals, Ctx, cluster_fqn, organization_fqn
 from mgmt_api.schemas import approvals as s
 from mgmt_api.schemas.base import Empty
-from mgmt_api.service.approvals import TRANSITIONS, ApprovalService, same_resource
-from mgmt_api.service.resources import CallContext
+from mgmt_api.service.approvals import TRANSITIONS, same_resource
 
 router = APIRouter()
-Ctx = Annotated[CallContext, Depends(call_context)]
-
-
-def _service(request: Request) -> ApprovalService:
-    st = state(request)
-    return ApprovalService(st.resources.engine)
 
 
 def _access(body: s.AccessRequest, resource: str) -> ap.Access:
@@ -31,7 +24,7 @@ def _access(body: s.AccessRequest, resource: str) -> ap.Access:
     return ap.access(body.access.subject, body.access.permissions)
 
 
-# Path suffix -> (operation name of spec §4.5, summary).
+# Path suffix -> (operation name, summary).
 TRANSITION_ROUTES = {
     "approved:add": ("AddApprovedAccess", "Grant access directly"),
     "approved:delete": ("DeleteApprovedAccess", "Revoke an approved access"),
@@ -47,25 +40,25 @@ def _transition_endpoint(name: str, resource_type: Any) -> Callable[..., Any]:
     if name.endswith(":delete"):
 
         def by_subject(
-            request: Request,
+            approvals: Approvals,
             ctx: Ctx,
             resource: resource_type,
             body: Annotated[s.ResourceAndSubject, Body()],
         ) -> dict[str, Any]:
             same_resource(body.resource, resource, "resource")
-            _service(request).transition(ctx, resource, name, ap.access(body.subject, ()))
+            approvals.transition(ctx, resource, name, ap.access(body.subject, ()))
             return {}
 
         by_subject.__doc__ = doc
         return by_subject
 
     def with_access(
-        request: Request,
+        approvals: Approvals,
         ctx: Ctx,
         resource: resource_type,
         body: Annotated[s.AccessRequest, Body()],
     ) -> dict[str, Any]:
-        _service(request).transition(ctx, resource, name, _access(body, resource))
+        approvals.transition(ctx, resource, name, _access(body, resource))
         return {}
 
     with_access.__doc__ = doc
@@ -76,12 +69,12 @@ def _add_variant(prefix: str, resource_of: Callable[..., str], variant: str) -> 
     Resource = Annotated[str, Depends(resource_of)]
     tag = "Approvals"
 
-    def get_policy(request: Request, ctx: Ctx, resource: Resource) -> dict[str, Any]:
+    def get_policy(approvals: Approvals, ctx: Ctx, resource: Resource) -> dict[str, Any]:
         """The approval policy (ReadApprovalPolicy)."""
-        return _service(request).get(ctx, resource)
+        return approvals.get(ctx, resource)
 
     def set_policy(
-        request: Request,
+        approvals: Approvals,
         ctx: Ctx,
         resource: Resource,
         body: Annotated[s.SetApprovalPolicyRequest, Body()],
@@ -91,7 +84,7 @@ def _add_variant(prefix: str, resource_of: Callable[..., str], variant: str) -> 
         for field in ("requested", "approved"):
             if getattr(body, field) is not None:
                 raise invalid(field, s.LISTS_REFUSED)
-        _service(request).set_policy(
+        approvals.set_policy(
             ctx,
             resource,
             ap.Mode(body.mode),
@@ -103,7 +96,7 @@ def _add_variant(prefix: str, resource_of: Callable[..., str], variant: str) -> 
         return {}
 
     def delete_policy(
-        request: Request,
+        approvals: Approvals,
         ctx: Ctx,
         resource: Resource,
         force: Annotated[
@@ -111,18 +104,18 @@ def _add_variant(prefix: str, resource_of: Callable[..., str], variant: str) -> 
         ] = False,
     ) -> dict[str, Any]:
         """Stop checks and revoke every approval (DeleteApprovalPolicy)."""
-        _service(request).delete_policy(ctx, resource, force=force)
+        approvals.delete_policy(ctx, resource, force=force)
         return {}
 
     def query(
-        request: Request,
+        approvals: Approvals,
         ctx: Ctx,
         resource: Resource,
         body: Annotated[s.QueryPoliciesRequest, Body()],
     ) -> dict[str, Any]:
         """Approval policies here and (for an organization) on its clusters (ReadApprovalPolicy)."""
         same_resource(body.parent, resource, "parent")
-        policies = _service(request).query(
+        policies = approvals.query(
             ctx,
             resource,
             types=list(body.types),
@@ -132,13 +125,13 @@ def _add_variant(prefix: str, resource_of: Callable[..., str], variant: str) -> 
         return {"policies": policies}
 
     def check(
-        request: Request,
+        approvals: Approvals,
         ctx: Ctx,
         resource: Resource,
         body: Annotated[s.AccessCheckRequest, Body()],
     ) -> dict[str, Any]:
         """Is the subject allowed the permission? (CheckApprovalPolicyAccess)"""
-        return _service(request).check(ctx, resource, body.subject, body.permission)
+        return approvals.check(ctx, resource, body.subject, body.permission)
 
     empty: dict[str, Any] = {"response_model": Empty}
     routes: list[tuple[str, str, Callable[..., Any], str, dict[str, Any]]] = [

@@ -1,18 +1,14 @@
-"""``POST /v2/organizations/{organization}/cleanupresources`` (spec 4.6)."""
+"""``POST /v2/organizations/{organization}/cleanupresources``."""
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Request
+from fastapi import APIRouter, Body
 from pydantic import Field
 
-from mgmt_api.routes.deps import call_context, organization_fqn, state
+from mgmt_api.routes.deps import Cleanup, Ctx, OrganizationFqn
 from mgmt_api.schemas.base import ApiModel
-from mgmt_api.service.cleanup import CleanupService
-from mgmt_api.service.resources import CallContext
 
 router = APIRouter()
-Ctx = Annotated[CallContext, Depends(call_context)]
-Organization = Annotated[str, Depends(organization_fqn)]
 
 
 class CleanupResourcesRequest(ApiModel):
@@ -46,16 +42,9 @@ class CleanupResourcesResponse(ApiModel):
     summary="Find unused objects; delete them with apply=true (kind CleanupResources: READ/DELETE)",
 )
 def cleanup_resources(
-    request: Request,
     ctx: Ctx,
-    organization: Organization,
+    organization: OrganizationFqn,
     body: Annotated[CleanupResourcesRequest, Body()],
+    cleanup: Cleanup,
 ) -> dict[str, Any]:
-    resources = state(request).resources
-    service = CleanupService(
-        resources.engine,
-        resources.onboarding,
-        resources.on_commit,
-        stale_after_seconds=resources.stale_after_seconds,
-    )
-    return service.run(ctx, organization, apply=body.apply)
+    return cleanup.run(ctx, organization, apply=body.apply)

@@ -1,4 +1,4 @@
-"""``GET /v2/dashboards`` and ``GET /v2/dashboards/{name}`` (spec §4.2).
+"""``GET /v2/dashboards`` and ``GET /v2/dashboards/{name}`` (docs/dashboards.md).
 
 The dashboards are package data, the same for every caller and free of any
 tenant's data, so any authenticated principal may read them: no RBAC object
@@ -9,16 +9,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Response
+from fastapi import APIRouter, Path, Response
 
 from mgmt_api.dashboards import get_dashboard, list_dashboards
 from mgmt_api.errors import not_found
-from mgmt_api.routes.deps import call_context
+from mgmt_api.routes.deps import Ctx
 from mgmt_api.schemas.base import ApiModel
-from mgmt_api.service.resources import CallContext
 
 router = APIRouter()
-Ctx = Annotated[CallContext, Depends(call_context)]
 
 
 class Dashboard(ApiModel):

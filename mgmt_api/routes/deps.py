@@ -1,32 +1,33 @@
-"""Request dependencies: application state, the authenticated call context, path FQNs."""
+"""Request dependencies: the services, the authenticated call context, path names.
+
+Services are built once per app (:class:`mgmt_api.service.container.Services`)
+and reach routes as ``Annotated`` dependencies (``resources: Resources``).
+The getters are ``async`` on purpose: FastAPI runs a sync dependency in the
+thread pool, a hop per request for what is an attribute read.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Annotated
 
-from fastapi import Path, Request
+from fastapi import Depends, Path, Request
 
 from mgmt_api import fqn as fqnmod
-from mgmt_api.distribution.hub import Distribution
-from mgmt_api.service.authn import Authenticator
-from mgmt_api.service.policies import PolicyService
-from mgmt_api.service.resources import CallContext, ResourceService
-from mgmt_api.settings import Settings
+from mgmt_api.access import CallContext
+from mgmt_api.service.approvals import ApprovalService
+from mgmt_api.service.audit import AuditService
+from mgmt_api.service.cleanup import CleanupService
+from mgmt_api.service.container import Services
+from mgmt_api.service.enforcement import EnforcementService
+from mgmt_api.service.inventory import InventoryService
+from mgmt_api.service.onboarding import OnboardingService
+from mgmt_api.service.profiles import ProfileService
+from mgmt_api.service.status import StatusService
 
 
-@dataclass
-class AppState:
-    settings: Settings
-    authn: Authenticator
-    resources: ResourceService
-    policies: PolicyService
-    distribution: Distribution | None = field(default=None)
-
-
-def state(request: Request) -> AppState:
-    st: AppState = request.app.state.meshplane
-    return st
+def services(request: Request) -> Services:
+    found: Services = request.app.state.services
+    return found
 
 
 def client_address(request: Request) -> str:
@@ -35,11 +36,57 @@ def client_address(request: Request) -> str:
 
 def call_context(request: Request) -> CallContext:
     """Authenticates the request; every route but the public ones depends on it."""
-    st = state(request)
-    principal = st.authn.authenticate(request.headers.get("authorization"), client_address(request))
-    base_url = st.settings.public_url or str(request.base_url)
+    svc = services(request)
+    principal = svc.authn.authenticate(
+        request.headers.get("authorization"), client_address(request)
+    )
+    base_url = svc.settings.public_url or str(request.base_url)
     return CallContext(principal, base_url)
 
+
+Ctx = Annotated[CallContext, Depends(call_context)]
+
+
+async def _approvals(request: Request) -> ApprovalService:
+    return services(request).approvals
+
+
+async def _audit(request: Request) -> AuditService:
+    return services(request).audit
+
+
+async def _cleanup(request: Request) -> CleanupService:
+    return services(request).cleanup
+
+
+async def _enforcement(request: Request) -> EnforcementService:
+    return services(request).enforcement
+
+
+async def _inventory(request: Request) -> InventoryService:
+    return services(request).inventory
+
+
+async def _onboarding(request: Request) -> OnboardingService:
+    return services(request).onboarding
+
+
+async def _profiles(request: Request) -> ProfileService:
+    return services(request).profiles
+
+
+async def _status(request: Request) -> StatusService:
+    return services(request).status
+
+
+Approvals = Annotated[ApprovalService, Depends(_approvals)]
+Audit = Annotated[AuditService, Depends(_audit)]
+Cleanup = Annotated[CleanupService, Depends(_cleanup)]
+Enforcement = Annotated[EnforcementService, Depends(_enforcement)]
+Inventory = Annotated[InventoryService, Depends(_inventory)]
+Onboarding = Annotated[OnboardingService, Depends(_onboarding)]
+Profiles = Annotated[ProfileService, Depends(_profiles)]
+Status = Annotated[StatusService, Depends(_status)]
 
 # A name segment of a path: a DNS-1123 label (mgmt_api.fqn's grammar), or
 # ``{namespace}.{name}`` for namespaced kinds. FastAPI checks it before
@@ -64,3 +111,7 @@ def tenant_fqn(organization: Name, tenant: Name) -> str:
 
 def workspace_fqn(organization: Name, tenant: Name, workspace: Name) -> str:
     return fqnmod.workspace_fqn(organization, tenant, workspace)
+
+
+OrganizationFqn = Annotated[str, Depends(organization_fqn)]
+ClusterFqn = Annotated[str, Depends(cluster_fqn)]

@@ -7,16 +7,12 @@ is accepted, the same credential the policy distribution admits.
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Request
+from fastapi import APIRouter, Body
 
-from mgmt_api.routes.deps import call_context, cluster_fqn, state
+from mgmt_api.routes.deps import ClusterFqn, Ctx, Inventory
 from mgmt_api.schemas.inventory import ClusterStateView, InventoryReport
-from mgmt_api.service.inventory import InventoryService
-from mgmt_api.service.resources import CallContext
 
 router = APIRouter()
-Ctx = Annotated[CallContext, Depends(call_context)]
-Cluster = Annotated[str, Depends(cluster_fqn)]
 
 
 @router.put(
@@ -28,12 +24,9 @@ Cluster = Annotated[str, Depends(cluster_fqn)]
     summary="The cluster agent's namespaces, services, workloads and state (agent key only)",
 )
 def report_inventory(
-    request: Request,
     ctx: Ctx,
-    cluster: Cluster,
+    cluster: ClusterFqn,
     body: Annotated[InventoryReport, Body()],
+    inventory: Inventory,
 ) -> dict[str, Any]:
-    resources = state(request).resources
-    return InventoryService(resources.engine, resources.stale_after_seconds).report(
-        ctx, cluster, body
-    )
+    return inventory.report(ctx, cluster, body)

@@ -1,16 +1,13 @@
-"""``POST /v2/lookup/services`` (spec 4.2): services a namespace selector would hit."""
+"""``POST /v2/lookup/services``: services a namespace selector would hit."""
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Request
+from fastapi import APIRouter, Body
 
-from mgmt_api.routes.deps import call_context, state
+from mgmt_api.routes.deps import Ctx, Inventory
 from mgmt_api.schemas.inventory import ServiceLookupRequest, ServiceLookupResponse
-from mgmt_api.service.inventory import InventoryService
-from mgmt_api.service.resources import CallContext
 
 router = APIRouter()
-Ctx = Annotated[CallContext, Depends(call_context)]
 
 
 @router.post(
@@ -22,11 +19,9 @@ Ctx = Annotated[CallContext, Depends(call_context)]
     summary="Agent-reported services a selector matches, paged (READ on parent and each cluster)",
 )
 def lookup_services(
-    request: Request, ctx: Ctx, body: Annotated[ServiceLookupRequest, Body()]
+    ctx: Ctx, body: Annotated[ServiceLookupRequest, Body()], inventory: Inventory
 ) -> dict[str, Any]:
-    resources = state(request).resources
-    service = InventoryService(resources.engine, resources.stale_after_seconds)
-    services, next_token = service.lookup_services(
+    services, next_token = inventory.lookup_services(
         ctx,
         body.parent,
         body.selector.names,

@@ -1,4 +1,4 @@
-"""OIDC login endpoints (spec 4.3 and 5): configuration, login, callback, platform token.
+"""OIDC login endpoints (docs/identity.md): configuration, login, callback, platform token.
 
 All four are public (no credentials): they are how a caller gets credentials.
 

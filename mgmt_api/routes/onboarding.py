@@ -1,23 +1,19 @@
-"""``GET .../clusters/{cluster}/onboarding/status`` (spec 4.8).
+"""``GET .../clusters/{cluster}/onboarding/status``.
 
 The config's CRUD is generated from the kind registry; this router must be
 mounted before those routes so ``status`` is not taken for a config name
 (validation also reserves that name).
 """
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter
 from pydantic import Field
 
-from mgmt_api.routes.deps import call_context, cluster_fqn, state
+from mgmt_api.routes.deps import ClusterFqn, Ctx, Onboarding
 from mgmt_api.schemas.base import ApiModel
-from mgmt_api.service.onboarding import OnboardingService
-from mgmt_api.service.resources import CallContext
 
 router = APIRouter()
-Ctx = Annotated[CallContext, Depends(call_context)]
-Cluster = Annotated[str, Depends(cluster_fqn)]
 
 
 class NamespaceStatus(ApiModel):
@@ -53,9 +49,5 @@ class ClusterOnboardingStatus(ApiModel):
     tags=["ClusterOnboardingConfig"],
     summary="Desired and current state of each configured namespace (READ)",
 )
-def onboarding_status(request: Request, ctx: Ctx, cluster: Cluster) -> dict[str, Any]:
-    resources = state(request).resources
-    service = OnboardingService(
-        resources.engine, resources.onboarding, resources.stale_after_seconds
-    )
-    return service.status(ctx, cluster)
+def onboarding_status(ctx: Ctx, cluster: ClusterFqn, onboarding: Onboarding) -> dict[str, Any]:
+    return onboarding.status(ctx, cluster)

@@ -1,4 +1,4 @@
-"""``.../availableprofiles`` and ``.../blame`` (spec §4.6).
+"""``.../availableprofiles`` and ``.../blame`` (docs/api.md, "Profiles and blame").
 
 The spec names ``availableprofiles`` on organizations and ``blame`` on
 organizations and clusters; both are also served on tenants and workspaces,
@@ -8,23 +8,20 @@ where profiles are attached too (docs/api.md, "Profiles and blame").
 from collections.abc import Callable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends
 from pydantic import Field
 
 from mgmt_api.routes.deps import (
-    call_context,
+    Ctx,
+    Profiles,
     cluster_fqn,
     organization_fqn,
-    state,
     tenant_fqn,
     workspace_fqn,
 )
 from mgmt_api.schemas.base import ApiModel
-from mgmt_api.service.profiles import ProfileService
-from mgmt_api.service.resources import CallContext
 
 router = APIRouter()
-Ctx = Annotated[CallContext, Depends(call_context)]
 
 
 class AvailableProfile(ApiModel):
@@ -63,10 +60,6 @@ class BlameResponse(ApiModel):
     entries: list[BlameEntry]
 
 
-def _service(request: Request) -> ProfileService:
-    return ProfileService(state(request).resources.engine)
-
-
 LEVELS: list[tuple[str, Callable[..., str], str]] = [
     ("/v2/organizations/{organization}", organization_fqn, "Organization"),
     ("/v2/organizations/{organization}/tenants/{tenant}", tenant_fqn, "Tenant"),
@@ -82,8 +75,8 @@ CLUSTER = ("/v2/organizations/{organization}/clusters/{cluster}", cluster_fqn, "
 def _add(prefix: str, fqn_of: Callable[..., str], kind: str, *, available: bool) -> None:
     Target = Annotated[str, Depends(fqn_of)]
 
-    def blame(request: Request, ctx: Ctx, fqn: Target) -> dict[str, Any]:
-        return _service(request).blame(ctx, fqn)
+    def blame(ctx: Ctx, fqn: Target, profiles: Profiles) -> dict[str, Any]:
+        return profiles.blame(ctx, fqn)
 
     router.add_api_route(
         f"{prefix}/blame",
@@ -97,8 +90,8 @@ def _add(prefix: str, fqn_of: Callable[..., str], kind: str, *, available: bool)
     if not available:
         return
 
-    def available_profiles(request: Request, ctx: Ctx, fqn: Target) -> dict[str, Any]:
-        return {"profiles": _service(request).available(ctx, fqn)}
+    def available_profiles(ctx: Ctx, fqn: Target, profiles: Profiles) -> dict[str, Any]:
+        return {"profiles": profiles.available(ctx, fqn)}
 
     router.add_api_route(
         f"{prefix}/availableprofiles",

@@ -8,92 +8,31 @@ parameter, query parameter and body model in the OpenAPI.
 from __future__ import annotations
 
 import inspect
-import json
-import re
-from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Path, Query, Request, Response
+from fastapi import APIRouter, Body, Query, Request, Response
 from pydantic import Field, create_model
 from pydantic.alias_generators import to_snake
 
 from mgmt_api import fqn as fqnmod
+from mgmt_api.access import CallContext
 from mgmt_api.kinds import KINDS, KindDef, item_templates, parent_templates
-from mgmt_api.routes.deps import Name, NamespacedName, call_context, state
+from mgmt_api.kinds.base import CREATE, GET, LIST
+from mgmt_api.routes.deps import services
+from mgmt_api.routes.templated import (
+    KW,
+    LabelSelector,
+    PageSize,
+    PageToken,
+    endpoint,
+    fill,
+    json_response,
+    operation_id,
+    params_of,
+    signature,
+)
 from mgmt_api.schemas import resources as m
 from mgmt_api.schemas.base import ApiModel, Empty
-from mgmt_api.service.resources import CallContext
-
-KW = inspect.Parameter.KEYWORD_ONLY
-_PARAM = re.compile(r"{(\w+)}")
-# Path parameters of namespaced kinds take ``{namespace}.{name}`` (see fqn.NAMESPACED).
-_NAMESPACED_PARAMS = {
-    k.param: k.collection for k in KINDS.values() if k.collection in fqnmod.NAMESPACED
-}
-
-PageSize = Annotated[int, Query(alias="pageSize", ge=1, le=1000, description="Default 100.")]
-PageToken = Annotated[str, Query(alias="pageToken", max_length=2048)]
-LabelSelector = Annotated[
-    str,
-    Query(alias="labelSelector", max_length=1024, description="k=v,k2=v2 or k (label present)."),
-]
-KeyEncoding = Annotated[Literal["PEM", "JWK"], Query(alias="keyEncoding")]
-
-
-def _json(content: Any) -> Response:
-    """Serialise a service result directly.
-
-    The service already produces the camelCase wire form; skipping FastAPI's
-    response-model re-validation saves a large share of a GET's CPU. The
-    models still document the responses, and schemathesis checks conformance.
-    """
-    return Response(json.dumps(content, separators=(",", ":")), media_type="application/json")
-
-
-def _params(template: str) -> list[str]:
-    return _PARAM.findall(template)
-
-
-def _fill(template: str, kw: dict[str, Any]) -> str:
-    for name in _params(template):
-        fqnmod.validate_segment(_NAMESPACED_PARAMS.get(name, ""), kw[name], name)
-    return template.format(**{p: kw[p] for p in _params(template)})
-
-
-def _signature(path_params: list[str], *extra: inspect.Parameter) -> inspect.Signature:
-    params = [inspect.Parameter("request", KW, annotation=Request)]
-    params += [
-        inspect.Parameter(
-            p,
-            KW,
-            annotation=NamespacedName if p in _NAMESPACED_PARAMS else Name,
-        )
-        for p in path_params
-    ]
-    params += list(extra)
-    return inspect.Signature(params)
-
-
-def _endpoint(fn: Callable[..., Any], sig: inspect.Signature) -> Callable[..., Any]:
-    """Give ``fn`` a real signature and authenticate before it runs.
-
-    Authentication runs inside the endpoint's worker thread rather than as a
-    separate FastAPI dependency: a sync dependency would cost a second
-    thread hop per request. The OpenAPI declares the security schemes.
-    """
-
-    def endpoint(**kw: Any) -> Any:
-        kw["ctx"] = call_context(kw["request"])
-        return fn(**kw)
-
-    endpoint.__signature__ = sig  # type: ignore[attr-defined]
-    endpoint.__name__ = fn.__name__
-    endpoint.__doc__ = fn.__doc__
-    return endpoint
-
-
-def _op(name: str, template: str, method: str) -> str:
-    return f"{name}__{method}__{template.replace('/', '_').replace('{', '').replace('}', '')}"
 
 
 def _list_model(kdef: KindDef) -> type[ApiModel]:
@@ -130,8 +69,8 @@ def add_kind_routes(router: APIRouter, kdef: KindDef) -> None:
             else kdef.collection
         )
         item_path = "/v2/" + item_tpl
-        pparams = _params(parent_tpl)
-        iparams = _params(item_tpl)
+        pparams = params_of(parent_tpl)
+        iparams = params_of(item_tpl)
         tag = kdef.kind
         _add_collection(
             router,
@@ -148,6 +87,15 @@ def add_kind_routes(router: APIRouter, kdef: KindDef) -> None:
         _add_policy(router, kdef.kind, item_path, item_tpl, iparams=iparams, tag=tag)
 
 
+def _options(kdef: KindDef, operation: str, kw: dict[str, Any]) -> dict[str, Any]:
+    """The values of the kind's extra query parameters for ``operation``."""
+    return {p.name: kw[p.name] for p in kdef.params_for(operation)}
+
+
+def _extra(kdef: KindDef, operation: str) -> list[inspect.Parameter]:
+    return [p.parameter() for p in kdef.params_for(operation)]
+
+
 def _add_collection(
     router: APIRouter,
     kdef: KindDef,
@@ -160,72 +108,59 @@ def _add_collection(
     body_attr: str,
     tag: str,
 ) -> None:
-    extra = [
+    paging = [
         inspect.Parameter("page_size", KW, annotation=PageSize, default=100),
         inspect.Parameter("page_token", KW, annotation=PageToken, default=""),
         inspect.Parameter("label_selector", KW, annotation=LabelSelector, default=""),
     ]
-    if kdef.kind == "Cluster":
-        extra.append(
-            inspect.Parameter(
-                "fetch_workloads",
-                KW,
-                annotation=Annotated[bool, Query(alias="fetchWorkloads")],
-                default=False,
-            )
-        )
 
     def list_(**kw: Any) -> Response:
-        parent = _fill(parent_tpl, kw)
-        result = state(kw["request"]).resources.list_objects(
+        result = services(kw["request"]).resources.list_objects(
             kw["ctx"],
             kdef,
-            parent,
+            fill(parent_tpl, kw),
             page_size=kw["page_size"],
             page_token=kw["page_token"],
             label_selector=kw["label_selector"],
-            fetch_workloads=kw.get("fetch_workloads", False),
+            options=_options(kdef, LIST, kw),
         )
-        return _json({kdef.list_field: result.items, "nextPageToken": result.next_page_token})
+        return json_response(
+            {kdef.list_field: result.items, "nextPageToken": result.next_page_token}
+        )
 
     router.add_api_route(
         path,
-        _endpoint(list_, _signature(pparams, *extra)),
+        endpoint(list_, signature(pparams, *paging, *_extra(kdef, LIST))),
         methods=["GET"],
         response_model=list_model,
         response_model_exclude_none=True,
-        operation_id=_op(f"List{kdef.kind}s", path, "get"),
+        operation_id=operation_id(f"List{kdef.kind}s", path, "get"),
         tags=[tag],
         summary=f"List {kdef.kind} objects (paged, label-filterable)",
     )
 
-    create_extra = [inspect.Parameter("body", KW, annotation=Annotated[create_model_, Body()])]
-    if kdef.kind == "ServiceAccount":
-        create_extra.append(
-            inspect.Parameter("key_encoding", KW, annotation=KeyEncoding, default="PEM")
-        )
+    body = inspect.Parameter("body", KW, annotation=Annotated[create_model_, Body()])
 
     def create(**kw: Any) -> Response:
-        parent = _fill(parent_tpl, kw)
-        body = kw["body"]
-        return _json(
-            state(kw["request"]).resources.create(
+        request_body = kw["body"]
+        return json_response(
+            services(kw["request"]).resources.create(
                 kw["ctx"],
                 kdef,
-                parent,
-                body.name,
-                getattr(body, body_attr),
-                key_encoding=kw.get("key_encoding", "PEM"),
+                fill(parent_tpl, kw),
+                request_body.name,
+                getattr(request_body, body_attr),
+                options=_options(kdef, CREATE, kw),
             )
         )
 
     router.add_api_route(
         path,
-        _endpoint(create, _signature(pparams, *create_extra)),
+        endpoint(create, signature(pparams, body, *_extra(kdef, CREATE))),
         methods=["POST"],
         response_model=kdef.model,
         response_model_exclude_none=True,
-        operation_id=_op(f"Create{kdef.kind}", path, "post"),
+        operation_id=operation_id(f"Create{kdef.kind}", path, "post"),
         tags=[tag],
         summary=f"Create a {kdef.kind}; the caller gets rbac/admin on it",
     )
@@ -234,71 +169,35 @@ def _add_collection(
 def _add_item(
     router: APIRouter, kdef: KindDef, path: str, tpl: str, *, iparams: list[str], tag: str
 ) -> None:
-    get_extra: list[inspect.Parameter] = []
-    if kdef.kind == "Cluster":
-        get_extra = [
-            inspect.Parameter(
-                "fetch_workloads",
-                KW,
-                annotation=Annotated[bool, Query(alias="fetchWorkloads")],
-                default=False,
-            ),
-            inspect.Parameter(
-                "include_install_template",
-                KW,
-                annotation=Annotated[
-                    bool,
-                    Query(
-                        alias="includeInstallTemplate",
-                        description="Mints a new agent key; needs SET_POLICY on the organization.",
-                    ),
-                ],
-                default=False,
-            ),
-        ]
-    elif kdef.kind == "ServiceAccount":
-        get_extra = [inspect.Parameter("key_encoding", KW, annotation=KeyEncoding, default="PEM")]
-
     def get(**kw: Any) -> Response:
-        fqn = _fill(tpl, kw)
-        svc = state(kw["request"]).resources
-        if kw.get("include_install_template"):
-            return _json(
-                svc.get_cluster_with_template(
-                    kw["ctx"], fqn, fetch_workloads=kw.get("fetch_workloads", False)
-                )
-            )
-        return _json(
-            svc.get(
-                kw["ctx"],
-                fqn,
-                fetch_workloads=kw.get("fetch_workloads", False),
-                key_encoding=kw.get("key_encoding", "PEM"),
-            )
+        return json_response(
+            services(kw["request"]).resources.get(kw["ctx"], fill(tpl, kw), _options(kdef, GET, kw))
         )
 
     router.add_api_route(
         path,
-        _endpoint(get, _signature(iparams, *get_extra)),
+        endpoint(get, signature(iparams, *_extra(kdef, GET))),
         methods=["GET"],
         response_model=kdef.model,
         response_model_exclude_none=True,
-        operation_id=_op(f"Get{kdef.kind}", path, "get"),
+        operation_id=operation_id(f"Get{kdef.kind}", path, "get"),
         tags=[tag],
         summary=f"Get a {kdef.kind}",
     )
 
     def put(**kw: Any) -> Response:
-        return _json(state(kw["request"]).resources.update(kw["ctx"], _fill(tpl, kw), kw["body"]))
+        return json_response(
+            services(kw["request"]).resources.update(kw["ctx"], fill(tpl, kw), kw["body"])
+        )
 
     put_body = inspect.Parameter("body", KW, annotation=Annotated[kdef.model, Body()])
     router.add_api_route(
         path,
-        _endpoint(put, _signature(iparams, put_body)),
+        endpoint(put, signature(iparams, put_body)),
         methods=["PUT"],
         response_model=kdef.model,
         response_model_exclude_none=True,
-        operation_id=_op(f"Update{kdef.kind}", path, "put"),
+        operation_id=operation_id(f"Update{kdef.kind}", path, "put"),
         tags=[tag],
         summary=f"Update a {kdef.kind} (etag required; output-only fields ignored)",
     )
@@ -306,86 +205,17 @@ def _add_item(
     force = inspect.Parameter("force", KW, annotation=Annotated[bool, Query()], default=False)
 
     def delete(**kw: Any) -> dict[str, Any]:
-        state(kw["request"]).resources.delete(kw["ctx"], _fill(tpl, kw), force=kw["force"])
+        services(kw["request"]).resources.delete(kw["ctx"], fill(tpl, kw), force=kw["force"])
         return {}
 
     router.add_api_route(
         path,
-        _endpoint(delete, _signature(iparams, force)),
+        endpoint(delete, signature(iparams, force)),
         methods=["DELETE"],
         response_model=Empty,
-        operation_id=_op(f"Delete{kdef.kind}", path, "delete"),
+        operation_id=operation_id(f"Delete{kdef.kind}", path, "delete"),
         tags=[tag],
         summary=f"Delete a {kdef.kind} and everything below it",
-    )
-
-    if kdef.kind == "ServiceAccount":
-        _add_sa_keys(router, path, tpl, iparams)
-    if kdef.kind == "Cluster":
-
-        def config(**kw: Any) -> dict[str, Any]:
-            return state(kw["request"]).resources.cluster_config(kw["ctx"], _fill(tpl, kw))
-
-        router.add_api_route(
-            path + "/config",
-            _endpoint(config, _signature(iparams)),
-            methods=["POST"],
-            response_model=m.ClusterConfig,
-            response_model_exclude_none=True,
-            operation_id=_op("GetClusterConfig", path, "post"),
-            tags=[tag],
-            summary="ClusterConfig: the settings the cluster's control plane syncs",
-        )
-
-
-def _add_sa_keys(router: APIRouter, path: str, tpl: str, iparams: list[str]) -> None:
-    tag = "ServiceAccount"
-
-    def jwks(**kw: Any) -> dict[str, Any]:
-        return {"keys": state(kw["request"]).resources.jwks(kw["ctx"], _fill(tpl, kw))}
-
-    router.add_api_route(
-        path + "/jwks",
-        _endpoint(jwks, _signature(iparams)),
-        methods=["GET"],
-        response_model=m.Jwks,
-        operation_id=_op("GetServiceAccountJwks", path, "get"),
-        tags=[tag],
-        summary="The account's public keys as a JWKS",
-    )
-    enc = inspect.Parameter("key_encoding", KW, annotation=KeyEncoding, default="PEM")
-
-    def generate(**kw: Any) -> dict[str, Any]:
-        return state(kw["request"]).resources.generate_key(
-            kw["ctx"], _fill(tpl, kw), kw["key_encoding"]
-        )
-
-    router.add_api_route(
-        path + "/keys",
-        _endpoint(generate, _signature(iparams, enc)),
-        methods=["POST"],
-        response_model=m.KeyPair,
-        response_model_exclude_none=True,
-        operation_id=_op("GenerateServiceAccountKey", path, "post"),
-        tags=[tag],
-        summary="New key pair; the private key is returned once (needs SET_POLICY)",
-    )
-    key_id = inspect.Parameter(
-        "key_id", KW, annotation=Annotated[str, Path(alias="keyId", max_length=64)]
-    )
-
-    def delete_key(**kw: Any) -> dict[str, Any]:
-        state(kw["request"]).resources.delete_key(kw["ctx"], _fill(tpl, kw), kw["key_id"])
-        return {}
-
-    router.add_api_route(
-        path + "/keys/{keyId}",
-        _endpoint(delete_key, _signature(iparams, key_id)),
-        methods=["DELETE"],
-        response_model=Empty,
-        operation_id=_op("DeleteServiceAccountKey", path, "delete"),
-        tags=[tag],
-        summary="Revoke a key",
     )
 
 
@@ -393,45 +223,45 @@ def _add_policy(
     router: APIRouter, kind: str, path: str, tpl: str, *, iparams: list[str], tag: str
 ) -> None:
     def get_policy(**kw: Any) -> dict[str, Any]:
-        return state(kw["request"]).policies.get(kw["ctx"], _fill(tpl, kw))
+        return services(kw["request"]).policies.get(kw["ctx"], fill(tpl, kw))
 
     router.add_api_route(
         path + "/policy",
-        _endpoint(get_policy, _signature(iparams)),
+        endpoint(get_policy, signature(iparams)),
         methods=["GET"],
         response_model=m.AccessPolicy,
         response_model_exclude_none=True,
-        operation_id=_op(f"Get{kind}Policy", path, "get"),
+        operation_id=operation_id(f"Get{kind}Policy", path, "get"),
         tags=[tag],
         summary="Access policy of the object",
     )
     body = inspect.Parameter("body", KW, annotation=Annotated[m.AccessPolicy, Body()])
 
     def put_policy(**kw: Any) -> dict[str, Any]:
-        put_access_policy(kw["request"], kw["ctx"], _fill(tpl, kw), kw["body"])
+        put_access_policy(kw["request"], kw["ctx"], fill(tpl, kw), kw["body"])
         return {}
 
     router.add_api_route(
         path + "/policy",
-        _endpoint(put_policy, _signature(iparams, body)),
+        endpoint(put_policy, signature(iparams, body)),
         methods=["PUT"],
         response_model=Empty,
-        operation_id=_op(f"Set{kind}Policy", path, "put"),
+        operation_id=operation_id(f"Set{kind}Policy", path, "put"),
         tags=[tag],
         summary="Replace the access policy (etag required; needs SET_POLICY)",
     )
 
     def permissions(**kw: Any) -> dict[str, Any]:
-        fqn = _fill(tpl, kw)
-        perms = state(kw["request"]).policies.permissions(kw["ctx"], fqn)
+        fqn = fill(tpl, kw)
+        perms = services(kw["request"]).policies.permissions(kw["ctx"], fqn)
         return {"fqn": fqn, "rules": [{"permissions": perms}] if perms else []}
 
     router.add_api_route(
         path + "/permissions",
-        _endpoint(permissions, _signature(iparams)),
+        endpoint(permissions, signature(iparams)),
         methods=["GET"],
         response_model=m.ResourcePermissions,
-        operation_id=_op(f"Get{kind}Permissions", path, "get"),
+        operation_id=operation_id(f"Get{kind}Permissions", path, "get"),
         tags=[tag],
         summary="The caller's permissions on the object",
     )
@@ -439,7 +269,7 @@ def _add_policy(
 
 def put_access_policy(request: Request, ctx: CallContext, fqn: str, body: m.AccessPolicy) -> None:
     allow = [b.model_dump(by_alias=True, exclude_none=True) for b in body.allow]
-    state(request).policies.put(ctx, fqn, allow, body.description or "", body.etag)
+    services(request).policies.put(ctx, fqn, allow, body.description or "", body.etag)
 
 
 def add_routes(router: APIRouter) -> None:

@@ -7,7 +7,7 @@ Two forms, one reconcile (``identity.sync.runner.run_sync``):
   ``spec.identityProvider.sync.organizations`` can be synced this way, so
   an organization admin cannot copy the company directory into an
   organization of their own.
-* **push** (a ``SyncOrganization`` body, reference §1.8:
+* **push** (a ``SyncOrganization`` body, docs/identity.md:
   ``{sourceType, users[], teams[]}``): for identity providers without a
   pull source. The body is the whole directory: users and teams of that
   ``sourceType`` left out are deleted, memberships become exact. It needs no
@@ -32,27 +32,24 @@ with ``ok: false`` and the failed IDs. All are audited and kept for
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Query, Request
 from pydantic import Field
 
+from mgmt_api import fqn as fqnmod
+from mgmt_api.access import CallContext
 from mgmt_api.domain import rbac
-from mgmt_api.errors import ApiError, Code, not_found
+from mgmt_api.errors import ApiError, Code
 from mgmt_api.identity.runtime import IdentityRuntime
-from mgmt_api.identity.sql_store import org_fqn
 from mgmt_api.identity.sync.model import DirectoryTeam, DirectoryUser
-from mgmt_api.identity.sync.runner import TOO_MANY_DELETIONS, SyncResult
+from mgmt_api.identity.sync.runner import TOO_MANY_DELETIONS
 from mgmt_api.routes.deps import Name, call_context
 from mgmt_api.schemas.base import ApiModel
-from mgmt_api.service import authz
-from mgmt_api.service.resources import CallContext
-from mgmt_api.store import repo
-from mgmt_api.store.engine import read_tx, write_tx
 
 router = APIRouter(tags=["DirectorySync"])
 Ctx = Annotated[CallContext, Depends(call_context)]
-KIND = "DirectorySync"
 MAX_ENTRIES = 100_000
 
 
@@ -93,13 +90,6 @@ def _runtime(request: Request) -> IdentityRuntime:
     return rt
 
 
-def _authorize(ctx: CallContext, rt: IdentityRuntime, org: str, permission: str) -> None:
-    with read_tx(rt.engine) as conn:
-        authz.require(conn, ctx.principal, org_fqn(org), KIND, permission)
-        if not repo.exists(conn, org_fqn(org)):
-            raise not_found(org_fqn(org))
-
-
 def _not_configured(org: str) -> ApiError:
     return ApiError(
         Code.FAILED_PRECONDITION,
@@ -111,10 +101,11 @@ def _not_configured(org: str) -> ApiError:
 
 
 def _push_source(rt: IdentityRuntime, org: str, body: SyncOrganizationRequest) -> None:
-    if body.fqn is not None and body.fqn.strip("/") != org_fqn(org):
+    org_fqn = fqnmod.organization_fqn(org)
+    if body.fqn is not None and body.fqn.strip("/") != org_fqn:
         raise ApiError(
             Code.INVALID_ARGUMENT,
-            f"fqn {body.fqn!r} is not the organization of the path ({org_fqn(org)})",
+            f"fqn {body.fqn!r} is not the organization of the path ({org_fqn})",
             field="fqn",
         )
     pulled = rt.syncs.get(org)
@@ -152,28 +143,6 @@ def _directory(body: SyncOrganizationRequest) -> tuple[list[DirectoryUser], list
     return users, teams
 
 
-def _audit(rt: IdentityRuntime, ctx: CallContext, org: str, result: SyncResult, mode: str) -> None:
-    body = result.to_json()
-    with write_tx(rt.engine) as conn:
-        repo.audit(
-            conn,
-            organization=org,
-            fqn=org_fqn(org),
-            kind=KIND,
-            operation="SYNC",
-            actor=ctx.principal.fqn,
-            message=f"directory sync ({mode}) of {org_fqn(org)} from {result.source_type}: "
-            + ("ok" if result.ok else str(result.error)),
-            properties={
-                "ok": result.ok,
-                "mode": mode,
-                "forced": result.forced,
-                "users": body["users"],
-                "teams": body["teams"],
-            },
-        )
-
-
 @router.post("/v2/organizations/{organization}:sync", operation_id="SyncOrganization")
 async def sync_organization(
     request: Request,
@@ -188,7 +157,7 @@ async def sync_organization(
     ``force=true`` applies a run that deletes more than ``maxDeletePercent`` of the
     synced users or teams."""
     rt = _runtime(request)
-    _authorize(ctx, rt, organization, rbac.SET_POLICY)
+    await asyncio.to_thread(rt.authorize_sync, ctx, organization, rbac.SET_POLICY)
     if body is None:
         if organization not in rt.syncs:
             raise _not_configured(organization)
@@ -199,7 +168,7 @@ async def sync_organization(
         users, teams = _directory(body)
         result = await rt.push_sync(organization, body.source_type, users, teams, force=force)
         mode = "push"
-    _audit(rt, ctx, organization, result, mode)
+    await asyncio.to_thread(rt.audit_sync, ctx, organization, result, mode)
     if result.reason == TOO_MANY_DELETIONS:
         raise ApiError(
             Code.FAILED_PRECONDITION,
@@ -219,7 +188,7 @@ async def sync_organization(
 def directory_sync_status(request: Request, ctx: Ctx, organization: Name) -> dict[str, Any]:
     """The last sync result of the organization (pulled or pushed) and its last successful one."""
     rt = _runtime(request)
-    _authorize(ctx, rt, organization, rbac.READ)
+    rt.authorize_sync(ctx, organization, rbac.READ)
     assert rt.runs is not None
     runs = rt.runs.get(organization)
     sync = rt.syncs.get(organization)

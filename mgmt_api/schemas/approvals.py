@@ -1,4 +1,4 @@
-"""Approval request and response bodies (reference §1.5 and §A, spec §4.5)."""
+"""Approval request and response bodies (docs/api.md, "Approvals")."""
 
 from __future__ import annotations
 

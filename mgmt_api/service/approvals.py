@@ -16,16 +16,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection
 
+from mgmt_api import access as authz
 from mgmt_api import fqn as fqnmod
+from mgmt_api.access import CallContext
 from mgmt_api.domain import approvals as ap
-from mgmt_api.domain import etags, rbac
+from mgmt_api.domain import rbac
+from mgmt_api.domain.times import rfc3339
 from mgmt_api.errors import ApiError, Code, invalid, not_found, permission_denied
-from mgmt_api.service import authz
-from mgmt_api.service.resources import CallContext, ResourceService, rfc3339
 from mgmt_api.store import repo
-from mgmt_api.store.engine import read_tx, write_tx
+from mgmt_api.store.uow import Tx, UnitOfWork
 
 POLICY_KIND = "ApprovalPolicy"
 POLICY_NAME = "policy"
@@ -166,8 +167,8 @@ TRANSITIONS: dict[str, Transition] = {
 
 
 class ApprovalService:
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    def __init__(self, uow: UnitOfWork) -> None:
+        self.uow = uow
 
     @staticmethod
     def _target(conn: Connection, resource: str) -> None:
@@ -177,7 +178,7 @@ class ApprovalService:
     # ---- policy --------------------------------------------------------
 
     def get(self, ctx: CallContext, resource: str) -> dict[str, Any]:
-        with read_tx(self.engine) as conn:
+        with self.uow.read() as conn:
             _require(conn, ctx, resource, READ_POLICY)
             self._target(conn, resource)
             res = repo.get(conn, policy_fqn(resource))
@@ -201,8 +202,8 @@ class ApprovalService:
         and audit record, which SetPolicy would otherwise bypass.
         """
         fqn = policy_fqn(resource)
-        with write_tx(self.engine) as conn:
-            revision = repo.bump_revision(conn)
+        with self.uow.write(ctx.principal.fqn) as tx:
+            conn = tx.conn
             existing = repo.get(conn, fqn)
             _require(conn, ctx, resource, WRITE_POLICY if existing else CREATE_POLICY)
             self._target(conn, resource)
@@ -221,17 +222,16 @@ class ApprovalService:
                         fqn,
                         POLICY_KIND,
                         policy.to_json(),
-                        revision=revision,
+                        revision=tx.revision,
                         creator=ctx.principal.fqn,
                         parent=resource,  # approval-policy FQNs are not in the path grammar
                         name=POLICY_NAME,
                     ),
                 )
             else:
-                self._store(conn, existing, policy, etags.compute(fqn, revision))
+                self._store(tx, existing, policy)
             _audit(
-                conn,
-                ctx,
+                tx,
                 resource,
                 "SET_APPROVAL_POLICY",
                 f"approval policy of {resource} set to mode {mode.value}",
@@ -245,8 +245,8 @@ class ApprovalService:
         ``force`` is accepted for the reference's signature: the policy owns no
         internal, deletion-protected objects here, so it changes nothing.
         """
-        with write_tx(self.engine) as conn:
-            repo.bump_revision(conn)
+        with self.uow.write(ctx.principal.fqn) as tx:
+            conn = tx.conn
             _require(conn, ctx, resource, DELETE_POLICY)
             self._target(conn, resource)
             existing = repo.get(conn, policy_fqn(resource))
@@ -255,8 +255,7 @@ class ApprovalService:
             repo.delete_subtree(conn, existing.fqn)
             revoked = [a["subject"] for a in existing.spec.get("approved") or []]
             _audit(
-                conn,
-                ctx,
+                tx,
                 resource,
                 "DELETE_APPROVAL_POLICY",
                 f"approval policy of {resource} deleted; {len(revoked)} approvals revoked",
@@ -272,8 +271,8 @@ class ApprovalService:
         For the two deletes only ``access.subject`` matters.
         """
         tr = TRANSITIONS[name]
-        with write_tx(self.engine) as conn:
-            revision = repo.bump_revision(conn)
+        with self.uow.write(ctx.principal.fqn) as tx:
+            conn = tx.conn
             _require(conn, ctx, resource, tr.operation)
             self._target(conn, resource)
             existing = repo.get(conn, policy_fqn(resource))
@@ -283,24 +282,24 @@ class ApprovalService:
                 policy = tr.step(ap.Policy.from_json(existing.spec), access)
             except ap.ApprovalError as exc:
                 raise ApiError(Code.NOT_FOUND, exc.message) from None
-            self._store(conn, existing, policy, etags.compute(existing.fqn, revision))
+            self._store(tx, existing, policy)
             props: dict[str, Any] = {"subject": access.subject, "mode": policy.mode.value}
             if access.permissions:
                 props["permissions"] = list(access.permissions)
             message = tr.message.format(
                 subject=access.subject, permissions=", ".join(access.permissions), on=resource
             )
-            _audit(conn, ctx, resource, tr.audit, message, **props)
+            _audit(tx, resource, tr.audit, message, **props)
 
     @staticmethod
-    def _store(conn: Connection, existing: repo.Resource, policy: ap.Policy, etag: str) -> None:
+    def _store(tx: Tx, existing: repo.Resource, policy: ap.Policy) -> None:
         repo.update_if_etag(
-            conn,
+            tx.conn,
             existing.fqn,
             existing.etag,
             spec=policy.to_json(),
             protected=False,
-            etag=etag,
+            etag=tx.etag(existing.fqn),
             update_time=repo.now_us(),
         )
 
@@ -309,7 +308,7 @@ class ApprovalService:
     def check(
         self, ctx: CallContext, resource: str, subject: str, permission: str
     ) -> dict[str, Any]:
-        with read_tx(self.engine) as conn:
+        with self.uow.read() as conn:
             _require(conn, ctx, resource, CHECK_ACCESS)
             self._target(conn, resource)
             res = repo.get(conn, policy_fqn(resource))
@@ -341,9 +340,10 @@ class ApprovalService:
         only a caller who may read there learns that it does not exist (404).
         """
         wanted = set(types or TARGET_KINDS)
-        with read_tx(self.engine) as conn:
+        with self.uow.read() as conn:
             targets = [resource]
-            if fqnmod.parse(resource).kind == "Organization" and "Cluster" in wanted:
+            if "Cluster" in wanted and fqnmod.cluster_of(resource) is None:
+                # An organization's query includes its clusters' policies.
                 targets += [c.fqn for c in repo.all_children(conn, resource, "Cluster")]
             allowed = _allowed_on(conn, ctx, targets)
             if READ_POLICY.permission in allowed[resource][READ_POLICY.kind]:
@@ -369,8 +369,6 @@ class ApprovalService:
             return out
 
 
-def _audit(
-    conn: Connection, ctx: CallContext, resource: str, op: str, message: str, **props: Any
-) -> None:
+def _audit(tx: Tx, resource: str, op: str, message: str, **props: Any) -> None:
     """Audited like every resource write, on the organization or cluster."""
-    ResourceService._audit(conn, ctx, resource, POLICY_KIND, op, message, **props)
+    tx.audit(resource, POLICY_KIND, op, message, **props)

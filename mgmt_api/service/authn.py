@@ -2,10 +2,15 @@
 
 * ``Basic``: local users. The login name ``admin`` (no slash) is a global
   user ``users/admin``; ``org/name`` is ``organizations/org/users/name``.
-  Failures are throttled per login name (5 free failures) and, with a much
-  higher allowance (100), per client address: the first stops guessing one
-  account's password, the second slows spraying across many accounts without
-  letting one bad client behind a shared NAT lock everyone out.
+  Failures are throttled per (login name, client address) pair (5 free
+  failures, then a lock-out doubling per failure up to 5 minutes) and, with
+  a much higher allowance (100), per client address. The pair stops guessing
+  one account's password from one place without letting anyone lock an
+  account out for everybody else: a client that sends wrong passwords for
+  ``admin`` locks out only itself. The per-address allowance slows spraying
+  across many accounts without letting one bad client behind a shared NAT
+  lock everyone out. Guessing from many addresses is bounded by Argon2's
+  cost per attempt; put a rate limit in front of the API for more.
 * Bearer failures are not throttled: signatures cannot be guessed.
 * ``Bearer``: a management-plane session token (header ``kid`` =
   ``meshplane-session``) or a JWT signed by a service-account key (``kid`` =
@@ -22,18 +27,19 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection
 
 from mgmt_api import fqn as fqnmod
+from mgmt_api.access import Principal
 from mgmt_api.auth import tokens
 from mgmt_api.auth.passwords import VerifiedCache
 from mgmt_api.auth.tokens import jwt_exp
 from mgmt_api.domain.durations import parse_duration
 from mgmt_api.domain.throttle import FailureThrottle
 from mgmt_api.errors import ApiError, Code, unauthenticated
-from mgmt_api.service.authz import Principal
+from mgmt_api.kinds import subject_field
 from mgmt_api.store import repo
-from mgmt_api.store.engine import read_tx
+from mgmt_api.store.uow import UnitOfWork
 
 DEFAULT_TOKEN_TTL = 3600.0
 
@@ -76,11 +82,11 @@ def principal_for(conn: Connection, fqn: str, subject_field: str) -> Principal:
 
 
 def service_account_ttl(conn: Connection, sa_fqn: str) -> float:
-    """Max token lifetime: the owning cluster's ``tokenTtl`` for a cluster agent."""
-    parsed = fqnmod.parse(sa_fqn)
-    parent = repo.get(conn, parsed.parent)
-    if parent is not None and parent.kind == "Cluster":
-        ttl = parent.spec.get("tokenTtl")
+    """Max token lifetime: the owning cluster's ``tokenTtl`` for a cluster's account."""
+    parent = fqnmod.parse(sa_fqn).parent
+    if fqnmod.cluster_of(sa_fqn) == parent:
+        cluster = repo.get(conn, parent)
+        ttl = cluster.spec.get("tokenTtl") if cluster is not None else None
         if isinstance(ttl, str):
             return parse_duration(ttl, "tokenTtl")
     return DEFAULT_TOKEN_TTL
@@ -89,23 +95,30 @@ def service_account_ttl(conn: Connection, sa_fqn: str) -> float:
 class Authenticator:
     def __init__(
         self,
-        engine: Engine,
+        uow: UnitOfWork,
         signing_secret: str,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._engine = engine
+        self._uow = uow
         self._secret = signing_secret
         self._clock = clock
-        self._by_login = FailureThrottle(free_failures=5)
+        self._by_login = FailureThrottle(free_failures=5)  # keyed by (client, login)
         self._by_client = FailureThrottle(free_failures=100)
         self._cache = VerifiedCache()
         # token -> (store revision, principal, expiry); see ``bearer``.
         self._tokens: OrderedDict[str, tuple[int, Principal, float]] = OrderedDict()
         self._tokens_lock = threading.Lock()
 
+    @staticmethod
+    def _pair(login: str, client: str) -> str:
+        return f"{client}\x00{login}"
+
     def _check_throttle(self, login: str, client: str) -> None:
         now = self._clock()
-        wait = max(self._by_login.retry_after(login, now), self._by_client.retry_after(client, now))
+        wait = max(
+            self._by_login.retry_after(self._pair(login, client), now),
+            self._by_client.retry_after(client, now),
+        )
         if wait > 0:
             raise ApiError(
                 Code.RESOURCE_EXHAUSTED,
@@ -115,7 +128,7 @@ class Authenticator:
 
     def _fail(self, login: str, client: str) -> ApiError:
         now = self._clock()
-        self._by_login.failure(login, now)
+        self._by_login.failure(self._pair(login, client), now)
         self._by_client.failure(client, now)
         return unauthenticated("invalid credentials")
 
@@ -126,14 +139,14 @@ class Authenticator:
             fqnmod.parse(fqn)
         except ApiError:
             raise self._fail(login, client) from None
-        with read_tx(self._engine) as conn:
+        with self._uow.read() as conn:
             stored = repo.get_password_hash(conn, fqn)
             if stored is None or not self._cache.verify(fqn, password, stored):
                 raise self._fail(login, client)
             if not repo.exists(conn, fqn):
                 raise self._fail(login, client)
             principal = principal_for(conn, fqn, "user")
-        self._by_login.success(login)
+        self._by_login.success(self._pair(login, client))
         return principal
 
     def bearer(self, token: str, client: str) -> Principal:
@@ -148,7 +161,7 @@ class Authenticator:
         """
         now = self._clock()
         try:
-            with read_tx(self._engine) as conn:
+            with self._uow.read() as conn:
                 revision = repo.current_revision(conn)
                 hit = self._tokens.get(token)
                 if hit is not None and hit[0] == revision and hit[2] + tokens.LEEWAY_SECONDS >= now:
@@ -172,8 +185,7 @@ class Authenticator:
             parsed = fqnmod.parse(subject)
             if not repo.exists(conn, subject):
                 raise tokens.TokenError("principal no longer exists")
-            field = "serviceAccount" if parsed.kind == "ServiceAccount" else "user"
-            return principal_for(conn, subject, field), jwt_exp(token)
+            return principal_for(conn, subject, subject_field(parsed.kind)), jwt_exp(token)
         key = repo.get_key(conn, kid)
         if key is None:
             raise tokens.TokenError("unknown or revoked key")

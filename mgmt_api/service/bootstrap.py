@@ -10,13 +10,11 @@ import logging
 import secrets
 import sys
 
-from sqlalchemy.engine import Engine
-
 from mgmt_api import fqn as fqnmod
 from mgmt_api.auth import passwords, tokens
-from mgmt_api.domain import etags, rbac
+from mgmt_api.domain import rbac
 from mgmt_api.store import repo
-from mgmt_api.store.engine import write_tx
+from mgmt_api.store.uow import SYSTEM, UnitOfWork
 
 log = logging.getLogger(__name__)
 
@@ -25,10 +23,10 @@ _MARKER = "bootstrapped"
 _SECRET = "session_signing_secret"  # noqa: S105 - the key name, not a secret
 
 
-def bootstrap(engine: Engine, admin_password: str | None) -> str:
+def bootstrap(uow: UnitOfWork, admin_password: str | None) -> str:
     """Initialise an empty store; returns the session signing secret."""
-    with write_tx(engine) as conn:
-        revision = repo.bump_revision(conn)
+    with uow.write(SYSTEM) as tx:
+        conn, revision = tx.conn, tx.revision
         if repo.kv_get(conn, _MARKER) is None:
             generated = admin_password is None
             password = admin_password or secrets.token_urlsafe(18)
@@ -39,16 +37,14 @@ def bootstrap(engine: Engine, admin_password: str | None) -> str:
                     "User",
                     {"loginName": "admin", "displayName": "Administrator", "sourceType": "MANUAL"},
                     revision=revision,
-                    creator="SYSTEM",
+                    creator=SYSTEM,
                 ),
             )
             repo.set_password_hash(conn, ADMIN_FQN, passwords.hash_password(password))
             admin = [rbac.admin_binding("user", ADMIN_FQN)]
-            repo.insert_policy(conn, fqnmod.ROOT, admin, etags.compute("#root", revision))
-            repo.insert_policy(conn, fqnmod.RBAC, admin, etags.compute("#rbac", revision))
-            repo.insert_policy(
-                conn, ADMIN_FQN, admin, etags.compute(ADMIN_FQN + "#policy", revision)
-            )
+            repo.insert_policy(conn, fqnmod.ROOT, admin, tx.etag("#root"))
+            repo.insert_policy(conn, fqnmod.RBAC, admin, tx.etag("#rbac"))
+            repo.insert_policy(conn, ADMIN_FQN, admin, tx.etag(ADMIN_FQN, "#policy"))
             for role, description in rbac.BUILTIN_DESCRIPTIONS.items():
                 name = role.split("/", 1)[1]
                 rules = [{"permissions": sorted(r.permissions)} for r in rbac.BUILTIN_ROLES[role]]
@@ -56,20 +52,12 @@ def bootstrap(engine: Engine, admin_password: str | None) -> str:
                 repo.insert(
                     conn,
                     repo.new_resource(
-                        role, "Role", spec, revision=revision, creator="SYSTEM", protected=True
+                        role, "Role", spec, revision=revision, creator=SYSTEM, protected=True
                     ),
                 )
             repo.kv_put(conn, _SECRET, tokens.new_signing_secret())
             repo.kv_put(conn, _MARKER, "1")
-            repo.audit(
-                conn,
-                organization="",
-                fqn=ADMIN_FQN,
-                kind="User",
-                operation="CREATE",
-                actor="SYSTEM",
-                message="first start: created admin and root policy",
-            )
+            tx.audit(ADMIN_FQN, "User", "CREATE", "first start: created admin and root policy")
             if generated:
                 # Printed once, on purpose, to the console of the first start; never logged.
                 print(

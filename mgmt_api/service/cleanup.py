@@ -34,28 +34,26 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection
 
+from mgmt_api import access as authz
 from mgmt_api import fqn as fqnmod
+from mgmt_api.access import CallContext
 from mgmt_api.domain import inventory as inv
 from mgmt_api.domain import lookup, rbac
 from mgmt_api.domain import onboarding as ob
 from mgmt_api.errors import not_found
 from mgmt_api.fqn import subtree_bounds
-from mgmt_api.service import authz
-from mgmt_api.service.onboarding_sync import KIND as CONFIG_KIND
-from mgmt_api.service.onboarding_sync import OnboardingNames
-from mgmt_api.service.resources import CallContext, ResourceService
+from mgmt_api.kinds import KindSettings
+from mgmt_api.kinds.onboarding import KIND_NAME as CONFIG_KIND
 from mgmt_api.store import repo
-from mgmt_api.store.engine import read_tx, write_tx
 from mgmt_api.store.tables import sa_keys
-
-audit = ResourceService._audit  # the audit record every resource write makes
+from mgmt_api.store.uow import UnitOfWork
 
 KIND = "CleanupResources"  # the pseudo-kind roles grant cleanup with
 KEY_KIND = "ServiceAccountKey"
@@ -187,7 +185,7 @@ def _orphan_keys(conn: Connection, tree: Tree) -> list[tuple[str, str]]:
 def find(
     conn: Connection,
     organization: str,
-    names: OnboardingNames,
+    names: KindSettings,
     *,
     stale_after_seconds: float,
     now_us: int,
@@ -236,7 +234,8 @@ def find(
     onboarded = any(ob.onboarded(specs.get(c.fqn, {})) for c in configs)
     if not onboarded:
         reason = "onboarding {} with no onboarded namespace"
-        ws_fqn, tenant_fqn = names.workspace_fqn(organization), names.tenant_fqn(organization)
+        ws_fqn = names.onboarding_workspace_fqn(organization)
+        tenant_fqn = names.onboarding_tenant_fqn(organization)
         tenant = next((t for t in tenants if t.fqn == tenant_fqn), None)
         ws = next((w for w in workspaces if w.fqn == ws_fqn), None)
         if ws is not None:
@@ -258,33 +257,22 @@ def find(
 
 
 class CleanupService:
-    def __init__(
-        self,
-        engine: Engine,
-        names: OnboardingNames,
-        on_commit: Callable[[int], None] | None = None,
-        stale_after_seconds: float = inv.DEFAULT_STALE_AFTER_SECONDS,
-    ) -> None:
-        self.engine = engine
-        self.names = names
-        self.on_commit = on_commit
-        self.stale_after_seconds = stale_after_seconds
+    def __init__(self, uow: UnitOfWork, settings: KindSettings) -> None:
+        self.uow = uow
+        self.settings = settings
 
     def run(self, ctx: CallContext, organization: str, *, apply: bool) -> dict[str, Any]:
         if not apply:
-            with read_tx(self.engine) as conn:
+            with self.uow.read() as conn:
                 found = self._find(conn, ctx, organization, rbac.READ)
             return _result(apply, found)
-        with write_tx(self.engine) as conn:
-            revision = repo.bump_revision(conn)
-            found = self._find(conn, ctx, organization, rbac.DELETE)
+        with self.uow.write(ctx.principal.fqn) as tx:
+            found = self._find(tx.conn, ctx, organization, rbac.DELETE)
             # Deepest first: a workspace before its tenant.
             for item in sorted(found.changes, key=lambda f: -f.fqn.count("/")):
-                _delete(conn, item)
-                audit(conn, ctx, item.fqn, item.kind, "CLEANUP", f"cleanup: {item.reason}")
-            audit(
-                conn,
-                ctx,
+                _delete(tx.conn, item)
+                tx.audit(item.fqn, item.kind, "CLEANUP", f"cleanup: {item.reason}")
+            tx.audit(
                 organization,
                 "Organization",
                 "CLEANUP_RESOURCES",
@@ -292,8 +280,6 @@ class CleanupService:
                 deleted=[f.fqn for f in found.changes],
                 skipped=[f.fqn for f in found.skipped],
             )
-        if self.on_commit is not None and found.changes:
-            self.on_commit(revision)
         return _result(apply, found)
 
     def _find(
@@ -305,8 +291,8 @@ class CleanupService:
         return find(
             conn,
             organization,
-            self.names,
-            stale_after_seconds=self.stale_after_seconds,
+            self.settings,
+            stale_after_seconds=self.settings.stale_after_seconds,
             now_us=repo.now_us(),
         )
 

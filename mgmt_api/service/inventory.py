@@ -12,25 +12,27 @@ distribution, which recompiles every subscribed cluster's snapshot, and
 nothing it compiles reads reported data (``mgmt_api.distribution.store_backend``
 and ``mgmt_api.compiler`` read specs only); neither does the bearer cache the
 revision also guards. Concurrent reports of one cluster are serialised by a
-row lock on the cluster instead (see :mod:`mgmt_api.service.onboarding_sync`).
+row lock on the cluster instead (see :mod:`mgmt_api.kinds.onboarding`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection
 
+from mgmt_api import access as authz
 from mgmt_api import fqn as fqnmod
+from mgmt_api.access import CallContext
 from mgmt_api.domain import inventory as inv
 from mgmt_api.domain import listing, lookup, rbac
 from mgmt_api.domain import onboarding as ob
+from mgmt_api.domain.times import rfc3339
 from mgmt_api.errors import ApiError, Code, invalid, not_found
+from mgmt_api.kinds import onboarding
 from mgmt_api.schemas.inventory import InventoryReport
-from mgmt_api.service import authz, onboarding_sync
-from mgmt_api.service.resources import CallContext, ResourceService, rfc3339
 from mgmt_api.store import repo
-from mgmt_api.store.engine import read_tx, write_tx
+from mgmt_api.store.uow import UnitOfWork
 
 # Clusters whose status (the whole reported inventory, workloads included)
 # one lookup step loads at once: bounds memory, and a full page stops early.
@@ -56,8 +58,8 @@ def _check_names(report: InventoryReport) -> None:
 
 
 class InventoryService:
-    def __init__(self, engine: Engine, stale_after_seconds: float) -> None:
-        self.engine = engine
+    def __init__(self, uow: UnitOfWork, stale_after_seconds: float) -> None:
+        self.uow = uow
         self.stale_after_seconds = stale_after_seconds
 
     def report(self, ctx: CallContext, cluster_fqn: str, report: InventoryReport) -> dict[str, Any]:
@@ -74,7 +76,8 @@ class InventoryService:
         namespaces = [ns.model_dump(by_alias=True, exclude_none=True) for ns in report.namespaces]
         state = report.state.model_dump(by_alias=True, exclude_none=True)
         digest = inv.digest(namespaces, state)
-        with write_tx(self.engine) as conn:
+        with self.uow.write(ctx.principal.fqn, bump=False) as tx:
+            conn = tx.conn
             authz.require(conn, ctx.principal, cluster_fqn, "Cluster", rbac.WRITE)
             # The row lock serialises reports of this cluster (and config
             # writes, which take it too); the revision stays as it is.
@@ -92,9 +95,7 @@ class InventoryService:
             }
             repo.set_status(conn, cluster_fqn, status, cluster.etag)
             if cluster.status.get("digest") != digest:
-                ResourceService._audit(
-                    conn,
-                    ctx,
+                tx.audit(
                     cluster_fqn,
                     "Cluster",
                     "REPORT_INVENTORY",
@@ -104,9 +105,9 @@ class InventoryService:
                 )
             # Skipped when a config write holds the row: that writer reads
             # this report once we commit (it waits on the cluster lock).
-            config = repo.first_child_unless_locked(conn, cluster_fqn, onboarding_sync.KIND)
+            config = repo.first_child_unless_locked(conn, cluster_fqn, onboarding.KIND_NAME)
             if config is not None:
-                onboarding_sync.refresh_status(conn, config, ob.report_of(status))
+                onboarding.refresh_status(tx, config, ob.report_of(status))
         return inv.state_view(status, now, self.stale_after_seconds)
 
     # ---- lookup ----------------------------------------------------------
@@ -133,7 +134,7 @@ class InventoryService:
             raise invalid("parent", f"{parent!r} is not an organization or an object in one")
         after = listing.decode_token(page_token)
         start = lookup.service_key(after, organization, "pageToken") if after else None
-        with read_tx(self.engine) as conn:
+        with self.uow.read() as conn:
             authz.require(conn, ctx.principal, parent, parsed.kind, rbac.READ)
             if not repo.exists(conn, parent):
                 raise not_found(parent)

@@ -1,50 +1,49 @@
 """``GET .../clusters/{cluster}/onboarding/status``: desired versus current states.
 
 The per-namespace states are kept in the config's status JSON by
-:mod:`mgmt_api.service.onboarding_sync` (on config writes) and by the
-inventory reports; this reads them with the cluster's sync time.
+:mod:`mgmt_api.kinds.onboarding` (on config writes) and by the inventory
+reports; this reads them with the cluster's sync time.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy.engine import Engine
-
+from mgmt_api import access as authz
+from mgmt_api.access import CallContext
 from mgmt_api.domain import inventory as inv
 from mgmt_api.domain import rbac
+from mgmt_api.domain.times import rfc3339
 from mgmt_api.errors import not_found
 from mgmt_api.fqn import parse
-from mgmt_api.service import authz
-from mgmt_api.service.onboarding_sync import KIND, OnboardingNames, config_of
-from mgmt_api.service.resources import CallContext, rfc3339
+from mgmt_api.kinds import KindSettings
+from mgmt_api.kinds.onboarding import KIND_NAME, config_of
 from mgmt_api.store import repo
-from mgmt_api.store.engine import read_tx
+from mgmt_api.store.uow import UnitOfWork
 
 
 class OnboardingService:
-    def __init__(self, engine: Engine, names: OnboardingNames, stale_after_seconds: float) -> None:
-        self.engine = engine
-        self.names = names
-        self.stale_after_seconds = stale_after_seconds
+    def __init__(self, uow: UnitOfWork, settings: KindSettings) -> None:
+        self.uow = uow
+        self.settings = settings
 
     def status(self, ctx: CallContext, cluster_fqn: str) -> dict[str, Any]:
         """Needs READ on ClusterOnboardingConfig at the cluster (inherited from it)."""
         organization = parse(cluster_fqn).parent
-        with read_tx(self.engine) as conn:
-            authz.require(conn, ctx.principal, cluster_fqn, KIND, rbac.READ)
+        with self.uow.read() as conn:
+            authz.require(conn, ctx.principal, cluster_fqn, KIND_NAME, rbac.READ)
             cluster = repo.get(conn, cluster_fqn)
             if cluster is None:
                 raise not_found(cluster_fqn)
             config = config_of(conn, cluster_fqn)
         out: dict[str, Any] = {
             "cluster": cluster_fqn,
-            "tenant": self.names.tenant_fqn(organization),
-            "workspace": self.names.workspace_fqn(organization),
+            "tenant": self.settings.onboarding_tenant_fqn(organization),
+            "workspace": self.settings.onboarding_workspace_fqn(organization),
             "namespaces": [],
         }
         if "syncTimeUs" in cluster.status:
-            state = inv.state_view(cluster.status, repo.now_us(), self.stale_after_seconds)
+            state = inv.state_view(cluster.status, repo.now_us(), self.settings.stale_after_seconds)
             out["lastSyncTime"] = state["lastSyncTime"]
             out["stale"] = state["stale"]
         if config is None:

@@ -9,15 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy.engine import Engine
-
+from mgmt_api import access as authz
 from mgmt_api import fqn as fqnmod
-from mgmt_api.domain import etags, rbac
+from mgmt_api.access import CallContext
+from mgmt_api.domain import rbac
 from mgmt_api.errors import ApiError, Code, invalid, not_found
-from mgmt_api.service import authz, validation
-from mgmt_api.service.resources import CallContext
 from mgmt_api.store import repo
-from mgmt_api.store.engine import read_tx, write_tx
+from mgmt_api.store.uow import UnitOfWork
 
 
 def _kind_of(fqn: str) -> str:
@@ -28,16 +26,36 @@ def _kind_of(fqn: str) -> str:
     return fqnmod.parse(fqn).kind
 
 
+def validate_bindings(allow: list[dict[str, Any]], known_custom_roles: set[str]) -> None:
+    """Bindings name an existing role and subjects of the right kind."""
+    kinds = {"user": "User", "team": "Team", "serviceAccount": "ServiceAccount"}
+    for i, binding in enumerate(allow):
+        role = binding.get("role", "")
+        if role not in rbac.BUILTIN_ROLES and role not in known_custom_roles:
+            raise invalid(
+                f"allow[{i}].role", f"{role!r} is not a role (rbac/admin, rbac/editor, ...)"
+            )
+        for j, subject in enumerate(binding.get("subjects") or []):
+            set_fields = [k for k, v in subject.items() if v]
+            field = f"allow[{i}].subjects[{j}]"
+            if len(set_fields) != 1:
+                raise invalid(field, "exactly one of user, team, serviceAccount is required")
+            key = set_fields[0]
+            parsed = fqnmod.parse(subject[key], f"{field}.{key}")
+            if parsed.kind != kinds[key]:
+                raise invalid(f"{field}.{key}", f"{subject[key]!r} is not a {kinds[key]} FQN")
+
+
 class PolicyService:
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    def __init__(self, uow: UnitOfWork) -> None:
+        self.uow = uow
 
     def get(self, ctx: CallContext, fqn: str) -> dict[str, Any]:
         kind = _kind_of(fqn)
         # Reading who has access to an object is as sensitive as changing it
         # for the global policies; per-object policies need READ.
         needed = rbac.SET_POLICY if fqn in (fqnmod.ROOT, fqnmod.RBAC) else rbac.READ
-        with read_tx(self.engine) as conn:
+        with self.uow.read() as conn:
             authz.require(conn, ctx.principal, fqn, kind, needed)
             policy = repo.get_policies(conn, [fqn]).get(fqn)
             if policy is None:
@@ -68,41 +86,32 @@ class PolicyService:
                 "the root policy must keep at least one rbac/admin binding",
             )
         custom = {b.get("role", "") for b in allow} - set(rbac.BUILTIN_ROLES)
-        with write_tx(self.engine) as conn:
-            revision = repo.bump_revision(conn)
+        with self.uow.write(ctx.principal.fqn) as tx:
+            conn = tx.conn
             authz.require(conn, ctx.principal, fqn, kind, rbac.SET_POLICY)
             existing = repo.get_policies(conn, [fqn]).get(fqn)
             if existing is None:
                 raise not_found(f"{fqn or 'root'} policy")
             known = {r for r in repo.get_many(conn, sorted(custom)) if r.startswith("rbac/")}
-            validation.validate_policy(allow, known)
+            validate_bindings(allow, known)
             if not repo.update_policy_if_etag(
                 conn,
                 fqn,
                 old_etag=etag,
                 allow=allow,
                 description=description,
-                etag=etags.compute(fqn + "#policy", revision),
+                etag=tx.etag(fqn, "#policy"),
             ):
                 raise ApiError(
                     Code.ABORTED,
                     f"policy of {fqn or 'root'} changed since etag {etag} was read; "
                     "GET it again and retry",
                 )
-            repo.audit(
-                conn,
-                organization=fqnmod.org_name(fqn),
-                fqn=fqn,
-                kind=kind,
-                operation="SET_POLICY",
-                actor=ctx.principal.fqn,
-                message=f"set policy of {fqn or 'root'}",
-                properties={"allow": allow},
-            )
+            tx.audit(fqn, kind, "SET_POLICY", f"set policy of {fqn or 'root'}", allow=allow)
 
     def permissions(self, ctx: CallContext, fqn: str) -> list[str]:
         kind = _kind_of(fqn)
-        with read_tx(self.engine) as conn:
+        with self.uow.read() as conn:
             if fqn not in (fqnmod.ROOT, fqnmod.RBAC) and not repo.exists(conn, fqn):
                 raise not_found(fqn)
             return rbac.sorted_permissions(authz.permissions(conn, ctx.principal, fqn, kind))

@@ -1,49 +1,33 @@
-"""Profiles in use: reference checks, available profiles and blame (spec §4.6).
+"""Profiles in use: available profiles, blame, and the effective settings of an object.
 
-Profiles themselves are an ordinary kind (``mgmt_api.kinds``); this module
-adds what needs several objects at once. It imports nothing from
-``mgmt_api.service.resources`` at run time because that module calls
-:func:`check_references` inside its write transactions.
+Profiles themselves are an ordinary kind (:mod:`mgmt_api.kinds.profile`);
+this module adds what needs several objects at once. The layers an object's
+settings come from are gathered in one place (:func:`settings_layers`), so
+``blame`` and what a cluster's control plane syncs (``.../config``) can never
+disagree about which mandate wins.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection
 
+from mgmt_api import access
 from mgmt_api import fqn as fqnmod
+from mgmt_api.access import CallContext
 from mgmt_api.domain import blame as blamemod
 from mgmt_api.domain import rbac
-from mgmt_api.errors import invalid, not_found
-from mgmt_api.service import authz
+from mgmt_api.errors import not_found
 from mgmt_api.store import repo
-from mgmt_api.store.engine import read_tx
-
-if TYPE_CHECKING:
-    from mgmt_api.service.resources import CallContext
+from mgmt_api.store.uow import UnitOfWork
 
 PROFILE_LEVELS = ("Organization", "Tenant", "Workspace")
 # Spec keys that describe the object rather than configure it: not settings.
 NOT_SETTINGS = frozenset(
     {"fqn", "etag", "createTime", "updateTime", "displayName", "description", "labels", "profiles"}
 )
-
-
-def check_references(conn: Connection, fqn: str, spec: dict[str, Any], prefix: str) -> None:
-    """``profiles`` of the object at ``fqn`` exist and were created at its level or above."""
-    refs: list[str] = spec.get("profiles") or []
-    found = repo.get_many(conn, refs)
-    for i, ref in enumerate(refs):
-        field = f"{prefix}.profiles[{i}]"
-        if not blamemod.usable_at(ref, fqn):
-            raise invalid(
-                field,
-                f"{ref} is not usable here: a profile is usable at the level it was "
-                "created at and below it",
-            )
-        if ref not in found:
-            raise invalid(field, f"{ref} does not exist")
 
 
 def _levels(target: str) -> list[str]:
@@ -60,13 +44,44 @@ def _profile_view(res: repo.Resource) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class SettingsLayers:
+    """Where an object's settings come from, in the order they apply."""
+
+    refs: list[str]  # the profiles attached on the way down, in order
+    missing: list[str]  # of those, the ones that no longer exist
+    layers: list[blamemod.Layer]
+
+
+def settings_layers(conn: Connection, own: repo.Resource) -> SettingsLayers:
+    """The profiles attached to each level above and at the object (organization,
+    tenant, workspace; a cluster's level is its organization), in the order
+    listed there, each profile's defaults then its mandates; last, the
+    object's own spec."""
+    levels = _levels(own.fqn)
+    objects = repo.get_many(conn, levels)
+    refs = [r for lv in levels if lv in objects for r in objects[lv].spec.get("profiles") or []]
+    profiles = repo.get_many(conn, refs)
+    layers: list[blamemod.Layer] = []
+    for ref in refs:
+        if ref in profiles:
+            for section in (blamemod.Section.DEFAULTS, blamemod.Section.MANDATES):
+                settings = profiles[ref].spec.get(section.value.lower()) or {}
+                layers.append(blamemod.Layer(blamemod.Source(ref, "PROFILE", section), settings))
+    settings = {k: v for k, v in own.spec.items() if k not in NOT_SETTINGS}
+    layers.append(
+        blamemod.Layer(blamemod.Source(own.fqn, "RESOURCE", blamemod.Section.OWN), settings)
+    )
+    return SettingsLayers(refs, [r for r in refs if r not in profiles], layers)
+
+
 class ProfileService:
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    def __init__(self, uow: UnitOfWork) -> None:
+        self.uow = uow
 
     @staticmethod
     def _read(conn: Connection, ctx: CallContext, fqn: str) -> repo.Resource:
-        authz.require(conn, ctx.principal, fqn, fqnmod.parse(fqn).kind, rbac.READ)
+        access.require(conn, ctx.principal, fqn, fqnmod.parse(fqn).kind, rbac.READ)
         res = repo.get(conn, fqn)
         if res is None:
             raise not_found(fqn)
@@ -74,7 +89,7 @@ class ProfileService:
 
     def available(self, ctx: CallContext, fqn: str) -> list[dict[str, Any]]:
         """Metadata of every profile usable at ``fqn``: its own and its ancestors'."""
-        with read_tx(self.engine) as conn:
+        with self.uow.read() as conn:
             self._read(conn, ctx, fqn)
             return [
                 _profile_view(p)
@@ -83,36 +98,12 @@ class ProfileService:
             ]
 
     def blame(self, ctx: CallContext, fqn: str) -> dict[str, Any]:
-        """Effective settings of ``fqn`` with provenance.
-
-        Layers: the profiles attached to each level above and at the object
-        (organization, tenant, workspace; a cluster's level is its
-        organization), in the order listed there, each profile's defaults then
-        its mandates; last, the object's own spec.
-        """
-        with read_tx(self.engine) as conn:
-            own = self._read(conn, ctx, fqn)
-            levels = _levels(fqn)
-            objects = repo.get_many(conn, levels)
-            refs = [
-                r for lv in levels if lv in objects for r in objects[lv].spec.get("profiles") or []
-            ]
-            profiles = repo.get_many(conn, refs)
-        layers: list[blamemod.Layer] = []
-        for ref in refs:
-            if ref in profiles:
-                for section in (blamemod.Section.DEFAULTS, blamemod.Section.MANDATES):
-                    settings = profiles[ref].spec.get(section.value.lower()) or {}
-                    layers.append(
-                        blamemod.Layer(blamemod.Source(ref, "PROFILE", section), settings)
-                    )
-        settings = {k: v for k, v in own.spec.items() if k not in NOT_SETTINGS}
-        layers.append(
-            blamemod.Layer(blamemod.Source(fqn, "RESOURCE", blamemod.Section.OWN), settings)
-        )
+        """Effective settings of ``fqn`` with provenance (see :func:`settings_layers`)."""
+        with self.uow.read() as conn:
+            found = settings_layers(conn, self._read(conn, ctx, fqn))
         return {
             "fqn": fqn,
-            "profiles": refs,
-            "missingProfiles": [r for r in refs if r not in profiles],
-            "entries": [e.to_json() for e in blamemod.blame(layers)],
+            "profiles": found.refs,
+            "missingProfiles": found.missing,
+            "entries": [e.to_json() for e in blamemod.blame(found.layers)],
         }

@@ -3,7 +3,7 @@
 One generic ``resources`` table keyed by FQN holds every kind: the parent FQN
 and kind columns serve listing, the byte-ordered FQN primary key serves the
 subtree range scans of recursive delete, and the JSON ``spec`` keeps kinds
-added by later issues migration-free. Side tables (policies, keys,
+added later migration-free. Side tables (policies, keys,
 credentials) are keyed by the owning FQN so the same range delete removes them.
 """
 

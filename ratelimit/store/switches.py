@@ -2,7 +2,7 @@
 
 The management plane adds ``cluster-switches.json`` (:data:`SWITCHES_FILE`)
 to a cluster's ratelimit snapshot when the cluster sets ``rateLimit``
-(``POST .../clusters/{c}/config`` returns the same object, spec §2.9)::
+(``POST .../clusters/{c}/config`` returns the same object)::
 
     {"rateLimit": {"redis": {"disabled": true}}}
     {"rateLimit": {"backend": {"type": "Redis", "redis": {"url": "redis://r:6379/0"}},

@@ -21,13 +21,10 @@ from meshplane.distribution_contract import NodeIdentity
 from meshplane.proto.distribution.v1 import distribution_pb2 as pb
 from meshplane.proto.distribution.v1 import distribution_pb2_grpc as pb_grpc
 from mgmt_api.distribution.feed import ChangeFeed
-from mgmt_api.distribution.registry import SubscriberRegistry
-from mgmt_api.distribution.server import (
-    AuthError,
-    Compiled,
-    DistributionServicer,
-    Revocation,
-)
+from mgmt_api.distribution.server import DistributionServicer
+from mgmt_api.service.enforcement import Snapshot
+from mgmt_api.service.instances import SubscriberRegistry
+from mgmt_api.service.stream_auth import AuthError, Revocation
 
 NODE = NodeIdentity("extauthz", "acme", "east", "pod-1")
 
@@ -97,8 +94,8 @@ class Plane:
         self.registry = SubscriberRegistry()
         self.revoked: Revocation | None = None
 
-    async def build(self, node: NodeIdentity) -> Compiled:
-        return Compiled({"extauthz.yaml": b"defaultPolicy: deny\n"})
+    async def build(self, node: NodeIdentity) -> Snapshot:
+        return Snapshot({"extauthz.yaml": b"defaultPolicy: deny\n"})
 
     async def authenticate(self, token: str, node: NodeIdentity) -> str:
         if token != "token":

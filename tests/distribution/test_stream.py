@@ -19,8 +19,10 @@ from meshplane.distribution_contract import NodeIdentity
 from meshplane.proto.distribution.v1 import distribution_pb2 as pb
 from meshplane.proto.distribution.v1 import distribution_pb2_grpc as pb_grpc
 from mgmt_api.distribution.feed import ChangeFeed
-from mgmt_api.distribution.registry import SubscriberRegistry
-from mgmt_api.distribution.server import AuthError, Compiled, DistributionServicer
+from mgmt_api.distribution.server import DistributionServicer
+from mgmt_api.service.enforcement import Snapshot
+from mgmt_api.service.instances import SubscriberRegistry
+from mgmt_api.service.stream_auth import AuthError
 
 TOKENS = {"token-east": ("acme", "east"), "token-west": ("acme", "west")}
 
@@ -38,8 +40,8 @@ class Harness:
         self.feed = ChangeFeed()
         self.registry = SubscriberRegistry(stale_after=0.0)
 
-    async def build(self, node: NodeIdentity) -> Compiled:
-        return Compiled(dict(self.policies[node.cluster]))
+    async def build(self, node: NodeIdentity) -> Snapshot:
+        return Snapshot(dict(self.policies[node.cluster]))
 
     async def authenticate(self, token: str, node: NodeIdentity) -> None:
         if TOKENS.get(token) != (node.organization, node.cluster):

@@ -29,8 +29,10 @@ from mgmt_api.auth import keys as keymod
 from mgmt_api.auth import tokens
 from mgmt_api.distribution.feed import ChangeFeed
 from mgmt_api.distribution.hub import DistributionTls
-from mgmt_api.distribution.registry import SubscriberRegistry
-from mgmt_api.distribution.server import AuthError, Compiled, DistributionServicer
+from mgmt_api.distribution.server import DistributionServicer
+from mgmt_api.service.enforcement import Snapshot
+from mgmt_api.service.instances import SubscriberRegistry
+from mgmt_api.service.stream_auth import AuthError
 from tests.support.certs import CertificateAuthority
 
 NODE = NodeIdentity("ratelimit", "acme", "east", "pod-1")
@@ -48,8 +50,8 @@ class Plane:
         self.feed = ChangeFeed()
         self.registry = SubscriberRegistry()
 
-    async def build(self, node: NodeIdentity) -> Compiled:
-        return Compiled({"limits.yaml": b"requests: 3"})
+    async def build(self, node: NodeIdentity) -> Snapshot:
+        return Snapshot({"limits.yaml": b"requests: 3"})
 
     async def authenticate(self, token: str, node: NodeIdentity) -> str:
         if token != TOKEN:

@@ -16,7 +16,7 @@ import time
 import httpx
 import pytest
 
-from meshctl.oauth import DeviceFlowError, poll_for_tokens, start_device_authorization
+from meshctl.oauth import DeviceLoginError, poll_for_tokens, start_device_authorization
 from meshctl.transport import Transport
 from mgmt_api.identity.config import IdentityProviderConfig
 from mgmt_api.identity.discovery import DiscoveryCache
@@ -100,7 +100,7 @@ async def test_device_login_denied_by_the_user(
     )
     async with httpx.AsyncClient(timeout=10.0) as browser:
         await approve_device(browser, authorization.verification_uri_complete or "", account="deny")
-    with pytest.raises(DeviceFlowError) as failed:
+    with pytest.raises(DeviceLoginError) as failed:
         await asyncio.to_thread(
             poll_for_tokens,
             client(),
@@ -121,7 +121,7 @@ async def test_device_code_expires_when_nobody_approves(
         client(), device_endpoint, DEVICE_SHORT_CLIENT_ID, DEVICE_SCOPES
     )
     assert authorization.expires_in <= 2
-    with pytest.raises(DeviceFlowError) as failed:
+    with pytest.raises(DeviceLoginError) as failed:
         await asyncio.to_thread(
             poll_for_tokens,
             client(),
@@ -137,7 +137,7 @@ async def test_the_provider_refuses_an_unknown_device_client(
     oidc_provider: RunningProvider, http: httpx.AsyncClient
 ) -> None:
     device_endpoint, _ = await endpoints(http, oidc_provider)
-    with pytest.raises(DeviceFlowError) as failed:
+    with pytest.raises(DeviceLoginError) as failed:
         start_device_authorization(client(), device_endpoint, "no-such-client", DEVICE_SCOPES)
     assert failed.value.error == "invalid_client"
 

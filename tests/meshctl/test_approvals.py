@@ -1,4 +1,4 @@
-"""``meshctl approvals``: wired to spec 4.5's paths for organizations and clusters.
+"""``meshctl approvals``: wired to the approvals paths for organizations and clusters.
 
 The approvals endpoints arrive in a later issue. These tests check what
 exists today: the method, the exact path and the body meshctl sends (seen

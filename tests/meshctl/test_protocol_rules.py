@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from meshctl.errors import ApiFailure, Exit
-from meshctl.oauth import DeviceFlowError, next_interval
+from meshctl.oauth import DeviceLoginError, next_interval
 
 
 @pytest.mark.parametrize(
@@ -20,7 +20,7 @@ def test_polling_continues_and_slow_down_adds_five_seconds(
 
 @pytest.mark.parametrize("error", ["access_denied", "expired_token", "invalid_grant", ""])
 def test_polling_ends_on_every_other_answer(error: str) -> None:
-    with pytest.raises(DeviceFlowError) as raised:
+    with pytest.raises(DeviceLoginError) as raised:
         next_interval(error, 5.0)
     assert raised.value.exit_code == Exit.AUTH
     assert raised.value.error == (error or "invalid_response")
@@ -76,7 +76,7 @@ def test_polling_stops_at_the_code_deadline_without_another_request() -> None:
         expires_in=4.0,
         interval=5.0,
     )
-    with pytest.raises(DeviceFlowError) as raised:
+    with pytest.raises(DeviceLoginError) as raised:
         poll_for_tokens(
             Transport(timeout=1.0), "http://127.0.0.1:9/token", "client", authorization,
             sleep=sleep, clock=lambda: now[0],
@@ -94,6 +94,6 @@ def test_device_authorization_defaults_the_interval_and_hides_the_device_code() 
     )  # fmt: skip
     assert parsed.interval == 5.0
     assert "secret-dc" not in repr(parsed)
-    with pytest.raises(DeviceFlowError) as raised:  # meshctl's error: one line, exit 3
+    with pytest.raises(DeviceLoginError) as raised:  # meshctl's error: one line, exit 3
         parse_device_authorization({"user_code": "U"})
     assert raised.value.exit_code == Exit.AUTH

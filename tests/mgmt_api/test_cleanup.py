@@ -1,4 +1,4 @@
-"""Cleanup (spec 4.6): unused objects found with reasons, dry run by default, same set applied."""
+"""Cleanup: unused objects found with reasons, dry run by default, same set applied."""
 
 from __future__ import annotations
 

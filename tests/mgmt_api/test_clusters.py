@@ -1,4 +1,4 @@
-"""Clusters (spec 4.7): install template lifecycle, agent keys, revocation, config."""
+"""Clusters: install template lifecycle, agent keys, revocation, config."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Service lookup (spec 4.2): selector patterns over agent reports, filtered by READ."""
+"""Service lookup: selector patterns over agent reports, filtered by READ."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Cluster onboarding (spec 2.3, 3, 4.8): configs, the onboarding workspace, status from reports."""
+"""Cluster onboarding: configs, the onboarding workspace, status from reports."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 
 from meshplane.config_error import ConfigError
 from mgmt_api.domain import onboarding as ob
-from mgmt_api.service.onboarding_sync import OnboardingNames
+from mgmt_api.kinds import KindSettings
 from tests.mgmt_api.agents import agent, create_cluster, namespace, report, tuned_server
 from tests.mgmt_api.harness import MgmtServer, err, ok, unique
 from tests.mgmt_api.rbac_helpers import grant
@@ -423,5 +423,5 @@ def test_bad_onboarding_names_stop_the_start_with_a_clear_error(
     stderr = " ".join(done.stderr.split())  # the traceback printer wraps long lines
     assert f"{setting}: {value!r} is not a DNS-1123 label" in stderr, stderr[-2000:]
     with pytest.raises(ConfigError):
-        OnboardingNames(**{setting.rsplit("_", 1)[1].lower(): value})
-    OnboardingNames("mesh-onboarding", "auto")  # valid names pass
+        KindSettings(**{"onboarding_" + setting.rsplit("_", 1)[1].lower(): value})
+    KindSettings("mesh-onboarding", "auto")  # valid names pass

@@ -419,11 +419,14 @@ def test_cluster_status_lists_desired_versions(admin: httpx.Client, cluster: str
 
 
 def test_cluster_redis_url_may_be_spec_host_port(admin: httpx.Client, org: str) -> None:
-    """Spec §2.9: ``backend.redis.url`` is ``<host>:<port>``; stored as written."""
+    """Spec 2.9: ``backend.redis.url`` is ``<host>:<port>``; stored (and so read by
+    everyone: the API, ``.../config``, snapshots) as the ``redis://`` URL it means."""
     rate_limit = {"backend": {"type": "Redis", "redis": {"url": "redis.infra:6379"}}}
     base = f"/v2/organizations/{org}/clusters"
-    ok(admin.post(base, json={"name": "hp", "cluster": {"rateLimit": rate_limit}}))
-    assert ok(admin.post(f"{base}/hp/config"))["rateLimit"] == rate_limit
+    created = ok(admin.post(base, json={"name": "hp", "cluster": {"rateLimit": rate_limit}}))
+    stored = {"backend": {"type": "Redis", "redis": {"url": "redis://redis.infra:6379"}}}
+    assert created["rateLimit"] == stored
+    assert ok(admin.post(f"{base}/hp/config"))["rateLimit"] == stored
     bad = {"backend": {"redis": {"url": "redis.infra:notaport"}}}
     body = err(admin.post(base, json={"name": "hq", "cluster": {"rateLimit": bad}}), 400)
     assert field_of(body) == "cluster.rateLimit.backend.redis.url", body

@@ -1,4 +1,10 @@
-"""Authorization against the policies stored on the FQN tree."""
+"""Who is calling, and what it may do: the policies stored on the FQN tree.
+
+An object's effective permissions for a principal are the union of what the
+policies on its path (root, then each ancestor, then itself) grant the
+principal or its teams, through built-in or custom roles
+(:mod:`mgmt_api.domain.rbac`).
+"""
 
 from __future__ import annotations
 
@@ -20,6 +26,14 @@ class Principal:
     fqn: str
     subject_field: str  # "user" or "serviceAccount", for creator bindings
     subjects: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class CallContext:
+    """An authenticated call: who, and the management plane's address as the caller sees it."""
+
+    principal: Principal
+    base_url: str  # what agents should use (install templates)
 
 
 def _role_rules(conn: Connection, names: set[str]) -> dict[str, tuple[rbac.Rule, ...]]:

@@ -1,0 +1,102 @@
+"""The registry of resource kinds: one module per kind, one table of them all.
+
+Routers, the FQN grammar (:mod:`mgmt_api.fqn`) and the generic CRUD read this
+table, so adding a kind is adding its module here (its model, its
+:class:`~mgmt_api.kinds.base.KindDef` and, if it has rules of its own, a
+:class:`~mgmt_api.kinds.base.Behaviour`), plus its collection in
+``fqn.CHILDREN``. It then gets CRUD, access policies, permissions, paging,
+labels, audit, recursive delete and OpenAPI without touching anything else.
+"""
+
+from __future__ import annotations
+
+from mgmt_api import fqn as fqnmod
+from mgmt_api.kinds import (
+    backend_traffic_policy,
+    cluster,
+    ext_authz_policy,
+    onboarding,
+    organization,
+    profile,
+    role,
+    security_group,
+    security_setting,
+    service_account,
+    team,
+    tenant,
+    user,
+    workspace,
+)
+from mgmt_api.kinds.base import Behaviour, KindDef, KindSettings, RouteParam
+
+__all__ = [
+    "KINDS",
+    "Behaviour",
+    "KindDef",
+    "KindSettings",
+    "RouteParam",
+    "get",
+    "item_templates",
+    "parent_templates",
+    "subject_field",
+]
+
+KINDS: dict[str, KindDef] = {
+    module.KIND.kind: module.KIND
+    for module in (
+        organization,
+        tenant,
+        workspace,
+        security_group,
+        cluster,
+        profile,
+        user,
+        team,
+        service_account,
+        backend_traffic_policy,
+        onboarding,
+        security_setting,
+        ext_authz_policy,
+        role,
+    )
+}
+
+
+def get(kind: str) -> KindDef:
+    return KINDS[kind]
+
+
+def subject_field(kind: str) -> str:
+    """The access-policy subject field for a principal of ``kind`` (``user``, ...)."""
+    field = KINDS[kind].subject_field if kind in KINDS else None
+    if field is None:
+        raise ValueError(f"{kind} objects cannot be principals")
+    return field
+
+
+def item_templates(kind: str) -> list[str]:
+    """Every path template (without ``/v2/``) at which objects of ``kind`` live."""
+    kdef = KINDS[kind]
+    out: list[str] = []
+    for parent in kdef.parents:
+        if parent == fqnmod.ROOT_KIND:
+            out.append(f"{kdef.collection}/{{{kdef.param}}}")
+        elif parent == fqnmod.RBAC_KIND:
+            out.append(f"rbac/{{{kdef.param}}}")
+        else:
+            out.extend(f"{p}/{kdef.collection}/{{{kdef.param}}}" for p in item_templates(parent))
+    return out
+
+
+def parent_templates(kind: str) -> list[str]:
+    """Templates of the parents (``""`` root, ``"rbac"``), aligned with ``item_templates``."""
+    kdef = KINDS[kind]
+    out: list[str] = []
+    for parent in kdef.parents:
+        if parent == fqnmod.ROOT_KIND:
+            out.append("")
+        elif parent == fqnmod.RBAC_KIND:
+            out.append("rbac")
+        else:
+            out.extend(item_templates(parent))
+    return out

@@ -1,0 +1,293 @@
+"""Cluster: a Kubernetes-style cluster, its agent and its onboarding.
+
+Creating a cluster also creates its agent service account
+(``{cluster}/serviceaccounts/agent``), binds it ``rbac/editor`` on the
+cluster, mints its first key and returns the install template with that
+key, in the same transaction; the key is never stored. Creating one needs
+SET_POLICY on the organization besides CREATE, as does a GET with
+``includeInstallTemplate=true``, which mints a new key.
+
+``namespaces`` and ``state`` are what the cluster's agent last reported
+(output only); ``fetchWorkloads`` includes the reported workloads, which are
+costly to return. ``rateLimit`` holds the cluster's counter-store switches
+(docs/api.md); a ``backend.redis.url`` written as ``host:port`` is stored as the
+``redis://host:port`` URL it means, so every reader sees one form.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Annotated, Any
+from urllib.parse import urlsplit
+
+from fastapi import Query
+from pydantic import Field
+
+from mgmt_api import access
+from mgmt_api import fqn as fqnmod
+from mgmt_api.auth import keys as keymod
+from mgmt_api.domain import inventory, rbac
+from mgmt_api.domain.durations import format_duration, parse_duration
+from mgmt_api.errors import ApiError, Code, invalid
+from mgmt_api.kinds import onboarding
+from mgmt_api.kinds.base import (
+    GET,
+    LIST,
+    Behaviour,
+    KindDef,
+    RenderEnv,
+    RouteParam,
+    Write,
+    WriteEnv,
+    create_object,
+    render_common,
+)
+from mgmt_api.kinds.service_account import ServiceAccount, key_view, new_key
+from mgmt_api.schemas.resources import (
+    ClusterRateLimit,
+    ConfigGenerationMetadata,
+    InstallTemplate,
+    Locality,
+    Meta,
+    NamespaceScoping,
+)
+from mgmt_api.store import repo
+from ratelimit.contract import RedisUrlError, parse_redis_url
+
+DEFAULT_TOKEN_TTL = "3600s"  # noqa: S105 - a duration
+#: The role the agent gets on its cluster.
+AGENT_ROLE = "rbac/editor"
+
+FETCH_WORKLOADS = RouteParam(
+    "fetch_workloads",
+    Annotated[bool, Query(alias="fetchWorkloads", description="Include reported workloads.")],
+    False,
+    frozenset({LIST, GET}),
+)
+INCLUDE_INSTALL_TEMPLATE = RouteParam(
+    "include_install_template",
+    Annotated[
+        bool,
+        Query(
+            alias="includeInstallTemplate",
+            description="Mints a new agent key; needs SET_POLICY on the organization.",
+        ),
+    ],
+    False,
+    frozenset({GET}),
+)
+
+
+class Cluster(Meta):
+    token_ttl: str | None = Field(default=None, description="Join-token lifetime, default 3600s.")
+    network: str | None = None
+    tier1_cluster: bool | None = None
+    locality: Locality | None = None
+    trust_domain: str | None = None
+    namespace_scope: NamespaceScoping | None = None
+    deletion_protection_enabled: bool | None = None
+    config_generation_metadata: ConfigGenerationMetadata | None = None
+    rate_limit: ClusterRateLimit | None = None
+    namespaces: list[dict[str, Any]] | None = Field(
+        default=None, description="Output only (agents)."
+    )
+    state: dict[str, Any] | None = Field(default=None, description="Output only (agents).")
+    service_account: ServiceAccount | None = Field(default=None, description="Output only.")
+    install_template: InstallTemplate | None = Field(default=None, description="Output only.")
+
+
+def redis_url(value: str) -> str:
+    """The Redis URL a ``backend.redis.url`` means: the API reference writes ``<host>:<port>``
+    (as Envoy Gateway's ``redis.url`` does); a ``redis://``/``rediss://`` URL is taken
+    as it is."""
+    return value if "://" in value else f"redis://{value}"
+
+
+def _rate_limit(prefix: str, rate_limit: dict[str, Any] | None) -> None:
+    """The counter store is Redis unless ``redis.disabled`` (then in memory, per
+    instance); with Redis, exactly one of ``url`` and ``urlRef`` says where."""
+    if not rate_limit:
+        return
+    disabled = bool((rate_limit.get("redis") or {}).get("disabled"))
+    redis = (rate_limit.get("backend") or {}).get("redis")
+    if disabled:
+        if redis is not None:
+            raise invalid(f"{prefix}.backend.redis", "must be empty when redis.disabled is true")
+        return
+    if rate_limit.get("backend") is None:
+        return
+    redis = redis or {}
+    if ("url" in redis) == ("urlRef" in redis):
+        raise invalid(f"{prefix}.backend.redis", "give exactly one of url and urlRef")
+    if "url" in redis:
+        url = redis_url(redis["url"])
+        try:
+            parse_redis_url(url)
+        except RedisUrlError as exc:
+            raise invalid(f"{prefix}.backend.redis.url", str(exc)) from None
+        if urlsplit(url).password is not None:
+            # Every reader of the cluster would see it: secrets go in urlRef.
+            raise invalid(
+                f"{prefix}.backend.redis.url", "must not carry a password; use urlRef (a Secret)"
+            )
+        redis["url"] = url
+    for ref_field in ("urlRef", "tls.certificateRef"):
+        ref = redis
+        for part in ref_field.split("."):
+            ref = (ref or {}).get(part)
+        if ref is not None:
+            fqnmod.validate_name(ref["name"], f"{prefix}.backend.redis.{ref_field}.name")
+            if ref.get("namespace") is not None:
+                fqnmod.validate_name(
+                    ref["namespace"], f"{prefix}.backend.redis.{ref_field}.namespace"
+                )
+
+
+def strip_workloads(namespaces: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Namespaces without ``services[].workloads`` (fetchWorkloads=false)."""
+    out = []
+    for ns in namespaces:
+        ns2 = dict(ns)
+        if "services" in ns2:
+            ns2["services"] = [
+                {k: v for k, v in s.items() if k != "workloads"} for s in ns2["services"]
+            ]
+        out.append(ns2)
+    return out
+
+
+def install_template(
+    base_url: str, cluster: repo.Resource, sa_fqn: str, pair: keymod.KeyPair
+) -> dict[str, Any]:
+    """Minimal values to install the cluster's agent; carries the API key, never stored."""
+    url = urlsplit(base_url)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    return {
+        "message": (
+            "Install the meshplane cluster agent with these values. The API key (secrets."
+            "clusterServiceAccount) is shown only now; "
+            "fetching the template again mints a new key."
+        ),
+        "helm": {
+            "operator": {"deletionProtection": "disabled", "controlPlaneMode": "CONTROL"},
+            "secrets": {
+                "clusterServiceAccount": {
+                    "clusterFqn": cluster.fqn,
+                    "serviceAccountFqn": sa_fqn,
+                    "keyId": pair.id,
+                    "jwk": json.dumps(pair.private_jwk, separators=(",", ":")),
+                    "encodedJwk": keymod.encode_jwk(pair.private_jwk),
+                }
+            },
+            "spec": {
+                "managementPlane": {
+                    "url": base_url.rstrip("/"),
+                    "host": url.hostname or "",
+                    "port": port,
+                    "clusterName": cluster.name,
+                    "selfSigned": url.scheme == "https",
+                },
+                "tier1Cluster": bool(cluster.spec.get("tier1Cluster")),
+                "tokenTtl": cluster.spec.get("tokenTtl", DEFAULT_TOKEN_TTL),
+            },
+        },
+    }
+
+
+def _create_agent(env: WriteEnv, cluster: repo.Resource) -> dict[str, Any]:
+    """The cluster's agent account, its binding on the cluster, its first key and template."""
+    conn = env.tx.conn
+    sa_fqn = fqnmod.agent_fqn(cluster.fqn)
+    spec = {"displayName": f"Agent of {cluster.name}", "description": "Cluster service account"}
+    account = create_object(env, "ServiceAccount", sa_fqn, spec)
+    if account is None:
+        raise ApiError(Code.ALREADY_EXISTS, f"{sa_fqn} already exists", metadata={"fqn": sa_fqn})
+    policy = repo.get_policies(conn, [cluster.fqn])[cluster.fqn]
+    allow = [*policy.allow, {"role": AGENT_ROLE, "subjects": [{"serviceAccount": sa_fqn}]}]
+    repo.update_policy_if_etag(
+        conn,
+        cluster.fqn,
+        old_etag=policy.etag,
+        allow=allow,
+        description=policy.description,
+        etag=env.tx.etag(cluster.fqn, "#policy!"),
+    )
+    pair = new_key(conn, sa_fqn)
+    account_view = render_common(account)
+    account_view["keys"] = [key_view(pair.id, pair.public_jwk, "PEM", pair)]
+    return {
+        "serviceAccount": account_view,
+        "installTemplate": install_template(env.base_url, cluster, sa_fqn, pair),
+    }
+
+
+class ClusterBehaviour(Behaviour):
+    route_params = (FETCH_WORKLOADS, INCLUDE_INSTALL_TEMPLATE)
+
+    def validate(self, write: Write) -> None:
+        spec = write.spec
+        _rate_limit(f"{write.prefix}.rateLimit", spec.get("rateLimit"))
+        ttl = spec.get("tokenTtl")
+        seconds = parse_duration(ttl, f"{write.prefix}.tokenTtl") if ttl is not None else 3600.0
+        spec["tokenTtl"] = format_duration(seconds)
+        spec.setdefault("tier1Cluster", False)
+
+    def authorize(self, env: WriteEnv, write: Write) -> None:
+        if write.creating:
+            access.require(
+                env.tx.conn, env.principal, write.parent, "Organization", rbac.SET_POLICY
+            )
+
+    def after_write(self, env: WriteEnv, write: Write, res: repo.Resource) -> dict[str, Any]:
+        return _create_agent(env, res) if write.creating else {}
+
+    def before_delete(self, env: WriteEnv, fqn: str) -> None:
+        onboarding.offboard_cluster(env, fqn)
+
+    def render(self, res: repo.Resource, env: RenderEnv) -> dict[str, Any]:
+        out = render_common(res)
+        namespaces = res.status.get("namespaces") or []
+        out["namespaces"] = (
+            namespaces if env.options.get("fetch_workloads") else strip_workloads(namespaces)
+        )
+        if res.status.get("state"):
+            out["state"] = inventory.state_view(
+                res.status, env.now_us, env.settings.stale_after_seconds
+            )
+        return out
+
+    def read_writes(self, options: Mapping[str, Any]) -> bool:
+        return bool(options.get("include_install_template"))
+
+    def on_read_write(
+        self, env: WriteEnv, res: repo.Resource, options: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """``includeInstallTemplate``: a new agent key and the template carrying it."""
+        access.require(env.tx.conn, env.principal, res.parent, "Organization", rbac.SET_POLICY)
+        sa_fqn = fqnmod.agent_fqn(res.fqn)
+        if not repo.exists(env.tx.conn, sa_fqn):
+            raise ApiError(Code.FAILED_PRECONDITION, f"{sa_fqn} was deleted; recreate the cluster")
+        pair = new_key(env.tx.conn, sa_fqn)
+        env.tx.audit(
+            sa_fqn,
+            "ServiceAccount",
+            "GENERATE_KEY",
+            f"install template requested for {res.fqn}",
+            keyId=pair.id,
+        )
+        return {"installTemplate": install_template(env.base_url, res, sa_fqn, pair)}
+
+
+KIND = KindDef(
+    "Cluster",
+    "clusters",
+    "cluster",
+    "cluster",
+    "clusters",
+    Cluster,
+    ("Organization",),
+    behaviour=ClusterBehaviour(),
+    protectable=True,
+    output_only=frozenset({"namespaces", "state", "installTemplate", "serviceAccount"}),
+)

@@ -1,0 +1,90 @@
+"""ServiceAccount: a non-human principal authenticated by its key pairs.
+
+Creating one mints its first key; the private half is in that response only
+(never stored). ``keyEncoding`` (``PEM`` or ``JWK``) chooses how keys are shown.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+from fastapi import Query
+from pydantic import Field
+from sqlalchemy.engine import Connection
+
+from mgmt_api.auth import keys as keymod
+from mgmt_api.kinds.base import (
+    CREATE,
+    GET,
+    Behaviour,
+    KindDef,
+    RenderEnv,
+    RouteParam,
+    Write,
+    WriteEnv,
+    render_common,
+)
+from mgmt_api.schemas.resources import KeyPair, Meta
+from mgmt_api.store import repo
+
+KeyEncoding = Annotated[Literal["PEM", "JWK"], Query(alias="keyEncoding")]
+KEY_ENCODING = RouteParam("key_encoding", KeyEncoding, "PEM", frozenset({GET, CREATE}))
+
+
+class ServiceAccount(Meta):
+    keys: list[KeyPair] | None = Field(default=None, description="Output only.")
+
+
+def new_key(conn: Connection, owner: str) -> keymod.KeyPair:
+    """A new key pair of ``owner``; only its public half is stored."""
+    pair = keymod.generate()
+    repo.add_key(conn, pair.id, owner, pair.public_jwk)
+    return pair
+
+
+def key_view(
+    key_id: str, jwk: dict[str, Any], encoding: str, private: keymod.KeyPair | None = None
+) -> dict[str, Any]:
+    """A key as the API shows it; with ``private``, the one response that carries it."""
+    if encoding == "JWK":
+        public = json.dumps(jwk, separators=(",", ":"))
+        secret = json.dumps(private.private_jwk, separators=(",", ":")) if private else None
+    else:
+        public = keymod.public_pem_of(jwk)
+        secret = private.private_pem if private else None
+    view: dict[str, Any] = {"id": key_id, "publicKey": public, "encoding": encoding}
+    if secret is not None:
+        view["privateKey"] = secret
+    return view
+
+
+class ServiceAccountBehaviour(Behaviour):
+    route_params = (KEY_ENCODING,)
+
+    def after_write(self, env: WriteEnv, write: Write, res: repo.Resource) -> dict[str, Any]:
+        if not write.creating:
+            return {}
+        pair = new_key(env.tx.conn, res.fqn)
+        encoding = write.options.get("key_encoding", "PEM")
+        return {"keys": [key_view(pair.id, pair.public_jwk, encoding, pair)]}
+
+    def render(self, res: repo.Resource, env: RenderEnv) -> dict[str, Any]:
+        out = render_common(res)
+        encoding = env.options.get("key_encoding", "PEM")
+        out["keys"] = [key_view(k, jwk, encoding) for k, jwk, _ in repo.keys_of(env.conn, res.fqn)]
+        return out
+
+
+KIND = KindDef(
+    "ServiceAccount",
+    "serviceaccounts",
+    "serviceaccount",
+    "serviceAccount",
+    "serviceAccounts",
+    ServiceAccount,
+    ("Organization", "Cluster"),
+    behaviour=ServiceAccountBehaviour(),
+    output_only=frozenset({"keys"}),
+    subject_field="serviceAccount",
+)

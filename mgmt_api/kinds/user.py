@@ -1,0 +1,87 @@
+"""User: a person, local (with a password) or synced from a directory.
+
+``password`` is write-only: it is hashed (Argon2id) into the credentials
+table, never into the spec. Setting it on an existing user needs SET_POLICY
+on the user. A synced user's ``sourceType`` (LDAP, AZURE) is owned by the
+directory sync: an update cannot turn it into a local user.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from mgmt_api import access
+from mgmt_api import fqn as fqnmod
+from mgmt_api.auth import passwords
+from mgmt_api.domain import rbac
+from mgmt_api.errors import invalid
+from mgmt_api.kinds.base import Behaviour, KindDef, Write, WriteEnv
+from mgmt_api.schemas.resources import Meta
+from mgmt_api.store import repo
+
+SourceType = Literal["LDAP", "LOCAL", "AZURE", "MANUAL"]
+_USER_OWNED_SOURCES = (None, "MANUAL", "LOCAL")
+
+
+class User(Meta):
+    login_name: str | None = None
+    first_name: str | None = None
+    last_name: str | None = None
+    email: str | None = None
+    source_type: SourceType | None = Field(default=None, description="Output only.")
+    password: str | None = Field(
+        default=None,
+        description="Write-only. Sets the local password (needs SET_POLICY on the user).",
+        json_schema_extra={"writeOnly": True},
+    )
+
+
+def _password(write: Write) -> str | None:
+    password = getattr(write.body, "password", None)
+    return password if isinstance(password, str) else None
+
+
+class UserBehaviour(Behaviour):
+    def validate(self, write: Write) -> None:
+        write.spec.setdefault("sourceType", "MANUAL")
+        password = _password(write)
+        if password is not None and not (
+            passwords.MIN_LENGTH <= len(password) <= passwords.MAX_LENGTH
+        ):
+            field = f"{write.prefix}.password" if write.creating else "password"
+            raise invalid(
+                field, f"must be {passwords.MIN_LENGTH} to {passwords.MAX_LENGTH} characters"
+            )
+
+    def merge_update(self, stored: repo.Resource, write: Write) -> None:
+        if stored.spec.get("sourceType") not in _USER_OWNED_SOURCES:
+            write.spec["sourceType"] = stored.spec["sourceType"]
+
+    def authorize(self, env: WriteEnv, write: Write) -> None:
+        if not write.creating and _password(write) is not None:
+            access.require(env.tx.conn, env.principal, write.fqn, "User", rbac.SET_POLICY)
+
+    def after_write(self, env: WriteEnv, write: Write, res: repo.Resource) -> dict[str, Any]:
+        password = _password(write)
+        if password is not None:
+            repo.set_password_hash(env.tx.conn, res.fqn, passwords.hash_password(password))
+        return {}
+
+    def audit_properties(self, write: Write) -> dict[str, Any]:
+        return {} if write.creating else {"passwordChanged": _password(write) is not None}
+
+
+KIND = KindDef(
+    "User",
+    "users",
+    "user",
+    "user",
+    "users",
+    User,
+    ("Organization", fqnmod.ROOT_KIND),
+    behaviour=UserBehaviour(),
+    output_only=frozenset({"sourceType", "password"}),
+    subject_field="user",
+)

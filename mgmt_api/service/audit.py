@@ -1,0 +1,58 @@
+"""The audit log of an organization: who did what to which FQN, and when.
+
+Every write records its audit entries in its own transaction
+(:meth:`mgmt_api.store.uow.Tx.audit`), filed under the organization of the
+object written, so this view is exactly the organization's history.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mgmt_api import access
+from mgmt_api import fqn as fqnmod
+from mgmt_api.access import CallContext
+from mgmt_api.domain import rbac
+from mgmt_api.domain.times import rfc3339
+from mgmt_api.errors import invalid, not_found
+from mgmt_api.store import repo
+from mgmt_api.store.uow import UnitOfWork
+
+
+class AuditService:
+    def __init__(self, uow: UnitOfWork) -> None:
+        self.uow = uow
+
+    def list(
+        self, ctx: CallContext, organization: str, *, page_size: int, page_token: str
+    ) -> dict[str, Any]:
+        """Newest first (needs READ on the organization)."""
+        org_fqn = fqnmod.organization_fqn(organization)
+        before: int | None = None
+        if page_token:
+            if not page_token.isdigit():
+                raise invalid("pageToken", "is not a token this server issued")
+            before = int(page_token)
+        with self.uow.read() as conn:
+            access.require(conn, ctx.principal, org_fqn, "Organization", rbac.READ)
+            if not repo.exists(conn, org_fqn):
+                raise not_found(org_fqn)
+            records = repo.list_audit(conn, organization, before, page_size + 1)
+        more = len(records) > page_size
+        records = records[:page_size]
+        return {
+            "auditLogs": [
+                {
+                    "id": str(r.id),
+                    "createTime": rfc3339(r.time),
+                    "kind": r.kind,
+                    "operation": r.operation,
+                    "fqn": r.fqn,
+                    "triggeredBy": r.actor,
+                    "message": r.message,
+                    "properties": r.properties,
+                }
+                for r in records
+            ],
+            "nextPageToken": str(records[-1].id) if more else "",
+        }

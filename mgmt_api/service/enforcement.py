@@ -1,0 +1,302 @@
+"""What a cluster must enforce: the one read model behind every artifact compiled for it.
+
+The ratelimit snapshot, the extauthz snapshot, the gateway's Envoy config
+(``.../envoyconfig``) and the status views must agree on which objects reach
+a cluster, otherwise Envoy would select a policy the cluster's ext_authz
+instances do not have, or check a route with a policy it should not. So the
+store is read for a cluster in exactly one place, :func:`read_cluster`, and
+everything else compiles from its :class:`ClusterPolicies`:
+
+- a BackendTrafficPolicy reaches the cluster it is stored under;
+- a security group reaches cluster ``c`` when its ``namespaceSelector`` (or,
+  if it has none, its workspace's) names ``c/...`` or ``*/...``; the
+  namespaces it selects there are the rest of those names (``*`` for all);
+  its ExtAuthzPolicies and SecuritySettings come with it;
+- the cluster's own ``rateLimit`` switches (counter store, failure mode).
+
+Every snapshot is validated with the receiving service's own loader
+(``ratelimit.contract``, ``extauthz.contract``) before anyone may send it: a
+compiler bug must show as a compile error in the status, never as a NACK
+storm on every instance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+from extauthz import contract as extauthz_contract
+from mgmt_api import access
+from mgmt_api import fqn as fqnmod
+from mgmt_api.access import CallContext
+from mgmt_api.compiler import envoy_config
+from mgmt_api.compiler import extauthz as extauthz_compiler
+from mgmt_api.compiler.ratelimit import render_rls_files
+from mgmt_api.compiler.traffic_policy import BackendTrafficPolicy
+from mgmt_api.domain import rbac
+from mgmt_api.domain.uris import check_grpc_uri
+from mgmt_api.errors import not_found
+from mgmt_api.store import repo
+from mgmt_api.store.uow import UnitOfWork
+from ratelimit import contract as ratelimit_contract
+
+RATELIMIT = "ratelimit"
+EXTAUTHZ = "extauthz"
+
+
+# ---- selection: which security groups reach a cluster --------------------------------
+
+
+def selects_cluster(selector: Any, cluster: str) -> bool:
+    """Whether a ``{names: ["cluster/namespace", ...]}`` selector names ``cluster``."""
+    names = (selector or {}).get("names") or []
+    return any(str(n).split("/", 1)[0] in ("*", cluster) for n in names)
+
+
+def selected_namespaces(selector: Any, cluster: str) -> tuple[str, ...]:
+    """The namespaces of ``cluster`` that the selector names (``*`` for all)."""
+    out = []
+    for name in (selector or {}).get("names") or []:
+        head, _, rest = str(name).partition("/")
+        if head in ("*", cluster):
+            out.append(rest or "*")
+    return tuple(sorted(set(out)))
+
+
+def selected_clusters(selector: Any) -> tuple[str, ...]:
+    """The cluster names a selector names explicitly; ``("*",)`` when it names every cluster."""
+    heads = {str(n).split("/", 1)[0] for n in (selector or {}).get("names") or []}
+    return ("*",) if "*" in heads else tuple(sorted(heads))
+
+
+@dataclass(frozen=True)
+class ReachingGroup:
+    """A security group and the selector that decides where it applies."""
+
+    group: repo.Resource
+    selector: Any
+
+
+def group_selector(conn: Connection, group: repo.Resource) -> Any:
+    """The group's own ``namespaceSelector``, or its workspace's when it has none."""
+    own = group.spec.get("namespaceSelector")
+    if own:
+        return own
+    workspace = repo.get(conn, group.parent)
+    return workspace.spec.get("namespaceSelector") if workspace is not None else None
+
+
+def groups_reaching(conn: Connection, organization: str, cluster: str) -> Iterator[ReachingGroup]:
+    """Every security group of the organization that reaches ``cluster``, in FQN order."""
+    for tenant in repo.all_children(conn, fqnmod.organization_fqn(organization), "Tenant"):
+        for workspace in repo.all_children(conn, tenant.fqn, "Workspace"):
+            for group in repo.all_children(conn, workspace.fqn, "SecurityGroup"):
+                selector = group.spec.get("namespaceSelector") or workspace.spec.get(
+                    "namespaceSelector"
+                )
+                if selects_cluster(selector, cluster):
+                    yield ReachingGroup(group, selector)
+
+
+# ---- the read model --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClusterPolicies:
+    """Everything compiled for one cluster, read in one transaction."""
+
+    organization: str
+    cluster: str
+    cluster_fqn: str
+    traffic_specs: tuple[tuple[str, Mapping[str, Any]], ...]  # (fqn, stored spec)
+    extauthz_policies: tuple[tuple[str, dict[str, Any]], ...]  # (ext_authz name, spec)
+    ext_authz_routes: tuple[envoy_config.ExtAuthzRoute, ...]
+    rate_limit: Mapping[str, Any] | None  # the cluster's rateLimit switches, as stored
+    notes: tuple[str, ...] = field(default=())  # what cannot be enforced as written
+
+    @property
+    def failure_mode(self) -> str | None:
+        return (self.rate_limit or {}).get("failureMode")
+
+    def traffic_policies(self) -> list[tuple[str, BackendTrafficPolicy]]:
+        """The BackendTrafficPolicies, parsed by the compiler's model.
+
+        Parsed on use, not when read: a stored policy the model refuses (written
+        around the API) fails what compiles from it (the ratelimit snapshot, the
+        gateway config), never the cluster's unrelated extauthz snapshot.
+        """
+        return [
+            (fqn, BackendTrafficPolicy.model_validate(spec)) for fqn, spec in self.traffic_specs
+        ]
+
+
+def _traffic_specs(conn: Connection, cluster_fqn: str) -> list[tuple[str, dict[str, Any]]]:
+    keys = ("apiVersion", "kind", "metadata", "spec")
+    return [
+        (res.fqn, {k: res.spec[k] for k in keys if k in res.spec})
+        for res in repo.all_children(conn, cluster_fqn, "BackendTrafficPolicy")
+    ]
+
+
+def _ext_authz(
+    conn: Connection, organization: str, cluster: str
+) -> tuple[list[tuple[str, dict[str, Any]]], list[envoy_config.ExtAuthzRoute], list[str]]:
+    policies: list[tuple[str, dict[str, Any]]] = []
+    routes: list[envoy_config.ExtAuthzRoute] = []
+    notes: list[str] = []
+    for reach in groups_reaching(conn, organization, cluster):
+        group = reach.group
+        for policy in repo.all_children(conn, group.fqn, "ExtAuthzPolicy"):
+            policies.append((extauthz_compiler.policy_name(group.fqn, policy.name), policy.spec))
+        for setting in repo.all_children(conn, group.fqn, "SecuritySetting"):
+            authorization = setting.spec.get("authorization") or {}
+            external = (authorization.get("http") or {}).get("external")
+            disabled = authorization.get("mode") == "DISABLED"
+            if external is None and not disabled:
+                continue
+            name = (external or {}).get("policy")
+            if name and not repo.exists(conn, f"{group.fqn}/extauthzpolicies/{name}"):
+                notes.append(
+                    f"{setting.fqn} selects ExtAuthzPolicy {name!r}, which does not "
+                    "exist in its group: ext_authz denies its requests"
+                )
+            routes.append(
+                envoy_config.ExtAuthzRoute(
+                    setting=setting.fqn,
+                    group=group.fqn,
+                    namespaces=selected_namespaces(reach.selector, cluster),
+                    uri=(external or {}).get("uri", ""),
+                    policy=extauthz_compiler.policy_name(group.fqn, name) if name else None,
+                    disabled=disabled,
+                )
+            )
+    return policies, routes, notes
+
+
+def read_cluster(conn: Connection, organization: str, cluster: str) -> ClusterPolicies | None:
+    """What ``organizations/{organization}/clusters/{cluster}`` must enforce; None if gone."""
+    cluster_fqn = fqnmod.cluster_fqn(organization, cluster)
+    res = repo.get(conn, cluster_fqn)
+    if res is None:
+        return None
+    policies, routes, notes = _ext_authz(conn, organization, cluster)
+    return ClusterPolicies(
+        organization=organization,
+        cluster=cluster,
+        cluster_fqn=cluster_fqn,
+        traffic_specs=tuple(_traffic_specs(conn, cluster_fqn)),
+        extauthz_policies=tuple(policies),
+        ext_authz_routes=tuple(routes),
+        rate_limit=res.spec.get("rateLimit") or None,
+        notes=tuple(notes),
+    )
+
+
+# ---- compiled artifacts ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A service's snapshot for one cluster: file name → content. The version is its digest."""
+
+    files: dict[str, bytes]
+
+    @property
+    def version(self) -> str:
+        digest = hashlib.sha256()
+        for name in sorted(self.files):
+            digest.update(name.encode() + b"\0" + self.files[name] + b"\0")
+        return digest.hexdigest()[:20]
+
+
+def ratelimit_snapshot(policies: ClusterPolicies) -> Snapshot:
+    """envoyproxy/ratelimit YAML, one file per policy, plus the cluster's switches.
+
+    Only references travel in the switches (``urlRef``); a ``url`` cannot
+    carry a password (the API refuses it), so no secret is ever in a snapshot.
+    """
+    files = render_rls_files(policies.cluster, [p for _, p in policies.traffic_policies()])
+    if policies.rate_limit:
+        switches = {"rateLimit": policies.rate_limit}
+        files[ratelimit_contract.SWITCHES_FILE] = json.dumps(switches, sort_keys=True).encode()
+    ratelimit_contract.parse_config(files)
+    return Snapshot(files)
+
+
+def extauthz_snapshot(policies: ClusterPolicies) -> Snapshot:
+    """The one ext_authz file: ``defaultPolicy: deny`` plus the policies that reach the cluster."""
+    content = extauthz_compiler.render_file(list(policies.extauthz_policies))
+    extauthz_contract.parse_config(content)
+    return Snapshot({extauthz_contract.FILE_NAME: content})
+
+
+SNAPSHOTS = {RATELIMIT: ratelimit_snapshot, EXTAUTHZ: extauthz_snapshot}
+
+
+class UnknownCluster(LookupError):
+    """The cluster a snapshot was asked for does not exist (any more)."""
+
+
+class EnforcementService:
+    """Compiles what clusters must enforce; every reader of the read model goes through it."""
+
+    def __init__(self, uow: UnitOfWork) -> None:
+        self.uow = uow
+
+    def snapshot(self, kind: str, organization: str, cluster: str) -> Snapshot:
+        """The validated snapshot a ``kind`` instance (ratelimit, extauthz) of the cluster loads."""
+        with self.uow.read() as conn:
+            policies = read_cluster(conn, organization, cluster)
+        if policies is None:
+            raise UnknownCluster(fqnmod.cluster_fqn(organization, cluster))
+        return SNAPSHOTS[kind](policies)
+
+    async def snapshot_async(self, kind: str, organization: str, cluster: str) -> Snapshot:
+        """:meth:`snapshot` in a worker thread, for the event loop that also serves REST."""
+        return await asyncio.to_thread(self.snapshot, kind, organization, cluster)
+
+    def envoy_config(
+        self, ctx: CallContext, organization: str, cluster: str, ratelimit_service: str
+    ) -> dict[str, Any]:
+        """The gateway's Envoy config for the cluster (needs READ on the cluster)."""
+        check_grpc_uri("rateLimitService", ratelimit_service)
+        cluster_fqn = fqnmod.cluster_fqn(organization, cluster)
+        with self.uow.read() as conn:
+            access.require(conn, ctx.principal, cluster_fqn, "Cluster", rbac.READ)
+            policies = read_cluster(conn, organization, cluster)
+        if policies is None:
+            raise not_found(cluster_fqn)
+        return envoy_config.render(gateway_input(policies, ratelimit_service))
+
+    def clusters_reached(self, organization: str, group_fqn: str) -> list[str]:
+        """The existing clusters (names) a security group's selector reaches."""
+        org_fqn = fqnmod.organization_fqn(organization)
+        with self.uow.read() as conn:
+            group = repo.get(conn, group_fqn)
+            if group is None:
+                raise not_found(group_fqn)
+            names = selected_clusters(group_selector(conn, group))
+            if names == ("*",):
+                return [c.name for c in repo.all_children(conn, org_fqn, "Cluster")]
+            return [n for n in names if repo.exists(conn, fqnmod.cluster_fqn(organization, n))]
+
+
+def gateway_input(
+    policies: ClusterPolicies, ratelimit_service: str
+) -> envoy_config.ClusterPolicies:
+    """The renderer's input for the read model (one place maps one to the other)."""
+    return envoy_config.ClusterPolicies(
+        cluster_fqn=policies.cluster_fqn,
+        cluster=policies.cluster,
+        failure_mode=policies.failure_mode,
+        traffic_policies=tuple(policies.traffic_policies()),
+        ext_authz=policies.ext_authz_routes,
+        ratelimit_service=ratelimit_service,
+        notes=policies.notes,
+    )

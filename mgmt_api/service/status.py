@@ -1,0 +1,160 @@
+"""Has my change reached the proxies? The per-instance status views.
+
+``GET .../clusters/{cluster}/status`` shows, per subscribed instance of the
+cluster, the applied snapshot version, whether the last snapshot was ACKed or
+NACKed (with the error), the last contact and whether the instance is stale,
+next to the version the cluster's current policies compile to, so "up to
+date" is answerable. The policy-side views show the same for one policy:
+a BackendTrafficPolicy's cluster's ratelimit instances; an ExtAuthzPolicy's
+or SecuritySetting's group's clusters, with their extauthz instances. Each
+needs READ on the object it is asked for.
+
+The desired versions come from the read model (:mod:`mgmt_api.service.enforcement`),
+the instances from the registry the distribution stream feeds
+(:mod:`mgmt_api.service.instances`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from meshplane.distribution_contract import SERVICE_KINDS
+from mgmt_api import access
+from mgmt_api import fqn as fqnmod
+from mgmt_api.access import CallContext
+from mgmt_api.compiler.extauthz import policy_name
+from mgmt_api.domain import rbac
+from mgmt_api.errors import ApiError, Code, not_found
+from mgmt_api.service.enforcement import EXTAUTHZ, RATELIMIT, EnforcementService
+from mgmt_api.service.instances import SubscriberRegistry
+from mgmt_api.store import repo
+from mgmt_api.store.uow import UnitOfWork
+
+log = logging.getLogger(__name__)
+
+
+class StatusService:
+    def __init__(
+        self,
+        uow: UnitOfWork,
+        enforcement: EnforcementService,
+        registry: SubscriberRegistry | None,
+    ) -> None:
+        self.uow = uow
+        self.enforcement = enforcement
+        self.registry = registry  # None: distribution is off on this server
+
+    def _readable(self, ctx: CallContext, fqn: str) -> SubscriberRegistry:
+        """READ on ``fqn`` (which must exist), and the registry."""
+        kind = fqnmod.parse(fqn).kind
+        with self.uow.read() as conn:
+            access.require(conn, ctx.principal, fqn, kind, rbac.READ)
+            if not repo.exists(conn, fqn):
+                raise not_found(fqn)
+        if self.registry is None:
+            raise ApiError(
+                Code.FAILED_PRECONDITION, "policy distribution is disabled on this server"
+            )
+        return self.registry
+
+    def _desired(self, organization: str, cluster: str) -> tuple[dict[str, str], dict[str, str]]:
+        """(kind → the version the cluster's policies compile to, kind → compile error)."""
+        desired: dict[str, str] = {}
+        errors: dict[str, str] = {}
+        for kind in SERVICE_KINDS:
+            try:
+                desired[kind] = self.enforcement.snapshot(kind, organization, cluster).version
+            except Exception as exc:
+                # A stored object the compiler rejects (written around the
+                # API's validation): streams fail and subscribers keep their
+                # last good snapshot; the status says why instead of a 500.
+                log.exception("cannot compile the cluster's snapshot", extra={"kind": kind})
+                desired[kind] = ""
+                errors[kind] = f"{type(exc).__name__}: {str(exc)[:500]}"
+        return desired, errors
+
+    @staticmethod
+    def _instances(
+        registry: SubscriberRegistry,
+        organization: str,
+        cluster: str,
+        desired: dict[str, str],
+        kinds: Iterable[str] = SERVICE_KINDS,
+    ) -> list[dict[str, Any]]:
+        now = time.time()
+        wanted = set(kinds)
+        out = []
+        for status in registry.for_cluster(organization, cluster, now):
+            if status.node.kind not in wanted:
+                continue
+            view = status.to_json(now, registry.stale_after)
+            view["upToDate"] = status.applied_version == desired.get(status.node.kind)
+            out.append(view)
+        return out
+
+    def _cluster_view(
+        self, registry: SubscriberRegistry, organization: str, cluster: str
+    ) -> dict[str, Any]:
+        desired, errors = self._desired(organization, cluster)
+        out: dict[str, Any] = {
+            "cluster": fqnmod.cluster_fqn(organization, cluster),
+            "desiredVersions": desired,
+            "instances": self._instances(registry, organization, cluster, desired),
+        }
+        if errors:
+            out["compileErrors"] = errors
+        return out
+
+    def _kind_view(
+        self, registry: SubscriberRegistry, organization: str, cluster: str, kind: str
+    ) -> dict[str, Any]:
+        desired, errors = self._desired(organization, cluster)
+        out: dict[str, Any] = {
+            "cluster": fqnmod.cluster_fqn(organization, cluster),
+            "desiredVersion": desired[kind],
+            "instances": self._instances(registry, organization, cluster, desired, (kind,)),
+        }
+        if kind in errors:
+            out["compileError"] = errors[kind]
+        return out
+
+    def cluster(self, ctx: CallContext, organization: str, cluster: str) -> dict[str, Any]:
+        registry = self._readable(ctx, fqnmod.cluster_fqn(organization, cluster))
+        return self._cluster_view(registry, organization, cluster)
+
+    def traffic_policy(self, ctx: CallContext, fqn: str) -> dict[str, Any]:
+        """A snapshot holds all of the cluster's policies, so "applied" means "this
+        policy's current content is live there"."""
+        registry = self._readable(ctx, fqn)
+        parsed = fqnmod.parse(fqn)
+        organization = parsed.name_in("organizations") or ""
+        cluster = parsed.name_in("clusters") or ""
+        view = self._kind_view(registry, organization, cluster, RATELIMIT)
+        return {
+            "fqn": fqn,
+            "desiredVersion": view["desiredVersion"],
+            "instances": view["instances"],
+        }
+
+    def group_object(self, ctx: CallContext, fqn: str) -> dict[str, Any]:
+        """An object of a security group (a SecuritySetting): every cluster the group
+        reaches, with its extauthz instances."""
+        registry = self._readable(ctx, fqn)
+        parsed = fqnmod.parse(fqn)
+        organization = parsed.name_in("organizations") or ""
+        clusters = self.enforcement.clusters_reached(organization, parsed.parent)
+        return {
+            "fqn": fqn,
+            "clusters": [self._kind_view(registry, organization, c, EXTAUTHZ) for c in clusters],
+        }
+
+    def ext_authz_policy(self, ctx: CallContext, fqn: str) -> dict[str, Any]:
+        """:meth:`group_object`, plus the name the ext_authz file gives the policy
+        (what a route's ``meshplane.policy`` context extension must say)."""
+        view = self.group_object(ctx, fqn)
+        parsed = fqnmod.parse(fqn)
+        view["policyName"] = policy_name(parsed.parent, parsed.name)
+        return view
