@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mgmt_api.distribution.hub import Distribution, tls_from
+from mgmt_api.domain.durations import parse_duration
 from mgmt_api.errors import ApiError, Code
 from mgmt_api.identity.runtime import IdentityRuntime
 from mgmt_api.middleware import BodyLimit, Metrics
@@ -140,13 +141,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     distribution = None
     if settings.grpc_listen and services.registry is not None:
         distribution = Distribution(
-            services.uow,
-            settings.grpc_listen,
+            uow=services.uow,
+            listen=settings.grpc_listen,
             enforcement=services.enforcement,
             stream_auth=services.stream_auth,
             registry=services.registry,
             tls=tls_from(settings),
             database_url=settings.database_url,
+            revision_poll=parse_duration(settings.revision_poll, "MESHPLANE_REVISION_POLL")
+            if settings.revision_poll
+            else None,
         )
     identity = IdentityRuntime.build(
         services.uow,
@@ -184,22 +188,26 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.distribution = distribution
     registry = CollectorRegistry()
     app.state.registry = registry
-    app.include_router(onboarding.router)  # before the generated .../onboarding/{name}
-    resources.add_routes(app.router)
-    service_accounts.add_routes(app.router)
-    clusters.add_routes(app.router)
-    app.include_router(inventory.router)
-    app.include_router(lookup.router)
-    app.include_router(cleanup.router)
-    app.include_router(admin.router)
-    app.include_router(distribution_status.router)
-    app.include_router(envoyconfig.router)
-    app.include_router(approvals.router)
-    app.include_router(profiles.router)
-    app.include_router(dashboards.router)
     app.state.identity = identity
-    app.include_router(oidc.router)
-    app.include_router(sync.router)
+    app.include_router(onboarding.router)  # before the generated .../onboarding/{name}
+    # Generated from the kind registry, on the app's own router (an included
+    # router would make FastAPI match each request twice).
+    for generated in (resources, service_accounts, clusters):
+        generated.add_routes(app.router)
+    for module in (
+        inventory,
+        lookup,
+        cleanup,
+        admin,
+        distribution_status,
+        envoyconfig,
+        approvals,
+        profiles,
+        dashboards,
+        oidc,
+        sync,
+    ):
+        app.include_router(module.router)
 
     @app.exception_handler(ApiError)
     async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:

@@ -54,6 +54,13 @@ class Settings:
     grpc_tls_client_ca: str | None = field(
         default_factory=lambda: os.environ.get("MESHPLANE_GRPC_TLS_CLIENT_CA") or None
     )
+    # How often the policy streams re-read the stored revision, to see writes of
+    # other replicas (a duration). Empty: 1 s on SQLite (the only way to see
+    # them), 30 s on PostgreSQL, where each commit's NOTIFY wakes every replica
+    # at once and the poll only backs up a listener that lost its connection.
+    revision_poll: str | None = field(
+        default_factory=lambda: os.environ.get("MESHPLANE_REVISION_POLL") or None
+    )
     # A subscribed ratelimit/extauthz instance not heard from for longer than
     # this (a duration, "60s", "2m") shows ``stale: true`` in the status views.
     distribution_stale_after: str = field(

@@ -33,7 +33,7 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
@@ -123,36 +123,36 @@ def tls_from(settings: Settings) -> DistributionTls | None:
     return DistributionTls(cert, key, settings.grpc_tls_client_ca)
 
 
+@dataclass
 class Distribution:
-    """Owns the ``PolicyDistribution`` gRPC server and the feed that wakes its streams."""
+    """Owns the ``PolicyDistribution`` gRPC server and the feed that wakes its streams.
 
-    def __init__(
-        self,
-        uow: UnitOfWork,
-        listen: str,
-        *,
-        enforcement: EnforcementService,
-        stream_auth: StreamAuth,
-        registry: SubscriberRegistry,
-        tls: DistributionTls | None = None,
-        database_url: str | None = None,
-    ) -> None:
-        self._uow = uow
-        self.listen = listen
-        self.tls = tls
-        self.enforcement = enforcement
-        self.stream_auth = stream_auth
-        self.registry = registry
-        # Set on PostgreSQL: other replicas' commits arrive as notifications.
-        self._notify_url = database_url if uow.engine.dialect.name == "postgresql" else None
-        self.feed: ChangeFeed | None = None
-        self.port: int | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._server: grpc.aio.Server | None = None
-        self._tasks: list[asyncio.Task[None]] = []
+    ``database_url`` is followed with ``LISTEN`` when it is PostgreSQL's;
+    ``revision_poll`` overrides the backing poll's interval (seconds).
+    """
+
+    uow: UnitOfWork
+    listen: str
+    enforcement: EnforcementService
+    stream_auth: StreamAuth
+    registry: SubscriberRegistry
+    tls: DistributionTls | None = None
+    database_url: str | None = None
+    revision_poll: float | None = None
+    feed: ChangeFeed | None = field(default=None, init=False)
+    port: int | None = field(default=None, init=False)
+    _loop: asyncio.AbstractEventLoop | None = field(default=None, init=False)
+    _server: grpc.aio.Server | None = field(default=None, init=False)
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list, init=False)
+
+    @property
+    def _notify_url(self) -> str | None:
+        """Set on PostgreSQL: other replicas' commits arrive as notifications."""
+        postgres = self.uow.engine.dialect.name == "postgresql"
+        return self.database_url if postgres else None
 
     async def _read_revision(self) -> int:
-        return await asyncio.to_thread(self._uow.current_revision)
+        return await asyncio.to_thread(self.uow.current_revision)
 
     async def _build(self, node: NodeIdentity) -> Snapshot:
         return await self.enforcement.snapshot_async(node.kind, node.organization, node.cluster)
@@ -168,7 +168,7 @@ class Distribution:
         self._loop = asyncio.get_running_loop()
         feed = self.feed = ChangeFeed(self._read_revision)
         feed.notify(await self._read_revision())
-        self._uow.listeners.subscribe(self.committed)
+        self.uow.listeners.subscribe(self.committed)
         servicer = DistributionServicer(
             self._build,
             self._authenticate,
@@ -191,6 +191,7 @@ class Distribution:
         if self._notify_url is not None:
             poll = STORE_POLL_WITH_NOTIFY_SECONDS
             self._tasks.append(asyncio.create_task(self._listen(self._notify_url, feed)))
+        poll = self.revision_poll if self.revision_poll is not None else poll
         self._tasks.append(asyncio.create_task(feed.poll_store(poll)))
         host = self.listen.rpartition(":")[0]
         mode = "plaintext" if self.tls is None else "mtls" if self.tls.client_ca_file else "tls"
@@ -217,7 +218,7 @@ class Distribution:
             feed.notify(await self._read_revision())
 
     async def stop(self, grace: float = 2.0) -> None:
-        self._uow.listeners.unsubscribe(self.committed)
+        self.uow.listeners.unsubscribe(self.committed)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

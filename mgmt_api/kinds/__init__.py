@@ -74,29 +74,30 @@ def subject_field(kind: str) -> str:
     return field
 
 
-def item_templates(kind: str) -> list[str]:
-    """Every path template (without ``/v2/``) at which objects of ``kind`` live."""
+def templates(kind: str) -> list[tuple[str, str]]:
+    """(parent template, item template) of every place objects of ``kind`` live.
+
+    Templates are paths without ``/v2/``: the parent's is ``""`` for the root
+    and ``"rbac"`` for roles; the item's adds the collection and ``{param}``.
+    """
     kdef = KINDS[kind]
-    out: list[str] = []
+    leaf = f"{kdef.collection}/{{{kdef.param}}}"
+    out: list[tuple[str, str]] = []
     for parent in kdef.parents:
         if parent == fqnmod.ROOT_KIND:
-            out.append(f"{kdef.collection}/{{{kdef.param}}}")
-        elif parent == fqnmod.RBAC_KIND:
-            out.append(f"rbac/{{{kdef.param}}}")
+            out.append(("", leaf))
+        elif parent == fqnmod.RBAC_KIND:  # roles: the collection is the parent node
+            out.append((fqnmod.RBAC, f"{fqnmod.RBAC}/{{{kdef.param}}}"))
         else:
-            out.extend(f"{p}/{kdef.collection}/{{{kdef.param}}}" for p in item_templates(parent))
+            out.extend((item, f"{item}/{leaf}") for _, item in templates(parent))
     return out
+
+
+def item_templates(kind: str) -> list[str]:
+    """Every path template (without ``/v2/``) at which objects of ``kind`` live."""
+    return [item for _, item in templates(kind)]
 
 
 def parent_templates(kind: str) -> list[str]:
     """Templates of the parents (``""`` root, ``"rbac"``), aligned with ``item_templates``."""
-    kdef = KINDS[kind]
-    out: list[str] = []
-    for parent in kdef.parents:
-        if parent == fqnmod.ROOT_KIND:
-            out.append("")
-        elif parent == fqnmod.RBAC_KIND:
-            out.append("rbac")
-        else:
-            out.extend(item_templates(parent))
-    return out
+    return [parent for parent, _ in templates(kind)]

@@ -9,6 +9,7 @@ from mgmt_api.domain import blame
 from mgmt_api.domain.lookup import validate_names
 from mgmt_api.errors import invalid
 from mgmt_api.kinds.base import Behaviour, Write, WriteEnv
+from mgmt_api.schemas.resources import ConfigGenerationMetadata, Meta, NamespaceSelector
 from mgmt_api.store import repo
 
 
@@ -42,6 +43,14 @@ def check_profile_refs(env: WriteEnv, write: Write) -> None:
             )
         if ref not in found:
             raise invalid(field, f"{ref} does not exist")
+
+
+class Selecting(Meta):
+    """What workspaces and security groups share: the namespaces they select."""
+
+    namespace_selector: NamespaceSelector | None = None
+    deletion_protection_enabled: bool | None = None
+    config_generation_metadata: ConfigGenerationMetadata | None = None
 
 
 def validate_selector(spec: dict[str, Any], prefix: str, *, required: bool) -> None:

@@ -8,15 +8,11 @@ from __future__ import annotations
 from typing import Literal
 
 from mgmt_api.kinds.base import Behaviour, KindDef, Write
-from mgmt_api.kinds.common import validate_selector
-from mgmt_api.schemas.resources import ConfigGenerationMetadata, Meta, NamespaceSelector
+from mgmt_api.kinds.common import Selecting, validate_selector
 
 
-class SecurityGroup(Meta):
-    namespace_selector: NamespaceSelector | None = None
+class SecurityGroup(Selecting):
     config_mode: Literal["BRIDGED", "DIRECT"] | None = None
-    deletion_protection_enabled: bool | None = None
-    config_generation_metadata: ConfigGenerationMetadata | None = None
 
 
 class SecurityGroupBehaviour(Behaviour):

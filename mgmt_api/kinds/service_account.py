@@ -14,22 +14,14 @@ from pydantic import Field
 from sqlalchemy.engine import Connection
 
 from mgmt_api.auth import keys as keymod
-from mgmt_api.kinds.base import (
-    CREATE,
-    GET,
-    Behaviour,
-    KindDef,
-    RenderEnv,
-    RouteParam,
-    Write,
-    WriteEnv,
-    render_common,
-)
+from mgmt_api.kinds import base
 from mgmt_api.schemas.resources import KeyPair, Meta
 from mgmt_api.store import repo
 
 KeyEncoding = Annotated[Literal["PEM", "JWK"], Query(alias="keyEncoding")]
-KEY_ENCODING = RouteParam("key_encoding", KeyEncoding, "PEM", frozenset({GET, CREATE}))
+KEY_ENCODING = base.RouteParam(
+    "key_encoding", KeyEncoding, "PEM", frozenset({base.GET, base.CREATE})
+)
 
 
 class ServiceAccount(Meta):
@@ -59,24 +51,26 @@ def key_view(
     return view
 
 
-class ServiceAccountBehaviour(Behaviour):
+class ServiceAccountBehaviour(base.Behaviour):
     route_params = (KEY_ENCODING,)
 
-    def after_write(self, env: WriteEnv, write: Write, res: repo.Resource) -> dict[str, Any]:
+    def after_write(
+        self, env: base.WriteEnv, write: base.Write, res: repo.Resource
+    ) -> dict[str, Any]:
         if not write.creating:
             return {}
         pair = new_key(env.tx.conn, res.fqn)
         encoding = write.options.get("key_encoding", "PEM")
         return {"keys": [key_view(pair.id, pair.public_jwk, encoding, pair)]}
 
-    def render(self, res: repo.Resource, env: RenderEnv) -> dict[str, Any]:
-        out = render_common(res)
+    def render(self, res: repo.Resource, env: base.RenderEnv) -> dict[str, Any]:
+        out = base.render_common(res)
         encoding = env.options.get("key_encoding", "PEM")
         out["keys"] = [key_view(k, jwk, encoding) for k, jwk, _ in repo.keys_of(env.conn, res.fqn)]
         return out
 
 
-KIND = KindDef(
+KIND = base.KindDef(
     "ServiceAccount",
     "serviceaccounts",
     "serviceaccount",

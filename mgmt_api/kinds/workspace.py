@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 from mgmt_api.kinds.base import KindDef, Write
-from mgmt_api.kinds.common import ProfiledBehaviour, validate_selector
-from mgmt_api.schemas.resources import ConfigGenerationMetadata, Meta, NamespaceSelector
+from mgmt_api.kinds.common import ProfiledBehaviour, Selecting, validate_selector
 
 
-class Workspace(Meta):
-    namespace_selector: NamespaceSelector | None = None
+class Workspace(Selecting):
     privileged: bool | None = None
-    deletion_protection_enabled: bool | None = None
     security_domain: str | None = None
     profiles: list[str] | None = None
-    config_generation_metadata: ConfigGenerationMetadata | None = None
 
 
 class WorkspaceBehaviour(ProfiledBehaviour):

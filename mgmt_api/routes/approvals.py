@@ -11,7 +11,7 @@ from fastapi import APIRouter, Body, Depends, Query
 
 from mgmt_api.domain import approvals as ap
 from mgmt_api.errors import invalid
-from mgmt_api.routes.deps import Approvals, Ctx, cluster_fqn, organization_fqn
+from mgmt_api.routes.deps import Approvals, Ctx, FqnOf, cluster_fqn, organization_fqn
 from mgmt_api.schemas import approvals as s
 from mgmt_api.schemas.base import Empty
 from mgmt_api.service.approvals import TRANSITIONS, same_resource
@@ -65,7 +65,7 @@ def _transition_endpoint(name: str, resource_type: Any) -> Callable[..., Any]:
     return with_access
 
 
-def _add_variant(prefix: str, resource_of: Callable[..., str], variant: str) -> None:
+def _add_variant(prefix: str, resource_of: FqnOf, variant: str) -> None:
     Resource = Annotated[str, Depends(resource_of)]
     tag = "Approvals"
 

@@ -3,12 +3,14 @@
 Services are built once per app (:class:`mgmt_api.service.container.Services`)
 and reach routes as ``Annotated`` dependencies (``resources: Resources``).
 The getters are ``async`` on purpose: FastAPI runs a sync dependency in the
-thread pool, a hop per request for what is an attribute read.
+thread pool, a hop per request for what is an attribute read. So are the
+path-to-FQN dependencies.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any
 
 from fastapi import Depends, Path, Request
 
@@ -47,46 +49,27 @@ def call_context(request: Request) -> CallContext:
 Ctx = Annotated[CallContext, Depends(call_context)]
 
 
-async def _approvals(request: Request) -> ApprovalService:
-    return services(request).approvals
+def _service(attribute: str) -> Callable[[Request], Awaitable[Any]]:
+    """A dependency returning one service of the app's container."""
+
+    async def get(request: Request) -> Any:
+        return getattr(services(request), attribute)
+
+    get.__name__ = attribute
+    return get
 
 
-async def _audit(request: Request) -> AuditService:
-    return services(request).audit
+Approvals = Annotated[ApprovalService, Depends(_service("approvals"))]
+Audit = Annotated[AuditService, Depends(_service("audit"))]
+Cleanup = Annotated[CleanupService, Depends(_service("cleanup"))]
+Enforcement = Annotated[EnforcementService, Depends(_service("enforcement"))]
+Inventory = Annotated[InventoryService, Depends(_service("inventory"))]
+Onboarding = Annotated[OnboardingService, Depends(_service("onboarding"))]
+Profiles = Annotated[ProfileService, Depends(_service("profiles"))]
+Status = Annotated[StatusService, Depends(_service("status"))]
 
-
-async def _cleanup(request: Request) -> CleanupService:
-    return services(request).cleanup
-
-
-async def _enforcement(request: Request) -> EnforcementService:
-    return services(request).enforcement
-
-
-async def _inventory(request: Request) -> InventoryService:
-    return services(request).inventory
-
-
-async def _onboarding(request: Request) -> OnboardingService:
-    return services(request).onboarding
-
-
-async def _profiles(request: Request) -> ProfileService:
-    return services(request).profiles
-
-
-async def _status(request: Request) -> StatusService:
-    return services(request).status
-
-
-Approvals = Annotated[ApprovalService, Depends(_approvals)]
-Audit = Annotated[AuditService, Depends(_audit)]
-Cleanup = Annotated[CleanupService, Depends(_cleanup)]
-Enforcement = Annotated[EnforcementService, Depends(_enforcement)]
-Inventory = Annotated[InventoryService, Depends(_inventory)]
-Onboarding = Annotated[OnboardingService, Depends(_onboarding)]
-Profiles = Annotated[ProfileService, Depends(_profiles)]
-Status = Annotated[StatusService, Depends(_status)]
+#: A dependency that turns path parameters into an FQN.
+FqnOf = Callable[..., Awaitable[str]]
 
 # A name segment of a path: a DNS-1123 label (mgmt_api.fqn's grammar), or
 # ``{namespace}.{name}`` for namespaced kinds. FastAPI checks it before
@@ -95,23 +78,28 @@ Name = Annotated[str, Path(max_length=fqnmod.MAX_NAME, pattern=fqnmod.NAME_PATTE
 NamespacedName = Annotated[str, Path(max_length=fqnmod.MAX_NAME, pattern=fqnmod.NAMESPACED_PATTERN)]
 
 
-def organization_fqn(organization: Name) -> str:
+async def organization_fqn(organization: Name) -> str:
     """``/v2/organizations/{organization}/...`` as the organization's FQN."""
     return fqnmod.organization_fqn(organization)
 
 
-def cluster_fqn(organization: Name, cluster: Name) -> str:
+async def cluster_fqn(organization: Name, cluster: Name) -> str:
     """``/v2/organizations/{organization}/clusters/{cluster}/...`` as the cluster's FQN."""
     return fqnmod.cluster_fqn(organization, cluster)
 
 
-def tenant_fqn(organization: Name, tenant: Name) -> str:
+async def tenant_fqn(organization: Name, tenant: Name) -> str:
     return fqnmod.tenant_fqn(organization, tenant)
 
 
-def workspace_fqn(organization: Name, tenant: Name, workspace: Name) -> str:
+async def workspace_fqn(organization: Name, tenant: Name, workspace: Name) -> str:
     return fqnmod.workspace_fqn(organization, tenant, workspace)
 
 
+async def security_group_fqn(organization: Name, tenant: Name, workspace: Name, group: Name) -> str:
+    return fqnmod.security_group_fqn(organization, tenant, workspace, group)
+
+
 OrganizationFqn = Annotated[str, Depends(organization_fqn)]
+SecurityGroupFqn = Annotated[str, Depends(security_group_fqn)]
 ClusterFqn = Annotated[str, Depends(cluster_fqn)]

@@ -16,7 +16,7 @@ from typing import Any
 from fastapi import APIRouter
 
 from mgmt_api import fqn as fqnmod
-from mgmt_api.routes.deps import Ctx, Name, NamespacedName, Status
+from mgmt_api.routes.deps import Ctx, Name, NamespacedName, SecurityGroupFqn, Status
 
 router = APIRouter()
 
@@ -55,17 +55,10 @@ def traffic_policy_status(
     operation_id="GetExtAuthzPolicyStatus",
     summary="Which extauthz instances of the clusters the group reaches enforce the policy",
 )
-def extauthz_policy_status(  # noqa: PLR0917 - one parameter per path segment
-    ctx: Ctx,
-    organization: Name,
-    tenant: Name,
-    workspace: Name,
-    group: Name,
-    policy: Name,
-    status: Status,
+def extauthz_policy_status(
+    ctx: Ctx, group: SecurityGroupFqn, policy: Name, status: Status
 ) -> dict[str, Any]:
-    group_fqn = fqnmod.security_group_fqn(organization, tenant, workspace, group)
-    return status.ext_authz_policy(ctx, f"{group_fqn}/extauthzpolicies/{policy}")
+    return status.ext_authz_policy(ctx, f"{group}/extauthzpolicies/{policy}")
 
 
 @router.get(
@@ -74,14 +67,7 @@ def extauthz_policy_status(  # noqa: PLR0917 - one parameter per path segment
     operation_id="GetSecuritySettingStatus",
     summary="The extauthz instances of the clusters the setting's group reaches",
 )
-def security_setting_status(  # noqa: PLR0917 - one parameter per path segment
-    ctx: Ctx,
-    organization: Name,
-    tenant: Name,
-    workspace: Name,
-    group: Name,
-    setting: Name,
-    status: Status,
+def security_setting_status(
+    ctx: Ctx, group: SecurityGroupFqn, setting: Name, status: Status
 ) -> dict[str, Any]:
-    group_fqn = fqnmod.security_group_fqn(organization, tenant, workspace, group)
-    return status.group_object(ctx, f"{group_fqn}/settings/{setting}")
+    return status.group_object(ctx, f"{group}/settings/{setting}")

@@ -5,7 +5,6 @@ organizations and clusters; both are also served on tenants and workspaces,
 where profiles are attached too (docs/api.md, "Profiles and blame").
 """
 
-from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends
@@ -13,6 +12,7 @@ from pydantic import Field
 
 from mgmt_api.routes.deps import (
     Ctx,
+    FqnOf,
     Profiles,
     cluster_fqn,
     organization_fqn,
@@ -60,7 +60,7 @@ class BlameResponse(ApiModel):
     entries: list[BlameEntry]
 
 
-LEVELS: list[tuple[str, Callable[..., str], str]] = [
+LEVELS: list[tuple[str, FqnOf, str]] = [
     ("/v2/organizations/{organization}", organization_fqn, "Organization"),
     ("/v2/organizations/{organization}/tenants/{tenant}", tenant_fqn, "Tenant"),
     (
@@ -72,7 +72,7 @@ LEVELS: list[tuple[str, Callable[..., str], str]] = [
 CLUSTER = ("/v2/organizations/{organization}/clusters/{cluster}", cluster_fqn, "Cluster")
 
 
-def _add(prefix: str, fqn_of: Callable[..., str], kind: str, *, available: bool) -> None:
+def _add(prefix: str, fqn_of: FqnOf, kind: str, *, available: bool) -> None:
     Target = Annotated[str, Depends(fqn_of)]
 
     def blame(ctx: Ctx, fqn: Target, profiles: Profiles) -> dict[str, Any]:

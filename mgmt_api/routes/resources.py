@@ -1,8 +1,10 @@
 """Routers generated from the kind registry: CRUD, policy and permissions per kind.
 
-Paths and parameter names come from ``kinds.item_templates``; every endpoint
-gets a real signature (via ``__signature__``) so FastAPI documents each path
-parameter, query parameter and body model in the OpenAPI.
+Paths and parameter names come from ``kinds.templates``; every endpoint gets
+a real signature (via ``__signature__``) so FastAPI documents each path
+parameter, query parameter (the kind's ``route_params`` included) and body
+model in the OpenAPI. What differs per kind is in its behaviour
+(:mod:`mgmt_api.kinds`); nothing here asks which kind it is.
 """
 
 from __future__ import annotations
@@ -16,23 +18,19 @@ from pydantic.alias_generators import to_snake
 
 from mgmt_api import fqn as fqnmod
 from mgmt_api.access import CallContext
-from mgmt_api.kinds import KINDS, KindDef, item_templates, parent_templates
+from mgmt_api.kinds import KINDS, KindDef, templates
 from mgmt_api.kinds.base import CREATE, GET, LIST
+from mgmt_api.routes import templated as t
 from mgmt_api.routes.deps import services
-from mgmt_api.routes.templated import (
-    KW,
-    LabelSelector,
-    PageSize,
-    PageToken,
-    endpoint,
-    fill,
-    json_response,
-    operation_id,
-    params_of,
-    signature,
-)
 from mgmt_api.schemas import resources as m
 from mgmt_api.schemas.base import ApiModel, Empty
+
+PAGING = (
+    inspect.Parameter("page_size", t.KW, annotation=t.PageSize, default=100),
+    inspect.Parameter("page_token", t.KW, annotation=t.PageToken, default=""),
+    inspect.Parameter("label_selector", t.KW, annotation=t.LabelSelector, default=""),
+)
+FORCE = inspect.Parameter("force", t.KW, annotation=Annotated[bool, Query()], default=False)
 
 
 def _list_model(kdef: KindDef) -> type[ApiModel]:
@@ -56,35 +54,8 @@ def _create_model(kdef: KindDef) -> type[ApiModel]:
     return create_model(f"Create{kdef.kind}Request", __base__=ApiModel, **fields)
 
 
-def add_kind_routes(router: APIRouter, kdef: KindDef) -> None:
-    list_model = _list_model(kdef)
-    create_model_ = _create_model(kdef)
-    body_attr = to_snake(kdef.body_field)
-    for parent_tpl, item_tpl in zip(
-        parent_templates(kdef.kind), item_templates(kdef.kind), strict=True
-    ):
-        coll_path = "/v2/" + (
-            f"{parent_tpl}/{kdef.collection}"
-            if parent_tpl and parent_tpl != "rbac"
-            else kdef.collection
-        )
-        item_path = "/v2/" + item_tpl
-        pparams = params_of(parent_tpl)
-        iparams = params_of(item_tpl)
-        tag = kdef.kind
-        _add_collection(
-            router,
-            kdef,
-            path=coll_path,
-            parent_tpl=parent_tpl,
-            pparams=pparams,
-            list_model=list_model,
-            create_model_=create_model_,
-            body_attr=body_attr,
-            tag=tag,
-        )
-        _add_item(router, kdef, item_path, item_tpl, iparams=iparams, tag=tag)
-        _add_policy(router, kdef.kind, item_path, item_tpl, iparams=iparams, tag=tag)
+def _body(model: type[ApiModel]) -> inspect.Parameter:
+    return inspect.Parameter("body", t.KW, annotation=Annotated[model, Body()])
 
 
 def _options(kdef: KindDef, operation: str, kw: dict[str, Any]) -> dict[str, Any]:
@@ -96,173 +67,161 @@ def _extra(kdef: KindDef, operation: str) -> list[inspect.Parameter]:
     return [p.parameter() for p in kdef.params_for(operation)]
 
 
+def add_kind_routes(router: APIRouter, kdef: KindDef) -> None:
+    list_model, create_body = _list_model(kdef), _body(_create_model(kdef))
+    for parent_tpl, item_tpl in templates(kdef.kind):
+        collection = "/v2/" + (
+            f"{parent_tpl}/{kdef.collection}" if parent_tpl not in ("", "rbac") else kdef.collection
+        )
+        mount = t.Mount(router, "/v2/" + item_tpl, kdef.kind)
+        _add_collection(
+            mount, kdef, collection, parent_tpl, list_model=list_model, create_body=create_body
+        )
+        _add_item(mount, kdef, item_tpl)
+        _add_policy(mount, kdef.kind, item_tpl)
+
+
 def _add_collection(
-    router: APIRouter,
+    mount: t.Mount,
     kdef: KindDef,
-    *,
-    path: str,
+    collection: str,
     parent_tpl: str,
-    pparams: list[str],
+    *,
     list_model: type[ApiModel],
-    create_model_: type[ApiModel],
-    body_attr: str,
-    tag: str,
+    create_body: inspect.Parameter,
 ) -> None:
-    paging = [
-        inspect.Parameter("page_size", KW, annotation=PageSize, default=100),
-        inspect.Parameter("page_token", KW, annotation=PageToken, default=""),
-        inspect.Parameter("label_selector", KW, annotation=LabelSelector, default=""),
-    ]
+    pparams = t.params_of(parent_tpl)
+    body_attr = to_snake(kdef.body_field)
 
     def list_(**kw: Any) -> Response:
         result = services(kw["request"]).resources.list_objects(
             kw["ctx"],
             kdef,
-            fill(parent_tpl, kw),
+            t.fill(parent_tpl, kw),
             page_size=kw["page_size"],
             page_token=kw["page_token"],
             label_selector=kw["label_selector"],
             options=_options(kdef, LIST, kw),
         )
-        return json_response(
-            {kdef.list_field: result.items, "nextPageToken": result.next_page_token}
-        )
-
-    router.add_api_route(
-        path,
-        endpoint(list_, signature(pparams, *paging, *_extra(kdef, LIST))),
-        methods=["GET"],
-        response_model=list_model,
-        response_model_exclude_none=True,
-        operation_id=operation_id(f"List{kdef.kind}s", path, "get"),
-        tags=[tag],
-        summary=f"List {kdef.kind} objects (paged, label-filterable)",
-    )
-
-    body = inspect.Parameter("body", KW, annotation=Annotated[create_model_, Body()])
+        page = {kdef.list_field: result.items, "nextPageToken": result.next_page_token}
+        return t.json_response(page)
 
     def create(**kw: Any) -> Response:
-        request_body = kw["body"]
-        return json_response(
-            services(kw["request"]).resources.create(
-                kw["ctx"],
-                kdef,
-                fill(parent_tpl, kw),
-                request_body.name,
-                getattr(request_body, body_attr),
-                options=_options(kdef, CREATE, kw),
-            )
+        body = kw["body"]
+        parent = t.fill(parent_tpl, kw)
+        options = _options(kdef, CREATE, kw)
+        created = services(kw["request"]).resources.create(
+            kw["ctx"], kdef, parent, body.name, getattr(body, body_attr), options=options
         )
+        return t.json_response(created)
 
-    router.add_api_route(
-        path,
-        endpoint(create, signature(pparams, body, *_extra(kdef, CREATE))),
-        methods=["POST"],
-        response_model=kdef.model,
-        response_model_exclude_none=True,
-        operation_id=operation_id(f"Create{kdef.kind}", path, "post"),
-        tags=[tag],
+    mount.add(
+        "",
+        "GET",
+        list_,
+        t.signature(pparams, *PAGING, *_extra(kdef, LIST)),
+        name=f"List{kdef.kind}s",
+        model=list_model,
+        summary=f"List {kdef.kind} objects (paged, label-filterable)",
+        collection=collection,
+    )
+    mount.add(
+        "",
+        "POST",
+        create,
+        t.signature(pparams, create_body, *_extra(kdef, CREATE)),
+        name=f"Create{kdef.kind}",
+        model=kdef.model,
         summary=f"Create a {kdef.kind}; the caller gets rbac/admin on it",
+        collection=collection,
     )
 
 
-def _add_item(
-    router: APIRouter, kdef: KindDef, path: str, tpl: str, *, iparams: list[str], tag: str
-) -> None:
+def _add_item(mount: t.Mount, kdef: KindDef, tpl: str) -> None:
+    iparams = t.params_of(tpl)
+
     def get(**kw: Any) -> Response:
-        return json_response(
-            services(kw["request"]).resources.get(kw["ctx"], fill(tpl, kw), _options(kdef, GET, kw))
-        )
-
-    router.add_api_route(
-        path,
-        endpoint(get, signature(iparams, *_extra(kdef, GET))),
-        methods=["GET"],
-        response_model=kdef.model,
-        response_model_exclude_none=True,
-        operation_id=operation_id(f"Get{kdef.kind}", path, "get"),
-        tags=[tag],
-        summary=f"Get a {kdef.kind}",
-    )
+        fqn, options = t.fill(tpl, kw), _options(kdef, GET, kw)
+        return t.json_response(services(kw["request"]).resources.get(kw["ctx"], fqn, options))
 
     def put(**kw: Any) -> Response:
-        return json_response(
-            services(kw["request"]).resources.update(kw["ctx"], fill(tpl, kw), kw["body"])
-        )
-
-    put_body = inspect.Parameter("body", KW, annotation=Annotated[kdef.model, Body()])
-    router.add_api_route(
-        path,
-        endpoint(put, signature(iparams, put_body)),
-        methods=["PUT"],
-        response_model=kdef.model,
-        response_model_exclude_none=True,
-        operation_id=operation_id(f"Update{kdef.kind}", path, "put"),
-        tags=[tag],
-        summary=f"Update a {kdef.kind} (etag required; output-only fields ignored)",
-    )
-
-    force = inspect.Parameter("force", KW, annotation=Annotated[bool, Query()], default=False)
+        fqn = t.fill(tpl, kw)
+        return t.json_response(services(kw["request"]).resources.update(kw["ctx"], fqn, kw["body"]))
 
     def delete(**kw: Any) -> dict[str, Any]:
-        services(kw["request"]).resources.delete(kw["ctx"], fill(tpl, kw), force=kw["force"])
+        services(kw["request"]).resources.delete(kw["ctx"], t.fill(tpl, kw), force=kw["force"])
         return {}
 
-    router.add_api_route(
-        path,
-        endpoint(delete, signature(iparams, force)),
-        methods=["DELETE"],
-        response_model=Empty,
-        operation_id=operation_id(f"Delete{kdef.kind}", path, "delete"),
-        tags=[tag],
-        summary=f"Delete a {kdef.kind} and everything below it",
+    kind = kdef.kind
+    mount.add(
+        "",
+        "GET",
+        get,
+        t.signature(iparams, *_extra(kdef, GET)),
+        name=f"Get{kind}",
+        model=kdef.model,
+        summary=f"Get a {kind}",
+    )
+    mount.add(
+        "",
+        "PUT",
+        put,
+        t.signature(iparams, _body(kdef.model)),
+        name=f"Update{kind}",
+        model=kdef.model,
+        summary=f"Update a {kind} (etag required; output-only fields ignored)",
+    )
+    mount.add(
+        "",
+        "DELETE",
+        delete,
+        t.signature(iparams, FORCE),
+        name=f"Delete{kind}",
+        model=Empty,
+        summary=f"Delete a {kind} and everything below it",
     )
 
 
-def _add_policy(
-    router: APIRouter, kind: str, path: str, tpl: str, *, iparams: list[str], tag: str
-) -> None:
+def _add_policy(mount: t.Mount, kind: str, tpl: str) -> None:
+    iparams = t.params_of(tpl)
+
     def get_policy(**kw: Any) -> dict[str, Any]:
-        return services(kw["request"]).policies.get(kw["ctx"], fill(tpl, kw))
-
-    router.add_api_route(
-        path + "/policy",
-        endpoint(get_policy, signature(iparams)),
-        methods=["GET"],
-        response_model=m.AccessPolicy,
-        response_model_exclude_none=True,
-        operation_id=operation_id(f"Get{kind}Policy", path, "get"),
-        tags=[tag],
-        summary="Access policy of the object",
-    )
-    body = inspect.Parameter("body", KW, annotation=Annotated[m.AccessPolicy, Body()])
+        return services(kw["request"]).policies.get(kw["ctx"], t.fill(tpl, kw))
 
     def put_policy(**kw: Any) -> dict[str, Any]:
-        put_access_policy(kw["request"], kw["ctx"], fill(tpl, kw), kw["body"])
+        put_access_policy(kw["request"], kw["ctx"], t.fill(tpl, kw), kw["body"])
         return {}
 
-    router.add_api_route(
-        path + "/policy",
-        endpoint(put_policy, signature(iparams, body)),
-        methods=["PUT"],
-        response_model=Empty,
-        operation_id=operation_id(f"Set{kind}Policy", path, "put"),
-        tags=[tag],
-        summary="Replace the access policy (etag required; needs SET_POLICY)",
-    )
-
     def permissions(**kw: Any) -> dict[str, Any]:
-        fqn = fill(tpl, kw)
+        fqn = t.fill(tpl, kw)
         perms = services(kw["request"]).policies.permissions(kw["ctx"], fqn)
         return {"fqn": fqn, "rules": [{"permissions": perms}] if perms else []}
 
-    router.add_api_route(
-        path + "/permissions",
-        endpoint(permissions, signature(iparams)),
-        methods=["GET"],
-        response_model=m.ResourcePermissions,
-        operation_id=operation_id(f"Get{kind}Permissions", path, "get"),
-        tags=[tag],
+    mount.add(
+        "/policy",
+        "GET",
+        get_policy,
+        t.signature(iparams),
+        name=f"Get{kind}Policy",
+        model=m.AccessPolicy,
+        summary="Access policy of the object",
+    )
+    mount.add(
+        "/policy",
+        "PUT",
+        put_policy,
+        t.signature(iparams, _body(m.AccessPolicy)),
+        name=f"Set{kind}Policy",
+        model=Empty,
+        summary="Replace the access policy (etag required; needs SET_POLICY)",
+    )
+    mount.add(
+        "/permissions",
+        "GET",
+        permissions,
+        t.signature(iparams),
+        name=f"Get{kind}Permissions",
+        model=m.ResourcePermissions,
         summary="The caller's permissions on the object",
     )
 

@@ -13,9 +13,10 @@ import inspect
 import json
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import Query, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 
 from mgmt_api import fqn as fqnmod
 from mgmt_api.kinds import KINDS
@@ -90,3 +91,37 @@ def endpoint(fn: Callable[..., Any], sig: inspect.Signature) -> Callable[..., An
 
 def operation_id(name: str, template: str, method: str) -> str:
     return f"{name}__{method}__{template.replace('/', '_').replace('{', '').replace('}', '')}"
+
+
+@dataclass(frozen=True)
+class Mount:
+    """Where a kind's generated routes go: the router, the object's path and tag."""
+
+    router: APIRouter
+    path: str  # /v2/ + the item template (the operation ids derive from it)
+    tag: str
+
+    def add(
+        self,
+        suffix: str,
+        method: str,
+        fn: Callable[..., Any],
+        sig: inspect.Signature,
+        *,
+        name: str,
+        model: Any,
+        summary: str,
+        collection: str | None = None,
+    ) -> None:
+        """Route ``fn`` (authenticated, with signature ``sig``) at the path + ``suffix``
+        (or at ``collection``, for the collection's own routes)."""
+        self.router.add_api_route(
+            collection or self.path + suffix,
+            endpoint(fn, sig),
+            methods=[method],
+            response_model=model,
+            response_model_exclude_none=True,
+            operation_id=operation_id(name, collection or self.path, method.lower()),
+            tags=[self.tag],
+            summary=summary,
+        )

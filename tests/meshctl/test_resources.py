@@ -239,6 +239,32 @@ def test_delete_by_file(shared_admin: Meshctl, mgmt: ManagementPlane, tmp_path: 
         assert as_json(http.get(f"/v2/organizations/{org}/clusters"))["clusters"] == []
 
 
+def test_delete_by_the_apply_manifest_undoes_it(
+    shared_admin: Meshctl, mgmt: ManagementPlane, tmp_path: Path
+) -> None:
+    """The manifest ``apply -f`` created from deletes in reverse dependency order:
+    workspace before tenant, clusters before their organization, exit 0."""
+    org = unique("undo")
+    manifest = tmp_path / "tree.yaml"
+    manifest.write_text(tree(org).split("---\nkind: AccessPolicy")[0])
+    shared_admin.ok("apply", "-f", str(manifest))
+    out = shared_admin.ok("delete", "-f", str(manifest))
+    order = [line.split(" ", 2)[1] for line in out.splitlines()]
+    assert order.index(f"organizations/{org}/tenants/t1/workspaces/w1") < order.index(
+        f"organizations/{org}/tenants/t1"
+    )
+    assert order[-1] == f"organizations/{org}"
+    assert out.count(" deleted") == 5
+    with mgmt.admin() as http:
+        assert http.get(f"/v2/organizations/{org}").status_code == 404
+    # Run again: what is gone under a listed parent is not an error; the
+    # organization itself (listed, nothing above it) is.
+    again = shared_admin.run("delete", "-f", str(manifest))
+    assert again.returncode == 4, again.stderr
+    assert again.stdout.count("already gone") == 4, again.stdout
+    assert "NOT_FOUND" in again.stderr
+
+
 EDITOR_SCRIPT = textwrap.dedent(
     """\
     import os, pathlib, sys

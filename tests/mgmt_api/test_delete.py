@@ -57,6 +57,22 @@ def test_protection_on_the_object_itself(admin: httpx.Client, org: str) -> None:
     err(admin.delete(f"/v2/organizations/{org}"), 404)
 
 
+def test_a_put_that_leaves_protection_out_keeps_it_on(admin: httpx.Client, org: str) -> None:
+    """Protection goes off only when a body says ``false``: a PUT built by a client
+    that does not know the field (or from an older read) never silently unprotects."""
+    path = f"/v2/organizations/{org}"
+    o = ok(admin.get(path))
+    ok(admin.put(path, json={**o, "deletionProtectionEnabled": True}))
+    o = ok(admin.get(path))
+    without = {k: v for k, v in o.items() if k != "deletionProtectionEnabled"}
+    updated = ok(admin.put(path, json={**without, "description": "renamed"}))
+    assert updated["deletionProtectionEnabled"] is True
+    assert updated["description"] == "renamed"
+    err(admin.delete(path), 400, "FAILED_PRECONDITION")
+    ok(admin.put(path, json={**updated, "deletionProtectionEnabled": False}))
+    ok(admin.delete(path))
+
+
 def test_recursive_delete_of_a_large_tree(
     server: MgmtServer, admin: httpx.Client, org: str
 ) -> None:

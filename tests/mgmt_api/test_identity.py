@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 
 import httpx
 
@@ -68,6 +69,29 @@ def test_service_account_keys_and_jwks(server: MgmtServer, admin: httpx.Client, 
     with server.client(headers={"Authorization": f"Bearer {token}"}) as bot:
         err(bot.get(f"{base}/bot/permissions"), 401)
     err(admin.delete(f"{base}/bot/keys/{key['id']}"), 404)
+
+
+def _from(server: MgmtServer, address: str, auth: tuple[str, str]) -> httpx.Client:
+    """A client whose connections come from ``address`` (any 127.x is loopback)."""
+    transport = httpx.HTTPTransport(local_address=address)
+    return server.client(auth=auth, transport=transport)
+
+
+def test_wrong_passwords_lock_out_only_the_client_that_sent_them(
+    server: MgmtServer, org: str, make_user: Callable[..., httpx.Client]
+) -> None:
+    """Throttling is keyed by login *and* client address: a client guessing the
+    password of an account locks out itself, not the account's owner."""
+    name = unique("u")
+    make_user(org, name).close()
+    login = f"{org}/{name}"
+    with _from(server, "127.0.0.2", (login, "wrong-password")) as attacker:
+        statuses = [attacker.get("/v2/organizations").status_code for _ in range(8)]
+    assert 429 in statuses[5:]
+    with _from(server, "127.0.0.2", (login, "user-password-1")) as same_client:
+        err(same_client.post("/v2/auth/token"), 429, "RESOURCE_EXHAUSTED")
+    with _from(server, "127.0.0.3", (login, "user-password-1")) as owner:
+        assert ok(owner.post("/v2/auth/token"))["subject"] == f"organizations/{org}/users/{name}"
 
 
 def test_repeated_failures_are_throttled(server: MgmtServer) -> None:

@@ -233,6 +233,26 @@ def test_cluster_blame_is_the_organizations_profiles_then_the_cluster(
     assert got["tokenTtl"] == ("3600s", cluster, "OWN")
 
 
+def test_cluster_config_applies_what_blame_shows(admin: httpx.Client, tree: str) -> None:
+    """``POST .../config``, which control planes sync from, carries the effective
+    settings: an organization's mandate wins over the cluster's own value, a
+    default fills what the cluster leaves unset."""
+    cluster = f"{tree}/clusters/c"
+    p = profile(
+        admin,
+        tree,
+        "p",
+        defaults={"trustDomain": "td.example"},
+        mandates={"network": "mandated-net"},
+    )
+    ok(attach(admin, tree, p))
+    config = ok(admin.post(f"/v2/{cluster}/config"))
+    assert effective(admin, cluster)["network"] == ("mandated-net", p, "MANDATES")
+    assert config["network"] == "mandated-net"  # not the cluster's own "own-net"
+    assert config["trustDomain"] == "td.example"
+    assert config["tokenTtl"] == "3600s"
+
+
 def test_blame_reports_attached_profiles_that_were_deleted(admin: httpx.Client, tree: str) -> None:
     p = profile(admin, tree, "gone", defaults={"x": 1})
     ok(attach(admin, tree, p))
