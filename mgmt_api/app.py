@@ -37,6 +37,7 @@ from mgmt_api.routes import (
     oidc,
     onboarding,
     profiles,
+    proxytools,
     resources,
     sync,
 )
@@ -49,6 +50,9 @@ from mgmt_api.service.policies import PolicyService
 from mgmt_api.service.resources import ResourceService
 from mgmt_api.settings import Settings
 from mgmt_api.store.engine import create_engine, migrate
+from mgmt_api.tunnel.hub import TunnelHub
+from mgmt_api.tunnel.proxytools import ProxyTools
+from mgmt_api.tunnel.server import tunnel_servicer
 
 log = logging.getLogger(__name__)
 
@@ -137,8 +141,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         settings.agent_stale_after, "MESHPLANE_AGENT_STALE_AFTER"
     )
     distribution = Distribution.from_settings(engine, settings)
+    tools: ProxyTools | None = None
     if distribution is not None:
         resource_service.on_commit = distribution.committed
+        # The agent tunnel shares the policy stream's gRPC server, port and TLS.
+        tools = ProxyTools(
+            engine,
+            TunnelHub(),
+            parse_duration(settings.proxytools_timeout, "MESHPLANE_PROXYTOOLS_TIMEOUT"),
+        )
+        distribution.servicers.append(tunnel_servicer(distribution, tools, resource_service))
     authn = Authenticator(engine, secret)
     identity = IdentityRuntime.build(
         engine,
@@ -190,6 +202,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(admin.router)
     app.include_router(distribution_status.router)
     app.include_router(envoyconfig.router)
+    app.include_router(proxytools.router)
+    app.state.proxytools = tools
     app.include_router(approvals.router)
     app.include_router(profiles.router)
     app.include_router(dashboards.router)

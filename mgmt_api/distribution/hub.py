@@ -23,7 +23,7 @@ import contextlib
 import ipaddress
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -134,6 +134,9 @@ class Distribution:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: grpc.aio.Server | None = None
         self._poller: asyncio.Task[None] | None = None
+        # Other services on the same gRPC server and port (the agent tunnel):
+        # each is called with the server before it starts.
+        self.servicers: list[Callable[[grpc.aio.Server], None]] = []
 
     @classmethod
     def from_settings(cls, engine: Engine, settings: Settings) -> Distribution | None:
@@ -167,6 +170,8 @@ class Distribution:
         )
         server = grpc.aio.server(options=SERVER_OPTIONS)
         pb_grpc.add_PolicyDistributionServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+        for add in self.servicers:
+            add(server)
         if self.tls is not None:
             port = server.add_secure_port(self.listen, self.tls.server_credentials())
         else:

@@ -117,7 +117,9 @@ class StoreBackend:
     async def build(self, node: NodeIdentity) -> Compiled:
         return await asyncio.to_thread(self.build_sync, node)
 
-    def authenticate_sync(self, token: str, node: NodeIdentity) -> str:
+    def authenticate_sync(
+        self, token: str, node: NodeIdentity, audience: str = tokens.DISTRIBUTION_AUDIENCE
+    ) -> str:
         """Admit ``token`` for ``node``'s cluster; return the key id it was signed with.
 
         The token must carry the distribution audience (a REST token is
@@ -138,14 +140,18 @@ class StoreBackend:
                     token,
                     self._clock(),
                     service_account_ttl(conn, owner),
-                    audience=tokens.DISTRIBUTION_AUDIENCE,
+                    audience=audience,
                 )
         except tokens.TokenError as exc:
             raise AuthError(str(exc)) from None
         return kid
 
-    async def authenticate(self, token: str, node: NodeIdentity) -> str:
-        return await asyncio.to_thread(self.authenticate_sync, token, node)
+    async def authenticate(
+        self, token: str, node: NodeIdentity, audience: str = tokens.DISTRIBUTION_AUDIENCE
+    ) -> str:
+        """The key id (the grant) of a token admitted for ``node``'s cluster and ``audience``
+        (the agent tunnel passes its own)."""
+        return await asyncio.to_thread(self.authenticate_sync, token, node, audience)
 
     def still_admitted_sync(self, grant: str, node: NodeIdentity) -> Revocation | None:
         """Why an open stream must end, or None while its key and cluster exist.
