@@ -10,7 +10,6 @@ the agent because it must not trust what arrives on it either.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from enum import IntEnum
 
 # ``aud`` of the tokens an agent opens its tunnel with. The REST API refuses
@@ -50,15 +49,16 @@ class StatusCode(IntEnum):
     UNAVAILABLE = 14
 
 
-@dataclass(frozen=True)
 class FieldError(Exception):
-    """A request field a caller got wrong: 400 naming ``field``."""
+    """A request field a caller got wrong: 400 naming ``field``.
 
-    field: str
-    message: str
+    (Not a frozen dataclass: Python sets ``__traceback__`` on exceptions.)
+    """
 
-    def __str__(self) -> str:
-        return f"{self.field}: {self.message}"
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
 
 
 def check_workload(namespace: str, workload: str, instance: str) -> None:

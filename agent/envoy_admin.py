@@ -25,13 +25,13 @@ from agent.discovery import Proxy
 DEFAULT_MAX_RESPONSE_BYTES = 32 * 1024 * 1024
 
 
-@dataclass(frozen=True)
 class AdminCallError(Exception):
-    code: StatusCode
-    message: str
+    """A failed admin call, with the gRPC code the caller will see."""
 
-    def __str__(self) -> str:
-        return self.message
+    def __init__(self, code: StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
 
 
 @dataclass(frozen=True)
