@@ -39,15 +39,30 @@ def test_everything_outside_the_allow_list_is_refused(request_: AdminRequest) ->
         (admin.cluster_stats(), "/clusters?format=json"),
         (admin.server_info(), "/server_info"),
         (admin.server_stats("", False), "/stats?format=json"),
-        (admin.server_stats(r"^server\.live$", True), "/stats?format=json&filter=%5Eserver%5C.live%24&usedonly"),
+        (
+            admin.server_stats(r"^server\.live$", True),
+            "/stats?format=json&filter=%5Eserver%5C.live%24&usedonly",
+        ),
         # a value can never add a parameter or change the path
-        (admin.server_stats("x&quitquitquit=1", False), "/stats?format=json&filter=x%26quitquitquit%3D1"),
-        (admin.server_stats("/../quitquitquit?#", False), "/stats?format=json&filter=%2F..%2Fquitquitquit%3F%23"),
+        (
+            admin.server_stats("x&quitquitquit=1", False),
+            "/stats?format=json&filter=x%26quitquitquit%3D1",
+        ),
+        (
+            admin.server_stats("/../quitquitquit?#", False),
+            "/stats?format=json&filter=%2F..%2Fquitquitquit%3F%23",
+        ),
         (admin.config_dump("", "", False), "/config_dump"),
-        (admin.config_dump("dynamic_active_clusters", "cluster.name", True), "/config_dump?resource=dynamic_active_clusters&mask=cluster.name&include_eds"),
+        (
+            admin.config_dump("dynamic_active_clusters", "cluster.name", True),
+            "/config_dump?resource=dynamic_active_clusters&mask=cluster.name&include_eds",
+        ),
         (admin.get_loggers(), "/logging"),
         (admin.set_loggers("debug", {}), "/logging?level=debug"),
-        (admin.set_loggers("", {"upstream": "trace", "http": "info"}), "/logging?paths=http%3Ainfo%2Cupstream%3Atrace"),
+        (
+            admin.set_loggers("", {"upstream": "trace", "http": "info"}),
+            "/logging?paths=http%3Ainfo%2Cupstream%3Atrace",
+        ),
     ],
 )
 def test_builders_encode_every_value(built: AdminRequest, target: str) -> None:

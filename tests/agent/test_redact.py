@@ -15,9 +15,17 @@ PEM = "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----"
     ("document", "expected", "count"),
     [
         ({"password": "hunter2"}, {"password": REDACTED}, 1),
-        ({"db_password": "x", "client_secret": "y"}, {"db_password": REDACTED, "client_secret": REDACTED}, 2),
+        (
+            {"db_password": "x", "client_secret": "y"},
+            {"db_password": REDACTED, "client_secret": REDACTED},
+            2,
+        ),
         ({"private_key": {"inline_string": "k"}}, {"private_key": REDACTED}, 1),
-        ({"privateKey": "k", "apiKey": "a", "access_token": "t"}, {"privateKey": REDACTED, "apiKey": REDACTED, "access_token": REDACTED}, 3),
+        (
+            {"privateKey": "k", "apiKey": "a", "access_token": "t"},
+            {"privateKey": REDACTED, "apiKey": REDACTED, "access_token": REDACTED},
+            3,
+        ),
         ({"note": PEM}, {"note": REDACTED}, 1),
         ({"list": ["ok", PEM]}, {"list": ["ok", REDACTED]}, 1),
         (
@@ -33,8 +41,16 @@ PEM = "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----"
         # Envoy's own redaction, and empty values, are left as they are (not counted)
         ({"private_key": REDACTED, "password": ""}, {"private_key": REDACTED, "password": ""}, 0),
         # ordinary fields that merely mention secrets survive
-        ({"dynamic_active_secrets": [], "name": "secret-holder", "sds_config": {}}, {"dynamic_active_secrets": [], "name": "secret-holder", "sds_config": {}}, 0),
-        ({"cert": "-----BEGIN CERTIFICATE-----\nAAA"}, {"cert": "-----BEGIN CERTIFICATE-----\nAAA"}, 0),
+        (
+            {"dynamic_active_secrets": [], "name": "secret-holder", "sds_config": {}},
+            {"dynamic_active_secrets": [], "name": "secret-holder", "sds_config": {}},
+            0,
+        ),
+        (
+            {"cert": "-----BEGIN CERTIFICATE-----\nAAA"},
+            {"cert": "-----BEGIN CERTIFICATE-----\nAAA"},
+            0,
+        ),
     ],
 )
 def test_redact(document: Any, expected: Any, count: int) -> None:
