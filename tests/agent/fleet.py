@@ -64,7 +64,7 @@ class Agent:
         mgmt: MgmtServer,
         cluster: str,
         credentials: Path,
-        proxies: Path,
+        proxies: Path | None,
         *extra: str,
     ) -> None:
         self.port = free_port()

@@ -7,8 +7,8 @@ import uuid
 from pathlib import Path
 
 from tests.agent.fleet import ORG, Fleet
-from tests.mgmt_api.harness import ADMIN_PASSWORD
 from tests.meshctl.conftest import Meshctl
+from tests.mgmt_api.harness import ADMIN_PASSWORD
 from tests.support.processes import wait_until
 
 
