@@ -139,7 +139,12 @@ def concurrency(fleet: Fleet, seconds: float) -> None:
         lock = threading.Lock()
         deadline = time.monotonic() + seconds
 
-        def loop() -> None:
+        def loop(
+            deadline: float,
+            samples: list[float],
+            errors: list[int],
+            lock: threading.Lock,
+        ) -> None:
             with httpx.Client(
                 base_url=fleet.mgmt.url, auth=("admin", ADMIN_PASSWORD), timeout=30
             ) as rest:
@@ -154,7 +159,7 @@ def concurrency(fleet: Fleet, seconds: float) -> None:
 
         with ThreadPoolExecutor(clients) as pool:
             for _ in range(clients):
-                pool.submit(loop)
+                pool.submit(loop, deadline, samples, errors, lock)
         print(
             f"| {clients} | {len(samples) / seconds:.0f} | {pct(samples, 0.5):.1f} | "
             f"{pct(samples, 0.99):.1f} | {errors[0]} |"

@@ -129,17 +129,27 @@ class TunnelServicer(pb_grpc.AgentTunnelServicer):
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, revoked.reason)
 
     async def _read(self, session: AgentSession, requests: AsyncIterator[pb.AgentMessage]) -> None:
-        async for message in requests:
-            session.last_contact = time.time()
-            kind = message.WhichOneof("message")
-            if kind == "reply":
-                session.deliver(message.reply)
-            elif kind == "inventory":
-                error = await self._report(
-                    session.organization, session.cluster, message.inventory.report_json
-                )
-                result = pb.InventoryResult(sequence=message.inventory.sequence, error=error)
-                session.outbox.put_nowait(pb.ServerMessage(inventory_result=result))
+        """Replies go to their calls at once; an inventory report is stored by a task
+        of its own, so a slow store write never holds up diagnostics replies."""
+        storing: asyncio.Task[None] | None = None
+        try:
+            async for message in requests:
+                session.last_contact = time.time()
+                kind = message.WhichOneof("message")
+                if kind == "reply":
+                    session.deliver(message.reply)
+                elif kind == "inventory":
+                    if storing is not None:
+                        await storing  # one report at a time, in order
+                    storing = asyncio.create_task(self._store(session, message.inventory))
+        finally:
+            if storing is not None:
+                storing.cancel()
+
+    async def _store(self, session: AgentSession, inventory: pb.Inventory) -> None:
+        error = await self._report(session.organization, session.cluster, inventory.report_json)
+        result = pb.InventoryResult(sequence=inventory.sequence, error=error)
+        session.outbox.put_nowait(pb.ServerMessage(inventory_result=result))
 
     async def _write(
         self,

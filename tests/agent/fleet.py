@@ -114,16 +114,25 @@ class Agent:
 class Fleet:
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
+        self.envoys: dict[str, EnvoyProcess] = {}
+        self.agents: list[Agent] = []
+        self.mgmt = MgmtServer(data_dir=str(tmp / "mgmt"))
+        try:
+            self._start()
+        except BaseException:
+            self.close()  # nothing started may outlive a failed start
+            raise
+
+    def _start(self) -> None:
+        tmp = self.tmp
         (tmp / "mgmt").mkdir()
         # A proxy that does not answer is given up on after this long (504 tests).
         os.environ["MESHPLANE_PROXYTOOLS_TIMEOUT"] = f"{PROXY_TIMEOUT_SECONDS}s"
         try:
-            self.mgmt = MgmtServer(data_dir=str(tmp / "mgmt")).start()
+            self.mgmt.start()
         finally:
             del os.environ["MESHPLANE_PROXYTOOLS_TIMEOUT"]
         self.admin = self.mgmt.admin()
-        self.envoys: dict[str, EnvoyProcess] = {}
-        self.agents: list[Agent] = []
         ok(self.admin.post("/v2/organizations", json={"name": ORG, "organization": {}}))
         self.secrets: dict[str, dict[str, Any]] = {}
         for name in ("a", "b"):
@@ -187,7 +196,8 @@ class Fleet:
             agent.stop()
         for envoy in self.envoys.values():
             envoy.stop()
-        self.admin.close()
+        if hasattr(self, "admin"):
+            self.admin.close()
         self.mgmt.close()
 
 

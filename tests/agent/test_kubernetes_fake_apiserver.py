@@ -46,28 +46,32 @@ def _shared_port() -> int:
 
 
 class Kube:
-    def __init__(self, fleet: Fleet, tmp: Path) -> None:
+    def __init__(self) -> None:
+        self.envoys: dict[str, EnvoyProcess] = {}
+        self.agent: Agent | None = None
+        self.api: FakeKubeApi | None = None
+
+    def start(self, fleet: Fleet, tmp: Path) -> None:
         ca = CertificateAuthority(tmp)
         server = ca.issue("kubernetes")
         credentials = tmp / "serviceaccount"
         credentials.mkdir()
         (credentials / "token").write_text(TOKEN + "\n")
         (credentials / "ca.crt").write_bytes(ca.path.read_bytes())
-        self.api = FakeKubeApi(server.cert, server.key).start()
-        self.envoys: dict[str, EnvoyProcess] = {}
+        self.api = api = FakeKubeApi(server.cert, server.key).start()
         port = _shared_port()
         for pod, ip in PODS.items():
             config = minimal_bootstrap(ip, port)
             config["node"] = {"id": pod, "cluster": "web"}
             self.envoys[pod] = EnvoyProcess(config, directory=tmp / pod).start()
-            self.api.add_pod("shop", pod, ip, {"app": "web", "security.istio.io/tlsMode": "istio"})
+            api.add_pod("shop", pod, ip, {"app": "web", "security.istio.io/tlsMode": "istio"})
             assert self.envoys[pod].log_path is not None
-            self.api.log_files[pod] = self.envoys[pod].log_path  # type: ignore[assignment]
-        self.api.add_pod(
+            api.log_files[pod] = self.envoys[pod].log_path  # type: ignore[assignment]
+        api.add_pod(
             "shop", "web-7d9f-pending", None, {"app": "web", "security.istio.io/tlsMode": "istio"}
         )
-        self.api.add_pod("shop", "db-0", "127.0.0.9", {"app": "db"})  # no sidecar: not selected
-        self.api.services = [
+        api.add_pod("shop", "db-0", "127.0.0.9", {"app": "db"})  # no sidecar: not selected
+        api.services = [
             {
                 "metadata": {"namespace": "shop", "name": "web"},
                 "spec": {
@@ -80,22 +84,31 @@ class Kube:
         fleet.create_cluster("kube")
         self.agent = Agent(
             tmp, fleet.mgmt, "kube", fleet.credentials("kube"), None,
-            "--kubernetes", "--kube-api", self.api.url, "--kube-credentials-dir", str(credentials),
+            "--kubernetes", "--kube-api", api.url, "--kube-credentials-dir", str(credentials),
             "--admin-port", str(port), "--workload-label", "app",
         ).start()  # fmt: skip
         wait_until(self.agent.ready, timeout=60, what="the Kubernetes agent to connect")
 
+    @property
+    def fake(self) -> FakeKubeApi:
+        assert self.api is not None
+        return self.api
+
     def close(self) -> None:
-        self.agent.stop()
+        """Stops whatever was started, also after a failed start."""
+        if self.agent is not None:
+            self.agent.stop()
         for envoy in self.envoys.values():
             envoy.stop()
-        self.api.stop()
+        if self.api is not None:
+            self.api.stop()
 
 
 @pytest.fixture(scope="module")
 def kube(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
-    k = Kube(fleet, tmp_path_factory.mktemp("kube"))
+    k = Kube()
     try:
+        k.start(fleet, tmp_path_factory.mktemp("kube"))
         yield k
     finally:
         k.close()
@@ -110,7 +123,7 @@ def test_pods_by_selector_are_the_proxies(fleet: Fleet, kube: Kube) -> None:
     assert (
         "/api/v1/pods",
         {"labelSelector": ["security.istio.io/tlsMode=istio"]},
-    ) in kube.api.requests
+    ) in kube.fake.requests
 
 
 def test_inventory_from_the_api(fleet: Fleet, kube: Kube) -> None:
@@ -138,7 +151,7 @@ def test_pod_logs_tail_and_follow(fleet: Fleet, kube: Kube) -> None:
     log_path = kube.envoys[pod].log_path
     assert log_path is not None
     assert [line["line"] for line in lines] == log_path.read_text().splitlines()[-2:]
-    path, query = [r for r in kube.api.requests if r[0].endswith("/log")][-1]
+    path, query = [r for r in kube.fake.requests if r[0].endswith("/log")][-1]
     assert path == f"/api/v1/namespaces/shop/pods/{pod}/log"
     assert query["container"] == ["istio-proxy"] and query["tailLines"] == ["2"]
 
@@ -148,10 +161,10 @@ def test_pod_logs_tail_and_follow(fleet: Fleet, kube: Kube) -> None:
     body = {**WEB, "instance": pod, "follow": True, "tailLines": 0}
     with httpx.Client(base_url=fleet.mgmt.url, auth=("admin", "admin-password-for-tests")) as c:
         with c.stream("POST", fleet.path("streamlogs", "kube"), json=body, timeout=60) as stream:
-            wait_until(lambda: kube.api.open_streams == 1, what="the pod log stream to open")
+            wait_until(lambda: kube.fake.open_streams == 1, what="the pod log stream to open")
             envoy.admin("GET", f"/ready?{marker}")
             for raw in stream.iter_lines():
                 if marker in json.loads(raw)["line"]:
                     break
     # the client left: the agent closed the pod log stream
-    wait_until(lambda: kube.api.open_streams == 0, timeout=30, what="the pod log stream to close")
+    wait_until(lambda: kube.fake.open_streams == 0, timeout=30, what="the pod log stream to close")
