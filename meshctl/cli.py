@@ -27,6 +27,7 @@ import yaml
 from meshctl import approvals as approvals_mod
 from meshctl import diag as diag_mod
 from meshctl import login as login_mod
+from meshctl import proxy as proxy_mod
 from meshctl.client import ApiClient
 from meshctl.config import load_config
 from meshctl.errors import ApiFailure, Exit, MeshctlError
@@ -59,6 +60,7 @@ app.add_typer(config_app, name="config")
 app.add_typer(clusters_app, name="clusters")
 app.add_typer(approvals_mod.app, name="approvals")
 app.add_typer(diag_mod.app, name="diag")
+app.add_typer(proxy_mod.app, name="proxy")
 
 
 @app.callback()

@@ -10,13 +10,14 @@ so the token cannot leak that way.
 
 from __future__ import annotations
 
+import json as jsonlib
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from meshctl.config import Profile
 from meshctl.errors import ApiFailure, Exit, MeshctlError
-from meshctl.transport import Transport, TransportError, TransportTimeout
+from meshctl.transport import Response, Transport, TransportError, TransportTimeout
 
 USER_AGENT = "meshctl/0.1"
 DEFAULT_TIMEOUT_S = 30.0
@@ -112,6 +113,26 @@ class ApiClient:
                 Exit.API_ERROR,
             )
         return body
+
+    def stream(self, method: str, path: str, *, json: Any) -> Iterator[Any]:
+        """The decoded NDJSON lines of a streaming answer; errors as for :meth:`request`."""
+        if self.verbose:
+            print(f"> {method} {path} (stream)", file=sys.stderr)
+        try:
+            for item in self._http.stream_lines(method, self.base_url + path, json=json):
+                if isinstance(item, Response):
+                    try:
+                        body: Any = item.json()
+                    except ValueError:
+                        body = None
+                    raise ApiFailure.from_response(item.status, body)
+                if item.strip():
+                    yield jsonlib.loads(item)
+        except TransportError as exc:
+            raise MeshctlError(
+                f"the stream from the management plane at {self.base_url} failed ({exc})",
+                Exit.UNREACHABLE,
+            ) from exc
 
     def get(self, path: str, params: Mapping[str, str] | None = None) -> Any:
         return self.request("GET", path, params=params)

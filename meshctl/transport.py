@@ -5,7 +5,9 @@ Why not httpx: importing httpx costs about half a second of CPU per run
 of every ``meshctl`` command. meshctl makes a handful of plain JSON or form
 requests per run, never streams, never follows redirects (an API call that
 is redirected is a misconfiguration, and following it could carry the bearer
-token to another host), so ``http.client`` is enough.
+token to another host), so ``http.client`` is enough. One command streams
+(``meshctl proxy logs -f``): :meth:`Transport.stream_lines` yields its
+answer line by line, waiting as long as the server keeps the stream open.
 
 TLS verification is always on unless the profile opts out; a profile may
 name its own CA bundle.
@@ -17,7 +19,7 @@ import base64
 import http.client
 import json as jsonlib
 import ssl
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode, urlsplit
@@ -72,6 +74,42 @@ class Transport:
         else:
             context = ssl.create_default_context()
         self._tls = context
+
+    def _connect(self, url: str) -> tuple[http.client.HTTPConnection, str]:
+        parts = urlsplit(url)
+        if parts.scheme not in {"http", "https"} or not parts.hostname:
+            raise TransportError(f"not an http(s) URL: {url}")
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        if parts.scheme == "https":
+            conn: http.client.HTTPConnection = http.client.HTTPSConnection(
+                parts.hostname, parts.port, timeout=self.timeout, context=self._tls
+            )
+        else:
+            conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=self.timeout)
+        return conn, target
+
+    def stream_lines(self, method: str, url: str, *, json: Any) -> Iterator[Response | bytes]:
+        """An error answer as a Response (first and only item), else the body's lines."""
+        conn, target = self._connect(url)
+        headers = {**self.headers, "Content-Type": "application/json"}
+        try:
+            conn.request(method, target, body=jsonlib.dumps(json).encode(), headers=headers)
+            raw = conn.getresponse()
+            if raw.status >= 400:
+                yield Response(raw.status, {k.lower(): v for k, v in raw.getheaders()}, raw.read())
+                return
+            if conn.sock is not None:
+                conn.sock.settimeout(None)  # a followed stream may be quiet for long
+            while line := raw.readline():
+                yield line
+        except TimeoutError as exc:
+            raise TransportTimeout("timed out") from exc
+        except ssl.SSLError as exc:
+            raise TransportError(f"TLS failure: {exc.reason or exc}") from exc
+        except (OSError, http.client.HTTPException) as exc:
+            raise TransportError(f"{exc.__class__.__name__}: {exc}") from exc
+        finally:
+            conn.close()
 
     def request(
         self,

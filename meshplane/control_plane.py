@@ -66,11 +66,18 @@ RELOAD_INTERVAL = 0.025
 TOKEN_TTL_SECONDS = 300
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("management plane (instead of --config)")
+def add_arguments(
+    parser: argparse.ArgumentParser,
+    *,
+    title: str = "management plane (instead of --config)",
+    cache: bool = True,
+) -> None:
+    """The ``--control-plane`` flags; ``cache=False`` leaves out ``--cache-dir``
+    (the cluster agent keeps no snapshots)."""
+    group = parser.add_argument_group(title)
     group.add_argument(
         "--control-plane",
-        help="PolicyDistribution of mgmt-api: grpcs://HOST:PORT (TLS), grpc://HOST:PORT "
+        help="gRPC address of mgmt-api: grpcs://HOST:PORT (TLS), grpc://HOST:PORT "
         "(plaintext), or HOST:PORT (plaintext, deprecated)",
     )
     group.add_argument(
@@ -84,9 +91,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--credentials", help="the cluster's service-account key (install template secret)"
     )
-    group.add_argument(
-        "--cache-dir", help="where snapshots are kept (default: ./.data/<service>-<org>-<cluster>)"
-    )
+    if cache:
+        group.add_argument(
+            "--cache-dir",
+            help="where snapshots are kept (default: ./.data/<service>-<org>-<cluster>)",
+        )
 
 
 @dataclass(frozen=True)
@@ -101,10 +110,16 @@ class ServiceAccountKey:
     def key_id(self) -> str:
         return str(self.private_jwk["kid"])
 
-    def token(self, now: float | None = None, ttl: int = TOKEN_TTL_SECONDS) -> str:
-        """A token for the distribution stream (``aud`` = the distribution audience)."""
+    def token(
+        self,
+        now: float | None = None,
+        ttl: int = TOKEN_TTL_SECONDS,
+        audience: str = TOKEN_AUDIENCE,
+    ) -> str:
+        """A token for one stream: the distribution audience by default (the agent's
+        tunnel has its own), so the REST API never accepts it."""
         now = time.time() if now is None else now
-        claims: dict[str, Any] = {"iat": int(now), "exp": int(now) + ttl, "aud": TOKEN_AUDIENCE}
+        claims: dict[str, Any] = {"iat": int(now), "exp": int(now) + ttl, "aud": audience}
         if self.subject:
             claims["sub"] = self.subject
         key = jwt.PyJWK.from_dict(self.private_jwk)
@@ -308,7 +323,9 @@ def options_from(args: argparse.Namespace, service: str) -> ControlPlaneOptions 
             "stream's token cross the network in clear; use grpcs://",
             extra={"control_plane": args.control_plane},
         )
-    cache_dir = Path(args.cache_dir or os.path.join(".data", f"{service}-{org}-{cluster}"))
+    cache_dir = Path(
+        getattr(args, "cache_dir", None) or os.path.join(".data", f"{service}-{org}-{cluster}")
+    )
     return ControlPlaneOptions(target.address, org, cluster, key, cache_dir.resolve(), tls)
 
 

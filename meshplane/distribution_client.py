@@ -30,7 +30,6 @@ import contextlib
 import hashlib
 import logging
 import os
-import random
 import shutil
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -39,6 +38,7 @@ from pathlib import Path
 import grpc
 from prometheus_client.mmap_dict import MmapedDict, mmap_key
 
+from meshplane.backoff import Backoff
 from meshplane.config_error import ConfigError
 from meshplane.distribution_contract import NodeIdentity
 from meshplane.proto.distribution.v1 import distribution_pb2, distribution_pb2_grpc
@@ -61,6 +61,8 @@ CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.max_pings_without_data", 0),
 )
+# Codes that mean "your credentials are refused": retry at the longest backoff.
+REFUSED = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
 
 
 class SubscriberMetrics:
@@ -372,25 +374,24 @@ class SnapshotSubscriber:
 
     async def run(self) -> None:
         """Stay subscribed forever, reconnecting with jittered backoff."""
-        backoff = 0.25
+        backoff = Backoff(self.max_backoff)
         while True:
+            failure: grpc.aio.AioRpcError | None = None
             try:
                 await self.run_once()
-                backoff = 0.25  # the server ended the stream cleanly
+                backoff.reset()  # the server ended the stream cleanly
             except grpc.aio.AioRpcError as exc:
+                failure = exc
+                if exc.code() in REFUSED:
+                    backoff.refused()
+            wait = backoff.next_wait()
+            if failure is not None:
                 log.warning(
                     "policy stream failed; retrying",
                     extra={
-                        "code": exc.code().name,
-                        "detail": exc.details(),
-                        "retry_in": round(backoff, 2),
+                        "code": failure.code().name,
+                        "detail": failure.details(),
+                        "retry_in": round(wait, 2),
                     },
                 )
-                if exc.code() in (
-                    grpc.StatusCode.UNAUTHENTICATED,
-                    grpc.StatusCode.PERMISSION_DENIED,
-                ):
-                    # Credentials problems do not fix themselves in a second.
-                    backoff = self.max_backoff
-            await asyncio.sleep(backoff * random.uniform(0.8, 1.2))  # noqa: S311 - jitter
-            backoff = min(backoff * 2, self.max_backoff)
+            await asyncio.sleep(wait)

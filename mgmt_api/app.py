@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mgmt_api.distribution.hub import Distribution, tls_from
+from mgmt_api.distribution.tunnel import tunnel_servicer
 from mgmt_api.domain.durations import parse_duration
 from mgmt_api.errors import ApiError, Code
 from mgmt_api.identity.runtime import IdentityRuntime
@@ -38,6 +39,7 @@ from mgmt_api.routes import (
     oidc,
     onboarding,
     profiles,
+    proxytools,
     resources,
     service_accounts,
     sync,
@@ -152,6 +154,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             if settings.revision_poll
             else None,
         )
+        if services.proxytools is not None:
+            # The agent tunnel shares the policy stream's gRPC server, port and TLS.
+            distribution.servicers.append(
+                tunnel_servicer(distribution, services.proxytools.hub, services.inventory)
+            )
     identity = IdentityRuntime.build(
         services.uow,
         services.authn,
@@ -204,6 +211,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         approvals,
         profiles,
         dashboards,
+        proxytools,
         oidc,
         sync,
     ):

@@ -17,6 +17,7 @@ class Code(enum.IntEnum):
     """gRPC status codes used by the API, with their canonical numbers."""
 
     INVALID_ARGUMENT = 3
+    DEADLINE_EXCEEDED = 4
     NOT_FOUND = 5
     ALREADY_EXISTS = 6
     PERMISSION_DENIED = 7
@@ -42,6 +43,7 @@ HTTP_STATUS: dict[Code, int] = {
     Code.UNIMPLEMENTED: 501,
     Code.INTERNAL: 500,
     Code.UNAVAILABLE: 503,
+    Code.DEADLINE_EXCEEDED: 504,
 }
 
 ERROR_INFO_TYPE = "type.googleapis.com/google.rpc.ErrorInfo"

@@ -84,6 +84,11 @@ class Settings:
     agent_stale_after: str = field(
         default_factory=lambda: os.environ.get("MESHPLANE_AGENT_STALE_AFTER") or "300s"
     )
+    # Proxy diagnostics (docs/agent.md): how long the agent may take for one
+    # proxy (a duration, "10s"); mgmt-api answers 504 a little after that.
+    proxytools_timeout: str = field(
+        default_factory=lambda: os.environ.get("MESHPLANE_PROXYTOOLS_TIMEOUT") or "10s"
+    )
     # /metrics is served without credentials only when this is true (for a
     # scrape on a private network); otherwise it needs any valid credential.
     public_metrics: bool = field(

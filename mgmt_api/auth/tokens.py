@@ -23,6 +23,7 @@ from typing import Any
 
 import jwt
 
+from agent.contract import TUNNEL_AUDIENCE
 from meshplane.distribution_contract import TOKEN_AUDIENCE
 
 SESSION_KID = "meshplane-session"
@@ -31,6 +32,8 @@ LEEWAY_SECONDS = 5.0
 SESSION_TTL_SECONDS = 3600
 # ``aud`` of the tokens that open a PolicyDistribution stream, and only those.
 DISTRIBUTION_AUDIENCE = TOKEN_AUDIENCE
+# The audiences of stream tokens (policy stream, agent tunnel): REST refuses them all.
+STREAM_AUDIENCES = frozenset({DISTRIBUTION_AUDIENCE, TUNNEL_AUDIENCE})
 
 
 def new_signing_secret() -> str:
@@ -134,8 +137,8 @@ def verify_service_account(
     except jwt.PyJWTError as exc:
         raise TokenError(f"invalid service-account token: {exc}") from exc
     audiences = _audiences(claims)
-    if audience is None and DISTRIBUTION_AUDIENCE in audiences:
-        raise TokenError("a policy-distribution token is not accepted here")
+    if audience is None and STREAM_AUDIENCES.intersection(audiences):
+        raise TokenError("a stream token (policy distribution, agent tunnel) is not accepted here")
     if audience is not None and audience not in audiences:
         raise TokenError(f"the token's audience is not {audience}")
     iat, exp = float(claims["iat"]), float(claims["exp"])

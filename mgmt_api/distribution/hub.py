@@ -33,6 +33,7 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -144,6 +145,9 @@ class Distribution:
     _loop: asyncio.AbstractEventLoop | None = field(default=None, init=False)
     _server: grpc.aio.Server | None = field(default=None, init=False)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list, init=False)
+    #: Other services on the same gRPC server, port and TLS (the agent tunnel):
+    #: each is called with the server before it starts.
+    servicers: list[Callable[[grpc.aio.Server], None]] = field(default_factory=list, init=False)
 
     @property
     def _notify_url(self) -> str | None:
@@ -179,6 +183,8 @@ class Distribution:
         )
         server = grpc.aio.server(options=SERVER_OPTIONS)
         pb_grpc.add_PolicyDistributionServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+        for add in self.servicers:
+            add(server)
         if self.tls is not None:
             port = server.add_secure_port(self.listen, self.tls.server_credentials())
         else:

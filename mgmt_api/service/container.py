@@ -27,10 +27,12 @@ from mgmt_api.service.inventory import InventoryService
 from mgmt_api.service.onboarding import OnboardingService
 from mgmt_api.service.policies import PolicyService
 from mgmt_api.service.profiles import ProfileService
+from mgmt_api.service.proxytools import ProxyTools
 from mgmt_api.service.resources import ResourceService
 from mgmt_api.service.service_accounts import ServiceAccountService
 from mgmt_api.service.status import StatusService
 from mgmt_api.service.stream_auth import StreamAuth
+from mgmt_api.service.tunnel_hub import TunnelHub
 from mgmt_api.settings import Settings
 from mgmt_api.store.uow import UnitOfWork
 
@@ -56,6 +58,8 @@ class Services:
     status: StatusService
     #: What each subscribed instance applied; None when distribution is off.
     registry: SubscriberRegistry | None
+    #: Proxy diagnostics through the agents' tunnels (on the gRPC server); None when off.
+    proxytools: ProxyTools | None
 
     @classmethod
     def build(cls, engine: Engine, settings: Settings) -> Services:
@@ -69,12 +73,14 @@ class Services:
                 settings.agent_stale_after, "MESHPLANE_AGENT_STALE_AFTER"
             ),
         )
-        registry = None
+        registry = proxytools = None
         if settings.grpc_listen:
             stale_after = parse_duration(
                 settings.distribution_stale_after, "MESHPLANE_DISTRIBUTION_STALE_AFTER"
             )
             registry = SubscriberRegistry(stale_after=stale_after)
+            timeout = parse_duration(settings.proxytools_timeout, "MESHPLANE_PROXYTOOLS_TIMEOUT")
+            proxytools = ProxyTools(uow, TunnelHub(), timeout)
         enforcement = EnforcementService(uow)
         return cls(
             settings=settings,
@@ -95,4 +101,5 @@ class Services:
             stream_auth=StreamAuth(uow),
             status=StatusService(uow, enforcement, registry),
             registry=registry,
+            proxytools=proxytools,
         )

@@ -9,7 +9,7 @@ reports (heartbeats) only move ``lastSyncTime``.
 
 Reports do not bump the store revision. The revision wakes the policy
 distribution, which recompiles every subscribed cluster's snapshot, and
-nothing it compiles reads reported data (``mgmt_api.distribution.store_backend``
+nothing it compiles reads reported data (``mgmt_api.service.enforcement``
 and ``mgmt_api.compiler`` read specs only); neither does the bearer cache the
 revision also guards. Concurrent reports of one cluster are serialised by a
 row lock on the cluster instead (see :mod:`mgmt_api.kinds.onboarding`).
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy.engine import Connection
 
 from mgmt_api import access as authz
@@ -31,6 +32,7 @@ from mgmt_api.domain.times import rfc3339
 from mgmt_api.errors import ApiError, Code, invalid, not_found
 from mgmt_api.kinds import onboarding
 from mgmt_api.schemas.inventory import InventoryReport
+from mgmt_api.service.authn import principal_for
 from mgmt_api.store import repo
 from mgmt_api.store.uow import UnitOfWork
 
@@ -109,6 +111,24 @@ class InventoryService:
             if config is not None:
                 onboarding.refresh_status(tx, config, ob.report_of(status))
         return inv.state_view(status, now, self.stale_after_seconds)
+
+    def report_json(self, cluster_fqn: str, body: bytes) -> str:
+        """A report that arrived over the agent's tunnel (already authenticated as the
+        cluster's agent): stored exactly as ``PUT .../inventory`` stores it, with the
+        agent's principal. Returns "" or why it was refused (sent back to the agent)."""
+        try:
+            report = InventoryReport.model_validate_json(body)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first.get("loc", ()))
+            return f"invalid report: {where}: {first.get('msg', 'invalid')}"
+        try:
+            with self.uow.read() as conn:
+                agent = principal_for(conn, fqnmod.agent_fqn(cluster_fqn), "serviceAccount")
+            self.report(CallContext(agent, ""), cluster_fqn, report)
+        except ApiError as exc:
+            return exc.message
+        return ""
 
     # ---- lookup ----------------------------------------------------------
 

@@ -48,8 +48,15 @@ class StreamAuth:
         self._uow = uow
         self._clock = clock
 
-    def authenticate(self, token: str, organization: str, cluster: str) -> str:
-        """Admit ``token`` for the cluster; return the id of the key it was signed with."""
+    def authenticate(
+        self,
+        token: str,
+        organization: str,
+        cluster: str,
+        audience: str = tokens.DISTRIBUTION_AUDIENCE,
+    ) -> str:
+        """Admit ``token`` for the cluster and the stream's ``audience`` (the policy
+        stream's by default; the agent tunnel has its own); return its key id."""
         expected = fqnmod.agent_fqn(fqnmod.cluster_fqn(organization, cluster))
         try:
             kid = tokens.header_kid(token)
@@ -65,14 +72,20 @@ class StreamAuth:
                     token,
                     self._clock(),
                     service_account_ttl(conn, owner),
-                    audience=tokens.DISTRIBUTION_AUDIENCE,
+                    audience=audience,
                 )
         except tokens.TokenError as exc:
             raise AuthError(str(exc)) from None
         return kid
 
-    async def authenticate_async(self, token: str, organization: str, cluster: str) -> str:
-        return await asyncio.to_thread(self.authenticate, token, organization, cluster)
+    async def authenticate_async(
+        self,
+        token: str,
+        organization: str,
+        cluster: str,
+        audience: str = tokens.DISTRIBUTION_AUDIENCE,
+    ) -> str:
+        return await asyncio.to_thread(self.authenticate, token, organization, cluster, audience)
 
     def still_admitted(self, key_id: str, organization: str, cluster: str) -> Revocation | None:
         """Why an open stream must end, or None while its key and cluster exist."""

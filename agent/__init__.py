@@ -1,0 +1,1 @@
+"""meshplane-agent: the cluster agent (inventory up, proxy diagnostics down, one tunnel)."""

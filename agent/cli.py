@@ -1,0 +1,204 @@
+"""``meshplane-agent``: the cluster agent, one per cluster.
+
+    meshplane-agent --control-plane grpcs://mgmt.example:8444 --control-plane-ca ca.pem \\
+        --cluster ORG/CLUSTER --credentials /etc/meshplane/agent-key.json \\
+        (--static-proxies proxies.yaml | --kubernetes [--selector ...] [--admin-port 15000])
+
+The credentials are the cluster's service-account key from its install
+template (``helm.secrets.clusterServiceAccount``), read as the policy
+stream's subscribers read them (:mod:`meshplane.control_plane`), and so are
+the TLS flags. SIGTERM drains: new calls are refused, log streams end,
+unary calls get a few seconds to finish, then the tunnel closes and the
+process exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+
+from agent import contract
+from agent.diagnostics import Diagnostics
+from agent.discovery import ProxySource
+from agent.discovery.kubernetes import DEFAULT_SELECTOR, DEFAULT_WORKLOAD_LABELS, KubernetesSource
+from agent.discovery.static import StaticSource
+from agent.envoy_admin import DEFAULT_MAX_RESPONSE_BYTES, AdminClient
+from agent.health import HealthServer
+from agent.metrics import AgentMetrics
+from agent.tunnel import Tunnel
+from meshplane import control_plane
+from meshplane.cli_args import fail
+from meshplane.config_error import ConfigError
+from meshplane.logging import configure_logging
+from meshplane.netaddr import parse_listen
+from meshplane.proto.tunnel.v1 import tunnel_pb2 as pb
+
+log = logging.getLogger("agent")
+
+VERSION = "0.1.0"
+SERVICE = "meshplane-agent"
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=SERVICE,
+        description="The meshplane cluster agent: inventory and proxy diagnostics over one "
+        "outbound tunnel to the management plane.",
+    )
+    control_plane.add_arguments(p, title="management plane", cache=False)
+    p.add_argument(
+        "--listen",
+        default="127.0.0.1:9105",
+        help="HOST:PORT of /metrics, /healthz and /readyz (default 127.0.0.1:9105)",
+    )
+    p.add_argument("--instance", help="this agent's name in the management plane's view")
+    discovery = p.add_argument_group("proxy discovery (one of)")
+    discovery.add_argument(
+        "--static-proxies",
+        help="YAML/JSON file of {namespace, workload, instance, adminAddress, logFile}",
+    )
+    discovery.add_argument(
+        "--kubernetes", action="store_true", help="pods of this cluster (in-cluster credentials)"
+    )
+    discovery.add_argument(
+        "--selector",
+        default=DEFAULT_SELECTOR,
+        help=f"pod label selector (default {DEFAULT_SELECTOR})",
+    )
+    discovery.add_argument(
+        "--namespace",
+        action="append",
+        help="only pods of this namespace (repeatable; default: every namespace)",
+    )
+    discovery.add_argument(
+        "--admin-port", type=int, default=15000, help="the proxies' admin port (default 15000)"
+    )
+    discovery.add_argument(
+        "--container", default="istio-proxy", help="the proxy container (pod logs)"
+    )
+    discovery.add_argument(
+        "--workload-label",
+        action="append",
+        help="pod label naming the workload, first present wins (repeatable; default "
+        + ", ".join(DEFAULT_WORKLOAD_LABELS)
+        + ")",
+    )
+    discovery.add_argument(
+        "--kube-api", help="API server URL (default: from the in-cluster environment)"
+    )
+    discovery.add_argument(
+        "--kube-credentials-dir",
+        help="dir with token, ca.crt (default /var/run/secrets/kubernetes.io/serviceaccount)",
+    )
+    limits = p.add_argument_group("limits")
+    limits.add_argument(
+        "--max-response-bytes",
+        type=int,
+        default=DEFAULT_MAX_RESPONSE_BYTES,
+        help="largest admin answer read from a proxy (default 32 MiB); larger: a clear error",
+    )
+    limits.add_argument(
+        "--max-concurrent", type=int, default=64, help="diagnostics calls at once (default 64)"
+    )
+    limits.add_argument(
+        "--max-backoff", type=float, default=15.0, help="longest wait between reconnects (s)"
+    )
+    return p
+
+
+def _source(args: argparse.Namespace) -> ProxySource:
+    if bool(args.static_proxies) == bool(args.kubernetes):
+        raise ConfigError("give exactly one of --static-proxies FILE and --kubernetes")
+    if args.static_proxies:
+        try:
+            return StaticSource(Path(args.static_proxies), VERSION)
+        except OSError as exc:
+            raise ConfigError(f"cannot read: {exc.strerror}", field="--static-proxies") from None
+    if not 0 < args.admin_port < 65536:
+        raise ConfigError("must be a port number", field="--admin-port")
+    return KubernetesSource.in_cluster(
+        selector=args.selector,
+        namespaces=tuple(args.namespace or ()),
+        admin_port=args.admin_port,
+        container=args.container,
+        workload_labels=tuple(args.workload_label or DEFAULT_WORKLOAD_LABELS),
+        api_url=args.kube_api,
+        credentials_dir=Path(args.kube_credentials_dir) if args.kube_credentials_dir else None,
+        agent_version=VERSION,
+    )
+
+
+async def serve(args: argparse.Namespace, options: control_plane.ControlPlaneOptions) -> int:
+    source = _source(args)
+    metrics = AgentMetrics()
+    admin_client = AdminClient(args.max_response_bytes)
+    instance = args.instance or f"{socket.gethostname()}-{os.getpid()}"
+    tunnel = Tunnel(
+        address=options.address,
+        hello=pb.AgentHello(
+            organization=options.organization,
+            cluster=options.cluster,
+            instance=instance,
+            version=VERSION,
+        ),
+        token=lambda: options.key.token(audience=contract.TUNNEL_AUDIENCE),
+        diagnostics=Diagnostics(source, admin_client),
+        source=source,
+        metrics=metrics,
+        channel_credentials=options.channel_credentials(),
+        max_concurrent=args.max_concurrent,
+        max_backoff=args.max_backoff,
+    )
+    health = HealthServer(args.listen, metrics.render, lambda: tunnel.connected)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    port = await health.start()
+    log.info(
+        "agent started",
+        extra={
+            "cluster": f"{options.organization}/{options.cluster}",
+            "control_plane": options.address,
+            "tls": options.tls is not None,
+            "discovery": source.kind,
+            "instance": instance,
+            "health_port": port,
+        },
+    )
+    try:
+        await tunnel.run(stop)
+    finally:
+        await health.stop()
+        await admin_client.close()
+        await source.close()
+    log.info("agent stopped")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    configure_logging(SERVICE)
+    # One line per admin request at INFO would drown the agent's own log.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    try:
+        if not args.control_plane:
+            raise ConfigError("is required", field="--control-plane")
+        parse_listen(args.listen)
+        options = control_plane.options_from(args, "agent")
+        assert options is not None
+        return asyncio.run(serve(args, options))
+    except ConfigError as exc:
+        return fail(SERVICE, str(exc))
+    except ValueError as exc:
+        return fail(SERVICE, str(exc))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""The agent's Prometheus metrics, in a registry of its own.
+
+The agent is one process (no workers), so the multiprocess machinery of
+:mod:`meshplane.metrics` is not needed; its own registry also lets tests
+run several agents in one interpreter without mixing their numbers.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+
+class AgentMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.connected = Gauge(
+            "meshplane_agent_tunnel_connected",
+            "1 while the tunnel to the management plane is up.",
+            registry=self.registry,
+        )
+        self.connects = Counter(
+            "meshplane_agent_tunnel_connects",
+            "Tunnel connection attempts, by result (ok, or the gRPC code).",
+            ["result"],
+            registry=self.registry,
+        )
+        self.calls = Counter(
+            "meshplane_agent_calls",
+            "Diagnostics calls answered, by operation and gRPC code.",
+            ["operation", "code"],
+            registry=self.registry,
+        )
+        self.active = Gauge(
+            "meshplane_agent_active_calls",
+            "Diagnostics calls in progress (log streams included), by operation.",
+            ["operation"],
+            registry=self.registry,
+        )
+        self.duration = Histogram(
+            "meshplane_agent_call_duration_seconds",
+            "Time from a call's arrival to its last reply, by operation (log streams excluded).",
+            ["operation"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            registry=self.registry,
+        )
+        self.proxies = Gauge(
+            "meshplane_agent_proxies",
+            "Proxies discovery knows now.",
+            registry=self.registry,
+        )
+        self.inventory = Counter(
+            "meshplane_agent_inventory_reports",
+            "Inventory reports sent, by result (ok, error).",
+            ["result"],
+            registry=self.registry,
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,242 @@
+"""``.../clusters/{cluster}/proxytools/*``: proxy diagnostics through the cluster's agent.
+
+Every endpoint authenticates, checks READ on the cluster (WRITE for ``PUT
+loggerlevels``, which is also audited), then sends one call through the
+agent's tunnel (:mod:`mgmt_api.service.proxytools`). The checks that need the store run
+in a worker thread; waiting for the agent does not hold one.
+
+``POST streamlogs`` answers NDJSON (one :class:`LogLine` a line) over a
+chunked response, or Server-Sent Events when the client accepts
+``text/event-stream``. The answer starts once the agent has opened the
+stream (so a bad request still gets its status code); when the client goes
+away, the agent is told to stop tailing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from agent import contract
+from meshplane.proto.tunnel.v1 import tunnel_pb2 as pb
+from mgmt_api.access import Principal
+from mgmt_api.domain import rbac
+from mgmt_api.errors import ApiError, Code
+from mgmt_api.routes.deps import Name, call_context, services
+from mgmt_api.schemas.proxytools import (
+    GetClusterStatsRequest,
+    GetClusterStatsResponse,
+    GetConfigDumpRequest,
+    GetConfigDumpResponse,
+    GetLoggerLevelsRequest,
+    GetServerStatsRequest,
+    GetServerStatsResponse,
+    LoggerLevelsResponse,
+    LogLine,
+    SetLoggerLevelsRequest,
+    StreamLogsRequest,
+)
+from mgmt_api.service.proxytools import ProxyTools, check_fields, levels_request
+
+router = APIRouter()
+PREFIX = "/v2/organizations/{organization}/clusters/{cluster}/proxytools"
+TAGS: list[str | Any] = ["ProxyDiagnostics"]
+
+
+def _tools(request: Request) -> ProxyTools:
+    tools = services(request).proxytools
+    if tools is None:
+        raise ApiError(
+            Code.FAILED_PRECONDITION,
+            "proxy diagnostics need the gRPC listener (--grpc-listen), which is off",
+        )
+    return tools
+
+
+async def _authorized(
+    request: Request, organization: str, cluster: str, permission: str
+) -> tuple[ProxyTools, Principal]:
+    tools = _tools(request)
+
+    def check() -> Principal:
+        principal = call_context(request).principal
+        tools.authorize(principal, organization, cluster, permission)
+        return principal
+
+    return tools, await run_in_threadpool(check)
+
+
+def _selector(body: Any) -> dict[str, Any]:
+    out: dict[str, Any] = body.model_dump(by_alias=True)
+    return out
+
+
+@router.post(
+    PREFIX + "/clusterstats",
+    response_model=GetClusterStatsResponse,
+    operation_id="GetClusterStats",
+    tags=TAGS,
+    summary="Upstream cluster stats of the workload's proxies (Envoy /clusters)",
+)
+async def cluster_stats(
+    request: Request,
+    organization: Name,
+    cluster: Name,
+    body: Annotated[GetClusterStatsRequest, Body()],
+) -> JSONResponse:
+    tools, _ = await _authorized(request, organization, cluster, rbac.READ)
+    call = tools.new_call(_selector(body))
+    call.cluster_stats.SetInParent()
+    return JSONResponse(await tools.unary(organization, cluster, call))
+
+
+@router.post(
+    PREFIX + "/serverstats",
+    response_model=GetServerStatsResponse,
+    operation_id="GetServerStats",
+    tags=TAGS,
+    summary="Server info and stats of the workload's proxies (name filter, used only)",
+)
+async def server_stats(
+    request: Request,
+    organization: Name,
+    cluster: Name,
+    body: Annotated[GetServerStatsRequest, Body()],
+) -> JSONResponse:
+    check_fields(contract.check_filter, body.filter)
+    tools, _ = await _authorized(request, organization, cluster, rbac.READ)
+    call = tools.new_call(_selector(body))
+    call.server_stats.CopyFrom(pb.ServerStats(filter=body.filter, used_only=body.used_only))
+    return JSONResponse(await tools.unary(organization, cluster, call))
+
+
+@router.post(
+    PREFIX + "/configdump",
+    response_model=GetConfigDumpResponse,
+    operation_id="GetConfigDump",
+    tags=TAGS,
+    summary="Config dump of the workload's proxies, secrets redacted",
+)
+async def config_dump(
+    request: Request,
+    organization: Name,
+    cluster: Name,
+    body: Annotated[GetConfigDumpRequest, Body()],
+) -> JSONResponse:
+    check_fields(contract.check_config_dump, body.resource, body.mask)
+    tools, _ = await _authorized(request, organization, cluster, rbac.READ)
+    call = tools.new_call(_selector(body))
+    call.config_dump.CopyFrom(
+        pb.ConfigDump(resource=body.resource, mask=body.mask, include_eds=body.include_eds)
+    )
+    return JSONResponse(await tools.unary(organization, cluster, call))
+
+
+@router.post(
+    PREFIX + "/loggerlevels",
+    response_model=LoggerLevelsResponse,
+    operation_id="GetLoggerLevels",
+    tags=TAGS,
+    summary="The logger levels of the workload's proxies",
+)
+async def get_logger_levels(
+    request: Request,
+    organization: Name,
+    cluster: Name,
+    body: Annotated[GetLoggerLevelsRequest, Body()],
+) -> JSONResponse:
+    tools, _ = await _authorized(request, organization, cluster, rbac.READ)
+    call = tools.new_call(_selector(body))
+    call.get_loggers.SetInParent()
+    return JSONResponse(await tools.unary(organization, cluster, call))
+
+
+@router.put(
+    PREFIX + "/loggerlevels",
+    response_model=LoggerLevelsResponse,
+    operation_id="SetLoggerLevels",
+    tags=TAGS,
+    summary="Set every logger (level) or named loggers of the workload's proxies; audited",
+)
+async def set_logger_levels(
+    request: Request,
+    organization: Name,
+    cluster: Name,
+    body: Annotated[SetLoggerLevelsRequest, Body()],
+) -> JSONResponse:
+    requested = _selector(body)
+    setting = levels_request(requested)
+    tools, principal = await _authorized(request, organization, cluster, rbac.WRITE)
+    call = tools.new_call(requested)
+    call.set_loggers.CopyFrom(setting)
+    outcome: dict[str, str] = {}
+    try:
+        answer = await tools.unary(organization, cluster, call)
+    except ApiError as exc:
+        outcome["error"] = f"{exc.code.name}: {exc.message}"[:500]
+        await run_in_threadpool(
+            tools.audit_set_levels, principal, organization, cluster, requested, outcome
+        )
+        raise
+    for item in answer["instances"]:
+        outcome[item["instance"]] = item["error"]["message"][:200] if "error" in item else "OK"
+    await run_in_threadpool(
+        tools.audit_set_levels, principal, organization, cluster, requested, outcome
+    )
+    return JSONResponse(answer)
+
+
+@router.post(
+    PREFIX + "/streamlogs",
+    operation_id="StreamLogs",
+    response_model=LogLine,
+    tags=TAGS,
+    summary="Stream the proxies' logs: NDJSON lines (LogLine), or SSE with "
+    "Accept: text/event-stream",
+    responses={
+        200: {
+            "description": "One LogLine per line (application/x-ndjson), or SSE data events.",
+            "content": {
+                "application/x-ndjson": {"schema": {"$ref": "#/components/schemas/LogLine"}},
+                "text/event-stream": {"schema": {"type": "string"}},
+            },
+        }
+    },
+)
+async def stream_logs(
+    request: Request,
+    organization: Name,
+    cluster: Name,
+    body: Annotated[StreamLogsRequest, Body()],
+) -> StreamingResponse:
+    check_fields(contract.check_stream, body.tail_lines, body.since_seconds)
+    tools, _ = await _authorized(request, organization, cluster, rbac.READ)
+    call = tools.new_call(_selector(body))
+    options = pb.StreamLogs(follow=body.follow)
+    if body.tail_lines is not None:
+        options.tail_lines = body.tail_lines
+    if body.since_seconds is not None:
+        options.since_seconds = body.since_seconds
+    call.stream_logs.CopyFrom(options)
+    lines = await tools.open_logs(organization, cluster, call)
+    sse = "text/event-stream" in request.headers.get("accept", "")
+
+    async def encode() -> AsyncIterator[bytes]:
+        # Closing ``lines`` (also when the client went away and this task is
+        # cancelled) cancels the call, so the agent stops tailing.
+        async with contextlib.aclosing(lines):
+            async for line in lines:
+                text = json.dumps(line, separators=(",", ":"))
+                yield f"data: {text}\n\n".encode() if sse else (text + "\n").encode()
+
+    return StreamingResponse(
+        encode(),
+        media_type="text/event-stream" if sse else "application/x-ndjson",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )

@@ -1,0 +1,209 @@
+"""The proxy diagnostics service: permission, the call through the tunnel, the answer.
+
+Reads need READ on the cluster, ``PUT loggerlevels`` WRITE on it, and is
+audited (operation ``SET_LOGGER_LEVELS``, with what was asked and each
+instance's outcome). The agent is given the deadline and gives up on a
+proxy after it (DEADLINE_EXCEEDED naming the proxy); mgmt-api waits a
+little longer (:data:`AGENT_MARGIN_SECONDS`) for that answer, then answers
+504 itself, naming the cluster's agent.
+
+Answers are assembled in memory up to :data:`MAX_RESPONSE_BYTES` (each
+proxy's answer is also capped by the agent's ``--max-response-bytes``);
+beyond that the request fails with RESOURCE_EXHAUSTED, which says to
+narrow it (``resource``, ``mask``, ``filter``, one ``instance``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncGenerator
+from typing import Any
+
+from agent import contract
+from meshplane.proto.tunnel.v1 import tunnel_pb2 as pb
+from mgmt_api import access as authz
+from mgmt_api import fqn as fqnmod
+from mgmt_api.access import Principal
+from mgmt_api.domain.proxytools import (
+    InstanceResult,
+    api_error,
+    assemble,
+    status_view,
+    workload_view,
+)
+from mgmt_api.errors import ApiError, Code, invalid, not_found
+from mgmt_api.service.tunnel_hub import CallHandle, TunnelHub
+from mgmt_api.store import repo
+from mgmt_api.store.uow import UnitOfWork
+
+AGENT_MARGIN_SECONDS = 2.0
+MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+OK = int(contract.StatusCode.OK)
+
+
+def check_fields(check: Any, *args: Any) -> None:
+    """Run a contract check; its FieldError is a 400 naming the field."""
+    try:
+        check(*args)
+    except contract.FieldError as exc:
+        raise invalid(exc.field, exc.message) from None
+
+
+class ProxyTools:
+    def __init__(self, uow: UnitOfWork, hub: TunnelHub, timeout_seconds: float) -> None:
+        self.uow = uow
+        self.hub = hub
+        self.timeout_seconds = timeout_seconds
+
+    # ---- permission and audit (blocking: call from a worker thread) -----------
+
+    def authorize(self, principal: Principal, organization: str, cluster: str, perm: str) -> None:
+        fqn = fqnmod.cluster_fqn(organization, cluster)
+        with self.uow.read() as conn:
+            authz.require(conn, principal, fqn, "Cluster", perm)
+            if not repo.exists(conn, fqn):
+                raise not_found(fqn)
+
+    def audit_set_levels(
+        self,
+        principal: Principal,
+        organization: str,
+        cluster: str,
+        request: dict[str, Any],
+        outcome: dict[str, str],
+    ) -> None:
+        fqn = fqnmod.cluster_fqn(organization, cluster)
+        what = f"level {request['level']}" if request.get("level") else "named loggers"
+        target = f"{request['namespace']}/{request['workload']}"
+        with self.uow.write(principal.fqn, bump=False) as tx:
+            tx.audit(
+                fqn,
+                "Cluster",
+                "SET_LOGGER_LEVELS",
+                f"set {what} on the proxies of {target} in {fqn}",
+                **request,
+                outcome=outcome,
+            )
+
+    # ---- calls ---------------------------------------------------------------
+
+    def new_call(self, selector: dict[str, Any]) -> pb.Call:
+        check_fields(
+            contract.check_workload,
+            selector["namespace"],
+            selector["workload"],
+            selector.get("instance", ""),
+        )
+        return pb.Call(
+            target=pb.Workload(
+                namespace=selector["namespace"],
+                workload=selector["workload"],
+                instance=selector.get("instance", ""),
+            ),
+            timeout_ms=int(self.timeout_seconds * 1000),
+        )
+
+    def _deadline_error(self, organization: str, cluster: str) -> ApiError:
+        name = fqnmod.cluster_fqn(organization, cluster)
+        return ApiError(
+            Code.DEADLINE_EXCEEDED,
+            f"the agent of cluster {name} did not answer within {self.timeout_seconds:g}s",
+            metadata={"cluster": name},
+        )
+
+    async def unary(self, organization: str, cluster: str, call: pb.Call) -> dict[str, Any]:
+        """Send the call, collect every instance's answer, assemble the record."""
+        try:
+            async with asyncio.timeout(self.timeout_seconds + AGENT_MARGIN_SECONDS):
+                async with self.hub.open_call(organization, cluster, call) as handle:
+                    return await self._collect(handle, organization, cluster)
+        except TimeoutError:
+            raise self._deadline_error(organization, cluster) from None
+
+    async def _collect(self, handle: CallHandle, organization: str, cluster: str) -> dict[str, Any]:
+        parts: dict[str, bytearray] = {}
+        results: list[InstanceResult] = []
+        size = 0
+        while True:
+            reply = await handle.next()
+            kind = reply.WhichOneof("kind")
+            if kind == "chunk":
+                size += len(reply.chunk.data)
+                if size > MAX_RESPONSE_BYTES:
+                    raise ApiError(
+                        Code.RESOURCE_EXHAUSTED,
+                        f"the answer is larger than {MAX_RESPONSE_BYTES} bytes; narrow it "
+                        "(resource, mask, filter, one instance)",
+                        metadata={"cluster": fqnmod.cluster_fqn(organization, cluster)},
+                    )
+                parts.setdefault(reply.chunk.instance, bytearray()).extend(reply.chunk.data)
+            elif kind == "instance_done":
+                done = reply.instance_done
+                body = parts.pop(done.workload.instance, bytearray())
+                if done.status.code != OK:
+                    results.append(InstanceResult(done.workload, error=done.status))
+                    continue
+                try:
+                    payload = json.loads(body)
+                except ValueError:
+                    status = pb.Status(code=int(Code.INTERNAL), message="the agent sent bad JSON")
+                    results.append(InstanceResult(done.workload, error=status))
+                    continue
+                results.append(InstanceResult(done.workload, payload=payload))
+            elif kind == "done":
+                if reply.done.code != OK:
+                    raise api_error(reply.done, cluster=fqnmod.cluster_fqn(organization, cluster))
+                return assemble(results)
+
+    async def open_logs(
+        self, organization: str, cluster: str, call: pb.Call
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        """The log stream as JSON-able lines. Raises (before the first line) when the call
+        fails outright: no agent, unknown workload, bad field, no answer in time."""
+        context = self.hub.open_call(organization, cluster, call)
+        handle = await context.__aenter__()
+        try:
+            async with asyncio.timeout(self.timeout_seconds + AGENT_MARGIN_SECONDS):
+                first = await handle.next()
+        except TimeoutError:
+            await context.__aexit__(None, None, None)
+            raise self._deadline_error(organization, cluster) from None
+        kind = first.WhichOneof("kind")
+        if kind == "done" and first.done.code != OK:
+            await context.__aexit__(None, None, None)
+            raise api_error(first.done, cluster=fqnmod.cluster_fqn(organization, cluster))
+        return self._lines(context, handle, first)
+
+    @staticmethod
+    async def _lines(
+        context: Any, handle: CallHandle, first: pb.Reply
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        """Lines until the agent says done; leaving early cancels the agent's tailing."""
+        try:
+            reply = first
+            while True:
+                kind = reply.WhichOneof("kind")
+                if kind == "log":
+                    yield {
+                        **workload_view(reply.log.workload),
+                        "line": reply.log.line,
+                        "time": reply.log.time,
+                    }
+                elif kind == "instance_done" and reply.instance_done.status.code != OK:
+                    yield {
+                        **workload_view(reply.instance_done.workload),
+                        "error": status_view(reply.instance_done.status),
+                    }
+                elif kind == "done":
+                    if reply.done.code != OK:
+                        yield {"error": status_view(reply.done)}
+                    return
+                reply = await handle.next()
+        finally:
+            await context.__aexit__(None, None, None)
+
+
+def levels_request(body: dict[str, Any]) -> pb.SetLoggers:
+    check_fields(contract.check_loggers, body.get("level", ""), body.get("loggers") or {})
+    return pb.SetLoggers(level=body.get("level", ""), loggers=body.get("loggers") or {})

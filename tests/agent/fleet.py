@@ -1,0 +1,224 @@
+"""A cluster with real parts: mgmt-api, Envoys from the wheel, and meshplane-agent.
+
+Shared by the agent's end-to-end tests (started once per test package, see
+``conftest.py``): one ``mgmt-api serve`` subprocess, an organization with
+clusters ``a`` and ``b``, three Envoys as the proxies of cluster ``a``
+(``shop/web`` instances ``web-1`` and ``web-2``, ``shop/api`` instance
+``api-1``), each with its admin listener on loopback and its log in a file,
+and a ``meshplane-agent`` process for cluster ``a`` with static discovery.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.mgmt_api.harness import MgmtServer, ok
+from tests.support.envoy import EnvoyProcess, minimal_bootstrap
+from tests.support.net import free_port
+from tests.support.processes import Service, wait_until
+
+ORG = "diag"
+PROXY_TIMEOUT_SECONDS = 5
+PROXIES = (("shop", "web", "web-1"), ("shop", "web", "web-2"), ("shop", "api", "api-1"))
+
+
+def bootstrap(instance: str, workload: str) -> dict[str, Any]:
+    """An Envoy with metadata holding a password and a PEM private key (for redaction)."""
+    config = minimal_bootstrap("127.0.0.1")
+    config["node"] = {
+        "id": instance,
+        "cluster": workload,
+        "metadata": {
+            "db_password": "hunter2-node-password",
+            "tls": {
+                "private_key": "-----BEGIN PRIVATE KEY-----\nMIIEnode\n-----END PRIVATE KEY-----"
+            },
+        },
+    }
+    cluster = config["static_resources"]["clusters"][0]
+    cluster["metadata"] = {
+        "filter_metadata": {
+            "acme": {
+                "password": "hunter2-cluster-password",
+                "note": "-----BEGIN EC PRIVATE KEY-----\nMHcCAQEE\n-----END EC PRIVATE KEY-----",
+                "apiKey": "ak-123456",
+                "plain": "visible-value",
+            }
+        }
+    }
+    return config
+
+
+class Agent:
+    """A ``meshplane-agent`` subprocess (``python -m agent``)."""
+
+    def __init__(
+        self,
+        tmp: Path,
+        mgmt: MgmtServer,
+        cluster: str,
+        credentials: Path,
+        proxies: Path | None,
+        *extra: str,
+    ) -> None:
+        self.port = free_port()
+        self.log = tmp / f"agent-{cluster}-{self.port}.log"
+        args = [
+            "agent",
+            "--control-plane",
+            f"grpc://127.0.0.1:{mgmt.grpc_port}",
+            "--cluster",
+            f"{ORG}/{cluster}",
+            "--credentials",
+            str(credentials),
+            "--listen",
+            f"127.0.0.1:{self.port}",
+            "--max-backoff",
+            "1",
+            *(["--static-proxies", str(proxies)] if proxies else []),
+            *extra,
+        ]
+        self.service = Service(args, self.port, self.log)
+
+    def start(self) -> Agent:
+        self.service.start()
+        return self
+
+    def stop(self) -> Any:
+        return self.service.stop()
+
+    def metrics(self) -> str:
+        return httpx.get(f"http://127.0.0.1:{self.port}/metrics", timeout=5).text
+
+    def metric(self, sample: str) -> float:
+        """The value of one sample, e.g. ``name{label="v"}`` (0 when absent)."""
+        for line in self.metrics().splitlines():
+            name, _, value = line.rpartition(" ")
+            if name == sample:
+                return float(value)
+        return 0.0
+
+    def ready(self) -> bool:
+        try:
+            return httpx.get(f"http://127.0.0.1:{self.port}/readyz", timeout=5).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+
+class Fleet:
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.envoys: dict[str, EnvoyProcess] = {}
+        self.agents: list[Agent] = []
+        self.mgmt = MgmtServer(data_dir=str(tmp / "mgmt"))
+        try:
+            self._start()
+        except BaseException:
+            self.close()  # nothing started may outlive a failed start
+            raise
+
+    def _start(self) -> None:
+        tmp = self.tmp
+        (tmp / "mgmt").mkdir()
+        # A proxy that does not answer is given up on after this long (504 tests).
+        os.environ["MESHPLANE_PROXYTOOLS_TIMEOUT"] = f"{PROXY_TIMEOUT_SECONDS}s"
+        try:
+            self.mgmt.start()
+        finally:
+            del os.environ["MESHPLANE_PROXYTOOLS_TIMEOUT"]
+        self.admin = self.mgmt.admin()
+        ok(self.admin.post("/v2/organizations", json={"name": ORG, "organization": {}}))
+        self.secrets: dict[str, dict[str, Any]] = {}
+        for name in ("a", "b"):
+            self.create_cluster(name)
+        for _ns, workload, instance in PROXIES:
+            envoy = EnvoyProcess(bootstrap(instance, workload), directory=tmp / instance)
+            self.envoys[instance] = envoy.start()
+        self.proxies_file = tmp / "proxies.yaml"
+        self.write_proxies()
+        self.agent = self.start_agent("a")
+
+    def create_cluster(self, name: str) -> dict[str, Any]:
+        """A cluster and its agent key (``credentials(name)``); returns the key secret."""
+        created = ok(
+            self.admin.post(f"/v2/organizations/{ORG}/clusters", json={"name": name, "cluster": {}})
+        )
+        secret: dict[str, Any] = created["installTemplate"]["helm"]["secrets"][
+            "clusterServiceAccount"
+        ]
+        self.secrets[name] = secret
+        self.credentials(name).write_text(json.dumps(secret))
+        return secret
+
+    def write_proxies(self, entries: list[dict[str, str]] | None = None) -> None:
+        entries = entries if entries is not None else self.entries()
+        self.proxies_file.write_text(json.dumps({"proxies": entries}))
+
+    def entries(self) -> list[dict[str, str]]:
+        return [
+            {
+                "namespace": ns,
+                "workload": wl,
+                "instance": inst,
+                "adminAddress": self.envoys[inst].admin_address,
+                "logFile": str(self.envoys[inst].log_path),
+            }
+            for ns, wl, inst in PROXIES
+        ]
+
+    def credentials(self, cluster: str) -> Path:
+        return self.tmp / f"credentials-{cluster}.json"
+
+    def start_agent(self, cluster: str, *extra: str, credentials: Path | None = None) -> Agent:
+        agent = Agent(
+            self.tmp,
+            self.mgmt,
+            cluster,
+            credentials or self.credentials(cluster),
+            self.proxies_file,
+            *extra,
+        ).start()
+        self.agents.append(agent)
+        wait_until(agent.ready, timeout=60, what=f"the agent of {cluster} to connect")
+        return agent
+
+    def path(self, endpoint: str, cluster: str = "a") -> str:
+        return f"/v2/organizations/{ORG}/clusters/{cluster}/proxytools/{endpoint}"
+
+    def close(self) -> None:
+        for agent in self.agents:
+            agent.stop()
+        for envoy in self.envoys.values():
+            envoy.stop()
+        if hasattr(self, "admin"):
+            self.admin.close()
+        self.mgmt.close()
+
+
+def wait_ok(
+    client: httpx.Client, method: str, path: str, body: dict[str, Any], timeout: float = 30
+) -> Any:
+    """The first 200 answer (the agent may be reconnecting)."""
+    last: list[httpx.Response] = []
+
+    def attempt() -> Any:
+        response = client.request(method, path, json=body)
+        last[:] = [response]
+        return response.json() if response.status_code == 200 else None
+
+    try:
+        return wait_until(attempt, timeout=timeout, what=f"{method} {path} to succeed")
+    except AssertionError:
+        raise AssertionError(
+            f"{method} {path}: {last[0].status_code} {last[0].text[:500]}"
+        ) from None
+
+
+def now() -> float:
+    return time.time()

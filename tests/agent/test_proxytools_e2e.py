@@ -1,0 +1,227 @@
+"""The six proxytools endpoints end to end: REST → mgmt-api → tunnel → agent → real Envoys.
+
+Values are checked against the Envoy admin API called directly. Also: a
+level set through ``PUT loggerlevels`` shows in ``/logging``; ``streamlogs``
+follows a line Envoy writes after the stream started (and across a log
+rotation), and the agent stops tailing when the client goes away; secrets
+in a config dump are redacted; bad fields are 400 naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from typing import Any
+
+import httpx
+
+from tests.agent.fleet import Fleet, wait_ok
+from tests.mgmt_api.harness import err, ok
+from tests.support.processes import wait_until
+
+WEB = {"namespace": "shop", "workload": "web"}
+API = {"namespace": "shop", "workload": "api"}
+
+
+def _by_instance(answer: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {item["instance"]: item for item in answer["instances"]}
+
+
+def test_clusterstats_match_the_admin_api(fleet: Fleet) -> None:
+    answer = _by_instance(wait_ok(fleet.admin, "POST", fleet.path("clusterstats"), WEB))
+    assert sorted(answer) == ["web-1", "web-2"]  # every instance, each answered
+    for instance, item in answer.items():
+        direct = fleet.envoys[instance].admin("GET", "/clusters?format=json").json()
+        names = [c["name"] for c in item["clusterStats"]["cluster_statuses"]]
+        assert names == [c["name"] for c in direct["cluster_statuses"]] == ["backend"]
+        assert item["namespace"] == "shop" and item["workload"] == "web"
+
+
+def test_serverstats_filter_and_server_info(fleet: Fleet) -> None:
+    body = {**WEB, "instance": "web-2", "filter": r"^server\.(live|concurrency)$"}
+    answer = ok(fleet.admin.post(fleet.path("serverstats"), json=body))
+    [item] = answer["instances"]
+    direct_info = fleet.envoys["web-2"].admin("GET", "/server_info").json()
+    assert item["serverInfo"]["node"]["id"] == direct_info["node"]["id"] == "web-2"
+    assert item["serverInfo"]["version"] == direct_info["version"]
+    stats = {s["name"]: s["value"] for s in item["stats"] if "name" in s}
+    assert stats == {"server.concurrency": 1, "server.live": 1}
+    direct = fleet.envoys["web-2"].admin(
+        "GET", "/stats", params={"format": "json", "filter": body["filter"]}
+    )
+    assert {s["name"] for s in direct.json()["stats"]} == set(stats)
+    # usedonly drops stats never written to
+    used = ok(fleet.admin.post(fleet.path("serverstats"), json={**body, "usedOnly": True}))
+    direct_used = fleet.envoys["web-2"].admin(
+        "GET", "/stats?format=json&usedonly&filter=" + body["filter"].replace("\\", "%5C")
+    )
+    assert {s["name"] for s in used["instances"][0]["stats"] if "name" in s} == {
+        s["name"] for s in direct_used.json()["stats"]
+    }
+
+
+def test_configdump_is_redacted(fleet: Fleet) -> None:
+    direct = fleet.envoys["api-1"].admin("GET", "/config_dump").text
+    # The dump Envoy itself serves holds the secrets ...
+    assert "hunter2-cluster-password" in direct and "hunter2-node-password" in direct
+    assert "MIIEnode" in direct and "ak-123456" in direct
+    answer = ok(fleet.admin.post(fleet.path("configdump"), json=API))
+    text = json.dumps(answer)
+    # ... and none of them leaves the cluster; ordinary values do.
+    for secret in ("hunter2", "MIIEnode", "MHcCAQEE", "ak-123456", "PRIVATE KEY"):
+        assert secret not in text, secret
+    assert "visible-value" in text
+    [item] = answer["instances"]
+    assert item["redactedFields"] >= 5
+    kinds = [c["@type"].rsplit(".", 1)[1] for c in item["configDump"]["configs"]]
+    assert "BootstrapConfigDump" in kinds and "ClustersConfigDump" in kinds
+    # resource narrows it, as on the admin API
+    narrowed = ok(
+        fleet.admin.post(
+            fleet.path("configdump"),
+            json={**API, "resource": "static_clusters", "mask": "cluster.name"},
+        )
+    )
+    configs = narrowed["instances"][0]["configDump"]["configs"]
+    assert [c["cluster"]["name"] for c in configs] == ["backend"]
+
+
+def test_logger_levels_read_and_set(fleet: Fleet) -> None:
+    answer = ok(fleet.admin.post(fleet.path("loggerlevels"), json=WEB))
+    for item in answer["instances"]:
+        direct = fleet.envoys[item["instance"]].admin("POST", "/logging").text
+        assert f"  upstream: {item['levels']['upstream']}" in direct
+    set_body = {**WEB, "instance": "web-1", "loggers": {"upstream": "trace", "pool": "error"}}
+    changed = ok(fleet.admin.put(fleet.path("loggerlevels"), json=set_body))
+    assert changed["instances"][0]["levels"]["upstream"] == "trace"
+    direct = fleet.envoys["web-1"].admin("POST", "/logging").text
+    assert "  upstream: trace" in direct and "  pool: error" in direct
+    assert "  upstream: trace" not in fleet.envoys["web-2"].admin("POST", "/logging").text
+    everything = ok(fleet.admin.put(fleet.path("loggerlevels"), json={**WEB, "level": "info"}))
+    assert {lvl for item in everything["instances"] for lvl in item["levels"].values()} == {"info"}
+    # audited, with who asked and what each instance answered
+    logs = ok(fleet.admin.get("/v2/organizations/diag/auditlogs"))["auditLogs"]
+    sets = [entry for entry in logs if entry["operation"] == "SET_LOGGER_LEVELS"]
+    assert sets[0]["properties"]["level"] == "info"
+    assert sets[0]["properties"]["outcome"] == {"web-1": "OK", "web-2": "OK"}
+    assert sets[1]["properties"]["loggers"] == {"upstream": "trace", "pool": "error"}
+
+
+def test_bad_fields_are_400_naming_the_field(fleet: Fleet) -> None:
+    cases: list[tuple[str, str, dict[str, Any], str]] = [
+        ("POST", "serverstats", {**WEB, "filter": "(unclosed"}, "filter"),
+        ("POST", "serverstats", {**WEB, "filter": "(?=lookahead)"}, "filter"),  # RE2 refuses
+        ("PUT", "loggerlevels", {**WEB, "level": "loud"}, "level"),
+        ("PUT", "loggerlevels", {**WEB, "loggers": {"upstream": "loud"}}, "loggers.upstream"),
+        ("PUT", "loggerlevels", {**WEB}, "level"),
+        ("POST", "configdump", {**WEB, "resource": "a&b"}, "resource"),
+        ("POST", "serverstats", {**WEB, "usedOnly": "yes"}, "usedOnly"),  # never coerced
+        ("POST", "clusterstats", {"namespace": "shop"}, "workload"),
+        ("POST", "clusterstats", {**WEB, "instance": "../quitquitquit"}, "instance"),
+        ("POST", "streamlogs", {**WEB, "tailLines": -1}, "tailLines"),
+    ]
+    for method, endpoint, body, field in cases:
+        response = fleet.admin.request(method, fleet.path(endpoint), json=body)
+        error = err(response, 400, "INVALID_ARGUMENT")
+        violations = [d for d in error["details"] if "fieldViolations" in d]
+        assert violations and violations[0]["fieldViolations"][0]["field"] == field, (body, error)
+
+
+def test_unknown_workload_is_404(fleet: Fleet) -> None:
+    response = fleet.admin.post(fleet.path("serverstats"), json={**WEB, "workload": "nope"})
+    assert "shop/nope" in err(response, 404, "NOT_FOUND")["message"]
+    response = fleet.admin.post(fleet.path("serverstats"), json={**WEB, "instance": "web-9"})
+    err(response, 404, "NOT_FOUND")
+
+
+def test_streamlogs_tail_then_follow_a_new_line_and_stop_when_the_client_leaves(
+    fleet: Fleet,
+) -> None:
+    envoy = fleet.envoys["web-1"]
+    assert envoy.admin("POST", "/logging?admin=debug").status_code == 200
+    marker = f"marker-{uuid.uuid4().hex}"
+    lines: list[dict[str, Any]] = []
+    opened = threading.Event()
+    body = {**WEB, "instance": "web-1", "follow": True, "tailLines": 1}
+    active = 'meshplane_agent_active_calls{operation="stream_logs"}'
+    with httpx.Client(base_url=fleet.mgmt.url, auth=("admin", "admin-password-for-tests")) as c:
+        with c.stream("POST", fleet.path("streamlogs"), json=body, timeout=60) as response:
+            assert response.status_code == 200
+            assert response.headers["content-type"].startswith("application/x-ndjson")
+            opened.set()
+            # Envoy writes the marker after the stream started (debug line of the admin request)
+            wait_until(lambda: fleet.agent.metric(active) == 1, what="the stream to start")
+            envoy.admin("GET", f"/ready?{marker}")
+            for raw in response.iter_lines():
+                line = json.loads(raw)
+                lines.append(line)
+                if marker in line.get("line", ""):
+                    break
+        # the client went away: the agent stops tailing
+        wait_until(lambda: fleet.agent.metric(active) == 0, timeout=30, what="tailing to stop")
+    assert lines[0]["instance"] == "web-1" and lines[0]["time"].endswith("Z")
+    assert marker in lines[-1]["line"]
+    envoy.admin("POST", "/logging?admin=info")
+
+
+def test_streamlogs_survives_rotation_and_serves_sse(fleet: Fleet) -> None:
+    envoy = fleet.envoys["api-1"]
+    assert envoy.log_path is not None
+    envoy.admin("POST", "/logging?admin=debug")
+    before, after = f"before-{uuid.uuid4().hex}", f"after-{uuid.uuid4().hex}"
+    body = {**API, "follow": True, "tailLines": 0}
+    seen: list[str] = []
+    headers = {"accept": "text/event-stream"}
+    with httpx.Client(base_url=fleet.mgmt.url, auth=("admin", "admin-password-for-tests")) as c:
+        with c.stream(
+            "POST", fleet.path("streamlogs"), json=body, headers=headers, timeout=60
+        ) as r:
+            assert r.headers["content-type"].startswith("text/event-stream")
+            envoy.admin("GET", f"/ready?{before}")
+            for raw in r.iter_lines():
+                if not raw.startswith("data: "):
+                    continue
+                line = json.loads(raw[len("data: ") :]).get("line", "")
+                seen.append(line)
+                if before in line:
+                    # rotate as logrotate does: rename, then tell Envoy to reopen
+                    envoy.log_path.rename(envoy.log_path.with_suffix(".log.1"))
+                    assert envoy.admin("POST", "/reopen_logs").status_code == 200
+                    wait_until(envoy.log_path.exists, what="Envoy to reopen its log")
+                    envoy.admin("GET", f"/ready?{after}")
+                if after in line:
+                    break
+    assert any(before in s for s in seen) and after in seen[-1]
+    envoy.admin("POST", "/logging?admin=info")
+
+
+def test_streamlogs_without_follow_ends(fleet: Fleet) -> None:
+    body = {**WEB, "tailLines": 3}
+    response = fleet.admin.post(fleet.path("streamlogs"), json=body)
+    assert response.status_code == 200
+    lines = [json.loads(raw) for raw in response.text.splitlines()]
+    assert len(lines) == 6  # three from each instance
+    assert {line["instance"] for line in lines} == {"web-1", "web-2"}
+    direct = fleet.envoys["web-2"].log_path
+    assert direct is not None
+    tail = direct.read_text().splitlines()[-3:]
+    assert [line["line"] for line in lines if line["instance"] == "web-2"] == tail
+
+
+def test_openapi_documents_the_records(fleet: Fleet) -> None:
+    doc = ok(fleet.admin.get("/v2/openapi.json"))
+    schemas = doc["components"]["schemas"]
+    for record in (
+        "GetClusterStatsResponse",
+        "GetConfigDumpResponse",
+        "GetServerStatsResponse",
+        "LoggerLevelsResponse",
+        "LogLine",
+    ):
+        assert record in schemas, record
+    prefix = "/v2/organizations/{organization}/clusters/{cluster}/proxytools"
+    paths = doc["paths"]
+    assert set(paths[prefix + "/loggerlevels"]) == {"post", "put"}
+    for endpoint in ("clusterstats", "serverstats", "configdump", "streamlogs"):
+        assert "post" in paths[f"{prefix}/{endpoint}"]
