@@ -364,16 +364,13 @@ def test_5_security_setting_and_jwt_policy_with_check(stack: Stack) -> None:
     assert check(stack, "/headers", other_token, policy=OTHER_TENANT_POLICY) == 0
 
 
-def _nack_of(instances: list[dict[str, Any]]) -> dict[str, Any] | None:
-    for instance in instances:
-        if instance["kind"] == "extauthz" and instance["lastResult"] == "NACK":
-            return instance
-    return None
-
-
-def test_7_invalid_snapshot_is_nacked_and_the_old_policy_stays(stack: Stack) -> None:
-    """Forced past the API's validation by writing the store directly, as a
-    buggy replica or a schema drift would."""
+def test_7_a_policy_the_service_would_refuse_is_never_sent(stack: Stack) -> None:
+    """Forced past the API's validation by writing the store directly, as a buggy
+    replica or a schema drift would: the management plane validates every snapshot
+    with the service's own loader before sending it, so the status shows the
+    compile error, no instance is sent (and NACKs) it, and the last good policy
+    stays enforced. (A snapshot only the instance can refuse, an unresolvable
+    Secret reference, is NACKed: tests/e2e/test_cluster_switches.py.)"""
     create_setting(stack)
     ok(
         stack.admin.post(
@@ -384,6 +381,7 @@ def test_7_invalid_snapshot_is_nacked_and_the_old_policy_stays(stack: Stack) -> 
     stack.converged("extauthz")
     good = mint_demo_token(SECRET + "-rotated", "/headers", 600)
     assert check(stack, "/headers", good) == 0
+    applied = {i["instance"]: i["appliedVersion"] for i in stack.status()["instances"]}
     db = Path(stack.mgmt.data_dir) / "mgmt-api.db"
     fqn = GROUP_PATH.removeprefix("/v2/") + "/extauthzpolicies/jwt"
     with sqlite3.connect(db) as conn:
@@ -393,30 +391,25 @@ def test_7_invalid_snapshot_is_nacked_and_the_old_policy_stays(stack: Stack) -> 
         conn.execute("UPDATE resources SET spec = ? WHERE fqn = ?", (json.dumps(spec), fqn))
         conn.execute("UPDATE revision SET value = value + 1 WHERE id = 1")
 
-    def nacked() -> dict[str, Any] | None:
-        for instance in stack.status()["instances"]:
-            if instance["kind"] == "extauthz" and instance["lastResult"] == "NACK":
-                return instance  # type: ignore[no-any-return]
-        return None
+    def refused() -> dict[str, Any] | None:
+        status = stack.status()
+        return status if "extauthz" in status.get("compileErrors", {}) else None
 
-    instance = wait_until(nacked, 15, "the NACK to show in the cluster status")
-    assert "algorithm" in instance["lastError"]
-    assert instance["nackedVersion"] and instance["nackedVersion"] != instance["appliedVersion"]
-    assert instance["upToDate"] is False
-    # The policy's own status shows the same NACK, for its cluster.
+    status = wait_until(refused, 15, "the compile error to show in the cluster status")
+    assert "algorithm" in status["compileErrors"]["extauthz"]
+    assert status["desiredVersions"]["extauthz"] == ""
+    for instance in status["instances"]:
+        assert instance["lastResult"] != "NACK", instance  # never sent, never NACKed
+        assert instance["appliedVersion"] == applied[instance["instance"]]
+        if instance["kind"] == "extauthz":
+            assert instance["upToDate"] is False
+    # The policy's own status says the same, for its cluster.
     own = ok(stack.admin.get(f"{GROUP_PATH}/extauthzpolicies/jwt/status"))
     assert own["policyName"] == EXTAUTHZ_POLICY
     (cluster,) = own["clusters"]
-    assert cluster["cluster"] == CLUSTER_PATH.removeprefix("/v2/")
-    policy_nack = _nack_of(cluster["instances"])
-    assert policy_nack is not None, own
-    assert policy_nack["nackedVersion"] == instance["nackedVersion"]
-    assert "algorithm" in policy_nack["lastError"] and policy_nack["upToDate"] is False
-    assert not [i for i in cluster["instances"] if i["kind"] != "extauthz"]
-    setting_view = ok(stack.admin.get(f"{GROUP_PATH}/settings/s/status"))
-    assert _nack_of(setting_view["clusters"][0]["instances"]) is not None
+    assert "algorithm" in cluster["compileError"]
     assert check(stack, "/headers", good) == 0  # the last good snapshot is still enforced
-    # Repair through the API: the next snapshot is ACKed again.
+    # Repair through the API: the next snapshot is sent and ACKed again.
     current = ok(stack.admin.get(f"{GROUP_PATH}/extauthzpolicies/jwt"))
     repaired = {**jwt_policy(SECRET + "-rotated"), "etag": current["etag"]}
     ok(stack.admin.put(f"{GROUP_PATH}/extauthzpolicies/jwt", json=repaired))

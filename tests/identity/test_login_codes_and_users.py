@@ -37,6 +37,7 @@ from mgmt_api.service.authn import Authenticator
 from mgmt_api.store import repo
 from mgmt_api.store.engine import write_tx
 from mgmt_api.store.tables import oidc_login_codes
+from mgmt_api.store.uow import UnitOfWork
 
 NOW = 1_700_000_000.0
 LOOPBACK = "http://127.0.0.1:5000/callback?state=s"
@@ -60,7 +61,7 @@ def form(code: str, verifier: str, **extra: str) -> dict[str, str]:
 
 
 def test_a_code_is_redeemed_once_with_its_verifier(sqlite_engine: Engine) -> None:
-    store = SqlLoginCodeStore(sqlite_engine)
+    store = SqlLoginCodeStore(UnitOfWork(sqlite_engine))
     verifier = new_code_verifier()
     code = new_code(store, verifier)
     user = redeem_code(
@@ -72,7 +73,7 @@ def test_a_code_is_redeemed_once_with_its_verifier(sqlite_engine: Engine) -> Non
 
 
 def test_a_wrong_verifier_is_refused_and_burns_the_code(sqlite_engine: Engine) -> None:
-    store = SqlLoginCodeStore(sqlite_engine)
+    store = SqlLoginCodeStore(UnitOfWork(sqlite_engine))
     verifier = new_code_verifier()
     code = new_code(store, verifier)
     for wrong in (new_code_verifier(), "short", "é" * 50):
@@ -83,7 +84,7 @@ def test_a_wrong_verifier_is_refused_and_burns_the_code(sqlite_engine: Engine) -
 
 
 def test_an_expired_code_is_refused(sqlite_engine: Engine) -> None:
-    store = SqlLoginCodeStore(sqlite_engine)
+    store = SqlLoginCodeStore(UnitOfWork(sqlite_engine))
     verifier = new_code_verifier()
     code = new_code(store, verifier)
     with pytest.raises(InvalidGrantError, match="expired"):
@@ -95,7 +96,7 @@ def test_an_expired_code_is_refused(sqlite_engine: Engine) -> None:
 
 
 def test_a_code_belongs_to_its_configuration_and_redirect(sqlite_engine: Engine) -> None:
-    store = SqlLoginCodeStore(sqlite_engine)
+    store = SqlLoginCodeStore(UnitOfWork(sqlite_engine))
     verifier = new_code_verifier()
     with pytest.raises(InvalidGrantError, match="another OIDC configuration"):
         redeem_code(store, form(new_code(store, verifier), verifier), config_name="x", now=NOW)
@@ -109,7 +110,7 @@ def test_a_code_belongs_to_its_configuration_and_redirect(sqlite_engine: Engine)
 
 
 def test_the_table_holds_no_redeemable_code(sqlite_engine: Engine) -> None:
-    store = SqlLoginCodeStore(sqlite_engine)
+    store = SqlLoginCodeStore(UnitOfWork(sqlite_engine))
     code = new_code(store, new_code_verifier())
     with sqlite_engine.connect() as conn:
         rows = conn.execute(sa.select(oidc_login_codes)).all()
@@ -163,9 +164,8 @@ def identity(sub: str, oid: str | None = None, verified: bool = True) -> Verifie
 
 @pytest.fixture
 def runtime(sqlite_engine: Engine) -> IdentityRuntime:
-    rt = IdentityRuntime.build(
-        sqlite_engine, Authenticator(sqlite_engine, "s" * 48), install_config=None
-    )
+    uow = UnitOfWork(sqlite_engine)
+    rt = IdentityRuntime.build(uow, Authenticator(uow, "s" * 48), install_config=None)
     for org in ("acme", "other"):
         insert(sqlite_engine, f"organizations/{org}", "Organization", {})
     return rt
@@ -267,7 +267,7 @@ def subject(expires_at: float, jti: str | None = "j-1") -> ExchangeSubject:
 async def test_an_exchanged_token_never_outlives_the_provider_token(
     runtime: IdentityRuntime, sqlite_engine: Engine
 ) -> None:
-    runtime.used_tokens = UsedTokenCache(sqlite_engine)
+    runtime.used_tokens = UsedTokenCache(UnitOfWork(sqlite_engine))
     issued = await runtime.mint_exchanged("users/robot", subject(time.time() + 120))
     assert 110 <= issued.expires_in <= 120
     long_lived = await runtime.mint_exchanged("users/robot", subject(time.time() + 99999, "j-2"))
@@ -280,7 +280,7 @@ async def test_an_exchanged_token_never_outlives_the_provider_token(
 async def test_a_provider_token_is_exchanged_once(
     runtime: IdentityRuntime, sqlite_engine: Engine
 ) -> None:
-    runtime.used_tokens = cache = UsedTokenCache(sqlite_engine)
+    runtime.used_tokens = cache = UsedTokenCache(UnitOfWork(sqlite_engine))
     token = subject(time.time() + 300)
     await runtime.mint_exchanged("users/robot", token)
     with pytest.raises(TokenExchangeRefusedError) as replayed:

@@ -24,6 +24,7 @@ from mgmt_api.identity.oidc import CallbackParams
 from mgmt_api.identity.pkce import code_challenge_s256, is_s256_challenge, new_code_verifier
 from mgmt_api.identity.redirects import is_safe_return_to
 from mgmt_api.identity.sql_store import SqlLoginStateStore
+from mgmt_api.store.uow import UnitOfWork
 
 
 def test_pkce_s256_matches_rfc7636_appendix_b() -> None:
@@ -55,7 +56,7 @@ def make_store(request: pytest.FixtureRequest) -> Any:
         if request.param == "memory":
             return InMemoryLoginStateStore(max_pending=max_pending)
         engine: Engine = request.getfixturevalue("sqlite_engine")
-        return SqlLoginStateStore(engine, max_pending=max_pending)
+        return SqlLoginStateStore(UnitOfWork(engine), max_pending=max_pending)
 
     return make
 
