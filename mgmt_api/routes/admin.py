@@ -85,8 +85,16 @@ def list_audit_logs(
     organization: Annotated[str, Path(max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")],
     page_size: Annotated[int, Query(alias="pageSize", ge=1, le=1000)] = 100,
     page_token: Annotated[str, Query(alias="pageToken", max_length=32)] = "",
+    *,
+    kind: Annotated[str, Query(max_length=64, pattern=r"^[A-Za-z]*$")] = "",
+    operation: Annotated[str, Query(max_length=64, pattern=r"^[A-Z_]*$")] = "",
+    triggered_by: Annotated[str, Query(alias="triggeredBy", max_length=512)] = "",
+    fqn_prefix: Annotated[str, Query(alias="fqnPrefix", max_length=1024)] = "",
 ) -> dict[str, Any]:
-    """Who did what to which FQN and when, newest first (needs READ on the organization)."""
+    """Who did what to which FQN and when, newest first (needs READ on the organization).
+
+    Filters (all optional, combined): ``kind``, ``operation``, ``triggeredBy``
+    (the actor's FQN) and ``fqnPrefix`` (an object and everything below it)."""
     fqnmod.validate_name(organization, "organization")
     org_fqn = f"organizations/{organization}"
     before: int | None = None
@@ -98,7 +106,17 @@ def list_audit_logs(
         authz.require(conn, ctx.principal, org_fqn, "Organization", rbac.READ)
         if not repo.exists(conn, org_fqn):
             raise not_found(org_fqn)
-        records = repo.list_audit(conn, organization, before, page_size + 1)
+        filters = {
+            name: value
+            for name, value in (
+                ("kind", kind),
+                ("operation", operation),
+                ("triggeredBy", triggered_by),
+                ("fqnPrefix", fqn_prefix.strip("/")),
+            )
+            if value
+        }
+        records = repo.list_audit(conn, organization, before, page_size + 1, filters)
     more = len(records) > page_size
     records = records[:page_size]
     return {

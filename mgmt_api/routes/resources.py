@@ -38,6 +38,15 @@ LabelSelector = Annotated[
     str,
     Query(alias="labelSelector", max_length=1024, description="k=v,k2=v2 or k (label present)."),
 ]
+NameContains = Annotated[
+    str,
+    Query(
+        alias="nameContains",
+        max_length=63,
+        pattern=r"^[a-z0-9.-]*$",
+        description="Keep the objects whose name contains this text (a name search).",
+    ),
+]
 KeyEncoding = Annotated[Literal["PEM", "JWK"], Query(alias="keyEncoding")]
 
 
@@ -167,6 +176,7 @@ def _add_collection(
         inspect.Parameter("page_size", KW, annotation=PageSize, default=100),
         inspect.Parameter("page_token", KW, annotation=PageToken, default=""),
         inspect.Parameter("label_selector", KW, annotation=LabelSelector, default=""),
+        inspect.Parameter("name_contains", KW, annotation=NameContains, default=""),
     ]
     if kdef.kind == "Cluster":
         extra.append(
@@ -188,6 +198,7 @@ def _add_collection(
             page_token=kw["page_token"],
             label_selector=kw["label_selector"],
             fetch_workloads=kw.get("fetch_workloads", False),
+            name_contains=kw["name_contains"],
         )
         return _json({kdef.list_field: result.items, "nextPageToken": result.next_page_token})
 
@@ -199,7 +210,7 @@ def _add_collection(
         response_model_exclude_none=True,
         operation_id=_op(f"List{kdef.kind}s", path, "get"),
         tags=[tag],
-        summary=f"List {kdef.kind} objects (paged, label-filterable)",
+        summary=f"List {kdef.kind} objects (paged, label-filterable, name search)",
     )
 
     create_extra = [inspect.Parameter("body", KW, annotation=Annotated[create_model_, Body()])]

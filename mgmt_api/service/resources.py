@@ -398,6 +398,7 @@ class ResourceService:
         page_token: str,
         label_selector: str,
         fetch_workloads: bool = False,
+        name_contains: str = "",
     ) -> ListResult:
         after = listing.decode_token(page_token)
         if after and not after.startswith(parent + "/" if parent else ""):
@@ -410,7 +411,9 @@ class ResourceService:
             self._require_parent(conn, parent)
             chunk = max(page_size, 100)
             while True:
-                batch = repo.list_children(conn, parent, kdef.kind, after, chunk)
+                batch = repo.list_children(
+                    conn, parent, kdef.kind, after, chunk, name_contains=name_contains
+                )
                 allowed = authz.readable(
                     conn, ctx.principal, parent, [r.fqn for r in batch], kdef.kind
                 )

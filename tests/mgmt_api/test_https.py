@@ -154,9 +154,11 @@ def test_with_a_client_ca_clients_need_a_certificate(tmp_path: Path) -> None:
 def test_a_key_without_a_certificate_stops_the_start(tmp_path: Path) -> None:
     files = TlsFiles(tmp_path)
     done = subprocess.run(
-        [sys.executable, "-m", "mgmt_api.cli", "serve", "--listen", "127.0.0.1:0"]
-        + ["--grpc-listen", "off", "--database", f"sqlite+pysqlite:///{tmp_path / 'db'}"]
-        + ["--tls-key", str(files.key)],
+        [
+            *(sys.executable, "-m", "mgmt_api.cli", "serve", "--listen", "127.0.0.1:0"),
+            *("--grpc-listen", "off", "--database", f"sqlite+pysqlite:///{tmp_path / 'db'}"),
+            *("--tls-key", str(files.key)),
+        ],
         capture_output=True,
         text=True,
         timeout=60,
