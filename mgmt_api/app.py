@@ -20,6 +20,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client import CollectorRegistry
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from mgmt_api import console
 from mgmt_api.distribution.hub import Distribution
 from mgmt_api.domain.durations import parse_duration
 from mgmt_api.errors import ApiError, Code
@@ -196,6 +197,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.identity = identity
     app.include_router(oidc.router)
     app.include_router(sync.router)
+    # The web console (/ui/): a client of the routes above, in-process (docs/console.md).
+    console.mount(app, signing_secret=secret, public_url=settings.public_url)
 
     @app.exception_handler(ApiError)
     async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
