@@ -100,18 +100,8 @@ async def _act(me: User, org: str, cluster: str | None, action: str) -> Response
             access = {"subject": subject, "permissions": _permissions(form.get("permissions", ""))}
             await me.api.call("POST", api + "/approvals/requested:add", body={"access": access})
         elif action == "policy":
-            # SetPolicy replaces the whole policy: keep its lists, change the mode.
-            try:
-                current = await me.api.get(api + "/approvals")
-            except ApiCallError as exc:
-                if exc.status != 404:
-                    raise
-                current = {}
-            body: dict[str, Any] = {
-                "mode": form.get("mode", ""),
-                "requested": current.get("requested") or [],
-                "approved": current.get("approved") or [],
-            }
+            # SetPolicy sets the mode (and metadata) only; the lists have their own calls.
+            body: dict[str, Any] = {"mode": form.get("mode", "")}
             if form.get("etag"):
                 body["etag"] = form["etag"]
             await me.api.call("POST", api + "/approvals", body=body)

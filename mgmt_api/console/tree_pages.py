@@ -121,7 +121,7 @@ async def create_cluster(me: Me, org: Name) -> Response:
         "install_template.html",
         org=org,
         cluster=name,
-        template=redact_secrets(created.get("installTemplate")),
+        template=json.dumps(redact_secrets(created.get("installTemplate") or {}), indent=2),
     )
 
 

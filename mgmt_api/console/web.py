@@ -198,6 +198,9 @@ async def read_form(request: Request) -> dict[str, str]:
 
 
 def login_redirect(request: Request, expired: bool) -> Response:
+    # A page that makes htmx requests was signed in when it loaded: without a
+    # cookie now, the session ended (the browser drops it at Max-Age).
+    expired = expired or bool(request.headers.get("hx-request"))
     target = request.url.path
     if request.headers.get("hx-request") and request.headers.get("hx-current-url"):
         current = request.headers["hx-current-url"]
