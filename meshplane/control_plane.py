@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import ipaddress
 import json
 import logging
 import os
@@ -53,7 +52,7 @@ import yaml
 from meshplane.config_error import ConfigError
 from meshplane.distribution_client import SnapshotSubscriber, ensure_cache
 from meshplane.distribution_contract import TOKEN_AUDIENCE, NodeIdentity
-from meshplane.netaddr import parse_listen
+from meshplane.netaddr import is_loopback_host, parse_listen
 
 log = logging.getLogger(__name__)
 
@@ -184,13 +183,7 @@ class Target:
 
     @property
     def loopback(self) -> bool:
-        host = self.address.rpartition(":")[0].strip("[]")
-        if host == "localhost":
-            return True
-        try:
-            return ipaddress.ip_address(host).is_loopback
-        except ValueError:
-            return False
+        return is_loopback_host(self.address.rpartition(":")[0])
 
 
 def parse_target(value: str) -> Target:

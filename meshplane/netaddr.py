@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ipaddress
+
 
 def parse_listen(listen: str) -> tuple[str, int]:
     """Split ``HOST:PORT``; an empty host means all interfaces.
@@ -22,3 +24,18 @@ def parse_listen(listen: str) -> tuple[str, int]:
 def format_listen(host: str, port: int) -> str:
     """The inverse of :func:`parse_listen`, bracketing IPv6 literals."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def is_loopback_host(host: str) -> bool:
+    """True for ``localhost`` and loopback literals (``127.0.0.0/8``, ``::1``, bracketed or not).
+
+    Decides where plaintext is tolerated: a listener or target on loopback
+    keeps credentials on this machine, anything else may cross a network.
+    """
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -20,6 +20,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client import CollectorRegistry
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from mgmt_api import console
 from mgmt_api.distribution.hub import Distribution, tls_from
 from mgmt_api.distribution.tunnel import tunnel_servicer
 from mgmt_api.domain.durations import parse_duration
@@ -216,6 +217,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         sync,
     ):
         app.include_router(module.router)
+    # The web console (/ui/): a client of the routes above, in-process (docs/console.md).
+    console.mount(app, signing_secret=services.signing_secret, public_url=settings.public_url)
 
     @app.exception_handler(ApiError)
     async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:

@@ -8,16 +8,21 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import logging
 import signal
+import ssl
 from typing import Annotated
 
 import typer
 import uvicorn
 
 from meshplane.logging import configure_logging
+from meshplane.netaddr import is_loopback_host
+from meshplane.tls import ReloadingServerContext, tls_files_from
 from mgmt_api.app import create_app
 from mgmt_api.settings import DEFAULT_GRPC_LISTEN, DEFAULT_LISTEN, Settings
 
+log = logging.getLogger(__name__)
 app = typer.Typer(add_completion=False, help="meshplane management API")
 
 
@@ -74,8 +79,25 @@ def serve(  # noqa: PLR0917 - one parameter per command-line option, as typer wa
             "default: $MESHPLANE_GRPC_TLS_CLIENT_CA"
         ),
     ] = None,
+    tls_cert: Annotated[
+        str | None,
+        typer.Option(
+            help="PEM certificate chain of the REST port (HTTPS); default: $MESHPLANE_TLS_CERT"
+        ),
+    ] = None,
+    tls_key: Annotated[
+        str | None,
+        typer.Option(help="PEM private key of the REST port; default: $MESHPLANE_TLS_KEY"),
+    ] = None,
+    tls_client_ca: Annotated[
+        str | None,
+        typer.Option(
+            help="PEM CA that REST clients' certificates must chain to (mTLS); "
+            "default: $MESHPLANE_TLS_CLIENT_CA"
+        ),
+    ] = None,
 ) -> None:
-    """Migrate the store, bootstrap it on first start, and serve /v2."""
+    """Migrate the store, bootstrap it on first start, and serve /v2 (and the console, /ui/)."""
     configure_logging("mgmt-api")
     settings = Settings()
     if database:
@@ -92,8 +114,15 @@ def serve(  # noqa: PLR0917 - one parameter per command-line option, as typer wa
         grpc_tls_cert=grpc_tls_cert or settings.grpc_tls_cert,
         grpc_tls_key=grpc_tls_key or settings.grpc_tls_key,
         grpc_tls_client_ca=grpc_tls_client_ca or settings.grpc_tls_client_ca,
+        tls_cert=tls_cert or settings.tls_cert,
+        tls_key=tls_key or settings.tls_key,
+        tls_client_ca=tls_client_ca or settings.tls_client_ca,
     )
     host, port = _split_listen(listen)
+    try:
+        https = rest_tls(settings, host)
+    except (ValueError, OSError, ssl.SSLError) as exc:
+        raise typer.BadParameter(str(exc)) from None
     application = create_app(settings)
     # Everything built so far (routes, models, compiled statements) lives for
     # the whole process: move it out of the collector's sight so full
@@ -113,7 +142,32 @@ def serve(  # noqa: PLR0917 - one parameter per command-line option, as typer wa
         access_log=False,
         timeout_graceful_shutdown=10,
         proxy_headers=False,
+        ssl_context_factory=None if https is None else (lambda _config, _default: https),
     )
+
+
+def rest_tls(settings: Settings, host: str) -> ReloadingServerContext | None:
+    """The REST port's TLS context (reloading its files), or None for plain HTTP.
+
+    Plain HTTP off loopback is served (TLS may end at a proxy in front) but
+    warned about: Basic credentials, bearer tokens and console cookies would
+    otherwise cross the network in clear.
+    """
+    files = tls_files_from(
+        settings.tls_cert, settings.tls_key, settings.tls_client_ca, env_prefix="MESHPLANE_TLS"
+    )
+    if files is None:
+        if not is_loopback_host(host):
+            log.warning(
+                "the REST port serves plain HTTP on a non-loopback address: credentials and "
+                "console cookies cross the network in clear unless a TLS proxy is in front; "
+                "set MESHPLANE_TLS_CERT and MESHPLANE_TLS_KEY (or --tls-cert/--tls-key)",
+                extra={"address": host},
+            )
+        return None
+    context = ReloadingServerContext(files, listener="REST port")
+    log.info("REST port serves HTTPS", extra={"tls": files.mode})
+    return context
 
 
 def _exit_after_drain(_signum: int, _frame: object) -> None:

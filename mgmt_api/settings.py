@@ -61,6 +61,17 @@ class Settings:
     revision_poll: str | None = field(
         default_factory=lambda: os.environ.get("MESHPLANE_REVISION_POLL") or None
     )
+    # HTTPS of the REST port (and the console at /ui/; docs/api.md "HTTPS"):
+    # PEM files, reloaded when they change. With a client CA, every client
+    # must also present a certificate chaining to it (mTLS). Without a
+    # certificate the port speaks plain HTTP, which is only quiet on loopback.
+    tls_cert: str | None = field(
+        default_factory=lambda: os.environ.get("MESHPLANE_TLS_CERT") or None
+    )
+    tls_key: str | None = field(default_factory=lambda: os.environ.get("MESHPLANE_TLS_KEY") or None)
+    tls_client_ca: str | None = field(
+        default_factory=lambda: os.environ.get("MESHPLANE_TLS_CLIENT_CA") or None
+    )
     # A subscribed ratelimit/extauthz instance not heard from for longer than
     # this (a duration, "60s", "2m") shows ``stale: true`` in the status views.
     distribution_stale_after: str = field(

@@ -31,16 +31,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import grpc
 
 from meshplane.distribution_contract import NodeIdentity
+from meshplane.netaddr import is_loopback_host
 from meshplane.proto.distribution.v1 import distribution_pb2_grpc as pb_grpc
+from meshplane.tls import read_pem, tls_files_from
 from mgmt_api.distribution.feed import ChangeFeed
 from mgmt_api.distribution.server import DistributionServicer
 from mgmt_api.service.enforcement import EnforcementService, Snapshot
@@ -84,44 +84,29 @@ class DistributionTls:
 
     def server_credentials(self) -> grpc.ServerCredentials:
         """Read the files now; an unreadable one stops the start, naming it."""
-
-        def read(path: str, what: str) -> bytes:
-            try:
-                return Path(path).read_bytes()
-            except OSError as exc:
-                raise OSError(f"cannot read the policy stream's TLS {what} {path}: {exc}") from None
-
-        chain = [(read(self.key_file, "key"), read(self.cert_file, "certificate"))]
+        listener = "policy stream"
+        key, cert = (
+            read_pem(self.key_file, "key", listener),
+            read_pem(self.cert_file, "certificate", listener),
+        )
         if self.client_ca_file:
             return grpc.ssl_server_credentials(
-                chain,
-                root_certificates=read(self.client_ca_file, "client CA"),
+                [(key, cert)],
+                root_certificates=read_pem(self.client_ca_file, "client CA", listener),
                 require_client_auth=True,
             )
-        return grpc.ssl_server_credentials(chain)
-
-
-def _is_loopback(listen: str) -> bool:
-    host = listen.rpartition(":")[0].strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+        return grpc.ssl_server_credentials([(key, cert)])
 
 
 def tls_from(settings: Settings) -> DistributionTls | None:
     """The TLS settings, or None (plaintext). A key without a certificate is an error."""
-    cert = settings.grpc_tls_cert
-    key = settings.grpc_tls_key
-    if not cert and not key:
-        if settings.grpc_tls_client_ca:
-            raise ValueError("MESHPLANE_GRPC_TLS_CLIENT_CA needs MESHPLANE_GRPC_TLS_CERT and _KEY")
-        return None
-    if not cert or not key:
-        raise ValueError("give both MESHPLANE_GRPC_TLS_CERT and MESHPLANE_GRPC_TLS_KEY")
-    return DistributionTls(cert, key, settings.grpc_tls_client_ca)
+    files = tls_files_from(
+        settings.grpc_tls_cert,
+        settings.grpc_tls_key,
+        settings.grpc_tls_client_ca,
+        env_prefix="MESHPLANE_GRPC_TLS",
+    )
+    return None if files is None else DistributionTls(*files.paths)
 
 
 @dataclass
@@ -202,7 +187,7 @@ class Distribution:
         host = self.listen.rpartition(":")[0]
         mode = "plaintext" if self.tls is None else "mtls" if self.tls.client_ca_file else "tls"
         log.info("policy distribution listening", extra={"address": f"{host}:{port}", "tls": mode})
-        if self.tls is None and not _is_loopback(self.listen):
+        if self.tls is None and not is_loopback_host(self.listen.rpartition(":")[0]):
             log.warning(
                 "the policy stream is served without TLS on a non-loopback address: snapshots "
                 "(with inline JWT secrets) and subscriber tokens cross the network in clear; "

@@ -15,6 +15,7 @@ from mgmt_api.routes.deps import Audit, Ctx, Name, call_context, client_address,
 from mgmt_api.routes.resources import put_access_policy
 from mgmt_api.schemas import resources as m
 from mgmt_api.schemas.base import Empty
+from mgmt_api.service.audit import AuditFilters
 
 router = APIRouter()
 
@@ -80,9 +81,20 @@ def list_audit_logs(
     audit: Audit,
     page_size: Annotated[int, Query(alias="pageSize", ge=1, le=1000)] = 100,
     page_token: Annotated[str, Query(alias="pageToken", max_length=32)] = "",
+    *,
+    kind: Annotated[str, Query(max_length=64, pattern=r"^[A-Za-z]*$")] = "",
+    operation: Annotated[str, Query(max_length=64, pattern=r"^[A-Z_]*$")] = "",
+    triggered_by: Annotated[str, Query(alias="triggeredBy", max_length=512)] = "",
+    fqn_prefix: Annotated[str, Query(alias="fqnPrefix", max_length=1024)] = "",
 ) -> dict[str, Any]:
-    """Who did what to which FQN and when, newest first (needs READ on the organization)."""
-    return audit.list(ctx, organization, page_size=page_size, page_token=page_token)
+    """Who did what to which FQN and when, newest first (needs READ on the organization).
+
+    Filters (all optional, combined): ``kind``, ``operation``, ``triggeredBy``
+    (the actor's FQN) and ``fqnPrefix`` (an object and everything below it)."""
+    filters = AuditFilters(kind, operation, triggered_by, fqn_prefix.strip("/"))
+    return audit.list(
+        ctx, organization, page_size=page_size, page_token=page_token, filters=filters
+    )
 
 
 @router.get("/healthz", include_in_schema=False)

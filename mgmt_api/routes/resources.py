@@ -29,6 +29,7 @@ PAGING = (
     inspect.Parameter("page_size", t.KW, annotation=t.PageSize, default=100),
     inspect.Parameter("page_token", t.KW, annotation=t.PageToken, default=""),
     inspect.Parameter("label_selector", t.KW, annotation=t.LabelSelector, default=""),
+    inspect.Parameter("name_contains", t.KW, annotation=t.NameContains, default=""),
 )
 FORCE = inspect.Parameter("force", t.KW, annotation=Annotated[bool, Query()], default=False)
 
@@ -102,6 +103,7 @@ def _add_collection(
             page_token=kw["page_token"],
             label_selector=kw["label_selector"],
             options=_options(kdef, LIST, kw),
+            name_contains=kw["name_contains"],
         )
         page = {kdef.list_field: result.items, "nextPageToken": result.next_page_token}
         return t.json_response(page)
@@ -122,7 +124,7 @@ def _add_collection(
         t.signature(pparams, *PAGING, *_extra(kdef, LIST)),
         name=f"List{kdef.kind}s",
         model=list_model,
-        summary=f"List {kdef.kind} objects (paged, label-filterable)",
+        summary=f"List {kdef.kind} objects (paged, label-filterable, name search)",
         collection=collection,
     )
     mount.add(

@@ -35,6 +35,15 @@ LabelSelector = Annotated[
     str,
     Query(alias="labelSelector", max_length=1024, description="k=v,k2=v2 or k (label present)."),
 ]
+NameContains = Annotated[
+    str,
+    Query(
+        alias="nameContains",
+        max_length=63,
+        pattern=r"^[a-z0-9.-]*$",
+        description="Keep the objects whose name contains this text (a name search).",
+    ),
+]
 
 
 def json_response(content: Any) -> Response:

@@ -7,6 +7,7 @@ object written, so this view is exactly the organization's history.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from mgmt_api import access
@@ -19,12 +20,38 @@ from mgmt_api.store import repo
 from mgmt_api.store.uow import UnitOfWork
 
 
+@dataclass(frozen=True)
+class AuditFilters:
+    """Optional, combined: exact ``kind``, ``operation`` and ``triggered_by`` (the
+    actor's FQN), and ``fqn_prefix`` (an object and everything below it)."""
+
+    kind: str = ""
+    operation: str = ""
+    triggered_by: str = ""
+    fqn_prefix: str = ""
+
+    def as_store_filters(self) -> dict[str, str]:
+        named = (
+            ("kind", self.kind),
+            ("operation", self.operation),
+            ("triggeredBy", self.triggered_by),
+            ("fqnPrefix", self.fqn_prefix),
+        )
+        return {name: value for name, value in named if value}
+
+
 class AuditService:
     def __init__(self, uow: UnitOfWork) -> None:
         self.uow = uow
 
     def list(
-        self, ctx: CallContext, organization: str, *, page_size: int, page_token: str
+        self,
+        ctx: CallContext,
+        organization: str,
+        *,
+        page_size: int,
+        page_token: str,
+        filters: AuditFilters | None = None,
     ) -> dict[str, Any]:
         """Newest first (needs READ on the organization)."""
         org_fqn = fqnmod.organization_fqn(organization)
@@ -37,7 +64,8 @@ class AuditService:
             access.require(conn, ctx.principal, org_fqn, "Organization", rbac.READ)
             if not repo.exists(conn, org_fqn):
                 raise not_found(org_fqn)
-            records = repo.list_audit(conn, organization, before, page_size + 1)
+            wanted = (filters or AuditFilters()).as_store_filters()
+            records = repo.list_audit(conn, organization, before, page_size + 1, wanted)
         more = len(records) > page_size
         records = records[:page_size]
         return {

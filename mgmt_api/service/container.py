@@ -41,6 +41,8 @@ from mgmt_api.store.uow import UnitOfWork
 class Services:
     settings: Settings
     uow: UnitOfWork
+    #: The server's signing secret (session tokens, console CSRF), shared by replicas.
+    signing_secret: str
     kind_settings: KindSettings
     authn: Authenticator
     resources: ResourceService
@@ -85,6 +87,7 @@ class Services:
         return cls(
             settings=settings,
             uow=uow,
+            signing_secret=secret,
             kind_settings=kind_settings,
             authn=Authenticator(uow, secret),
             resources=ResourceService(uow, kind_settings),

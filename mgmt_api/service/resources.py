@@ -161,6 +161,7 @@ class ResourceService:
         page_token: str,
         label_selector: str,
         options: Mapping[str, Any] | None = None,
+        name_contains: str = "",
     ) -> ListResult:
         after = listing.decode_token(page_token)
         if after and not after.startswith(parent + "/" if parent else ""):
@@ -172,7 +173,9 @@ class ResourceService:
             self._require_parent(conn, parent)
             chunk = max(page_size, 100)
             while True:
-                batch = repo.list_children(conn, parent, kdef.kind, after, chunk)
+                batch = repo.list_children(
+                    conn, parent, kdef.kind, after, chunk, name_contains=name_contains
+                )
                 allowed = access.readable(
                     conn, ctx.principal, parent, [r.fqn for r in batch], kdef.kind
                 )

@@ -160,11 +160,24 @@ def get_many(conn: Connection, fqns: Sequence[str]) -> dict[str, Resource]:
     return {r.fqn: _row_to_resource(r) for r in rows}
 
 
+# The same, for a name search (the console's search box): a substring of the
+# name, matched in SQL so a search over 5,000 clusters reads only the matches.
+_CHILDREN_NAMED = _CHILDREN.where(resources.c.name.like(sa.bindparam("pattern")))
+
+
 def list_children(
-    conn: Connection, parent: str, kind: str, after: str, limit: int
+    conn: Connection, parent: str, kind: str, after: str, limit: int, *, name_contains: str = ""
 ) -> list[Resource]:
-    """Up to ``limit`` children of ``kind`` under ``parent``, FQN-ordered after ``after``."""
-    rows = conn.execute(_CHILDREN, {"parent": parent, "kind": kind, "after": after, "limit": limit})
+    """Up to ``limit`` children of ``kind`` under ``parent``, FQN-ordered after ``after``.
+
+    ``name_contains`` keeps the names holding it; callers pass only DNS-1123
+    characters (``[a-z0-9.-]``), so it carries no LIKE wildcard.
+    """
+    params: dict[str, object] = {"parent": parent, "kind": kind, "after": after, "limit": limit}
+    if name_contains:
+        rows = conn.execute(_CHILDREN_NAMED, {**params, "pattern": f"%{name_contains}%"})
+    else:
+        rows = conn.execute(_CHILDREN, params)
     return [_row_to_resource(r) for r in rows]
 
 
@@ -525,12 +538,33 @@ def audit(
 
 
 def list_audit(
-    conn: Connection, organization: str, before_id: int | None, limit: int
+    conn: Connection,
+    organization: str,
+    before_id: int | None,
+    limit: int,
+    filters: dict[str, str] | None = None,
 ) -> list[AuditRecord]:
-    """Newest first; ``before_id`` continues a previous page."""
+    """Newest first; ``before_id`` continues a previous page.
+
+    ``filters``: ``kind`` and ``operation`` (exact), ``triggeredBy`` (exact
+    actor FQN) and ``fqnPrefix`` (the object or anything below it).
+    """
     stmt = sa.select(audit_log).where(audit_log.c.organization == organization)
     if before_id is not None:
         stmt = stmt.where(audit_log.c.id < before_id)
+    for name, value in (filters or {}).items():
+        if name == "fqnPrefix":
+            stmt = stmt.where(
+                sa.or_(
+                    audit_log.c.fqn == value,
+                    audit_log.c.fqn.startswith(value + "/", autoescape=True),
+                )
+            )
+        else:
+            column = {"kind": audit_log.c.kind, "operation": audit_log.c.operation}.get(
+                name, audit_log.c.actor
+            )
+            stmt = stmt.where(column == value)
     stmt = stmt.order_by(audit_log.c.id.desc()).limit(limit)
     return [
         AuditRecord(

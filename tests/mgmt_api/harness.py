@@ -27,9 +27,15 @@ class MgmtServer:
         data_dir: str | None = None,
         admin_password: str | None = ADMIN_PASSWORD,
         install_config: str | None = None,
+        extra_args: tuple[str, ...] = (),
+        tls_verify: Any = None,
     ) -> None:
         self.admin_password = admin_password
         self.install_config = install_config  # --config: spec.identityProvider
+        self.extra_args = extra_args  # e.g. --tls-cert/--tls-key
+        # Set when the server speaks HTTPS: httpx's ``verify`` for it (the test
+        # CA's file, or an SSLContext that also carries a client certificate).
+        self.tls_verify = tls_verify
         self._owns_dir = data_dir is None
         self.data_dir = data_dir or tempfile.mkdtemp(prefix="meshplane-mgmt-")
         self.database_url = (
@@ -43,7 +49,13 @@ class MgmtServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        scheme = "https" if self.tls_verify is not None else "http"
+        return f"{scheme}://127.0.0.1:{self.port}"
+
+    @property
+    def verify(self) -> Any:
+        """httpx's ``verify`` for this server."""
+        return True if self.tls_verify is None else self.tls_verify
 
     def start(self) -> MgmtServer:
         env = {**os.environ, "MESHPLANE_DATA_DIR": self.data_dir}
@@ -63,6 +75,7 @@ class MgmtServer:
                 "--grpc-listen",
                 f"127.0.0.1:{self.grpc_port}",
                 *(["--config", self.install_config] if self.install_config else []),
+                *self.extra_args,
             ],
             env=env,
             stdout=subprocess.DEVNULL,
@@ -71,7 +84,7 @@ class MgmtServer:
         try:
             wait_for_port(self.port, timeout=60)
             deadline = time.monotonic() + 30
-            while httpx.get(self.url + "/readyz", timeout=5).status_code != 200:
+            while httpx.get(self.url + "/readyz", timeout=5, verify=self.verify).status_code != 200:
                 if time.monotonic() > deadline:
                     raise TimeoutError("server never became ready")
                 time.sleep(0.05)
@@ -107,6 +120,7 @@ class MgmtServer:
         self.proc = None
 
     def client(self, auth: Any = None, **kw: Any) -> httpx.Client:
+        kw.setdefault("verify", self.verify)
         return httpx.Client(base_url=self.url, auth=auth, timeout=30, **kw)
 
     def admin(self) -> httpx.Client:

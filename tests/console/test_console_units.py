@@ -1,0 +1,226 @@
+"""The console's pure parts, table-tested: cookies and CSRF, forms, status verdicts,
+conflict diffs, secret redaction, and the vendored htmx pin."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mgmt_api.console import conflict, forms, session, status
+from mgmt_api.console.forms import FieldDef
+from mgmt_api.console.policy_kinds import POLICY_PAGES
+from mgmt_api.console.redact import HIDDEN, redact_secrets
+
+
+@pytest.mark.parametrize(
+    ("scheme", "host", "public_url", "secure"),
+    [
+        ("http", "127.0.0.1", None, False),  # scripts/run
+        ("http", "::1", None, False),
+        ("http", "10.0.0.5", None, True),  # plain HTTP off loopback: the browser won't send it
+        ("https", "127.0.0.1", None, True),
+        ("http", "127.0.0.1", "https://mesh.example.com", True),  # TLS ends at a proxy
+    ],
+)
+def test_cookie_is_secure_except_plain_http_on_loopback(
+    scheme: str, host: str, public_url: str | None, secure: bool
+) -> None:
+    policy = session.cookie_policy(scheme, host, public_url)
+    assert policy.secure is secure
+    assert policy.name("meshplane-console") == (
+        "__Secure-meshplane-console" if secure else "meshplane-console"
+    )
+
+
+def test_csrf_tokens_are_bound_to_the_session_and_the_server_secret() -> None:
+    key = session.csrf_key("server-secret")
+    token = session.csrf_token(key, "session-a")
+    assert session.csrf_ok(key, "session-a", token)
+    assert not session.csrf_ok(key, "session-b", token)
+    assert not session.csrf_ok(session.csrf_key("other-secret"), "session-a", token)
+    assert not session.csrf_ok(key, "session-a", None)
+    assert not session.csrf_ok(key, "", token)
+    assert session.nonce_ok("n", "n") and not session.nonce_ok("n", "m")
+    assert not session.nonce_ok(None, "n")
+
+
+@pytest.mark.parametrize(
+    ("value", "safe"),
+    [
+        ("/ui/o/web?q=a", "/ui/o/web?q=a"),
+        (None, "/ui/"),
+        ("https://evil.example/ui/", "/ui/"),
+        ("//evil.example/ui/", "/ui/"),
+        ("/v2/organizations", "/ui/"),
+        ("/ui/\r\nSet-Cookie: x", "/ui/"),
+    ],
+)
+def test_the_post_login_target_stays_in_the_console(value: str | None, safe: str) -> None:
+    assert session.safe_next(value) == safe
+
+
+FIELDS = [
+    FieldDef("spec.targetRef.name", "name"),
+    FieldDef("spec.rateLimit.global.rules[0].limit.requests", "n", "number"),
+    FieldDef("spec.rateLimit.global.rules[0].clientSelectors", "sel", "json"),
+    FieldDef("spec.rateLimit.global.shadowMode", "shadow", "checkbox"),
+    FieldDef("jwt.algorithms", "alg", "csv"),
+]
+
+
+def test_forms_build_the_body_from_field_paths_and_keep_what_they_do_not_show() -> None:
+    base = {"spec": {"targetRef": {"kind": "HTTPRoute", "name": "old"}, "keep": 1}}
+    body, errors = forms.to_body(
+        FIELDS,
+        {
+            "spec.targetRef.name": "web",
+            "spec.rateLimit.global.rules[0].limit.requests": "5",
+            "spec.rateLimit.global.rules[0].clientSelectors": "",
+            "jwt.algorithms": "HS256, RS256",
+        },
+        base,
+    )
+    assert errors == {}
+    assert forms.prune(body) == {
+        "spec": {
+            "targetRef": {"kind": "HTTPRoute", "name": "web"},
+            "keep": 1,
+            "rateLimit": {"global": {"rules": [{"limit": {"requests": 5}}]}},
+        },
+        "jwt": {"algorithms": ["HS256", "RS256"]},
+    }
+    assert base["spec"]["targetRef"]["name"] == "old"  # not modified in place
+
+
+@pytest.mark.parametrize(
+    ("text", "value", "error"),
+    [
+        ("12", 12, None),
+        ("ten", "ten", None),  # left for the API to name
+        ("", None, None),
+    ],
+)
+def test_numbers_are_parsed_or_left_for_the_api(text: str, value: Any, error: str | None) -> None:
+    assert forms.parse_value(FieldDef("n", "n", "number"), text) == (value, error)
+
+
+def test_invalid_json_is_an_error_beside_its_field() -> None:
+    _, errors = forms.to_body(FIELDS, {"spec.rateLimit.global.rules[0].clientSelectors": "[{"})
+    assert "not valid JSON" in errors["spec.rateLimit.global.rules[0].clientSelectors"]
+
+
+@pytest.mark.parametrize(
+    ("field", "placed"),
+    [
+        (
+            "spec.rateLimit.global.rules[0].limit.requests",
+            "spec.rateLimit.global.rules[0].limit.requests",
+        ),
+        (
+            "spec.rateLimit.global.rules[0].clientSelectors[1].headers[0].value",
+            "spec.rateLimit.global.rules[0].clientSelectors",
+        ),
+        ("spec.targetRef.namespace", None),
+        ("spec.targetRef.nameX", None),  # a prefix only at a path boundary
+        ("metadata", None),
+    ],
+)
+def test_api_errors_land_beside_the_longest_matching_input(field: str, placed: str | None) -> None:
+    assert forms.place_error(field, [f.name for f in FIELDS]) == placed
+
+
+def test_create_errors_are_relative_to_the_object() -> None:
+    name = "backendTrafficPolicy.spec.rateLimit.type"
+    assert forms.relative_field(name, "backendTrafficPolicy") == "spec.rateLimit.type"
+    assert (
+        forms.error_message(f"{name}: Input should be 'Global'", name) == "Input should be 'Global'"
+    )
+
+
+def test_the_rate_limit_form_has_a_row_per_rule_and_one_to_add() -> None:
+    obj = {"spec": {"rateLimit": {"global": {"rules": [{}, {}]}}}}
+    groups = {f.group for f in POLICY_PAGES["traffic"].fields(obj) if f.group}
+    assert groups == {"Rule 1", "Rule 2", "Add a rule"}
+
+
+def _instance(**kw: Any) -> dict[str, Any]:
+    base = {
+        "kind": "ratelimit",
+        "instance": "i1",
+        "connected": True,
+        "stale": False,
+        "appliedVersion": "v2",
+        "lastResult": "ACK",
+        "upToDate": True,
+        "lastError": "",
+        "lastContactTime": 0,
+    }
+    return {**base, **kw}
+
+
+@pytest.mark.parametrize(
+    ("instances", "tone", "text"),
+    [
+        ([], "none", "No instance has subscribed yet"),
+        ([_instance(), _instance(instance="i2")], "ok", "Applied on all 2 instances"),
+        ([_instance(), _instance(upToDate=False, appliedVersion="v1")], "wait", "Applying: 1 of 2"),
+        (
+            [_instance(lastResult="NACK", upToDate=False, lastError="bad")],
+            "bad",
+            "Not applied everywhere: 1 rejected of 1",
+        ),
+        ([_instance(stale=True)], "bad", "Not applied everywhere: 1 not reachable of 1"),
+        ([_instance(connected=False)], "bad", "Not applied everywhere: 1 not reachable"),
+    ],
+)
+def test_status_verdicts(instances: list[dict[str, Any]], tone: str, text: str) -> None:
+    verdict = status.cluster_verdict(
+        {"desiredVersions": {"ratelimit": "v2"}, "instances": instances}
+    )
+    assert verdict.tone == tone
+    assert verdict.text.startswith(text)
+
+
+def test_compile_errors_win_and_group_views_name_the_cluster() -> None:
+    verdict = status.group_verdict(
+        {
+            "clusters": [
+                {
+                    "cluster": "organizations/o/clusters/c1",
+                    "desiredVersion": "v2",
+                    "instances": [_instance(kind="extauthz")],
+                    "compileError": "boom",
+                }
+            ]
+        }
+    )
+    assert verdict.tone == "bad" and verdict.compile_errors == ("c1: boom",)
+    assert verdict.rows[0].cluster == "c1"
+
+
+def test_the_conflict_diff_shows_theirs_as_removed_and_yours_as_added() -> None:
+    theirs = {"etag": "b", "spec": {"limit": 20}}
+    mine = {"spec": {"limit": 30}}
+    lines = conflict.diff(theirs, mine)
+    assert [line.text for line in lines if line.kind == "del"] == ["-  limit: 20"]
+    assert [line.text for line in lines if line.kind == "add"] == ["+  limit: 30"]
+
+
+def test_install_template_secrets_never_reach_a_page() -> None:
+    template = {
+        "helm": {"secrets": {"clusterServiceAccount": {"jwk": "K", "keys": ["a"]}}},
+        "spec": {"url": "https://x"},
+    }
+    shown = redact_secrets(template)
+    assert shown["helm"]["secrets"]["clusterServiceAccount"] == {"jwk": HIDDEN, "keys": [HIDDEN]}
+    assert shown["spec"] == {"url": "https://x"}
+
+
+def test_the_vendored_htmx_is_the_pinned_release() -> None:
+    vendored = Path("mgmt_api/console/static/vendor/htmx-2.0.11.min.js").read_bytes()
+    assert hashlib.sha256(vendored).hexdigest() == (
+        "d6fdc75f204e6bdefa99b69bf1e6d4ac69b8a364f77929f45c13476b4000f717"
+    )
