@@ -52,11 +52,11 @@ from mgmt_api.store.tables import (
     login_states,
     oidc_login_codes,
     oidc_used_tokens,
-    resources,
 )
 from mgmt_api.store.uow import UnitOfWork
 
 SYNC_ACTOR = "system:directory-sync"
+USER_KIND = "User"
 _PAGE = 500
 
 
@@ -462,28 +462,20 @@ def find_user_fqns(
     (the caller passes only verified emails). Synced matches are returned
     alone when there are any (see ``user_mapping``).
     """
-    where: list[Any] = [resources.c.kind == "User"]
+    parents = None
     if organization is not None:
-        where.append(resources.c.parent.in_([fqnmod.organization_fqn(organization), fqnmod.ROOT]))
+        parents = [fqnmod.organization_fqn(organization), fqnmod.ROOT]
     candidates: list[tuple[str, dict[str, Any]]] = []
     if user_id:
-        rows = conn.execute(
-            sa.select(resources.c.fqn, resources.c.spec).where(*where, resources.c.name == user_id)
-        )
-        candidates = [(str(r.fqn), json.loads(r.spec)) for r in rows]
+        candidates = repo.find_specs(conn, USER_KIND, parents=parents, name=user_id)
     found = _eligible(conn, scope, candidates)
     if found or not email:
         return found
     needle = f'"email":{json.dumps(email.lower())}'
-    rows = conn.execute(
-        sa.select(resources.c.fqn, resources.c.spec).where(
-            *where, sa.func.lower(resources.c.spec).contains(needle, autoescape=True)
-        )
-    )
     candidates = [
-        (str(r.fqn), spec)
-        for r in rows
-        if str((spec := json.loads(r.spec)).get("email", "")).lower() == email.lower()
+        (fqn, spec)
+        for fqn, spec in repo.find_specs(conn, USER_KIND, parents=parents, spec_contains=needle)
+        if str(spec.get("email", "")).lower() == email.lower()
     ]
     return _eligible(conn, scope, candidates)
 

@@ -149,6 +149,31 @@ def get(conn: Connection, fqn: str) -> Resource | None:
     return _row_to_resource(row) if row else None
 
 
+def find_specs(
+    conn: Connection,
+    kind: str,
+    *,
+    parents: Sequence[str] | None = None,
+    name: str | None = None,
+    spec_contains: str | None = None,
+) -> list[tuple[str, dict[str, Any]]]:
+    """(FQN, spec) of the objects of ``kind`` (under ``parents``, if given) named
+    ``name`` or whose lower-cased spec JSON contains ``spec_contains``.
+
+    For lookups across the tree that no index serves (who may log in with this
+    email): the spec match is a cheap pre-filter the caller confirms.
+    """
+    where: list[Any] = [resources.c.kind == kind]
+    if parents is not None:
+        where.append(resources.c.parent.in_(list(parents)))
+    if name is not None:
+        where.append(resources.c.name == name)
+    if spec_contains is not None:
+        where.append(sa.func.lower(resources.c.spec).contains(spec_contains, autoescape=True))
+    rows = conn.execute(sa.select(resources.c.fqn, resources.c.spec).where(*where))
+    return [(str(r.fqn), json.loads(r.spec)) for r in rows]
+
+
 def exists(conn: Connection, fqn: str) -> bool:
     return conn.execute(_EXISTS, {"fqn": fqn}).first() is not None
 
