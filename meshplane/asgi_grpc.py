@@ -73,7 +73,12 @@ HEALTH_SERVICE: str = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
 REFLECTION_SERVICE: str = reflection.SERVICE_NAME
 
 _CONTENT_TYPE = (b"content-type", b"application/grpc")
-_START = {"type": "http.response.start", "status": 200, "headers": [_CONTENT_TYPE], "trailers": True}
+_START = {
+    "type": "http.response.start",
+    "status": 200,
+    "headers": [_CONTENT_TYPE],
+    "trailers": True,
+}
 _OK_TRAILERS = {
     "type": "http.response.trailers",
     "headers": status_headers(Code.OK),
@@ -88,18 +93,18 @@ _EMPTY_BODY = {"type": "http.response.body", "body": b"", "more_body": False}
 
 
 class CallsInFlight:
-    """Counts the calls being answered, so that a drain can wait for none."""
+    """Counts the calls being answered, so that a drain can wait for none.
+
+    The adapter changes ``count`` itself (no method call on the hot path)
+    and calls :meth:`idle` when it drops to zero.
+    """
 
     def __init__(self) -> None:
         self.count = 0
         self._idle: asyncio.Event | None = None
 
-    def enter(self) -> None:
-        self.count += 1
-
-    def leave(self) -> None:
-        self.count -= 1
-        if self.count == 0 and self._idle is not None:
+    def idle(self) -> None:
+        if self._idle is not None:
             self._idle.set()
 
     async def wait_idle(self) -> None:
@@ -134,8 +139,9 @@ class GrpcAsgiApp:
         self.in_flight = CallsInFlight()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            return
+        # The hot path is written flat on purpose: every call pays each extra
+        # frame, object and lookup here (measured: ~11 µs of adapter per
+        # call before this shape, a fifth of a Check).
         content_type = encoding = timeout_header = None
         for name, value in scope["headers"]:
             if name == b"content-type":
@@ -144,59 +150,86 @@ class GrpcAsgiApp:
                 encoding = value
             elif name == b"grpc-timeout":
                 timeout_header = value
-        if (
-            scope["method"] != "POST"
-            or content_type is None
-            or not is_grpc_content_type(content_type.decode("latin-1"))
+        if scope["method"] != "POST" or (
+            content_type != b"application/grpc"
+            and (content_type is None or not is_grpc_content_type(content_type.decode("latin-1")))
         ):
             await send(_UNSUPPORTED_MEDIA)
             await send(_EMPTY_BODY)
             return
-        timeout = None
-        if timeout_header is not None:
-            timeout = parse_timeout(timeout_header.decode("latin-1"))
         path: str = scope["path"]
         handler = self._unary.get(path)
-        self.in_flight.enter()
+        in_flight = self.in_flight
+        in_flight.count += 1
         try:
-            if handler is None and path not in self._streams:
-                await _trailers_only(send, Code.UNIMPLEMENTED, f"Method not found: {path}")
+            if handler is None:
+                stream = self._streams.get(path)
+                if stream is None:
+                    await _trailers_only(send, Code.UNIMPLEMENTED, f"Method not found: {path}")
+                else:
+                    await self._stream_call(stream, self._reader(encoding), receive, send)
                 return
-            reader = MessageReader(encoding.decode("latin-1") if encoding else None, self._max)
-            if handler is not None:
-                await self._unary_call(handler, reader, receive, send, timeout)
-            else:
-                await self._stream_call(self._streams[path], reader, receive, send)
+            deadline = None
+            if timeout_header is not None:
+                deadline = parse_timeout(timeout_header.decode("latin-1"))
+            message = await receive()
+            body = message.get("body", b"")
+            if (
+                deadline is None
+                and not message.get("more_body")
+                and len(body) > 4
+                and body[0] == 0
+                and int.from_bytes(body[1:5], "big") == len(body) - 5
+                and len(body) - 5 <= self._max
+            ):
+                # The usual call: one uncompressed message in one chunk, no deadline.
+                try:
+                    response = await handler(body[5:])
+                except Exception as exc:
+                    await _failed(send, exc)
+                    return
+                try:
+                    await send(_START)
+                    await send({"type": "http.response.body", "body": frame(response)})
+                    await send(_OK_TRAILERS)
+                except Exception:  # noqa: S110 - the client is gone: nobody to tell
+                    pass
+                return
+            await self._unary_call(
+                handler, message, receive, send, encoding=encoding, deadline=deadline
+            )
         finally:
-            self.in_flight.leave()
+            in_flight.count -= 1
+            if not in_flight.count:
+                in_flight.idle()
+
+    def _reader(self, encoding: bytes | None) -> MessageReader:
+        return MessageReader(encoding.decode("latin-1") if encoding else None, self._max)
 
     async def _unary_call(
         self,
         handler: UnaryHandler,
-        reader: MessageReader,
+        first: Message,
         receive: Receive,
         send: Send,
-        timeout: float | None,
+        *,
+        encoding: bytes | None,
+        deadline: float | None,
     ) -> None:
+        """Everything but the usual call: split, compressed, oversized, or with a deadline."""
+        reader = self._reader(encoding)
         try:
-            if timeout is None:
-                response = await handler(await _read_one(reader, receive))
-            else:
-                async with asyncio.timeout(timeout):  # cancels the handler when it passes
-                    response = await handler(await _read_one(reader, receive))
-        except RpcError as exc:
-            await _trailers_only(send, exc.code, exc.message)
-            return
+            async with asyncio.timeout(deadline):  # cancels the handler when it passes
+                response = await handler(await _read_one(reader, first, receive))
         except TimeoutError:
             await _trailers_only(send, Code.DEADLINE_EXCEEDED, "Deadline Exceeded")
             return
         except Exception as exc:
-            log.exception("gRPC handler failed", extra={"error": type(exc).__name__})
-            await _trailers_only(send, Code.UNKNOWN, f"Unexpected {type(exc).__name__}")
+            await _failed(send, exc)
             return
         with contextlib.suppress(Exception):  # the client may be gone by now
             await send(_START)
-            await send({"type": "http.response.body", "body": frame(response), "more_body": False})
+            await send({"type": "http.response.body", "body": frame(response)})
             await send(_OK_TRAILERS)
 
     async def _stream_call(
@@ -278,27 +311,25 @@ async def _trailers_only(send: Send, code: Code, message: str) -> None:
         await send(_EMPTY_BODY)
 
 
-async def _read_one(reader: MessageReader, receive: Receive) -> bytes:
-    """The one message of a unary request; the whole body is read first."""
-    message = await receive()
-    body = message.get("body", b"")
-    if (
-        not message.get("more_body")
-        and len(body) >= 5
-        and body[0] == 0
-        and int.from_bytes(body[1:5], "big") == len(body) - 5
-        and len(body) - 5 <= reader.max_bytes
-    ):
-        return bytes(body[5:])  # the usual case: one uncompressed message in one chunk
+async def _failed(send: Send, exc: Exception) -> None:
+    """The status of a handler's exception: its own for RpcError, else UNKNOWN."""
+    if isinstance(exc, RpcError):
+        await _trailers_only(send, exc.code, exc.message)
+        return
+    log.exception("gRPC handler failed", extra={"error": type(exc).__name__})
+    await _trailers_only(send, Code.UNKNOWN, f"Unexpected {type(exc).__name__}")
+
+
+async def _read_one(reader: MessageReader, message: Message, receive: Receive) -> bytes:
+    """The one message of a unary request, from ``message`` (the first chunk) on."""
     messages: list[bytes] = []
     while True:
         if message["type"] != "http.request":
-            raise asyncio.CancelledError  # the client went away mid-request
-        messages += reader.feed(body)
+            raise RpcError(Code.CANCELLED, "the client went away")
+        messages += reader.feed(message.get("body", b""))
         if not message.get("more_body"):
             break
         message = await receive()
-        body = message.get("body", b"")
     if reader.pending:
         raise RpcError(Code.INTERNAL, "the request ended in the middle of a message")
     if not messages:
@@ -322,5 +353,3 @@ async def _read_first(reader: MessageReader, receive: Receive) -> bytes:
             return messages[0]
         if not message.get("more_body"):
             raise RpcError(Code.INTERNAL, "no request message")
-
-

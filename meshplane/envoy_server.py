@@ -24,7 +24,6 @@ Envoy's own log lines are JSON objects like ours (``--log-format``), at
 from __future__ import annotations
 
 import contextlib
-import functools
 import importlib.util
 import json
 import logging
@@ -248,44 +247,54 @@ def envoy_starter(
         if options.tls is not None:
             sds_path = run_dir / "sds.json"
             sds_path.write_text(json.dumps(envoy_sds_resources(options.tls)))
-        yield functools.partial(_start_worker, app_factory, options, service, run_dir, sds_path)
+        yield _Starter(app_factory, options, service, run_dir, sds_path)
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def _start_worker(
-    app_factory: Callable[[], GrpcApp],
-    options: ServeOptions,
-    service: str,
-    run_dir: Path,
-    sds_path: Path | None,
-    index: int,
-) -> EnvoyWorker:
-    admin_socket = run_dir / f"admin-{index}.sock"
-    admin_socket.unlink(missing_ok=True)
-    spec_path = run_dir / f"worker-{index}.pickle"
-    spec = WorkerSpec(app_factory, options, service, os.getpid(), str(admin_socket))
-    fd = os.open(spec_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as out:
-        pickle.dump(spec, out)
-    ours, theirs = socket.socketpair()
-    try:
-        process = subprocess.Popen(
-            envoy_command(options, envoy_config(options, admin_socket, sds_path), service),
-            env=envoy_environment(spec_path, theirs.fileno()),
-            pass_fds=(theirs.fileno(),),
-            stdin=subprocess.DEVNULL,
-            # Its own session: a terminal's Ctrl-C (SIGINT to the process
-            # group) would make Envoy quit at once; the supervisor turns it
-            # into a drain instead.
-            start_new_session=True,
+@dataclass(frozen=True)
+class _Starter:
+    app_factory: Callable[[], GrpcApp]
+    options: ServeOptions
+    service: str
+    run_dir: Path
+    sds_path: Path | None
+
+    def __call__(self, index: int) -> EnvoyWorker:
+        admin_socket = self.run_dir / f"admin-{index}.sock"
+        admin_socket.unlink(missing_ok=True)
+        spec_path = self.run_dir / f"worker-{index}.pickle"
+        spec = WorkerSpec(
+            self.app_factory, self.options, self.service, os.getpid(), str(admin_socket)
         )
-    except BaseException:
-        ours.close()
-        raise
-    finally:
-        theirs.close()
-    return EnvoyWorker(process, ours)
+        fd = os.open(spec_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            pickle.dump(spec, out)
+        config = envoy_config(self.options, admin_socket, self.sds_path)
+        ours, theirs = socket.socketpair()
+        try:
+            process = subprocess.Popen(  # noqa: S603 - our Envoy binary, our arguments
+                envoy_command(self.options, config, self.service),
+                env=envoy_environment(spec_path, theirs.fileno()),
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                # Its own session: a terminal's Ctrl-C (SIGINT to the process
+                # group) would make Envoy quit at once; the supervisor turns
+                # it into a drain instead.
+                start_new_session=True,
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        return EnvoyWorker(process, ours)
+
+
+def load_spec() -> WorkerSpec:
+    """The spec a worker's supervisor wrote (mode 0600, in its private directory)."""
+    spec: WorkerSpec = pickle.loads(Path(os.environ[ENV_SPEC]).read_bytes())  # noqa: S301
+    return spec
 
 
 def admin_post(admin_socket: str, path: str, timeout: float = 5.0) -> bytes:

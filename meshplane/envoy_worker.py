@@ -26,7 +26,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import pickle
 import signal
 import socket
 import sys
@@ -34,7 +33,7 @@ from typing import Any
 
 from meshplane import server as runtime
 from meshplane.asgi_grpc import GrpcAsgiApp, Receive, Scope, Send
-from meshplane.envoy_server import DRAIN, ENV_CONTROL_FD, ENV_SPEC, WorkerSpec, admin_post
+from meshplane.envoy_server import DRAIN, ENV_CONTROL_FD, WorkerSpec, admin_post, load_spec
 from meshplane.grpc_wire import Code
 from meshplane.logging import configure_logging
 from meshplane.rpc import Serving
@@ -55,16 +54,10 @@ class EnvoyWorkerApp:
         self._draining: asyncio.Task[None] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        grpc = self.grpc
-        if grpc is not None:
-            if scope["type"] == "http":
-                await grpc(scope, receive, send)
-                return
-        elif scope["type"] == "http":
-            await _not_ready(send)
-            return
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
+        elif self.grpc is None:
+            await _not_ready(send)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -82,8 +75,7 @@ class EnvoyWorkerApp:
                 return
 
     async def _start(self) -> None:
-        with open(os.environ[ENV_SPEC], "rb") as spec_file:
-            spec: WorkerSpec = pickle.load(spec_file)  # noqa: S301 - written by our supervisor, 0600
+        spec = load_spec()
         self._spec = spec
         configure_logging(spec.service)
         loop = asyncio.get_running_loop()
@@ -126,7 +118,8 @@ class EnvoyWorkerApp:
     async def _drain(self, reason: str) -> None:
         spec, ctx, grpc = self._spec, self._ctx, self.grpc
         assert spec is not None and ctx is not None and grpc is not None
-        log.info("worker draining", extra={"reason": reason, "grace_seconds": spec.options.grace_seconds})
+        grace = spec.options.grace_seconds
+        log.info("worker draining", extra={"reason": reason, "grace_seconds": grace})
         for name in (*ctx.service_names, ""):
             ctx.health.set(name, Serving.NOT_SERVING)
         try:
@@ -138,10 +131,13 @@ class EnvoyWorkerApp:
             await self._http.stop()
             self._http = None
         try:
-            async with asyncio.timeout(spec.options.grace_seconds):
+            async with asyncio.timeout(grace):
                 await grpc.in_flight.wait_idle()
         except TimeoutError:
-            log.warning("calls still in flight after the grace period", extra={"calls": grpc.in_flight.count})
+            log.warning(
+                "calls still in flight after the grace period",
+                extra={"calls": grpc.in_flight.count},
+            )
         os.kill(os.getpid(), signal.SIGTERM)  # Envoy shuts down, then lifespan shutdown
 
     async def _stop(self) -> None:
@@ -174,4 +170,19 @@ def _exit_now(code: int) -> None:
     os._exit(code)
 
 
-app: Any = EnvoyWorkerApp()
+def _entry(worker: EnvoyWorkerApp) -> Any:
+    """The function pyvoy calls for every stream: straight into the gRPC adapter
+    once the app has started (one call frame less on the hot path)."""
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        grpc = worker.grpc
+        if grpc is not None and scope["type"] == "http":
+            await grpc(scope, receive, send)
+        else:
+            await worker(scope, receive, send)
+
+    return app
+
+
+worker = EnvoyWorkerApp()
+app = _entry(worker)

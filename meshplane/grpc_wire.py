@@ -177,4 +177,6 @@ def status_headers(code: Code, message: str = "") -> list[tuple[bytes, bytes]]:
 def is_grpc_content_type(value: str) -> bool:
     """``application/grpc`` or ``application/grpc+...``/``;...`` (grpcio's rule)."""
     value = value.lower()
-    return value == "application/grpc" or value.startswith(("application/grpc+", "application/grpc;"))
+    return value == "application/grpc" or value.startswith(
+        ("application/grpc+", "application/grpc;")
+    )

@@ -101,4 +101,3 @@ class HealthState:
             if self.closed:
                 return
             await changed.wait()
-

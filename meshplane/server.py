@@ -43,7 +43,7 @@ import socket
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 import grpc
@@ -56,7 +56,7 @@ from meshplane import metrics
 from meshplane.grpc_wire import RpcError
 from meshplane.logging import configure_logging
 from meshplane.netaddr import parse_listen
-from meshplane.rpc import HealthState, Serving, Services, UnaryHandler
+from meshplane.rpc import HealthState, Services, Serving, UnaryHandler
 from meshplane.tls import TlsFiles, grpcio_credentials
 
 log = logging.getLogger(__name__)

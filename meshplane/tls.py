@@ -33,8 +33,9 @@ import grpc
 
 log = logging.getLogger(__name__)
 
-SERVER_CERT_SECRET = "meshplane_server_cert"
-CLIENT_CA_SECRET = "meshplane_client_ca"
+# Names of SDS resources (certificate files), not secret values.
+SERVER_CERT_SECRET = "meshplane_server_cert"  # noqa: S105
+CLIENT_CA_SECRET = "meshplane_client_ca"  # noqa: S105
 
 
 @dataclass(frozen=True)
@@ -151,7 +152,8 @@ def envoy_transport_socket(files: TlsFiles, sds_path: Path) -> dict[str, Any]:
     return {
         "name": "envoy.transport_sockets.tls",
         "typed_config": {
-            "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext",
+            "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3."
+            "DownstreamTlsContext",
             "common_tls_context": common,
             "require_client_certificate": files.client_ca is not None,
         },

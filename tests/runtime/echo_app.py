@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Sequence
 
 from prometheus_client import Counter
@@ -42,4 +43,10 @@ class EchoApp:
 
 
 def make_app() -> EchoApp:
+    return EchoApp()
+
+
+def make_slow_app() -> EchoApp:
+    """An app that takes 3 s to build (a slow config load on a loaded machine)."""
+    time.sleep(3)
     return EchoApp()

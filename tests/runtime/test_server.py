@@ -1,4 +1,5 @@
-"""The shared process model: health, reflection, workers, metrics, drain."""
+"""The shared process model on both servers (Envoy and grpcio): workers sharing a
+port, metrics across workers, drain on SIGTERM, supervisor death, startup failure."""
 
 from __future__ import annotations
 
@@ -53,39 +54,63 @@ SUPERVISOR = textwrap.dedent(
     """
     import sys
     from meshplane.server import ServeOptions, serve
-    from tests.runtime.echo_app import make_app
-    sys.exit(serve(make_app, ServeOptions(listen=sys.argv[1], workers=2,
-                   metrics_listen=sys.argv[2], grace_seconds=5.0), service="echo"))
+    from tests.runtime.echo_app import make_app, make_slow_app
+    listen, metrics, kind, workers, slow = sys.argv[1:]
+    factory = make_slow_app if slow == "slow" else make_app
+    sys.exit(serve(factory, ServeOptions(listen=listen, workers=int(workers),
+                   metrics_listen=metrics, grace_seconds=5.0, server=kind), service="echo"))
     """
 )
 
+SERVERS = ("envoy", "grpcio")
 
-@pytest.fixture
-def supervisor() -> Iterator[tuple[subprocess.Popen[bytes], int, int]]:
-    port, metrics_port = free_port(), free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-c", SUPERVISOR, f"127.0.0.1:{port}", f"127.0.0.1:{metrics_port}"],
-        stderr=subprocess.PIPE,
-        cwd=os.getcwd(),
-    )
-    try:
-        wait_for_port(port)
-        wait_for_port(metrics_port)
-        yield proc, port, metrics_port
-    finally:
-        if proc.poll() is None:
-            proc.terminate()  # the workers drain and exit with it
+
+class Supervisor:
+    """A supervisor subprocess (2 echo workers) and its ports."""
+
+    def __init__(self, kind: str, *, slow: bool = False, workers: int = 2) -> None:
+        self.kind = kind
+        self.stderr = b""
+        self.port, self.metrics_port = free_port(), free_port()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", SUPERVISOR, f"127.0.0.1:{self.port}",
+             f"127.0.0.1:{self.metrics_port}", kind, str(workers), "slow" if slow else "-"],
+            stderr=subprocess.PIPE,
+            cwd=os.getcwd(),
+        )  # fmt: skip
+
+    def wait_serving(self) -> None:
+        wait_for_port(self.port, timeout=60)
+        wait_for_port(self.metrics_port, timeout=60)
+
+    def close(self) -> bytes:
+        """SIGTERM (the workers drain and exit with it); its stderr."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
             try:
-                proc.wait(15)
+                self.proc.wait(30)
             except subprocess.TimeoutExpired:
-                proc.kill()
-        proc.wait(10)
-        assert proc.stderr is not None
-        proc.stderr.close()
+                self.proc.kill()
+        self.proc.wait(10)
+        if self.proc.stderr is not None and not self.proc.stderr.closed:
+            self.stderr = self.proc.stderr.read()
+            self.proc.stderr.close()
+        return self.stderr
+
+
+@pytest.fixture(params=SERVERS)
+def supervisor(request: pytest.FixtureRequest) -> Iterator[Supervisor]:
+    sup = Supervisor(request.param)
+    try:
+        sup.wait_serving()
+        yield sup
+    finally:
+        sup.close()
 
 
 def _workers_of(supervisor: int) -> list[int]:
-    """The spawned worker processes of a supervisor (not its resource tracker)."""
+    """The worker processes of a supervisor: spawned Pythons or Envoys (not its
+    resource tracker)."""
     pids = []
     for entry in Path("/proc").glob("[0-9]*"):
         try:
@@ -93,7 +118,9 @@ def _workers_of(supervisor: int) -> list[int]:
             cmdline = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == supervisor and b"spawn_main" in cmdline:
+        if int(stat.rsplit(")", 1)[1].split()[1]) == supervisor and (
+            b"spawn_main" in cmdline or b"--config-yaml" in cmdline
+        ):
             pids.append(int(entry.name))
     return pids
 
@@ -112,24 +139,20 @@ def _metric_lines(metrics_port: int, name: str) -> list[str]:
     return [line for line in body.decode().splitlines() if line.startswith(name)]
 
 
-def test_workers_share_the_port_and_metrics_cover_every_worker(
-    supervisor: tuple[subprocess.Popen[bytes], int, int],
-) -> None:
-    _proc, port, metrics_port = supervisor
-
+def test_workers_share_the_port_and_metrics_cover_every_worker(supervisor: Supervisor) -> None:
     async def calls() -> None:
         # Separate channels are separate connections, which SO_REUSEPORT
         # spreads over both workers.
         for _ in range(40):
             async with grpc.aio.insecure_channel(
-                f"127.0.0.1:{port}", options=[("grpc.use_local_subchannel_pool", 1)]
+                f"127.0.0.1:{supervisor.port}", options=[("grpc.use_local_subchannel_pool", 1)]
             ) as channel:
                 await _sleep_call(channel)(b"0")
 
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 60
     while True:
         asyncio.run(calls())
-        lines = _metric_lines(metrics_port, "meshplane_test_echo_calls_total{")
+        lines = _metric_lines(supervisor.metrics_port, "meshplane_test_echo_calls_total{")
         if len(lines) >= 2 or time.monotonic() > deadline:
             break
     assert len(lines) >= 2, f"expected calls on both workers, got {lines}"
@@ -137,55 +160,72 @@ def test_workers_share_the_port_and_metrics_cover_every_worker(
     assert total % 40 == 0 and total >= 40
 
 
-def test_workers_exit_when_the_supervisor_is_killed(
-    supervisor: tuple[subprocess.Popen[bytes], int, int],
-) -> None:
+def _wait_gone(pids: list[int], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while any(_running(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_running(pid) for pid in pids), "workers outlived their supervisor"
+
+
+def test_workers_exit_when_the_supervisor_is_killed(supervisor: Supervisor) -> None:
     """A supervisor killed outright cannot stop its workers; they notice that
     it is gone and drain and exit instead of serving on as orphans."""
-    proc, port, _ = supervisor
     deadline = time.monotonic() + 30
-    while len(workers := _workers_of(proc.pid)) < 2 and time.monotonic() < deadline:
+    while len(workers := _workers_of(supervisor.proc.pid)) < 2 and time.monotonic() < deadline:
         time.sleep(0.1)
     assert len(workers) == 2, workers
-    proc.kill()
-    proc.wait(10)
-    deadline = time.monotonic() + 15
-    while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not any(_running(pid) for pid in workers), "workers outlived their supervisor"
+    supervisor.proc.kill()
+    supervisor.proc.wait(10)
+    _wait_gone(workers)
     with pytest.raises(OSError):
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        socket.create_connection(("127.0.0.1", supervisor.port), timeout=1).close()
 
 
-def test_sigterm_drains_in_flight_calls_and_exits_zero(
-    supervisor: tuple[subprocess.Popen[bytes], int, int],
-) -> None:
-    proc, port, _ = supervisor
+@pytest.mark.parametrize("kind", SERVERS)
+def test_a_supervisor_killed_while_its_workers_start_leaves_no_worker(kind: str) -> None:
+    """The race a loaded CI machine showed: the supervisor dies while its
+    workers are still starting (here, an app that takes 3 s to build). A
+    worker that read its parent only once started took its new parent for
+    the supervisor and served on forever; now none may survive."""
+    sup = Supervisor(kind, slow=True)
+    try:
+        deadline = time.monotonic() + 30
+        while len(workers := _workers_of(sup.proc.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(workers) == 2, workers
+        sup.proc.kill()
+        _wait_gone(workers, timeout=45)
+    finally:
+        sup.close()
 
+
+def test_sigterm_drains_in_flight_calls_and_exits_zero(supervisor: Supervisor) -> None:
     async def scenario() -> list[bytes]:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{supervisor.port}") as channel:
             calls = [asyncio.ensure_future(_sleep_call(channel)(b"1500")) for _ in range(5)]
             await asyncio.sleep(0.5)  # the calls are in flight
-            proc.send_signal(signal.SIGTERM)
+            supervisor.proc.send_signal(signal.SIGTERM)
             return list(await asyncio.gather(*calls))
 
     assert asyncio.run(scenario()) == [b"1500"] * 5
-    assert proc.wait(15) == 0
-    assert b"worker draining" in proc.stderr.read()  # type: ignore[union-attr]
+    assert supervisor.proc.wait(30) == 0
+    assert b"worker draining" in supervisor.close()
 
 
-def test_a_worker_that_cannot_bind_stops_the_supervisor_with_an_error() -> None:
+@pytest.mark.parametrize("kind", SERVERS)
+def test_a_worker_that_cannot_bind_stops_the_supervisor_with_an_error(kind: str) -> None:
     blocker = socket.socket()
     blocker.bind(("127.0.0.1", 0))
     blocker.listen()
     port = blocker.getsockname()[1]  # bound without SO_REUSEPORT: nobody else may bind
     try:
         proc = subprocess.run(
-            [sys.executable, "-c", SUPERVISOR, f"127.0.0.1:{port}", f"127.0.0.1:{free_port()}"],
+            [sys.executable, "-c", SUPERVISOR, f"127.0.0.1:{port}", f"127.0.0.1:{free_port()}",
+             kind, "2", "-"],
             capture_output=True,
-            timeout=60,
+            timeout=90,
             check=False,
-        )
+        )  # fmt: skip
     finally:
         blocker.close()
     assert proc.returncode != 0
