@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from meshplane.envoy_binary import ensure_envoy_api, envoy_path
 from meshplane.netaddr import parse_listen
-from meshplane.tls import envoy_sds_resources, envoy_transport_socket
+from meshplane.tls import envoy_sds_documents, envoy_transport_socket
 
 if TYPE_CHECKING:
     from meshplane.server import GrpcApp, ServeOptions, StartWorker
@@ -93,9 +93,13 @@ def _pyvoy_module() -> str:
 
 
 def envoy_config(
-    options: ServeOptions, admin_socket: Path, sds_path: Path | None
+    options: ServeOptions, admin_socket: Path, sds_dir: Path, node: str
 ) -> dict[str, Any]:
-    """The bootstrap of one worker: one listener, gRPC to the embedded app."""
+    """The bootstrap of one worker: one listener, gRPC to the embedded app.
+
+    ``sds_dir`` holds the SDS files of the TLS secrets; ``node`` names the
+    worker (Envoy wants a node to load SDS secrets).
+    """
     host, port = parse_listen(options.listen)
     pyvoy = {
         "app": WORKER_APP,
@@ -136,9 +140,9 @@ def envoy_config(
         "filters": [{"name": "envoy.filters.network.http_connection_manager", "typed_config": hcm}]
     }
     if options.tls is not None:
-        assert sds_path is not None
-        chain["transport_socket"] = envoy_transport_socket(options.tls, sds_path)
+        chain["transport_socket"] = envoy_transport_socket(options.tls, sds_dir)
     return {
+        "node": {"id": node, "cluster": node.rsplit("-", 1)[0]},
         "admin": {"address": {"pipe": {"path": str(admin_socket)}}},
         "static_resources": {
             "listeners": [
@@ -243,11 +247,10 @@ def envoy_starter(
         options.tls.check_readable()
     run_dir = Path(tempfile.mkdtemp(prefix=f"meshplane-{service}-"))
     try:
-        sds_path: Path | None = None
         if options.tls is not None:
-            sds_path = run_dir / "sds.json"
-            sds_path.write_text(json.dumps(envoy_sds_resources(options.tls)))
-        yield _Starter(app_factory, options, service, run_dir, sds_path)
+            for name, document in envoy_sds_documents(options.tls).items():
+                (run_dir / f"{name}.json").write_text(json.dumps(document))
+        yield _Starter(app_factory, options, service, run_dir)
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
 
@@ -258,7 +261,6 @@ class _Starter:
     options: ServeOptions
     service: str
     run_dir: Path
-    sds_path: Path | None
 
     def __call__(self, index: int) -> EnvoyWorker:
         admin_socket = self.run_dir / f"admin-{index}.sock"
@@ -270,7 +272,8 @@ class _Starter:
         fd = os.open(spec_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "wb") as out:
             pickle.dump(spec, out)
-        config = envoy_config(self.options, admin_socket, self.sds_path)
+        node = f"{self.service}-worker-{index}"
+        config = envoy_config(self.options, admin_socket, self.run_dir, node)
         ours, theirs = socket.socketpair()
         try:
             process = subprocess.Popen(  # noqa: S603 - our Envoy binary, our arguments

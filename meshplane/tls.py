@@ -12,7 +12,7 @@ Certificates are reloaded from disk without a restart:
   whose fetcher runs at every new handshake; it re-reads the files only when
   one of them changed (a ``stat`` per file), so a rotated certificate is
   served from the next connection on;
-- Envoy: :func:`envoy_sds_resources` delivers the files through SDS with a
+- Envoy: :func:`envoy_sds_documents` delivers the files through SDS with a
   ``watched_directory``, and Envoy re-reads them when a file is moved into
   that directory, which is how Kubernetes (the ``..data`` symlink swap) and
   cert-manager update mounted Secrets. Replace files atomically (write
@@ -109,11 +109,14 @@ def grpcio_credentials(files: TlsFiles) -> grpc.ServerCredentials:
     )
 
 
-def envoy_sds_resources(files: TlsFiles) -> dict[str, Any]:
-    """The SDS file (``path_config_source``) holding the listener's secrets."""
+def envoy_sds_documents(files: TlsFiles) -> dict[str, dict[str, Any]]:
+    """The SDS files (``path_config_source``) of the listener's secrets, by secret name.
+
+    One file per secret: Envoy's file-based SDS takes exactly one resource a file.
+    """
     files = files.absolute()
-    resources: list[dict[str, Any]] = [
-        {
+    documents = {
+        SERVER_CERT_SECRET: {
             "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret",
             "name": SERVER_CERT_SECRET,
             "tls_certificate": {
@@ -122,32 +125,36 @@ def envoy_sds_resources(files: TlsFiles) -> dict[str, Any]:
                 "watched_directory": {"path": str(Path(files.cert).parent)},
             },
         }
-    ]
+    }
     if files.client_ca:
-        resources.append(
-            {
-                "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret",
-                "name": CLIENT_CA_SECRET,
-                "validation_context": {
-                    "trusted_ca": {"filename": files.client_ca},
-                    "watched_directory": {"path": str(Path(files.client_ca).parent)},
-                },
-            }
-        )
-    return {"resources": resources}
+        documents[CLIENT_CA_SECRET] = {
+            "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret",
+            "name": CLIENT_CA_SECRET,
+            "validation_context": {
+                "trusted_ca": {"filename": files.client_ca},
+                "watched_directory": {"path": str(Path(files.client_ca).parent)},
+            },
+        }
+    return {name: {"resources": [document]} for name, document in documents.items()}
 
 
-def envoy_transport_socket(files: TlsFiles, sds_path: Path) -> dict[str, Any]:
-    """The listener's DownstreamTlsContext, its secrets read from ``sds_path``."""
-    source = {"path_config_source": {"path": str(sds_path)}, "resource_api_version": "V3"}
+def envoy_transport_socket(files: TlsFiles, sds_dir: Path) -> dict[str, Any]:
+    """The listener's DownstreamTlsContext, its secrets read from ``sds_dir/<name>.json``."""
+
+    def source(name: str) -> dict[str, Any]:
+        path = sds_dir / f"{name}.json"
+        return {"path_config_source": {"path": str(path)}, "resource_api_version": "V3"}
+
     common: dict[str, Any] = {
-        "tls_certificate_sds_secret_configs": [{"name": SERVER_CERT_SECRET, "sds_config": source}],
+        "tls_certificate_sds_secret_configs": [
+            {"name": SERVER_CERT_SECRET, "sds_config": source(SERVER_CERT_SECRET)}
+        ],
         "alpn_protocols": ["h2"],
     }
     if files.client_ca:
         common["validation_context_sds_secret_config"] = {
             "name": CLIENT_CA_SECRET,
-            "sds_config": source,
+            "sds_config": source(CLIENT_CA_SECRET),
         }
     return {
         "name": "envoy.transport_sockets.tls",

@@ -123,7 +123,9 @@ class H2Client:
                 raise ConnectionError("the server closed the connection")
             for event in self.conn.receive_data(data):
                 if isinstance(event, h2.events.DataReceived):
-                    self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                    self.conn.acknowledge_received_data(
+                        event.flow_controlled_length, event.stream_id
+                    )
                 if getattr(event, "stream_id", None) != stream:
                     continue
                 if isinstance(event, h2.events.ResponseReceived):
