@@ -10,7 +10,9 @@ In one run, interleaved over ``--rounds`` rounds, at each worker count
   (the verified-token cache makes a repeat token a dict hit);
 * ``denied``: the same server, a forged HS256 token (bad signature: never
   cached, every call pays a verification: attack traffic looks like this);
-* ``hs256-grpcio``: ``extauthz serve --server grpcio``, valid token.
+* ``hs256-grpcio``: ``extauthz serve --server grpcio``, valid token;
+* ``hs256-2threads`` (1 worker only): one worker with 2 Envoy threads, to
+  compare with 2 worker processes (the ``hs256`` row at 2 workers).
 
 Requests are POSTs of a 5-byte gRPC prefix + a ~600-byte CheckRequest shaped
 like Envoy's, over h2c. Every case is checked to answer what it should
@@ -172,6 +174,10 @@ def bench_workers(workers: int, args: argparse.Namespace, workdir: Path) -> list
         expect_status(envoy.port, bodies["hs256"], 0)
         expect_status(envoy.port, bodies["denied"], 7)
         expect_status(grpcio.port, bodies["hs256"], 0)
+        threaded = None
+        if args.threads_case and workers == 1:
+            # Threads instead of processes: one worker, two Envoy threads.
+            threaded = stack.enter_context(ours(config, 1, "envoy", threads=2))
         targets = [
             Target("envoy-direct", direct, METHOD, bodies["hs256"]),
             Target("asgi-noop", noop, METHOD, bodies["hs256"]),
@@ -180,6 +186,8 @@ def bench_workers(workers: int, args: argparse.Namespace, workdir: Path) -> list
             Target("denied", envoy, METHOD, bodies["denied"], latency=False),
             Target("hs256-grpcio", grpcio, METHOD, bodies["hs256"], latency=False),
         ]
+        if threaded is not None:
+            targets.append(Target("hs256-2threads", threaded, METHOD, bodies["hs256"], False))
         for round_index in range(args.rounds):
             print(f" round {round_index + 1}/{args.rounds}", flush=True)
             for target in targets:
@@ -196,6 +204,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds (medians)")
     parser.add_argument(
         "--rates", type=int, nargs="*", default=[1000, 5000], help="offered req/s for latency"
+    )
+    parser.add_argument(
+        "--threads-case",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="at 1 worker, also ours with 2 Envoy threads (threads vs processes)",
     )
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
     args = parser.parse_args()

@@ -151,14 +151,27 @@ def test_a_supervisor_killed_while_its_workers_start_leaves_no_worker(kind: str)
 
 
 def test_sigterm_drains_in_flight_calls_and_exits_zero(supervisor: Supervisor) -> None:
-    async def scenario() -> list[bytes]:
+    """In-flight calls finish; a health Watch sees NOT_SERVING before the end."""
+
+    async def scenario() -> tuple[list[bytes], list[int]]:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{supervisor.port}") as channel:
+            watch = health_pb2_grpc.HealthStub(channel).Watch(
+                health_pb2.HealthCheckRequest(service=SERVICE), timeout=30
+            )
+            seen = [(await watch.read()).status]
             calls = [asyncio.ensure_future(_sleep_call(channel)(b"1500")) for _ in range(5)]
             await asyncio.sleep(0.5)  # the calls are in flight
             supervisor.proc.send_signal(signal.SIGTERM)
-            return list(await asyncio.gather(*calls))
+            seen.append((await watch.read()).status)
+            watch.cancel()
+            return list(await asyncio.gather(*calls)), seen
 
-    assert asyncio.run(scenario()) == [b"1500"] * 5
+    answers, seen = asyncio.run(scenario())
+    assert answers == [b"1500"] * 5
+    assert seen == [
+        health_pb2.HealthCheckResponse.SERVING,
+        health_pb2.HealthCheckResponse.NOT_SERVING,
+    ]
     assert supervisor.proc.wait(30) == 0
     assert b"worker draining" in supervisor.close()
 
