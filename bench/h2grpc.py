@@ -28,6 +28,7 @@ The servers compared:
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -36,8 +37,9 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -141,6 +143,40 @@ def started(
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
+
+
+def listening(name: str, cmd: list[str]) -> contextlib.AbstractContextManager[Server]:
+    """``cmd --listen 127.0.0.1:PORT`` on a free port, until it is SERVING."""
+    port = free_port()
+    return started(name, [*cmd, "--listen", f"127.0.0.1:{port}"], port)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags both benches take."""
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--duration", type=float, default=4.0, help="seconds per measurement")
+    parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds (medians)")
+    parser.add_argument(
+        "--rates", type=int, nargs="*", default=[1000, 5000], help="offered req/s for latency"
+    )
+    parser.add_argument("--json", type=Path, help="also write the results as JSON here")
+
+
+def run_bench(
+    args: argparse.Namespace, bench_workers: Callable[[int, Path], list[Run]], prefix: str
+) -> int:
+    """Every worker count in turn, then the table of medians and ratios."""
+    require_h2load()
+    results: list[Run] = []
+    started_at = time.strftime("%Y-%m-%d %H:%M")
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        for workers in args.workers:
+            results += bench_workers(workers, Path(tmp))
+    print()
+    print(report(results, ["asgi-noop", "grpcio-noop", "envoy-direct"]))
+    print(f"\nstarted {started_at}; {load_note()}")
+    write_json(args.json, results)
+    return 0
 
 
 def asgi_noop(workers: int, response: bytes) -> contextlib.AbstractContextManager[Server]:
@@ -311,6 +347,29 @@ def measure(
             flush=True,
         )
     return runs
+
+
+def floors(direct: Server, noop: Server, old: Server, path: str, body: Path) -> list[Target]:
+    """The three floors, measured with the same request as ours."""
+    return [
+        Target("envoy-direct", direct, path, body),
+        Target("asgi-noop", noop, path, body),
+        Target("grpcio-noop", old, path, body),
+    ]
+
+
+def rounds(
+    targets: Sequence[Target], workers: int, args: argparse.Namespace, workdir: Path
+) -> list[Run]:
+    """Every target once per round, ``args.rounds`` times (interleaved)."""
+    results: list[Run] = []
+    for index in range(args.rounds):
+        print(f" round {index + 1}/{args.rounds}", flush=True)
+        for target in targets:
+            results += measure(
+                target, workers, duration=args.duration, rates=args.rates, workdir=workdir
+            )
+    return results
 
 
 def report(results: list[Run], baselines: Sequence[str]) -> str:

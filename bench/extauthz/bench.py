@@ -30,7 +30,6 @@ import base64
 import contextlib
 import struct
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -44,7 +43,7 @@ from google.rpc import status_pb2
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import h2grpc
-from h2grpc import BIN, ROOT, Run, Target, asgi_noop, envoy_direct, free_port, started
+from h2grpc import BIN, ROOT, Run, Target, asgi_noop, envoy_direct
 
 METHOD = "/envoy.service.auth.v3.Authorization/Check"
 SECRET = "bench-secret-0123456789abcdef-0123456789"
@@ -140,22 +139,23 @@ def expect_status(port: int, body: Path, code: int) -> None:
 
 
 def ours(
-    config: Path, workers: int, server: str
+    config: Path, workers: int, server: str, threads: int = 1
 ) -> contextlib.AbstractContextManager[h2grpc.Server]:
-    port = free_port()
-    cmd = [str(BIN / "extauthz"), "serve", "--config", str(config), "--listen",
-           f"127.0.0.1:{port}", "--workers", str(workers), "--server", server]  # fmt: skip
-    return started(f"ours-{server}", cmd, port)
+    return h2grpc.listening(
+        f"ours-{server}",
+        [str(BIN / "extauthz"), "serve", "--config", str(config), "--workers", str(workers),
+         "--server", server, "--envoy-threads", str(threads)],
+    )  # fmt: skip
 
 
 def grpcio_noop(workers: int) -> contextlib.AbstractContextManager[h2grpc.Server]:
-    port = free_port()
-    cmd = [sys.executable, str(ROOT / "bench/extauthz/noop_server.py"), "--listen",
-           f"127.0.0.1:{port}", "--workers", str(workers)]  # fmt: skip
-    return started("grpcio-noop", cmd, port)
+    return h2grpc.listening(
+        "grpcio-noop",
+        [sys.executable, str(ROOT / "bench/extauthz/noop_server.py"), "--workers", str(workers)],
+    )
 
 
-def bench_workers(workers: int, args: argparse.Namespace, workdir: Path) -> list[Run]:
+def bench_workers(workers: int, workdir: Path, args: argparse.Namespace) -> list[Run]:
     """Every server up at once; the cases interleave for ``rounds``."""
     config, tokens = write_config(workdir, 10_000)
     bodies = {}
@@ -164,7 +164,6 @@ def bench_workers(workers: int, args: argparse.Namespace, workdir: Path) -> list
         bodies[case].write_bytes(grpc_frame(check_request(token, None).SerializeToString()))
     allow_frame = grpc_frame(ALLOW)
     print(f"workers={workers}", flush=True)
-    results: list[Run] = []
     with contextlib.ExitStack() as stack:
         direct = stack.enter_context(envoy_direct(workers, allow_frame, workdir))
         noop = stack.enter_context(asgi_noop(workers, allow_frame))
@@ -179,51 +178,30 @@ def bench_workers(workers: int, args: argparse.Namespace, workdir: Path) -> list
             # Threads instead of processes: one worker, two Envoy threads.
             threaded = stack.enter_context(ours(config, 1, "envoy", threads=2))
         targets = [
-            Target("envoy-direct", direct, METHOD, bodies["hs256"]),
-            Target("asgi-noop", noop, METHOD, bodies["hs256"]),
-            Target("grpcio-noop", old, METHOD, bodies["hs256"]),
+            *h2grpc.floors(direct, noop, old, METHOD, bodies["hs256"]),
             Target("hs256", envoy, METHOD, bodies["hs256"]),
             Target("denied", envoy, METHOD, bodies["denied"], latency=False),
             Target("hs256-grpcio", grpcio, METHOD, bodies["hs256"], latency=False),
         ]
         if threaded is not None:
             targets.append(Target("hs256-2threads", threaded, METHOD, bodies["hs256"], False))
-        for round_index in range(args.rounds):
-            print(f" round {round_index + 1}/{args.rounds}", flush=True)
-            for target in targets:
-                results += h2grpc.measure(
-                    target, workers, duration=args.duration, rates=args.rates, workdir=workdir
-                )
+        results = h2grpc.rounds(targets, workers, args, workdir)
     return results
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--duration", type=float, default=4.0, help="seconds per measurement")
-    parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds (medians)")
-    parser.add_argument(
-        "--rates", type=int, nargs="*", default=[1000, 5000], help="offered req/s for latency"
-    )
+    h2grpc.add_arguments(parser)
     parser.add_argument(
         "--threads-case",
         action=argparse.BooleanOptionalAction,
         default=True,
         help="at 1 worker, also ours with 2 Envoy threads (threads vs processes)",
     )
-    parser.add_argument("--json", type=Path, help="also write the results as JSON here")
     args = parser.parse_args()
-    h2grpc.require_h2load()
-    results: list[Run] = []
-    started_at = time.strftime("%Y-%m-%d %H:%M")
-    with tempfile.TemporaryDirectory(prefix="extauthz-bench-") as tmp:
-        for workers in args.workers:
-            results += bench_workers(workers, args, Path(tmp))
-    print()
-    print(h2grpc.report(results, ["asgi-noop", "grpcio-noop", "envoy-direct"]))
-    print(f"\nstarted {started_at}; {h2grpc.load_note()}")
-    h2grpc.write_json(args.json, results)
-    return 0
+    return h2grpc.run_bench(
+        args, lambda workers, workdir: bench_workers(workers, workdir, args), "extauthz-bench-"
+    )
 
 
 if __name__ == "__main__":

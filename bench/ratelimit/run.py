@@ -30,8 +30,6 @@ import re
 import struct
 import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 import grpc
@@ -40,7 +38,7 @@ from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import h2grpc
-from h2grpc import BIN, ROOT, Run, Target, asgi_noop, envoy_direct, free_port, started
+from h2grpc import BIN, ROOT, Run, Target, asgi_noop, envoy_direct
 
 from tests.support.redis_server import RedisServer, redis_server
 
@@ -115,22 +113,22 @@ def commands_per_call(redis: RedisServer, port: int, body: Path, calls: int = 20
 def ours(
     config: Path, redis: RedisServer, workers: int, server: str
 ) -> contextlib.AbstractContextManager[h2grpc.Server]:
-    port = free_port()
-    cmd = [str(BIN / "ratelimit"), "serve", "--config", str(config), "--listen",
-           f"127.0.0.1:{port}", "--workers", str(workers), "--server", server,
-           "--redis-url", redis.url]  # fmt: skip
-    return started(f"ours-{server}", cmd, port)
+    return h2grpc.listening(
+        f"ours-{server}",
+        [str(BIN / "ratelimit"), "serve", "--config", str(config), "--workers", str(workers),
+         "--server", server, "--redis-url", redis.url],
+    )  # fmt: skip
 
 
 def grpcio_noop(workers: int) -> contextlib.AbstractContextManager[h2grpc.Server]:
-    port = free_port()
-    cmd = [sys.executable, str(ROOT / "bench/ratelimit/noop_rls.py"), "--listen",
-           f"127.0.0.1:{port}", "--workers", str(workers)]  # fmt: skip
-    return started("grpcio-noop", cmd, port)
+    return h2grpc.listening(
+        "grpcio-noop",
+        [sys.executable, str(ROOT / "bench/ratelimit/noop_rls.py"), "--workers", str(workers)],
+    )
 
 
 def bench_workers(
-    workers: int, args: argparse.Namespace, workdir: Path, redis: RedisServer
+    workers: int, workdir: Path, args: argparse.Namespace, redis: RedisServer
 ) -> list[Run]:
     config = workdir / "bench.yaml"
     config.write_text(CONFIG)
@@ -140,7 +138,6 @@ def bench_workers(
         bodies[case].write_bytes(grpc_frame(request.SerializeToString()))
     answer = grpc_frame(NOOP_ANSWER)
     print(f"workers={workers}", flush=True)
-    results: list[Run] = []
     redis.command("flushall")
     with contextlib.ExitStack() as stack:
         direct = stack.enter_context(envoy_direct(workers, answer, workdir))
@@ -152,19 +149,12 @@ def bench_workers(
             for case in REQUESTS:
                 check_answer(server.port, case)
         targets = [
-            Target("envoy-direct", direct, PATH, bodies["redis-2"]),
-            Target("asgi-noop", noop, PATH, bodies["redis-2"]),
-            Target("grpcio-noop", old, PATH, bodies["redis-2"]),
+            *h2grpc.floors(direct, noop, old, PATH, bodies["redis-2"]),
             Target("redis-2", envoy, PATH, bodies["redis-2"]),
             Target("over-limit", envoy, PATH, bodies["over-limit"], latency=False),
             Target("redis-2-grpcio", grpcio, PATH, bodies["redis-2"], latency=False),
         ]
-        for round_index in range(args.rounds):
-            print(f" round {round_index + 1}/{args.rounds}", flush=True)
-            for target in targets:
-                results += h2grpc.measure(
-                    target, workers, duration=args.duration, rates=args.rates, workdir=workdir
-                )
+        results = h2grpc.rounds(targets, workers, args, workdir)
         for case in ("redis-2", "over-limit"):
             per_call = commands_per_call(redis, envoy.port, bodies[case])
             print(f"  {case:<22} Redis commands per call: {per_call:.2f}", flush=True)
@@ -173,25 +163,14 @@ def bench_workers(
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--duration", type=float, default=4.0, help="seconds per measurement")
-    parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds (medians)")
-    parser.add_argument(
-        "--rates", type=int, nargs="*", default=[1000, 5000], help="offered req/s for latency"
-    )
-    parser.add_argument("--json", type=Path, help="also write the results as JSON here")
+    h2grpc.add_arguments(parser)
     args = parser.parse_args()
-    h2grpc.require_h2load()
-    results: list[Run] = []
-    started_at = time.strftime("%Y-%m-%d %H:%M")
-    with tempfile.TemporaryDirectory(prefix="ratelimit-bench-") as tmp, redis_server() as redis:
-        for workers in args.workers:
-            results += bench_workers(workers, args, Path(tmp), redis)
-    print()
-    print(h2grpc.report(results, ["asgi-noop", "grpcio-noop", "envoy-direct"]))
-    print(f"\nstarted {started_at}; {h2grpc.load_note()}")
-    h2grpc.write_json(args.json, results)
-    return 0
+    with redis_server() as redis:
+        return h2grpc.run_bench(
+            args,
+            lambda workers, workdir: bench_workers(workers, workdir, args, redis),
+            "ratelimit-bench-",
+        )
 
 
 if __name__ == "__main__":

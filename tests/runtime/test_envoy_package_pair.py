@@ -53,21 +53,26 @@ def _overlay(tmp_path: Path, init: str) -> Path:
     return tmp_path
 
 
+def _run_over(root: Path, script: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """``python -c script`` with the overlay at ``root`` first on its path."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.getcwd()])}
+    env.pop("MESHPLANE_ENVOY", None)
+    return subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 @pytest.mark.parametrize("outcome", sorted(INITS))
 def test_binary_pyvoy_and_protos_work_for_either_install_order(
     outcome: str, tmp_path: Path
 ) -> None:
     root = _overlay(tmp_path, INITS[outcome])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.getcwd()])}
-    env.pop("MESHPLANE_ENVOY", None)
-    done = subprocess.run(
-        [sys.executable, "-c", PROBE],
-        env=env,
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = _run_over(root, PROBE, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(root / "envoy" / "__init__.py")
 
@@ -107,16 +112,6 @@ finally:
 def test_worker_envoys_serve_for_either_install_order(outcome: str, tmp_path: Path) -> None:
     """The Envoys that run the workers embed a Python of their own, which
     imports pyvoy too: they get the export from ``meshplane/_envoy_site``."""
-    root = _overlay(tmp_path, INITS[outcome])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.getcwd()])}
-    env.pop("MESHPLANE_ENVOY", None)
-    done = subprocess.run(
-        [sys.executable, "-c", SERVE_ONE_CALL],
-        env=env,
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _run_over(_overlay(tmp_path, INITS[outcome]), SERVE_ONE_CALL, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "3"
