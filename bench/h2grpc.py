@@ -9,8 +9,9 @@ measured twice:
 - at saturation (``h2load -c 16 -m 8``): req/s, and server CPU per call from
   ``/proc`` (user + system of the server's whole process tree: supervisor,
   workers, Envoys), the steadier figure on a shared machine;
-- at fixed offered rates (``h2load --rps``, 4 connections): p50 and p99,
-  since at saturation latency is only queueing.
+- at fixed offered rates (``h2load --rps``, one call in flight per
+  connection, a connection per 250 calls a second): p50 and p99, since at
+  saturation latency is only queueing.
 
 The servers compared:
 
@@ -335,9 +336,11 @@ def measure(
     runs.append(Run(target.case, workers, "saturation", *result))
     if target.latency:
         for rate in rates:
+            # One call in flight per connection, at most 250 calls a second
+            # each, so that the offered rate is reached whatever the latency.
             result = h2load(
-                target.server, target.path, target.body, duration=duration, clients=4,
-                streams=1, rate=rate, **common,  # type: ignore[arg-type]
+                target.server, target.path, target.body, duration=duration,
+                clients=max(4, rate // 250), streams=1, rate=rate, **common,  # type: ignore[arg-type]
             )  # fmt: skip
             runs.append(Run(target.case, workers, f"rate {rate}/s", *result))
     for run in runs:
