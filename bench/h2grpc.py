@@ -55,7 +55,9 @@ from tests.support.net import free_port  # noqa: E402
 
 BIN = Path(sys.executable).parent
 _TICKS = os.sysconf("SC_CLK_TCK")
-GRPC_HEADERS = ("content-type: application/grpc", "te: trailers")
+# As Envoy's ext_authz and ratelimit filters send them (grpc-timeout from the
+# filter's timeout), so the servers take the path real traffic takes.
+GRPC_HEADERS = ("content-type: application/grpc", "te: trailers", "grpc-timeout: 1S")
 
 
 def process_tree(root: int) -> list[int]:

@@ -175,16 +175,23 @@ class GrpcAsgiApp:
             message = await receive()
             body = message.get("body", b"")
             if (
-                deadline is None
-                and not message.get("more_body")
+                not message.get("more_body")
                 and len(body) > 4
                 and body[0] == 0
                 and int.from_bytes(body[1:5], "big") == len(body) - 5
                 and len(body) - 5 <= self._max
             ):
-                # The usual call: one uncompressed message in one chunk, no deadline.
+                # The usual call: one uncompressed message in one chunk. Envoy's
+                # ext_authz and ratelimit filters always send grpc-timeout.
                 try:
-                    response = await handler(body[5:])
+                    if deadline is None:
+                        response = await handler(body[5:])
+                    else:
+                        async with asyncio.timeout(deadline):  # cancels the handler
+                            response = await handler(body[5:])
+                except TimeoutError:
+                    await _trailers_only(send, Code.DEADLINE_EXCEEDED, "Deadline Exceeded")
+                    return
                 except Exception as exc:
                     await _failed(send, exc)
                     return
@@ -216,7 +223,7 @@ class GrpcAsgiApp:
         encoding: bytes | None,
         deadline: float | None,
     ) -> None:
-        """Everything but the usual call: split, compressed, oversized, or with a deadline."""
+        """Everything but the usual call: split, compressed or oversized."""
         reader = self._reader(encoding)
         try:
             async with asyncio.timeout(deadline):  # cancels the handler when it passes
