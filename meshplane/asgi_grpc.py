@@ -195,12 +195,7 @@ class GrpcAsgiApp:
                 except Exception as exc:
                     await _failed(send, exc)
                     return
-                try:
-                    await send(_START)
-                    await send({"type": "http.response.body", "body": frame(response)})
-                    await send(_OK_TRAILERS)
-                except Exception:  # noqa: S110 - the client is gone: nobody to tell
-                    pass
+                await _answer(send, response)
                 return
             await self._unary_call(
                 handler, message, receive, send, encoding=encoding, deadline=deadline
@@ -234,10 +229,7 @@ class GrpcAsgiApp:
         except Exception as exc:
             await _failed(send, exc)
             return
-        with contextlib.suppress(Exception):  # the client may be gone by now
-            await send(_START)
-            await send({"type": "http.response.body", "body": frame(response)})
-            await send(_OK_TRAILERS)
+        await _answer(send, response)
 
     async def _stream_call(
         self,
@@ -316,6 +308,16 @@ async def _trailers_only(send: Send, code: Code, message: str) -> None:
     with contextlib.suppress(Exception):  # the client may be gone
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send(_EMPTY_BODY)
+
+
+async def _answer(send: Send, response: bytes) -> None:
+    """One message and ``grpc-status: 0`` (try/except: cheaper than a context manager)."""
+    try:
+        await send(_START)
+        await send({"type": "http.response.body", "body": frame(response)})
+        await send(_OK_TRAILERS)
+    except Exception:  # noqa: S110 - the client is gone: nobody to tell
+        pass
 
 
 async def _failed(send: Send, exc: Exception) -> None:
