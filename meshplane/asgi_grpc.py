@@ -189,9 +189,6 @@ class GrpcAsgiApp:
                     else:
                         async with asyncio.timeout(deadline):  # cancels the handler
                             response = await handler(body[5:])
-                except TimeoutError:
-                    await _trailers_only(send, Code.DEADLINE_EXCEEDED, "Deadline Exceeded")
-                    return
                 except Exception as exc:
                     await _failed(send, exc)
                     return
@@ -223,9 +220,6 @@ class GrpcAsgiApp:
         try:
             async with asyncio.timeout(deadline):  # cancels the handler when it passes
                 response = await handler(await _read_one(reader, first, receive))
-        except TimeoutError:
-            await _trailers_only(send, Code.DEADLINE_EXCEEDED, "Deadline Exceeded")
-            return
         except Exception as exc:
             await _failed(send, exc)
             return
@@ -321,9 +315,13 @@ async def _answer(send: Send, response: bytes) -> None:
 
 
 async def _failed(send: Send, exc: Exception) -> None:
-    """The status of a handler's exception: its own for RpcError, else UNKNOWN."""
+    """The status of a call that failed: the RpcError's own, DEADLINE_EXCEEDED
+    for the deadline (``asyncio.timeout`` raises TimeoutError), else UNKNOWN."""
     if isinstance(exc, RpcError):
         await _trailers_only(send, exc.code, exc.message)
+        return
+    if isinstance(exc, TimeoutError):
+        await _trailers_only(send, Code.DEADLINE_EXCEEDED, "Deadline Exceeded")
         return
     log.exception("gRPC handler failed", extra={"error": type(exc).__name__})
     await _trailers_only(send, Code.UNKNOWN, f"Unexpected {type(exc).__name__}")
