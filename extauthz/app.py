@@ -95,7 +95,7 @@ class ExtAuthzApp:
             await remote.close()
 
     async def start(self, ctx: WorkerContext) -> None:
-        grpc_api.add_to_server(self.service, ctx.server)
+        grpc_api.register(self.service, ctx)
         await self._activate(self._initial_sources)
         self.source.add_listener(self._on_config)
         self._spawn(self.source.watch())

@@ -57,7 +57,7 @@ def _parser() -> argparse.ArgumentParser:
         "Envoy ext_authz (gRPC Check and HTTP) JWT policy server",
         "serve envoy.service.auth.v3.Authorization/Check",
         config_help="policy YAML file (reloaded on change)",
-        listen_default="0.0.0.0:9191",
+        listen_default="127.0.0.1:9191",
         workers_help="worker processes (SO_REUSEPORT)",
     )
     srv.add_argument("--http-listen", help="HOST:PORT for Envoy's http_service mode")

@@ -13,16 +13,19 @@ Header reading follows how Envoy fills ``AttributeContext``: ``headers``
 ``encode_raw_headers: true``, ``header_map`` (raw, duplicates kept). Keys
 are lower-cased again here for hand-built requests, and every
 ``authorization`` value from either is collected so duplicates are denied.
+
+The handler works on wire bytes (``bytes -> bytes``), so both servers
+(grpcio and the Envoy-based one) carry it unchanged. Bytes that do not
+parse as a CheckRequest are denied like any other failure, and the denies
+and the plain allow are serialized once, at import.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
 
-import grpc
 from envoy.config.core.v3 import base_pb2
-from envoy.service.auth.v3 import external_auth_pb2, external_auth_pb2_grpc
+from envoy.service.auth.v3 import external_auth_pb2
 from envoy.type.v3 import http_status_pb2
 from google.rpc import status_pb2
 
@@ -32,6 +35,7 @@ from extauthz.jwt_policy import CheckAttributes
 from extauthz.reasons import Decision, Reason
 from extauthz.responses import DENY_STATUS, JSON_CONTENT_TYPE, REASON_HEADER, deny_body
 from extauthz.service import INTERNAL_ERROR, AuthorizationService
+from meshplane.server import WorkerContext
 
 log = logging.getLogger(__name__)
 
@@ -119,28 +123,42 @@ def response_for(decision: Decision) -> external_auth_pb2.CheckResponse:
     )
 
 
-class CheckServicer(external_auth_pb2_grpc.AuthorizationServicer):  # type: ignore[misc]
-    """The Check RPC; see the module docstring for the fail-closed contract."""
+# Serialized once: a deny or a plain allow costs no serialization per call.
+_DENY_BYTES: dict[Reason, bytes] = {r: bytes(m.SerializeToString()) for r, m in _DENIES.items()}
+_LAST_RESORT_BYTES = bytes(_LAST_RESORT.SerializeToString())
+_PLAIN_ALLOW_BYTES = bytes(_PLAIN_ALLOW.SerializeToString())
+
+
+def encode_response(decision: Decision) -> bytes:
+    """``response_for(decision)``, serialized (prebuilt bytes for denies and plain allows)."""
+    if not decision.allowed:
+        return _DENY_BYTES.get(decision.reason, _LAST_RESORT_BYTES)
+    if not decision.headers_to_add and not decision.headers_to_remove:
+        return _PLAIN_ALLOW_BYTES
+    return bytes(response_for(decision).SerializeToString())
+
+
+class CheckHandler:
+    """The Check RPC on wire bytes; see the module docstring for the fail-closed contract."""
 
     def __init__(self, service: AuthorizationService) -> None:
         self._service = service
 
-    async def Check(  # the gRPC method name
-        self, request: external_auth_pb2.CheckRequest, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> external_auth_pb2.CheckResponse:
+    async def __call__(self, raw: bytes) -> bytes:
         try:
-            attrs = attributes_from_check(request)
+            attrs = attributes_from_check(external_auth_pb2.CheckRequest.FromString(raw))
         except Exception as exc:
             log.error("unreadable CheckRequest; denying", extra={"error": type(exc).__name__})
             metrics.record_check("grpc", INTERNAL_ERROR, 0.0)
-            return _LAST_RESORT
+            return _LAST_RESORT_BYTES
         decision = await self._service.check(attrs, "grpc")
         try:
-            return response_for(decision)
+            return encode_response(decision)
         except Exception as exc:
             log.error("building CheckResponse failed; denying", extra={"error": type(exc).__name__})
-            return _LAST_RESORT
+            return _LAST_RESORT_BYTES
 
 
-def add_to_server(service: AuthorizationService, server: grpc.aio.Server) -> None:
-    external_auth_pb2_grpc.add_AuthorizationServicer_to_server(CheckServicer(service), server)
+def register(service: AuthorizationService, ctx: WorkerContext) -> None:
+    """Serve Check in a worker (either server)."""
+    ctx.add_unary(SERVICE_NAME, "Check", CheckHandler(service))

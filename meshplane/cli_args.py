@@ -18,19 +18,36 @@ from typing import Any
 from meshplane import control_plane
 from meshplane.logging import configure_logging
 from meshplane.netaddr import parse_listen
-from meshplane.server import ServeOptions
+from meshplane.server import SERVER_KINDS, ServeOptions
+from meshplane.tls import TlsFiles
 
 
 def add_serve_arguments(
     parser: argparse.ArgumentParser, *, config_help: str, listen_default: str, workers_help: str
 ) -> None:
     """``--config``, ``--listen``, ``--workers``, ``--metrics-listen``,
-    ``--grace-seconds`` and the ``--control-plane`` group."""
+    ``--grace-seconds``, ``--server``, ``--envoy-threads``, the ``--tls-*``
+    flags and the ``--control-plane`` group."""
     parser.add_argument("--config", help=config_help)
     parser.add_argument("--listen", default=listen_default, help="gRPC HOST:PORT")
     parser.add_argument("--workers", type=int, default=1, help=workers_help)
     parser.add_argument("--metrics-listen", help="HOST:PORT for Prometheus /metrics")
     parser.add_argument("--grace-seconds", type=float, default=5.0, help="drain time on SIGTERM")
+    parser.add_argument(
+        "--server",
+        choices=SERVER_KINDS,
+        default="envoy",
+        help="HTTP/2 server: envoy (Envoy + embedded Python, the default) or grpcio",
+    )
+    parser.add_argument(
+        "--envoy-threads", type=int, default=1, help="Envoy worker threads per worker process"
+    )
+    parser.add_argument("--tls-cert", help="serve gRPC over TLS with this PEM certificate chain")
+    parser.add_argument("--tls-key", help="the PEM private key of --tls-cert")
+    parser.add_argument(
+        "--tls-client-ca",
+        help="require client certificates signed by this PEM CA (mutual TLS)",
+    )
     control_plane.add_arguments(parser)
 
 
@@ -77,7 +94,25 @@ def serve_arguments_error(args: argparse.Namespace, *extra_listens: str | None) 
         return str(exc)
     if args.workers < 1:
         return "--workers must be at least 1"
+    if args.envoy_threads < 1:
+        return "--envoy-threads must be at least 1"
+    if bool(args.tls_cert) != bool(args.tls_key):
+        return "--tls-cert and --tls-key go together"
+    if args.tls_client_ca and not args.tls_cert:
+        return "--tls-client-ca needs --tls-cert and --tls-key"
+    tls = tls_files(args)
+    if tls is not None:
+        try:
+            tls.check_readable()
+        except OSError as exc:
+            return f"cannot read a TLS file: {exc}"
     return None
+
+
+def tls_files(args: argparse.Namespace) -> TlsFiles | None:
+    if not args.tls_cert:
+        return None
+    return TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca).absolute()
 
 
 def serve_options(args: argparse.Namespace, http_listen: str | None = None) -> ServeOptions:
@@ -87,6 +122,9 @@ def serve_options(args: argparse.Namespace, http_listen: str | None = None) -> S
         metrics_listen=args.metrics_listen,
         http_listen=http_listen,
         grace_seconds=args.grace_seconds,
+        server=args.server,
+        tls=tls_files(args),
+        envoy_threads=args.envoy_threads,
     )
 
 

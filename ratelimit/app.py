@@ -25,7 +25,7 @@ from meshplane.server import ASGIApp, WorkerContext
 from ratelimit import metrics
 from ratelimit.breaker import CircuitBreaker
 from ratelimit.config import RateLimitConfig, load_config
-from ratelimit.grpc_api import SERVICE_NAME, add_to_server
+from ratelimit.grpc_api import SERVICE_NAME, register
 from ratelimit.redis_url import parse_redis_url, redact
 from ratelimit.service import RateLimitService
 from ratelimit.settings import FailureMode, Settings
@@ -161,7 +161,7 @@ class RateLimitApp:
         self.service = RateLimitService(
             lambda: self.source.current.config, store, settings, clock=self._clock
         )
-        add_to_server(self.service, ctx.server)
+        register(self.service, ctx)
         self.source.add_listener(self._on_snapshot)
         self._tasks.append(asyncio.create_task(self.source.watch()))
         self._announce(self.choice, snapshot.switches)

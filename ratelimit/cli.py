@@ -36,7 +36,7 @@ def _parser() -> argparse.ArgumentParser:
         "Envoy global rate-limit service",
         "serve envoy.service.ratelimit.v3.RateLimitService",
         config_help="YAML file or directory of YAML files",
-        listen_default="0.0.0.0:8081",
+        listen_default="127.0.0.1:8081",
         workers_help="worker processes (needs Redis if >1)",
     )
     srv.add_argument("--redis-url", help="Redis URL (else $REDIS_URL, else --redis-url-file)")

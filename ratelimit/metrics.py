@@ -53,7 +53,7 @@ NEAR_LIMIT = Counter(
 )
 WITHIN_LIMIT = Counter(
     "meshplane_ratelimit_within_limit",
-    "Hits consumed below nearLimitRatio of a rule's limit.",
+    "Hits consumed (allowed); near_limit counts the subset above nearLimitRatio.",
     _RULE,
 )
 SHADOW_MODE = Counter(

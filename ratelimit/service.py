@@ -150,6 +150,9 @@ class RateLimitService:
                 continue
             if not outcome.allowed or cost == 0:
                 continue  # another bucket denied: nothing was consumed here
+            # As envoyproxy/ratelimit counts them: every consumed hit is
+            # within_limit, and near_limit is the subset above the threshold.
+            add(counters.within_limit, cost)
             after = outcome.counts[index]
             bucket = plan.buckets[index]
             before = after - bucket.cost
@@ -157,5 +160,3 @@ class RateLimitService:
             near = max(0, min(cost, after - max(before, threshold)))
             if near:
                 add(counters.near_limit, near)
-            if cost - near:
-                add(counters.within_limit, cost - near)

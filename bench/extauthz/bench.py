@@ -1,33 +1,25 @@
-"""Benchmark of the ext_authz server with h2load (Debian ``nghttp2-client``).
+"""Benchmark of the ext_authz Check with h2load (Debian ``nghttp2-client``).
 
-Cases, side by side, at each worker count:
+In one run, interleaved over ``--rounds`` rounds, at each worker count
+(``bench/h2grpc.py`` explains the method and the floors):
 
-* ``baseline``: ``noop_server.py``, a Check that always allows, on the same
-  runtime (so the ratio isolates our decision logic from grpcio's cost);
-* ``hs256`` / ``rs256`` / ``es256``: our server with a valid token (the
-  verified-token cache makes repeat tokens a dict hit);
-* ``denied``: a forged HS256 token (bad signature: never cached, so every
-  request pays a full verification; attack traffic looks like this);
-* ``http``: the same HS256 request through the HTTP ``http_service`` mode;
-* with ``--uncached`` (1 worker): the three valid tokens with
-  ``tokenCacheSize: 0`` to show raw verification cost.
+* ``envoy-direct``: Envoy's ``direct_response`` (no Python): the native limit;
+* ``asgi-noop``: a raw ASGI no-op on pyvoy: the floor of our default server;
+* ``grpcio-noop``: a no-op Check on our grpcio runtime: the old floor;
+* ``hs256``: ``extauthz serve`` (Envoy-based server) with a valid HS256 token
+  (the verified-token cache makes a repeat token a dict hit);
+* ``denied``: the same server, a forged HS256 token (bad signature: never
+  cached, every call pays a verification: attack traffic looks like this);
+* ``hs256-grpcio``: ``extauthz serve --server grpcio``, valid token;
+* ``hs256-2threads`` (1 worker only): one worker with 2 Envoy threads, to
+  compare with 2 worker processes (the ``hs256`` row at 2 workers).
 
-gRPC requests are POSTs of a 5-byte gRPC frame prefix + the serialized
-CheckRequest, ``content-type: application/grpc``, ``te: trailers``, over h2c.
-Throughput is measured at saturation (16 connections x 8 streams for gRPC,
-64 HTTP/1.1 connections for the HTTP mode); latency (p50/p99) at a fixed
-offered rate with ``h2load --rps`` (default 1000 req/s in total), because at
-saturation latency is only queueing. Server CPU per request comes from
-``/proc/<pid>/stat`` (utime+stime of the supervisor and its workers) before
-and after each run.
+Requests are POSTs of a 5-byte gRPC prefix + a ~600-byte CheckRequest shaped
+like Envoy's, over h2c. Every case is checked to answer what it should
+(allow or deny) before it is measured. Prints each run, then a table of
+medians with the ratios to each floor.
 
-The baseline and our server run at the same time and the cases interleave
-over ``--rounds`` rounds; the table shows medians. ``ratio req/s`` is ours
-over the baseline; ``ratio CPU`` is baseline CPU/request over ours, the
-steadier of the two on a shared machine (both are "fraction of baseline
-throughput": 1.0 means no overhead).
-
-    uv run python bench/extauthz/bench.py                 # 1 and 2 workers, 3 rounds
+    uv run python bench/extauthz/bench.py                   # 1 and 2 workers, 2 rounds
     uv run python bench/extauthz/bench.py --workers 1 --rounds 1 --duration 2
 """
 
@@ -35,18 +27,10 @@ from __future__ import annotations
 
 import argparse
 import base64
-import json
-import os
-import shutil
-import signal
-import socket
-import statistics
+import contextlib
 import struct
-import subprocess
 import sys
-import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
@@ -54,64 +38,18 @@ import jwt
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from envoy.service.auth.v3 import attribute_context_pb2, external_auth_pb2, external_auth_pb2_grpc
+from google.rpc import status_pb2
 
-ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import h2grpc
+from h2grpc import BIN, ROOT, Run, Target, asgi_noop, envoy_direct
+
 METHOD = "/envoy.service.auth.v3.Authorization/Check"
 SECRET = "bench-secret-0123456789abcdef-0123456789"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-@dataclass
-class Run:
-    case: str
-    workers: int
-    mode: str  # "saturation" or "rate"
-    rps: float
-    p50_ms: float
-    p99_ms: float
-    cpu_us_per_req: float
-    requests: int
-    failed: int
-
-
-@dataclass
-class Server:
-    proc: subprocess.Popen[bytes]
-    grpc_port: int
-    http_port: int | None = None
-    pids: list[int] = field(default_factory=list)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def children(pid: int) -> list[int]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[1]) == pid:
-            out.append(int(entry))
-    return out
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    total = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / CLK_TCK
+ALLOW = external_auth_pb2.CheckResponse(
+    status=status_pb2.Status(code=0), ok_response=external_auth_pb2.OkHttpResponse()
+).SerializeToString()
 
 
 def write_config(directory: Path, cache_size: int) -> tuple[Path, dict[str, str]]:
@@ -191,352 +129,79 @@ def grpc_frame(message: bytes) -> bytes:
     return struct.pack(">?I", False, len(message)) + message
 
 
-def wait_ready(port: int, request: external_auth_pb2.CheckRequest, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-    stub = external_auth_pb2_grpc.AuthorizationStub(channel)
-    try:
-        while True:
-            try:
-                stub.Check(request, timeout=2)
-                return
-            except grpc.RpcError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
-    finally:
-        channel.close()
-
-
-def expect_status(port: int, request: external_auth_pb2.CheckRequest, code: int) -> None:
+def expect_status(port: int, body: Path, code: int) -> None:
     """Sanity check before measuring: the case really is an allow (0) or deny (7)."""
+    request = external_auth_pb2.CheckRequest.FromString(body.read_bytes()[5:])
     with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-        stub = external_auth_pb2_grpc.AuthorizationStub(channel)
-        response = stub.Check(request, timeout=5)
+        response = external_auth_pb2_grpc.AuthorizationStub(channel).Check(request, timeout=5)
     if response.status.code != code:
         raise SystemExit(f"unexpected status {response.status.code} (wanted {code})")
 
 
-def start_server(cmd: list[str], grpc_port: int, http_port: int | None, probe: bytes) -> Server:
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_ready(grpc_port, external_auth_pb2.CheckRequest.FromString(probe))
-    time.sleep(1.0)  # let every worker finish starting
-    return Server(proc, grpc_port, http_port, [proc.pid, *children(proc.pid)])
+def ours(
+    config: Path, workers: int, server: str, threads: int = 1
+) -> contextlib.AbstractContextManager[h2grpc.Server]:
+    return h2grpc.listening(
+        f"ours-{server}",
+        [str(BIN / "extauthz"), "serve", "--config", str(config), "--workers", str(workers),
+         "--server", server, "--envoy-threads", str(threads)],
+    )  # fmt: skip
 
 
-def stop_server(server: Server) -> None:
-    server.proc.send_signal(signal.SIGTERM)
-    try:
-        server.proc.wait(20)
-    except subprocess.TimeoutExpired:
-        server.proc.kill()
-        server.proc.wait()
-
-
-def h2load(
-    url: str,
-    *,
-    server: Server,
-    duration: float,
-    clients: int,
-    streams: int,
-    body: Path | None = None,
-    headers: tuple[str, ...] = (),
-    rps: int | None = None,
-    h1: bool = False,
-    workdir: Path,
-) -> tuple[float, float, float, float, int, int]:
-    """Run h2load; return (req/s, p50 ms, p99 ms, server CPU µs/req, done, failed)."""
-    log = workdir / "h2load.log"
-    log.unlink(missing_ok=True)
-    cmd = [
-        "h2load",
-        "-D",
-        str(max(1, round(duration))),
-        "-c",
-        str(clients),
-        "-m",
-        str(streams),
-        "-t",
-        "1",
-    ]
-    cmd += ["--log-file", str(log)]
-    if body is not None:
-        cmd += ["-d", str(body)]
-    for header in headers:
-        cmd += ["-H", header]
-    if rps is not None:
-        cmd += ["--rps", str(rps)]
-    if h1:
-        cmd.append("--h1")
-    cmd.append(url)
-    before = cpu_seconds(server.pids)
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    after = cpu_seconds(server.pids)
-    rps_line = next(line for line in out.splitlines() if line.startswith("finished in"))
-    req_s = float(rps_line.split(",")[1].split()[0])
-    req_line = next(line for line in out.splitlines() if line.startswith("requests:"))
-    numbers = [int(part.split()[0]) for part in req_line.split(":", 1)[1].split(",")]
-    done, failed = numbers[2], numbers[4]
-    latencies = sorted(int(line.split("\t")[2]) for line in log.read_text().splitlines() if line)
-    if not latencies:
-        return req_s, 0.0, 0.0, 0.0, done, failed
-    p50 = statistics.median(latencies) / 1000
-    p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] / 1000
-    cpu = (after - before) * 1e6 / max(done, 1)
-    return req_s, p50, p99, cpu, done, failed
-
-
-@dataclass(frozen=True)
-class Target:
-    """One measured case: where to send what."""
-
-    case: str
-    server: Server
-    url: str
-    body: Path | None = None
-    headers: tuple[str, ...] = ()
-    h1: bool = False
-    latency: bool = False
-
-
-def measure(target: Target, workers: int, args: argparse.Namespace, workdir: Path) -> list[Run]:
-    """One saturation run (after a 1 s warm-up) and, if asked, one fixed-rate run."""
-    clients, streams = (64, 1) if target.h1 else (16, 8)
-    common = {
-        "server": target.server,
-        "body": target.body,
-        "headers": target.headers,
-        "h1": target.h1,
-        "workdir": workdir,
-    }
-    h2load(target.url, duration=1, clients=clients, streams=streams, **common)  # type: ignore[arg-type]
-    runs = []
-    rps, p50, p99, cpu, done, failed = h2load(
-        target.url,
-        duration=args.duration,
-        clients=clients,
-        streams=streams,
-        **common,  # type: ignore[arg-type]
+def grpcio_noop(workers: int) -> contextlib.AbstractContextManager[h2grpc.Server]:
+    return h2grpc.listening(
+        "grpcio-noop",
+        [sys.executable, str(ROOT / "bench/extauthz/noop_server.py"), "--workers", str(workers)],
     )
-    runs.append(Run(target.case, workers, "saturation", rps, p50, p99, cpu, done, failed))
-    if target.latency:
-        per_client = max(1, args.rate // 4)
-        rps, p50, p99, cpu, done, failed = h2load(
-            target.url,
-            duration=args.duration,
-            clients=4,
-            streams=1,
-            rps=per_client,
-            **common,  # type: ignore[arg-type]
-        )
-        runs.append(Run(target.case, workers, "rate", rps, p50, p99, cpu, done, failed))
-    for run in runs:
-        print(
-            f"  {run.case:<14} {run.mode:<10} {run.rps:7.0f} req/s  p50 {run.p50_ms:6.2f} ms  "
-            f"p99 {run.p99_ms:6.2f} ms  cpu {run.cpu_us_per_req:5.0f} µs/req  failed {run.failed}",
-            flush=True,
-        )
-    return runs
 
 
-def grpc_body(workdir: Path, case: str, token: str, policy: str | None) -> Path:
-    path = workdir / f"{case}.bin"
-    path.write_bytes(grpc_frame(check_request(token, policy).SerializeToString()))
-    return path
-
-
-def bench_workers(
-    workers: int, args: argparse.Namespace, workdir: Path, results: list[Run]
-) -> None:
-    """Baseline and our server run side by side; cases interleave for ``rounds``.
-
-    Interleaving matters on a shared machine: neighbours' load drifts over
-    minutes, and comparing a baseline measured at one moment with our
-    server measured at another would mostly measure that drift.
-    """
+def bench_workers(workers: int, workdir: Path, args: argparse.Namespace) -> list[Run]:
+    """Every server up at once; the cases interleave for ``rounds``."""
     config, tokens = write_config(workdir, 10_000)
-    grpc_headers = ("content-type: application/grpc", "te: trailers")
-    probe = check_request(tokens["hs"], None).SerializeToString()
+    bodies = {}
+    for case, token in (("hs256", tokens["hs"]), ("denied", tokens["forged"])):
+        bodies[case] = workdir / f"{case}.bin"
+        bodies[case].write_bytes(grpc_frame(check_request(token, None).SerializeToString()))
+    allow_frame = grpc_frame(ALLOW)
     print(f"workers={workers}", flush=True)
-    noop_port, port, http_port = free_port(), free_port(), free_port()
-    noop = start_server(
-        [
-            sys.executable,
-            "bench/extauthz/noop_server.py",
-            "--listen",
-            f"127.0.0.1:{noop_port}",
-            "--workers",
-            str(workers),
-        ],
-        noop_port,
-        None,
-        probe,
-    )
-    ours = None
-    try:
-        ours = start_server(
-            [
-                sys.executable,
-                "-m",
-                "extauthz.cli",
-                "serve",
-                "--config",
-                str(config),
-                "--listen",
-                f"127.0.0.1:{port}",
-                "--http-listen",
-                f"127.0.0.1:{http_port}",
-                "--workers",
-                str(workers),
-            ],
-            port,
-            http_port,
-            probe,
-        )
-        url = f"http://127.0.0.1:{port}{METHOD}"
+    with contextlib.ExitStack() as stack:
+        direct = stack.enter_context(envoy_direct(workers, allow_frame, workdir))
+        noop = stack.enter_context(asgi_noop(workers, allow_frame))
+        old = stack.enter_context(grpcio_noop(workers))
+        envoy = stack.enter_context(ours(config, workers, "envoy"))
+        grpcio = stack.enter_context(ours(config, workers, "grpcio"))
+        expect_status(envoy.port, bodies["hs256"], 0)
+        expect_status(envoy.port, bodies["denied"], 7)
+        expect_status(grpcio.port, bodies["hs256"], 0)
+        threaded = None
+        if args.threads_case and workers == 1:
+            # Threads instead of processes: one worker, two Envoy threads.
+            threaded = stack.enter_context(ours(config, 1, "envoy", threads=2))
         targets = [
-            Target(
-                "baseline",
-                noop,
-                f"http://127.0.0.1:{noop_port}{METHOD}",
-                grpc_body(workdir, "baseline", tokens["hs"], None),
-                grpc_headers,
-                latency=True,
-            ),
-            Target(
-                "hs256",
-                ours,
-                url,
-                grpc_body(workdir, "hs256", tokens["hs"], None),
-                grpc_headers,
-                latency=True,
-            ),
-            Target(
-                "rs256", ours, url, grpc_body(workdir, "rs256", tokens["rs"], "rs"), grpc_headers
-            ),
-            Target(
-                "es256", ours, url, grpc_body(workdir, "es256", tokens["es"], "es"), grpc_headers
-            ),
-            Target(
-                "denied",
-                ours,
-                url,
-                grpc_body(workdir, "denied", tokens["forged"], None),
-                grpc_headers,
-            ),
-            Target(
-                "http-hs256",
-                ours,
-                f"http://127.0.0.1:{http_port}/check/-/headers?show_env=1",
-                headers=(f"authorization: Bearer {tokens['hs']}",),
-                h1=True,
-                latency=True,
-            ),
+            *h2grpc.floors(direct, noop, old, METHOD, bodies["hs256"]),
+            Target("hs256", envoy, METHOD, bodies["hs256"]),
+            Target("denied", envoy, METHOD, bodies["denied"], latency=False),
+            Target("hs256-grpcio", grpcio, METHOD, bodies["hs256"], latency=False),
         ]
-        for target in targets[1:-1]:
-            assert target.body is not None
-            request = external_auth_pb2.CheckRequest.FromString(target.body.read_bytes()[5:])
-            expect_status(port, request, 7 if target.case == "denied" else 0)
-        for round_index in range(args.rounds):
-            print(f" round {round_index + 1}/{args.rounds}", flush=True)
-            for target in targets:
-                results.extend(measure(target, workers, args, workdir))
-    finally:
-        stop_server(noop)
-        if ours is not None:
-            stop_server(ours)
-
-    if args.uncached and workers == 1:
-        config, tokens = write_config(workdir, 0)
-        port = free_port()
-        uncached = start_server(
-            [
-                sys.executable,
-                "-m",
-                "extauthz.cli",
-                "serve",
-                "--config",
-                str(config),
-                "--listen",
-                f"127.0.0.1:{port}",
-                "--workers",
-                "1",
-            ],
-            port,
-            None,
-            check_request(tokens["hs"], None).SerializeToString(),
-        )
-        url = f"http://127.0.0.1:{port}{METHOD}"
-        try:
-            for case, token, policy in (
-                ("hs256-nocache", tokens["hs"], None),
-                ("rs256-nocache", tokens["rs"], "rs"),
-                ("es256-nocache", tokens["es"], "es"),
-            ):
-                body = grpc_body(workdir, case, token, policy)
-                results.extend(
-                    measure(Target(case, uncached, url, body, grpc_headers), workers, args, workdir)
-                )
-        finally:
-            stop_server(uncached)
-
-
-def _median(values: list[float]) -> float:
-    return statistics.median(values) if values else 0.0
-
-
-def report(results: list[Run]) -> str:
-    """Medians over rounds; ratios against the baseline at the same worker count."""
-    lines = [
-        "| workers | case | mode | req/s | ratio req/s | ratio CPU | p50 ms | p99 ms "
-        "| server CPU µs/req | runs |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    keys: list[tuple[int, str, str]] = []
-    for run in results:
-        key = (run.workers, run.case, run.mode)
-        if key not in keys:
-            keys.append(key)
-    for workers, case, mode in keys:
-        runs = [r for r in results if (r.workers, r.case, r.mode) == (workers, case, mode)]
-        base = [r for r in results if (r.workers, r.case, r.mode) == (workers, "baseline", mode)]
-        rps = _median([r.rps for r in runs])
-        cpu = _median([r.cpu_us_per_req for r in runs])
-        base_rps = _median([r.rps for r in base])
-        base_cpu = _median([r.cpu_us_per_req for r in base])
-        saturation = mode == "saturation" and base_rps > 0
-        ratio_rps = f"{rps / base_rps:.2f}" if saturation else "-"
-        ratio_cpu = f"{base_cpu / cpu:.2f}" if saturation and cpu > 0 else "-"
-        lines.append(
-            f"| {workers} | {case} | {mode} | {rps:.0f} | {ratio_rps} | {ratio_cpu} | "
-            f"{_median([r.p50_ms for r in runs]):.2f} | {_median([r.p99_ms for r in runs]):.2f} "
-            f"| {cpu:.0f} | {len(runs)} |"
-        )
-    return "\n".join(lines)
+        if threaded is not None:
+            targets.append(Target("hs256-2threads", threaded, METHOD, bodies["hs256"], False))
+        results = h2grpc.rounds(targets, workers, args, workdir)
+    return results
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--duration", type=float, default=4.0, help="seconds per measurement")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (medians)")
-    parser.add_argument("--rate", type=int, default=1000, help="total offered req/s for latency")
-    parser.add_argument("--uncached", action=argparse.BooleanOptionalAction, default=True)
-    parser.add_argument("--json", type=Path, help="also write the results as JSON here")
+    h2grpc.add_arguments(parser)
+    parser.add_argument(
+        "--threads-case",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="at 1 worker, also ours with 2 Envoy threads (threads vs processes)",
+    )
     args = parser.parse_args()
-    if shutil.which("h2load") is None:
-        print("h2load not found: apt-get install -y nghttp2-client", file=sys.stderr)
-        return 2
-    results: list[Run] = []
-    with tempfile.TemporaryDirectory(prefix="extauthz-bench-") as tmp:
-        for workers in args.workers:
-            bench_workers(workers, args, Path(tmp), results)
-    print()
-    print(report(results))
-    if args.json:
-        args.json.write_text(json.dumps([r.__dict__ for r in results], indent=2))
-    return 0
+    return h2grpc.run_bench(
+        args, lambda workers, workdir: bench_workers(workers, workdir, args), "extauthz-bench-"
+    )
 
 
 if __name__ == "__main__":

@@ -1,10 +1,9 @@
-"""Baseline for the ext_authz bench: a Check server that allows everything.
+"""The grpcio floor of the ext_authz bench: a Check that allows everything.
 
-Built on the same runtime (``meshplane.server.serve``: spawned workers,
-SO_REUSEPORT, health, reflection) as the real server, so the ratio
-"ours / baseline" isolates the cost of our decision logic from the cost of
-grpcio itself. Run as a script; spawn pickles ``make_app`` by reference to
-this ``__main__`` module.
+Built on our grpcio runtime (``meshplane.server.serve`` with
+``server="grpcio"``: spawned workers, SO_REUSEPORT, health, reflection), so
+"ours on grpcio / this" isolates our decision from grpcio's own cost. Run as
+a script; spawn pickles ``make_app`` by reference to this ``__main__``.
 
     python bench/extauthz/noop_server.py --listen 127.0.0.1:9300 --workers 1
 """
@@ -15,24 +14,19 @@ import argparse
 import functools
 import sys
 from collections.abc import Sequence
-from typing import Any
 
-import grpc
-from envoy.service.auth.v3 import external_auth_pb2, external_auth_pb2_grpc
+from envoy.service.auth.v3 import external_auth_pb2
 from google.rpc import status_pb2
 
 from meshplane.server import ASGIApp, ServeOptions, WorkerContext, serve
 
-_ALLOW = external_auth_pb2.CheckResponse(
+ALLOW = external_auth_pb2.CheckResponse(
     status=status_pb2.Status(code=0), ok_response=external_auth_pb2.OkHttpResponse()
-)
+).SerializeToString()
 
 
-class NoopServicer(external_auth_pb2_grpc.AuthorizationServicer):  # type: ignore[misc]
-    async def Check(  # the gRPC method name
-        self, request: external_auth_pb2.CheckRequest, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> external_auth_pb2.CheckResponse:
-        return _ALLOW
+async def check(request: bytes) -> bytes:
+    return ALLOW
 
 
 class NoopApp:
@@ -40,7 +34,7 @@ class NoopApp:
     http_app: ASGIApp | None = None
 
     async def start(self, ctx: WorkerContext) -> None:
-        external_auth_pb2_grpc.add_AuthorizationServicer_to_server(NoopServicer(), ctx.server)
+        ctx.add_unary("envoy.service.auth.v3.Authorization", "Check", check)
 
     async def stop(self) -> None:
         return None
@@ -57,7 +51,7 @@ def main() -> int:
     args = parser.parse_args()
     return serve(
         functools.partial(make_app),
-        ServeOptions(listen=args.listen, workers=args.workers, grace_seconds=1.0),
+        ServeOptions(listen=args.listen, workers=args.workers, grace_seconds=1.0, server="grpcio"),
         service="extauthz-noop",
     )
 

@@ -1,8 +1,7 @@
 """The baselines of the rate-limit bench: an RLS that answers OK at once.
 
-Built on the same runtime as the real service (meshplane.server: the same
-gRPC server, worker model, health and reflection), so the ratio of our
-service to this one measures what deciding costs, not the framework.
+Built on our grpcio runtime (meshplane.server with ``server="grpcio"``: the
+same worker model, health and reflection), the floor of the old server.
 
 With ``--redis-port`` it also makes one ``GET`` round trip to that Redis per
 call, on a bare asyncio protocol, before answering: the floor of any decision
@@ -21,12 +20,12 @@ import sys
 from collections import deque
 from collections.abc import Sequence
 
-import grpc
 import hiredis
-from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
+from envoy.service.ratelimit.v3 import rls_pb2
 
 from meshplane.server import ASGIApp, ServeOptions, WorkerContext, serve
 
+SERVICE = "envoy.service.ratelimit.v3.RateLimitService"
 _GET = b"*2\r\n$3\r\nGET\r\n$4\r\nnoop\r\n"
 
 
@@ -39,8 +38,7 @@ class RedisGet(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
         self.reader.feed(data)
@@ -55,23 +53,24 @@ class RedisGet(asyncio.Protocol):
         await future
 
 
-class _Noop(rls_pb2_grpc.RateLimitServiceServicer):  # type: ignore[misc]
+class _Noop:
+    """Answers OK for every descriptor, after one Redis GET if it has a connection."""
+
     def __init__(self, redis: RedisGet | None) -> None:
         self._redis = redis
 
-    async def ShouldRateLimit(
-        self, request: rls_pb2.RateLimitRequest, context: grpc.aio.ServicerContext[object, object]
-    ) -> rls_pb2.RateLimitResponse:
+    async def __call__(self, raw: bytes) -> bytes:
         if self._redis is not None:
             await self._redis.get()
+        request = rls_pb2.RateLimitRequest.FromString(raw)
         response = rls_pb2.RateLimitResponse(overall_code=rls_pb2.RateLimitResponse.OK)
         for _ in request.descriptors:
             response.statuses.add(code=rls_pb2.RateLimitResponse.OK)
-        return response
+        return bytes(response.SerializeToString())
 
 
 class NoopApp:
-    service_names: Sequence[str] = ("envoy.service.ratelimit.v3.RateLimitService",)
+    service_names: Sequence[str] = (SERVICE,)
     http_app: ASGIApp | None = None
 
     def __init__(self, redis_port: int | None = None) -> None:
@@ -83,7 +82,7 @@ class NoopApp:
             _, self._redis = await asyncio.get_running_loop().create_connection(
                 RedisGet, "127.0.0.1", self._redis_port
             )
-        rls_pb2_grpc.add_RateLimitServiceServicer_to_server(_Noop(self._redis), ctx.server)
+        ctx.add_unary(SERVICE, "ShouldRateLimit", _Noop(self._redis))
 
     async def stop(self) -> None:
         if self._redis is not None and self._redis.transport is not None:
@@ -102,7 +101,7 @@ def main() -> int:
     args = parser.parse_args()
     return serve(
         functools.partial(build, args.redis_port),
-        ServeOptions(listen=args.listen, workers=args.workers),
+        ServeOptions(listen=args.listen, workers=args.workers, server="grpcio"),
         service="noop-rls",
     )
 

@@ -19,10 +19,10 @@ instance applied goes to the registry the status views read
 (:mod:`mgmt_api.service.instances`).
 
 Snapshots carry inline key material (HMAC secrets of ExtAuthzPolicies), so
-the stream is meant to run over TLS: :class:`DistributionTls` (settings
-``MESHPLANE_GRPC_TLS_CERT`` / ``_KEY``, and ``_CLIENT_CA`` to also require a
-client certificate) serves it with a server certificate; without it the
-server logs a warning when it listens on anything but loopback. HTTP/2
+the stream is meant to run over TLS (settings ``MESHPLANE_GRPC_TLS_CERT`` /
+``_KEY``, and ``_CLIENT_CA`` to also require a client certificate; the files
+are followed on disk, :mod:`meshplane.tls`); without it the server logs a
+warning when it listens on anything but loopback. HTTP/2
 keepalive pings (:data:`SERVER_OPTIONS`) close connections whose peer is
 gone, so a half-open subscriber does not look connected forever.
 """
@@ -40,7 +40,7 @@ import grpc
 from meshplane.distribution_contract import NodeIdentity
 from meshplane.netaddr import is_loopback_host
 from meshplane.proto.distribution.v1 import distribution_pb2_grpc as pb_grpc
-from meshplane.tls import read_pem, tls_files_from
+from meshplane.tls import TlsFiles, grpcio_credentials, tls_files_from
 from mgmt_api.distribution.feed import ChangeFeed
 from mgmt_api.distribution.server import DistributionServicer
 from mgmt_api.service.enforcement import EnforcementService, Snapshot
@@ -73,32 +73,7 @@ SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
 )
 
 
-@dataclass(frozen=True)
-class DistributionTls:
-    """Server certificate and key (PEM), and optionally the CA that client certificates
-    must chain to (mutual TLS: a subscriber then needs a certificate *and* its token)."""
-
-    cert_file: str
-    key_file: str
-    client_ca_file: str | None = None
-
-    def server_credentials(self) -> grpc.ServerCredentials:
-        """Read the files now; an unreadable one stops the start, naming it."""
-        listener = "policy stream"
-        key, cert = (
-            read_pem(self.key_file, "key", listener),
-            read_pem(self.cert_file, "certificate", listener),
-        )
-        if self.client_ca_file:
-            return grpc.ssl_server_credentials(
-                [(key, cert)],
-                root_certificates=read_pem(self.client_ca_file, "client CA", listener),
-                require_client_auth=True,
-            )
-        return grpc.ssl_server_credentials([(key, cert)])
-
-
-def tls_from(settings: Settings) -> DistributionTls | None:
+def tls_from(settings: Settings) -> TlsFiles | None:
     """The TLS settings, or None (plaintext). A key without a certificate is an error."""
     files = tls_files_from(
         settings.grpc_tls_cert,
@@ -106,7 +81,7 @@ def tls_from(settings: Settings) -> DistributionTls | None:
         settings.grpc_tls_client_ca,
         env_prefix="MESHPLANE_GRPC_TLS",
     )
-    return None if files is None else DistributionTls(*files.paths)
+    return files
 
 
 @dataclass
@@ -122,7 +97,7 @@ class Distribution:
     enforcement: EnforcementService
     stream_auth: StreamAuth
     registry: SubscriberRegistry
-    tls: DistributionTls | None = None
+    tls: TlsFiles | None = None
     database_url: str | None = None
     revision_poll: float | None = None
     feed: ChangeFeed | None = field(default=None, init=False)
@@ -171,7 +146,7 @@ class Distribution:
         for add in self.servicers:
             add(server)
         if self.tls is not None:
-            port = server.add_secure_port(self.listen, self.tls.server_credentials())
+            port = server.add_secure_port(self.listen, grpcio_credentials(self.tls))
         else:
             port = server.add_insecure_port(self.listen)
         if port == 0:
@@ -185,7 +160,7 @@ class Distribution:
         poll = self.revision_poll if self.revision_poll is not None else poll
         self._tasks.append(asyncio.create_task(feed.poll_store(poll)))
         host = self.listen.rpartition(":")[0]
-        mode = "plaintext" if self.tls is None else "mtls" if self.tls.client_ca_file else "tls"
+        mode = "plaintext" if self.tls is None else self.tls.mode
         log.info("policy distribution listening", extra={"address": f"{host}:{port}", "tls": mode})
         if self.tls is None and not is_loopback_host(self.listen.rpartition(":")[0]):
             log.warning(

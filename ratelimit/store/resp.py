@@ -34,7 +34,7 @@ import ssl
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import hiredis
 from redis.asyncio.sentinel import Sentinel
@@ -170,8 +170,9 @@ class _Protocol(asyncio.Protocol):
         self.closed = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # Duck-typed: uvloop's transports (the hot-path server's loop) are not
+        # subclasses of asyncio.Transport, though they have its methods.
+        self._transport = cast("asyncio.Transport", transport)
 
     def data_received(self, data: bytes) -> None:
         self._reader.feed(data)

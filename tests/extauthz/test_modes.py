@@ -1,15 +1,22 @@
-"""The shared decision table over a real gRPC socket and over the HTTP mode."""
+"""The shared decision table over a real gRPC socket and over the HTTP mode,
+on both servers (grpcio and the Envoy-based one): same decisions, statuses,
+headers and bodies; and a Check the wire breaks is never an allow."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pytest
 from envoy.service.auth.v3 import external_auth_pb2
 
 from extauthz.reasons import Reason
+from tests.support.h2client import H2Client, frame
+from tests.support.net import free_port, wait_for_port
+from tests.support.processes import Service
 
 from .cases import CASES, GOOD, NOW, RAW_HEADER_CASES, Case
 from .jwtkit import HS_SECRET, claims, make_token
@@ -17,19 +24,44 @@ from .policies import write_policies
 from .support import GrpcClient, ServerThread, app_factory, check_request, http_check
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
+@dataclass(frozen=True)
+class Ports:
+    port: int
+    http_port: int
+
+
+@pytest.fixture(scope="module", params=["grpcio", "envoy"])
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerThread | Ports]:
+    """The same app on each server: grpcio in this process, and the
+    Envoy-based server as ``extauthz serve`` runs it (the default)."""
     os.environ["EXTAUTHZ_TEST_SECRET"] = HS_SECRET.decode()
     try:
         config = write_policies(tmp_path_factory.mktemp("policies"))
-        with ServerThread(app_factory(config)) as srv:
-            yield srv
+        if request.param == "grpcio":
+            with ServerThread(app_factory(config)) as srv:
+                yield srv
+            return
+        port, http_port = free_port(), free_port()
+        log = tmp_path_factory.mktemp("envoy-extauthz") / "stderr.log"
+        service = Service(
+            ["extauthz.cli", "serve", "--config", str(config), "--server", "envoy",
+             "--listen", f"127.0.0.1:{port}", "--http-listen", f"127.0.0.1:{http_port}"],
+            port,
+            log,
+        ).start()  # fmt: skip
+        try:
+            wait_for_port(http_port, timeout=60)
+            yield Ports(port, http_port)
+        finally:
+            assert service.stop() == 0
     finally:
         os.environ.pop("EXTAUTHZ_TEST_SECRET", None)
 
 
 @pytest.fixture(scope="module")
-def grpc_client(server: ServerThread) -> Iterator[GrpcClient]:
+def grpc_client(server: ServerThread | Ports) -> Iterator[GrpcClient]:
     client = GrpcClient(server.port)
     yield client
     client.close()
@@ -69,7 +101,7 @@ def http_target(case: Case) -> str:
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.http], ids=lambda c: c.name)
-def test_http(server: ServerThread, case: Case) -> None:
+def test_http(server: ServerThread | Ports, case: Case) -> None:
     result = http_check(
         server.http_port, http_target(case), [("authorization", v) for v in case.auth]
     )
@@ -108,7 +140,9 @@ def test_empty_request_is_an_explicit_deny(grpc_client: GrpcClient) -> None:
     assert response.ByteSize() > 0
 
 
-def test_allow_mutations_in_both_modes(server: ServerThread, grpc_client: GrpcClient) -> None:
+def test_allow_mutations_in_both_modes(
+    server: ServerThread | Ports, grpc_client: GrpcClient
+) -> None:
     token = make_token(claims(NOW, sub="alice", tier=2, groups=["x"]))
     response = grpc_client.check(
         check_request("/headers", {"authorization": f"Bearer {token}"}, policy="hdr")
@@ -131,7 +165,7 @@ def test_allow_mutations_in_both_modes(server: ServerThread, grpc_client: GrpcCl
     assert result.header("x-envoy-auth-headers-to-remove") == "authorization,x-jwt-groups"
 
 
-def test_http_requests_outside_the_check_prefix_are_denied(server: ServerThread) -> None:
+def test_http_requests_outside_the_check_prefix_are_denied(server: ServerThread | Ports) -> None:
     for target in ("/headers", "/check", "/check/", "/checkhs/headers", "/check//headers"):
         result = http_check(server.http_port, target, [("authorization", f"Bearer {GOOD}")])
         assert result.status == 403, target
@@ -141,3 +175,40 @@ def test_http_requests_outside_the_check_prefix_are_denied(server: ServerThread)
         )
         == Reason.MISSING_PATH.value
     )
+
+
+CHECK = "/envoy.service.auth.v3.Authorization/Check"
+
+
+def test_bytes_that_are_no_check_request_are_an_explicit_deny(
+    server: ServerThread | Ports,
+) -> None:
+    with H2Client(server.port) as client:
+        answer = client.call(CHECK, [frame(b"\xff\xff\xff not a protobuf")])
+    assert answer.grpc_status == 0
+    response = external_auth_pb2.CheckResponse.FromString(answer.data[5:])
+    assert_grpc_decision(response, Reason.INTERNAL_ERROR)
+
+
+def test_a_check_the_wire_breaks_is_never_an_allow(server: ServerThread | Ports) -> None:
+    """Truncated, oversized, undecodable or deadline-expired: an error status
+    (Envoy's failure_mode_allow decides, as for any error), never an OK."""
+    good = check_request("/headers", {"authorization": f"Bearer {GOOD}"}).SerializeToString()
+    broken: list[tuple[list[bytes], tuple[tuple[str, str], ...]]] = [
+        ([frame(good)[:-3]], (("grpc-timeout", "2S"),)),
+        ([b"\x01" + len(good).to_bytes(4, "big") + good], (("grpc-encoding", "snappy"),)),
+        ([b"\x00" + (8 * 1024 * 1024).to_bytes(4, "big") + good], ()),
+    ]
+    for chunks, extra in broken:
+        with H2Client(server.port) as client:  # one connection each: grpcio may drop one
+            answer = client.call(CHECK, chunks, extra=extra)
+        assert answer.grpc_status not in (None, 0), answer
+        assert answer.data == b""
+    packed = gzip.compress(good)
+    with H2Client(server.port) as client:
+        answer = client.call(
+            CHECK, [b"\x01" + len(packed).to_bytes(4, "big") + packed],
+            extra=(("grpc-encoding", "gzip"),),
+        )  # fmt: skip
+    assert answer.grpc_status == 0  # gzip is decoded: the same allow as uncompressed
+    assert_grpc_decision(external_auth_pb2.CheckResponse.FromString(answer.data[5:]), Reason.OK)

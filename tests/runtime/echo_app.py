@@ -1,20 +1,22 @@
 """A tiny app on the shared runtime, used to test the runtime itself.
 
-It serves grpc.health.v1-independent work through the generic handler API
-(no generated stubs needed): ``/meshplane.test.Echo/Sleep`` sleeps for the
-number of milliseconds in the request body and echoes it, counting calls in a
-Prometheus counter so cross-worker metrics can be checked.
+It serves one raw-bytes unary method (no generated stubs needed):
+``/meshplane.test.Echo/Sleep`` sleeps for the number of milliseconds in the
+request body and echoes it (``fail:MSG`` answers FAILED_PRECONDITION with
+MSG), counting calls in a Prometheus counter so cross-worker metrics can be
+checked.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Sequence
 
-import grpc
 from prometheus_client import Counter
 
+from meshplane.grpc_wire import Code, RpcError
 from meshplane.server import ASGIApp, WorkerContext
 
 SERVICE = "meshplane.test.Echo"
@@ -27,20 +29,24 @@ class EchoApp:
     http_app: ASGIApp | None = None
 
     async def start(self, ctx: WorkerContext) -> None:
-        async def sleep(request: bytes, context: grpc.aio.ServicerContext) -> bytes:  # type: ignore[type-arg]
+        async def sleep(request: bytes) -> bytes:
             CALLS.labels(str(os.getpid())).inc()
+            if request.startswith(b"fail:"):
+                raise RpcError(Code.FAILED_PRECONDITION, request[5:].decode())
             await asyncio.sleep(int(request or b"0") / 1000)
             return request
 
-        handler = grpc.method_handlers_generic_handler(
-            SERVICE,
-            {"Sleep": grpc.unary_unary_rpc_method_handler(sleep)},
-        )
-        ctx.server.add_generic_rpc_handlers((handler,))
+        ctx.add_unary(SERVICE, "Sleep", sleep)
 
     async def stop(self) -> None:
         return None
 
 
 def make_app() -> EchoApp:
+    return EchoApp()
+
+
+def make_slow_app() -> EchoApp:
+    """An app that takes 3 s to build (a slow config load on a loaded machine)."""
+    time.sleep(3)
     return EchoApp()

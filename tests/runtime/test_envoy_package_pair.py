@@ -53,21 +53,26 @@ def _overlay(tmp_path: Path, init: str) -> Path:
     return tmp_path
 
 
+def _run_over(root: Path, script: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """``python -c script`` with the overlay at ``root`` first on its path."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.getcwd()])}
+    env.pop("MESHPLANE_ENVOY", None)
+    return subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 @pytest.mark.parametrize("outcome", sorted(INITS))
 def test_binary_pyvoy_and_protos_work_for_either_install_order(
     outcome: str, tmp_path: Path
 ) -> None:
     root = _overlay(tmp_path, INITS[outcome])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.getcwd()])}
-    env.pop("MESHPLANE_ENVOY", None)
-    done = subprocess.run(
-        [sys.executable, "-c", PROBE],
-        env=env,
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = _run_over(root, PROBE, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(root / "envoy" / "__init__.py")
 
@@ -83,3 +88,30 @@ def test_the_installed_pair_works_as_synced_from_the_lock() -> None:
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
+
+
+SERVE_ONE_CALL = """
+import functools, signal, subprocess, sys, time
+import grpc
+from tests.runtime.supervisors import SUPERVISOR
+from tests.support.net import free_port, wait_for_port
+port = free_port()
+proc = subprocess.Popen([sys.executable, "-c", SUPERVISOR, f"127.0.0.1:{port}",
+                         f"127.0.0.1:{free_port()}", "envoy", "1", "-"])
+try:
+    wait_for_port(port, timeout=60)
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        print(channel.unary_unary("/meshplane.test.Echo/Sleep")(b"3", timeout=10).decode())
+finally:
+    proc.send_signal(signal.SIGTERM)
+    sys.exit(proc.wait(30))
+"""
+
+
+@pytest.mark.parametrize("outcome", sorted(INITS))
+def test_worker_envoys_serve_for_either_install_order(outcome: str, tmp_path: Path) -> None:
+    """The Envoys that run the workers embed a Python of their own, which
+    imports pyvoy too: they get the export from ``meshplane/_envoy_site``."""
+    done = _run_over(_overlay(tmp_path, INITS[outcome]), SERVE_ONE_CALL, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "3"

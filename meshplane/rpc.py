@@ -1,0 +1,103 @@
+"""What a service registers, whichever server carries it: unary methods and health.
+
+An app declares its methods as ``bytes -> bytes`` coroutines (the request's
+serialized message in, the response's out; :class:`~meshplane.grpc_wire.RpcError`
+for a non-OK status), and flips readiness on a :class:`HealthState`. The
+grpcio server and the Envoy-based server are both adapters of these two, so
+a decision core never knows which one called it, and every transport passes
+the same tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+
+UnaryHandler = Callable[[bytes], Awaitable[bytes]]
+
+
+@dataclass
+class Services:
+    """The unary methods of one worker, by gRPC path (``/package.Service/Method``)."""
+
+    methods: dict[str, UnaryHandler] = field(default_factory=dict)
+
+    def add_unary(self, service: str, method: str, handler: UnaryHandler) -> None:
+        path = f"/{service}/{method}"
+        if path in self.methods:
+            raise ValueError(f"{path} is registered twice")
+        self.methods[path] = handler
+
+    def lookup(self, path: str) -> UnaryHandler | None:
+        return self.methods.get(path)
+
+    def by_service(self) -> dict[str, dict[str, UnaryHandler]]:
+        grouped: dict[str, dict[str, UnaryHandler]] = {}
+        for path, handler in self.methods.items():
+            service, _, method = path[1:].partition("/")
+            grouped.setdefault(service, {})[method] = handler
+        return grouped
+
+
+class Serving(enum.IntEnum):
+    """``grpc.health.v1.HealthCheckResponse.ServingStatus``."""
+
+    UNKNOWN = 0
+    SERVING = 1
+    NOT_SERVING = 2
+    SERVICE_UNKNOWN = 3
+
+
+class HealthState:
+    """Readiness per service name (``""`` is the whole server), with watchers.
+
+    The source of truth for both servers: the grpcio adapter mirrors it into
+    grpcio's HealthServicer through a listener, the ASGI adapter answers
+    Check and Watch from it directly. Single-threaded (the worker's loop).
+    """
+
+    def __init__(self) -> None:
+        self._status: dict[str, Serving] = {}
+        self._changed = asyncio.Event()
+        self._listeners: list[Callable[[str, Serving], None]] = []
+        self.closed = False
+
+    def add_listener(self, listener: Callable[[str, Serving], None]) -> None:
+        self._listeners.append(listener)
+        for name, status in self._status.items():
+            listener(name, status)
+
+    def set(self, name: str, status: Serving) -> None:
+        if self._status.get(name) == status:
+            return
+        self._status[name] = status
+        for listener in self._listeners:
+            listener(name, status)
+        self._wake()
+
+    def get(self, name: str) -> Serving | None:
+        return self._status.get(name)
+
+    def close(self) -> None:
+        """End every Watch (the worker is stopping)."""
+        self.closed = True
+        self._wake()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def watch(self, name: str) -> AsyncIterator[Serving]:
+        """The status now, then every change, until :meth:`close` (as grpcio's Watch)."""
+        last: Serving | None = None
+        while not self.closed:
+            status = self._status.get(name, Serving.SERVICE_UNKNOWN)
+            if status != last:
+                last = status
+                yield status
+            changed = self._changed
+            if self.closed:
+                return
+            await changed.wait()

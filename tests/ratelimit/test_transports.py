@@ -1,0 +1,188 @@
+"""One ShouldRateLimit table through every server: same answers, byte for byte.
+
+The service runs under a real supervisor on the Envoy-based server (the
+default) and on grpcio, each with a clock standing still at T0 and its own
+counters in a real redis-server. The same sequence of calls (allow, count
+down, deny, two rules OR'ed, a zero limit, an unknown domain, invalid
+requests) must give the same statuses, headers and error codes on both, and
+the expected ones. A worker whose Redis is unreachable answers UNAVAILABLE
+(failureMode ``unavailable``) fast on both.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from envoy.service.ratelimit.v3 import rls_pb2
+
+from tests.ratelimit.conftest import OK, OVER, T0, headers_of, request, write_config
+from tests.support.net import free_port, wait_for_port
+from tests.support.redis_server import RedisServer, redis_server
+
+METHOD = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+SERVERS = ("envoy", "grpcio")
+
+CONFIG = """\
+domain: api
+descriptors:
+  - key: client
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: route
+    value: checkout
+    rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: banned
+    rate_limit: {unit: minute, requests_per_unit: 0}
+"""
+
+SUPERVISOR = textwrap.dedent(
+    """
+    import functools, sys
+    from meshplane.server import ServeOptions, serve
+    from ratelimit.app import AppOptions
+    from ratelimit.settings import Settings
+    from tests.ratelimit.fixed_clock import build_at
+    config, redis_url, listen, kind, now = sys.argv[1:]
+    options = AppOptions(config_path=config, redis_url=redis_url,
+                         settings=Settings(store_timeout=0.5, failure_mode="unavailable"))
+    sys.exit(serve(functools.partial(build_at, options, float(now)),
+                   ServeOptions(listen=listen, server=kind, grace_seconds=2.0),
+                   service="ratelimit"))
+    """
+)
+
+
+class Server:
+    def __init__(self, kind: str, config: Path, redis_url: str) -> None:
+        self.kind = kind
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", SUPERVISOR, str(config), redis_url,
+             f"127.0.0.1:{self.port}", kind, str(T0)],
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+
+    def call(self, raw: bytes) -> rls_pb2.RateLimitResponse | tuple[str, str]:
+        """The response, or (status code name, details)."""
+        with grpc.insecure_channel(f"127.0.0.1:{self.port}") as channel:
+            try:
+                answer: bytes = channel.unary_unary(METHOD)(raw, timeout=10)
+            except grpc.RpcError as exc:
+                return exc.code().name, exc.details() or ""
+        return rls_pb2.RateLimitResponse.FromString(answer)
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            assert self.proc.wait(30) == 0
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def stores() -> Iterator[dict[str, RedisServer]]:
+    """A redis-server of its own for each server, so counters never mix."""
+    with redis_server() as first, redis_server() as second:
+        yield {"envoy": first, "grpcio": second}
+
+
+@pytest.fixture(scope="module")
+def servers(
+    stores: dict[str, RedisServer], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Server]]:
+    config = write_config(tmp_path_factory.mktemp("rl"), "api.yaml", CONFIG)
+    started = {kind: Server(kind, config, stores[kind].url) for kind in SERVERS}
+    try:
+        for server in started.values():
+            wait_for_port(server.port, timeout=60)
+            wait_ready(server)
+        yield started
+    finally:
+        for server in started.values():
+            server.close()
+
+
+def wait_ready(server: Server) -> None:
+    """Until a call is decided (readiness follows the Redis probe)."""
+    deadline = time.monotonic() + 30
+    probe = request("warmup", [("k", "v")]).SerializeToString()
+    while not isinstance(server.call(probe), rls_pb2.RateLimitResponse):
+        assert time.monotonic() < deadline, "never answered"
+        time.sleep(0.1)
+
+
+def _raw(req: rls_pb2.RateLimitRequest) -> bytes:
+    return bytes(req.SerializeToString())
+
+
+CLIENT = _raw(request("api", [("client", "c1")]))
+BOTH = _raw(request("api", [("client", "c2")], [("route", "checkout")]))
+SEQUENCE: list[bytes] = [
+    CLIENT, CLIENT, CLIENT, CLIENT,  # 3 a minute: the 4th is over
+    BOTH, BOTH, BOTH,  # the route's 2 an hour deny the 3rd, c2's bucket keeps 1
+    _raw(request("api", [("banned", "b")])),  # a zero limit
+    _raw(request("nope", [("client", "c1")])),  # an unknown domain: OK, no limit
+    _raw(request("", [("a", "b")])),  # invalid
+    _raw(request("api")),  # invalid: no descriptors
+    b"\x0a\xff\xff",  # not a RateLimitRequest
+]  # fmt: skip
+
+
+def _summary(answer: rls_pb2.RateLimitResponse | tuple[str, str]) -> object:
+    if isinstance(answer, tuple):
+        return answer
+    return (
+        answer.overall_code,
+        [(s.code, s.limit_remaining) for s in answer.statuses],
+        headers_of(answer),
+    )
+
+
+def test_every_server_gives_the_same_answers(servers: dict[str, Server]) -> None:
+    results = {kind: [server.call(raw) for raw in SEQUENCE] for kind, server in servers.items()}
+    envoy, grpcio = results["envoy"], results["grpcio"]
+    # Byte for byte: the same service code wrote both.
+    assert [a if isinstance(a, tuple) else a.SerializeToString() for a in envoy] == [
+        a if isinstance(a, tuple) else a.SerializeToString() for a in grpcio
+    ]
+    got = [_summary(a) for a in envoy]
+    limit = {"x-ratelimit-limit": "3, 3;w=60", "x-ratelimit-reset": "50"}
+    assert got[:4] == [
+        (OK, [(OK, 2)], {**limit, "x-ratelimit-remaining": "2"}),
+        (OK, [(OK, 1)], {**limit, "x-ratelimit-remaining": "1"}),
+        (OK, [(OK, 0)], {**limit, "x-ratelimit-remaining": "0"}),
+        (OVER, [(OVER, 0)], {**limit, "x-ratelimit-remaining": "0",
+                             "x-proxy-ratelimited": "true"}),
+    ]  # fmt: skip
+    assert [g[0] for g in got[4:7]] == [OK, OK, OVER]  # type: ignore[index]
+    assert got[6][1] == [(OK, 1), (OVER, 0)]  # type: ignore[index]
+    assert got[7][0] == OVER  # type: ignore[index]
+    assert got[8] == (OK, [(OK, 0)], {})
+    assert got[9:] == [
+        ("INVALID_ARGUMENT", "rate limit domain must not be empty"),
+        ("INVALID_ARGUMENT", "rate limit descriptor list must not be empty"),
+        ("INVALID_ARGUMENT", "the request is not a valid RateLimitRequest"),
+    ]
+
+
+@pytest.mark.parametrize("kind", SERVERS)
+def test_a_store_that_cannot_answer_is_unavailable_on_every_server(
+    kind: str, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path, "api.yaml", CONFIG)
+    server = Server(kind, config, f"redis://127.0.0.1:{free_port()}")  # nobody listens
+    try:
+        wait_for_port(server.port, timeout=60)
+        started = time.monotonic()
+        assert server.call(CLIENT)[0] == "UNAVAILABLE"  # type: ignore[index]
+        assert time.monotonic() - started < 5
+    finally:
+        server.close()

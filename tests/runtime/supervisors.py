@@ -1,0 +1,75 @@
+"""Echo-app supervisors as subprocesses, on either server, for the runtime tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from tests.support.net import free_port, wait_for_port
+
+SUPERVISOR = textwrap.dedent(
+    """
+    import sys
+    from meshplane.server import ServeOptions, serve
+    from meshplane.tls import TlsFiles
+    from tests.runtime.echo_app import make_app, make_slow_app
+    listen, metrics, kind, workers, slow, *tls = sys.argv[1:]
+    factory = make_slow_app if slow == "slow" else make_app
+    files = TlsFiles(tls[0], tls[1], tls[2] if len(tls) > 2 else None) if tls else None
+    sys.exit(serve(factory, ServeOptions(listen=listen, workers=int(workers), tls=files,
+                   metrics_listen=metrics, grace_seconds=5.0, server=kind), service="echo"))
+    """
+)
+
+SERVERS = ("envoy", "grpcio")
+
+
+class Supervisor:
+    """A supervisor subprocess (echo workers; TLS files: cert, key[, client CA]) and its ports."""
+
+    def __init__(
+        self, kind: str, *, slow: bool = False, workers: int = 2, tls: Sequence[Path] = ()
+    ) -> None:
+        self.kind = kind
+        self.stderr = b""
+        self.port, self.metrics_port = free_port(), free_port()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", SUPERVISOR, f"127.0.0.1:{self.port}",
+             f"127.0.0.1:{self.metrics_port}", kind, str(workers), "slow" if slow else "-",
+             *map(str, tls)],
+            stderr=subprocess.PIPE,
+            cwd=os.getcwd(),
+        )  # fmt: skip
+
+    def wait_serving(self) -> None:
+        """Until both ports answer; a supervisor that exits first fails at once."""
+        deadline = time.monotonic() + 60
+        for port in (self.metrics_port, self.port):
+            while True:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"supervisor exited: {self.close().decode()[-3000:]}")
+                try:
+                    wait_for_port(port, timeout=0.5)
+                    break
+                except TimeoutError:
+                    if time.monotonic() > deadline:
+                        raise
+
+    def close(self) -> bytes:
+        """SIGTERM (the workers drain and exit with it); its stderr."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.proc.wait(10)
+        if self.proc.stderr is not None and not self.proc.stderr.closed:
+            self.stderr = self.proc.stderr.read()
+            self.proc.stderr.close()
+        return self.stderr
