@@ -50,11 +50,13 @@ LISTENER_KEY = "meshplane.listener"
 GATEWAY_NAME_KEY = "meshplane.gateway"
 RATELIMIT_SERVICE_KEY = "meshplane.ratelimitService"
 
-DEFAULT_LISTEN_HOST = "0.0.0.0"  # noqa: S104 - a gateway serves the network
+# A gateway serves the network; its listener is set per gateway in the bootstrap.
+DEFAULT_LISTEN_HOST = "0.0.0.0"
 DEFAULT_LISTEN_PORT = 10000
 DEFAULT_GATEWAY_NAME = "gateway"
 DEFAULT_RATELIMIT_SERVICE = "grpc://ratelimit:8081"
 DEFAULT_ADMIN = ("127.0.0.1", 9901)
+_TYPE = "type.googleapis.com/"
 
 
 class NodeError(ValueError):
@@ -155,7 +157,7 @@ def xds_cluster(
         "connect_timeout": "1s",
         "typed_extension_protocol_options": {
             "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
-                "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+                "@type": _TYPE + "envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
                 "explicit_http_config": {
                     "http2_protocol_options": {
                         "connection_keepalive": {"interval": "30s", "timeout": "10s"}
@@ -191,7 +193,7 @@ def xds_cluster(
         cluster["transport_socket"] = {
             "name": "envoy.transport_sockets.tls",
             "typed_config": {
-                "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
+                "@type": _TYPE + "envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
                 "sni": host,
                 "common_tls_context": common,
             },

@@ -24,14 +24,14 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 
-HTTP_ROUTE_API_VERSION = "gateway.networking.k8s.io/v1"
-BACKEND_API_VERSION = "gateway.envoyproxy.io/v1alpha1"
-GATEWAY_API_GROUP = "gateway.networking.k8s.io"
-ENVOY_GATEWAY_GROUP = "gateway.envoyproxy.io"
+HTTP_ROUTE_API_VERSION: Final = "gateway.networking.k8s.io/v1"
+BACKEND_API_VERSION: Final = "gateway.envoyproxy.io/v1alpha1"
+GATEWAY_API_GROUP: Final = "gateway.networking.k8s.io"
+ENVOY_GATEWAY_GROUP: Final = "gateway.envoyproxy.io"
 MAX_RULES = 64
 MAX_MATCHES = 16
 MAX_BACKEND_REFS = 16
