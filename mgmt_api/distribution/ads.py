@@ -228,7 +228,9 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
             )
         else:
             stream.acked[type_url] = request.version_info
-            if stream.all_acked(compiled.version) and stream.applied != compiled.version:
+            # Every type of the current version accepted (also after a NACK of
+            # a version since replaced by this one): applied.
+            if stream.all_acked(compiled.version):
                 stream.applied = compiled.version
                 self._registry.acked(stream.identity, compiled.version, now)
         if names != stream.subscribed.get(type_url, ()):  # Envoy now wants other routes
