@@ -169,7 +169,7 @@ def main() -> int:
                         *process_tree(gateway.envoy.pid),
                         *process_tree(stack.upstream.pid),
                         *(p for s in stack.services if s.proc for p in process_tree(s.proc.pid)),
-                        *process_tree(stack.redis.proc.pid),
+                        *process_tree(stack.redis.pid),
                     }
                 ),
             }
