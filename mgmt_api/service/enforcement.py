@@ -12,7 +12,9 @@ everything else compiles from its :class:`ClusterPolicies`:
   if it has none, its workspace's) names ``c/...`` or ``*/...``; the
   namespaces it selects there are the rest of those names (``*`` for all);
   its ExtAuthzPolicies and SecuritySettings come with it;
-- the cluster's own ``rateLimit`` switches (counter store, failure mode).
+- the cluster's own ``rateLimit`` switches (counter store, failure mode);
+- the cluster's gateway knobs (filter timeouts and failure modes, circuit
+  breakers), parsed on use into :class:`envoy_config.GatewaySettings`.
 
 Every snapshot is validated with the receiving service's own loader
 (``ratelimit.contract``, ``extauthz.contract``) before anyone may send it: a
@@ -119,6 +121,11 @@ class ClusterPolicies:
     ext_authz_routes: tuple[envoy_config.ExtAuthzRoute, ...]
     rate_limit: Mapping[str, Any] | None  # the cluster's rateLimit switches, as stored
     notes: tuple[str, ...] = field(default=())  # what cannot be enforced as written
+    gateway_spec: Mapping[str, Any] = field(default_factory=dict)  # the spec's gateway knobs
+
+    def gateway(self) -> envoy_config.GatewaySettings:
+        """The gateway knobs, parsed on use for the reason :meth:`traffic_policies` gives."""
+        return envoy_config.gateway_settings(self.gateway_spec)
 
     @property
     def failure_mode(self) -> str | None:
@@ -195,6 +202,7 @@ def read_cluster(conn: Connection, organization: str, cluster: str) -> ClusterPo
         ext_authz_routes=tuple(routes),
         rate_limit=res.spec.get("rateLimit") or None,
         notes=tuple(notes),
+        gateway_spec={k: res.spec[k] for k in envoy_config.GATEWAY_SPEC_KEYS if k in res.spec},
     )
 
 
@@ -222,8 +230,10 @@ def ratelimit_snapshot(policies: ClusterPolicies) -> Snapshot:
     carry a password (the API refuses it), so no secret is ever in a snapshot.
     """
     files = render_rls_files(policies.cluster, [p for _, p in policies.traffic_policies()])
-    if policies.rate_limit:
-        switches = {"rateLimit": policies.rate_limit}
+    # ``timeout`` is Envoy's (the gateway's filter): changing it must not roll the service.
+    service_switches = {k: v for k, v in (policies.rate_limit or {}).items() if k != "timeout"}
+    if service_switches:
+        switches = {"rateLimit": service_switches}
         files[ratelimit_contract.SWITCHES_FILE] = json.dumps(switches, sort_keys=True).encode()
     ratelimit_contract.parse_config(files)
     return Snapshot(files)
@@ -294,9 +304,9 @@ def gateway_input(
     return envoy_config.ClusterPolicies(
         cluster_fqn=policies.cluster_fqn,
         cluster=policies.cluster,
-        failure_mode=policies.failure_mode,
         traffic_policies=tuple(policies.traffic_policies()),
         ext_authz=policies.ext_authz_routes,
         ratelimit_service=ratelimit_service,
         notes=policies.notes,
+        gateway=policies.gateway(),
     )
