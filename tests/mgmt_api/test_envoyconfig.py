@@ -9,6 +9,7 @@ also run through ``envoy --mode validate`` (``tests.support.envoy.get_envoyconfi
 
 from __future__ import annotations
 
+import re
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -279,6 +280,7 @@ def test_yaml_format_is_the_same_document(admin: httpx.Client, cluster: str) -> 
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("application/yaml")
     assert yaml.safe_load(response.text) == as_json
+    assert_envoy_accepts(yaml.safe_load(response.text))
 
 
 def test_needs_read_on_the_cluster(
@@ -421,3 +423,26 @@ def test_gateway_knobs_render_into_the_filters_and_circuit_breakers(
     config = get_envoyconfig(admin, cluster)
     rl = parse_typed(config["httpFilters"][1]["typedConfig"], rate_limit_pb2.RateLimit())
     assert (rl.timeout.ToMilliseconds(), rl.failure_mode_deny) == (100, False)  # fail open
+
+
+def test_every_test_that_gets_envoyconfig_has_envoy_validate_it() -> None:
+    """A 200 from ``/envoyconfig`` in any test goes through ``get_envoyconfig``
+    (or, for YAML, ``assert_envoy_accepts``), so a render Envoy rejects fails
+    the suite; only error answers (``err(...)``) are read directly."""
+    tests_dir = Path(__file__).resolve().parents[1]
+    call = re.compile(r"""\.get\(\s*f?["'][^"']*/envoyconfig["']""")
+    unchecked = []
+    for path in sorted(tests_dir.rglob("*.py")):
+        if path == tests_dir / "support" / "envoy.py":
+            continue
+        text = path.read_text()
+        for match in call.finditer(text):
+            line_start = text.rfind("\n", 0, match.start()) + 1
+            line = text[line_start : text.find("\n", match.end())]
+            if "err(" in line:
+                continue
+            after = text[match.end() : match.end() + 400]
+            if '"format": "yaml"' in line and "assert_envoy_accepts(" in after:
+                continue
+            unchecked.append(f"{path.relative_to(tests_dir)}: {line.strip()}")
+    assert unchecked == []
