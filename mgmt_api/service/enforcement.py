@@ -127,10 +127,6 @@ class ClusterPolicies:
         """The gateway knobs, parsed on use for the reason :meth:`traffic_policies` gives."""
         return envoy_config.gateway_settings(self.gateway_spec)
 
-    @property
-    def failure_mode(self) -> str | None:
-        return (self.rate_limit or {}).get("failureMode")
-
     def traffic_policies(self) -> list[tuple[str, BackendTrafficPolicy]]:
         """The BackendTrafficPolicies, parsed by the compiler's model.
 
@@ -230,7 +226,8 @@ def ratelimit_snapshot(policies: ClusterPolicies) -> Snapshot:
     carry a password (the API refuses it), so no secret is ever in a snapshot.
     """
     files = render_rls_files(policies.cluster, [p for _, p in policies.traffic_policies()])
-    # ``timeout`` is Envoy's (the gateway's filter): changing it must not roll the service.
+    # The gateway filter's timeout is Envoy's, not the service's: changing it
+    # must not roll every ratelimit instance of the cluster.
     service_switches = {k: v for k, v in (policies.rate_limit or {}).items() if k != "timeout"}
     if service_switches:
         switches = {"rateLimit": service_switches}
