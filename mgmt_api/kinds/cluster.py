@@ -12,6 +12,10 @@ SET_POLICY on the organization besides CREATE, as does a GET with
 costly to return. ``rateLimit`` holds the cluster's counter-store switches
 (docs/api.md); a ``backend.redis.url`` written as ``host:port`` is stored as the
 ``redis://host:port`` URL it means, so every reader sees one form.
+``rateLimit.timeout``, ``extAuthz`` and ``circuitBreakers`` are the knobs of
+the cluster's gateway filters (``mgmt_api.compiler.envoy_config.GatewaySettings``);
+timeouts are stored as protobuf seconds (``"100ms"`` as ``"0.1s"``), as
+``tokenTtl`` is, so the renderer reads one form.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from pydantic import Field
 from mgmt_api import access
 from mgmt_api import fqn as fqnmod
 from mgmt_api.auth import keys as keymod
+from mgmt_api.compiler.envoy_config import MAX_TIMEOUT_SECONDS, MIN_TIMEOUT_SECONDS
 from mgmt_api.domain import inventory, rbac
 from mgmt_api.domain.durations import format_duration, parse_duration
 from mgmt_api.errors import ApiError, Code, invalid
@@ -45,6 +50,8 @@ from mgmt_api.kinds.base import (
 )
 from mgmt_api.kinds.service_account import ServiceAccount, key_view, new_key
 from mgmt_api.schemas.resources import (
+    CircuitBreakers,
+    ClusterExtAuthz,
     ClusterRateLimit,
     ConfigGenerationMetadata,
     InstallTemplate,
@@ -89,6 +96,8 @@ class Cluster(Meta):
     deletion_protection_enabled: bool | None = None
     config_generation_metadata: ConfigGenerationMetadata | None = None
     rate_limit: ClusterRateLimit | None = None
+    ext_authz: ClusterExtAuthz | None = None
+    circuit_breakers: CircuitBreakers | None = None
     namespaces: list[dict[str, Any]] | None = Field(
         default=None, description="Output only (agents)."
     )
@@ -142,6 +151,23 @@ def _rate_limit(prefix: str, rate_limit: dict[str, Any] | None) -> None:
                 fqnmod.validate_name(
                     ref["namespace"], f"{prefix}.backend.redis.{ref_field}.namespace"
                 )
+
+
+def filter_timeout(section: dict[str, Any] | None, field: str) -> None:
+    """Normalize ``section["timeout"]`` (``"100ms"``, ``"0.25s"``) to protobuf seconds.
+
+    Bounded to 1ms..60s: below a millisecond no call can answer, and a gateway
+    holding a request a minute for a policy decision is a misconfiguration.
+    Sub-millisecond digits are refused rather than rounded away.
+    """
+    if not section or section.get("timeout") is None:
+        return
+    seconds = parse_duration(section["timeout"], field)
+    if not MIN_TIMEOUT_SECONDS <= seconds <= MAX_TIMEOUT_SECONDS:
+        raise invalid(field, "must be between 1ms and 60s")
+    if abs(seconds * 1000 - round(seconds * 1000)) > 1e-6:
+        raise invalid(field, "must be a whole number of milliseconds")
+    section["timeout"] = format_duration(round(seconds * 1000) / 1000)
 
 
 def strip_workloads(namespaces: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -228,6 +254,8 @@ class ClusterBehaviour(Behaviour):
     def validate(self, write: Write) -> None:
         spec = write.spec
         _rate_limit(f"{write.prefix}.rateLimit", spec.get("rateLimit"))
+        filter_timeout(spec.get("rateLimit"), f"{write.prefix}.rateLimit.timeout")
+        filter_timeout(spec.get("extAuthz"), f"{write.prefix}.extAuthz.timeout")
         ttl = spec.get("tokenTtl")
         seconds = parse_duration(ttl, f"{write.prefix}.tokenTtl") if ttl is not None else 3600.0
         spec["tokenTtl"] = format_duration(seconds)

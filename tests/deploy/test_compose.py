@@ -37,7 +37,8 @@ from extauthz.cli import _parser as extauthz_parser
 from meshplane import control_plane
 from mgmt_api.cli import app as mgmt_api_app
 from ratelimit.cli import _parser as ratelimit_parser
-from tests.mgmt_api.harness import ADMIN_PASSWORD, MgmtServer, ok
+from tests.mgmt_api.harness import ADMIN_PASSWORD, MgmtServer
+from tests.support.envoy import get_envoyconfig
 from tests.support.envoy_protos import listener_hcm, parse, parse_bootstrap
 
 COMPOSE_DIR = Path(__file__).resolve().parents[2] / "deploy" / "compose"
@@ -198,11 +199,7 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
         plan = seed_script.plan_for(seed)
         ratelimit = f"grpc://ratelimit:{port_of(services_args()['ratelimit'].listen)}"
         with server.admin() as admin:
-            yield ok(
-                admin.get(
-                    f"{plan.cluster_path}/envoyconfig", params={"rateLimitService": ratelimit}
-                )
-            )
+            yield get_envoyconfig(admin, plan.cluster_path, {"rateLimitService": ratelimit})
     finally:
         server.close()
 
