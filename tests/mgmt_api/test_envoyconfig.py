@@ -415,8 +415,11 @@ def test_gateway_knobs_render_into_the_filters_and_circuit_breakers(
     )
     (thresholds,) = upstream.circuit_breakers.thresholds
     assert (thresholds.max_pending_requests.value, thresholds.max_requests.value) == (1, 2)
-    # The timeout is the gateway's: the ratelimit and extauthz snapshots do not change.
-    assert ok(admin.get(f"{cluster}/status"))["desiredVersions"] == before
+    # The timeout is the gateway's: the ratelimit and extauthz snapshots do not
+    # change, the gateways' configuration (ADS) does.
+    after = ok(admin.get(f"{cluster}/status"))["desiredVersions"]
+    assert after["gateway"] != before.pop("gateway")
+    assert {k: after[k] for k in before} == before
 
     current = ok(admin.get(cluster))
     ok(admin.put(cluster, json={**current, "rateLimit": {"failureMode": "allow"}}))
