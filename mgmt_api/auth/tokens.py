@@ -25,6 +25,7 @@ import jwt
 
 from agent.contract import TUNNEL_AUDIENCE
 from meshplane.distribution_contract import TOKEN_AUDIENCE
+from meshplane.gateway_contract import XDS_AUDIENCE
 
 SESSION_KID = "meshplane-session"
 ISSUER = "meshplane"
@@ -32,8 +33,10 @@ LEEWAY_SECONDS = 5.0
 SESSION_TTL_SECONDS = 3600
 # ``aud`` of the tokens that open a PolicyDistribution stream, and only those.
 DISTRIBUTION_AUDIENCE = TOKEN_AUDIENCE
-# The audiences of stream tokens (policy stream, agent tunnel): REST refuses them all.
-STREAM_AUDIENCES = frozenset({DISTRIBUTION_AUDIENCE, TUNNEL_AUDIENCE})
+# The audiences of stream tokens (policy stream, agent tunnel, gateway ADS): REST
+# refuses them all. A gateway's lives 30 days in a bootstrap file, so REST must not
+# take it even where a cluster's tokenTtl would allow that lifetime.
+STREAM_AUDIENCES = frozenset({DISTRIBUTION_AUDIENCE, TUNNEL_AUDIENCE, XDS_AUDIENCE})
 
 
 def new_signing_secret() -> str:
@@ -138,7 +141,9 @@ def verify_service_account(
         raise TokenError(f"invalid service-account token: {exc}") from exc
     audiences = _audiences(claims)
     if audience is None and STREAM_AUDIENCES.intersection(audiences):
-        raise TokenError("a stream token (policy distribution, agent tunnel) is not accepted here")
+        raise TokenError(
+            "a stream token (policy distribution, agent tunnel, gateway ADS) is not accepted here"
+        )
     if audience is not None and audience not in audiences:
         raise TokenError(f"the token's audience is not {audience}")
     iat, exp = float(claims["iat"]), float(claims["exp"])
