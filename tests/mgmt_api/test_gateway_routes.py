@@ -21,8 +21,11 @@ import pytest
 
 from meshplane import gateway_contract
 from meshplane.config_error import ConfigError
+from mgmt_api.auth import keys as keymod
 from mgmt_api.auth.tokens import sign_service_account
+from mgmt_api.kinds import cluster as cluster_kind
 from mgmt_api.kinds.base import KindSettings
+from mgmt_api.store import repo
 from tests.mgmt_api.harness import MgmtServer, err, ok
 from tests.mgmt_api.test_policy_resources import field_of
 from tests.support.envoy import validate
@@ -343,3 +346,21 @@ def test_the_ads_address_defaults_to_the_public_host_and_the_grpc_port() -> None
     assert KindSettings(grpc_listen="127.0.0.1:0").ads_url(public) is None  # known once bound
     with pytest.raises(ConfigError, match="MESHPLANE_GRPC_PUBLIC_URL"):
         KindSettings(grpc_public_url="https://xds.example.com")
+
+
+def test_a_grpcs_ads_address_renders_a_tls_bootstrap_envoy_accepts() -> None:
+    """With TLS on the gRPC port the bootstrap checks mgmt-api's certificate (the
+    system bundle unless told otherwise) and sends SNI; Envoy accepts it as it is."""
+    fqn = "organizations/o/clusters/east"
+    res = repo.new_resource(fqn, "Cluster", {}, revision=1, creator="users/admin")
+    gateway = cluster_kind.gateway_template(
+        "grpcs://mgmt.example.com:8444", res, f"{fqn}/serviceaccounts/agent", keymod.generate()
+    )
+    bootstrap = gateway["secrets"]["bootstrap"]
+    (xds,) = bootstrap["static_resources"]["clusters"]
+    tls = xds["transport_socket"]["typed_config"]
+    assert tls["sni"] == "mgmt.example.com"
+    trusted = tls["common_tls_context"]["validation_context"]["trusted_ca"]["filename"]
+    assert trusted == cluster_kind.GATEWAY_CA_FILE and trusted in gateway["message"]
+    result = validate(bootstrap)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
