@@ -21,6 +21,7 @@ timeouts are stored as protobuf seconds (``"100ms"`` as ``"0.1s"``), as
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping
 from typing import Annotated, Any
 from urllib.parse import urlsplit
@@ -28,12 +29,15 @@ from urllib.parse import urlsplit
 from fastapi import Query
 from pydantic import Field
 
+from meshplane import gateway_contract
+from meshplane.control_plane import ServiceAccountKey
 from mgmt_api import access
 from mgmt_api import fqn as fqnmod
 from mgmt_api.auth import keys as keymod
 from mgmt_api.compiler.envoy_config import MAX_TIMEOUT_SECONDS, MIN_TIMEOUT_SECONDS
 from mgmt_api.domain import inventory, rbac
 from mgmt_api.domain.durations import format_duration, parse_duration
+from mgmt_api.domain.times import rfc3339
 from mgmt_api.errors import ApiError, Code, invalid
 from mgmt_api.kinds import onboarding
 from mgmt_api.kinds.base import (
@@ -63,6 +67,11 @@ from mgmt_api.store import repo
 from ratelimit.contract import RedisUrlError, parse_redis_url
 
 DEFAULT_TOKEN_TTL = "3600s"  # noqa: S105 - a duration
+#: node.id of the install template's gateway; each gateway of a cluster needs its own.
+GATEWAY_INSTANCE = "gateway-1"
+#: trusted_ca of a grpcs:// ADS address: the system bundle of Debian/Ubuntu (and of
+#: Envoy's images), right for a publicly signed mgmt-api certificate.
+GATEWAY_CA_FILE = "/etc/ssl/certs/ca-certificates.crt"
 #: The role the agent gets on its cluster.
 AGENT_ROLE = "rbac/editor"
 
@@ -183,12 +192,61 @@ def strip_workloads(namespaces: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def install_template(
-    base_url: str, cluster: repo.Resource, sa_fqn: str, pair: keymod.KeyPair
+def gateway_template(
+    ads: str, cluster: repo.Resource, sa_fqn: str, pair: keymod.KeyPair
 ) -> dict[str, Any]:
-    """Minimal values to install the cluster's agent; carries the API key, never stored."""
+    """A ready-to-run bootstrap for one gateway Envoy of ``cluster``, reaching ADS at ``ads``.
+
+    Its token is signed with the freshly minted agent key (Envoy cannot sign
+    tokens, so it carries one of :data:`gateway_contract.GATEWAY_TOKEN_TTL_SECONDS`,
+    valid only with the ADS audience): deleting the key revokes it. The
+    bootstrap sits under ``secrets`` because it is one, as the key is.
+    """
+    now = time.time()
+    token = ServiceAccountKey(pair.private_jwk, sa_fqn, cluster.fqn).token(
+        now=now,
+        ttl=gateway_contract.GATEWAY_TOKEN_TTL_SECONDS,
+        audience=gateway_contract.XDS_AUDIENCE,
+    )
+    node = gateway_contract.GatewayNode(
+        fqnmod.org_name(cluster.fqn), cluster.name, GATEWAY_INSTANCE
+    )
+    tls = gateway_contract.grpc_address(ads, "the ADS address")[2]
+    bootstrap = gateway_contract.bootstrap(
+        node, ads=ads, token=token, ca_file=GATEWAY_CA_FILE if tls else None
+    )
+    expires = int(now) + gateway_contract.GATEWAY_TOKEN_TTL_SECONDS
+    return {
+        "message": (
+            "Run a gateway Envoy with secrets.bootstrap as its bootstrap (envoy -c FILE; keep "
+            "the file mode 0600). Its token expires at tokenExpireTime: fetch the template "
+            "again before then. Give each gateway its own node.id; node.metadata sets its "
+            "listener, its name (HTTPRoute parentRefs) and the rate-limit service."
+            + (
+                f" With grpcs, trusted_ca is {GATEWAY_CA_FILE}: point it at the CA of "
+                "mgmt-api's certificate if that is a private one."
+                if tls
+                else ""
+            )
+        ),
+        "ads": ads,
+        "tokenExpireTime": rfc3339(expires * 1_000_000),
+        "secrets": {"bootstrap": bootstrap},
+    }
+
+
+def install_template(
+    base_url: str,
+    cluster: repo.Resource,
+    sa_fqn: str,
+    pair: keymod.KeyPair,
+    ads: str | None = None,
+) -> dict[str, Any]:
+    """Minimal values to install the cluster's agent, and its gateway when ``ads`` is
+    known; carries the API key (and a gateway token made with it), never stored."""
     url = urlsplit(base_url)
     port = url.port or (443 if url.scheme == "https" else 80)
+    gateway = {"gateway": gateway_template(ads, cluster, sa_fqn, pair)} if ads else {}
     return {
         "message": (
             "Install the meshplane cluster agent with these values. The API key (secrets."
@@ -218,6 +276,7 @@ def install_template(
                 "tokenTtl": cluster.spec.get("tokenTtl", DEFAULT_TOKEN_TTL),
             },
         },
+        **gateway,
     }
 
 
@@ -244,7 +303,9 @@ def _create_agent(env: WriteEnv, cluster: repo.Resource) -> dict[str, Any]:
     account_view["keys"] = [key_view(pair.id, pair.public_jwk, "PEM", pair)]
     return {
         "serviceAccount": account_view,
-        "installTemplate": install_template(env.base_url, cluster, sa_fqn, pair),
+        "installTemplate": install_template(
+            env.base_url, cluster, sa_fqn, pair, env.settings.ads_url(env.base_url)
+        ),
     }
 
 
@@ -304,7 +365,8 @@ class ClusterBehaviour(Behaviour):
             f"install template requested for {res.fqn}",
             keyId=pair.id,
         )
-        return {"installTemplate": install_template(env.base_url, res, sa_fqn, pair)}
+        ads = env.settings.ads_url(env.base_url)
+        return {"installTemplate": install_template(env.base_url, res, sa_fqn, pair, ads)}
 
 
 KIND = KindDef(

@@ -58,9 +58,21 @@ class NamespaceScoping(ApiModel):
     exceptions: list[str] | None = None
 
 
+class GatewayTemplate(ApiModel):
+    """A gateway Envoy's bootstrap (``secrets.bootstrap``: it carries a token) and its ADS."""
+
+    message: str
+    ads: str = Field(description="grpc:// or grpcs:// address of mgmt-api's ADS (gRPC port).")
+    token_expire_time: str = Field(description="RFC 3339: when the bootstrap's token expires.")
+    secrets: dict[str, Any]
+
+
 class InstallTemplate(ApiModel):
     message: str
     helm: dict[str, Any]
+    gateway: GatewayTemplate | None = Field(
+        default=None, description="Absent when mgmt-api serves no gRPC port it can name."
+    )
 
 
 class SecretRef(ApiModel):
