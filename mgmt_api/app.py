@@ -22,6 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mgmt_api import console
 from mgmt_api.distribution.hub import Distribution, tls_from
+from mgmt_api.distribution.metrics import DistributionCollector
 from mgmt_api.distribution.tunnel import tunnel_servicer
 from mgmt_api.domain.durations import parse_duration
 from mgmt_api.errors import ApiError, Code
@@ -199,6 +200,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.services = services
     app.state.distribution = distribution
     registry = CollectorRegistry()
+    if services.registry is not None:
+        registry.register(DistributionCollector(services.registry))
     app.state.registry = registry
     app.state.identity = identity
     app.include_router(onboarding.router)  # before the generated .../onboarding/{name}

@@ -75,6 +75,8 @@ class SubscriberRegistry:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _instances: dict[tuple[str, str, str, str], InstanceStatus] = field(default_factory=dict)
     _streams: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    # (kind, event) → how many: "sent", "ack", "nack" (the metrics' counters).
+    _events: dict[tuple[str, str], int] = field(default_factory=dict)
 
     @property
     def forget_after_seconds(self) -> float:
@@ -112,10 +114,26 @@ class SubscriberRegistry:
         """A keep-alive: contact only, the ACK/NACK state stays as it was."""
         self._update(node, now)
 
+    def _count(self, node: NodeIdentity, event: str) -> None:
+        with self._lock:
+            key = (node.kind, event)
+            self._events[key] = self._events.get(key, 0) + 1
+
+    def events(self) -> dict[tuple[str, str], int]:
+        """(kind, "sent" | "ack" | "nack") → count since start."""
+        with self._lock:
+            return dict(self._events)
+
+    def all_instances(self) -> list[InstanceStatus]:
+        with self._lock:
+            return list(self._instances.values())
+
     def sent(self, node: NodeIdentity, version: str, now: float) -> None:
+        self._count(node, "sent")
         self._update(node, now, sent_version=version)
 
     def acked(self, node: NodeIdentity, version: str, now: float) -> None:
+        self._count(node, "ack")
         self._update(
             node, now, applied_version=version, last_result="ACK", last_error="", nacked_version=""
         )
@@ -123,6 +141,7 @@ class SubscriberRegistry:
     def nacked(
         self, node: NodeIdentity, kept_version: str, rejected: str, error: str, now: float
     ) -> None:
+        self._count(node, "nack")
         self._update(
             node,
             now,

@@ -268,3 +268,35 @@ def test_a_gateway_token_may_live_longer_than_the_cluster_token_ttl(setup: Setup
         c.close()
     too_long = setup.token(ttl=gc.GATEWAY_TOKEN_TTL_SECONDS + 3600)
     assert rpc_error(setup, too_long, node()).code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+def test_metrics_count_gateways_and_their_answers(setup: Setup) -> None:
+    """The distribution metrics read the registry the status reads: a NACKing
+    gateway shows, by kind, with no instance names in the labels."""
+    c = Client(setup, setup.token(), node("py-metrics"))
+    try:
+        got = subscribe_all(c)
+        listeners = got[gateway_xds.LISTENER_TYPE]
+        c.send(
+            gateway_xds.LISTENER_TYPE,
+            response_nonce=listeners.nonce,
+            error_detail=status_pb2.Status(code=3, message="refused"),
+        )
+        wait_until(
+            lambda: (gateway_entry(setup, "py-metrics") or {}).get("lastResult") == "NACK",
+            15,
+            "NACK",
+        )
+        text = setup.admin.get("/metrics").text
+    finally:
+        c.close()
+    samples = {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("mgmt_api_distribution_")
+    }
+    assert samples['mgmt_api_distribution_instances{kind="gateway",state="connected"}'] >= 1
+    assert samples['mgmt_api_distribution_nacking_instances{kind="gateway"}'] >= 1
+    assert samples['mgmt_api_distribution_events_total{event="nack",kind="gateway"}'] >= 1
+    assert samples['mgmt_api_distribution_events_total{event="sent",kind="gateway"}'] >= 1
+    assert "py-metrics" not in text
