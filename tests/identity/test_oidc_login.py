@@ -187,6 +187,8 @@ async def test_a_cookie_computed_from_the_state_or_a_wrong_cookie_is_refused(
         (None, CHALLENGE, "S256", "invalid_request"),
         ("http://localhost:5000/cb", CHALLENGE, "S256", "invalid_redirect_uri"),
     ],
+    # Stable ids (the challenge is random): the same on every collection.
+    ids=["no challenge", "plain method", "short challenge", "no target", "foreign target"],
 )
 async def test_a_redirect_target_needs_the_clients_pkce_challenge(
     idp_config: IdentityProviderConfig,
