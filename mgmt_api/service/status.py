@@ -23,10 +23,11 @@ from collections.abc import Iterable
 from typing import Any
 
 from meshplane.distribution_contract import SERVICE_KINDS
-from meshplane.gateway_contract import GATEWAY_KIND
+from meshplane.gateway_contract import GATEWAY_KIND, GatewayNode
 from mgmt_api import access
 from mgmt_api import fqn as fqnmod
 from mgmt_api.access import CallContext
+from mgmt_api.compiler import gateway_xds
 from mgmt_api.compiler.extauthz import policy_name
 from mgmt_api.domain import rbac
 from mgmt_api.errors import ApiError, Code, not_found
@@ -67,7 +68,11 @@ class StatusService:
 
     def _version(self, kind: str, organization: str, cluster: str) -> str:
         if kind == GATEWAY_KIND:
-            return self.enforcement.gateway(organization, cluster).version()
+            # Compiled too (for a default gateway), so what would fail every
+            # gateway's stream shows here as a compile error.
+            inp = self.enforcement.gateway(organization, cluster)
+            gateway_xds.compile_gateway(inp, GatewayNode(organization, cluster, "status"))
+            return inp.version()
         return self.enforcement.snapshot(kind, organization, cluster).version
 
     def _desired(self, organization: str, cluster: str) -> tuple[dict[str, str], dict[str, str]]:
