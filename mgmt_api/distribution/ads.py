@@ -37,7 +37,6 @@ token's key and the cluster, as the policy stream does.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import time
@@ -65,9 +64,10 @@ from meshplane.distribution_contract import NodeIdentity
 from meshplane.gateway_contract import GATEWAY_KIND, GatewayNode, NodeError, parse_node
 from mgmt_api.compiler import gateway_xds
 from mgmt_api.distribution.feed import ChangeFeed, SharedBuilds
+from mgmt_api.distribution.streams import StillAdmitted, admit_bearer, cancel, ended, fresh, refuse
 from mgmt_api.service.enforcement import UnknownCluster
 from mgmt_api.service.instances import SubscriberRegistry
-from mgmt_api.service.stream_auth import AuthError, Revocation
+from mgmt_api.service.stream_auth import Revocation
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,6 @@ _MESSAGES: dict[str, type[Message]] = {
 
 # (bearer token, node) → a grant (the key id), or raise AuthError.
 Authenticate = Callable[[str, NodeIdentity], Awaitable[str]]
-StillAdmitted = Callable[[str, NodeIdentity], Awaitable[Revocation | None]]
 # (organization, cluster) → the cluster's gateway input.
 Build = Callable[[tuple[str, str]], Awaitable[gateway_xds.GatewayInput]]
 
@@ -168,14 +167,7 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
         except NodeError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         identity = NodeIdentity(GATEWAY_KIND, node.organization, node.cluster, node.instance)
-        header = str(dict(context.invocation_metadata() or ()).get("authorization", ""))
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "a bearer token is required")
-        try:
-            grant = await self._authenticate(token.strip(), identity)
-        except AuthError as exc:
-            await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(exc))
+        grant = await admit_bearer(context, lambda token: self._authenticate(token, identity))
         return node, identity, grant
 
     def _response(
@@ -268,15 +260,13 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
                 if compiled is None or (waiter is not None and waiter.done()):
                     waiter = None
                     revision = self._feed.revision
-                    try:
-                        latest = await self._compile(node, revision)
-                    except UnknownCluster:
-                        revoked = Revocation("the cluster was deleted", cluster_gone=True)
+                    checked = await fresh(
+                        self._compile(node, revision), self._still_admitted, grant, identity
+                    )
+                    if isinstance(checked, Revocation):
+                        revoked = checked
                         break
-                    if self._still_admitted is not None:
-                        revoked = await self._still_admitted(grant, identity)
-                        if revoked is not None:
-                            break
+                    latest = checked
                     self._registry.heartbeat(identity, self._clock())
                     if latest is not None and (
                         compiled is None or latest.version != compiled.version
@@ -306,28 +296,10 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
                     if response is not None:
                         yield response
         finally:
-            for task in (getter, waiter, reader):
-                if task is not None:
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await task
-            self._registry.disconnected(identity, self._clock(), registry_stream)
-            if revoked is not None and revoked.cluster_gone:
-                self._registry.forget_cluster(node.organization, node.cluster)
-            log.info(
-                "gateway disconnected",
-                extra={"cluster": node.cluster, "instance": node.instance},
-            )
+            await cancel(getter, waiter, reader)
+            ended(self._registry, identity, self._clock(), registry_stream, revoked)
         if revoked is not None:
-            log.warning(
-                "gateway stream closed: its credentials no longer hold",
-                extra={
-                    "cluster": node.cluster,
-                    "instance": node.instance,
-                    "reason": revoked.reason,
-                },
-            )
-            await context.abort(grpc.StatusCode.PERMISSION_DENIED, revoked.reason)
+            await refuse(context, identity, revoked)
 
     async def _compile(self, node: GatewayNode, revision: int) -> _Compiled | None:
         """This gateway's resources at ``revision``; None when they cannot be compiled.

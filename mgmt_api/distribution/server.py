@@ -17,7 +17,6 @@ dropped from the registry too.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import time
@@ -29,17 +28,16 @@ from meshplane.distribution_contract import SERVICE_KINDS, NodeIdentity
 from meshplane.proto.distribution.v1 import distribution_pb2 as pb
 from meshplane.proto.distribution.v1 import distribution_pb2_grpc as pb_grpc
 from mgmt_api.distribution.feed import ChangeFeed, SharedBuilds
-from mgmt_api.service.enforcement import Snapshot, UnknownCluster
+from mgmt_api.distribution.streams import StillAdmitted, admit_bearer, cancel, ended, fresh, refuse
+from mgmt_api.service.enforcement import Snapshot
 from mgmt_api.service.instances import SubscriberRegistry
-from mgmt_api.service.stream_auth import AuthError, Revocation
+from mgmt_api.service.stream_auth import Revocation
 
 log = logging.getLogger(__name__)
 
 
 # (bearer token, node) → a grant (the key id), or raise AuthError.
 Authenticate = Callable[[str, NodeIdentity], Awaitable[str]]
-# (grant, node) → None while the grant holds, else why it no longer does.
-StillAdmitted = Callable[[str, NodeIdentity], Awaitable[Revocation | None]]
 # node → the compiled snapshot for it.
 Build = Callable[[NodeIdentity], Awaitable[Snapshot]]
 
@@ -93,15 +91,7 @@ class DistributionServicer(pb_grpc.PolicyDistributionServicer):
         identity = NodeIdentity(
             node.kind, node.organization, node.cluster, node.instance or context.peer()
         )
-        metadata = dict(context.invocation_metadata() or ())
-        header = str(metadata.get("authorization", ""))
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "a bearer token is required")
-        try:
-            grant = await self._authenticate(token.strip(), identity)
-        except AuthError as exc:
-            await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(exc))
+        grant = await admit_bearer(context, lambda token: self._authenticate(token, identity))
         return identity, grant
 
     async def StreamSnapshots(
@@ -130,19 +120,13 @@ class DistributionServicer(pb_grpc.PolicyDistributionServicer):
         try:
             while True:
                 revision = self._feed.revision
-                try:
-                    compiled = await self._shared_build(node, revision)
-                except UnknownCluster:
-                    revoked = Revocation("the cluster was deleted", cluster_gone=True)
+                checked = await fresh(
+                    self._shared_build(node, revision), self._still_admitted, grant, node
+                )
+                if isinstance(checked, Revocation):
+                    revoked = checked
                     break
-                # Checked after the build: a cluster deleted before the build
-                # read the store compiles to an empty snapshot (no limits, no
-                # policies), which must never be sent; this check sees that
-                # deletion too.
-                if self._still_admitted is not None:
-                    revoked = await self._still_admitted(grant, node)
-                    if revoked is not None:
-                        break
+                compiled = checked
                 if compiled.version != last_version:
                     nonce = str(next(self._nonces))
                     sent[nonce] = compiled.version
@@ -165,26 +149,10 @@ class DistributionServicer(pb_grpc.PolicyDistributionServicer):
                 if reader.done():
                     break
         finally:
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await reader
-            self._registry.disconnected(node, self._clock(), stream)
-            if revoked is not None and revoked.cluster_gone:
-                self._registry.forget_cluster(node.organization, node.cluster)
-            log.info(
-                "subscriber disconnected",
-                extra={"kind": node.kind, "cluster": node.cluster, "instance": node.instance},
-            )
+            await cancel(reader)
+            ended(self._registry, node, self._clock(), stream, revoked)
         if revoked is not None:
-            log.warning(
-                "stream closed: its credentials no longer hold",
-                extra={
-                    "cluster": node.cluster,
-                    "instance": node.instance,
-                    "reason": revoked.reason,
-                },
-            )
-            await context.abort(grpc.StatusCode.PERMISSION_DENIED, revoked.reason)
+            await refuse(context, node, revoked)
 
     async def _read_answers(
         self,

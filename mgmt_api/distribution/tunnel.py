@@ -30,8 +30,9 @@ from meshplane.proto.tunnel.v1 import tunnel_pb2_grpc as pb_grpc
 from mgmt_api import fqn as fqnmod
 from mgmt_api.distribution.feed import ChangeFeed
 from mgmt_api.distribution.hub import REVALIDATE_SECONDS, Distribution
+from mgmt_api.distribution.streams import StillAdmitted, admit_bearer
 from mgmt_api.service.inventory import InventoryService
-from mgmt_api.service.stream_auth import AuthError, Revocation, StreamAuth
+from mgmt_api.service.stream_auth import Revocation, StreamAuth
 from mgmt_api.service.tunnel_hub import AgentSession, TunnelHub
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,6 @@ AGENT_KIND = "agent"
 
 # (token, node, audience) → the grant (key id), or AuthError.
 Authenticate = Callable[[str, NodeIdentity, str], Awaitable[str]]
-StillAdmitted = Callable[[str, NodeIdentity], Awaitable[Revocation | None]]
 # (organization, cluster, report JSON) → "" when stored, else why not.
 ReportInventory = Callable[[str, str, bytes], Awaitable[str]]
 
@@ -77,14 +77,9 @@ class TunnelServicer(pb_grpc.AgentTunnelServicer):
         node = NodeIdentity(
             AGENT_KIND, hello.organization, hello.cluster, hello.instance or context.peer()
         )
-        metadata = dict(context.invocation_metadata() or ())
-        scheme, _, token = str(metadata.get("authorization", "")).partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "a bearer token is required")
-        try:
-            grant = await self._authenticate(token.strip(), node, TUNNEL_AUDIENCE)
-        except AuthError as exc:
-            await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(exc))
+        grant = await admit_bearer(
+            context, lambda token: self._authenticate(token, node, TUNNEL_AUDIENCE)
+        )
         return node, grant, hello
 
     async def Connect(
