@@ -14,6 +14,7 @@ import contextlib
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -23,17 +24,10 @@ from pathlib import Path
 
 import pytest
 
+from mgmt_api.demo.stack import PORT_ROLES, port_flag
 from tests.support.net import free_port
 
-PORT_FLAGS = (
-    "--mgmt-port",
-    "--grpc-port",
-    "--ratelimit-port",
-    "--ratelimit-metrics-port",
-    "--extauthz-port",
-    "--extauthz-http-port",
-    "--extauthz-metrics-port",
-)
+PORT_FLAGS = tuple(port_flag(name) for name in PORT_ROLES)
 
 
 class Orchestrator:
@@ -180,3 +174,37 @@ def test_a_second_run_on_the_same_state_reuses_the_seed(tmp_path: Path) -> None:
     assert "seeded: 0 created, 0 updated, 8 unchanged" in orch.output, orch.output
     assert (state / "admin-password").read_text() == first_password
     assert (state / "cluster-credentials.json").read_text() == first_key
+
+
+@pytest.mark.parametrize("busy", ["--mgmt-port", "--gateway-admin-port"])
+def test_a_busy_port_stops_it_before_anything_starts(tmp_path: Path, busy: str) -> None:
+    """A port held by another program: exit 1 naming the port, its role and its
+    flag, with no child started and the state dir untouched."""
+    state = tmp_path / ".run"
+    ports = dict(zip(PORT_FLAGS, (free_port() for _ in PORT_FLAGS), strict=True))
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        ports[busy] = holder.getsockname()[1]
+        argv = [sys.executable, "-m", "mgmt_api.demo", "--state-dir", str(state)]
+        for flag, port in ports.items():
+            argv += [flag, str(port)]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 1, done
+    role = PORT_ROLES[busy.removeprefix("--").removesuffix("-port").replace("-", "_")]
+    assert (
+        f"port {ports[busy]} ({role}) on 127.0.0.1 is in use: pass {busy} N,"
+        " or stop what listens there" in done.stderr
+    ), done.stderr
+    assert "pid" not in done.stdout, done.stdout
+    assert not state.exists()
+
+
+def test_a_port_given_twice_is_refused(tmp_path: Path) -> None:
+    port = free_port()
+    argv = [sys.executable, "-m", "mgmt_api.demo", "--state-dir", str(tmp_path / ".run")]
+    argv += ["--mgmt-port", str(port), "--upstream-port", str(port)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 1, done
+    assert f"port {port} is given for both mgmt-api REST and demo upstream" in done.stderr
+    assert not (tmp_path / ".run").exists()
