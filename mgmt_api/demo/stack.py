@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import yaml
 
 from meshplane import control_plane, gateway_contract
 from meshplane.config_error import ConfigError
@@ -354,7 +353,7 @@ class Stack:
             node, ads=f"grpc://{p.at(p.grpc)}", token=token, admin=(p.host, p.gateway_admin)
         )
         path = self.state / "gateway-bootstrap.yaml"
-        write_secret(path, yaml.safe_dump(doc, sort_keys=False))
+        write_secret(path, gateway_contract.bootstrap_text(doc))
         return path
 
     def start(self, log: Callable[[str], None]) -> dict[str, str]:
