@@ -173,7 +173,10 @@ def test_output_file_is_json_mode_0600_and_validates_with_mutual_tls(
         (["--ads", "grpc://m:1", "--admin", "127.0.0.1:0"], "--admin needs a port 1-65535"),
         (["--ads", "grpc://m:1", "--ratelimit-service", "ratelimit:8081"], "--ratelimit-service"),
         (["--ads", "grpc://m:1", "--format", "xml"], "--format must be yaml or json"),
-        (["--ads", "grpc://m:1", "--cluster", "acme/west"], "not of organizations/acme/clusters/west"),
+        (
+            ["--ads", "grpc://m:1", "--cluster", "acme/west"],
+            "not of organizations/acme/clusters/west",
+        ),
     ],
 )
 def test_bad_flags_are_one_line_and_exit_2(
