@@ -25,6 +25,7 @@ import jwt
 
 from agent.contract import TUNNEL_AUDIENCE
 from meshplane.distribution_contract import TOKEN_AUDIENCE
+from meshplane.gateway_contract import XDS_AUDIENCE
 
 SESSION_KID = "meshplane-session"
 ISSUER = "meshplane"
@@ -32,8 +33,12 @@ LEEWAY_SECONDS = 5.0
 SESSION_TTL_SECONDS = 3600
 # ``aud`` of the tokens that open a PolicyDistribution stream, and only those.
 DISTRIBUTION_AUDIENCE = TOKEN_AUDIENCE
-# The audiences of stream tokens (policy stream, agent tunnel): REST refuses them all.
-STREAM_AUDIENCES = frozenset({DISTRIBUTION_AUDIENCE, TUNNEL_AUDIENCE})
+# ``aud`` of the tokens gateway Envoys open their ADS stream with (long-lived: Envoy
+# cannot mint them; meshplane.gateway_contract).
+GATEWAY_AUDIENCE = XDS_AUDIENCE
+# The audiences of stream tokens (policy stream, agent tunnel, gateway ADS): REST
+# refuses them all.
+STREAM_AUDIENCES = frozenset({DISTRIBUTION_AUDIENCE, TUNNEL_AUDIENCE, GATEWAY_AUDIENCE})
 
 
 def new_signing_secret() -> str:

@@ -11,6 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 class ChangeFeed:
@@ -49,3 +53,27 @@ class ChangeFeed:
         while True:
             self.notify(await self._read_revision())
             await asyncio.sleep(interval)
+
+
+class SharedBuilds(Generic[K, V]):
+    """Build once per key and feed revision, however many streams wake for it.
+
+    A write wakes every stream of a cluster at once, and they all need the
+    same compiled artifact. A build started when the feed was at ``revision``
+    or later has seen every write up to ``revision`` (the feed only moves after
+    a commit), so a stream may join it; an older one it may not. A failed
+    build is not shared with later callers.
+    """
+
+    def __init__(self, feed: ChangeFeed, build: Callable[[K], Awaitable[V]]) -> None:
+        self._feed = feed
+        self._build = build
+        self._builds: dict[K, tuple[int, asyncio.Future[V]]] = {}
+
+    async def get(self, key: K, revision: int) -> V:
+        entry = self._builds.get(key)
+        if entry is None or entry[0] < revision or (entry[1].done() and entry[1].exception()):
+            started = self._feed.revision
+            future = asyncio.ensure_future(self._build(key))
+            entry = self._builds[key] = (started, future)
+        return await asyncio.shield(entry[1])

@@ -1,5 +1,10 @@
 """The policy distribution plane inside ``mgmt-api serve``: the gRPC server and its feed.
 
+One gRPC server, one port, serves the ``PolicyDistribution`` stream of the
+ratelimit and extauthz instances, Envoy's Aggregated Discovery Service for
+the gateways (:mod:`mgmt_api.distribution.ads`) and the agent tunnel; all
+three wake on the same feed.
+
 It runs in the same event loop as the REST app (started and stopped by the
 FastAPI lifespan). A committed write reaches the open snapshot streams
 without any broker:
@@ -36,11 +41,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import grpc
+from envoy.service.discovery.v3 import ads_pb2_grpc
 
 from meshplane.distribution_contract import NodeIdentity
 from meshplane.netaddr import is_loopback_host
 from meshplane.proto.distribution.v1 import distribution_pb2_grpc as pb_grpc
 from meshplane.tls import TlsFiles, grpcio_credentials, tls_files_from
+from mgmt_api.auth import tokens
+from mgmt_api.compiler.gateway_xds import GatewayInput
+from mgmt_api.distribution.ads import AggregatedDiscoveryServicer
 from mgmt_api.distribution.feed import ChangeFeed
 from mgmt_api.distribution.server import DistributionServicer
 from mgmt_api.service.enforcement import EnforcementService, Snapshot
@@ -124,6 +133,14 @@ class Distribution:
     async def _authenticate(self, token: str, node: NodeIdentity) -> str:
         return await self.stream_auth.authenticate_async(token, node.organization, node.cluster)
 
+    async def _authenticate_gateway(self, token: str, node: NodeIdentity) -> str:
+        return await self.stream_auth.authenticate_async(
+            token, node.organization, node.cluster, tokens.GATEWAY_AUDIENCE
+        )
+
+    async def _build_gateway(self, key: tuple[str, str]) -> GatewayInput:
+        return await self.enforcement.gateway_async(*key)
+
     async def _still_admitted(self, key_id: str, node: NodeIdentity) -> Revocation | None:
         return await self.stream_auth.still_admitted_async(key_id, node.organization, node.cluster)
 
@@ -143,6 +160,15 @@ class Distribution:
         )
         server = grpc.aio.server(options=SERVER_OPTIONS)
         pb_grpc.add_PolicyDistributionServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+        gateways = AggregatedDiscoveryServicer(
+            self._build_gateway,
+            self._authenticate_gateway,
+            feed,
+            self.registry,
+            heartbeat=REVALIDATE_SECONDS,
+            still_admitted=self._still_admitted,
+        )
+        ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(gateways, server)
         for add in self.servicers:
             add(server)
         if self.tls is not None:

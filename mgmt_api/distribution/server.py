@@ -28,7 +28,7 @@ import grpc
 from meshplane.distribution_contract import SERVICE_KINDS, NodeIdentity
 from meshplane.proto.distribution.v1 import distribution_pb2 as pb
 from meshplane.proto.distribution.v1 import distribution_pb2_grpc as pb_grpc
-from mgmt_api.distribution.feed import ChangeFeed
+from mgmt_api.distribution.feed import ChangeFeed, SharedBuilds
 from mgmt_api.service.enforcement import Snapshot, UnknownCluster
 from mgmt_api.service.instances import SubscriberRegistry
 from mgmt_api.service.stream_auth import AuthError, Revocation
@@ -66,24 +66,17 @@ class DistributionServicer(pb_grpc.PolicyDistributionServicer):
         self._clock = clock
         self._heartbeat = heartbeat
         self._nonces = itertools.count(1)
-        # (kind, org, cluster) → (feed revision when the build started, the build).
-        self._builds: dict[tuple[str, str, str], tuple[int, asyncio.Future[Snapshot]]] = {}
+        # One build per (kind, organization, cluster) and revision.
+        self._builds: SharedBuilds[tuple[str, str, str], Snapshot] = SharedBuilds(
+            feed, self._build_for
+        )
+
+    async def _build_for(self, key: tuple[str, str, str]) -> Snapshot:
+        kind, organization, cluster = key
+        return await self._build(NodeIdentity(kind, organization, cluster, ""))
 
     async def _shared_build(self, node: NodeIdentity, revision: int) -> Snapshot:
-        """Build once per cluster and revision, however many streams wake for it.
-
-        A write wakes every stream of the cluster at once; they all need the
-        same snapshot. A build started when the feed was at ``revision`` or
-        later has seen every write up to ``revision`` (the feed only moves
-        after a commit), so a stream may join it; an older one it may not.
-        """
-        key = (node.kind, node.organization, node.cluster)
-        entry = self._builds.get(key)
-        if entry is None or entry[0] < revision or (entry[1].done() and entry[1].exception()):
-            started = self._feed.revision
-            future = asyncio.ensure_future(self._build(node))
-            entry = self._builds[key] = (started, future)
-        return await asyncio.shield(entry[1])
+        return await self._builds.get((node.kind, node.organization, node.cluster), revision)
 
     async def _admit(
         self,

@@ -35,8 +35,9 @@ from extauthz import contract as extauthz_contract
 from mgmt_api import access
 from mgmt_api import fqn as fqnmod
 from mgmt_api.access import CallContext
-from mgmt_api.compiler import envoy_config
+from mgmt_api.compiler import envoy_config, gateway_xds
 from mgmt_api.compiler import extauthz as extauthz_compiler
+from mgmt_api.compiler.http_route import Backend, HTTPRoute
 from mgmt_api.compiler.ratelimit import render_rls_files
 from mgmt_api.compiler.traffic_policy import BackendTrafficPolicy
 from mgmt_api.domain import rbac
@@ -119,6 +120,8 @@ class ClusterPolicies:
     ext_authz_routes: tuple[envoy_config.ExtAuthzRoute, ...]
     rate_limit: Mapping[str, Any] | None  # the cluster's rateLimit switches, as stored
     notes: tuple[str, ...] = field(default=())  # what cannot be enforced as written
+    http_route_specs: tuple[tuple[str, Mapping[str, Any]], ...] = field(default=())
+    backend_specs: tuple[tuple[str, Mapping[str, Any]], ...] = field(default=())
 
     @property
     def failure_mode(self) -> str | None:
@@ -135,13 +138,23 @@ class ClusterPolicies:
             (fqn, BackendTrafficPolicy.model_validate(spec)) for fqn, spec in self.traffic_specs
         ]
 
+    def http_routes(self) -> list[tuple[str, HTTPRoute]]:
+        """The gateway's HTTPRoutes, parsed on use as :meth:`traffic_policies` are."""
+        return [(fqn, HTTPRoute.model_validate(spec)) for fqn, spec in self.http_route_specs]
 
-def _traffic_specs(conn: Connection, cluster_fqn: str) -> list[tuple[str, dict[str, Any]]]:
+    def backends(self) -> list[tuple[str, Backend]]:
+        return [(fqn, Backend.model_validate(spec)) for fqn, spec in self.backend_specs]
+
+
+def _manifests(
+    conn: Connection, cluster_fqn: str, kind: str
+) -> tuple[tuple[str, dict[str, Any]], ...]:
+    """The cluster's objects of a manifest kind (``{apiVersion, kind, metadata, spec}``)."""
     keys = ("apiVersion", "kind", "metadata", "spec")
-    return [
+    return tuple(
         (res.fqn, {k: res.spec[k] for k in keys if k in res.spec})
-        for res in repo.all_children(conn, cluster_fqn, "BackendTrafficPolicy")
-    ]
+        for res in repo.all_children(conn, cluster_fqn, kind)
+    )
 
 
 def _ext_authz(
@@ -190,11 +203,13 @@ def read_cluster(conn: Connection, organization: str, cluster: str) -> ClusterPo
         organization=organization,
         cluster=cluster,
         cluster_fqn=cluster_fqn,
-        traffic_specs=tuple(_traffic_specs(conn, cluster_fqn)),
+        traffic_specs=_manifests(conn, cluster_fqn, "BackendTrafficPolicy"),
         extauthz_policies=tuple(policies),
         ext_authz_routes=tuple(routes),
         rate_limit=res.spec.get("rateLimit") or None,
         notes=tuple(notes),
+        http_route_specs=_manifests(conn, cluster_fqn, "HTTPRoute"),
+        backend_specs=_manifests(conn, cluster_fqn, "Backend"),
     )
 
 
@@ -260,6 +275,21 @@ class EnforcementService:
     async def snapshot_async(self, kind: str, organization: str, cluster: str) -> Snapshot:
         """:meth:`snapshot` in a worker thread, for the event loop that also serves REST."""
         return await asyncio.to_thread(self.snapshot, kind, organization, cluster)
+
+    def gateway(self, organization: str, cluster: str) -> gateway_xds.GatewayInput:
+        """What the cluster's gateway Envoys are configured from (ADS)."""
+        with self.uow.read() as conn:
+            policies = read_cluster(conn, organization, cluster)
+        if policies is None:
+            raise UnknownCluster(fqnmod.cluster_fqn(organization, cluster))
+        return gateway_xds.GatewayInput(
+            gateway_input(policies, envoy_config.DEFAULT_RATELIMIT_SERVICE),
+            tuple(policies.http_routes()),
+            tuple(policies.backends()),
+        )
+
+    async def gateway_async(self, organization: str, cluster: str) -> gateway_xds.GatewayInput:
+        return await asyncio.to_thread(self.gateway, organization, cluster)
 
     def envoy_config(
         self, ctx: CallContext, organization: str, cluster: str, ratelimit_service: str

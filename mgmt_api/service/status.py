@@ -1,7 +1,8 @@
 """Has my change reached the proxies? The per-instance status views.
 
 ``GET .../clusters/{cluster}/status`` shows, per subscribed instance of the
-cluster, the applied snapshot version, whether the last snapshot was ACKed or
+cluster (ratelimit and extauthz instances on the policy stream, gateway
+Envoys on ADS), the applied snapshot version, whether the last snapshot was ACKed or
 NACKed (with the error), the last contact and whether the instance is stale,
 next to the version the cluster's current policies compile to, so "up to
 date" is answerable. The policy-side views show the same for one policy:
@@ -22,6 +23,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from meshplane.distribution_contract import SERVICE_KINDS
+from meshplane.gateway_contract import GATEWAY_KIND
 from mgmt_api import access
 from mgmt_api import fqn as fqnmod
 from mgmt_api.access import CallContext
@@ -34,6 +36,9 @@ from mgmt_api.store import repo
 from mgmt_api.store.uow import UnitOfWork
 
 log = logging.getLogger(__name__)
+
+#: Who shows in a cluster's status: the subscribed services and the gateways (ADS).
+STATUS_KINDS: tuple[str, ...] = (*SERVICE_KINDS, GATEWAY_KIND)
 
 
 class StatusService:
@@ -60,13 +65,18 @@ class StatusService:
             )
         return self.registry
 
+    def _version(self, kind: str, organization: str, cluster: str) -> str:
+        if kind == GATEWAY_KIND:
+            return self.enforcement.gateway(organization, cluster).version()
+        return self.enforcement.snapshot(kind, organization, cluster).version
+
     def _desired(self, organization: str, cluster: str) -> tuple[dict[str, str], dict[str, str]]:
         """(kind → the version the cluster's policies compile to, kind → compile error)."""
         desired: dict[str, str] = {}
         errors: dict[str, str] = {}
-        for kind in SERVICE_KINDS:
+        for kind in STATUS_KINDS:
             try:
-                desired[kind] = self.enforcement.snapshot(kind, organization, cluster).version
+                desired[kind] = self._version(kind, organization, cluster)
             except Exception as exc:
                 # A stored object the compiler rejects (written around the
                 # API's validation): streams fail and subscribers keep their
@@ -82,7 +92,7 @@ class StatusService:
         organization: str,
         cluster: str,
         desired: dict[str, str],
-        kinds: Iterable[str] = SERVICE_KINDS,
+        kinds: Iterable[str] = STATUS_KINDS,
     ) -> list[dict[str, Any]]:
         now = time.time()
         wanted = set(kinds)

