@@ -223,7 +223,27 @@ def _differs(stored: Mapping[str, Any], wanted: Mapping[str, Any], field: str) -
     """
     if field == "extAuthzPolicy":
         wanted = redact(dict(wanted))
-    return any(stored.get(key) != value for key, value in wanted.items())
+    return not _holds(stored, wanted)
+
+
+def _holds(stored: Any, wanted: Any) -> bool:
+    """Whether ``stored`` says everything ``wanted`` says.
+
+    Objects compare by the keys the plan sets: the server fills in defaults
+    (a Backend ref's ``weight``, an HTTPRoute's empty ``parentRefs``), and
+    those alone must not make a re-run "update" what it just created.
+    """
+    if isinstance(wanted, Mapping):
+        return isinstance(stored, Mapping) and all(
+            key in stored and _holds(stored[key], value) for key, value in wanted.items()
+        )
+    if isinstance(wanted, list | tuple):
+        return (
+            isinstance(stored, list | tuple)
+            and len(stored) == len(wanted)
+            and all(_holds(s, w) for s, w in zip(stored, wanted, strict=True))
+        )
+    return bool(stored == wanted)
 
 
 def _check(response: httpx.Response, what: str) -> Any:
