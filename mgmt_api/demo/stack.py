@@ -352,7 +352,8 @@ class Stack:
         doc = gateway_contract.bootstrap(
             node, ads=f"grpc://{p.at(p.grpc)}", token=token, admin=(p.host, p.gateway_admin)
         )
-        path = self.state / "gateway-bootstrap.yaml"
+        path = self.state / "gateway" / "envoy.yaml"
+        path.parent.mkdir(mode=0o700, exist_ok=True)
         write_secret(path, gateway_contract.bootstrap_text(doc))
         return path
 
