@@ -103,6 +103,15 @@ def _grpc_uri(value: str, what: str) -> tuple[str, int, bool]:
     return parts.hostname, port, parts.scheme == "grpcs"
 
 
+def grpc_address(value: str, what: str) -> tuple[str, int, bool]:
+    """(host, port, tls) of a ``grpc://``/``grpcs://`` URL; :class:`NodeError` names ``what``.
+
+    For whoever is handed an ADS address to check before rendering a
+    bootstrap with it (mgmt-api's ``MESHPLANE_GRPC_PUBLIC_URL`` at start-up).
+    """
+    return _grpc_uri(value, what)
+
+
 def parse_node(node_id: str, node_cluster: str, metadata: Mapping[str, Any]) -> GatewayNode:
     """The :class:`GatewayNode` of an Envoy ``Node`` (id, cluster, metadata as a dict)."""
     organization, sep, cluster = node_cluster.partition("/")

@@ -61,7 +61,12 @@ def _error_response(error: ApiError) -> JSONResponse:
 
 
 def _field(loc: tuple[Any, ...]) -> str:
-    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    """The field as the client wrote it: FastAPI's location (``body``, ``query``, ...)
+    leads the tuple and is dropped; only there, since a field may be called ``path``
+    (an HTTPRoute's ``matches[0].path``)."""
+    if loc and loc[0] in ("body", "query", "path", "header"):
+        loc = loc[1:]
+    parts = [str(p) for p in loc]
     out = ""
     for p in parts:
         out += f"[{p}]" if p.isdigit() else (f".{p}" if out else p)
@@ -98,9 +103,8 @@ def validation_error(exc: RequestValidationError, content_type: str | None = Non
         return ApiError(Code.INVALID_ARGUMENT, f"{field}: unknown field", field=field)
     if kind == "missing":
         return ApiError(Code.INVALID_ARGUMENT, f"{field}: is required", field=field)
-    return ApiError(
-        Code.INVALID_ARGUMENT, f"{field}: {first.get('msg', 'invalid value')}", field=field
-    )
+    message = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
+    return ApiError(Code.INVALID_ARGUMENT, f"{field}: {message}", field=field)
 
 
 def _custom_openapi(app: FastAPI) -> dict[str, Any]:

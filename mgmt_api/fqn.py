@@ -41,6 +41,8 @@ CHILDREN: dict[str, dict[str, str]] = {
     "Cluster": {
         "serviceaccounts": "ServiceAccount",
         "backendtrafficpolicies": "BackendTrafficPolicy",
+        "httproutes": "HTTPRoute",
+        "backends": "Backend",
         "approvals": "ApprovalPolicy",
         "onboarding": "ClusterOnboardingConfig",
     },
@@ -49,7 +51,7 @@ CHILDREN: dict[str, dict[str, str]] = {
 # Collections whose objects are Kubernetes-namespaced: the name segment is
 # ``{namespace}.{name}``. Both halves are DNS-1123 labels, which cannot hold a
 # dot, so the split is unambiguous and the FQN stays collection/name pairs.
-NAMESPACED: frozenset[str] = frozenset({"backendtrafficpolicies"})
+NAMESPACED: frozenset[str] = frozenset({"backendtrafficpolicies", "httproutes", "backends"})
 
 #: A DNS-1123 label: every name segment of an FQN (and every other name the
 #: API takes: namespaces, OIDC configuration names, dashboards). The one copy;

@@ -41,6 +41,13 @@ class Settings:
             else os.environ["MESHPLANE_GRPC_LISTEN"]
         )
     )
+    # The URL gateways and subscribers are told to reach the gRPC port at
+    # (grpc://HOST:PORT or grpcs://HOST:PORT): the ADS address of the install
+    # template's gateway bootstrap. Default: the host of the public URL with
+    # the port of grpc_listen (grpcs when that port serves TLS).
+    grpc_public_url: str | None = field(
+        default_factory=lambda: os.environ.get("MESHPLANE_GRPC_PUBLIC_URL") or None
+    )
     # TLS of the PolicyDistribution stream (PEM files; docs/policy-publishing.md).
     # Snapshots carry inline JWT secrets: without a certificate the stream is
     # plaintext, which the server only accepts quietly on loopback. With a

@@ -37,7 +37,8 @@ DISTRIBUTION_AUDIENCE = TOKEN_AUDIENCE
 # cannot mint them; meshplane.gateway_contract).
 GATEWAY_AUDIENCE = XDS_AUDIENCE
 # The audiences of stream tokens (policy stream, agent tunnel, gateway ADS): REST
-# refuses them all.
+# refuses them all. A gateway's lives 30 days in a bootstrap file, so REST must not
+# take it even where a cluster's tokenTtl would allow that lifetime.
 STREAM_AUDIENCES = frozenset({DISTRIBUTION_AUDIENCE, TUNNEL_AUDIENCE, GATEWAY_AUDIENCE})
 
 
@@ -143,7 +144,9 @@ def verify_service_account(
         raise TokenError(f"invalid service-account token: {exc}") from exc
     audiences = _audiences(claims)
     if audience is None and STREAM_AUDIENCES.intersection(audiences):
-        raise TokenError("a stream token (policy distribution, agent tunnel) is not accepted here")
+        raise TokenError(
+            "a stream token (policy distribution, agent tunnel, gateway ADS) is not accepted here"
+        )
     if audience is not None and audience not in audiences:
         raise TokenError(f"the token's audience is not {audience}")
     iat, exp = float(claims["iat"]), float(claims["exp"])

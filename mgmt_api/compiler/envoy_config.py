@@ -15,6 +15,10 @@ piece can be pasted into a bootstrap or handed to an xDS server as is:
   :func:`mgmt_api.compiler.ratelimit.route_rate_limits`, the same code that
   names the descriptors the ratelimit service loads.
 - ``clusters``: the gRPC upstream clusters the filters call (HTTP/2).
+- ``circuitBreakers``: the ``envoy.config.cluster.v3.CircuitBreakers`` to set
+  on the user's upstream (backend) clusters behind the gateway, or null when
+  the cluster sets none (Envoy's defaults then apply: 1024 connections,
+  1024 pending requests, 1024 requests, 3 retries).
 - ``warnings``: what cannot be rendered faithfully (two policies on one route).
 
 Decisions, and why:
@@ -22,23 +26,34 @@ Decisions, and why:
 - ext_authz selects the policy with the ``meshplane.policy`` context
   extension (``extauthz.contract.POLICY_CONTEXT_KEY``) set to the name the
   published ext_authz file gives it, so Envoy and ext_authz agree by
-  construction. ``failureModeAllow`` is false and ``statusOnError`` 503, as
-  docs/extauthz.md recommends: an outage must not open the gateway, and must
-  be told apart from a denial.
+  construction. ``statusOnError`` is 503, so an outage is told apart from a
+  denial; ``failureModeAllow`` is the cluster's ``extAuthz.failureModeAllow``,
+  false unless set (an outage must not open the gateway).
+- The filters' timeouts are explicit and per cluster (:class:`GatewaySettings`):
+  Envoy's own default for the rate-limit filter is 20 ms, and when it fires
+  the request goes through unlimited (fail open) or is refused, silently,
+  under exactly the load a limit is for (Envoy Gateway issues #1655, #6487).
 - With several ext_authz servers, each filter is named after its server and
   every ext_authz route disables the filters of the other servers, so a route
   is checked once, by its own group's server.
 - The ratelimit service adds the ``x-ratelimit-*`` headers itself, so
   ``enableXRatelimitHeaders`` stays ``OFF`` (on, the headers would be doubled).
-- ``failureModeDeny`` follows the cluster's ``rateLimit.failureMode``: only
-  ``deny`` fails closed when the service cannot answer; ``allow`` and
+- ``failureModeDeny`` follows the cluster's ``rateLimit.failureMode``, the
+  cluster's one fail-open/fail-closed switch: only ``deny`` fails closed
+  (Envoy answers 500 when the service cannot answer in time); ``allow`` and
   ``unavailable`` (the default) let the request through, as the service's own
   failure modes do.
+- Circuit breakers are rendered for the user's upstream clusters, not for the
+  ``extauthz``/``ratelimit`` clusters: they make an upstream that cannot keep
+  up answer 503 at the gateway (spec 4.10.7), which a client tells apart from
+  a 429 limit.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -59,6 +74,119 @@ _EXT_AUTHZ = _TYPE + "envoy.extensions.filters.http.ext_authz.v3.ExtAuthz"
 _EXT_AUTHZ_PER_ROUTE = _TYPE + "envoy.extensions.filters.http.ext_authz.v3.ExtAuthzPerRoute"
 _RATELIMIT = _TYPE + "envoy.extensions.filters.http.ratelimit.v3.RateLimit"
 _HTTP_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+
+#: Bounds of the filters' timeouts, in seconds (also the API's, see kinds/cluster.py).
+MIN_TIMEOUT_SECONDS = 0.001
+MAX_TIMEOUT_SECONDS = 60.0
+#: Circuit-breaker threshold fields (``Thresholds`` protojson names), in render order.
+CIRCUIT_BREAKER_FIELDS = ("maxConnections", "maxPendingRequests", "maxRequests", "maxRetries")
+#: A threshold is a ``UInt32Value``; the API caps it at the largest signed 32-bit integer.
+MAX_THRESHOLD = 2**31 - 1
+#: The Cluster spec keys :func:`gateway_settings` reads.
+GATEWAY_SPEC_KEYS = ("rateLimit", "extAuthz", "circuitBreakers")
+#: The protojson duration form as the API stores it (``"0.1s"``, ``"60s"``).
+_STORED_DURATION = re.compile(r"(\d+(?:\.\d{1,3})?)s")
+
+
+def protojson_duration(seconds: float) -> str:
+    """``0.1`` -> ``"0.100s"``: the millisecond-precise protojson form rendered to Envoy."""
+    return f"{seconds:.3f}s"
+
+
+@dataclass(frozen=True)
+class GatewaySettings:
+    """A cluster's knobs for the filters its gateways run, ready to render.
+
+    Defaults, and why:
+
+    - ``ratelimit_timeout`` 100 ms, not Envoy's 20 ms: under load a 20 ms
+      deadline fires before the ratelimit service answers, and every such
+      request then bypasses its limit (or, fail closed, is refused) without
+      anyone having decided so (Envoy Gateway issues #1655 and #6487). The
+      service answers in well under a millisecond and gives Redis 10 ms.
+    - ``ratelimit_fail_closed`` False: ``rateLimit.failureMode`` other than
+      ``deny`` lets a request through when the service cannot answer.
+    - ``ext_authz_timeout`` 200 ms (Envoy's default, made explicit) and
+      ``ext_authz_failure_mode_allow`` False: an authorization outage must
+      not open the gateway.
+    - ``circuit_breakers`` None: Envoy's own thresholds apply.
+
+    ``circuit_breakers`` is an ``envoy.config.cluster.v3.CircuitBreakers`` in
+    protojson (``{"thresholds": [{"priority": "DEFAULT", ...}]}``) for the
+    user's upstream clusters; being a dict, it makes instances unhashable.
+    """
+
+    ratelimit_timeout: str = "0.100s"
+    ratelimit_fail_closed: bool = False
+    ext_authz_timeout: str = "0.200s"
+    ext_authz_failure_mode_allow: bool = False
+    circuit_breakers: JsonDict | None = None
+
+
+def _stored_timeout(value: Any, field: str, default: str) -> str:
+    """A stored timeout (``"0.1s"``) in the rendered form; ``default`` when unset."""
+    if value is None:
+        return default
+    m = _STORED_DURATION.fullmatch(value) if isinstance(value, str) else None
+    if m is None:
+        raise ValueError(f"{field}: {value!r} is not a duration in seconds such as '0.1s'")
+    seconds = float(m.group(1))
+    if not MIN_TIMEOUT_SECONDS <= seconds <= MAX_TIMEOUT_SECONDS:
+        raise ValueError(f"{field}: {value!r} is not between 1ms and 60s")
+    return protojson_duration(seconds)
+
+
+def _stored_bool(value: Any, field: str) -> bool:
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise ValueError(f"{field}: {value!r} is not a boolean")
+    return value
+
+
+def circuit_breakers(thresholds: Mapping[str, Any] | None) -> JsonDict | None:
+    """``CircuitBreakers``: one DEFAULT-priority ``Thresholds`` of the fields set; None if none."""
+    chosen: JsonDict = {}
+    for name in CIRCUIT_BREAKER_FIELDS:
+        value = (thresholds or {}).get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"circuitBreakers.{name}: {value!r} is not an integer")
+        if not 1 <= value <= MAX_THRESHOLD:
+            raise ValueError(
+                f"circuitBreakers.{name}: {value} is not between 1 and {MAX_THRESHOLD}"
+            )
+        chosen[name] = value
+    if not chosen:
+        return None
+    return {"thresholds": [{"priority": "DEFAULT", **chosen}]}
+
+
+def gateway_settings(cluster_spec: Mapping[str, Any]) -> GatewaySettings:
+    """The :class:`GatewaySettings` of a stored Cluster spec (``rateLimit``,
+    ``extAuthz``, ``circuitBreakers``; every field optional).
+
+    The API validated and normalized the spec when it was written (timeouts
+    stored as protojson seconds), so a ValueError naming the field means the
+    store was written around the API.
+    """
+    rate_limit = cluster_spec.get("rateLimit") or {}
+    ext_authz = cluster_spec.get("extAuthz") or {}
+    defaults = GatewaySettings()
+    return GatewaySettings(
+        ratelimit_timeout=_stored_timeout(
+            rate_limit.get("timeout"), "rateLimit.timeout", defaults.ratelimit_timeout
+        ),
+        ratelimit_fail_closed=rate_limit.get("failureMode") == "deny",
+        ext_authz_timeout=_stored_timeout(
+            ext_authz.get("timeout"), "extAuthz.timeout", defaults.ext_authz_timeout
+        ),
+        ext_authz_failure_mode_allow=_stored_bool(
+            ext_authz.get("failureModeAllow"), "extAuthz.failureModeAllow"
+        ),
+        circuit_breakers=circuit_breakers(cluster_spec.get("circuitBreakers")),
+    )
 
 
 @dataclass(frozen=True)
@@ -85,11 +213,11 @@ class ClusterPolicies:
 
     cluster_fqn: str
     cluster: str
-    failure_mode: str | None
     traffic_policies: tuple[tuple[str, BackendTrafficPolicy], ...]  # (fqn, policy)
     ext_authz: tuple[ExtAuthzRoute, ...]
     ratelimit_service: str = DEFAULT_RATELIMIT_SERVICE
     notes: tuple[str, ...] = ()  # warnings found while gathering
+    gateway: GatewaySettings = GatewaySettings()  # the cluster's filter knobs
 
 
 def grpc_address(uri: str) -> tuple[str, int]:
@@ -140,20 +268,29 @@ def _ext_authz_names(uris: list[str]) -> dict[str, tuple[str, str]]:
     return out
 
 
-def ext_authz_filter(name: str, cluster: str) -> JsonDict:
+def ext_authz_filter(
+    name: str, cluster: str, settings: GatewaySettings = GatewaySettings()
+) -> JsonDict:
+    """An ``HttpFilter`` calling ext_authz on gRPC cluster ``cluster``, with the
+    cluster's timeout and failure mode; an error is a 503, never a 403."""
     return {
         "name": name,
         "typedConfig": {
             "@type": _EXT_AUTHZ,
             "transportApiVersion": "V3",
-            "grpcService": {"envoyGrpc": {"clusterName": cluster}, "timeout": "0.200s"},
-            "failureModeAllow": False,
+            "grpcService": {
+                "envoyGrpc": {"clusterName": cluster},
+                "timeout": settings.ext_authz_timeout,
+            },
+            "failureModeAllow": settings.ext_authz_failure_mode_allow,
             "statusOnError": {"code": "ServiceUnavailable"},
         },
     }
 
 
-def ratelimit_filter(domain: str, failure_mode: str | None) -> JsonDict:
+def ratelimit_filter(domain: str, settings: GatewaySettings = GatewaySettings()) -> JsonDict:
+    """The ``envoy.filters.http.ratelimit`` ``HttpFilter``, calling cluster
+    :data:`RATELIMIT_CLUSTER` with the cluster's timeout and failure mode."""
     return {
         "name": RATELIMIT_FILTER,
         "typedConfig": {
@@ -161,7 +298,8 @@ def ratelimit_filter(domain: str, failure_mode: str | None) -> JsonDict:
             # Required by Envoy; every route that rate-limits overrides it
             # with its policy's domain (RateLimitPerRoute.domain).
             "domain": domain,
-            "failureModeDeny": failure_mode == "deny",
+            "timeout": settings.ratelimit_timeout,
+            "failureModeDeny": settings.ratelimit_fail_closed,
             "enableXRatelimitHeaders": "OFF",
             "disableXEnvoyRatelimitedHeader": True,
             "rateLimitService": {
@@ -190,7 +328,7 @@ def render(policies: ClusterPolicies) -> JsonDict:
     names = _ext_authz_names(uris)
     for uri in uris:
         filter_name, cluster_name = names[uri]
-        filters.append(ext_authz_filter(filter_name, cluster_name))
+        filters.append(ext_authz_filter(filter_name, cluster_name, policies.gateway))
         clusters.append(grpc_cluster(cluster_name, uri))
     disabled = {"@type": _EXT_AUTHZ_PER_ROUTE, "disabled": True}
     for entry in sorted(policies.ext_authz, key=lambda e: e.setting):
@@ -212,7 +350,7 @@ def render(policies: ClusterPolicies) -> JsonDict:
 
     ordered = sorted(policies.traffic_policies, key=lambda p: p[0])
     if ordered:
-        filters.append(ratelimit_filter(policies.cluster, policies.failure_mode))
+        filters.append(ratelimit_filter(policies.cluster, policies.gateway))
         clusters.append(grpc_cluster(RATELIMIT_CLUSTER, policies.ratelimit_service))
     targets = Counter(route_key(policy) for _, policy in ordered)
     for fqn, policy in ordered:
@@ -242,5 +380,6 @@ def render(policies: ClusterPolicies) -> JsonDict:
         "httpFilters": filters,
         "routes": routes,
         "clusters": clusters,
+        "circuitBreakers": policies.gateway.circuit_breakers,
         "warnings": warnings,
     }

@@ -39,7 +39,8 @@ MAX_HOSTNAMES = 16
 MAX_ENDPOINTS = 64
 
 _LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+# Labels joined by single dots ("a..b" and "a.-b" are no DNS names), at most 253.
+_DNS_SUBDOMAIN = re.compile(rf"^{_LABEL}(\.{_LABEL})*$")
 _DNS_LABEL = re.compile(f"^{_LABEL}$")
 # Gateway API's Hostname: a DNS name, optionally with one leading "*." label.
 _HOSTNAME = re.compile(rf"^(\*\.)?{_LABEL}(\.{_LABEL})*$")
@@ -52,8 +53,15 @@ class _Model(BaseModel):
 
 
 def _dns_subdomain(value: str) -> str:
-    if not _DNS_SUBDOMAIN.match(value):
+    if len(value) > 253 or not _DNS_SUBDOMAIN.match(value):
         raise ValueError("must be a DNS-1123 subdomain (lower-case letters, digits, '-', '.')")
+    return value
+
+
+def _dns_label(value: str | None) -> str | None:
+    """Names of namespaces, Services and Backends: one DNS-1123 label, at most 63."""
+    if value is not None and (len(value) > 63 or not _DNS_LABEL.match(value)):
+        raise ValueError("must be a DNS-1123 label (lower-case letters, digits and '-')")
     return value
 
 
@@ -64,9 +72,7 @@ class Metadata(_Model):
     @field_validator("name", "namespace")
     @classmethod
     def _label(cls, value: str) -> str:
-        if not _DNS_LABEL.match(value):
-            raise ValueError("must be a DNS-1123 label")
-        return value
+        return str(_dns_label(value))
 
 
 class ParentRef(_Model):
@@ -81,6 +87,11 @@ class ParentRef(_Model):
     @classmethod
     def _dns(cls, value: str) -> str:
         return _dns_subdomain(value)
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, value: str | None) -> str | None:
+        return _dns_label(value)
 
 
 class PathMatch(_Model):
@@ -100,7 +111,12 @@ class RouteMatch(_Model):
 
 
 class BackendRef(_Model):
-    """A Kubernetes ``Service`` (needs ``port``) or an Envoy Gateway ``Backend``."""
+    """A Kubernetes ``Service`` (needs ``port``) or an Envoy Gateway ``Backend``.
+
+    Both are named by one DNS label (a Service becomes
+    ``{name}.{namespace}.svc.cluster.local``, so a dotted name would reach
+    some other host; a Backend is stored as ``{namespace}.{name}``).
+    """
 
     group: Literal["", "gateway.envoyproxy.io"] = ""
     kind: Literal["Service", "Backend"] = "Service"
@@ -109,10 +125,10 @@ class BackendRef(_Model):
     port: StrictInt | None = Field(default=None, ge=1, le=65535)
     weight: StrictInt = Field(default=1, ge=0, le=1_000_000)
 
-    @field_validator("name")
+    @field_validator("name", "namespace")
     @classmethod
-    def _dns(cls, value: str) -> str:
-        return _dns_subdomain(value)
+    def _dns(cls, value: str | None) -> str | None:
+        return _dns_label(value)
 
     @model_validator(mode="after")
     def _consistent(self) -> BackendRef:

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from mgmt_api import fqn as fqnmod
 from mgmt_api.kinds import (
+    backend,
     backend_traffic_policy,
     cluster,
     ext_authz_policy,
+    http_route,
     onboarding,
     organization,
     profile,
@@ -54,6 +56,8 @@ KINDS: dict[str, KindDef] = {
         team,
         service_account,
         backend_traffic_policy,
+        http_route,
+        backend,
         onboarding,
         security_setting,
         ext_authz_policy,

@@ -29,9 +29,11 @@ import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from sqlalchemy.engine import Connection
 
+from meshplane import gateway_contract
 from meshplane.config_error import ConfigError
 from mgmt_api import fqn as fqnmod
 from mgmt_api.access import Principal
@@ -77,18 +79,30 @@ class KindSettings:
     workspace that cluster onboarding creates in each organization (settings
     ``MESHPLANE_ONBOARDING_TENANT``/``_WORKSPACE``); ``stale_after_seconds``
     is how long an agent may be silent before its cluster shows stale.
+    ``grpc_public_url`` (``MESHPLANE_GRPC_PUBLIC_URL``), ``grpc_listen`` and
+    ``grpc_tls`` say where gateways reach the gRPC port (:meth:`ads_url`).
     """
 
     onboarding_tenant: str = "onboarding"
     onboarding_workspace: str = "onboarding"
     stale_after_seconds: float = 300.0
+    grpc_public_url: str | None = None
+    grpc_listen: str | None = None  # HOST:PORT, None when the gRPC port is off
+    grpc_tls: bool = False
 
     def __post_init__(self) -> None:
-        """Refuse names that could never be FQN segments, at start-up.
+        """Refuse names that could never be FQN segments, and a gRPC URL no gateway
+        could dial, at start-up.
 
         Otherwise the first onboarding write would fail with a 400 about a
-        name no client sent.
+        name no client sent, and every install template would carry a
+        bootstrap Envoy refuses.
         """
+        if self.grpc_public_url is not None:
+            try:
+                gateway_contract.grpc_address(self.grpc_public_url, "the gRPC public URL")
+            except gateway_contract.NodeError as exc:
+                raise ConfigError(str(exc), field="MESHPLANE_GRPC_PUBLIC_URL") from None
         for setting, value in (
             ("MESHPLANE_ONBOARDING_TENANT", self.onboarding_tenant),
             ("MESHPLANE_ONBOARDING_WORKSPACE", self.onboarding_workspace),
@@ -99,6 +113,26 @@ class KindSettings:
                     "starting and ending with a letter or digit, at most 63 characters)",
                     field=setting,
                 )
+
+    def ads_url(self, base_url: str) -> str | None:
+        """The ``grpc://``/``grpcs://`` URL gateways reach mgmt-api's ADS (gRPC port) at.
+
+        ``MESHPLANE_GRPC_PUBLIC_URL`` when set; otherwise the host of the
+        public base URL (the address the client used, without
+        ``MESHPLANE_PUBLIC_URL``) with the port of the gRPC listener, ``grpcs``
+        when that port serves TLS. None when there is no gRPC port, or its
+        port is only known once bound (``:0``) and no public URL says it.
+        """
+        if self.grpc_public_url is not None:
+            return self.grpc_public_url
+        if self.grpc_listen is None:
+            return None
+        port = self.grpc_listen.rpartition(":")[2]
+        host = urlsplit(base_url).hostname
+        if not port.isdigit() or int(port) == 0 or not host:
+            return None
+        host = f"[{host}]" if ":" in host else host
+        return f"{'grpcs' if self.grpc_tls else 'grpc'}://{host}:{int(port)}"
 
     def onboarding_tenant_fqn(self, organization: str) -> str:
         return f"{organization}/tenants/{self.onboarding_tenant}"

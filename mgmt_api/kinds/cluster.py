@@ -12,11 +12,16 @@ SET_POLICY on the organization besides CREATE, as does a GET with
 costly to return. ``rateLimit`` holds the cluster's counter-store switches
 (docs/api.md); a ``backend.redis.url`` written as ``host:port`` is stored as the
 ``redis://host:port`` URL it means, so every reader sees one form.
+``rateLimit.timeout``, ``extAuthz`` and ``circuitBreakers`` are the knobs of
+the cluster's gateway filters (``mgmt_api.compiler.envoy_config.GatewaySettings``);
+timeouts are stored as protobuf seconds (``"100ms"`` as ``"0.1s"``), as
+``tokenTtl`` is, so the renderer reads one form.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping
 from typing import Annotated, Any
 from urllib.parse import urlsplit
@@ -24,11 +29,15 @@ from urllib.parse import urlsplit
 from fastapi import Query
 from pydantic import Field
 
+from meshplane import gateway_contract
+from meshplane.control_plane import ServiceAccountKey
 from mgmt_api import access
 from mgmt_api import fqn as fqnmod
 from mgmt_api.auth import keys as keymod
+from mgmt_api.compiler.envoy_config import MAX_TIMEOUT_SECONDS, MIN_TIMEOUT_SECONDS
 from mgmt_api.domain import inventory, rbac
 from mgmt_api.domain.durations import format_duration, parse_duration
+from mgmt_api.domain.times import rfc3339
 from mgmt_api.errors import ApiError, Code, invalid
 from mgmt_api.kinds import onboarding
 from mgmt_api.kinds.base import (
@@ -45,6 +54,8 @@ from mgmt_api.kinds.base import (
 )
 from mgmt_api.kinds.service_account import ServiceAccount, key_view, new_key
 from mgmt_api.schemas.resources import (
+    CircuitBreakers,
+    ClusterExtAuthz,
     ClusterRateLimit,
     ConfigGenerationMetadata,
     InstallTemplate,
@@ -56,6 +67,11 @@ from mgmt_api.store import repo
 from ratelimit.contract import RedisUrlError, parse_redis_url
 
 DEFAULT_TOKEN_TTL = "3600s"  # noqa: S105 - a duration
+#: node.id of the install template's gateway; each gateway of a cluster needs its own.
+GATEWAY_INSTANCE = "gateway-1"
+#: trusted_ca of a grpcs:// ADS address: the system bundle of Debian/Ubuntu (and of
+#: Envoy's images), right for a publicly signed mgmt-api certificate.
+GATEWAY_CA_FILE = "/etc/ssl/certs/ca-certificates.crt"
 #: The role the agent gets on its cluster.
 AGENT_ROLE = "rbac/editor"
 
@@ -89,6 +105,8 @@ class Cluster(Meta):
     deletion_protection_enabled: bool | None = None
     config_generation_metadata: ConfigGenerationMetadata | None = None
     rate_limit: ClusterRateLimit | None = None
+    ext_authz: ClusterExtAuthz | None = None
+    circuit_breakers: CircuitBreakers | None = None
     namespaces: list[dict[str, Any]] | None = Field(
         default=None, description="Output only (agents)."
     )
@@ -144,6 +162,23 @@ def _rate_limit(prefix: str, rate_limit: dict[str, Any] | None) -> None:
                 )
 
 
+def filter_timeout(section: dict[str, Any] | None, field: str) -> None:
+    """Normalize ``section["timeout"]`` (``"100ms"``, ``"0.25s"``) to protobuf seconds.
+
+    Bounded to 1ms..60s: below a millisecond no call can answer, and a gateway
+    holding a request a minute for a policy decision is a misconfiguration.
+    Sub-millisecond digits are refused rather than rounded away.
+    """
+    if not section or section.get("timeout") is None:
+        return
+    seconds = parse_duration(section["timeout"], field)
+    if not MIN_TIMEOUT_SECONDS <= seconds <= MAX_TIMEOUT_SECONDS:
+        raise invalid(field, "must be between 1ms and 60s")
+    if abs(seconds * 1000 - round(seconds * 1000)) > 1e-6:
+        raise invalid(field, "must be a whole number of milliseconds")
+    section["timeout"] = format_duration(round(seconds * 1000) / 1000)
+
+
 def strip_workloads(namespaces: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Namespaces without ``services[].workloads`` (fetchWorkloads=false)."""
     out = []
@@ -157,12 +192,61 @@ def strip_workloads(namespaces: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def install_template(
-    base_url: str, cluster: repo.Resource, sa_fqn: str, pair: keymod.KeyPair
+def gateway_template(
+    ads: str, cluster: repo.Resource, sa_fqn: str, pair: keymod.KeyPair
 ) -> dict[str, Any]:
-    """Minimal values to install the cluster's agent; carries the API key, never stored."""
+    """A ready-to-run bootstrap for one gateway Envoy of ``cluster``, reaching ADS at ``ads``.
+
+    Its token is signed with the freshly minted agent key (Envoy cannot sign
+    tokens, so it carries one of :data:`gateway_contract.GATEWAY_TOKEN_TTL_SECONDS`,
+    valid only with the ADS audience): deleting the key revokes it. The
+    bootstrap sits under ``secrets`` because it is one, as the key is.
+    """
+    now = time.time()
+    token = ServiceAccountKey(pair.private_jwk, sa_fqn, cluster.fqn).token(
+        now=now,
+        ttl=gateway_contract.GATEWAY_TOKEN_TTL_SECONDS,
+        audience=gateway_contract.XDS_AUDIENCE,
+    )
+    node = gateway_contract.GatewayNode(
+        fqnmod.org_name(cluster.fqn), cluster.name, GATEWAY_INSTANCE
+    )
+    tls = gateway_contract.grpc_address(ads, "the ADS address")[2]
+    bootstrap = gateway_contract.bootstrap(
+        node, ads=ads, token=token, ca_file=GATEWAY_CA_FILE if tls else None
+    )
+    expires = int(now) + gateway_contract.GATEWAY_TOKEN_TTL_SECONDS
+    return {
+        "message": (
+            "Run a gateway Envoy with secrets.bootstrap as its bootstrap (envoy -c FILE; keep "
+            "the file mode 0600). Its token expires at tokenExpireTime: fetch the template "
+            "again before then. Give each gateway its own node.id; node.metadata sets its "
+            "listener, its name (HTTPRoute parentRefs) and the rate-limit service."
+            + (
+                f" With grpcs, trusted_ca is {GATEWAY_CA_FILE}: point it at the CA of "
+                "mgmt-api's certificate if that is a private one."
+                if tls
+                else ""
+            )
+        ),
+        "ads": ads,
+        "tokenExpireTime": rfc3339(expires * 1_000_000),
+        "secrets": {"bootstrap": bootstrap},
+    }
+
+
+def install_template(
+    base_url: str,
+    cluster: repo.Resource,
+    sa_fqn: str,
+    pair: keymod.KeyPair,
+    ads: str | None = None,
+) -> dict[str, Any]:
+    """Minimal values to install the cluster's agent, and its gateway when ``ads`` is
+    known; carries the API key (and a gateway token made with it), never stored."""
     url = urlsplit(base_url)
     port = url.port or (443 if url.scheme == "https" else 80)
+    gateway = {"gateway": gateway_template(ads, cluster, sa_fqn, pair)} if ads else {}
     return {
         "message": (
             "Install the meshplane cluster agent with these values. The API key (secrets."
@@ -192,6 +276,7 @@ def install_template(
                 "tokenTtl": cluster.spec.get("tokenTtl", DEFAULT_TOKEN_TTL),
             },
         },
+        **gateway,
     }
 
 
@@ -218,7 +303,9 @@ def _create_agent(env: WriteEnv, cluster: repo.Resource) -> dict[str, Any]:
     account_view["keys"] = [key_view(pair.id, pair.public_jwk, "PEM", pair)]
     return {
         "serviceAccount": account_view,
-        "installTemplate": install_template(env.base_url, cluster, sa_fqn, pair),
+        "installTemplate": install_template(
+            env.base_url, cluster, sa_fqn, pair, env.settings.ads_url(env.base_url)
+        ),
     }
 
 
@@ -228,6 +315,8 @@ class ClusterBehaviour(Behaviour):
     def validate(self, write: Write) -> None:
         spec = write.spec
         _rate_limit(f"{write.prefix}.rateLimit", spec.get("rateLimit"))
+        filter_timeout(spec.get("rateLimit"), f"{write.prefix}.rateLimit.timeout")
+        filter_timeout(spec.get("extAuthz"), f"{write.prefix}.extAuthz.timeout")
         ttl = spec.get("tokenTtl")
         seconds = parse_duration(ttl, f"{write.prefix}.tokenTtl") if ttl is not None else 3600.0
         spec["tokenTtl"] = format_duration(seconds)
@@ -276,7 +365,8 @@ class ClusterBehaviour(Behaviour):
             f"install template requested for {res.fqn}",
             keyId=pair.id,
         )
-        return {"installTemplate": install_template(env.base_url, res, sa_fqn, pair)}
+        ads = env.settings.ads_url(env.base_url)
+        return {"installTemplate": install_template(env.base_url, res, sa_fqn, pair, ads)}
 
 
 KIND = KindDef(

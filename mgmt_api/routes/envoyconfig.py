@@ -1,6 +1,7 @@
 """``GET .../clusters/{cluster}/envoyconfig``: the gateway side of the cluster's policies.
 
-The cluster's BackendTrafficPolicies, its rate-limit failure mode, and the
+The cluster's BackendTrafficPolicies, its gateway knobs (filter timeouts and
+failure modes, circuit breakers for the upstream clusters), and the
 SecuritySettings (with ``authorization.http.external``) of every security
 group that reaches the cluster, rendered by :mod:`mgmt_api.compiler.envoy_config`
 from the same read model the extauthz and ratelimit snapshots come from

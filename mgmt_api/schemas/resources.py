@@ -58,9 +58,21 @@ class NamespaceScoping(ApiModel):
     exceptions: list[str] | None = None
 
 
+class GatewayTemplate(ApiModel):
+    """A gateway Envoy's bootstrap (``secrets.bootstrap``: it carries a token) and its ADS."""
+
+    message: str
+    ads: str = Field(description="grpc:// or grpcs:// address of mgmt-api's ADS (gRPC port).")
+    token_expire_time: str = Field(description="RFC 3339: when the bootstrap's token expires.")
+    secrets: dict[str, Any]
+
+
 class InstallTemplate(ApiModel):
     message: str
     helm: dict[str, Any]
+    gateway: GatewayTemplate | None = Field(
+        default=None, description="Absent when mgmt-api serves no gRPC port it can name."
+    )
 
 
 class SecretRef(ApiModel):
@@ -90,16 +102,59 @@ class RedisSwitch(ApiModel):
 
 
 class ClusterRateLimit(ApiModel):
-    """Cluster-level rate-limit switches (docs/api.md, "Clusters"): counter store and
-    failure mode.
+    """Cluster-level rate-limit switches (docs/api.md, "Clusters"): counter store,
+    failure mode, and the gateway filter's timeout.
 
     ``failureMode`` uses the ratelimit service's names: ``unavailable`` (the
     call fails and Envoy's ``failure_mode_deny`` decides), ``allow``, ``deny``.
+    It is also the gateway's fail-open/fail-closed switch: ``deny`` renders
+    ``failureModeDeny: true`` (fail closed), the others fail open.
+
+    ``timeout`` is the gateway rate-limit filter's: rendered 100 ms when unset,
+    because Envoy's own 20 ms default fires under load and lets requests
+    bypass their limits (Envoy Gateway issues #1655, #6487).
     """
 
     redis: RedisSwitch | None = None
     backend: RateLimitBackend | None = None
     failure_mode: Literal["unavailable", "allow", "deny"] | None = None
+    timeout: str | None = Field(
+        default=None,
+        description="Gateway rate-limit filter timeout, 1ms..60s (e.g. '100ms', '0.25s'); "
+        "default 100ms. Stored as protobuf seconds ('0.1s').",
+    )
+
+
+class ClusterExtAuthz(ApiModel):
+    """The gateway ext_authz filter's knobs for a cluster.
+
+    Closed by default: an authorization outage answers 503 and lets nothing
+    through unless ``failureModeAllow`` says otherwise.
+    """
+
+    timeout: str | None = Field(
+        default=None,
+        description="ext_authz call timeout, 1ms..60s; default 200ms. Stored as protobuf "
+        "seconds ('0.2s').",
+    )
+    failure_mode_allow: bool | None = Field(
+        default=None, description="Let requests through when ext_authz fails; default false."
+    )
+
+
+_MAX_THRESHOLD = 2**31 - 1  # Envoy takes a UInt32Value; JSON clients an int32
+
+
+class CircuitBreakers(ApiModel):
+    """Envoy circuit-breaker thresholds for the upstream (backend) clusters of the
+    cluster's gateways, so an upstream that cannot keep up gives 503 (spec
+    4.10.7), not a 429. Unset fields keep Envoy's defaults (1024, 1024, 1024, 3).
+    """
+
+    max_connections: int | None = Field(default=None, ge=1, le=_MAX_THRESHOLD)
+    max_pending_requests: int | None = Field(default=None, ge=1, le=_MAX_THRESHOLD)
+    max_requests: int | None = Field(default=None, ge=1, le=_MAX_THRESHOLD)
+    max_retries: int | None = Field(default=None, ge=1, le=_MAX_THRESHOLD)
 
 
 class ResourceType(ApiModel):
@@ -124,6 +179,8 @@ class ClusterConfig(ApiModel):
     system_namespaces: list[str]
     config_generation_metadata: ConfigGenerationMetadata | None = None
     rate_limit: ClusterRateLimit | None = None
+    ext_authz: ClusterExtAuthz | None = None
+    circuit_breakers: CircuitBreakers | None = None
     revision: int = Field(description="Store revision this config was read at.")
 
 

@@ -21,7 +21,15 @@ from mgmt_api.service.profiles import settings_layers
 from mgmt_api.store import repo
 from mgmt_api.store.uow import UnitOfWork
 
-SYNCED = ("network", "trustDomain", "namespaceScope", "configGenerationMetadata", "rateLimit")
+SYNCED = (
+    "network",
+    "trustDomain",
+    "namespaceScope",
+    "configGenerationMetadata",
+    "rateLimit",
+    "extAuthz",
+    "circuitBreakers",
+)
 
 
 class ClusterService:

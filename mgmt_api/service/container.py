@@ -74,6 +74,9 @@ class Services:
             stale_after_seconds=parse_duration(
                 settings.agent_stale_after, "MESHPLANE_AGENT_STALE_AFTER"
             ),
+            grpc_public_url=settings.grpc_public_url,
+            grpc_listen=settings.grpc_listen,
+            grpc_tls=settings.grpc_tls_cert is not None,
         )
         registry = proxytools = None
         if settings.grpc_listen:

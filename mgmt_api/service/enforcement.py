@@ -12,7 +12,9 @@ everything else compiles from its :class:`ClusterPolicies`:
   if it has none, its workspace's) names ``c/...`` or ``*/...``; the
   namespaces it selects there are the rest of those names (``*`` for all);
   its ExtAuthzPolicies and SecuritySettings come with it;
-- the cluster's own ``rateLimit`` switches (counter store, failure mode).
+- the cluster's own ``rateLimit`` switches (counter store, failure mode);
+- the cluster's gateway knobs (filter timeouts and failure modes, circuit
+  breakers), parsed on use into :class:`envoy_config.GatewaySettings`.
 
 Every snapshot is validated with the receiving service's own loader
 (``ratelimit.contract``, ``extauthz.contract``) before anyone may send it: a
@@ -122,10 +124,11 @@ class ClusterPolicies:
     notes: tuple[str, ...] = field(default=())  # what cannot be enforced as written
     http_route_specs: tuple[tuple[str, Mapping[str, Any]], ...] = field(default=())
     backend_specs: tuple[tuple[str, Mapping[str, Any]], ...] = field(default=())
+    gateway_spec: Mapping[str, Any] = field(default_factory=dict)  # the spec's gateway knobs
 
-    @property
-    def failure_mode(self) -> str | None:
-        return (self.rate_limit or {}).get("failureMode")
+    def gateway(self) -> envoy_config.GatewaySettings:
+        """The gateway knobs, parsed on use for the reason :meth:`traffic_policies` gives."""
+        return envoy_config.gateway_settings(self.gateway_spec)
 
     def traffic_policies(self) -> list[tuple[str, BackendTrafficPolicy]]:
         """The BackendTrafficPolicies, parsed by the compiler's model.
@@ -210,6 +213,7 @@ def read_cluster(conn: Connection, organization: str, cluster: str) -> ClusterPo
         notes=tuple(notes),
         http_route_specs=_manifests(conn, cluster_fqn, "HTTPRoute"),
         backend_specs=_manifests(conn, cluster_fqn, "Backend"),
+        gateway_spec={k: res.spec[k] for k in envoy_config.GATEWAY_SPEC_KEYS if k in res.spec},
     )
 
 
@@ -237,8 +241,11 @@ def ratelimit_snapshot(policies: ClusterPolicies) -> Snapshot:
     carry a password (the API refuses it), so no secret is ever in a snapshot.
     """
     files = render_rls_files(policies.cluster, [p for _, p in policies.traffic_policies()])
-    if policies.rate_limit:
-        switches = {"rateLimit": policies.rate_limit}
+    # The gateway filter's timeout is Envoy's, not the service's: changing it
+    # must not roll every ratelimit instance of the cluster.
+    service_switches = {k: v for k, v in (policies.rate_limit or {}).items() if k != "timeout"}
+    if service_switches:
+        switches = {"rateLimit": service_switches}
         files[ratelimit_contract.SWITCHES_FILE] = json.dumps(switches, sort_keys=True).encode()
     ratelimit_contract.parse_config(files)
     return Snapshot(files)
@@ -324,9 +331,9 @@ def gateway_input(
     return envoy_config.ClusterPolicies(
         cluster_fqn=policies.cluster_fqn,
         cluster=policies.cluster,
-        failure_mode=policies.failure_mode,
         traffic_policies=tuple(policies.traffic_policies()),
         ext_authz=policies.ext_authz_routes,
         ratelimit_service=ratelimit_service,
         notes=policies.notes,
+        gateway=policies.gateway(),
     )

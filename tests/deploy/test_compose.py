@@ -39,7 +39,7 @@ from meshplane import control_plane, gateway_contract
 from mgmt_api.cli import app as mgmt_api_app
 from ratelimit.cli import _parser as ratelimit_parser
 from tests.mgmt_api.harness import ADMIN_PASSWORD, MgmtServer, ok
-from tests.support.envoy import validate
+from tests.support.envoy import get_envoyconfig, validate
 from tests.support.envoy_protos import parse_bootstrap
 
 COMPOSE_DIR = Path(__file__).resolve().parents[2] / "deploy" / "compose"
@@ -281,3 +281,16 @@ def test_the_seed_routes_the_gateway_to_the_upstream_service(seeded: Seeded) -> 
         route = ok(seeded.admin.get(f"{base}/httproutes/default.{name}"))
         refs = route["spec"]["rules"][0]["backendRefs"]
         assert [r["name"] for r in refs] == ["demo"], route
+
+
+def test_what_the_gateway_gets_for_the_seeded_cluster_envoy_accepts(seeded: Seeded) -> None:
+    """The seeded cluster's filters and circuit breakers, as ADS renders them, validate."""
+    ratelimit = f"grpc://ratelimit:{port_of(services_args()['ratelimit'].listen)}"
+    document = get_envoyconfig(
+        seeded.admin, seeded.plan.cluster_path, {"rateLimitService": ratelimit}
+    )
+    assert [f["name"] for f in document["httpFilters"]] == [
+        "envoy.filters.http.ext_authz",
+        "envoy.filters.http.ratelimit",
+    ]
+    assert document["circuitBreakers"]["thresholds"][0]["maxConnections"] == 2

@@ -30,6 +30,7 @@ from meshplane.proto.distribution.v1 import distribution_pb2 as dpb
 from meshplane.proto.distribution.v1 import distribution_pb2_grpc as dpb_grpc
 from mgmt_api.auth.tokens import sign_service_account
 from tests.mgmt_api.harness import MgmtServer, ok
+from tests.support.envoy import get_envoyconfig
 from tests.support.net import free_port
 from tests.support.processes import Service, wait_until
 from tests.support.redis_server import RedisServer
@@ -287,7 +288,7 @@ def create_setting(stack: Stack) -> None:
 
 
 def ext_authz_filters(stack: Stack) -> list[str]:
-    config = ok(stack.admin.get(f"{CLUSTER_PATH}/envoyconfig"))
+    config = get_envoyconfig(stack.admin, CLUSTER_PATH)
     return [f["name"] for f in config["httpFilters"] if "ext_authz" in f["name"]]
 
 
@@ -351,13 +352,13 @@ def test_5_security_setting_and_jwt_policy_with_check(stack: Stack) -> None:
     ok(stack.admin.delete(f"{GROUP_PATH}/extauthzpolicies/jwt"))
     stack.converged("extauthz")
     assert check(stack, "/headers", new_token) != 0
-    config = ok(stack.admin.get(f"{CLUSTER_PATH}/envoyconfig"))
+    config = get_envoyconfig(stack.admin, CLUSTER_PATH)
     assert any("does not exist" in w for w in config["warnings"]), config["warnings"]
     assert ext_authz_filters(stack) == ["envoy.filters.http.ext_authz"]
     # Delete the setting: the gateway no longer calls ext_authz at all.
     ok(stack.admin.delete(f"{GROUP_PATH}/settings/s"))
     assert ext_authz_filters(stack) == []
-    config = ok(stack.admin.get(f"{CLUSTER_PATH}/envoyconfig"))
+    config = get_envoyconfig(stack.admin, CLUSTER_PATH)
     assert not [r for r in config["routes"] if r["name"].startswith("extauthz:")]
     stack.converged("extauthz")
     assert check(stack, "/headers", new_token) != 0

@@ -195,7 +195,6 @@ def gateway_input(
     policies = envoy_config.ClusterPolicies(
         cluster_fqn="organizations/o/clusters/c1",
         cluster="c1",
-        failure_mode=None,
         traffic_policies=tuple(limits or ()),
         ext_authz=tuple(ext_authz or ()),
     )

@@ -458,3 +458,57 @@ def test_apply_get_and_delete_profiles_and_onboarding_configs(
     with mgmt.admin() as http:
         assert http.get(f"/v2/organizations/{org}/tenants/t1/profiles/strict").status_code == 404
     shared_admin.ok("delete", "organization", org, "--force")
+
+
+def test_apply_gateway_routes_and_backends(shared_admin: Meshctl, mgmt: ManagementPlane) -> None:
+    """HTTPRoute and Backend apply like any kind; a full Gateway API manifest as the
+    inner spec is what the server stores, so applying it again changes nothing."""
+    org = unique("routes")
+    where = f"organization: {org}, cluster: c"
+    text = textwrap.dedent(
+        f"""\
+        kind: Organization
+        metadata: {{name: {org}}}
+        ---
+        kind: Cluster
+        metadata: {{name: c, organization: {org}}}
+        ---
+        kind: HTTPRoute
+        metadata: {{name: shop.web, {where}}}
+        spec:
+          apiVersion: gateway.networking.k8s.io/v1
+          kind: HTTPRoute
+          metadata: {{namespace: shop, name: web}}
+          spec:
+            rules:
+            - matches: [{{path: {{type: PathPrefix, value: /api}}}}]
+              backendRefs:
+              - {{name: api, port: 8080}}
+              - {{group: gateway.envoyproxy.io, kind: Backend, name: legacy}}
+        ---
+        kind: Backend
+        metadata: {{name: shop.legacy, {where}}}
+        spec:
+          apiVersion: gateway.envoyproxy.io/v1alpha1
+          kind: Backend
+          metadata: {{namespace: shop, name: legacy}}
+          spec:
+            endpoints: [{{fqdn: {{hostname: legacy.example.com, port: 80}}}}]
+        """
+    )
+    out = shared_admin.ok("apply", "-f", "-", input=text)
+    assert out.count(" created") == 4, out
+    again = shared_admin.ok("apply", "-f", "-", input=text)
+    assert "httproute" in again and "backend" in again and again.count(" unchanged") == 4, again
+    base = f"/v2/organizations/{org}/clusters/c"
+    with mgmt.admin() as http:
+        route = as_json(http.get(f"{base}/httproutes/shop.web"))
+        backend = as_json(http.get(f"{base}/backends/shop.legacy"))
+    assert route["spec"]["rules"][0]["backendRefs"][1]["kind"] == "Backend"
+    assert backend["spec"]["endpoints"] == [
+        {"fqdn": {"hostname": "legacy.example.com", "port": 80}}
+    ]
+    assert "shop.web" in shared_admin.ok("get", "routes", "--org", org, "--cluster", "c")
+    shared_admin.ok("delete", "backend", "shop.legacy", "--org", org, "--cluster", "c")
+    with mgmt.admin() as http:
+        assert http.get(f"{base}/backends/shop.legacy").status_code == 404

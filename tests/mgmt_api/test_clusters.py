@@ -5,8 +5,10 @@ from __future__ import annotations
 import base64
 import json
 import time
+from typing import Any
 
 import httpx
+import pytest
 import sqlalchemy as sa
 
 from mgmt_api.auth.tokens import sign_service_account
@@ -134,3 +136,111 @@ def test_fetch_workloads(server: MgmtServer, admin: httpx.Client, org: str) -> N
     assert "workloads" not in listed["namespaces"][0]["services"][0]
     listed = ok(admin.get(base, params={"fetchWorkloads": "true"}))["clusters"][0]
     assert "workloads" in listed["namespaces"][0]["services"][0]
+
+
+# ---- gateway knobs: rateLimit.timeout, extAuthz, circuitBreakers -------------------------
+
+
+def _violation(body: dict[str, Any]) -> str:
+    violations = [d for d in body["details"] if "fieldViolations" in d]
+    assert violations, body
+    return str(violations[0]["fieldViolations"][0]["field"])
+
+
+KNOBS: dict[str, Any] = {
+    "rateLimit": {"timeout": "250ms", "failureMode": "deny"},
+    "extAuthz": {"timeout": "1s", "failureModeAllow": True},
+    "circuitBreakers": {"maxPendingRequests": 1, "maxRequests": 2},
+}
+STORED_KNOBS: dict[str, Any] = {
+    "rateLimit": {"timeout": "0.25s", "failureMode": "deny"},
+    "extAuthz": {"timeout": "1s", "failureModeAllow": True},
+    "circuitBreakers": {"maxPendingRequests": 1, "maxRequests": 2},
+}
+
+
+def test_gateway_knobs_are_stored_normalized_and_synced_in_cluster_config(
+    admin: httpx.Client, org: str
+) -> None:
+    base = f"/v2/organizations/{org}/clusters"
+    created = ok(admin.post(base, json={"name": "gw", "cluster": KNOBS}))
+    for key, value in STORED_KNOBS.items():
+        assert created[key] == value, key
+    config = ok(admin.post(f"{base}/gw/config"))
+    for key, value in STORED_KNOBS.items():
+        assert config[key] == value, key
+    # Unset, nothing is invented: the renderer's defaults apply (docs/api.md).
+    ok(admin.post(base, json={"name": "plain", "cluster": {}}))
+    plain = ok(admin.post(f"{base}/plain/config"))
+    assert not {"rateLimit", "extAuthz", "circuitBreakers"} & set(plain)
+
+
+def test_gateway_knobs_follow_profile_defaults_and_mandates_in_cluster_config(
+    admin: httpx.Client, org: str
+) -> None:
+    org_path = f"/v2/organizations/{org}"
+    defaults = {"circuitBreakers": {"maxRetries": 5}, "extAuthz": {"timeout": "0.3s"}}
+    mandates = {"extAuthz": {"failureModeAllow": False}}
+    ok(
+        admin.post(
+            f"{org_path}/profiles",
+            json={"name": "gw", "profile": {"defaults": defaults, "mandates": mandates}},
+        )
+    )
+    current = ok(admin.get(org_path))
+    ok(admin.put(org_path, json={**current, "profiles": [f"organizations/{org}/profiles/gw"]}))
+    own = {"extAuthz": {"failureModeAllow": True}, "circuitBreakers": {"maxRequests": 9}}
+    ok(admin.post(f"{org_path}/clusters", json={"name": "c", "cluster": own}))
+    config = ok(admin.post(f"{org_path}/clusters/c/config"))
+    assert config["extAuthz"] == {"timeout": "0.3s", "failureModeAllow": False}  # mandated
+    assert config["circuitBreakers"] == {"maxRetries": 5, "maxRequests": 9}
+
+
+@pytest.mark.parametrize(
+    ("cluster", "field", "says"),
+    [
+        # wrong JSON types: refused, never coerced
+        ({"rateLimit": {"timeout": 100}}, "cluster.rateLimit.timeout", "string"),
+        ({"extAuthz": {"timeout": 0.2}}, "cluster.extAuthz.timeout", "string"),
+        ({"extAuthz": {"failureModeAllow": "false"}}, "cluster.extAuthz.failureModeAllow", "bool"),
+        ({"extAuthz": {"failureModeAllow": 0}}, "cluster.extAuthz.failureModeAllow", "bool"),
+        ({"circuitBreakers": {"maxRequests": "5"}}, "cluster.circuitBreakers.maxRequests", "int"),
+        ({"circuitBreakers": {"maxRetries": 3.0}}, "cluster.circuitBreakers.maxRetries", "int"),
+        ({"circuitBreakers": {"maxRetries": True}}, "cluster.circuitBreakers.maxRetries", "int"),
+        ({"circuitBreakers": []}, "cluster.circuitBreakers", ""),
+        ({"extAuthz": "on"}, "cluster.extAuthz", ""),
+        # out of range
+        ({"rateLimit": {"timeout": "0.5ms"}}, "cluster.rateLimit.timeout", "between 1ms and 60s"),
+        ({"rateLimit": {"timeout": "61s"}}, "cluster.rateLimit.timeout", "between 1ms and 60s"),
+        ({"extAuthz": {"timeout": "2m"}}, "cluster.extAuthz.timeout", "between 1ms and 60s"),
+        ({"extAuthz": {"timeout": "0s"}}, "cluster.extAuthz.timeout", "positive"),
+        ({"rateLimit": {"timeout": "0.0015s"}}, "cluster.rateLimit.timeout", "milliseconds"),
+        ({"rateLimit": {"timeout": "fast"}}, "cluster.rateLimit.timeout", "not a duration"),
+        (
+            {"circuitBreakers": {"maxConnections": 0}},
+            "cluster.circuitBreakers.maxConnections",
+            "greater than or equal to 1",
+        ),
+        (
+            {"circuitBreakers": {"maxPendingRequests": 2**31}},
+            "cluster.circuitBreakers.maxPendingRequests",
+            "less than or equal to 2147483647",
+        ),
+        # unknown fields
+        ({"extAuthz": {"timeoutMs": 100}}, "cluster.extAuthz.timeoutMs", "unknown field"),
+        ({"circuitBreakers": {"maxHosts": 1}}, "cluster.circuitBreakers.maxHosts", "unknown field"),
+        (
+            {"rateLimit": {"failureModeDeny": True}},
+            "cluster.rateLimit.failureModeDeny",
+            "unknown field",
+        ),
+    ],
+)
+def test_gateway_knob_rejections_name_the_field(
+    admin: httpx.Client, org: str, cluster: dict[str, Any], field: str, says: str
+) -> None:
+    base = f"/v2/organizations/{org}/clusters"
+    body = err(admin.post(base, json={"name": "bad", "cluster": cluster}), 400)
+    assert _violation(body) == field, body
+    assert says in body["message"], body
+    err(admin.get(f"{base}/bad"), 404)

@@ -3,11 +3,13 @@
 Every rendered piece is parsed into Envoy's own protos (unknown fields
 rejected, ``@type`` resolved), assembled into a bootstrap, and the route
 actions are run as Envoy would run them against the descriptors the
-ratelimit service loads for the same policies.
+ratelimit service loads for the same policies. Every document a test gets is
+also run through ``envoy --mode validate`` (``tests.support.envoy.get_envoyconfig``).
 """
 
 from __future__ import annotations
 
+import re
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +34,7 @@ from ratelimit.config import load_config
 from ratelimit.matching import match_descriptor
 from tests.mgmt_api.harness import MgmtServer, err, ok, unique
 from tests.mgmt_api.rbac_helpers import grant
+from tests.support.envoy import assert_envoy_accepts, envoy_config_bootstrap, get_envoyconfig
 from tests.support.envoy_protos import (
     descriptors_for,
     listener_hcm,
@@ -154,58 +157,17 @@ def _compiled_domain(cluster: str) -> Any:
         return load_config(Path(tmp)).domains[f"{cluster}/shop/web-limits"]
 
 
-def _bootstrap(config: dict[str, Any]) -> dict[str, Any]:
-    """A gateway bootstrap assembled from the rendered pieces, as an operator would."""
-    routes = [
-        {
-            "name": entry["name"],
-            "match": {"prefix": f"/{i}"},
-            "route": {"cluster": "upstream"},
-            "typedPerFilterConfig": entry["typedPerFilterConfig"],
-        }
-        for i, entry in enumerate(config["routes"])
-    ]
-    router = {
-        "name": "envoy.filters.http.router",
-        "typedConfig": {
-            "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
-        },
-    }
-    hcm = {
-        "@type": "type.googleapis.com/envoy.extensions.filters.network."
-        "http_connection_manager.v3.HttpConnectionManager",
-        "statPrefix": "gateway",
-        "routeConfig": {"virtualHosts": [{"name": "all", "domains": ["*"], "routes": routes}]},
-        "httpFilters": [*config["httpFilters"], router],
-    }
-    listener = {
-        "name": "gateway",
-        "address": {"socketAddress": {"address": "0.0.0.0", "portValue": 8080}},
-        "filterChains": [
-            {
-                "filters": [
-                    {"name": "envoy.filters.network.http_connection_manager", "typedConfig": hcm}
-                ]
-            }
-        ],
-    }
-    upstream = {"name": "upstream", "type": "STRICT_DNS", "connectTimeout": "1s"}
-    return {
-        "staticResources": {"listeners": [listener], "clusters": [*config["clusters"], upstream]}
-    }
-
-
 def test_filters_routes_and_clusters_parse_into_envoys_protos(
     admin: httpx.Client, cluster: str
 ) -> None:
-    config = ok(admin.get(f"{cluster}/envoyconfig"))
+    config = get_envoyconfig(admin, cluster)
     assert config["cluster"] == cluster.removeprefix("/v2/")
     assert config["warnings"] == []
     for piece in config["httpFilters"]:
         parse(piece, hcm_pb2.HttpFilter())
     for piece in config["clusters"]:
         parse(piece, cluster_pb2.Cluster())
-    hcm = listener_hcm(parse_bootstrap(_bootstrap(config)))
+    hcm = listener_hcm(parse_bootstrap(envoy_config_bootstrap(config)))
     assert [f.name for f in hcm.http_filters] == [
         "envoy.filters.http.ext_authz",
         "envoy.filters.http.ratelimit",
@@ -217,7 +179,7 @@ def test_filters_routes_and_clusters_parse_into_envoys_protos(
 def test_ext_authz_filter_calls_the_settings_server_and_routes_select_its_policy(
     admin: httpx.Client, cluster: str
 ) -> None:
-    config = ok(admin.get(f"{cluster}/envoyconfig"))
+    config = get_envoyconfig(admin, cluster)
     ext = parse_typed(config["httpFilters"][0]["typedConfig"], ext_authz_pb2.ExtAuthz())
     assert not ext.failure_mode_allow
     assert ext.status_on_error.code == 503
@@ -247,7 +209,7 @@ def test_ext_authz_filter_calls_the_settings_server_and_routes_select_its_policy
 def test_ratelimit_filter_follows_the_cluster_failure_mode_and_service_headers(
     admin: httpx.Client, cluster: str
 ) -> None:
-    config = ok(admin.get(f"{cluster}/envoyconfig", params={"rateLimitService": "grpc://rl:7000"}))
+    config = get_envoyconfig(admin, cluster, {"rateLimitService": "grpc://rl:7000"})
     (piece,) = [f for f in config["httpFilters"] if f["name"] == "envoy.filters.http.ratelimit"]
     rl = parse_typed(piece["typedConfig"], rate_limit_pb2.RateLimit())
     assert rl.failure_mode_deny  # the cluster's rateLimit.failureMode is deny
@@ -266,7 +228,7 @@ def test_ratelimit_filter_follows_the_cluster_failure_mode_and_service_headers(
             json={"name": "shop.web-limits", "backendTrafficPolicy": TRAFFIC_POLICY},
         )
     )
-    open_config = ok(admin.get(f"{base}/open/envoyconfig"))
+    open_config = get_envoyconfig(admin, f"{base}/open")
     (piece,) = [
         f for f in open_config["httpFilters"] if f["name"] == "envoy.filters.http.ratelimit"
     ]
@@ -277,7 +239,7 @@ def test_ratelimit_filter_follows_the_cluster_failure_mode_and_service_headers(
 def test_route_actions_send_the_descriptors_the_ratelimit_service_limits(
     admin: httpx.Client, cluster: str
 ) -> None:
-    config = ok(admin.get(f"{cluster}/envoyconfig"))
+    config = get_envoyconfig(admin, cluster)
     (route,) = [r for r in config["routes"] if "targetRef" in r]
     assert route["targetRef"] == {"kind": "HTTPRoute", "namespace": "shop", "name": "web"}
     assert (
@@ -313,11 +275,12 @@ def test_route_actions_send_the_descriptors_the_ratelimit_service_limits(
 
 
 def test_yaml_format_is_the_same_document(admin: httpx.Client, cluster: str) -> None:
-    as_json = ok(admin.get(f"{cluster}/envoyconfig"))
+    as_json = get_envoyconfig(admin, cluster)
     response = admin.get(f"{cluster}/envoyconfig", params={"format": "yaml"})
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("application/yaml")
     assert yaml.safe_load(response.text) == as_json
+    assert_envoy_accepts(yaml.safe_load(response.text))
 
 
 def test_needs_read_on_the_cluster(
@@ -336,7 +299,7 @@ def test_needs_read_on_the_cluster(
             "rbac/reader",
             {"user": f"organizations/{org}/users/{name}"},
         )
-        assert ok(user.get(f"{base}/c1/envoyconfig"))["httpFilters"] == []
+        assert get_envoyconfig(user, f"{base}/c1")["httpFilters"] == []
 
 
 def test_missing_cluster_and_bad_service_address(admin: httpx.Client, org: str) -> None:
@@ -383,11 +346,11 @@ def test_each_route_is_checked_by_its_own_groups_server_only() -> None:
         envoy_config.ClusterPolicies(
             "organizations/o/clusters/east",
             "east",
-            None,
             (("p/a", first), ("p/b", second)),
             settings,
         )
     )
+    assert_envoy_accepts(config)
     filters = [f["name"] for f in config["httpFilters"]]
     one, two = "envoy.filters.http.ext_authz/one:9191", "envoy.filters.http.ext_authz/two:9191"
     assert filters == [one, two, "envoy.filters.http.ratelimit"]
@@ -414,3 +377,75 @@ def test_each_route_is_checked_by_its_own_groups_server_only() -> None:
         "2 BackendTrafficPolicies target httproute/shop/web; an Envoy route takes one "
         "RateLimitPerRoute, so only one of them can be applied there"
     ]
+
+
+def test_gateway_knobs_render_into_the_filters_and_circuit_breakers(
+    admin: httpx.Client, cluster: str
+) -> None:
+    """Unset: the explicit defaults (100 ms rate-limit timeout, not Envoy's 20 ms;
+    ext_authz 200 ms, closed; no circuit breakers). Set over REST: rendered."""
+    config = get_envoyconfig(admin, cluster)
+    ext = parse_typed(config["httpFilters"][0]["typedConfig"], ext_authz_pb2.ExtAuthz())
+    rl = parse_typed(config["httpFilters"][1]["typedConfig"], rate_limit_pb2.RateLimit())
+    assert (ext.grpc_service.timeout.ToMilliseconds(), ext.failure_mode_allow) == (200, False)
+    assert (rl.timeout.ToMilliseconds(), rl.failure_mode_deny) == (100, True)
+    assert config["circuitBreakers"] is None
+    before = ok(admin.get(f"{cluster}/status"))["desiredVersions"]
+
+    current = ok(admin.get(cluster))
+    knobs = {
+        "rateLimit": {**current["rateLimit"], "timeout": "250ms"},
+        "extAuthz": {"timeout": "50ms", "failureModeAllow": True},
+        "circuitBreakers": {"maxPendingRequests": 1, "maxRequests": 2},
+    }
+    ok(admin.put(cluster, json={**current, **knobs}))
+    config = get_envoyconfig(admin, cluster)
+    ext = parse_typed(config["httpFilters"][0]["typedConfig"], ext_authz_pb2.ExtAuthz())
+    rl = parse_typed(config["httpFilters"][1]["typedConfig"], rate_limit_pb2.RateLimit())
+    assert (ext.grpc_service.timeout.ToMilliseconds(), ext.failure_mode_allow) == (50, True)
+    assert ext.status_on_error.code == 503
+    assert (rl.timeout.ToMilliseconds(), rl.failure_mode_deny) == (250, True)
+    assert config["circuitBreakers"] == {
+        "thresholds": [{"priority": "DEFAULT", "maxPendingRequests": 1, "maxRequests": 2}]
+    }
+    upstream = next(
+        c
+        for c in parse_bootstrap(envoy_config_bootstrap(config)).static_resources.clusters
+        if c.name == "upstream"
+    )
+    (thresholds,) = upstream.circuit_breakers.thresholds
+    assert (thresholds.max_pending_requests.value, thresholds.max_requests.value) == (1, 2)
+    # The timeout is the gateway's: the ratelimit and extauthz snapshots do not
+    # change, the gateways' configuration (ADS) does.
+    after = ok(admin.get(f"{cluster}/status"))["desiredVersions"]
+    assert after["gateway"] != before.pop("gateway")
+    assert {k: after[k] for k in before} == before
+
+    current = ok(admin.get(cluster))
+    ok(admin.put(cluster, json={**current, "rateLimit": {"failureMode": "allow"}}))
+    config = get_envoyconfig(admin, cluster)
+    rl = parse_typed(config["httpFilters"][1]["typedConfig"], rate_limit_pb2.RateLimit())
+    assert (rl.timeout.ToMilliseconds(), rl.failure_mode_deny) == (100, False)  # fail open
+
+
+def test_every_test_that_gets_envoyconfig_has_envoy_validate_it() -> None:
+    """A 200 from ``/envoyconfig`` in any test goes through ``get_envoyconfig``
+    (or, for YAML, ``assert_envoy_accepts``), so a render Envoy rejects fails
+    the suite; only error answers (``err(...)``) are read directly."""
+    tests_dir = Path(__file__).resolve().parents[1]
+    call = re.compile(r"""\.get\(\s*f?["'][^"']*/envoyconfig["']""")
+    unchecked = []
+    for path in sorted(tests_dir.rglob("*.py")):
+        if path == tests_dir / "support" / "envoy.py":
+            continue
+        text = path.read_text()
+        for match in call.finditer(text):
+            line_start = text.rfind("\n", 0, match.start()) + 1
+            line = text[line_start : text.find("\n", match.end())]
+            if "err(" in line:
+                continue
+            after = text[match.end() : match.end() + 400]
+            if '"format": "yaml"' in line and "assert_envoy_accepts(" in after:
+                continue
+            unchecked.append(f"{path.relative_to(tests_dir)}: {line.strip()}")
+    assert unchecked == []

@@ -16,6 +16,7 @@ import pytest
 
 from tests.mgmt_api.harness import err, ok, unique
 from tests.mgmt_api.rbac_helpers import grant
+from tests.support.envoy import get_envoyconfig
 
 
 def traffic_policy(requests: int = 3, unit: str = "Minute", **rate: Any) -> dict[str, Any]:
@@ -204,7 +205,7 @@ def test_traffic_policy_is_stored_as_the_model_read_it(admin: httpx.Client, clus
     assert (
         ok(admin.get(f"{cluster}/backendtrafficpolicies/default.costs"))["spec"] == created["spec"]
     )
-    rendered = ok(admin.get(f"{cluster}/envoyconfig"))
+    rendered = get_envoyconfig(admin, cluster)
     (route,) = [r for r in rendered["routes"] if r["name"].endswith("default.costs")]
     actions = route["typedPerFilterConfig"]["envoy.filters.http.ratelimit"]["rateLimits"]
     assert [a["hitsAddend"]["number"] for a in actions] == ["2", "4"]

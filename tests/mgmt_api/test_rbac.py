@@ -52,6 +52,8 @@ POLICY_SPECS: dict[str, dict[str, Any]] = {
             "keys": [{"hmacSecret": {"value": "rbac-test-secret-of-32-bytes-or-more"}}],
         }
     },
+    "HTTPRoute": {"spec": {"rules": [{"backendRefs": [{"name": "web", "port": 80}]}]}},
+    "Backend": {"spec": {"endpoints": [{"ip": {"address": "10.0.0.1", "port": 8080}}]}},
 }
 
 
@@ -84,6 +86,16 @@ def build_world(admin: httpx.Client) -> World:
                 },
             )
         )
+        for collection, body_field, kind in (
+            ("httproutes", "httpRoute", "HTTPRoute"),
+            ("backends", "backend", "Backend"),
+        ):
+            ok(
+                admin.post(
+                    f"{base}/clusters/c/{collection}",
+                    json={"name": "default.p", body_field: POLICY_SPECS[kind]},
+                )
+            )
         ok(admin.post(f"{group}/settings", json={"name": "s", "securitySetting": {}}))
         ok(
             admin.post(

@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from mgmt_api import fqn as fqnmod
 from mgmt_api.auth.tokens import sign_service_account
 from mgmt_api.kinds import KINDS, item_templates, parent_templates
 from tests.mgmt_api.harness import MgmtServer, err, ok, unique
@@ -29,6 +30,8 @@ CREATE_SPEC: dict[str, dict[str, Any]] = {
     "Role": {"rules": [{"permissions": ["READ"]}]},
     "BackendTrafficPolicy": POLICY_SPECS["BackendTrafficPolicy"],
     "ExtAuthzPolicy": POLICY_SPECS["ExtAuthzPolicy"],
+    "HTTPRoute": POLICY_SPECS["HTTPRoute"],
+    "Backend": POLICY_SPECS["Backend"],
     "ClusterOnboardingConfig": {
         "namespaces": [{"name": "ns", "desiredState": "DESIRED_ONBOARDED"}]
     },
@@ -40,7 +43,8 @@ SINGLETONS = {"ClusterOnboardingConfig"}
 
 def _new_name(kind: str) -> str:
     """A fresh object name; namespaced kinds are named ``{namespace}.{name}``."""
-    return f"default.{unique('n')}" if kind == "BackendTrafficPolicy" else unique("n")
+    namespaced = KINDS[kind].collection in fqnmod.NAMESPACED
+    return f"default.{unique('n')}" if namespaced else unique("n")
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,8 @@ def _fill(tpl: str, w: World, role: str) -> str:
         "team": "tm",
         "role": role.split("/", 1)[1],
         "backendtrafficpolicy": "default.p",
+        "httproute": "default.p",
+        "backend": "default.p",
         "setting": "s",
         "extauthzpolicy": "p",
         "profile": "pr",

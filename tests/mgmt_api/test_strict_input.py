@@ -63,6 +63,16 @@ def test_cleanup_apply_must_be_a_json_boolean_and_nothing_is_deleted(
             },
             "cluster.labels.team",
         ),
+        (
+            lambda o: f"/v2/organizations/{o}/clusters",
+            lambda o: {"name": "c", "cluster": {"extAuthz": {"failureModeAllow": "true"}}},
+            "cluster.extAuthz.failureModeAllow",
+        ),
+        (
+            lambda o: f"/v2/organizations/{o}/clusters",
+            lambda o: {"name": "c", "cluster": {"circuitBreakers": {"maxRequests": "100"}}},
+            "cluster.circuitBreakers.maxRequests",
+        ),
     ],
 )
 def test_wrong_json_types_are_refused_naming_the_field(

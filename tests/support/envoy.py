@@ -9,17 +9,24 @@ Hot restart is disabled, so any number of Envoys run side by side without
 sharing memory segments.
 
 :func:`validate` runs ``envoy --mode validate`` on a config, for tests of
-generated configuration.
+generated configuration. :func:`get_envoyconfig` is how every test reads
+``GET .../envoyconfig``: it wraps the document into a gateway bootstrap
+(:func:`envoy_config_bootstrap`) and has the real Envoy validate it
+(:func:`assert_envoy_accepts`), so a render Envoy would reject fails the suite
+wherever it is produced. Validation costs a process start, so each distinct
+document is validated once per test session.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -184,3 +191,104 @@ def validate(config: dict[str, Any] | str | Path) -> subprocess.CompletedProcess
             timeout=120,
             check=False,
         )
+
+
+#: The upstream cluster every route of :func:`envoy_config_bootstrap` sends to.
+UPSTREAM_CLUSTER = "upstream"
+_HCM = (
+    "type.googleapis.com/envoy.extensions.filters.network."
+    "http_connection_manager.v3.HttpConnectionManager"
+)
+_ROUTER = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
+
+
+def envoy_config_bootstrap(document: Mapping[str, Any]) -> dict[str, Any]:
+    """A gateway bootstrap assembled from a rendered ``/envoyconfig`` document,
+    as an operator (or the xDS server) would assemble it.
+
+    One listener whose HTTP connection manager runs the document's
+    ``httpFilters`` then the router; one route per document route entry
+    (prefix ``/{index}``) carrying its ``typedPerFilterConfig``; the document's
+    ``clusters`` plus the user's upstream cluster :data:`UPSTREAM_CLUSTER`,
+    carrying the document's ``circuitBreakers`` when it has any.
+    """
+    routes = [
+        {
+            "name": entry["name"],
+            "match": {"prefix": f"/{index}"},
+            "route": {"cluster": UPSTREAM_CLUSTER},
+            "typedPerFilterConfig": entry["typedPerFilterConfig"],
+        }
+        for index, entry in enumerate(document["routes"])
+    ]
+    hcm = {
+        "@type": _HCM,
+        "statPrefix": "gateway",
+        "routeConfig": {"virtualHosts": [{"name": "all", "domains": ["*"], "routes": routes}]},
+        "httpFilters": [
+            *document["httpFilters"],
+            {"name": "envoy.filters.http.router", "typedConfig": {"@type": _ROUTER}},
+        ],
+    }
+    listener = {
+        "name": "gateway",
+        "address": {"socketAddress": {"address": "127.0.0.1", "portValue": 8080}},
+        "filterChains": [
+            {
+                "filters": [
+                    {"name": "envoy.filters.network.http_connection_manager", "typedConfig": hcm}
+                ]
+            }
+        ],
+    }
+    endpoint = {"address": {"socketAddress": {"address": "127.0.0.1", "portValue": 9}}}
+    upstream: dict[str, Any] = {
+        "name": UPSTREAM_CLUSTER,
+        "type": "STATIC",
+        "connectTimeout": "1s",
+        "loadAssignment": {
+            "clusterName": UPSTREAM_CLUSTER,
+            "endpoints": [{"lbEndpoints": [{"endpoint": endpoint}]}],
+        },
+    }
+    if document.get("circuitBreakers") is not None:
+        upstream["circuitBreakers"] = document["circuitBreakers"]
+    return {
+        "node": {"id": "gateway", "cluster": "gateway"},
+        "staticResources": {
+            "listeners": [listener],
+            "clusters": [*document["clusters"], upstream],
+        },
+    }
+
+
+_ACCEPTED: set[str] = set()  # digests of documents Envoy accepted in this session
+
+
+def assert_envoy_accepts(document: Mapping[str, Any]) -> None:
+    """``envoy --mode validate`` accepts the document, wrapped into a bootstrap.
+
+    A document already accepted in this session is not validated again.
+    """
+    digest = hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()
+    if digest in _ACCEPTED:
+        return
+    done = validate(envoy_config_bootstrap(document))
+    assert done.returncode == 0, (
+        "Envoy rejects the rendered /envoyconfig:\n"
+        + (done.stdout + done.stderr)[-4000:]
+        + "\ndocument: "
+        + json.dumps(document)[:4000]
+    )
+    _ACCEPTED.add(digest)
+
+
+def get_envoyconfig(
+    client: httpx.Client, cluster_path: str, params: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """``GET {cluster_path}/envoyconfig``: 200, the document, accepted by Envoy."""
+    response = client.get(f"{cluster_path}/envoyconfig", params=params)
+    assert response.status_code == 200, (response.status_code, response.text)
+    document: dict[str, Any] = response.json()
+    assert_envoy_accepts(document)
+    return document
