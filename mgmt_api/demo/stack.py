@@ -543,8 +543,9 @@ def commands(stack: Stack) -> list[tuple[str, str]]:
             f" | curl -s {admin} -X PUT -H 'content-type: application/json' -d @- {policy}",
         ),
         (
-            f"no restart: the same call passes again, x-ratelimit-limit: {RAISED_REQUESTS}, ...",
-            f"curl -i {auth} {gw}/headers",
+            f"no restart: within a second or two the same call passes again (curl retries"
+            f" the 429 until then), x-ratelimit-limit: {RAISED_REQUESTS}, ...",
+            f"curl -i --retry 5 --retry-delay 1 {auth} {gw}/headers",
         ),
         (
             'the gateway (kind "gateway") ACKed its configuration, beside ratelimit and extauthz',

@@ -182,7 +182,7 @@ def test_run_command_brings_up_the_gateway_and_the_tour_through_it_holds(
         "SLOW=$(uv run extauthz token",
         f"seq {BURST} | xargs -P{BURST}",
         "-X PUT",
-        f'curl -i -H "authorization: Bearer $TOKEN" {gateway}/headers',
+        f'curl -i --retry 5 --retry-delay 1 -H "authorization: Bearer $TOKEN" {gateway}/headers',
         "/status",
     ]
     assert len(commands) == len(kinds), commands
