@@ -25,7 +25,7 @@ from meshplane.gateway_contract import GATEWAY_KIND
 from tests.support.gateway import Gateway, GatewayStack
 from tests.support.processes import wait_until
 
-WITHOUT_RATELIMIT = ("--disable-extensions", "envoy.filters.http.ratelimit")
+WITHOUT_RATELIMIT = ("--disable-extensions", "envoy.filters.http/envoy.filters.http.ratelimit")
 
 
 @pytest.fixture(scope="module")

@@ -238,7 +238,7 @@ class GatewayStack:
 
     def backend(self, name: str = "default.app") -> None:
         spec = {"endpoints": [{"ip": {"address": "127.0.0.1", "port": self.upstream_port}}]}
-        self.put("backends", name, "backend", {"spec": {"spec": spec}})
+        self.put("backends", name, "backend", {"spec": spec})
 
     def route(self, name: str, *prefixes: str, backend: str = "default.app") -> None:
         """HTTPRoute ``{ns}.{name}`` sending ``prefixes`` to Backend ``{ns}.{name}``."""
@@ -248,7 +248,7 @@ class GatewayStack:
             "matches": [{"path": {"type": "PathPrefix", "value": p}} for p in prefixes],
             "backendRefs": [{**ref, "namespace": namespace}],
         }
-        self.put("httproutes", name, "httpRoute", {"spec": {"spec": {"rules": [rule]}}})
+        self.put("httproutes", name, "httpRoute", {"spec": {"rules": [rule]}})
 
     def rate_limit(self, name: str, route: str, *limits: tuple[int, str]) -> None:
         rules = [{"limit": {"requests": n, "unit": unit}} for n, unit in limits]
