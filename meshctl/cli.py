@@ -26,6 +26,7 @@ import yaml
 
 from meshctl import approvals as approvals_mod
 from meshctl import diag as diag_mod
+from meshctl import gateway as gateway_mod
 from meshctl import login as login_mod
 from meshctl import proxy as proxy_mod
 from meshctl.client import ApiClient
@@ -44,6 +45,7 @@ from meshctl.manifest import Manifest, dump, policy_manifest, read_manifests, to
 from meshctl.ops import apply_manifest, delete_all, get_object, list_objects, refine
 from meshctl.output import FORMATS, render_objects
 from meshctl.state import State, state_of
+from meshplane.secret_file import write_secret
 
 app = typer.Typer(
     add_completion=False,
@@ -60,6 +62,7 @@ app.add_typer(config_app, name="config")
 app.add_typer(clusters_app, name="clusters")
 app.add_typer(approvals_mod.app, name="approvals")
 app.add_typer(diag_mod.app, name="diag")
+app.add_typer(gateway_mod.app, name="gateway")
 app.add_typer(proxy_mod.app, name="proxy")
 
 
@@ -670,10 +673,7 @@ def install_template(
     if file is None:
         typer.echo(text, nl=False)
         return
-    fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(fd, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
+    write_secret(file, text)
     typer.echo(
         f"Wrote the install template of {ref.fqn} to {file}; it holds the cluster's API key, "
         "keep it secret.",

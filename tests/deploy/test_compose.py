@@ -1,10 +1,13 @@
 """deploy/compose: Docker cannot run here, so the stack is checked piece by piece.
 
-- envoy.yaml parses into Envoy's Bootstrap proto (typed configs included);
-- its filters, the "web" route's per-filter settings and its gRPC clusters
-  equal what mgmt-api renders (``GET .../envoyconfig``) for the cluster that
-  the compose seed step writes through REST (a real mgmt-api and the real
-  seed script);
+- envoy.yaml (the gateway's minimal bootstrap: node, admin, ADS) passes
+  ``envoy --mode validate`` and is exactly what
+  :func:`meshplane.gateway_contract.bootstrap` renders for the compose
+  addresses, with the token placeholder the seed replaces;
+- the compose seed step, run against a real mgmt-api, writes the demo
+  (Backend, HTTPRoutes, the limit) and the gateway's bootstrap: mode 0600, a
+  token signed with the cluster's key for the xDS audience, still valid for
+  Envoy;
 - docker-compose.yaml's commands parse with the services' own CLI parsers,
   and every address one container calls is a compose service listening on
   that port.
@@ -15,31 +18,29 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
+import jwt
 import pytest
 import typer.main
 import yaml
-from envoy.config.cluster.v3 import cluster_pb2
-from envoy.config.route.v3 import route_components_pb2
-from envoy.extensions.filters.network.http_connection_manager.v3 import (
-    http_connection_manager_pb2 as hcm_pb2,
-)
-from google.protobuf import json_format
 
 from extauthz.cli import _parser as extauthz_parser
-from meshplane import control_plane
+from meshplane import control_plane, gateway_contract
 from mgmt_api.cli import app as mgmt_api_app
 from ratelimit.cli import _parser as ratelimit_parser
-from tests.mgmt_api.harness import ADMIN_PASSWORD, MgmtServer
-from tests.support.envoy import get_envoyconfig
-from tests.support.envoy_protos import listener_hcm, parse, parse_bootstrap
+from tests.mgmt_api.harness import ADMIN_PASSWORD, MgmtServer, ok
+from tests.support.envoy import get_envoyconfig, validate
+from tests.support.envoy_protos import parse_bootstrap
 
 COMPOSE_DIR = Path(__file__).resolve().parents[2] / "deploy" / "compose"
 ENVOY_YAML = COMPOSE_DIR / "envoy.yaml"
@@ -95,6 +96,11 @@ def seed_args() -> Any:
     return seed_script.parser().parse_args(argv[2:])
 
 
+def envoy_bootstrap() -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load(ENVOY_YAML.read_text())
+    return doc
+
+
 def envoy_clusters() -> dict[str, tuple[str, int]]:
     out = {}
     for cluster in parse_bootstrap(ENVOY_YAML).static_resources.clusters:
@@ -103,33 +109,50 @@ def envoy_clusters() -> dict[str, tuple[str, int]]:
     return out
 
 
-def test_envoy_yaml_parses_with_ext_authz_before_ratelimit_before_router() -> None:
-    hcm = listener_hcm(parse_bootstrap(ENVOY_YAML))
-    assert [f.name for f in hcm.http_filters] == [
-        "envoy.filters.http.ext_authz",
-        "envoy.filters.http.ratelimit",
-        "envoy.filters.http.router",
-    ]
-    routes = {r.name: r for r in hcm.route_config.virtual_hosts[0].routes}
-    assert set(routes) == {"public", "web"}
-    assert set(routes["public"].typed_per_filter_config) == {"envoy.filters.http.ext_authz"}
+def upstream_port() -> int:
+    argv = command("upstream")
+    assert argv[:3] == ["python", "-m", "mgmt_api.demo.upstream"]
+    return port_of(argv[argv.index("--listen") + 1])
+
+
+def test_envoy_yaml_passes_envoy_validate() -> None:
+    checked = validate(ENVOY_YAML)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_envoy_yaml_is_the_contract_bootstrap_with_the_token_placeholder() -> None:
+    """The file is what meshctl gateway bootstrap renders for the compose addresses."""
+    plan = seed_script.plan_for(seed_args())
+    ratelimit = f"grpc://ratelimit:{port_of(services_args()['ratelimit'].listen)}"
+    node = gateway_contract.GatewayNode(
+        plan.organization, plan.cluster, "compose-gateway", "0.0.0.0", 10000, "gateway", ratelimit
+    )
+    expected = gateway_contract.bootstrap(
+        node,
+        ads=f"grpc://mgmt-api:{port_of(mgmt_api_params()['grpc_listen'])}",
+        token=seed_script.TOKEN_PLACEHOLDER,
+        admin=("0.0.0.0", 9901),
+    )
+    assert envoy_bootstrap() == yaml.safe_load(gateway_contract.bootstrap_text(expected))
+    assert ENVOY_YAML.read_text().count(f"Bearer {seed_script.TOKEN_PLACEHOLDER}") == 1
 
 
 def test_every_address_is_a_compose_service_listening_on_that_port() -> None:
-    services = compose()["services"]
     args = services_args()
     mgmt = mgmt_api_params()
+    grpc = port_of(mgmt["grpc_listen"])
     listening = {
         "ratelimit": port_of(args["ratelimit"].listen),
         "extauthz": port_of(args["extauthz"].listen),
-        "upstream": int(re.fullmatch(r"-listen=:(\d+)", command("upstream")[0]).group(1)),  # type: ignore[union-attr]
+        "upstream": upstream_port(),
         "mgmt-api": port_of(mgmt["listen"]),
         "redis": 6379,
     }
-    for name, (host, port) in envoy_clusters().items():
-        assert host in services, name
-        assert listening[host] == port, name
-    grpc = port_of(mgmt["grpc_listen"])
+    # The gateway's one static cluster is mgmt-api's gRPC port (ADS).
+    assert envoy_clusters() == {gateway_contract.XDS_CLUSTER: ("mgmt-api", grpc)}
+    metadata = envoy_bootstrap()["node"]["metadata"]
+    ratelimit = urlsplit(metadata[gateway_contract.RATELIMIT_SERVICE_KEY])
+    assert (ratelimit.hostname, ratelimit.port) == ("ratelimit", listening["ratelimit"])
     seed = seed_args()
     plan = seed_script.plan_for(seed)
     for service, parsed in args.items():
@@ -144,6 +167,7 @@ def test_every_address_is_a_compose_service_listening_on_that_port() -> None:
     assert (url.hostname, url.port) == ("mgmt-api", listening["mgmt-api"])
     extauthz = urlsplit(seed.extauthz_uri)
     assert (extauthz.hostname, extauthz.port) == ("extauthz", listening["extauthz"])
+    assert seed.upstream == f"upstream:{listening['upstream']}"
     for redis_url in (seed.redis_url, args["ratelimit"].redis_url):
         assert urlsplit(redis_url).hostname == "redis"
         assert urlsplit(redis_url).port == listening["redis"]
@@ -153,12 +177,21 @@ def test_volumes_and_images() -> None:
     services = compose()["services"]
     envoy = services["envoy"]
     assert re.fullmatch(r"envoyproxy/envoy:v1\.3\d.*", envoy["image"])
-    assert "./envoy.yaml:/etc/envoy/envoy.yaml:ro" in envoy["volumes"]
-    assert (
-        f"127.0.0.1:10000:{parse_bootstrap(ENVOY_YAML).static_resources.listeners[0].address.socket_address.port_value}"
-        in envoy["ports"]
-    )
+    seed = seed_args()
+    # The seed fills the template mounted from here and writes it where Envoy reads it.
+    assert f"./envoy.yaml:{seed.gateway_template}:ro" in services["seed"]["volumes"]
+    bootstrap_dir = str(Path(seed.gateway_bootstrap).parent)
+    assert any(v.split(":")[:2] == ["gateway", bootstrap_dir] for v in services["seed"]["volumes"])
+    assert f"gateway:{bootstrap_dir}:ro" in envoy["volumes"]
+    assert envoy["command"][envoy["command"].index("-c") + 1] == seed.gateway_bootstrap
+    assert envoy["user"] == "10001:10001"  # the bootstrap is 0600, owned by the seed's uid
+    assert envoy["depends_on"]["seed"] == {"condition": "service_completed_successfully"}
+    listener = envoy_bootstrap()["node"]["metadata"][gateway_contract.LISTENER_KEY]
+    assert f"127.0.0.1:10000:{listener['port']}" in envoy["ports"]
+    admin = envoy_bootstrap()["admin"]["address"]["socket_address"]["port_value"]
+    assert f"127.0.0.1:9901:{admin}" in envoy["ports"]
     assert "./seed.py:/seed/seed.py:ro" in services["seed"]["volumes"]
+    assert "/gateway" in services["volumes"]["command"]
     credentials_dir = str(Path(seed_args().credentials).parent)
     for name in ("seed", "ratelimit", "extauthz"):
         assert any(
@@ -171,12 +204,21 @@ def test_volumes_and_images() -> None:
     )
 
 
+@dataclass
+class Seeded:
+    admin: httpx.Client
+    plan: Any
+    credentials: Path
+    bootstrap: Path
+
+
 @pytest.fixture(scope="module")
-def rendered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """Seed a real mgmt-api with the compose seed script; its envoyconfig."""
+def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
+    """A real mgmt-api seeded by the compose seed script, with the gateway bootstrap."""
     server = MgmtServer().start()
     try:
-        credentials = tmp_path_factory.mktemp("compose") / "demo.json"
+        directory = tmp_path_factory.mktemp("compose")
+        credentials, bootstrap = directory / "demo.json", directory / "envoy.yaml"
         seed = seed_args()
         argv = [
             sys.executable,
@@ -189,54 +231,66 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
             seed.extauthz_uri,
             "--redis-url",
             seed.redis_url,
+            "--upstream",
+            seed.upstream,
+            "--gateway-template",
+            str(ENVOY_YAML),
+            "--gateway-bootstrap",
+            str(bootstrap),
         ]
         env = {**os.environ, "MESHPLANE_ADMIN_PASSWORD": ADMIN_PASSWORD}
         done = subprocess.run(
             argv, env=env, capture_output=True, text=True, timeout=120, check=False
         )
         assert done.returncode == 0, done.stderr
-        assert credentials.exists()
-        plan = seed_script.plan_for(seed)
-        ratelimit = f"grpc://ratelimit:{port_of(services_args()['ratelimit'].listen)}"
         with server.admin() as admin:
-            yield get_envoyconfig(admin, plan.cluster_path, {"rateLimitService": ratelimit})
+            yield Seeded(admin, seed_script.plan_for(seed), credentials, bootstrap)
     finally:
         server.close()
 
 
-def _as_dict(message: Any) -> dict[str, Any]:
-    out: dict[str, Any] = json_format.MessageToDict(message)
-    return out
+def test_the_seed_writes_the_gateway_bootstrap_with_a_token(seeded: Seeded) -> None:
+    assert stat.S_IMODE(seeded.bootstrap.stat().st_mode) == 0o600
+    text = seeded.bootstrap.read_text()
+    assert f"Bearer {seed_script.TOKEN_PLACEHOLDER}" not in text
+    doc = yaml.safe_load(text)
+    template = envoy_bootstrap()
+    header = doc["dynamic_resources"]["ads_config"]["grpc_services"][0]["initial_metadata"][0]
+    token = header["value"].removeprefix("Bearer ")
+    key = jwt.PyJWK.from_dict(control_plane.load_credentials(seeded.credentials).private_jwk)
+    claims = jwt.decode(
+        token,
+        key.key.public_key(),  # type: ignore[union-attr]
+        algorithms=["ES256"],
+        audience=gateway_contract.XDS_AUDIENCE,
+    )
+    assert claims["exp"] - claims["iat"] == gateway_contract.GATEWAY_TOKEN_TTL_SECONDS
+    header["value"] = f"Bearer {seed_script.TOKEN_PLACEHOLDER}"
+    assert doc == template  # nothing but the token differs
+    checked = validate(seeded.bootstrap)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
-def test_envoy_yaml_filters_equal_what_mgmt_api_renders(rendered: dict[str, Any]) -> None:
-    hcm = listener_hcm(parse_bootstrap(ENVOY_YAML))
-    in_yaml = {f.name: _as_dict(f) for f in hcm.http_filters}
-    assert rendered["httpFilters"], rendered
-    for piece in rendered["httpFilters"]:
-        # Compared as protos: defaults (false, 0) are omitted on either side.
-        assert in_yaml[piece["name"]] == _as_dict(parse(piece, hcm_pb2.HttpFilter()))
+def test_the_seed_routes_the_gateway_to_the_upstream_service(seeded: Seeded) -> None:
+    base = seeded.plan.cluster_path
+    backend = ok(seeded.admin.get(f"{base}/backends/default.demo"))
+    assert backend["spec"]["endpoints"] == [
+        {"fqdn": {"hostname": "upstream", "port": upstream_port()}}
+    ]
+    for name in ("web", "slow"):
+        route = ok(seeded.admin.get(f"{base}/httproutes/default.{name}"))
+        refs = route["spec"]["rules"][0]["backendRefs"]
+        assert [r["name"] for r in refs] == ["demo"], route
 
 
-def test_web_route_carries_the_rendered_per_route_settings(rendered: dict[str, Any]) -> None:
-    hcm = listener_hcm(parse_bootstrap(ENVOY_YAML))
-    web = next(r for r in hcm.route_config.virtual_hosts[0].routes if r.name == "web")
-    expected: dict[str, Any] = {}
-    for entry in rendered["routes"]:
-        # The demo's group selects every namespace; its traffic policy targets HTTPRoute web.
-        if "workloads" in entry:
-            assert entry["workloads"]["namespaces"] == ["*"]
-        else:
-            assert entry["targetRef"]["name"] == "web"
-        expected.update(entry["typedPerFilterConfig"])
-    assert set(expected) == {"envoy.filters.http.ext_authz", "envoy.filters.http.ratelimit"}
-    route = {"match": {"prefix": "/"}, "typedPerFilterConfig": expected}
-    want = _as_dict(parse(route, route_components_pb2.Route()))["typedPerFilterConfig"]
-    assert _as_dict(web)["typedPerFilterConfig"] == want
-
-
-def test_envoy_yaml_grpc_clusters_equal_what_mgmt_api_renders(rendered: dict[str, Any]) -> None:
-    in_yaml = {c.name: _as_dict(c) for c in parse_bootstrap(ENVOY_YAML).static_resources.clusters}
-    assert {c["name"] for c in rendered["clusters"]} == {"extauthz", "ratelimit"}
-    for cluster in rendered["clusters"]:
-        assert in_yaml[cluster["name"]] == _as_dict(parse(cluster, cluster_pb2.Cluster()))
+def test_what_the_gateway_gets_for_the_seeded_cluster_envoy_accepts(seeded: Seeded) -> None:
+    """The seeded cluster's filters and circuit breakers, as ADS renders them, validate."""
+    ratelimit = f"grpc://ratelimit:{port_of(services_args()['ratelimit'].listen)}"
+    document = get_envoyconfig(
+        seeded.admin, seeded.plan.cluster_path, {"rateLimitService": ratelimit}
+    )
+    assert [f["name"] for f in document["httpFilters"]] == [
+        "envoy.filters.http.ext_authz",
+        "envoy.filters.http.ratelimit",
+    ]
+    assert document["circuitBreakers"]["thresholds"][0]["maxConnections"] == 2

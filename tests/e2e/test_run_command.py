@@ -1,39 +1,48 @@
-"""The README's run command: the whole platform, seeded, and its printed commands work.
+"""The README's run command: the whole platform, seeded, behind a real gateway.
 
 Starts ``python -m mgmt_api.demo`` (what ``scripts/run`` execs after setup)
-on free ports in a temporary state directory, waits for its ``ready:`` line,
-then runs the copy-paste commands it printed, with ``uv run meshctl`` and
-``uv run extauthz`` replaced by this interpreter's ``-m meshctl`` and
-``-m extauthz.cli`` (the same code, without re-resolving the environment).
-Finally SIGTERM must stop the orchestrator and every child it started.
+on free ports in a temporary state directory and waits for its ``ready:``
+line: mgmt-api, ratelimit, extauthz, the demo upstream and an Envoy gateway
+configured over ADS. Then it sends the requests of the tour the banner
+prints, in its order, with httpx to the gateway (a token minted by the
+printed command, 200 with x-ratelimit-*, the two 403s, 429 with
+x-proxy-ratelimited, 503s from the circuit breakers), runs the printed
+policy change as printed (``uv run ...`` replaced by this interpreter's
+``-m ...``), waits until the gateway enforces it, and reads the gateway's
+ACK in the status. Finally SIGTERM must stop the orchestrator and every
+child it started. A busy port must stop the command before anything starts.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import httpx
 import pytest
 
+from mgmt_api.demo.stack import BURST, PORT_ROLES, port_flag
+from mgmt_api.demo.stack import RAISED_REQUESTS as RAISED
 from tests.support.net import free_port
+from tests.support.processes import wait_until
 
-PORT_FLAGS = (
-    "--mgmt-port",
-    "--grpc-port",
-    "--ratelimit-port",
-    "--ratelimit-metrics-port",
-    "--extauthz-port",
-    "--extauthz-http-port",
-    "--extauthz-metrics-port",
-)
+PORT_FLAGS = tuple(port_flag(name) for name in PORT_ROLES)
+CLUSTER_PATH = "/v2/organizations/demo/clusters/demo"
+DEMO_REQUESTS = 3  # the demo limit, per minute
+# org, cluster, Backend, 2 HTTPRoutes, the limit, tenant, workspace, group, JWT policy, setting
+SEEDED = 11
 
 
 class Orchestrator:
@@ -121,38 +130,118 @@ def run_printed(commands: list[str]) -> list[tuple[int, str]]:
     return [(int(parts[i + 1]), parts[i]) for i in range(0, len(parts) - 1, 2)]
 
 
-def test_run_command_brings_up_the_platform_and_its_commands_show_429_and_403(
+def _banner_value(output: str, pattern: str) -> str:
+    found = re.search(pattern, output)
+    assert found, (pattern, output)
+    return found.group(1)
+
+
+def _printed_token(command: str, name: str) -> str:
+    """Run a printed ``NAME=$(uv run extauthz token ...)`` line; its value."""
+    done = subprocess.run(
+        ["bash", "-c", f'{localize(command)}\necho "${name}"'],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
+def _burst(url: str, token: str, n: int) -> Counter[int]:
+    """``n`` concurrent GETs (the banner's ``seq n | xargs -Pn curl``); status counts."""
+
+    def one(_: int) -> int:
+        return httpx.get(url, headers={"authorization": f"Bearer {token}"}, timeout=60).status_code
+
+    with ThreadPoolExecutor(n) as pool:
+        return Counter(pool.map(one, range(n)))
+
+
+def test_run_command_brings_up_the_gateway_and_the_tour_through_it_holds(
     orchestrator: Orchestrator,
 ) -> None:
-    assert orchestrator.ready.wait(180), orchestrator.output
+    """Every request the banner prints, sent with httpx to the gateway, in its order."""
+    assert orchestrator.ready.wait(240), orchestrator.output
     assert any(line.startswith("ready:") for line in orchestrator.lines), orchestrator.output
     pids = orchestrator.child_pids()
-    assert set(pids) == {"mgmt-api", "ratelimit", "extauthz"}
+    assert set(pids) == {"mgmt-api", "ratelimit", "extauthz", "upstream", "gateway"}
 
+    output = orchestrator.output
+    gateway = _banner_value(output, r"gateway\s+(http://\S+)")
+    mgmt = _banner_value(output, r"REST (http://\S+)/v2")
+    password = _banner_value(output, r"password (\S+)\)")
     commands = orchestrator.printed_commands()
-    kinds = ["diag ratelimit", "TOKEN=", "/headers", "/admin", "diag check", "/status"]
+    kinds = [
+        "TOKEN=$(uv run extauthz token",
+        f'curl -i -H "authorization: Bearer $TOKEN" {gateway}/headers',
+        f'curl -i -H "authorization: Bearer not-a-valid-token" {gateway}/headers',
+        f'curl -i -H "authorization: Bearer $TOKEN" {gateway}/admin',
+        f"for i in $(seq {DEMO_REQUESTS - 1}); do curl",
+        f'curl -i -H "authorization: Bearer $TOKEN" {gateway}/headers',
+        "SLOW=$(uv run extauthz token",
+        f"seq {BURST} | xargs -P{BURST}",
+        "-X PUT",
+        f'curl -i --retry 5 --retry-delay 1 -H "authorization: Bearer $TOKEN" {gateway}/headers',
+        "/status",
+    ]
     assert len(commands) == len(kinds), commands
     assert all(kind in command for kind, command in zip(kinds, commands, strict=True)), commands
+    token = _printed_token(commands[0], "TOKEN")
+    slow_token = _printed_token(commands[6], "SLOW")
+    assert "--path /slow" in commands[6]
+    auth = {"authorization": f"Bearer {token}"}
     # The limit is per minute: do not let the over-limit calls straddle two.
-    if 60 - time.time() % 60 < 10:
+    if 60 - time.time() % 60 < 15:
         time.sleep(60 - time.time() % 60 + 0.1)
-    results = run_printed(commands)
-    assert len(results) == len(commands), results
 
-    code, text = results[0]  # 4 calls at 3/Minute
-    assert code == 7, text
-    assert "#3: OK" in text
-    assert "#4: OVER_LIMIT" in text
-    assert "x-ratelimit-limit: 3, 3;w=60" in text
-    assert results[1][0] == 0, results[1]  # TOKEN=$(... token ...)
-    assert "HTTP/1.1 200" in results[2][1], results[2]
-    code, text = results[3]
-    assert "HTTP/1.1 403" in text, text
-    assert "x-ext-authz-reason: path_not_allowed" in text
-    code, text = results[4]
-    assert code == 7, text
-    assert "DENIED: HTTP 403" in text
-    assert '"appliedVersion"' in results[5][1], results[5]
+    with httpx.Client(base_url=gateway, timeout=30) as http:
+        first = http.get("/headers", headers=auth)
+        assert first.status_code == 200, first.text
+        assert first.headers["x-ratelimit-limit"] == f"{DEMO_REQUESTS}, {DEMO_REQUESTS};w=60"
+        assert first.headers["x-ratelimit-remaining"] == str(DEMO_REQUESTS - 1)
+        assert int(first.headers["x-ratelimit-reset"]) <= 60
+        echoed = {k.lower(): v for k, v in first.json()["headers"].items()}
+        assert echoed["authorization"] == auth["authorization"]  # the upstream answered
+
+        bad = http.get("/headers", headers={"authorization": "Bearer not-a-valid-token"})
+        assert bad.status_code == 403, bad.text
+        denied = http.get("/admin", headers=auth)
+        assert denied.status_code == 403, denied.text
+        assert denied.headers["x-ext-authz-reason"] == "path_not_allowed"
+
+        rest = [http.get("/headers", headers=auth).status_code for _ in range(DEMO_REQUESTS - 1)]
+        assert rest == [200] * (DEMO_REQUESTS - 1)  # the two 403s consumed nothing
+        over = http.get("/headers", headers=auth)
+        assert over.status_code == 429, over.text
+        assert over.headers["x-proxy-ratelimited"] == "true"
+
+        codes = _burst(f"{gateway}/slow?seconds=2", slow_token, BURST)
+        assert codes[503] > 0 and codes[200] > 0, codes
+        assert set(codes) <= {200, 503}, codes  # the circuit breakers, not the limit
+
+        # The live change: the printed read-change-write line, run as printed.
+        ((code, text),) = run_printed([commands[8]])
+        assert code == 0, text
+        assert json.loads(text)["spec"]["rateLimit"]["global"]["rules"][0]["limit"] == {
+            "requests": RAISED,
+            "unit": "Minute",
+        }
+        with httpx.Client(base_url=mgmt, auth=("admin", password), timeout=30) as api:
+
+            def raised() -> httpx.Response | None:
+                answer = http.get("/headers", headers=auth)
+                return answer if answer.status_code == 200 else None
+
+            after = wait_until(raised, timeout=30, what="the raised limit at the gateway")
+            assert after.headers["x-ratelimit-limit"] == f"{RAISED}, {RAISED};w=60"
+            assert after.headers["x-ratelimit-remaining"] == str(RAISED - DEMO_REQUESTS - 1)
+
+            status = api.get(f"{CLUSTER_PATH}/status").json()
+            gateways = [i for i in status["instances"] if i["kind"] == "gateway"]
+            assert [g["instance"] for g in gateways] == ["demo-gateway"], status
+            assert gateways[0]["lastResult"] == "ACK" and gateways[0]["upToDate"], status
+            assert gateways[0]["appliedVersion"] == status["desiredVersions"]["gateway"]
 
     orchestrator.proc.send_signal(signal.SIGTERM)
     assert orchestrator.proc.wait(timeout=60) == 0, orchestrator.output
@@ -174,9 +263,43 @@ def test_a_second_run_on_the_same_state_reuses_the_seed(tmp_path: Path) -> None:
         finally:
             orch.kill_everything()
         if attempt == 0:
-            assert "seeded: 8 created, 0 updated, 0 unchanged" in orch.output
+            assert f"seeded: {SEEDED} created, 0 updated, 0 unchanged" in orch.output
             first_password = (state / "admin-password").read_text()
             first_key = (state / "cluster-credentials.json").read_text()
-    assert "seeded: 0 created, 0 updated, 8 unchanged" in orch.output, orch.output
+    assert f"seeded: 0 created, 0 updated, {SEEDED} unchanged" in orch.output, orch.output
     assert (state / "admin-password").read_text() == first_password
     assert (state / "cluster-credentials.json").read_text() == first_key
+
+
+@pytest.mark.parametrize("busy", ["--mgmt-port", "--gateway-admin-port"])
+def test_a_busy_port_stops_it_before_anything_starts(tmp_path: Path, busy: str) -> None:
+    """A port held by another program: exit 1 naming the port, its role and its
+    flag, with no child started and the state dir untouched."""
+    state = tmp_path / ".run"
+    ports = dict(zip(PORT_FLAGS, (free_port() for _ in PORT_FLAGS), strict=True))
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        ports[busy] = holder.getsockname()[1]
+        argv = [sys.executable, "-m", "mgmt_api.demo", "--state-dir", str(state)]
+        for flag, port in ports.items():
+            argv += [flag, str(port)]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 1, done
+    role = PORT_ROLES[busy.removeprefix("--").removesuffix("-port").replace("-", "_")]
+    assert (
+        f"port {ports[busy]} ({role}) on 127.0.0.1 is in use: pass {busy} N,"
+        " or stop what listens there" in done.stderr
+    ), done.stderr
+    assert "pid" not in done.stdout, done.stdout
+    assert not state.exists()
+
+
+def test_a_port_given_twice_is_refused(tmp_path: Path) -> None:
+    port = free_port()
+    argv = [sys.executable, "-m", "mgmt_api.demo", "--state-dir", str(tmp_path / ".run")]
+    argv += ["--mgmt-port", str(port), "--upstream-port", str(port)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 1, done
+    assert f"port {port} is given for both mgmt-api REST and demo upstream" in done.stderr
+    assert not (tmp_path / ".run").exists()

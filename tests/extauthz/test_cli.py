@@ -82,3 +82,15 @@ def test_check_sends_a_check_to_a_running_server(capsys: pytest.CaptureFixture[s
         out = json.loads(capsys.readouterr().out)
         assert out["http_status"] == 403
         assert out["headers"]["x-ext-authz-reason"] == "path_not_allowed"
+
+
+def test_every_listener_defaults_to_loopback_or_off() -> None:
+    """Like every meshplane service: nothing is reachable from the network unless asked
+    (docs/extauthz.md says how: ``--listen 0.0.0.0:9191``, with TLS)."""
+    from extauthz.cli import _parser
+
+    args = _parser().parse_args(["serve", "--config", str(DEMO)])
+    assert args.listen == "127.0.0.1:9191"
+    assert args.http_listen is None and args.metrics_listen is None
+    docs = (Path(__file__).parents[2] / "docs" / "extauthz.md").read_text()
+    assert "--listen 0.0.0.0:9191" in docs and "--tls-cert" in docs
