@@ -190,7 +190,17 @@ def xds_cluster(
                 "a grpcs:// ADS address needs the CA file that signs mgmt-api's certificate"
             )
         common: dict[str, Any] = {
-            "validation_context": {"trusted_ca": {"filename": ca_file}},
+            # The CA alone would accept any certificate it signed: the name must
+            # be mgmt-api's too (an IP address in an IP SAN, a name in a DNS SAN).
+            "validation_context": {
+                "trusted_ca": {"filename": ca_file},
+                "match_typed_subject_alt_names": [
+                    {
+                        "san_type": "IP_ADDRESS" if discovery == "STATIC" else "DNS",
+                        "matcher": {"exact": host},
+                    }
+                ],
+            },
             "alpn_protocols": ["h2"],
         }
         if cert_file or key_file:

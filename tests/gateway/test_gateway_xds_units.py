@@ -101,7 +101,10 @@ def test_a_tls_bootstrap_checks_the_server_and_can_present_a_client_certificate(
     tls = cluster["transport_socket"]["typed_config"]
     assert cluster["type"] == "STATIC"
     assert tls["common_tls_context"]["validation_context"] == {
-        "trusted_ca": {"filename": str(ca.path)}
+        "trusted_ca": {"filename": str(ca.path)},
+        "match_typed_subject_alt_names": [
+            {"san_type": "IP_ADDRESS", "matcher": {"exact": "127.0.0.1"}}
+        ],
     }
     result = validate(boot)
     assert result.returncode == 0, result.stderr[-2000:]
