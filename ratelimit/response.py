@@ -111,25 +111,52 @@ class _Limited(NamedTuple):
     bucket: int  # index in the plan's buckets (and the outcome's counts and fits)
     bucket_limit: int
     shadow: bool
-    current_limit: bytes  # the encoded field
+    ok: bytes  # the encoded code OK and current_limit
+    over: bytes  # the encoded code OVER_LIMIT and current_limit
     window_end: int
     window_seconds: int
-    view: int  # index among the limited descriptors (the header views)
+    slot: int  # index among the limited descriptors (the header views, the resets)
 
 
-class _Template(NamedTuple):
+class _Template:
     """A plan's response, but what depends on the outcome and the clock.
 
     ``statuses`` holds the encoded status of each descriptor without a
     bucket, and a :class:`_Limited` for the others. ``limit_headers`` holds,
     for each limited descriptor, the encoded ``x-ratelimit-limit`` header as
     it reads when that descriptor is the closest one (its limit, then every
-    limit of the request: the list is fixed for the plan).
+    limit of the request: the list is fixed for the plan). The resets (and
+    their encoded durations) depend on the clock only through its whole
+    second, the windows being whole seconds, so they are kept for the
+    second they were computed in.
     """
 
-    statuses: tuple[bytes | _Limited, ...]
-    limit_headers: tuple[bytes, ...]
-    names: tuple[bytes, bytes, bytes, bytes] | None  # encoded header-name fields
+    __slots__ = ("durations", "limit_headers", "names", "resets", "second", "statuses")
+
+    def __init__(
+        self,
+        statuses: tuple[bytes | _Limited, ...],
+        limit_headers: tuple[bytes, ...],
+        names: tuple[bytes, bytes, bytes, bytes] | None,
+    ) -> None:
+        self.statuses = statuses
+        self.limit_headers = limit_headers
+        self.names = names  # encoded header-name fields, None: no headers
+        self.second = -1
+        self.resets: list[int] = []
+        self.durations: list[bytes] = []
+
+    def tick(self, now: float) -> None:
+        """The resets of ``now``'s second: Window.reset_after(now), whole
+        seconds until each window turns, rounded up (with a whole-second end,
+        ``ceil(end - now)`` is the same for every ``now`` of one second)."""
+        self.second = math.floor(now)
+        self.resets = [
+            max(1, min(s.window_seconds, math.ceil(s.window_end - now)))
+            for s in self.statuses
+            if isinstance(s, _Limited)
+        ]
+        self.durations = [_duration(reset) for reset in self.resets]
 
 
 def _template(plan: Plan, headers: HeaderNames | None) -> _Template:
@@ -143,12 +170,14 @@ def _template(plan: Plan, headers: HeaderNames | None) -> _Template:
             statuses.append(_STATUS_UNLIMITED)
         else:
             bucket = plan.buckets[desc.bucket]
+            current = _current_limit(limit)
             statuses.append(
                 _Limited(
                     desc.bucket,
                     bucket.limit,
                     limit.shadow_mode,
-                    _current_limit(limit),
+                    _CODE_OK + current,
+                    _CODE_OVER + current,
                     bucket.window.end,
                     bucket.window.seconds,
                     len(limits),
@@ -192,7 +221,8 @@ def encode_response(
 
     ``outcome`` is None when no descriptor needed the store; ``headers``
     None turns header emission off. What depends only on the plan is
-    encoded once per plan (see :class:`_Template`)."""
+    encoded once per plan, and what depends on the clock once a second
+    (see :class:`_Template`)."""
     key = (id(plan), id(headers))
     cached = _TEMPLATES.get(key)
     if cached is not None and cached[0] is plan and cached[1] is headers:
@@ -202,12 +232,14 @@ def encode_response(
             _TEMPLATES.clear()
         template = _template(plan, headers)
         _TEMPLATES[key] = (plan, headers, template)
+    if math.floor(now) != template.second:
+        template.tick(now)
+    durations = template.durations
     over = outcome is not None and not outcome.allowed
     parts = [_CODE_OVER if over else _CODE_OK]
     append = parts.append
     closest = -1  # the limited descriptor with the least remaining (the first on a tie)
     least = 0
-    least_reset = 0
     for status in template.statuses:
         if isinstance(status, bytes):
             append(status)
@@ -215,24 +247,23 @@ def encode_response(
         assert outcome is not None
         index = status.bucket
         remaining = max(status.bucket_limit - outcome.counts[index], 0)
-        # Window.reset_after(now): whole seconds until the window turns, rounded up.
-        reset = max(1, min(status.window_seconds, math.ceil(status.window_end - now)))
-        body = (
-            (_CODE_OK if outcome.fits[index] or status.shadow else _CODE_OVER)
-            + status.current_limit
-            + (b"\x18" + _varint(remaining) if remaining else b"")
-            + _duration(reset)
-        )
-        size = len(body)
-        append(b"\x12" + (_SMALL_VARINTS[size] if size < 0x80 else _varint(size)) + body)
+        head = status.ok if outcome.fits[index] or status.shadow else status.over
+        duration = durations[status.slot]
+        if remaining:
+            field = b"\x18" + _varint(remaining)
+            size = len(head) + len(field) + len(duration)
+            append(b"".join((b"\x12", _varint(size), head, field, duration)))
+        else:
+            size = len(head) + len(duration)
+            append(b"".join((b"\x12", _varint(size), head, duration)))
         if closest < 0 or remaining < least:
-            closest, least, least_reset = status.view, remaining, reset
+            closest, least = status.slot, remaining
     names = template.names
     if names is not None:
         if closest >= 0:
             append(template.limit_headers[closest])
             append(_header(names[1], b"%d" % least))
-            append(_header(names[2], b"%d" % least_reset))
+            append(_header(names[2], b"%d" % template.resets[closest]))
         if over:
             append(_header(names[3], b"true"))
     return b"".join(parts)
