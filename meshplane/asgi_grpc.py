@@ -152,6 +152,7 @@ class Deadlines:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = math.inf
         self._compact_at = self._MIN_COMPACT
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def __len__(self) -> int:
         return len(self._heap)
@@ -159,9 +160,13 @@ class Deadlines:
     def start(self, timeout: float) -> _Deadline:
         """Cancel the current task once ``timeout`` seconds have passed, unless
         :meth:`end` comes first."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        if loop is None or not loop.is_running():
+            # Kept: asyncio.get_running_loop() (and current_task() without a
+            # loop) cost a getpid system call each on Python 3.11.
+            loop = self._loop = asyncio.get_running_loop()
         when = loop.time() + timeout
-        entry = _Deadline(asyncio.current_task())
+        entry = _Deadline(asyncio.current_task(loop))
         heap = self._heap
         while heap and heap[0][2].task is None:  # calls over: dropped on the way
             heapq.heappop(heap)

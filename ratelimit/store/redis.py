@@ -163,6 +163,7 @@ class RedisStore:
         # id(buckets) -> (buckets, the packed EVALSHA but its last argument);
         # holding the buckets keeps the id from being reused while the entry lives.
         self._commands: dict[int, tuple[Sequence[Bucket], bytes]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
         # A reply owed for twice the call timeout means a stalled server or a
         # dead host, not a slow answer: give the connection up.
         client.set_stall_timeout(2 * timeout)
@@ -175,7 +176,11 @@ class RedisStore:
         breaker = self._breaker
         if not breaker.closed and not breaker.allow(self._monotonic()):
             raise StoreUnavailable("breaker_open")
-        deadline = asyncio.get_running_loop().time() + self._timeout
+        loop = self._loop
+        if loop is None or not loop.is_running():
+            # Kept: asyncio.get_running_loop() costs a getpid system call on 3.11.
+            loop = self._loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._timeout
         try:
             if self._on_decision is not None:
                 self._on_decision()
