@@ -131,7 +131,16 @@ class _Template:
     second they were computed in.
     """
 
-    __slots__ = ("durations", "limit_headers", "names", "resets", "second", "statuses")
+    __slots__ = (
+        "durations",
+        "limit_headers",
+        "names",
+        "remaining_head",
+        "reset_headers",
+        "resets",
+        "second",
+        "statuses",
+    )
 
     def __init__(
         self,
@@ -142,9 +151,12 @@ class _Template:
         self.statuses = statuses
         self.limit_headers = limit_headers
         self.names = names  # encoded header-name fields, None: no headers
+        # The x-ratelimit-remaining entry up to its value's length.
+        self.remaining_head = b"" if names is None else names[1] + b"\x12"
         self.second = -1
         self.resets: list[int] = []
         self.durations: list[bytes] = []
+        self.reset_headers: list[bytes] = []  # x-ratelimit-reset of each slot, this second
 
     def tick(self, now: float) -> None:
         """The resets of ``now``'s second: Window.reset_after(now), whole
@@ -157,6 +169,8 @@ class _Template:
             if isinstance(s, _Limited)
         ]
         self.durations = [_duration(reset) for reset in self.resets]
+        if self.names is not None:
+            self.reset_headers = [_header(self.names[2], b"%d" % r) for r in self.resets]
 
 
 def _template(plan: Plan, headers: HeaderNames | None) -> _Template:
@@ -262,8 +276,16 @@ def encode_response(
     if names is not None:
         if closest >= 0:
             append(template.limit_headers[closest])
-            append(_header(names[1], b"%d" % least))
-            append(_header(names[2], b"%d" % template.resets[closest]))
+            value = b"%d" % least  # _header(names[1], value), its head prebuilt
+            entry_size = len(template.remaining_head) + 1 + len(value)  # values < 128 bytes
+            append(
+                b"\x1a"
+                + _varint(entry_size)
+                + template.remaining_head
+                + _SMALL_VARINTS[len(value)]
+                + value
+            )
+            append(template.reset_headers[closest])
         if over:
             append(_header(names[3], b"true"))
     return b"".join(parts)
