@@ -44,15 +44,24 @@ SERVICE_NAME: str = external_auth_pb2.DESCRIPTOR.services_by_name["Authorization
 _OK = 0
 _PERMISSION_DENIED = 7
 _OVERWRITE = base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
+_CheckRequest = external_auth_pb2.CheckRequest
 
 
-def attributes_from_check(request: external_auth_pb2.CheckRequest) -> CheckAttributes:
-    """The engine's view of a CheckRequest."""
+def attributes_from_check(
+    request: external_auth_pb2.CheckRequest, raw: bytes | None = None
+) -> CheckAttributes:
+    """The engine's view of a CheckRequest (``raw``: its wire bytes, when at hand)."""
     attributes = request.attributes
     http = attributes.request.http
     headers = http.headers
-    if "".join(headers).islower():
+    if (
+        raw is not None and raw.count(b"authorization") == raw.lower().count(b"authorization")
+    ) or "".join(headers).islower():
         # Envoy always lower-cases keys, so one lookup finds the only copy.
+        # With the request's bytes at hand, that no key can be another
+        # spelling of "authorization" is told without building a string of
+        # every key: no occurrence in the bytes has a capital (and no
+        # non-ASCII letter lower-cases to one of its letters).
         value = headers.get("authorization")
         authorization = [] if value is None else [value]
     else:
@@ -146,12 +155,14 @@ class CheckHandler:
 
     async def __call__(self, raw: bytes) -> bytes:
         try:
-            attrs = attributes_from_check(external_auth_pb2.CheckRequest.FromString(raw))
+            attrs = attributes_from_check(_CheckRequest.FromString(raw), raw)
         except Exception as exc:
             log.error("unreadable CheckRequest; denying", extra={"error": type(exc).__name__})
             metrics.record_check("grpc", INTERNAL_ERROR, 0.0)
             return _LAST_RESORT_BYTES
-        decision = await self._service.check(attrs, "grpc")
+        decision = self._service.check_now(attrs, "grpc")
+        if decision is None:  # a key-id miss that a JWKS refetch may cure: wait for it
+            decision = await self._service.check(attrs, "grpc")
         try:
             return encode_response(decision)
         except Exception as exc:

@@ -23,7 +23,7 @@ import math
 
 from prometheus_client import Counter, Histogram
 
-from extauthz.reasons import Decision
+from extauthz.reasons import Decision, Reason
 
 log = logging.getLogger(__name__)
 
@@ -55,13 +55,13 @@ _BOUNDS = (*DURATION_BUCKETS, math.inf)
 # prometheus_client renames them, fall back to per-request observe().
 _BULK_HISTOGRAM = all(hasattr(CHECK_DURATION.labels("grpc"), attr) for attr in ("_buckets", "_sum"))
 
-_counts: dict[tuple[str, bool, str], int] = {}
+_counts: dict[tuple[str, bool, Reason], int] = {}
 _durations: dict[str, list[float]] = {}  # per mode: one count per bucket, then the sum
 
 
 def record_check(mode: str, decision: Decision, seconds: float) -> None:
     """Count one decision in the process-local aggregate (hot path)."""
-    key = (mode, decision.allowed, decision.reason.value)
+    key = (mode, decision.allowed, decision.reason)  # the label value at flush time
     _counts[key] = _counts.get(key, 0) + 1
     if not _BULK_HISTOGRAM:
         CHECK_DURATION.labels(mode).observe(seconds)
@@ -80,7 +80,7 @@ def flush() -> None:
     durations = {mode: slots[:] for mode, slots in _durations.items()}
     _durations.clear()
     for (mode, allowed, reason), n in counts.items():
-        CHECKS.labels(mode, "allow" if allowed else "deny", reason).inc(n)
+        CHECKS.labels(mode, "allow" if allowed else "deny", reason.value).inc(n)
     for mode, slots in durations.items():
         child = CHECK_DURATION.labels(mode)
         for index, observed in enumerate(slots[:-1]):

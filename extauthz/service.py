@@ -60,6 +60,22 @@ class AuthorizationService:
             return decision
         return engine.decide(attrs, self.clock())
 
+    def check_now(self, attrs: CheckAttributes, mode: str) -> Decision | None:
+        """:meth:`check` without a coroutine, for the usual check, which never
+        waits: the decision (counted, never raising), or None for a key-id
+        miss that a JWKS refetch may cure; then call :meth:`check`, which
+        decides again and may wait."""
+        started = time.perf_counter()
+        try:
+            decision = self.engine.decide(attrs, self.clock())
+            if not decision.allowed and decision.reason in _REFETCH_REASONS:
+                return None
+        except Exception as exc:
+            log.error("check failed; denying", extra={"error": type(exc).__name__})
+            decision = INTERNAL_ERROR
+        self._record(mode, decision, started)
+        return decision
+
     async def check(self, attrs: CheckAttributes, mode: str) -> Decision:
         """Decide, count, and never raise: failures are an explicit deny."""
         started = time.perf_counter()
@@ -71,6 +87,11 @@ class AuthorizationService:
         except Exception as exc:
             log.error("check failed; denying", extra={"error": type(exc).__name__})
             decision = INTERNAL_ERROR
+        self._record(mode, decision, started)
+        return decision
+
+    def _record(self, mode: str, decision: Decision, started: float) -> None:
+        """Count the decision (and log a deny at debug level); never raises."""
         try:
             metrics.record_check(mode, decision, time.perf_counter() - started)
             if not decision.allowed and log.isEnabledFor(logging.DEBUG):
@@ -84,4 +105,3 @@ class AuthorizationService:
                 )
         except Exception:  # metrics must never turn a decision into an error
             log.exception("recording a check failed")
-        return decision

@@ -43,7 +43,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
+import itertools
 import logging
+import math
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -113,6 +116,114 @@ class CallsInFlight:
             await self._idle.wait()
 
 
+class _Deadline:
+    """One call's ``grpc-timeout``: the task to cancel when it passes (None once
+    the call is over), whether it did, and the task's cancellation count at the
+    start (``asyncio.timeout``'s rule for telling its cancellation from others)."""
+
+    __slots__ = ("cancelling", "expired", "task")
+
+    def __init__(self, task: asyncio.Task[Any] | None) -> None:
+        self.task = task
+        self.expired = False
+        self.cancelling = task.cancelling() if task is not None else 0
+
+
+class Deadlines:
+    """The ``grpc-timeout`` of every call in flight, on one timer.
+
+    ``asyncio.timeout`` around each call cost ~5 µs of CPU on uvloop (a
+    ``Timeout``, a timer created and cancelled, task bookkeeping), a timer
+    alone ~2.4 µs: a tenth of a whole Check. Here a call pushes its deadline
+    on a heap (:meth:`start`) and reports its end (:meth:`end`); one timer,
+    armed at the earliest pending deadline, cancels the tasks whose deadline
+    has passed, exactly as ``asyncio.timeout`` would, and :meth:`end` tells
+    that cancellation (DEADLINE_EXCEEDED) from any other (which the caller
+    lets through). Calls that are over leave the heap when they reach its top,
+    or, since a client may send a far deadline that keeps later ones from
+    the top, when the heap has doubled since it was last compacted.
+    """
+
+    _MIN_COMPACT = 1024
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, _Deadline]] = []
+        self._seq = itertools.count()
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = math.inf
+        self._compact_at = self._MIN_COMPACT
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def start(self, timeout: float) -> _Deadline:
+        """Cancel the current task once ``timeout`` seconds have passed, unless
+        :meth:`end` comes first."""
+        loop = self._loop
+        if loop is None or not loop.is_running():
+            # Kept: asyncio.get_running_loop() (and current_task() without a
+            # loop) cost a getpid system call each on Python 3.11.
+            loop = self._loop = asyncio.get_running_loop()
+        when = loop.time() + timeout
+        entry = _Deadline(asyncio.current_task(loop))
+        heap = self._heap
+        while heap and heap[0][2].task is None:  # calls over: dropped on the way
+            heapq.heappop(heap)
+        heapq.heappush(heap, (when, next(self._seq), entry))
+        if len(heap) > self._compact_at:
+            heap[:] = [item for item in heap if item[2].task is not None]
+            heapq.heapify(heap)
+            self._compact_at = max(self._MIN_COMPACT, 2 * len(heap))
+        if when < self._timer_at:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = loop.call_at(when, self._expire)
+            self._timer_at = when
+        return entry
+
+    @staticmethod
+    def end(entry: _Deadline) -> bool:
+        """The call is over (call once, on every path). True when its deadline
+        cancelled it and nothing else did: the caller answers DEADLINE_EXCEEDED
+        for a CancelledError then, and re-raises it otherwise."""
+        task, entry.task = entry.task, None
+        return entry.expired and task is not None and task.uncancel() <= entry.cancelling
+
+    def _expire(self) -> None:
+        self._timer, self._timer_at = None, math.inf
+        heap = self._heap
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        while heap and (heap[0][2].task is None or heap[0][0] <= now):
+            entry = heapq.heappop(heap)[2]
+            task = entry.task
+            if task is not None and not task.done():
+                entry.expired = True
+                task.cancel()
+        if heap:
+            self._timer_at = heap[0][0]
+            self._timer = loop.call_at(self._timer_at, self._expire)
+
+
+#: Parsed ``grpc-timeout`` values: a proxy sends the same few (its filters'
+#: timeouts), so each is parsed once; bounded, since clients choose them.
+_TIMEOUTS: dict[bytes, float | None] = {}
+_MAX_TIMEOUTS = 256
+
+
+def _timeout_of(header: bytes) -> float | None:
+    """``grpc-timeout`` in seconds (None if malformed), parsed once per value."""
+    try:
+        return _TIMEOUTS[header]
+    except KeyError:
+        pass
+    if len(_TIMEOUTS) >= _MAX_TIMEOUTS:
+        _TIMEOUTS.clear()
+    seconds = _TIMEOUTS[header] = parse_timeout(header.decode("latin-1"))
+    return seconds
+
+
 class GrpcAsgiApp:
     """Routes gRPC calls to unary handlers, health and reflection (see module doc)."""
 
@@ -137,6 +248,7 @@ class GrpcAsgiApp:
         )
         self._max = max_message_bytes
         self.in_flight = CallsInFlight()
+        self.deadlines = Deadlines()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # The hot path is written flat on purpose: every call pays each extra
@@ -169,9 +281,7 @@ class GrpcAsgiApp:
                 else:
                     await self._stream_call(stream, self._reader(encoding), receive, send)
                 return
-            deadline = None
-            if timeout_header is not None:
-                deadline = parse_timeout(timeout_header.decode("latin-1"))
+            deadline = None if timeout_header is None else _timeout_of(timeout_header)
             message = await receive()
             body = message.get("body", b"")
             if (
@@ -183,15 +293,27 @@ class GrpcAsgiApp:
             ):
                 # The usual call: one uncompressed message in one chunk. Envoy's
                 # ext_authz and ratelimit filters always send grpc-timeout.
-                try:
-                    if deadline is None:
+                if deadline is None:
+                    try:
                         response = await handler(body[5:])
-                    else:
-                        async with asyncio.timeout(deadline):  # cancels the handler
-                            response = await handler(body[5:])
+                    except Exception as exc:
+                        await _failed(send, exc)
+                        return
+                    await _answer(send, response)
+                    return
+                entry = self.deadlines.start(deadline)  # cancels the handler when it passes
+                try:
+                    response = await handler(body[5:])
+                except asyncio.CancelledError:
+                    if not Deadlines.end(entry):
+                        raise
+                    await _failed(send, TimeoutError())
+                    return
                 except Exception as exc:
+                    Deadlines.end(entry)
                     await _failed(send, exc)
                     return
+                Deadlines.end(entry)
                 await _answer(send, response)
                 return
             await self._unary_call(

@@ -45,6 +45,8 @@ class CircuitBreaker:
         self._state = BreakerState.CLOSED
         self._open_until = 0.0
         self._trial_in_flight = False
+        #: True while CLOSED: callers test it before reading a clock for allow().
+        self.closed = True
 
     @property
     def state(self) -> BreakerState:
@@ -63,8 +65,11 @@ class CircuitBreaker:
         return False
 
     def record_success(self) -> None:
+        if self.closed and not self._failures:
+            return  # the usual call: nothing to change
         self._failures = 0
         self._state = BreakerState.CLOSED
+        self.closed = True
         self._trial_in_flight = False
 
     def record_failure(self, now: float) -> bool:
@@ -79,6 +84,7 @@ class CircuitBreaker:
             self._failures >= self._threshold and now - self._streak_start >= self._min_streak
         ):
             self._state = BreakerState.OPEN
+            self.closed = False
             self._open_until = now + self._open_seconds
             self._trial_in_flight = False
         return not was_open and self._state is BreakerState.OPEN

@@ -9,7 +9,8 @@ ones get OK with ``limit_remaining`` = 2^32-1 and no current_limit.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from typing import NamedTuple
 
 from envoy.service.ratelimit.v3 import rls_pb2
 
@@ -33,10 +34,32 @@ _SMALL_VARINTS = tuple(bytes((i,)) for i in range(128))
 
 
 def _varint(value: int) -> bytes:
+    """A protobuf varint; unrolled up to 5 bytes (every uint32), the loop beyond."""
     if value < 0x80:
         return _SMALL_VARINTS[value]
     if value < 0x4000:
         return bytes(((value & 0x7F) | 0x80, value >> 7))
+    if value < 0x200000:
+        return bytes(((value & 0x7F) | 0x80, ((value >> 7) & 0x7F) | 0x80, value >> 14))
+    if value < 0x10000000:
+        return bytes(
+            (
+                (value & 0x7F) | 0x80,
+                ((value >> 7) & 0x7F) | 0x80,
+                ((value >> 14) & 0x7F) | 0x80,
+                value >> 21,
+            )
+        )
+    if value < 0x800000000:
+        return bytes(
+            (
+                (value & 0x7F) | 0x80,
+                ((value >> 7) & 0x7F) | 0x80,
+                ((value >> 14) & 0x7F) | 0x80,
+                ((value >> 21) & 0x7F) | 0x80,
+                value >> 28,
+            )
+        )
     out = bytearray()
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)
@@ -54,26 +77,18 @@ _CODE_OK = b"\x08" + _varint(OK)  # DescriptorStatus.code / RateLimitResponse.ov
 _CODE_OVER = b"\x08" + _varint(OVER_LIMIT)
 _STATUS_BARE = _field(b"\x12", _CODE_OK)  # RateLimitResponse.statuses
 _STATUS_UNLIMITED = _field(b"\x12", _CODE_OK + b"\x18" + _varint(_MAX_UINT32))
-_CURRENT_LIMITS: dict[tuple[int, int, str | None], bytes] = {}
-_MAX_CURRENT_LIMITS = 4096  # overrides sent by Envoy can carry any value: stay bounded
 
 
 def _current_limit(limit: RateLimit) -> bytes:
-    """The encoded ``current_limit`` field of a limit, built once."""
-    key = (limit.requests_per_unit, limit.proto_unit, limit.name)
-    encoded = _CURRENT_LIMITS.get(key)
-    if encoded is None:
-        if len(_CURRENT_LIMITS) >= _MAX_CURRENT_LIMITS:
-            _CURRENT_LIMITS.clear()
-        payload = b""
-        if limit.requests_per_unit:
-            payload += b"\x08" + _varint(limit.requests_per_unit)
-        if key[1]:
-            payload += b"\x10" + _varint(key[1])
-        if limit.name:
-            payload += _field(b"\x1a", limit.name.encode())
-        encoded = _CURRENT_LIMITS[key] = _field(b"\x12", payload)
-    return encoded
+    """The encoded ``current_limit`` field of a limit."""
+    payload = b""
+    if limit.requests_per_unit:
+        payload += b"\x08" + _varint(limit.requests_per_unit)
+    if limit.proto_unit:
+        payload += b"\x10" + _varint(limit.proto_unit)
+    if limit.name:
+        payload += _field(b"\x1a", limit.name.encode())
+    return _field(b"\x12", payload)
 
 
 _DURATIONS: dict[int, bytes] = {}
@@ -90,6 +105,125 @@ def _duration(seconds: int) -> bytes:
     return encoded
 
 
+class _Limited(NamedTuple):
+    """What a limited descriptor's status needs, fixed for its plan."""
+
+    bucket: int  # index in the plan's buckets (and the outcome's counts and fits)
+    bucket_limit: int
+    shadow: bool
+    ok: bytes  # the encoded code OK and current_limit
+    over: bytes  # the encoded code OVER_LIMIT and current_limit
+    window_end: int
+    window_seconds: int
+    slot: int  # index among the limited descriptors (the header views, the resets)
+
+
+class _Template:
+    """A plan's response, but what depends on the outcome and the clock.
+
+    ``statuses`` holds the encoded status of each descriptor without a
+    bucket, and a :class:`_Limited` for the others. ``limit_headers`` holds,
+    for each limited descriptor, the encoded ``x-ratelimit-limit`` header as
+    it reads when that descriptor is the closest one (its limit, then every
+    limit of the request: the list is fixed for the plan). The resets (and
+    their encoded durations) depend on the clock only through its whole
+    second, the windows being whole seconds, so they are kept for the
+    second they were computed in.
+    """
+
+    __slots__ = (
+        "durations",
+        "limit_headers",
+        "names",
+        "remaining_head",
+        "reset_headers",
+        "resets",
+        "second",
+        "statuses",
+    )
+
+    def __init__(
+        self,
+        statuses: tuple[bytes | _Limited, ...],
+        limit_headers: tuple[bytes, ...],
+        names: tuple[bytes, bytes, bytes, bytes] | None,
+    ) -> None:
+        self.statuses = statuses
+        self.limit_headers = limit_headers
+        self.names = names  # encoded header-name fields, None: no headers
+        # The x-ratelimit-remaining entry up to its value's length.
+        self.remaining_head = b"" if names is None else names[1] + b"\x12"
+        self.second = -1
+        self.resets: list[int] = []
+        self.durations: list[bytes] = []
+        self.reset_headers: list[bytes] = []  # x-ratelimit-reset of each slot, this second
+
+    def tick(self, now: float) -> None:
+        """The resets of ``now``'s second: Window.reset_after(now), whole
+        seconds until each window turns, rounded up (with a whole-second end,
+        ``ceil(end - now)`` is the same for every ``now`` of one second)."""
+        self.second = math.floor(now)
+        self.resets = [
+            max(1, min(s.window_seconds, math.ceil(s.window_end - now)))
+            for s in self.statuses
+            if isinstance(s, _Limited)
+        ]
+        self.durations = [_duration(reset) for reset in self.resets]
+        if self.names is not None:
+            self.reset_headers = [_header(self.names[2], b"%d" % r) for r in self.resets]
+
+
+def _template(plan: Plan, headers: HeaderNames | None) -> _Template:
+    statuses: list[bytes | _Limited] = []
+    limits: list[RateLimit] = []
+    for desc in plan.descriptors:
+        limit = desc.limit
+        if limit is None:
+            statuses.append(_STATUS_BARE)
+        elif desc.bucket is None:  # unlimited
+            statuses.append(_STATUS_UNLIMITED)
+        else:
+            bucket = plan.buckets[desc.bucket]
+            current = _current_limit(limit)
+            statuses.append(
+                _Limited(
+                    desc.bucket,
+                    bucket.limit,
+                    limit.shadow_mode,
+                    _CODE_OK + current,
+                    _CODE_OVER + current,
+                    bucket.window.end,
+                    bucket.window.seconds,
+                    len(limits),
+                )
+            )
+            limits.append(limit)
+    if headers is None:
+        return _Template(tuple(statuses), (), None)
+    names = (
+        _field(b"\x0a", headers.limit.encode()),
+        _field(b"\x0a", headers.remaining.encode()),
+        _field(b"\x0a", headers.reset.encode()),
+        _field(b"\x0a", headers.ratelimited.encode()),
+    )
+    listed = "".join(
+        f", {limit.requests_per_unit};w={limit.window_seconds}"
+        + (f';name="{limit.name}"' if limit.name else "")
+        for limit in limits
+    )
+    limit_headers = tuple(
+        _header(names[0], (str(limit.requests_per_unit) + listed).encode()) for limit in limits
+    )
+    return _Template(tuple(statuses), limit_headers, names)
+
+
+# One template per (plan, header names), built on a plan's first response: a
+# cached plan answers every request of its window. Keyed by identity; the
+# entry holds the plan, so its id cannot be reused while the entry lives.
+_TEMPLATES: dict[tuple[int, int], tuple[Plan, HeaderNames | None, _Template]] = {}
+_MAX_TEMPLATES = 65536
+
+
 def encode_response(
     plan: Plan,
     outcome: Outcome | None,
@@ -100,38 +234,60 @@ def encode_response(
     """The serialized RateLimitResponse, as the gRPC adapter sends it.
 
     ``outcome`` is None when no descriptor needed the store; ``headers``
-    None turns header emission off."""
+    None turns header emission off. What depends only on the plan is
+    encoded once per plan, and what depends on the clock once a second
+    (see :class:`_Template`)."""
+    key = (id(plan), id(headers))
+    cached = _TEMPLATES.get(key)
+    if cached is not None and cached[0] is plan and cached[1] is headers:
+        template = cached[2]
+    else:
+        if len(_TEMPLATES) >= _MAX_TEMPLATES:
+            _TEMPLATES.clear()
+        template = _template(plan, headers)
+        _TEMPLATES[key] = (plan, headers, template)
+    if math.floor(now) != template.second:
+        template.tick(now)
+    durations = template.durations
     over = outcome is not None and not outcome.allowed
     parts = [_CODE_OVER if over else _CODE_OK]
     append = parts.append
-    views: list[tuple[RateLimit, int, int]] = []  # limit, remaining, reset
-    buckets = plan.buckets
-    for desc in plan.descriptors:
-        limit = desc.limit
-        if limit is None:
-            append(_STATUS_BARE)
-            continue
-        index = desc.bucket
-        if index is None:  # unlimited
-            append(_STATUS_UNLIMITED)
+    closest = -1  # the limited descriptor with the least remaining (the first on a tie)
+    least = 0
+    for status in template.statuses:
+        if isinstance(status, bytes):
+            append(status)
             continue
         assert outcome is not None
-        bucket = buckets[index]
-        denied = not outcome.fits[index] and not limit.shadow_mode
-        remaining = max(bucket.limit - outcome.counts[index], 0)
-        reset = bucket.window.reset_after(now)
-        status = (
-            (_CODE_OVER if denied else _CODE_OK)
-            + _current_limit(limit)
-            + (b"\x18" + _varint(remaining) if remaining else b"")
-            + _duration(reset)
-        )
-        size = len(status)
-        append(b"\x12" + (_SMALL_VARINTS[size] if size < 0x80 else _varint(size)) + status)
-        if headers is not None:
-            views.append((limit, remaining, reset))
-    if headers is not None:
-        append(_encoded_headers(views, over, headers))
+        index = status.bucket
+        remaining = max(status.bucket_limit - outcome.counts[index], 0)
+        head = status.ok if outcome.fits[index] or status.shadow else status.over
+        duration = durations[status.slot]
+        if remaining:
+            field = b"\x18" + _varint(remaining)
+            size = len(head) + len(field) + len(duration)
+            append(b"".join((b"\x12", _varint(size), head, field, duration)))
+        else:
+            size = len(head) + len(duration)
+            append(b"".join((b"\x12", _varint(size), head, duration)))
+        if closest < 0 or remaining < least:
+            closest, least = status.slot, remaining
+    names = template.names
+    if names is not None:
+        if closest >= 0:
+            append(template.limit_headers[closest])
+            value = b"%d" % least  # _header(names[1], value), its head prebuilt
+            entry_size = len(template.remaining_head) + 1 + len(value)  # values < 128 bytes
+            append(
+                b"\x1a"
+                + _varint(entry_size)
+                + template.remaining_head
+                + _SMALL_VARINTS[len(value)]
+                + value
+            )
+            append(template.reset_headers[closest])
+        if over:
+            append(_header(names[3], b"true"))
     return b"".join(parts)
 
 
@@ -141,49 +297,6 @@ def _header(name: bytes, value: bytes) -> bytes:
     entry = name + b"\x12" + (_SMALL_VARINTS[size] if size < 0x80 else _varint(size)) + value
     size = len(entry)
     return b"\x1a" + (_SMALL_VARINTS[size] if size < 0x80 else _varint(size)) + entry
-
-
-_NAME_FIELDS: dict[HeaderNames, tuple[bytes, bytes, bytes, bytes]] = {}
-_LIMIT_LISTS: dict[tuple[tuple[int, int, str | None], ...], str] = {}
-_MAX_LIMIT_LISTS = 4096
-
-
-def _encoded_headers(
-    views: Sequence[tuple[RateLimit, int, int]], over: bool, names: HeaderNames
-) -> bytes:
-    """What :func:`ratelimit.headers.render` gives, encoded (the hot path's version:
-    the header names and the list of limits are encoded once)."""
-    fields = _NAME_FIELDS.get(names)
-    if fields is None:
-        fields = _NAME_FIELDS[names] = (
-            _field(b"\x0a", names.limit.encode()),
-            _field(b"\x0a", names.remaining.encode()),
-            _field(b"\x0a", names.reset.encode()),
-            _field(b"\x0a", names.ratelimited.encode()),
-        )
-    out = b""
-    if views:
-        closest = views[0]
-        for view in views[1:]:
-            if view[1] < closest[1]:
-                closest = view
-        shape = tuple((v[0].requests_per_unit, v[0].window_seconds, v[0].name) for v in views)
-        listed = _LIMIT_LISTS.get(shape)
-        if listed is None:
-            if len(_LIMIT_LISTS) >= _MAX_LIMIT_LISTS:
-                _LIMIT_LISTS.clear()
-            listed = _LIMIT_LISTS[shape] = "".join(
-                f", {rpu};w={window}" + (f';name="{name}"' if name else "")
-                for rpu, window, name in shape
-            )
-        out = (
-            _header(fields[0], (str(closest[0].requests_per_unit) + listed).encode())
-            + _header(fields[1], b"%d" % closest[1])
-            + _header(fields[2], b"%d" % closest[2])
-        )
-    if over:
-        out += _header(fields[3], b"true")
-    return out
 
 
 def add_headers(response: rls_pb2.RateLimitResponse, headers: list[tuple[str, str]]) -> None:

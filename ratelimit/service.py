@@ -17,6 +17,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from typing import NamedTuple
 
 from ratelimit import metrics
 from ratelimit.config import RateLimitConfig
@@ -28,6 +29,7 @@ from ratelimit.store import CounterStore, Outcome, StoreUnavailable
 log = logging.getLogger(__name__)
 
 _MAX_LOGGED_UNKNOWN_DOMAINS = 100
+_MAX_PLAN_ROWS = 65536  # as many as plans are cached
 
 
 class RateLimitService:
@@ -48,6 +50,8 @@ class RateLimitService:
         self._headers = settings.header_names if settings.headers_enabled else None
         self._unknown_logged: set[str] = set()
         self._rule_metrics: dict[tuple[str, str], metrics.RuleCounters] = {}
+        # id(plan) -> (plan, rows); the entry holds the plan, so its id is not reused.
+        self._plan_rows: dict[int, tuple[Plan, tuple[_Row, ...]]] = {}
 
     @property
     def store(self) -> CounterStore:
@@ -129,7 +133,36 @@ class RateLimitService:
         return bytes(response.SerializeToString())
 
     def _count(self, plan: Plan, outcome: Outcome) -> None:
-        add = metrics.add
+        pending = metrics.pending
+        allowed = outcome.allowed
+        fits = outcome.fits
+        for counters, cost, index, shadow, bucket_cost, threshold in self._rows(plan):
+            if cost:
+                pending[counters.total_hits] = pending.get(counters.total_hits, 0) + cost
+            if not fits[index]:
+                if cost:
+                    pending[counters.over_limit] = pending.get(counters.over_limit, 0) + cost
+                    if shadow and allowed:
+                        pending[counters.shadow_mode] = pending.get(counters.shadow_mode, 0) + cost
+                continue
+            if not allowed or cost == 0:
+                continue  # another bucket denied: nothing was consumed here
+            # As envoyproxy/ratelimit counts them: every consumed hit is
+            # within_limit, and near_limit is the subset above the threshold.
+            pending[counters.within_limit] = pending.get(counters.within_limit, 0) + cost
+            after = outcome.counts[index]
+            near = max(0, min(cost, after - max(after - bucket_cost, threshold)))
+            if near:
+                pending[counters.near_limit] = pending.get(counters.near_limit, 0) + near
+
+    def _rows(self, plan: Plan) -> tuple[_Row, ...]:
+        """What :meth:`_count` needs of each limited descriptor of a plan,
+        worked out once per plan (a cached plan answers its whole window):
+        the rule's counters, the cost, the bucket, and the near-limit threshold."""
+        entry = self._plan_rows.get(id(plan))
+        if entry is not None and entry[0] is plan:
+            return entry[1]
+        rows: list[_Row] = []
         for desc in plan.descriptors:
             limit = desc.limit
             if limit is None or desc.bucket is None:
@@ -138,25 +171,23 @@ class RateLimitService:
             counters = self._rule_metrics.get(labels)
             if counters is None:
                 counters = self._rule_metrics[labels] = metrics.RuleCounters.of(*labels)
-            cost = desc.cost
-            if cost:
-                add(counters.total_hits, cost)
-            index = desc.bucket
-            if not outcome.fits[index]:
-                if cost:
-                    add(counters.over_limit, cost)
-                    if limit.shadow_mode and outcome.allowed:
-                        add(counters.shadow_mode, cost)
-                continue
-            if not outcome.allowed or cost == 0:
-                continue  # another bucket denied: nothing was consumed here
-            # As envoyproxy/ratelimit counts them: every consumed hit is
-            # within_limit, and near_limit is the subset above the threshold.
-            add(counters.within_limit, cost)
-            after = outcome.counts[index]
-            bucket = plan.buckets[index]
-            before = after - bucket.cost
+            bucket = plan.buckets[desc.bucket]
             threshold = math.floor(bucket.limit * self._settings.near_limit_ratio)
-            near = max(0, min(cost, after - max(before, threshold)))
-            if near:
-                add(counters.near_limit, near)
+            rows.append(
+                _Row(counters, desc.cost, desc.bucket, limit.shadow_mode, bucket.cost, threshold)
+            )
+        if len(self._plan_rows) >= _MAX_PLAN_ROWS:
+            self._plan_rows.clear()
+        self._plan_rows[id(plan)] = (plan, tuple(rows))
+        return tuple(rows)
+
+
+class _Row(NamedTuple):
+    """One limited descriptor of a plan, as :meth:`RateLimitService._count` sees it."""
+
+    counters: metrics.RuleCounters
+    cost: int
+    bucket: int
+    shadow: bool
+    bucket_cost: int  # the merged bucket's cost (several descriptors may share it)
+    threshold: int  # near-limit threshold of the bucket's limit

@@ -8,8 +8,9 @@ In one run, interleaved over ``--rounds`` rounds, at each worker count
 * ``grpcio-noop``: a no-op Check on our grpcio runtime: the old floor;
 * ``hs256``: ``extauthz serve`` (Envoy-based server) with a valid HS256 token
   (the verified-token cache makes a repeat token a dict hit);
-* ``denied``: the same server, a forged HS256 token (bad signature: never
-  cached, every call pays a verification: attack traffic looks like this);
+* ``denied``: the same server, one forged HS256 token repeated (bad
+  signature: verified once, then its refusal is a dict hit; attack traffic
+  with a fresh forged token per call pays a verification each time);
 * ``hs256-grpcio``: ``extauthz serve --server grpcio``, valid token;
 * ``hs256-2threads`` (1 worker only): one worker with 2 Envoy threads, to
   compare with 2 worker processes (the ``hs256`` row at 2 workers).

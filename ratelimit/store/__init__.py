@@ -49,16 +49,18 @@ def decide(buckets: Sequence[Bucket], before: Sequence[int]) -> Outcome:
     counter ever exceeds its limit). A denied request charges nothing.
     """
     fits: list[bool] = []
+    after: list[int] = []
     allowed = True
-    for b, c in zip(buckets, before, strict=True):
-        fit = b.limit - c >= (b.cost if b.cost > 0 else 1)
+    for b, c in zip(buckets, before, strict=True):  # one pass (a decision's hot path)
+        cost = b.cost
+        fit = b.limit - c >= (cost if cost > 0 else 1)
         fits.append(fit)
+        after.append(c + cost if fit else c)
         if not fit and not b.shadow:
             allowed = False
     if not allowed:
         return Outcome(False, tuple(before), tuple(fits))
-    after = tuple(c + b.cost if fit else c for b, c, fit in zip(buckets, before, fits, strict=True))
-    return Outcome(True, after, tuple(fits))
+    return Outcome(True, tuple(after), tuple(fits))
 
 
 class CounterStore(Protocol):

@@ -48,14 +48,16 @@ class LocalCacheStore:
 
     async def apply(self, buckets: Sequence[Bucket], now: float) -> Outcome:
         seen = self._seen
+        keys = [(b.key, b.limit) for b in buckets]  # built once, used twice
         known: list[int | None] = []
         empty = False
-        for b in buckets:
-            entry = seen.get((b.key, b.limit))
-            if entry is not None and entry[0] <= now:
-                del seen[(b.key, b.limit)]
-                entry = None
+        for b, entry_key in zip(buckets, keys, strict=True):
+            entry = seen.get(entry_key)
             if entry is None:
+                known.append(None)
+                continue
+            if entry[0] <= now:
+                del seen[entry_key]
                 known.append(None)
                 continue
             count = entry[1]
@@ -70,8 +72,7 @@ class LocalCacheStore:
             return Outcome(False, counts, fits, from_cache=True)
         outcome = await self._inner.apply(buckets, now)
         move_to_end = seen.move_to_end
-        for b, count in zip(buckets, outcome.counts, strict=True):
-            entry_key = (b.key, b.limit)
+        for b, entry_key, count in zip(buckets, keys, outcome.counts, strict=True):
             seen[entry_key] = (b.window.end, count)
             move_to_end(entry_key)
         while len(seen) > self._max:

@@ -45,7 +45,13 @@ from ratelimit import metrics
 from ratelimit.breaker import CircuitBreaker
 from ratelimit.buckets import Bucket
 from ratelimit.store import Outcome, StoreUnavailable, decide
-from ratelimit.store.resp import KeyedClient, RedisConnectionError, RedisReplyError, pack
+from ratelimit.store.resp import (
+    KeyedClient,
+    RedisConnectionError,
+    RedisReplyError,
+    Reply,
+    pack,
+)
 
 log = logging.getLogger(__name__)
 
@@ -154,9 +160,10 @@ class RedisStore:
         self._breaker = breaker or CircuitBreaker()
         self._monotonic = monotonic
         self._on_decision = on_decision
-        # id(buckets) -> (buckets, _script_body(buckets)); holding the buckets
-        # keeps the id from being reused while the entry lives.
-        self._bodies: dict[int, tuple[Sequence[Bucket], bytes]] = {}
+        # id(buckets) -> (buckets, the packed EVALSHA but its last argument);
+        # holding the buckets keeps the id from being reused while the entry lives.
+        self._commands: dict[int, tuple[Sequence[Bucket], bytes]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
         # A reply owed for twice the call timeout means a stalled server or a
         # dead host, not a slow answer: give the connection up.
         client.set_stall_timeout(2 * timeout)
@@ -166,11 +173,30 @@ class RedisStore:
         return self._breaker
 
     async def apply(self, buckets: Sequence[Bucket], now: float) -> Outcome:
-        if not self._breaker.allow(self._monotonic()):
+        breaker = self._breaker
+        if not breaker.closed and not breaker.allow(self._monotonic()):
             raise StoreUnavailable("breaker_open")
-        deadline = asyncio.get_running_loop().time() + self._timeout
+        loop = self._loop
+        if loop is None or not loop.is_running():
+            # Kept: asyncio.get_running_loop() costs a getpid system call on 3.11.
+            loop = self._loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._timeout
         try:
-            reply = await self._run(buckets, now, deadline)
+            if self._on_decision is not None:
+                self._on_decision()
+            # The usual call in one coroutine: queued on the live connection,
+            # its reply awaited right here (see KeyedClient.send_packed).
+            command = self._command(buckets, now)
+            future = self._client.send_packed(command, deadline)
+            if future is None:
+                reply = await self._run(buckets, now, deadline, command)
+            else:
+                reply = await future
+                if isinstance(reply, hiredis.ReplyError):
+                    self._client.replied_error(reply)
+                    reply = await self._after_error(buckets, now, deadline, reply)
+            if not isinstance(reply, list):  # pragma: no cover - not our script's answer
+                raise RedisReplyError("unexpected reply")
         except TimeoutError:
             self._failed()
             raise StoreUnavailable(
@@ -179,7 +205,7 @@ class RedisStore:
         except (RedisConnectionError, RedisReplyError) as exc:
             self._failed()
             raise StoreUnavailable("redis_error", str(exc)) from exc
-        self._breaker.record_success()
+        breaker.record_success()
         outcome = decide(buckets, [int(c) for c in reply[1:]])
         if outcome.allowed != bool(reply[0]):  # pragma: no cover - script and decide() disagree
             raise StoreUnavailable("script_mismatch")
@@ -193,35 +219,39 @@ class RedisStore:
             log.warning("Redis circuit breaker opened; dropping the connections")
             self._client.reset()
 
-    async def _run(self, buckets: Sequence[Bucket], now: float, deadline: float) -> list[int]:
-        if self._on_decision is not None:
-            self._on_decision()
-        first_key = buckets[0].key
-        reply = await self._client.execute_packed(
-            first_key, _script_call(_EVALSHA_HEAD, buckets, now, self._body(buckets)), deadline
-        )
-        if isinstance(reply, hiredis.ReplyError) and str(reply).startswith("NOSCRIPT"):
+    async def _run(
+        self, buckets: Sequence[Bucket], now: float, deadline: float, command: bytes
+    ) -> Reply:
+        """The script call through the client's general path (connecting, Cluster)."""
+        reply = await self._client.execute_packed(buckets[0].key, command, deadline)
+        if isinstance(reply, hiredis.ReplyError):
+            reply = await self._after_error(buckets, now, deadline, reply)
+        return reply
+
+    async def _after_error(
+        self, buckets: Sequence[Bucket], now: float, deadline: float, reply: hiredis.ReplyError
+    ) -> Reply:
+        """NOSCRIPT: run the script with EVAL once; any other error is raised."""
+        if str(reply).startswith("NOSCRIPT"):
             # After a restart or failover the script cache is empty: EVAL loads it.
             reply = await self._client.execute_packed(
-                first_key, _script_call(_EVAL_HEAD, buckets, now), deadline
+                buckets[0].key, _script_call(_EVAL_HEAD, buckets, now), deadline
             )
         if isinstance(reply, hiredis.ReplyError):
             raise RedisReplyError(str(reply).split(" ", 1)[0])
-        if not isinstance(reply, list):  # pragma: no cover - not our script's answer
-            raise RedisReplyError("unexpected reply")
         return reply
 
-    def _body(self, buckets: Sequence[Bucket]) -> bytes:
-        """:func:`_script_body`, packed once per plan (a cached plan hands in
-        the same buckets tuple on every call of its window)."""
-        entry = self._bodies.get(id(buckets))
-        if entry is not None and entry[0] is buckets:
-            return entry[1]
-        if len(self._bodies) >= _MAX_BODIES:
-            self._bodies.clear()
-        body = _script_body(buckets)
-        self._bodies[id(buckets)] = (buckets, body)
-        return body
+    def _command(self, buckets: Sequence[Bucket], now: float) -> bytes:
+        """The packed EVALSHA: all but the clock packed once per plan (a cached
+        plan hands in the same buckets tuple on every call of its window)."""
+        entry = self._commands.get(id(buckets))
+        if entry is None or entry[0] is not buckets:
+            if len(self._commands) >= _MAX_BODIES:
+                self._commands.clear()
+            head = b"*%d\r\n%b%b" % (4 + 5 * len(buckets), _EVALSHA_HEAD, _script_body(buckets))
+            entry = self._commands[id(buckets)] = (buckets, head)
+        now_ms = b"%d" % math.floor(now * 1000)
+        return b"%b$%d\r\n%b\r\n" % (entry[1], len(now_ms), now_ms)
 
     async def ping(self) -> None:
         """Readiness: every node the store needs answers a PING within the wait.

@@ -405,6 +405,12 @@ class NodeClient:
         self._protocol: _Protocol | None = None
         self._connecting: asyncio.Task[_Protocol] | None = None
 
+    @property
+    def live(self) -> _Protocol | None:
+        """The connection if it is up (no connecting, no waiting)."""
+        protocol = self._protocol
+        return protocol if protocol is not None and not protocol.closed else None
+
     def set_stall_timeout(self, seconds: float) -> None:
         """Abort the connection when a reply is owed for longer than this (see _Protocol)."""
         self._stall_after = seconds
@@ -546,6 +552,20 @@ class KeyedClient:
         """Run a packed command on the node that owns ``first_key``'s slot."""
         raise NotImplementedError
 
+    def send_packed(self, command: bytes, deadline: float) -> asyncio.Future[Reply] | None:
+        """The hot path's shortcut: when the command can be written on a live
+        connection as it is, queue it and return its reply's future (await it,
+        then hand an error reply to :meth:`replied_error`); None when only
+        :meth:`execute_packed` can run it (no connection yet, Cluster routing).
+
+        Awaiting the future itself spares the two coroutines of
+        :meth:`execute_packed` on every call.
+        """
+        return None
+
+    def replied_error(self, reply: hiredis.ReplyError) -> None:
+        """What :meth:`execute_packed` does on an error reply (a sent future's)."""
+
     async def ping(self, deadline: float) -> None:
         raise NotImplementedError
 
@@ -569,11 +589,21 @@ class SingleClient(KeyedClient):
 
     async def execute_packed(self, first_key: str, command: bytes, deadline: float) -> Reply:
         reply = await self._node.execute_one(command, deadline)
-        if isinstance(reply, hiredis.ReplyError) and str(reply).startswith("READONLY"):
+        if isinstance(reply, hiredis.ReplyError):
+            self.replied_error(reply)
+        return reply
+
+    def send_packed(self, command: bytes, deadline: float) -> asyncio.Future[Reply] | None:
+        protocol = self._node.live
+        if protocol is None:
+            return None
+        return protocol.send_one(command, deadline)
+
+    def replied_error(self, reply: hiredis.ReplyError) -> None:
+        if str(reply).startswith("READONLY"):
             # A Sentinel failover turned our server into a replica: reconnect,
             # which asks the sentinels for the new master.
             self._node.reset()
-        return reply
 
     async def ping(self, deadline: float) -> None:
         (reply,) = await self._node.execute(["PING"], deadline=deadline)

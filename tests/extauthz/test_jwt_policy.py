@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -124,3 +125,62 @@ def test_only_successes_are_cached(engine: Engine) -> None:
     for _ in range(3):
         assert decide(engine, forged, "/headers") is Reason.BAD_SIGNATURE
     assert len(engine.policies["hs"].cache) == 0
+
+
+def test_a_refused_token_is_refused_again_from_its_cache(engine: Engine) -> None:
+    forged = make_token(claims(NOW), key=OTHER_SECRET)
+    policy = engine.policies["hs"]
+    assert decide(engine, forged, "/headers") is Reason.BAD_SIGNATURE
+    assert len(policy.refused) == 1
+    assert len(policy.cache) == 0
+    assert decide(engine, forged, "/headers") is Reason.BAD_SIGNATURE
+    assert decide(engine, "not.a.jwt!", "/headers") is Reason.MALFORMED_TOKEN
+    assert len(policy.refused) == 2
+    # Refusals that depend on the clock or the path are never kept.
+    valid = make_token(claims(NOW))
+    assert decide(engine, valid, "/headers", now=NOW + 3600) is Reason.EXPIRED
+    assert decide(engine, valid, "/get") is Reason.PATH_NOT_ALLOWED
+    assert len(policy.refused) == 2
+    assert decide(engine, valid, "/headers") is Reason.OK
+
+
+def test_refusals_are_dropped_when_keys_change_and_kid_misses_never_kept() -> None:
+    """A token refused under one key set is verified again under the next:
+    a cached refusal can never outlive the keys it was made with."""
+
+    class Remote:
+        def __init__(self) -> None:
+            self.keys = KeySet.of([hmac_key(OTHER_SECRET, kid="k1")])
+            self.version = 1
+            self.kid_miss_wait_seconds = 0.0
+
+        def request_refetch(self) -> None:
+            return None
+
+    from extauthz.config import ExtAuthzConfig, JwksUriConfig, JwtConfig, PolicyConfig
+
+    remote = Remote()
+    policy = PolicyConfig(
+        "p", JwtConfig(frozenset({"HS256"}), (), (JwksUriConfig("http://idp/jwks"),))
+    )
+    engine = Engine(ExtAuthzConfig("p", {"p": policy}), lambda _cfg: remote)
+    token = make_token(claims(NOW, path=None), header={"kid": "k1"})
+    assert decide(engine, token, "/") is Reason.BAD_SIGNATURE
+    assert len(engine.policies["p"].refused) == 1
+    remote.keys = KeySet.of([hmac_key(HS_SECRET, kid="k1")])  # the key it was signed with
+    remote.version = 2
+    assert decide(engine, token, "/") is Reason.OK
+    unknown = make_token(claims(NOW, path=None), header={"kid": "k9"})
+    assert decide(engine, unknown, "/") is Reason.UNKNOWN_KID
+    assert len(engine.policies["p"].refused) == 0
+
+
+def test_no_refusal_cache_when_the_token_cache_is_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EXTAUTHZ_TEST_SECRET", HS_SECRET.decode())
+    config = load_config(write_policies(tmp_path))
+    engine = Engine(replace(config, token_cache_size=0))
+    forged = make_token(claims(NOW), key=OTHER_SECRET)
+    assert decide(engine, forged, "/headers") is Reason.BAD_SIGNATURE
+    assert len(engine.policies["hs"].refused) == 0

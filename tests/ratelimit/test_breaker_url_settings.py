@@ -18,7 +18,7 @@ def test_breaker_opens_after_threshold_and_lets_one_trial_through() -> None:
     assert not b.record_failure(0.0)
     assert b.state is BreakerState.CLOSED and b.allow(0.1)
     assert b.record_failure(0.1)  # True: this failure opened it (the store drops its connections)
-    assert b.state is BreakerState.OPEN
+    assert b.state is BreakerState.OPEN and not b.closed
     assert not b.record_failure(0.15)  # a late failure of a call already in flight: no new opening
     assert not b.allow(0.5)
     assert b.allow(1.2)  # the trial
@@ -26,8 +26,9 @@ def test_breaker_opens_after_threshold_and_lets_one_trial_through() -> None:
     assert b.record_failure(1.3)  # the trial failed: open again
     assert not b.allow(1.4)
     assert b.allow(2.4)
+    assert not b.closed  # half-open
     b.record_success()
-    assert b.state is BreakerState.CLOSED and b.allow(2.5) and b.allow(2.5)
+    assert b.state is BreakerState.CLOSED and b.closed and b.allow(2.5) and b.allow(2.5)
 
 
 def test_breaker_ignores_a_short_burst_of_failures() -> None:

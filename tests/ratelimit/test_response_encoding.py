@@ -133,3 +133,20 @@ def test_varints_match_protobuf() -> None:
     for value in [*range(300), 16383, 16384, 2**21 - 1, 2**21, 2**28, 2**32 - 1]:
         encoded = _Response.DescriptorStatus(limit_remaining=value).SerializeToString()
         assert (b"\x18" + _varint(value) if value else b"") == encoded, value
+
+
+def test_one_plan_answered_across_its_window() -> None:
+    """The encoder keeps what depends on the clock for a whole second: the
+    same plan, answered at many instants, must still equal the reference."""
+    rng = random.Random(11)
+    for _ in range(200):
+        plan, outcome, now = random_case(rng)
+        start = int(now)
+        for offset in (0.0, 0.25, 0.999, 1.0, 1.5, 7.0, 59.999, 61.0, 3599.5):
+            at = start + offset
+            if any(not b.window.start <= at < b.window.end for b in plan.buckets):
+                continue  # a cached plan is only used inside its windows
+            got = rls_pb2.RateLimitResponse.FromString(
+                encode_response(plan, outcome, at, headers=HeaderNames())
+            )
+            assert got == reference(plan, outcome, at, HeaderNames()), (plan, at)
