@@ -76,7 +76,8 @@ class WorkerSpec:
     admin_socket: str
 
 
-def _log_format(service: str) -> str:
+def envoy_log_format(service: str) -> str:
+    """Envoy's ``--log-format`` for JSON lines like ours, tagged with ``service``."""
     # spdlog flags: %Y-%m-%dT%T.%e time, %z offset, %l level, %P pid, %n logger, %j JSON-escaped msg
     return (
         '{"ts":"%Y-%m-%dT%T.%e%z","level":"%l","service":"' + service + '","pid":%P,'
@@ -195,7 +196,7 @@ def envoy_command(options: ServeOptions, config: dict[str, Any], service: str) -
         "--log-level",
         level,
         "--log-format",
-        _log_format(service),
+        envoy_log_format(service),
         "--drain-strategy",
         "immediate",
         "--drain-time-s",

@@ -52,6 +52,7 @@ import httpx
 from meshplane import control_plane, gateway_contract
 from meshplane.config_error import ConfigError
 from meshplane.envoy_binary import EnvoyNotInstalled, envoy_path
+from meshplane.envoy_server import envoy_log_format
 from meshplane.netaddr import format_listen
 from meshplane.secret_file import write_secret
 from mgmt_api.demo.seed import DemoPlan, SeedError, demo_plan, seed
@@ -447,6 +448,9 @@ class Stack:
                     "--disable-hot-restart",
                     "--concurrency",
                     "1",
+                    # JSON lines, like every other child's log.
+                    "--log-format",
+                    envoy_log_format("gateway"),
                 ],
             )
             self._wait("the gateway to ACK its configuration", lambda: self._gateway_acked(client))

@@ -47,6 +47,7 @@ SEEDED = 11
 
 class Orchestrator:
     def __init__(self, state: Path, ports: list[int] | None = None) -> None:
+        self.state = state
         argv = [sys.executable, "-m", "mgmt_api.demo", "--state-dir", str(state)]
         for flag, port in zip(PORT_FLAGS, ports or [free_port() for _ in PORT_FLAGS], strict=True):
             argv += [flag, str(port)]
@@ -248,6 +249,10 @@ def test_run_command_brings_up_the_gateway_and_the_tour_through_it_holds(
     orchestrator.reader.join(timeout=10)
     assert any(line.startswith("stopped:") for line in orchestrator.lines), orchestrator.output
     assert not [name for name, pid in pids.items() if pid_alive(pid)], orchestrator.output
+    # The gateway's own log is JSON lines, like the services'.
+    gateway_log = (orchestrator.state / "logs" / "gateway.log").read_text().splitlines()
+    assert gateway_log
+    assert {json.loads(line)["service"] for line in gateway_log if line.strip()} == {"gateway"}
 
 
 def test_a_second_run_on_the_same_state_reuses_the_seed(tmp_path: Path) -> None:
