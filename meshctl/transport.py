@@ -16,6 +16,7 @@ name its own CA bundle.
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
 import json as jsonlib
 import ssl
@@ -92,7 +93,7 @@ class Transport:
         """An error answer as a Response (first and only item), else the body's lines."""
         conn, target = self._connect(url)
         headers = {**self.headers, "Content-Type": "application/json"}
-        try:
+        with _failures(conn):
             conn.request(method, target, body=jsonlib.dumps(json).encode(), headers=headers)
             raw = conn.getresponse()
             if raw.status >= 400:
@@ -102,14 +103,6 @@ class Transport:
                 conn.sock.settimeout(None)  # a followed stream may be quiet for long
             while line := raw.readline():
                 yield line
-        except TimeoutError as exc:
-            raise TransportTimeout("timed out") from exc
-        except ssl.SSLError as exc:
-            raise TransportError(f"TLS failure: {exc.reason or exc}") from exc
-        except (OSError, http.client.HTTPException) as exc:
-            raise TransportError(f"{exc.__class__.__name__}: {exc}") from exc
-        finally:
-            conn.close()
 
     def request(
         self,
@@ -121,15 +114,9 @@ class Transport:
         form: Mapping[str, str] | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> Response:
-        parts = urlsplit(url)
-        if parts.scheme not in {"http", "https"} or not parts.hostname:
-            raise TransportError(f"not an http(s) URL: {url}")
-        target = parts.path or "/"
-        query = parts.query
         if params:
-            query = (query + "&" if query else "") + urlencode(params)
-        if query:
-            target += "?" + query
+            url += ("&" if urlsplit(url).query else "?") + urlencode(params)
+        conn, target = self._connect(url)
         send_headers = {**self.headers, **(headers or {})}
         body: bytes | None = None
         if json is not None:
@@ -138,23 +125,23 @@ class Transport:
         elif form is not None:
             body = urlencode(form).encode()
             send_headers["Content-Type"] = "application/x-www-form-urlencoded"
-        conn: http.client.HTTPConnection
-        if parts.scheme == "https":
-            conn = http.client.HTTPSConnection(
-                parts.hostname, parts.port, timeout=self.timeout, context=self._tls
-            )
-        else:
-            conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=self.timeout)
-        try:
+        with _failures(conn):
             conn.request(method, target, body=body, headers=send_headers)
             raw = conn.getresponse()
             content = raw.read()
             return Response(raw.status, {k.lower(): v for k, v in raw.getheaders()}, content)
-        except TimeoutError as exc:
-            raise TransportTimeout("timed out") from exc
-        except ssl.SSLError as exc:
-            raise TransportError(f"TLS failure: {exc.reason or exc}") from exc
-        except (OSError, http.client.HTTPException) as exc:
-            raise TransportError(f"{exc.__class__.__name__}: {exc}") from exc
-        finally:
-            conn.close()
+
+
+@contextlib.contextmanager
+def _failures(conn: http.client.HTTPConnection) -> Iterator[None]:
+    """The connection's failures as TransportError (timeouts as TransportTimeout); closes it."""
+    try:
+        yield
+    except TimeoutError as exc:
+        raise TransportTimeout("timed out") from exc
+    except ssl.SSLError as exc:
+        raise TransportError(f"TLS failure: {exc.reason or exc}") from exc
+    except (OSError, http.client.HTTPException) as exc:
+        raise TransportError(f"{exc.__class__.__name__}: {exc}") from exc
+    finally:
+        conn.close()

@@ -9,26 +9,11 @@ the code *name* is always repeated in a ``google.rpc.ErrorInfo`` detail
 
 from __future__ import annotations
 
-import enum
 from typing import Any
 
-
-class Code(enum.IntEnum):
-    """gRPC status codes used by the API, with their canonical numbers."""
-
-    INVALID_ARGUMENT = 3
-    DEADLINE_EXCEEDED = 4
-    NOT_FOUND = 5
-    ALREADY_EXISTS = 6
-    PERMISSION_DENIED = 7
-    RESOURCE_EXHAUSTED = 8
-    FAILED_PRECONDITION = 9
-    ABORTED = 10
-    UNIMPLEMENTED = 12
-    INTERNAL = 13
-    UNAVAILABLE = 14
-    UNAUTHENTICATED = 16
-
+# The gRPC status codes (google.rpc.Code): one enum for the whole project,
+# re-exported here for the API's layers.
+from meshplane.grpc_wire import Code as Code  # noqa: PLC0414 - an explicit re-export
 
 # grpc-gateway v2's mapping (FAILED_PRECONDITION is 400, not 412).
 HTTP_STATUS: dict[Code, int] = {
