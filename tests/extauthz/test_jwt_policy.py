@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from extauthz.config import load_config
+from extauthz.config import (
+    ExtAuthzConfig,
+    JwksUriConfig,
+    JwtConfig,
+    PolicyConfig,
+    load_config,
+)
 from extauthz.jwt_policy import CheckAttributes, Engine
 from extauthz.keys import KeySet, hmac_key
 from extauthz.reasons import Reason
@@ -72,23 +78,29 @@ def test_leeway_widens_both_ends(engine: Engine) -> None:
     assert decide(engine, token, "/x", "iss", NOW + 40) is Reason.EXPIRED
 
 
-def test_cache_is_dropped_when_keys_change() -> None:
-    class Remote:
-        def __init__(self) -> None:
-            self.keys = KeySet.of([hmac_key(HS_SECRET, kid="k1")])
-            self.version = 1
-            self.kid_miss_wait_seconds = 0.0
+class RemoteKeys:
+    """A JWKS source whose keys the test swaps (as an IdP rotating them would)."""
 
-        def request_refetch(self) -> None:
-            return None
+    def __init__(self, secret: bytes) -> None:
+        self.keys = KeySet.of([hmac_key(secret, kid="k1")])
+        self.version = 1
+        self.kid_miss_wait_seconds = 0.0
 
-    from extauthz.config import ExtAuthzConfig, JwksUriConfig, JwtConfig, PolicyConfig
+    def request_refetch(self) -> None:
+        return None
 
-    remote = Remote()
+
+def remote_engine(remote: RemoteKeys) -> Engine:
+    """One HS256 policy ``p`` whose keys come from ``remote``."""
     policy = PolicyConfig(
         "p", JwtConfig(frozenset({"HS256"}), (), (JwksUriConfig("http://idp/jwks"),))
     )
-    engine = Engine(ExtAuthzConfig("p", {"p": policy}), lambda _cfg: remote)
+    return Engine(ExtAuthzConfig("p", {"p": policy}), lambda _cfg: remote)
+
+
+def test_cache_is_dropped_when_keys_change() -> None:
+    remote = RemoteKeys(HS_SECRET)
+    engine = remote_engine(remote)
     token = make_token(claims(NOW, path=None), header={"kid": "k1"})
     assert decide(engine, token, "/") is Reason.OK
     assert len(engine.policies["p"].cache) == 1
@@ -148,22 +160,8 @@ def test_refusals_are_dropped_when_keys_change_and_kid_misses_never_kept() -> No
     """A token refused under one key set is verified again under the next:
     a cached refusal can never outlive the keys it was made with."""
 
-    class Remote:
-        def __init__(self) -> None:
-            self.keys = KeySet.of([hmac_key(OTHER_SECRET, kid="k1")])
-            self.version = 1
-            self.kid_miss_wait_seconds = 0.0
-
-        def request_refetch(self) -> None:
-            return None
-
-    from extauthz.config import ExtAuthzConfig, JwksUriConfig, JwtConfig, PolicyConfig
-
-    remote = Remote()
-    policy = PolicyConfig(
-        "p", JwtConfig(frozenset({"HS256"}), (), (JwksUriConfig("http://idp/jwks"),))
-    )
-    engine = Engine(ExtAuthzConfig("p", {"p": policy}), lambda _cfg: remote)
+    remote = RemoteKeys(OTHER_SECRET)
+    engine = remote_engine(remote)
     token = make_token(claims(NOW, path=None), header={"kid": "k1"})
     assert decide(engine, token, "/") is Reason.BAD_SIGNATURE
     assert len(engine.policies["p"].refused) == 1
