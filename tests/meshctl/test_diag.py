@@ -5,7 +5,6 @@ printed with its headers and is the exit code (0 allowed, 7 denied / over)."""
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ import pytest
 
 from meshplane.check_request import HttpCall, build_check_request
 from tests.support.net import free_port, wait_for_port
+from tests.support.processes import terminate
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_POLICY = REPO / "deploy" / "extauthz" / "demo-policy.yaml"
@@ -46,12 +46,7 @@ def _serve(module: str, args: list[str], log: Path) -> Iterator[int]:
             raise RuntimeError(log.read_text()[-3000:]) from None
         yield port
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        terminate(proc)
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -16,6 +15,7 @@ from typing import Any
 import httpx
 
 from tests.support.net import free_port, wait_for_port
+from tests.support.processes import terminate
 
 ADMIN_PASSWORD = "admin-password-for-tests"
 
@@ -96,15 +96,8 @@ class MgmtServer:
         return self
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
         if self.proc is not None:
-            self.exit_code = self.proc.returncode
+            self.exit_code = terminate(self.proc, grace=20)
         self.proc = None
 
     def close(self) -> None:

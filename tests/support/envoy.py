@@ -34,6 +34,7 @@ from typing import Any
 import httpx
 
 from meshplane.envoy_binary import envoy_path
+from tests.support.processes import terminate
 
 READY_TIMEOUT = 60.0
 
@@ -171,13 +172,7 @@ class EnvoyProcess:
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGCONT)  # a test may have paused it
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        return proc.returncode
+        return terminate(proc, grace=10)
 
 
 def validate(config: dict[str, Any] | str | Path) -> subprocess.CompletedProcess[str]:

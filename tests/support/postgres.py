@@ -21,6 +21,7 @@ import uuid
 from pathlib import Path
 
 from tests.support.net import free_port, wait_for_port
+from tests.support.processes import terminate
 
 
 def find_bin_dir() -> Path | None:
@@ -121,11 +122,6 @@ class PostgresServer:
 
     def stop(self) -> None:
         if self._proc is not None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+            terminate(self._proc, grace=20)
             self._proc = None
         shutil.rmtree(self.root, ignore_errors=True)

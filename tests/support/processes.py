@@ -21,6 +21,19 @@ from tests.support.net import wait_for_port
 T = TypeVar("T")
 
 
+def terminate(proc: subprocess.Popen[Any], grace: float = 15.0) -> int:
+    """Stop ``proc`` the way Kubernetes does: SIGTERM, ``grace`` seconds to drain,
+    then SIGKILL; return its exit code once it is gone (at once if it already is)."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
+
+
 def wait_until(predicate: Callable[[], T], timeout: float = 10.0, what: str = "") -> T:
     """The first truthy value of ``predicate``, polled every 50 ms."""
     deadline = time.monotonic() + timeout
@@ -59,15 +72,6 @@ class Service:
 
     def stop(self) -> Any:
         """SIGTERM, 15 s to drain, then SIGKILL; the exit code (None if never started)."""
-        code = None
-        if self.proc is not None:
-            if self.proc.poll() is None:
-                self.proc.send_signal(signal.SIGTERM)
-                try:
-                    self.proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    self.proc.kill()
-                    self.proc.wait()
-            code = self.proc.returncode
+        code = None if self.proc is None else terminate(self.proc)
         self.proc = None
         return code
