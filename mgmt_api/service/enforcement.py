@@ -25,15 +25,17 @@ storm on every instance.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy.engine import Connection
 
 from extauthz import contract as extauthz_contract
+from meshplane.gateway_contract import GATEWAY_KIND, GatewayNode
 from mgmt_api import access
 from mgmt_api import fqn as fqnmod
 from mgmt_api.access import CallContext
@@ -270,6 +272,31 @@ class EnforcementService:
 
     def __init__(self, uow: UnitOfWork) -> None:
         self.uow = uow
+        # kind → (organization, cluster) → the version its instances should run.
+        self._versions: dict[str, Callable[[str, str], str]] = {
+            **{kind: functools.partial(self._snapshot_version, kind) for kind in SNAPSHOTS},
+            GATEWAY_KIND: self._gateway_version,
+        }
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """Who receives what this read model compiles: the services, then the gateways."""
+        return tuple(self._versions)
+
+    def desired_version(self, kind: str, organization: str, cluster: str) -> str:
+        """The version ``kind``'s instances of the cluster should run; raises when the
+        cluster's objects do not compile (the status shows why)."""
+        return self._versions[kind](organization, cluster)
+
+    def _snapshot_version(self, kind: str, organization: str, cluster: str) -> str:
+        return self.snapshot(kind, organization, cluster).version
+
+    def _gateway_version(self, organization: str, cluster: str) -> str:
+        # Compiled too (for a default gateway), so what would fail every
+        # gateway's stream raises here as well.
+        inp = self.gateway(organization, cluster)
+        gateway_xds.compile_gateway(inp, GatewayNode(organization, cluster, "status"))
+        return inp.version()
 
     def snapshot(self, kind: str, organization: str, cluster: str) -> Snapshot:
         """The validated snapshot a ``kind`` instance (ratelimit, extauthz) of the cluster loads."""

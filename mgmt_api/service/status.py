@@ -22,12 +22,9 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from meshplane.distribution_contract import SERVICE_KINDS
-from meshplane.gateway_contract import GATEWAY_KIND, GatewayNode
 from mgmt_api import access
 from mgmt_api import fqn as fqnmod
 from mgmt_api.access import CallContext
-from mgmt_api.compiler import gateway_xds
 from mgmt_api.compiler.extauthz import policy_name
 from mgmt_api.domain import rbac
 from mgmt_api.errors import ApiError, Code, not_found
@@ -37,9 +34,6 @@ from mgmt_api.store import repo
 from mgmt_api.store.uow import UnitOfWork
 
 log = logging.getLogger(__name__)
-
-#: Who shows in a cluster's status: the subscribed services and the gateways (ADS).
-STATUS_KINDS: tuple[str, ...] = (*SERVICE_KINDS, GATEWAY_KIND)
 
 
 class StatusService:
@@ -66,22 +60,13 @@ class StatusService:
             )
         return self.registry
 
-    def _version(self, kind: str, organization: str, cluster: str) -> str:
-        if kind == GATEWAY_KIND:
-            # Compiled too (for a default gateway), so what would fail every
-            # gateway's stream shows here as a compile error.
-            inp = self.enforcement.gateway(organization, cluster)
-            gateway_xds.compile_gateway(inp, GatewayNode(organization, cluster, "status"))
-            return inp.version()
-        return self.enforcement.snapshot(kind, organization, cluster).version
-
     def _desired(self, organization: str, cluster: str) -> tuple[dict[str, str], dict[str, str]]:
         """(kind → the version the cluster's policies compile to, kind → compile error)."""
         desired: dict[str, str] = {}
         errors: dict[str, str] = {}
-        for kind in STATUS_KINDS:
+        for kind in self.enforcement.kinds:
             try:
-                desired[kind] = self._version(kind, organization, cluster)
+                desired[kind] = self.enforcement.desired_version(kind, organization, cluster)
             except Exception as exc:
                 # A stored object the compiler rejects (written around the
                 # API's validation): streams fail and subscribers keep their
@@ -97,10 +82,11 @@ class StatusService:
         organization: str,
         cluster: str,
         desired: dict[str, str],
-        kinds: Iterable[str] = STATUS_KINDS,
+        kinds: Iterable[str] | None = None,
     ) -> list[dict[str, Any]]:
+        """The cluster's instances of ``kinds`` (default: every kind ``desired`` names)."""
         now = time.time()
-        wanted = set(kinds)
+        wanted = set(desired if kinds is None else kinds)
         out = []
         for status in registry.for_cluster(organization, cluster, now):
             if status.node.kind not in wanted:
