@@ -36,7 +36,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -154,8 +153,8 @@ def _upstream_cluster(name: str, endpoints: list[tuple[str, int]], dns: bool) ->
 
 def _upstreams(
     inp: GatewayInput, circuit_breakers: JsonDict | None
-) -> tuple[list[JsonDict], set[str], list[str]]:
-    """Clusters for every upstream a route references; (clusters, their names, warnings)."""
+) -> tuple[list[JsonDict], list[str]]:
+    """Clusters for every upstream a route references, and warnings."""
     backends = {(b.metadata.namespace, b.metadata.name): b for _, b in inp.backends}
     clusters: dict[str, JsonDict] = {}
     warnings: list[str] = []
@@ -184,10 +183,10 @@ def _upstreams(
                 ]
                 dns = backend.spec.endpoints[0].fqdn is not None
                 clusters[name] = _upstream_cluster(name, endpoints, dns=dns)
-    for cluster in clusters.values():
-        if circuit_breakers:
+    if circuit_breakers:
+        for cluster in clusters.values():
             cluster["circuitBreakers"] = circuit_breakers
-    return [clusters[n] for n in sorted(clusters)], set(clusters), warnings
+    return [clusters[n] for n in sorted(clusters)], warnings
 
 
 def _route_action(rule: RouteRule, namespace: str) -> JsonDict | None:
@@ -253,7 +252,7 @@ def compile_gateway(inp: GatewayInput, node: GatewayNode) -> GatewayResources:
     document = inp.document(node.ratelimit_service)
     warnings: list[str] = list(document["warnings"])
     circuit_breakers = document.get("circuitBreakers")
-    upstreams, _, missing = _upstreams(inp, circuit_breakers)
+    upstreams, missing = _upstreams(inp, circuit_breakers)
     warnings.extend(missing)
     rate_limits, ext_authz, authz_filters = _per_route_policies(document)
     gateway_limits = None
@@ -323,7 +322,3 @@ def compile_gateway(inp: GatewayInput, node: GatewayNode) -> GatewayResources:
         clusters=tuple(clusters),
         warnings=tuple(warnings),
     )
-
-
-def names(resources: Iterable[JsonDict]) -> list[str]:
-    return [r["name"] for r in resources]
