@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Request
@@ -77,6 +77,17 @@ def _selector(body: Any) -> dict[str, Any]:
     return out
 
 
+async def _read(
+    request: Request, organization: str, cluster: str, body: Any, fill: Callable[[pb.Call], object]
+) -> JSONResponse:
+    """One read-only call to the workload's proxies: READ on the cluster, the
+    selector from ``body``, the operation set by ``fill``, the agents' answers."""
+    tools, _ = await _authorized(request, organization, cluster, rbac.READ)
+    call = tools.new_call(_selector(body))
+    fill(call)
+    return JSONResponse(await tools.unary(organization, cluster, call))
+
+
 @router.post(
     PREFIX + "/clusterstats",
     response_model=GetClusterStatsResponse,
@@ -90,10 +101,9 @@ async def cluster_stats(
     cluster: Name,
     body: Annotated[GetClusterStatsRequest, Body()],
 ) -> JSONResponse:
-    tools, _ = await _authorized(request, organization, cluster, rbac.READ)
-    call = tools.new_call(_selector(body))
-    call.cluster_stats.SetInParent()
-    return JSONResponse(await tools.unary(organization, cluster, call))
+    return await _read(
+        request, organization, cluster, body, lambda call: call.cluster_stats.SetInParent()
+    )
 
 
 @router.post(
@@ -110,10 +120,10 @@ async def server_stats(
     body: Annotated[GetServerStatsRequest, Body()],
 ) -> JSONResponse:
     check_fields(contract.check_filter, body.filter)
-    tools, _ = await _authorized(request, organization, cluster, rbac.READ)
-    call = tools.new_call(_selector(body))
-    call.server_stats.CopyFrom(pb.ServerStats(filter=body.filter, used_only=body.used_only))
-    return JSONResponse(await tools.unary(organization, cluster, call))
+    stats = pb.ServerStats(filter=body.filter, used_only=body.used_only)
+    return await _read(
+        request, organization, cluster, body, lambda call: call.server_stats.CopyFrom(stats)
+    )
 
 
 @router.post(
@@ -130,12 +140,10 @@ async def config_dump(
     body: Annotated[GetConfigDumpRequest, Body()],
 ) -> JSONResponse:
     check_fields(contract.check_config_dump, body.resource, body.mask)
-    tools, _ = await _authorized(request, organization, cluster, rbac.READ)
-    call = tools.new_call(_selector(body))
-    call.config_dump.CopyFrom(
-        pb.ConfigDump(resource=body.resource, mask=body.mask, include_eds=body.include_eds)
+    dump = pb.ConfigDump(resource=body.resource, mask=body.mask, include_eds=body.include_eds)
+    return await _read(
+        request, organization, cluster, body, lambda call: call.config_dump.CopyFrom(dump)
     )
-    return JSONResponse(await tools.unary(organization, cluster, call))
 
 
 @router.post(
@@ -151,10 +159,9 @@ async def get_logger_levels(
     cluster: Name,
     body: Annotated[GetLoggerLevelsRequest, Body()],
 ) -> JSONResponse:
-    tools, _ = await _authorized(request, organization, cluster, rbac.READ)
-    call = tools.new_call(_selector(body))
-    call.get_loggers.SetInParent()
-    return JSONResponse(await tools.unary(organization, cluster, call))
+    return await _read(
+        request, organization, cluster, body, lambda call: call.get_loggers.SetInParent()
+    )
 
 
 @router.put(
