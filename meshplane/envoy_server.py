@@ -150,6 +150,12 @@ def envoy_config(
                 {
                     "name": "grpc",
                     "address": {"socket_address": {"address": host, "port_value": port}},
+                    # The drain stops INBOUND listeners only
+                    # (``/drain_listeners?inboundonly``): a listener of no
+                    # direction would keep its socket open, and new
+                    # connections would hang in the kernel's accept queue
+                    # until the worker exits instead of being refused.
+                    "traffic_direction": "INBOUND",
                     "enable_reuse_port": True,
                     "filter_chains": [chain],
                 }
@@ -296,18 +302,42 @@ class _Starter:
 
 
 def load_spec() -> WorkerSpec:
-    """The spec a worker's supervisor wrote (mode 0600, in its private directory)."""
-    spec: WorkerSpec = pickle.loads(Path(os.environ[ENV_SPEC]).read_bytes())  # noqa: S301
+    """The spec a worker's supervisor wrote (mode 0600, in its private directory).
+
+    The file is removed once read: it may hold a secret (a Redis password in
+    the app factory), and a supervisor killed outright never gets to remove
+    its run directory. A restarted worker gets a new file from its starter.
+    """
+    path = Path(os.environ[ENV_SPEC])
+    spec: WorkerSpec = pickle.loads(path.read_bytes())  # noqa: S301 - our own 0600 file
+    path.unlink(missing_ok=True)
     return spec
 
 
+class AdminError(OSError):
+    """An Envoy admin call that did not succeed (the status line is the message)."""
+
+
 def admin_post(admin_socket: str, path: str, timeout: float = 5.0) -> bytes:
-    """POST to an Envoy admin endpoint on its Unix socket (blocking; HTTP/1.0)."""
+    """POST to an Envoy admin endpoint on its Unix socket (blocking); the body.
+
+    HTTP/1.1: Envoy's admin refuses HTTP/1.0 with ``426 Upgrade Required``, a
+    refusal that once went unnoticed and left every drain's listener open.
+    Anything but a 2xx raises :class:`AdminError`.
+    """
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         sock.connect(admin_socket)
-        sock.sendall(f"POST {path} HTTP/1.0\r\nHost: admin\r\n\r\n".encode())
+        sock.sendall(
+            f"POST {path} HTTP/1.1\r\nHost: admin\r\nContent-Length: 0\r\n"
+            "Connection: close\r\n\r\n".encode()
+        )
         chunks = []
         while chunk := sock.recv(65536):
             chunks.append(chunk)
-    return b"".join(chunks)
+    head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
+    status_line = head.split(b"\r\n", 1)[0].decode("latin-1")
+    parts = status_line.split(" ", 2)
+    if len(parts) < 2 or not parts[1].startswith("2"):
+        raise AdminError(f"Envoy admin POST {path}: {status_line or 'no answer'}")
+    return body

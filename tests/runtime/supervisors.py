@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from collections.abc import Sequence
@@ -38,12 +40,16 @@ class Supervisor:
         self.kind = kind
         self.stderr = b""
         self.port, self.metrics_port = free_port(), free_port()
+        # The supervisor's run and metrics directories go here: a test that
+        # kills it outright leaves them behind, and close() removes them.
+        self.tmp = Path(tempfile.mkdtemp(prefix="meshplane-supervisor-test-"))
         self.proc = subprocess.Popen(
             [sys.executable, "-c", SUPERVISOR, f"127.0.0.1:{self.port}",
              f"127.0.0.1:{self.metrics_port}", kind, str(workers), "slow" if slow else "-",
              *map(str, tls)],
             stderr=subprocess.PIPE,
             cwd=os.getcwd(),
+            env={**os.environ, "TMPDIR": str(self.tmp)},
         )  # fmt: skip
 
     def wait_serving(self) -> None:
@@ -72,4 +78,5 @@ class Supervisor:
         if self.proc.stderr is not None and not self.proc.stderr.closed:
             self.stderr = self.proc.stderr.read()
             self.proc.stderr.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
         return self.stderr

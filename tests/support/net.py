@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import socket
 import time
+from pathlib import Path
+
+_TCP_LISTEN = "0A"
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -29,3 +32,24 @@ def wait_for_port(port: int, host: str = "127.0.0.1", timeout: float = 15.0) -> 
             last = exc
             time.sleep(0.05)
     raise TimeoutError(f"nothing listening on {host}:{port} after {timeout}s: {last}")
+
+
+def listening(port: int) -> bool:
+    """Whether any socket on this host listens on TCP ``port``, as the kernel
+    sees it (``/proc/net/tcp*``).
+
+    Asking the kernel, not connecting, tells a closed listener from one whose
+    process stopped accepting; and a connect to a loopback port in the
+    ephemeral range may be answered by the connecting socket itself.
+    """
+    suffix = f":{port:04X}"
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if fields[1].endswith(suffix) and fields[3] == _TCP_LISTEN:
+                return True
+    return False
