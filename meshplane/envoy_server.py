@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import httpx
+
 from meshplane.envoy_binary import ensure_envoy_api, envoy_path
 from meshplane.netaddr import parse_listen
 from meshplane.tls import envoy_sds_documents, envoy_transport_socket
@@ -315,29 +317,24 @@ def load_spec() -> WorkerSpec:
 
 
 class AdminError(OSError):
-    """An Envoy admin call that did not succeed (the status line is the message)."""
+    """An Envoy admin call that did not succeed."""
 
 
 def admin_post(admin_socket: str, path: str, timeout: float = 5.0) -> bytes:
     """POST to an Envoy admin endpoint on its Unix socket (blocking); the body.
 
-    HTTP/1.1: Envoy's admin refuses HTTP/1.0 with ``426 Upgrade Required``, a
-    refusal that once went unnoticed and left every drain's listener open.
-    Anything but a 2xx raises :class:`AdminError`.
+    Anything but a 2xx raises :class:`AdminError`, as does a transport
+    failure: a hand-written HTTP/1.0 request once got ``426 Upgrade
+    Required``, went unchecked, and left every drain's listener open.
     """
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(timeout)
-        sock.connect(admin_socket)
-        sock.sendall(
-            f"POST {path} HTTP/1.1\r\nHost: admin\r\nContent-Length: 0\r\n"
-            "Connection: close\r\n\r\n".encode()
+    transport = httpx.HTTPTransport(uds=admin_socket)
+    try:
+        with httpx.Client(transport=transport, base_url="http://admin", timeout=timeout) as client:
+            response = client.post(path)
+    except httpx.HTTPError as exc:
+        raise AdminError(f"Envoy admin POST {path}: {exc}") from exc
+    if not response.is_success:
+        raise AdminError(
+            f"Envoy admin POST {path}: {response.status_code} {response.reason_phrase}"
         )
-        chunks = []
-        while chunk := sock.recv(65536):
-            chunks.append(chunk)
-    head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
-    status_line = head.split(b"\r\n", 1)[0].decode("latin-1")
-    parts = status_line.split(" ", 2)
-    if len(parts) < 2 or not parts[1].startswith("2"):
-        raise AdminError(f"Envoy admin POST {path}: {status_line or 'no answer'}")
-    return body
+    return response.content

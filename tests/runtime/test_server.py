@@ -180,9 +180,10 @@ def test_sigterm_drains_in_flight_calls_and_exits_zero(supervisor: Supervisor) -
             supervisor.proc.send_signal(signal.SIGTERM)
             seen.append((await watch.read()).status)
             watch.cancel()
-            while listening(supervisor.port) and not all(call.done() for call in calls):
+            closed_in_flight = False
+            while not closed_in_flight and not all(call.done() for call in calls):
+                closed_in_flight = not listening(supervisor.port)
                 await asyncio.sleep(0.02)
-            closed_in_flight = not listening(supervisor.port) and not all(c.done() for c in calls)
             return list(await asyncio.gather(*calls)), seen, closed_in_flight
 
     answers, seen, closed_in_flight = asyncio.run(scenario())
