@@ -100,6 +100,7 @@ class ApiFailure(MeshctlError):
         field: str | None = None,
         retry_after: str | None = None,
         hint: str | None = None,
+        explained: bool = False,
     ) -> None:
         self.http_status = http_status
         self.code_name = code_name
@@ -107,6 +108,8 @@ class ApiFailure(MeshctlError):
         self.metadata = dict(metadata)
         self.field = field
         self.retry_after = retry_after
+        # The server sent a status record with a message of its own (not a proxy's page).
+        self.explained = explained
         self.hint = hint if hint is not None else default_hint(self)
         text = f"{code_name} ({http_status}): {self.server_message}"
         if self.hint:
@@ -123,6 +126,7 @@ class ApiFailure(MeshctlError):
             field=self.field,
             retry_after=self.retry_after,
             hint=hint,
+            explained=self.explained,
         )
 
     @classmethod
@@ -134,6 +138,7 @@ class ApiFailure(MeshctlError):
         message = f"the server answered HTTP {http_status}"
         metadata: dict[str, str] = {}
         field: str | None = None
+        explained = False
         if isinstance(body, Mapping):
             raw_code = body.get("code")
             if isinstance(raw_code, int) and raw_code in GRPC_NAMES:
@@ -142,6 +147,7 @@ class ApiFailure(MeshctlError):
                 code_name = raw_code
             if isinstance(body.get("message"), str) and body["message"]:
                 message = body["message"]
+                explained = True
             for detail in body.get("details") or []:
                 if not isinstance(detail, Mapping):
                     continue
@@ -164,6 +170,7 @@ class ApiFailure(MeshctlError):
             metadata=metadata,
             field=field,
             retry_after=retry_after,
+            explained=explained,
         )
 
 
@@ -192,6 +199,11 @@ def default_hint(failure: ApiFailure) -> str:
         return f"too many attempts; wait {wait} and retry"
     if code == "UNIMPLEMENTED":
         return "this management plane does not offer that operation (is it older than meshctl?)"
+    if code == "UNAVAILABLE" and failure.explained:
+        # The server named what is unavailable and how to fix it (say, "no agent of
+        # cluster ... is connected; start meshplane-agent there"): a generic "the
+        # management plane failed" would contradict it.
+        return ""
     if code in {"UNAVAILABLE", "INTERNAL", "UNKNOWN"} or failure.http_status >= 500:
         return "the management plane failed; retry later or check its logs"
     return ""

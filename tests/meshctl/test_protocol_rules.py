@@ -97,3 +97,18 @@ def test_device_authorization_defaults_the_interval_and_hides_the_device_code() 
     with pytest.raises(DeviceLoginError) as raised:  # meshctl's error: one line, exit 3
         parse_device_authorization({"user_code": "U"})
     assert raised.value.exit_code == Exit.AUTH
+
+
+def test_an_explained_unavailable_says_only_the_servers_cause_and_fix() -> None:
+    """A 503 whose body names the cause ("no agent ... is connected; start ...") is not
+    followed by a generic "the management plane failed"; a bare 503 (a proxy's page) is."""
+    said = ApiFailure.from_response(
+        503, {"code": 14, "message": "no agent of cluster c is connected; start meshplane-agent"}
+    )
+    assert said.message == (
+        "UNAVAILABLE (503): no agent of cluster c is connected; start meshplane-agent"
+    )
+    bare = ApiFailure.from_response(503, "<html>unavailable</html>")
+    assert "the management plane failed" in bare.message
+    internal = ApiFailure.from_response(500, {"code": 13, "message": "boom"})
+    assert "the management plane failed" in internal.message
