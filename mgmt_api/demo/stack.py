@@ -17,8 +17,11 @@
    ``STATE/gateway/envoy.yaml`` (a fresh gateway token each start): mgmt-api
    sends it its listener, routes, filters and upstream clusters over ADS;
 5. once the cluster status shows the gateway's ACK and a request through it
-   is answered (ext_authz's 403 without a token), the addresses and the
-   copy-paste tour (:func:`commands`) are printed, then a last line ``ready: ...``.
+   is answered (ext_authz's 403 without a token), the cluster agent
+   (``meshplane-agent``, static discovery of the gateway's admin API and log),
+   so the proxy diagnostics answer for the gateway;
+6. once the agent's tunnel is up, the addresses and the copy-paste tour
+   (:func:`commands`) are printed, then a last line ``ready: ...``.
 
 The children run in their own sessions, so Ctrl-C at the terminal reaches
 only this process, which then stops them in reverse order (the gateway
@@ -33,6 +36,7 @@ from __future__ import annotations
 import argparse
 import errno
 import functools
+import json
 import os
 import secrets
 import shlex
@@ -68,6 +72,9 @@ _SCRUBBED_ENV = (
 STOP_GRACE_SECONDS = 15.0
 #: The demo gateway's node id, as the cluster status lists it.
 GATEWAY_INSTANCE = "demo-gateway"
+#: The namespace and workload the agent reports the gateway as (proxy diagnostics select them).
+GATEWAY_NAMESPACE = "default"
+GATEWAY_WORKLOAD = "demo-gateway"
 
 
 class Stopping(Exception):
@@ -87,6 +94,7 @@ class Ports:
     upstream: int = 8000
     gateway: int = 10000
     gateway_admin: int = 9901
+    agent: int = 9105
 
     def at(self, port: int) -> str:
         return format_listen(self.host, port)
@@ -104,6 +112,7 @@ PORT_ROLES: dict[str, str] = {
     "upstream": "demo upstream",
     "gateway": "gateway listener",
     "gateway_admin": "gateway admin",
+    "agent": "agent metrics and health",
 }
 
 
@@ -198,6 +207,13 @@ class Child:
 def _reachable(host: str) -> str:
     """The address to call a service on that listens on ``host`` (a wildcard: loopback)."""
     return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+
+
+def _answers_200(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 def _admin_password(state: Path) -> str:
@@ -329,7 +345,8 @@ class Stack:
         self._log(f"  {name}: pid {child.proc.pid}, log {child.log}")
         return child
 
-    def _subscribe_args(self, service: str) -> list[str]:
+    def _control_plane_args(self) -> list[str]:
+        """How the services and the agent reach mgmt-api, and as which cluster."""
         return [
             "--control-plane",
             # Explicit plaintext on loopback (a bare HOST:PORT logs a warning).
@@ -338,9 +355,35 @@ class Stack:
             f"{self.plan.organization}/{self.plan.cluster}",
             "--credentials",
             str(self.credentials),
-            "--cache-dir",
-            str(self.state / f"{service}-cache"),
         ]
+
+    def _subscribe_args(self, service: str) -> list[str]:
+        return [*self._control_plane_args(), "--cache-dir", str(self.state / f"{service}-cache")]
+
+    def write_agent_proxies(self) -> Path:
+        """The agent's static discovery file: the gateway, by its admin API and log."""
+        p = self.ports
+        entry = {
+            "namespace": GATEWAY_NAMESPACE,
+            "workload": GATEWAY_WORKLOAD,
+            "instance": GATEWAY_INSTANCE,
+            "adminAddress": format_listen(_reachable(p.host), p.gateway_admin),
+            "logFile": str(self.state / "logs" / "gateway.log"),
+        }
+        path = self.state / "agent" / "proxies.json"
+        path.parent.mkdir(mode=0o700, exist_ok=True)
+        path.write_text(json.dumps({"proxies": [entry]}, indent=2) + "\n")
+        return path
+
+    def _start_agent(self) -> None:
+        """The cluster agent: inventory up, the gateway's diagnostics down, one tunnel."""
+        p = self.ports
+        argv = [sys.executable, "-m", "agent", "--listen", p.at(p.agent)]
+        argv += ["--instance", "demo-agent", "--static-proxies", str(self.write_agent_proxies())]
+        argv += self._control_plane_args()
+        self._spawn_argv("agent", argv)
+        ready = f"http://{format_listen(_reachable(p.host), p.agent)}/readyz"
+        self._wait("the agent's tunnel to mgmt-api", lambda: _answers_200(ready))
 
     def write_gateway_bootstrap(self) -> Path:
         """The gateway's bootstrap (node, admin, ADS with a fresh token), mode 0600.
@@ -455,6 +498,8 @@ class Stack:
             )
             self._wait("the gateway to ACK its configuration", lambda: self._gateway_acked(client))
         self._wait("a request through the gateway", self._gateway_answers)
+        self._log("starting the cluster agent (proxy diagnostics of the gateway)")
+        self._start_agent()
         # The snapshot is on disk and ACKed; give the workers one reload tick.
         if self.stop_requested.wait(3 * control_plane.RELOAD_INTERVAL):
             raise Stopping("")
@@ -555,6 +600,12 @@ def commands(stack: Stack) -> list[tuple[str, str]]:
             'the gateway (kind "gateway") ACKed its configuration, beside ratelimit and extauthz',
             f"curl -s {admin} {base}/status",
         ),
+        (
+            "proxy diagnostics through the cluster's agent: the gateway's logger levels",
+            f"curl -s {admin} -X POST -H 'content-type: application/json' -d"
+            f" '{json.dumps({'namespace': GATEWAY_NAMESPACE, 'workload': GATEWAY_WORKLOAD})}'"
+            f" {base}/proxytools/loggerlevels",
+        ),
     ]
 
 
@@ -564,14 +615,17 @@ def banner(stack: Stack) -> str:
         "",
         "meshplane is up:",
         f"  mgmt-api   REST {stack.mgmt_url}/v2  (user admin, password {stack.password})"
-        f"  policy stream {p.at(p.grpc)}",
+        f"  policy stream {p.at(p.grpc)}  metrics {stack.mgmt_url}/metrics (same user)",
         f"  ratelimit  gRPC {p.at(p.ratelimit)}  (in-memory counters)"
         f"  metrics http://{p.at(p.ratelimit_metrics)}/metrics",
         f"  extauthz   gRPC {p.at(p.extauthz)}  HTTP mode http://{p.at(p.extauthz_http)}"
         f"  metrics http://{p.at(p.extauthz_metrics)}/metrics",
         f"  upstream   http://{p.at(p.upstream)}  (the demo upstream)",
         f"  gateway    {stack.gateway_url}  (Envoy, configured over ADS by mgmt-api)"
-        f"  admin http://{p.at(p.gateway_admin)}",
+        f"  admin http://{p.at(p.gateway_admin)}"
+        f"  metrics http://{p.at(p.gateway_admin)}/stats/prometheus",
+        f"  agent      tunnel to mgmt-api, diagnostics of the gateway"
+        f"  metrics http://{p.at(p.agent)}/metrics",
         f"  logs       {stack.state / 'logs'}",
         "",
         "Try, in another terminal (in this directory):",

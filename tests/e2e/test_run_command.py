@@ -2,15 +2,16 @@
 
 Starts ``python -m mgmt_api.demo`` (what ``scripts/run`` execs after setup)
 on free ports in a temporary state directory and waits for its ``ready:``
-line: mgmt-api, ratelimit, extauthz, the demo upstream and an Envoy gateway
-configured over ADS. Then it sends the requests of the tour the banner
-prints, in its order, with httpx to the gateway (a token minted by the
+line: mgmt-api, ratelimit, extauthz, the demo upstream, an Envoy gateway
+configured over ADS and the cluster agent. Then it sends the requests of the
+tour the banner prints, in its order, with httpx to the gateway (a token minted by the
 printed command, 200 with x-ratelimit-*, the two 403s, 429 with
 x-proxy-ratelimited, 503s from the circuit breakers), runs the printed
 policy change as printed (``uv run ...`` replaced by this interpreter's
 ``-m ...``), waits until the gateway enforces it, and reads the gateway's
-ACK in the status. Finally SIGTERM must stop the orchestrator and every
-child it started. A busy port must stop the command before anything starts.
+ACK in the status and the gateway's logger levels through the agent (the
+printed proxy diagnostics call). Finally SIGTERM must stop the orchestrator
+and every child it started. A busy port must stop the command before anything starts.
 """
 
 from __future__ import annotations
@@ -166,7 +167,7 @@ def test_run_command_brings_up_the_gateway_and_the_tour_through_it_holds(
     assert orchestrator.ready.wait(240), orchestrator.output
     assert any(line.startswith("ready:") for line in orchestrator.lines), orchestrator.output
     pids = orchestrator.child_pids()
-    assert set(pids) == {"mgmt-api", "ratelimit", "extauthz", "upstream", "gateway"}
+    assert set(pids) == {"mgmt-api", "ratelimit", "extauthz", "upstream", "gateway", "agent"}
 
     output = orchestrator.output
     gateway = _banner_value(output, r"gateway\s+(http://\S+)")
@@ -185,6 +186,7 @@ def test_run_command_brings_up_the_gateway_and_the_tour_through_it_holds(
         "-X PUT",
         f'curl -i --retry 5 --retry-delay 1 -H "authorization: Bearer $TOKEN" {gateway}/headers',
         "/status",
+        "/proxytools/loggerlevels",
     ]
     assert len(commands) == len(kinds), commands
     assert all(kind in command for kind, command in zip(kinds, commands, strict=True)), commands
@@ -243,6 +245,13 @@ def test_run_command_brings_up_the_gateway_and_the_tour_through_it_holds(
             assert [g["instance"] for g in gateways] == ["demo-gateway"], status
             assert gateways[0]["lastResult"] == "ACK" and gateways[0]["upToDate"], status
             assert gateways[0]["appliedVersion"] == status["desiredVersions"]["gateway"]
+
+        # Proxy diagnostics, as printed: mgmt-api asks the agent, which asks the gateway.
+        ((code, text),) = run_printed([commands[11]])
+        assert code == 0, text
+        (instance,) = json.loads(text)["instances"]
+        assert instance["instance"] == "demo-gateway", text
+        assert instance["levels"]["admin"] in {"trace", "debug", "info", "warning", "error"}
 
     orchestrator.proc.send_signal(signal.SIGTERM)
     assert orchestrator.proc.wait(timeout=60) == 0, orchestrator.output
