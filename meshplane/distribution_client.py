@@ -99,7 +99,10 @@ class SubscriberMetrics:
         db = MmapedDict(str(tmp))  # type: ignore[no-untyped-call]
         try:
             for name, labels, help_text, value in samples:
-                key = mmap_key(name, name, list(labels), list(labels.values()), help_text)
+                # The family of a counter is named without ``_total`` (prometheus_client
+                # adds it back in the HELP/TYPE lines), else they say ``_total_total``.
+                family = name.removesuffix("_total") if path.name.startswith("counter_") else name
+                key = mmap_key(family, name, list(labels), list(labels.values()), help_text)
                 db.write_value(key, value, 0.0)  # type: ignore[no-untyped-call]
         finally:
             db.close()  # type: ignore[no-untyped-call]

@@ -126,6 +126,9 @@ def test_subscriber_metrics_reach_the_supervisors_scrape_with_one_version_series
     assert 'meshplane_distribution_applied_info{kind="ratelimit",version="v1"} 1.0' in text
     assert "meshplane_distribution_connected 1.0" in text
     assert 'meshplane_distribution_snapshots_total{result="ack"} 1.0' in text
+    # Typed as a counter: HELP/TYPE name the samples' family, not "..._total_total".
+    assert "# TYPE meshplane_distribution_snapshots_total counter" in text
+    assert "_total_total" not in text
     metrics.set(version="v2")
     metrics.count("nack")
     metrics.set(connected=False)
