@@ -8,8 +8,9 @@ signed-in user's token (:mod:`mgmt_api.console.api`), so RBAC, validation,
 etags and audit are the API's and the console cannot drift from them.
 
 Layers: pure (``session``, ``forms``, ``policy_kinds``, ``status``,
-``conflict``) → HTTP adapters (``web`` and the ``*_pages`` routers) → the
-wiring below, which the application factory calls once.
+``conflict``, ``navigation``, ``traffic``, ``diagnostics``) → HTTP adapters
+(``web`` and the ``*_pages`` routers) → the wiring below, which the
+application factory calls once.
 """
 
 from __future__ import annotations
@@ -17,7 +18,13 @@ from __future__ import annotations
 from fastapi import FastAPI
 from fastapi.responses import RedirectResponse
 
-from mgmt_api.console import admin_pages, auth_pages, policy_pages, tree_pages
+from mgmt_api.console import (
+    admin_pages,
+    auth_pages,
+    diagnostics_pages,
+    policy_pages,
+    tree_pages,
+)
 from mgmt_api.console.api import InProcessApi
 from mgmt_api.console.web import Console
 
@@ -32,6 +39,7 @@ def mount(app: FastAPI, *, signing_secret: str, public_url: str | None) -> None:
     app.include_router(auth_pages.router)
     app.include_router(tree_pages.router)
     app.include_router(admin_pages.router)
+    app.include_router(diagnostics_pages.router)
     app.include_router(policy_pages.router)
 
     @app.get("/ui", include_in_schema=False)

@@ -25,6 +25,7 @@ class PolicyKind:
     slug: str  # URL segment of the console: /ui/.../{slug}/{name}
     kind: str  # the API kind
     title: str
+    plural: str  # the title of a list of them
     collection: str  # the API collection under the parent
     body_field: str
     list_field: str
@@ -149,6 +150,7 @@ POLICY_PAGES: dict[str, PolicyKind] = {
             "traffic",
             "BackendTrafficPolicy",
             "Rate limit (BackendTrafficPolicy)",
+            "Rate limits",
             "backendtrafficpolicies",
             "backendTrafficPolicy",
             "backendTrafficPolicies",
@@ -161,6 +163,7 @@ POLICY_PAGES: dict[str, PolicyKind] = {
             "settings",
             "SecuritySetting",
             "Security setting",
+            "Security settings",
             "settings",
             "securitySetting",
             "settings",
@@ -173,6 +176,7 @@ POLICY_PAGES: dict[str, PolicyKind] = {
             "jwt",
             "ExtAuthzPolicy",
             "JWT policy",
+            "JWT policies",
             "extauthzpolicies",
             "extAuthzPolicy",
             "extAuthzPolicies",

@@ -44,6 +44,8 @@ class Parent:
     label: str
     kind: str  # "cluster" | "group"
     org: str
+    # Its place below the organization, as navigation.trail takes it.
+    place: Mapping[str, str]
 
 
 def cluster_parent(org: Name, cluster: Name) -> Parent:
@@ -53,13 +55,15 @@ def cluster_parent(org: Name, cluster: Name) -> Parent:
         f"cluster {cluster}",
         "cluster",
         org,
+        {"cluster": cluster},
     )
 
 
 def group_parent(org: Name, tenant: Name, workspace: Name, group: Name) -> Parent:
     api = f"/v2/organizations/{org}/tenants/{tenant}/workspaces/{workspace}/securitygroups/{group}"
     ui = f"/ui/o/{org}/t/{tenant}/w/{workspace}/g/{group}"
-    return Parent(api, ui, f"security group {group}", "group", org)
+    place = {"tenant": tenant, "workspace": workspace, "group": group}
+    return Parent(api, ui, f"security group {group}", "group", org, place)
 
 
 ClusterParent = Annotated[Parent, Depends(cluster_parent)]

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Query, Response
 from fastapi.responses import RedirectResponse
 
+from mgmt_api.console import traffic
 from mgmt_api.console.api import ApiCallError
 from mgmt_api.console.policy_kinds import POLICY_PAGES
 from mgmt_api.console.redact import redact_secrets
@@ -144,6 +145,8 @@ async def _render_cluster(
     perms = await me.api.permissions(base)
     org_perms = await me.api.permissions(f"/v2/organizations/{org}")
     policies = await me.api.get(f"{base}/backendtrafficpolicies", pageSize="200")
+    routes = await me.api.get(f"{base}/httproutes", pageSize="200")
+    backends = await me.api.get(f"{base}/backends", pageSize="200")
     onboarding: dict[str, Any] | None
     try:
         onboarding = await me.api.get(f"{base}/onboarding/status")
@@ -162,6 +165,10 @@ async def _render_cluster(
         perms=perms,
         org_perms=org_perms,
         policies=policies.get("backendTrafficPolicies", []),
+        routes=routes.get("httpRoutes", []),
+        backends=backends.get("backends", []),
+        route_summary=traffic.route_summary,
+        backend_summary=traffic.backend_summary,
         onboarding=onboarding,
         verdict=verdict,
         status_digest=digest(verdict) if verdict else "",

@@ -27,7 +27,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.routing import APIRoute
 
-from mgmt_api.console import session
+from mgmt_api.console import navigation, session
 from mgmt_api.console.api import ApiCallError, InProcessApi, Origin, UserApi
 
 log = logging.getLogger(__name__)
@@ -76,6 +76,7 @@ class Console:
             lstrip_blocks=True,
         )
         self.templates.globals["asset"] = self.asset_url
+        self.templates.globals["trail"] = navigation.trail
 
     def asset_url(self, name: str) -> str:
         return f"/ui/static/{name}?v={self.assets[name].version}"

@@ -2,7 +2,8 @@
 
 * mgmt-api (SQLite) as a subprocess; ratelimit and extauthz join it when a
   test has created a cluster and downloaded its install template through
-  the console (:meth:`ConsoleStack.subscribe`).
+  the console (:meth:`ConsoleStack.subscribe`), and so do a real Envoy and
+  the cluster agent for the diagnostics page (:meth:`ConsoleStack.proxy_with_agent`).
 * Debian's Chromium (``/usr/bin/chromium``, installed by ``scripts/setup``),
   driven by Playwright's own driver: Playwright never downloads a browser.
 * Both are module-scoped: the browser files share them, and everything they
@@ -20,11 +21,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.mgmt_api.harness import MgmtServer, ok
+from tests.support.envoy import EnvoyProcess, minimal_bootstrap
 from tests.support.net import free_port
-from tests.support.processes import Service
+from tests.support.processes import Service, wait_until
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -46,16 +49,23 @@ class ConsoleStack:
         self.mgmt = MgmtServer(data_dir=str(tmp / "mgmt")).start()
         self.admin = self.mgmt.admin()
         self.services: list[Service] = []
+        self.envoys: list[EnvoyProcess] = []
+        self.templates: dict[str, dict[str, Any]] = {}  # by cluster, from subscribe()
 
     @property
     def url(self) -> str:
         return self.mgmt.url
 
+    def _credentials(self, cluster: str, template: dict[str, Any]) -> Path:
+        credentials = self.tmp / f"{cluster}-credentials.json"
+        credentials.write_text(json.dumps(template["helm"]["secrets"]["clusterServiceAccount"]))
+        return credentials
+
     def subscribe(self, org: str, cluster: str, template: dict[str, Any]) -> None:
         """Start ratelimit (in-memory counters) and extauthz for ``org/cluster`` with
         the agent key of an install template the console downloaded."""
-        credentials = self.tmp / f"{cluster}-credentials.json"
-        credentials.write_text(json.dumps(template["helm"]["secrets"]["clusterServiceAccount"]))
+        credentials = self._credentials(cluster, template)
+        self.templates[cluster] = template
         env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "REDIS_URL_FILE")}
         for service in ("ratelimit", "extauthz"):
             port = free_port()
@@ -65,6 +75,31 @@ class ConsoleStack:
             args += ["--cache-dir", str(self.tmp / f"{service}-{cluster}-cache")]
             log = self.tmp / f"{service}-{cluster}.log"
             self.services.append(Service(args, port, log, env).start())
+
+    def proxy_with_agent(self, org: str, cluster: str) -> None:
+        """A real Envoy as workload ``shop/web`` (instance ``web-1``) of ``org/cluster``,
+        and ``meshplane-agent`` serving its diagnostics with the key :meth:`subscribe` got."""
+        envoy = EnvoyProcess(minimal_bootstrap("127.0.0.1"), directory=self.tmp / "envoy").start()
+        self.envoys.append(envoy)
+        proxies = self.tmp / "proxies.json"
+        entry = {"namespace": "shop", "workload": "web", "instance": "web-1"}
+        entry |= {"adminAddress": envoy.admin_address, "logFile": str(envoy.log_path)}
+        proxies.write_text(json.dumps({"proxies": [entry]}))
+        port = free_port()
+        args = ["agent", "--control-plane", f"grpc://127.0.0.1:{self.mgmt.grpc_port}"]
+        args += ["--cluster", f"{org}/{cluster}", "--listen", f"127.0.0.1:{port}"]
+        args += ["--credentials", str(self.tmp / f"{cluster}-credentials.json")]
+        args += ["--static-proxies", str(proxies)]
+        self.services.append(Service(args, port, self.tmp / "agent.log").start())
+
+        def connected() -> bool:
+            url = f"http://127.0.0.1:{port}/readyz"
+            try:
+                return httpx.get(url, timeout=5).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(connected, timeout=60, what="the agent's tunnel")
 
     def user(self, org: str, name: str, role: str) -> tuple[str, str]:
         """A local user of ``org`` holding ``role`` on it: (login, password)."""
@@ -84,6 +119,8 @@ class ConsoleStack:
     def close(self) -> None:
         for service in self.services:
             service.stop()
+        for envoy in self.envoys:
+            envoy.stop()
         self.admin.close()
         self.mgmt.close()
 

@@ -272,3 +272,115 @@ def test_every_page_sends_a_strict_csp_and_the_cookie_is_locked_down(
         expect(wrong.locator(".error")).to_contain_text("Wrong login or password")
     finally:
         wrong.close()
+
+
+def test_the_audit_log_fits_a_1400_pixel_window(browser: Any, stack: ConsoleStack) -> None:
+    """Long FQNs and messages wrap inside the table instead of widening the page."""
+    long_name = "a-" + "x" * 60
+    ok(stack.admin.post(f"/v2/organizations/{ORG}/tenants", json={"name": long_name, "tenant": {}}))
+    page = fresh_page(browser, stack.url, "admin", ADMIN_PASSWORD)
+    try:
+        page.set_viewport_size({"width": 1400, "height": 900})
+        page.goto(stack.url + f"/ui/o/{ORG}/audit")
+        expect(page.get_by_test_id("audit")).to_contain_text(long_name[:20])
+        overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 0, overflow
+    finally:
+        page.context.close()
+
+
+def test_the_cluster_page_lists_routes_and_backends_and_pages_carry_a_favicon(
+    admin_page: Any, stack: ConsoleStack
+) -> None:
+    base = f"/v2/organizations/{ORG}/clusters/{CLUSTER}"
+    ref = {"group": "gateway.envoyproxy.io", "kind": "Backend", "name": "api"}
+    rule = {"matches": [{"path": {"type": "PathPrefix", "value": "/api"}}], "backendRefs": [ref]}
+    route = {"name": "default.api", "httpRoute": {"spec": {"rules": [rule]}}}
+    endpoint = {"ip": {"address": "10.0.0.7", "port": 8080}}
+    backend = {"name": "default.api", "backend": {"spec": {"endpoints": [endpoint]}}}
+    ok(stack.admin.post(f"{base}/backends", json=backend))
+    ok(stack.admin.post(f"{base}/httproutes", json=route))
+    page = admin_page
+    page.goto(stack.url + CLUSTER_UI)
+    expect(page.get_by_test_id("routes")).to_contain_text("default.api")
+    expect(page.get_by_test_id("routes")).to_contain_text("/api/* → api")
+    expect(page.get_by_test_id("backends")).to_contain_text("10.0.0.7:8080")
+    icon = page.locator("link[rel=icon]").get_attribute("href")
+    assert icon is not None
+    answer = page.request.get(stack.url + icon)
+    assert answer.status == 200 and answer.headers["content-type"].startswith("image/svg+xml")
+
+
+def test_breadcrumbs_walk_every_level_down_to_a_policy(
+    admin_page: Any, stack: ConsoleStack
+) -> None:
+    org = f"/v2/organizations/{ORG}"
+    ok(stack.admin.post(f"{org}/tenants", json={"name": "t1", "tenant": {}}))
+    workspace = {"namespaceSelector": {"names": [f"{CLUSTER}/*"]}}
+    ok(
+        stack.admin.post(
+            f"{org}/tenants/t1/workspaces", json={"name": "w1", "workspace": workspace}
+        )
+    )
+    group = {"configMode": "BRIDGED"}
+    path = f"{org}/tenants/t1/workspaces/w1/securitygroups"
+    ok(stack.admin.post(path, json={"name": "g1", "securityGroup": group}))
+    page = admin_page
+    page.goto(stack.url + f"/ui/o/{ORG}/t/t1/w/w1/g/g1")
+    crumbs = page.locator("nav.crumbs")
+    expect(crumbs).to_have_text(re.compile(r"tenant t1 / workspace w1 / security group g1\s*$"))
+    expect(page.locator("h2", has_text="JWT policies")).to_be_visible()
+    page.goto(stack.url + f"/ui/o/{ORG}/t/t1/w/w1/g/g1/jwt/new")
+    expect(crumbs).to_have_text(
+        re.compile(r"tenant t1 / workspace w1 / security group g1 / new\s*$")
+    )
+    expect(crumbs.get_by_role("link", name="workspace w1")).to_have_attribute(
+        "href", f"/ui/o/{ORG}/t/t1/w/w1"
+    )
+
+
+def test_diagnostics_page_reads_a_real_proxy_and_sets_levels_with_the_users_rights(
+    admin_page: Any, browser: Any, stack: ConsoleStack, shots: Shots
+) -> None:
+    stack.proxy_with_agent(ORG, CLUSTER)
+    page = admin_page
+    page.goto(stack.url + CLUSTER_UI)
+    page.get_by_role("link", name="Diagnostics").click()
+    page.wait_for_url(f"**{CLUSTER_UI}/diagnostics")
+    page.fill("#d-ns", "shop")
+    page.fill("#d-wl", "web")
+    page.fill("#d-filter", "^server\\.live$")
+    page.click("button:has-text('Show')")
+    answer = page.get_by_test_id("diagnostics-answer")
+    expect(answer).to_contain_text('"server.live"')
+    page.select_option("#d-view", "config")
+    page.fill("#d-res", "dynamic_active_clusters")
+    page.click("button:has-text('Show')")
+    expect(answer).to_contain_text('"instance": "web-1"')
+    page.select_option("#d-view", "loggers")
+    page.click("button:has-text('Show')")
+    expect(answer).to_contain_text('"upstream"')
+    page.fill("#d-logger", "upstream")
+    page.select_option("#d-level", "debug")
+    page.get_by_test_id("set-levels").locator("button").click()
+    expect(answer).to_contain_text('"upstream": "debug"')
+    shots.take(page, "diagnostics")
+    # A reader sees the answers but no write form; the API refuses a forged write.
+    login, password = stack.user(ORG, "diag-reader", "rbac/reader")
+    reader = fresh_page(browser, stack.url, login, password)
+    try:
+        reader.goto(
+            stack.url + f"{CLUSTER_UI}/diagnostics?view=loggers&namespace=shop&workload=web"
+        )
+        expect(reader.get_by_test_id("diagnostics-answer")).to_contain_text('"upstream"')
+        expect(reader.get_by_test_id("set-levels")).to_have_count(0)
+        token = reader.locator("meta[name=csrf-token]").get_attribute("content")
+        forged = reader.request.post(
+            stack.url + f"{CLUSTER_UI}/diagnostics/loggers",
+            form={"_csrf": token or "", "namespace": "shop", "workload": "web", "level": "trace"},
+            max_redirects=0,
+        )
+        assert forged.status == 403, forged.text()
+        assert re.search(r"missing permission WRITE", forged.text())
+    finally:
+        reader.context.close()

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from mgmt_api.console import conflict, forms, session, status
+from mgmt_api.console import conflict, diagnostics, forms, navigation, session, status, traffic
 from mgmt_api.console.forms import FieldDef
 from mgmt_api.console.policy_kinds import POLICY_PAGES
 from mgmt_api.console.redact import HIDDEN, redact_secrets
@@ -224,3 +224,133 @@ def test_the_vendored_htmx_is_the_pinned_release() -> None:
     assert hashlib.sha256(vendored).hexdigest() == (
         "d6fdc75f204e6bdefa99b69bf1e6d4ac69b8a364f77929f45c13476b4000f717"
     )
+
+
+# --- navigation, traffic summaries, diagnostics (pure) ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "expected"),
+    [
+        ({}, [("Organizations", "/ui/"), ("o", "")]),
+        ({"here": "Audit log"}, [("Organizations", "/ui/"), ("o", "/ui/o/o"), ("Audit log", "")]),
+        (
+            {"cluster": "c"},
+            [("Organizations", "/ui/"), ("o", "/ui/o/o"), ("cluster c", "")],
+        ),
+        (
+            {"tenant": "t", "workspace": "w", "group": "g", "here": "new"},
+            [
+                ("Organizations", "/ui/"),
+                ("o", "/ui/o/o"),
+                ("tenant t", "/ui/o/o/t/t"),
+                ("workspace w", "/ui/o/o/t/t/w/w"),
+                ("security group g", "/ui/o/o/t/t/w/w/g/g"),
+                ("new", ""),
+            ],
+        ),
+        (
+            {"tenant": "t", "workspace": "w"},
+            [
+                ("Organizations", "/ui/"),
+                ("o", "/ui/o/o"),
+                ("tenant t", "/ui/o/o/t/t"),
+                ("workspace w", ""),
+            ],
+        ),
+    ],
+)
+def test_trail_walks_every_level(kwargs: dict[str, str], expected: list[tuple[str, str]]) -> None:
+    assert navigation.trail("o", **kwargs) == expected
+
+
+@pytest.mark.parametrize(
+    ("route", "summary"),
+    [
+        ({"spec": {"rules": [{"backendRefs": [{"name": "b"}]}]}}, "/* → b"),
+        (
+            {
+                "spec": {
+                    "hostnames": ["a.example"],
+                    "rules": [
+                        {
+                            "matches": [
+                                {"path": {"type": "PathPrefix", "value": "/api/"}},
+                                {"path": {"type": "Exact", "value": "/x"}},
+                            ],
+                            "backendRefs": [{"name": "b1"}, {"name": "b2"}],
+                        },
+                        {"matches": [{"path": {"value": "/"}}]},
+                    ],
+                }
+            },
+            "a.example: /api/* /x → b1, b2; /* → no backend",
+        ),
+        ({}, ""),
+    ],
+)
+def test_route_summary(route: dict[str, Any], summary: str) -> None:
+    assert traffic.route_summary(route) == summary
+
+
+@pytest.mark.parametrize(
+    ("backend", "summary"),
+    [
+        ({"spec": {"endpoints": [{"ip": {"address": "10.0.0.1", "port": 80}}]}}, "10.0.0.1:80"),
+        ({"spec": {"endpoints": [{"ip": {"address": "::1", "port": 80}}]}}, "[::1]:80"),
+        (
+            {"spec": {"endpoints": [{"fqdn": {"hostname": "a.svc", "port": 8080}}, {}]}},
+            "a.svc:8080, ?:None",
+        ),
+        ({"spec": {}}, "no endpoint"),
+    ],
+)
+def test_backend_summary(backend: dict[str, Any], summary: str) -> None:
+    assert traffic.backend_summary(backend) == summary
+
+
+@pytest.mark.parametrize(
+    ("view", "query", "body"),
+    [
+        ("stats", {"namespace": "ns"}, None),
+        ("stats", {"namespace": "ns", "workload": "web"}, {"namespace": "ns", "workload": "web"}),
+        (
+            "stats",
+            {"namespace": " ns ", "workload": "web", "instance": "w-1", "filter": "^http"},
+            {"namespace": "ns", "workload": "web", "instance": "w-1", "filter": "^http"},
+        ),
+        (
+            "config",
+            {"namespace": "ns", "workload": "web", "filter": "ignored", "resource": "r"},
+            {"namespace": "ns", "workload": "web", "resource": "r"},
+        ),
+        (
+            "loggers",
+            {"namespace": "ns", "workload": "web" * 200},
+            {"namespace": "ns", "workload": ("web" * 200)[:256]},
+        ),
+    ],
+)
+def test_diagnostics_request_bodies(
+    view: str, query: dict[str, str], body: dict[str, Any] | None
+) -> None:
+    assert diagnostics.request_body(diagnostics.VIEWS[view], query) == body
+
+
+@pytest.mark.parametrize(
+    ("form", "body"),
+    [
+        (
+            {"namespace": "n", "workload": "w", "level": "debug"},
+            {"namespace": "n", "workload": "w", "level": "debug"},
+        ),
+        (
+            {"namespace": "n", "workload": "w", "level": "trace", "logger": "upstream"},
+            {"namespace": "n", "workload": "w", "loggers": {"upstream": "trace"}},
+        ),
+        ({"namespace": "n", "workload": "w", "level": "loud"}, None),
+        ({"namespace": "n", "level": "debug"}, None),
+    ],
+)
+def test_set_levels_body(form: dict[str, str], body: dict[str, Any] | None) -> None:
+    assert diagnostics.set_levels_body(form) == body
