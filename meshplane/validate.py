@@ -166,7 +166,7 @@ class Node:
 
     def url(self, schemes: Sequence[str] = ("http", "https")) -> str:
         """An absolute URL with one of ``schemes`` and a host."""
-        text = self.string()
+        text = self.string(strip=True)
         parts = urlsplit(text)
         if parts.scheme not in schemes or not parts.netloc:
             raise self.error(f"must be an absolute {'/'.join(schemes)} URL, got {text!r}")
@@ -200,6 +200,21 @@ class Fields:
     def optional(self, key: str) -> Node | None:
         """The node under ``key``, or None when the key is absent (null is a value)."""
         return self.node.child(key) if key in self.node.value else None
+
+    def boolean(self, key: str, default: bool = False) -> bool:
+        """An optional boolean (see :meth:`Node.boolean`); ``default`` when absent."""
+        child = self.optional(key)
+        return default if child is None else child.boolean()
+
+    def integer(self, key: str, default: int, *, lo: int, hi: int) -> int:
+        """An optional integer in ``[lo, hi]``; ``default`` when absent."""
+        child = self.optional(key)
+        return default if child is None else child.integer(lo, hi)
+
+    def number(self, key: str, default: float, *, lo: float, hi: float = math.inf) -> float:
+        """An optional number in ``[lo, hi]``; ``default`` when absent."""
+        child = self.optional(key)
+        return default if child is None else child.number(lo, hi)
 
     def present(self, key: str) -> Node | None:
         """The node under ``key``, or None when the key is absent or null."""
