@@ -82,7 +82,11 @@ class Node:
         return ConfigError(message, source=self.source, line=self.line, field=self.path or None)
 
     def child(self, key: Any) -> Node:
-        """The node under ``key`` of this mapping (value None when the key is absent)."""
+        """The node under ``key`` of this mapping.
+
+        An absent key gives a node whose value is None, located where the mapping
+        starts: the place to add the key.
+        """
         value = self.value
         line = value.line_of(key) if isinstance(value, LocatedDict) else None
         return Node(
@@ -133,7 +137,9 @@ class Node:
         """A non-empty string (``strip``: without surrounding blanks, which must leave some)."""
         value = self.value
         if not isinstance(value, str) or not (value.strip() if strip else value):
-            got = "an empty string" if isinstance(value, str) else kind_of(value)
+            got = kind_of(value)
+            if isinstance(value, str):
+                got = "a blank string" if value else "an empty string"
             raise self.error(f"must be a non-empty string, got {got}")
         return value.strip() if strip else value
 
