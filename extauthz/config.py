@@ -33,7 +33,7 @@ from extauthz.keys import (
 from extauthz.paths import PathMatch
 from meshplane.config_error import ConfigError
 from meshplane.validate import Node
-from meshplane.yamlconf import load_yaml, loads_yaml
+from meshplane.yamlconf import config_files, load_yaml, loads_yaml
 
 BUILTIN_POLICIES = frozenset({"allow", "deny"})
 """Policy names with a fixed meaning; they cannot be redefined."""
@@ -142,11 +142,7 @@ def load_config(path: Path) -> ExtAuthzConfig:
     closed instead of refusing to start.
     """
     if path.is_dir():
-        files = sorted(
-            p
-            for p in path.iterdir()
-            if not p.name.startswith(".") and p.suffix in (".yaml", ".yml") and p.is_file()
-        )
+        files = config_files(path)
         if not files:
             return ExtAuthzConfig("deny", {}, source=str(path))
         if len(files) > 1:

@@ -25,7 +25,7 @@ from typing import Any
 
 from meshplane.config_error import ConfigError
 from meshplane.validate import Fields, Node
-from meshplane.yamlconf import load_yaml, loads_yaml
+from meshplane.yamlconf import config_files, load_yaml, loads_yaml
 from ratelimit.units import PROTO_UNIT, WINDOW_SECONDS
 
 _MAX_UINT32 = 2**32 - 1
@@ -298,21 +298,6 @@ def parse_domain_file(path: Path) -> DomainConfig:
 def parse_domain(text: str, source: str) -> DomainConfig:
     """Validate one domain document given as text (``source`` names it in errors)."""
     return _domain_config(loads_yaml(text, source=source), source)
-
-
-def config_files(path: Path) -> list[Path]:
-    """The YAML files a config path stands for: the file, or a directory's *.yaml/*.yml.
-
-    Hidden entries are skipped, which also skips Kubernetes' ``..data`` and
-    ``..2024_..`` ConfigMap internals; the visible names are symlinks into them.
-    """
-    if path.is_dir():
-        return sorted(
-            p
-            for p in path.iterdir()
-            if not p.name.startswith(".") and p.suffix in (".yaml", ".yml") and p.is_file()
-        )
-    return [path]
 
 
 def load_config(path: Path) -> RateLimitConfig:

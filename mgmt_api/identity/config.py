@@ -50,6 +50,7 @@ from urllib.parse import parse_qsl, urlsplit
 from meshplane.config_error import ConfigError
 from meshplane.validate import Node
 from meshplane.yamlconf import LocatedDict, load_yaml, loads_yaml
+from mgmt_api.domain.durations import duration_seconds
 from mgmt_api.fqn import is_name
 from mgmt_api.identity.secrets import SecretRef
 
@@ -60,7 +61,6 @@ DEFAULT_SYNC_INTERVAL_S = 3600.0
 MIN_SYNC_INTERVAL_S = 10.0
 DEFAULT_MAX_DELETE_PERCENT = 50
 DIRECTORY_SOURCE_TYPES = frozenset({"LDAP", "AZURE"})
-_DURATION_RE = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,20 +269,18 @@ def _secret(node: Node) -> SecretRef:
     return SecretRef("file", location)
 
 
-def parse_duration(node: Node) -> float:
-    """``90``, ``"90s"``, ``"15m"``, ``"1h30m"`` → seconds."""
+def _interval(node: Node) -> float:
+    """``90`` (seconds) or a duration string (``"90s"``, ``"15m"``, ``"1h30m"``)."""
     value = node.value
     if isinstance(value, bool):
         raise node.error("must be a duration such as 30m or 1h")
     if isinstance(value, int | float):
         seconds = float(value)
     else:
-        text = node.string(strip=True)
-        match = _DURATION_RE.fullmatch(text)
-        if not match or not any(match.groups()):
-            raise node.error(f"{text!r} is not a duration such as 90s, 30m or 1h")
-        h, m, s = (int(g) if g else 0 for g in match.groups())
-        seconds = float(h * 3600 + m * 60 + s)
+        try:
+            seconds = duration_seconds(node.string(strip=True))
+        except ValueError as exc:
+            raise node.error(str(exc)) from None
     if seconds < MIN_SYNC_INTERVAL_S:
         raise node.error(f"must be at least {MIN_SYNC_INTERVAL_S:g}s")
     return seconds
@@ -476,7 +474,7 @@ def _sync(node: Node) -> SyncConfig:
     interval = f.optional("interval")
     percent = f.optional("maxDeletePercent")
     return SyncConfig(
-        interval_s=parse_duration(interval) if interval is not None else DEFAULT_SYNC_INTERVAL_S,
+        interval_s=_interval(interval) if interval is not None else DEFAULT_SYNC_INTERVAL_S,
         azure=_azure(azure) if azure is not None else None,
         ldap=_ldap(ldap) if ldap is not None else None,
         organizations=_organizations(f.required("organizations")),
