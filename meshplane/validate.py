@@ -93,7 +93,7 @@ class Node:
             value.get(key) if isinstance(value, dict) else None,
             source=self.source,
             path=f"{self.path}.{key}" if self.path else str(key),
-            line=line if line is not None else self.line,
+            line=line or self.line,
         )
 
     # ----------------------------------------------------------------- containers
@@ -102,7 +102,7 @@ class Node:
         """Check that this is a mapping of only these keys, the required ones set."""
         if not isinstance(self.value, dict):
             raise self.error(f"must be a mapping, got {kind_of(self.value)}")
-        allowed = [*required, *optional]
+        allowed = {*required, *optional}
         for key in self.value:
             if key not in allowed:
                 raise self.child(key).error(

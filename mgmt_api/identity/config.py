@@ -48,8 +48,8 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from meshplane.config_error import ConfigError
-from meshplane.validate import Node
-from meshplane.yamlconf import LocatedDict, load_yaml, loads_yaml
+from meshplane.validate import Node, kind_of
+from meshplane.yamlconf import load_yaml, loads_yaml
 from mgmt_api.domain.durations import duration_seconds
 from mgmt_api.fqn import is_name
 from mgmt_api.identity.secrets import SecretRef
@@ -649,19 +649,16 @@ def load_identity_provider(
     A missing section means identity features are off (``oidc_enabled`` is
     false), which is what ``/v2/oidc/configuration`` reports.
     """
-    document = load_yaml(path)
-    source = str(path)
-    section: Any = None
-    line: int | None = None
-    if document is not None:
-        if not isinstance(document, Mapping):
-            raise ConfigError("the install config must be a mapping", source=source)
-        spec = document.get("spec")
-        if spec is not None and not isinstance(spec, Mapping):
-            raise ConfigError("must be a mapping", source=source, field="spec")
-        if spec is not None:
-            section = spec.get("identityProvider")
-            line = spec.line_of("identityProvider") if isinstance(spec, LocatedDict) else None
+    root = Node(load_yaml(path), source=str(path))
+    section = Node(None, line=root.line)
+    if root.value is not None:
+        if not isinstance(root.value, dict):
+            raise root.error(f"the install config must be a mapping, got {kind_of(root.value)}")
+        spec = root.child("spec")
+        if spec.value is not None:
+            if not isinstance(spec.value, dict):
+                raise spec.error(f"must be a mapping, got {kind_of(spec.value)}")
+            section = spec.child("identityProvider")
     env = os.environ if environ is None else environ
-    section = apply_env_overrides(section, env)
-    return parse_identity_provider(section, source=source, line=line)
+    value = apply_env_overrides(section.value, env)
+    return parse_identity_provider(value, source=str(path), line=section.line)
