@@ -91,6 +91,21 @@ def loads_yaml(text: str, *, source: str | None = None) -> Any:
         raise ConfigError(f"invalid YAML: {exc}", source=source) from exc
 
 
+def config_files(path: Path) -> list[Path]:
+    """The YAML files a config path stands for: the file, or a directory's *.yaml/*.yml.
+
+    Hidden entries are skipped, which also skips Kubernetes' ``..data`` and
+    ``..2024_..`` ConfigMap internals; the visible names are symlinks into them.
+    """
+    if path.is_dir():
+        return sorted(
+            p
+            for p in path.iterdir()
+            if not p.name.startswith(".") and p.suffix in (".yaml", ".yml") and p.is_file()
+        )
+    return [path]
+
+
 def load_yaml(path: Path) -> Any:
     """Read and parse one YAML file, naming the file in any error."""
     try:

@@ -25,68 +25,56 @@ from agent.inventory import build_report
 from agent.logs import follow_file
 from meshplane.config_error import ConfigError
 from meshplane.netaddr import parse_listen
+from meshplane.validate import Fields, Node
 from meshplane.yamlconf import load_yaml
 
 log = logging.getLogger(__name__)
 
-_FIELDS = {"namespace", "workload", "instance", "adminAddress", "logFile"}
+_REQUIRED = ("namespace", "workload", "instance", "adminAddress")
+_OPTIONAL = ("logFile",)
 
 
 def parse_entries(document: Any, source: str) -> list[Proxy]:
-    """Validate the file's document; ConfigError names the entry and field."""
+    """Validate the file's document; ConfigError names the line, entry and field."""
+    root = Node(document, source=source)
     if isinstance(document, dict) and set(document) == {"proxies"}:
-        document = document["proxies"]
-    if document is None:
+        root = root.child("proxies")
+    if root.value is None:
         return []
-    if not isinstance(document, list):
-        raise ConfigError("expected a list of proxies (or {proxies: [...]})", source=source)
     proxies: list[Proxy] = []
     seen: set[tuple[str, str, str]] = set()
-    for i, entry in enumerate(document):
-        where = f"[{i}]"
-        if not isinstance(entry, dict):
-            raise ConfigError("expected a mapping", source=source, field=where)
-        unknown = set(entry) - _FIELDS
-        if unknown:
-            raise ConfigError("unknown field", source=source, field=f"{where}.{sorted(unknown)[0]}")
-        values: dict[str, str] = {}
-        for name in ("namespace", "workload", "instance", "adminAddress"):
-            value = entry.get(name)
-            if not isinstance(value, str) or not value:
-                raise ConfigError(
-                    "a non-empty string is required", source=source, field=f"{where}.{name}"
-                )
-            values[name] = value
-        log_file = entry.get("logFile")
-        if log_file is not None and (not isinstance(log_file, str) or not log_file):
-            raise ConfigError("must be a file path", source=source, field=f"{where}.logFile")
-        try:
-            contract.check_workload(values["namespace"], values["workload"], values["instance"])
-        except contract.FieldError as exc:
-            raise ConfigError(exc.message, source=source, field=f"{where}.{exc.field}") from None
-        try:
-            host, port = parse_listen(values["adminAddress"])
-        except ValueError as exc:
-            raise ConfigError(str(exc), source=source, field=f"{where}.adminAddress") from None
-        if port == 0 or host == "0.0.0.0":
-            raise ConfigError(
-                "needs a host and a port", source=source, field=f"{where}.adminAddress"
-            )
-        key = (values["namespace"], values["workload"], values["instance"])
+    for item in root.items(of="proxies (or {proxies: [...]})"):
+        proxy = _proxy(item.fields(_REQUIRED, _OPTIONAL))
+        key = (proxy.namespace, proxy.workload, proxy.instance)
         if key in seen:
-            raise ConfigError("listed twice", source=source, field=f"{where}.instance")
+            raise item.child("instance").error("listed twice")
         seen.add(key)
-        proxies.append(
-            Proxy(
-                namespace=values["namespace"],
-                workload=values["workload"],
-                instance=values["instance"],
-                admin_address=values["adminAddress"],
-                log_file=log_file,
-                pod_ip=host,
-            )
-        )
+        proxies.append(proxy)
     return proxies
+
+
+def _proxy(f: Fields) -> Proxy:
+    values = {name: f.required(name).string() for name in _REQUIRED}
+    log_file = f.present("logFile")
+    try:
+        contract.check_workload(values["namespace"], values["workload"], values["instance"])
+    except contract.FieldError as exc:
+        raise f.node.child(exc.field).error(exc.message) from None
+    address = f.node.child("adminAddress")
+    try:
+        host, port = parse_listen(values["adminAddress"])
+    except ValueError as exc:
+        raise address.error(str(exc)) from None
+    if port == 0 or host == "0.0.0.0":
+        raise address.error("needs a host and a port")
+    return Proxy(
+        namespace=values["namespace"],
+        workload=values["workload"],
+        instance=values["instance"],
+        admin_address=values["adminAddress"],
+        log_file=log_file.string() if log_file is not None else None,
+        pod_ip=host,
+    )
 
 
 def load(path: Path) -> list[Proxy]:

@@ -13,19 +13,29 @@ MAX_SECONDS = 365 * 24 * 3600.0
 
 def parse_duration(value: str, field: str) -> float:
     """Seconds in ``value``; 400 naming ``field`` when malformed or not positive."""
+    try:
+        return duration_seconds(value)
+    except ValueError as exc:
+        raise invalid(field, str(exc)) from None
+
+
+def duration_seconds(value: str) -> float:
+    """Seconds in ``value`` (``3600s``, ``1h30m``, ``0.5s``, ``250ms``), positive and at
+    most a year; ValueError saying why not. The one duration syntax of the management
+    plane: API fields, environment settings and the install config."""
     text = value.strip()
     pos = 0
     total = 0.0
     if not text:
-        raise invalid(field, "must be a duration such as '3600s' or '1h'")
+        raise ValueError("must be a duration such as '3600s' or '1h'")
     while pos < len(text):
         m = _PART.match(text, pos)
         if not m:
-            raise invalid(field, f"{value!r} is not a duration such as '3600s' or '1h'")
+            raise ValueError(f"{value!r} is not a duration such as '3600s' or '1h'")
         total += float(m.group(1)) * _UNIT[m.group(2)]
         pos = m.end()
     if total <= 0 or total > MAX_SECONDS:
-        raise invalid(field, "must be positive and at most one year")
+        raise ValueError("must be positive and at most one year")
     return total
 
 

@@ -48,7 +48,9 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from meshplane.config_error import ConfigError
-from meshplane.yamlconf import LocatedDict, LocatedList, load_yaml, loads_yaml
+from meshplane.validate import Node, kind_of
+from meshplane.yamlconf import load_yaml, loads_yaml
+from mgmt_api.domain.durations import duration_seconds
 from mgmt_api.fqn import is_name
 from mgmt_api.identity.secrets import SecretRef
 
@@ -59,7 +61,6 @@ DEFAULT_SYNC_INTERVAL_S = 3600.0
 MIN_SYNC_INTERVAL_S = 10.0
 DEFAULT_MAX_DELETE_PERCENT = 50
 DIRECTORY_SOURCE_TYPES = frozenset({"LDAP", "AZURE"})
-_DURATION_RE = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,100 +202,66 @@ class IdentityProviderConfig:
 
 # --------------------------------------------------------------------------- reading
 
-
-class _Node:
-    """A position in the document, for error messages that name file, line and field."""
-
-    def __init__(self, value: Any, path: str, source: str | None, line: int | None) -> None:
-        self.value = value
-        self.path = path
-        self.source = source
-        self.line = line
-
-    def error(self, message: str) -> ConfigError:
-        return ConfigError(message, source=self.source, line=self.line, field=self.path)
-
-    def mapping(self, allowed: frozenset[str]) -> dict[str, _Node]:
-        if not isinstance(self.value, Mapping):
-            raise self.error(f"must be a mapping, got {_kind(self.value)}")
-        out: dict[str, _Node] = {}
-        for key, value in self.value.items():
-            line = self.value.line_of(key) if isinstance(self.value, LocatedDict) else self.line
-            child_path = f"{self.path}.{key}" if self.path else str(key)
-            if key not in allowed:
-                hint = _closest(str(key), allowed)
-                raise ConfigError(
-                    f"unknown field{hint}; allowed: {', '.join(sorted(allowed))}",
-                    source=self.source,
-                    line=line,
-                    field=child_path,
-                )
-            out[str(key)] = _Node(value, child_path, self.source, line)
-        return out
-
-    def items(self) -> list[_Node]:
-        if not isinstance(self.value, list):
-            raise self.error(f"must be a list, got {_kind(self.value)}")
-        nodes = []
-        for i, item in enumerate(self.value):
-            line = self.value.line_of(i) if isinstance(self.value, LocatedList) else self.line
-            nodes.append(_Node(item, f"{self.path}[{i}]", self.source, line))
-        return nodes
-
-    def string(self) -> str:
-        if not isinstance(self.value, str) or not self.value.strip():
-            raise self.error(f"must be a non-empty string, got {_kind(self.value)}")
-        return self.value.strip()
-
-    def url(self, *, https_only: bool = False, schemes: tuple[str, ...] = ("http", "https")) -> str:
-        text = self.string()
-        parts = urlsplit(text)
-        if parts.scheme not in schemes or not parts.netloc:
-            raise self.error(f"must be an absolute {'/'.join(schemes)} URL, got {text!r}")
-        if https_only and parts.scheme != "https" and parts.hostname not in _LOOPBACK:
-            raise self.error("must use https (http is allowed only for loopback addresses)")
-        return text
-
-
+# The keys of each mapping, declared once: the validator refuses any other, and
+# environment overrides (``_KNOWN_KEYS``) may add any of them.
+_ROOT_KEYS = ("oidc", "sync")
+_OIDC_REQUIRED = ("clientId", "clientSecret", "providerConfig", "redirectUri")
+_OIDC_OPTIONAL = ("name", "scopes", "offlineAccessConfig", "users")
+_PROVIDER_KEYS = ("dynamic",)
+_DYNAMIC_KEYS = ("configurationUri",)
+_OFFLINE_KEYS = ("deviceCodeAuth", "tokenExchange")
+_DEVICE_KEYS = ("clientId",)
+_EXCHANGE_OPTIONAL = ("audience",)
+_USERS_KEYS = ("sourceTypes", "organizations")
+_SECRET_KEYS = ("file", "env")
+_SYNC_REQUIRED = ("organizations",)
+_SYNC_OPTIONAL = ("interval", "azure", "ldap", "maxDeletePercent")
+_AZURE_REQUIRED = ("clientId", "tenantId", "clientSecret")
+_AZURE_OPTIONAL = ("graphBaseUrl", "authorityBaseUrl")
+_LDAP_REQUIRED = ("url", "bindDn", "bindPassword", "userBase", "groupBase")
+_LDAP_OPTIONAL = (
+    "userFilter",
+    "groupFilter",
+    "attributes",
+    "pageSize",
+    "timeout",
+    "startTls",
+    "caFile",
+)
+_ATTRIBUTE_KEYS = {
+    "userId": "user_id",
+    "loginName": "login_name",
+    "email": "email",
+    "displayName": "display_name",
+    "groupId": "group_id",
+    "groupDisplayName": "group_display_name",
+    "groupDescription": "group_description",
+    "member": "member",
+}
 _LOOPBACK = {"localhost", "127.0.0.1", "::1"}
 _LOOPBACK_IPS = {"127.0.0.1", "::1"}
 
 
-def _kind(value: Any) -> str:
-    if value is None:
-        return "nothing"
-    return type(value).__name__.replace("Located", "").lower()
+def _https_url(node: Node) -> str:
+    """An https URL; plain http only to a loopback address (a local test provider)."""
+    text = node.url()
+    parts = urlsplit(text)
+    if parts.scheme != "https" and parts.hostname not in _LOOPBACK:
+        raise node.error("must use https (http is allowed only for loopback addresses)")
+    return text
 
 
-def _closest(key: str, allowed: frozenset[str]) -> str:
-    lowered = {a.lower(): a for a in allowed}
-    match = lowered.get(key.lower())
-    return f" (did you mean {match!r}?)" if match else ""
-
-
-def _required(fields: dict[str, _Node], name: str, parent: _Node) -> _Node:
-    node = fields.get(name)
-    if node is None or node.value is None:
-        raise ConfigError(
-            "is required",
-            source=parent.source,
-            line=parent.line,
-            field=f"{parent.path}.{name}" if parent.path else name,
-        )
-    return node
-
-
-def _secret(node: _Node) -> SecretRef:
+def _secret(node: Node) -> SecretRef:
     if isinstance(node.value, str):
         # Deliberately no echo of the value: it is probably the secret itself.
         raise node.error(
             "must reference the secret as {file: PATH} or {env: VARIABLE}, not a literal"
         )
-    fields = node.mapping(frozenset({"file", "env"}))
+    fields = node.fields(optional=_SECRET_KEYS)
     if len(fields) != 1:
         raise node.error("must have exactly one of 'file' or 'env'")
-    ((kind, value_node),) = fields.items()
-    location = value_node.string()
+    ((kind, value_node),) = fields
+    location = value_node.string(strip=True)
     if kind == "env":
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", location):
             raise value_node.error(f"{location!r} is not an environment variable name")
@@ -302,112 +269,114 @@ def _secret(node: _Node) -> SecretRef:
     return SecretRef("file", location)
 
 
-def parse_duration(node: _Node) -> float:
-    """``90``, ``"90s"``, ``"15m"``, ``"1h30m"`` → seconds."""
+def _interval(node: Node) -> float:
+    """``90`` (seconds) or a duration string (``"90s"``, ``"15m"``, ``"1h30m"``)."""
     value = node.value
     if isinstance(value, bool):
         raise node.error("must be a duration such as 30m or 1h")
     if isinstance(value, int | float):
         seconds = float(value)
     else:
-        text = node.string()
-        match = _DURATION_RE.fullmatch(text)
-        if not match or not any(match.groups()):
-            raise node.error(f"{text!r} is not a duration such as 90s, 30m or 1h")
-        h, m, s = (int(g) if g else 0 for g in match.groups())
-        seconds = float(h * 3600 + m * 60 + s)
+        try:
+            seconds = duration_seconds(node.string(strip=True))
+        except ValueError as exc:
+            raise node.error(str(exc)) from None
     if seconds < MIN_SYNC_INTERVAL_S:
         raise node.error(f"must be at least {MIN_SYNC_INTERVAL_S:g}s")
     return seconds
 
 
-_OIDC_KEYS = frozenset(
-    {
-        "name",
-        "clientId",
-        "clientSecret",
-        "providerConfig",
-        "redirectUri",
-        "scopes",
-        "offlineAccessConfig",
-        "users",
-    }
-)
 _CALLBACK_SUFFIX = "/v2/oidc/callback"
 # Marks a ``users`` field left out, so that ``parse_identity_provider`` can apply the
 # defaults that depend on the sync section (parsed after the OIDC list).
 _UNSET: tuple[str, ...] = ("\0unset",)
 
 
-def _oidc(node: _Node, default_name: str | None) -> OidcConfig:
-    f = node.mapping(_OIDC_KEYS)
-    if "name" in f:
-        name = f["name"].string()
+def _oidc(node: Node, default_name: str | None) -> OidcConfig:
+    f = node.fields(_OIDC_REQUIRED, _OIDC_OPTIONAL)
+    name_node = f.optional("name")
+    if name_node is not None:
+        name = name_node.string(strip=True)
     elif default_name is not None:
         name = default_name
     else:
         raise node.error("entries of a list of OIDC configurations need a 'name'")
     if not is_name(name):
-        raise (f.get("name") or node).error(f"{name!r} is not a DNS-1123 label")
-    provider = _required(f, "providerConfig", node).mapping(frozenset({"dynamic"}))
-    dynamic = _required(provider, "dynamic", _required(f, "providerConfig", node))
-    dyn = dynamic.mapping(frozenset({"configurationUri"}))
-    configuration_uri = _required(dyn, "configurationUri", dynamic).url(https_only=True)
-    scopes: tuple[str, ...] = DEFAULT_SCOPES
-    if "scopes" in f:
-        items = f["scopes"].items()
-        scopes = tuple(item.string() for item in items)
-        for item, scope in zip(items, scopes, strict=True):
-            if scope not in ALLOWED_SCOPES:
-                raise item.error(
-                    f"unknown scope {scope!r}; allowed: {', '.join(sorted(ALLOWED_SCOPES))}"
-                )
-        if len(set(scopes)) != len(scopes):
-            raise f["scopes"].error("lists a scope twice")
-    device_id = exchange_id = None
-    audience: tuple[str, ...] = ()
-    if "offlineAccessConfig" in f:
-        offline = f["offlineAccessConfig"].mapping(frozenset({"deviceCodeAuth", "tokenExchange"}))
-        if "deviceCodeAuth" in offline:
-            dca = offline["deviceCodeAuth"]
-            device_id = _required(dca.mapping(frozenset({"clientId"})), "clientId", dca).string()
-        if "tokenExchange" in offline:
-            tex = offline["tokenExchange"]
-            tex_fields = tex.mapping(frozenset({"clientId", "audience"}))
-            exchange_id = _required(tex_fields, "clientId", tex).string()
-            if "audience" in tex_fields:
-                audience = _strings(tex_fields["audience"])
-    source_types: tuple[str, ...] | None = None
-    organizations: tuple[str, ...] | None = None
-    if "users" in f:
-        users = f["users"].mapping(frozenset({"sourceTypes", "organizations"}))
-        if "sourceTypes" in users:
-            source_types = _strings(users["sourceTypes"], allow_empty=True)
-            for value in source_types:
-                if value not in DIRECTORY_SOURCE_TYPES:
-                    raise users["sourceTypes"].error(
-                        f"{value!r} is not a directory source type (LDAP or AZURE)"
-                    )
-        if "organizations" in users:
-            organizations = _organizations(users["organizations"], allow_empty=True)
-    redirect_node = _required(f, "redirectUri", node)
-    redirect_uri = redirect_node.url(https_only=True)
+        raise (name_node or node).error(f"{name!r} is not a DNS-1123 label")
+    provider = f.required("providerConfig").fields(_PROVIDER_KEYS)
+    dynamic = provider.required("dynamic").fields(_DYNAMIC_KEYS)
+    configuration_uri = _https_url(dynamic.required("configurationUri"))
+    device_id, exchange_id, audience = _offline_access(f.optional("offlineAccessConfig"))
+    source_types, organizations = _users(f.optional("users"))
     return OidcConfig(
         name=name,
-        client_id=_required(f, "clientId", node).string(),
-        client_secret=_secret(_required(f, "clientSecret", node)),
+        client_id=f.required("clientId").string(strip=True),
+        client_secret=_secret(f.required("clientSecret")),
         configuration_uri=configuration_uri,
-        redirect_uri=redirect_uri,
-        scopes=scopes,
+        redirect_uri=_https_url(f.required("redirectUri")),
+        scopes=_scopes(f.optional("scopes")),
         device_code_client_id=device_id,
         token_exchange_client_id=exchange_id,
         token_exchange_audience=audience,
-        user_source_types=source_types if source_types is not None else _UNSET,
-        user_organizations=organizations if organizations is not None else _UNSET,
+        user_source_types=source_types,
+        user_organizations=organizations,
     )
 
 
-def _check_callback(node: _Node, config: OidcConfig, *, default: bool) -> None:
+def _scopes(node: Node | None) -> tuple[str, ...]:
+    if node is None:
+        return DEFAULT_SCOPES
+    items = node.items()
+    scopes = tuple(item.string(strip=True) for item in items)
+    for item, scope in zip(items, scopes, strict=True):
+        if scope not in ALLOWED_SCOPES:
+            raise item.error(
+                f"unknown scope {scope!r}; allowed: {', '.join(sorted(ALLOWED_SCOPES))}"
+            )
+    if len(set(scopes)) != len(scopes):
+        raise node.error("lists a scope twice")
+    return scopes
+
+
+def _offline_access(node: Node | None) -> tuple[str | None, str | None, tuple[str, ...]]:
+    """``offlineAccessConfig``: (device-code client, token-exchange client, audiences)."""
+    if node is None:
+        return None, None, ()
+    offline = node.fields(optional=_OFFLINE_KEYS)
+    device_id = exchange_id = None
+    audience: tuple[str, ...] = ()
+    dca = offline.optional("deviceCodeAuth")
+    if dca is not None:
+        device_id = dca.fields(_DEVICE_KEYS).required("clientId").string(strip=True)
+    tex = offline.optional("tokenExchange")
+    if tex is not None:
+        tex_fields = tex.fields(_DEVICE_KEYS, _EXCHANGE_OPTIONAL)
+        exchange_id = tex_fields.required("clientId").string(strip=True)
+        aud = tex_fields.optional("audience")
+        if aud is not None:
+            audience = _strings(aud)
+    return device_id, exchange_id, audience
+
+
+def _users(node: Node | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``users``: (source types, organizations), each ``_UNSET`` when left out."""
+    if node is None:
+        return _UNSET, _UNSET
+    users = node.fields(optional=_USERS_KEYS)
+    source_types = organizations = _UNSET
+    types_node = users.optional("sourceTypes")
+    if types_node is not None:
+        source_types = _strings(types_node, allow_empty=True)
+        for value in source_types:
+            if value not in DIRECTORY_SOURCE_TYPES:
+                raise types_node.error(f"{value!r} is not a directory source type (LDAP or AZURE)")
+    orgs_node = users.optional("organizations")
+    if orgs_node is not None:
+        organizations = _organizations(orgs_node, allow_empty=True)
+    return source_types, organizations
+
+
+def _check_callback(node: Node, config: OidcConfig, *, default: bool) -> None:
     """``redirectUri`` must be this configuration's callback route, so the provider sends
     the browser to the handler that owns its ``state`` and the login cookie's path
     (derived from it) covers that request."""
@@ -426,89 +395,57 @@ def _check_callback(node: _Node, config: OidcConfig, *, default: bool) -> None:
     )
 
 
-_ATTRIBUTE_KEYS = {
-    "userId": "user_id",
-    "loginName": "login_name",
-    "email": "email",
-    "displayName": "display_name",
-    "groupId": "group_id",
-    "groupDisplayName": "group_display_name",
-    "groupDescription": "group_description",
-    "member": "member",
-}
-
-
-def _azure(node: _Node) -> AzureSyncConfig:
-    f = node.mapping(
-        frozenset({"clientId", "tenantId", "clientSecret", "graphBaseUrl", "authorityBaseUrl"})
-    )
+def _azure(node: Node) -> AzureSyncConfig:
+    f = node.fields(_AZURE_REQUIRED, _AZURE_OPTIONAL)
     extra: dict[str, str] = {}
-    if "graphBaseUrl" in f:
-        extra["graph_base_url"] = f["graphBaseUrl"].url(https_only=True).rstrip("/")
-    if "authorityBaseUrl" in f:
-        extra["authority_base_url"] = f["authorityBaseUrl"].url(https_only=True).rstrip("/")
-    tenant = _required(f, "tenantId", node).string()
+    for key, attr in (
+        ("graphBaseUrl", "graph_base_url"),
+        ("authorityBaseUrl", "authority_base_url"),
+    ):
+        url = f.optional(key)
+        if url is not None:
+            extra[attr] = _https_url(url).rstrip("/")
+    tenant_node = f.required("tenantId")
+    tenant = tenant_node.string(strip=True)
     if not re.fullmatch(r"[A-Za-z0-9.-]+", tenant):
-        raise f["tenantId"].error("must be a tenant GUID or domain name")
+        raise tenant_node.error("must be a tenant GUID or domain name")
     return AzureSyncConfig(
-        client_id=_required(f, "clientId", node).string(),
+        client_id=f.required("clientId").string(strip=True),
         tenant_id=tenant,
-        client_secret=_secret(_required(f, "clientSecret", node)),
+        client_secret=_secret(f.required("clientSecret")),
         **extra,
     )
 
 
-def _ldap(node: _Node) -> LdapSyncConfig:
-    f = node.mapping(
-        frozenset(
-            {
-                "url",
-                "bindDn",
-                "bindPassword",
-                "userBase",
-                "groupBase",
-                "userFilter",
-                "groupFilter",
-                "attributes",
-                "pageSize",
-                "timeout",
-                "startTls",
-                "caFile",
-            }
-        )
-    )
+def _ldap(node: Node) -> LdapSyncConfig:
+    f = node.fields(_LDAP_REQUIRED, _LDAP_OPTIONAL)
     kwargs: dict[str, Any] = {}
     for key, attr in (("userFilter", "user_filter"), ("groupFilter", "group_filter")):
-        if key in f:
-            text = f[key].string()
+        filter_node = f.optional(key)
+        if filter_node is not None:
+            text = filter_node.string(strip=True)
             if not (text.startswith("(") and text.endswith(")")):
-                raise f[key].error("must be an LDAP filter in parentheses")
+                raise filter_node.error("must be an LDAP filter in parentheses")
             kwargs[attr] = text
-    if "attributes" in f:
-        attrs = f["attributes"].mapping(frozenset(_ATTRIBUTE_KEYS))
+    attributes = f.optional("attributes")
+    if attributes is not None:
+        attrs = attributes.fields(optional=_ATTRIBUTE_KEYS)
         kwargs["attributes"] = LdapAttributes(
-            **{_ATTRIBUTE_KEYS[k]: v.string() for k, v in attrs.items()}
+            **{_ATTRIBUTE_KEYS[k]: v.string(strip=True) for k, v in attrs}
         )
-    if "pageSize" in f:
-        size = f["pageSize"].value
-        if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= 10000:
-            raise f["pageSize"].error("must be an integer from 1 to 10000")
-        kwargs["page_size"] = size
-    if "timeout" in f:
-        timeout = f["timeout"].value
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
-            raise f["timeout"].error("must be a positive number of seconds")
-        kwargs["timeout_s"] = float(timeout)
-    url_node = _required(f, "url", node)
+    page_size = f.optional("pageSize")
+    if page_size is not None:
+        kwargs["page_size"] = page_size.integer(1, 10000)
+    timeout = f.optional("timeout")
+    if timeout is not None:
+        kwargs["timeout_s"] = timeout.number(0, above=True)
+    url_node = f.required("url")
     url = url_node.url(schemes=("ldap", "ldaps"))
-    start_tls = False
-    if "startTls" in f:
-        if not isinstance(f["startTls"].value, bool):
-            raise f["startTls"].error("must be true or false")
-        start_tls = f["startTls"].value
+    tls_node = f.optional("startTls")
+    start_tls = tls_node.boolean() if tls_node is not None else False
     parts = urlsplit(url)
-    if start_tls and parts.scheme == "ldaps":
-        raise f["startTls"].error("ldaps:// is TLS already; StartTLS is for ldap:// URLs")
+    if tls_node is not None and start_tls and parts.scheme == "ldaps":
+        raise tls_node.error("ldaps:// is TLS already; StartTLS is for ldap:// URLs")
     if parts.scheme == "ldap" and not start_tls and parts.hostname not in _LOOPBACK_IPS:
         # The bind password and the whole directory would cross the network in clear.
         raise url_node.error(
@@ -516,51 +453,42 @@ def _ldap(node: _Node) -> LdapSyncConfig:
             "or set startTls: true"
         )
     kwargs["start_tls"] = start_tls
-    if "caFile" in f:
-        kwargs["ca_file"] = f["caFile"].string()
+    ca_file = f.optional("caFile")
+    if ca_file is not None:
+        kwargs["ca_file"] = ca_file.string(strip=True)
     return LdapSyncConfig(
         url=url,
-        bind_dn=_required(f, "bindDn", node).string(),
-        bind_password=_secret(_required(f, "bindPassword", node)),
-        user_base=_required(f, "userBase", node).string(),
-        group_base=_required(f, "groupBase", node).string(),
+        bind_dn=f.required("bindDn").string(strip=True),
+        bind_password=_secret(f.required("bindPassword")),
+        user_base=f.required("userBase").string(strip=True),
+        group_base=f.required("groupBase").string(strip=True),
         **kwargs,
     )
 
 
-def _sync(node: _Node) -> SyncConfig:
-    f = node.mapping(frozenset({"interval", "azure", "ldap", "organizations", "maxDeletePercent"}))
-    sources = [k for k in ("azure", "ldap") if k in f and f[k].value is not None]
-    if len(sources) != 1:
+def _sync(node: Node) -> SyncConfig:
+    f = node.fields(_SYNC_REQUIRED, _SYNC_OPTIONAL)
+    azure, ldap = f.present("azure"), f.present("ldap")
+    if (azure is None) == (ldap is None):
         raise node.error("must configure exactly one source: 'azure' or 'ldap'")
-    interval = parse_duration(f["interval"]) if "interval" in f else DEFAULT_SYNC_INTERVAL_S
-    organizations = _organizations(_required(f, "organizations", node))
-    percent = DEFAULT_MAX_DELETE_PERCENT
-    if "maxDeletePercent" in f:
-        value = f["maxDeletePercent"].value
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 100:
-            raise f["maxDeletePercent"].error("must be an integer from 0 to 100")
-        percent = value
-    if sources[0] == "azure":
-        return SyncConfig(
-            interval_s=interval,
-            azure=_azure(f["azure"]),
-            organizations=organizations,
-            max_delete_percent=percent,
-        )
+    interval = f.optional("interval")
+    percent = f.optional("maxDeletePercent")
     return SyncConfig(
-        interval_s=interval,
-        ldap=_ldap(f["ldap"]),
-        organizations=organizations,
-        max_delete_percent=percent,
+        interval_s=_interval(interval) if interval is not None else DEFAULT_SYNC_INTERVAL_S,
+        azure=_azure(azure) if azure is not None else None,
+        ldap=_ldap(ldap) if ldap is not None else None,
+        organizations=_organizations(f.required("organizations")),
+        max_delete_percent=(
+            percent.integer(0, 100) if percent is not None else DEFAULT_MAX_DELETE_PERCENT
+        ),
     )
 
 
-def _strings(node: _Node, *, allow_empty: bool = False) -> tuple[str, ...]:
+def _strings(node: Node, *, allow_empty: bool = False) -> tuple[str, ...]:
     """A string or a list of unique strings."""
     if isinstance(node.value, str):
-        return (node.string(),)
-    values = tuple(item.string() for item in node.items())
+        return (node.string(strip=True),)
+    values = tuple(item.string(strip=True) for item in node.items())
     if not values and not allow_empty:
         raise node.error("must not be empty")
     if len(set(values)) != len(values):
@@ -568,11 +496,12 @@ def _strings(node: _Node, *, allow_empty: bool = False) -> tuple[str, ...]:
     return values
 
 
-def _organizations(node: _Node, *, allow_empty: bool = False) -> tuple[str, ...]:
-    names = tuple(item.string() for item in node.items())
+def _organizations(node: Node, *, allow_empty: bool = False) -> tuple[str, ...]:
+    items = node.items()
+    names = tuple(item.string(strip=True) for item in items)
     if not names and not allow_empty:
         raise node.error("must list at least one organization")
-    for item, name in zip(node.items(), names, strict=True):
+    for item, name in zip(items, names, strict=True):
         if not is_name(name):
             raise item.error(f"{name!r} is not an organization name (a DNS-1123 label)")
     if len(set(names)) != len(names):
@@ -584,15 +513,16 @@ def parse_identity_provider(
     value: Any, *, source: str | None = None, line: int | None = None
 ) -> IdentityProviderConfig:
     """Validate the ``identityProvider`` mapping (already overridden from the environment)."""
-    root = _Node(value, "spec.identityProvider", source, line)
     if value is None:
         return IdentityProviderConfig()
-    f = root.mapping(frozenset({"oidc", "sync"}))
+    root = Node(value, source=source, path="spec.identityProvider", line=line)
+    f = root.fields(optional=_ROOT_KEYS)
     oidc: tuple[OidcConfig, ...] = ()
-    if "oidc" in f and f["oidc"].value is not None:
-        node = f["oidc"]
+    node = f.present("oidc")
+    if node is not None:
+        entries = node.items() if isinstance(node.value, list) else [node]
         if isinstance(node.value, list):
-            oidc = tuple(_oidc(item, None) for item in node.items())
+            oidc = tuple(_oidc(item, None) for item in entries)
             if not oidc:
                 raise node.error("must list at least one OIDC configuration")
         else:
@@ -601,11 +531,10 @@ def parse_identity_provider(
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise node.error(f"OIDC configuration names must be unique: {', '.join(dupes)}")
-        entries = node.items() if isinstance(node.value, list) else [node]
         for i, (entry, config) in enumerate(zip(entries, oidc, strict=True)):
-            fields = entry.mapping(_OIDC_KEYS)
-            _check_callback(fields["redirectUri"], config, default=i == 0)
-    sync = _sync(f["sync"]) if "sync" in f and f["sync"].value is not None else None
+            _check_callback(entry.child("redirectUri"), config, default=i == 0)
+    sync_node = f.present("sync")
+    sync = _sync(sync_node) if sync_node is not None else None
     return IdentityProviderConfig(
         oidc=tuple(_user_defaults(c, sync, default=i == 0) for i, c in enumerate(oidc)),
         sync=sync,
@@ -659,15 +588,14 @@ def _deep_copy(value: Any) -> Any:
 
 
 _KNOWN_KEYS = frozenset(
-    _OIDC_KEYS
-    | {"oidc", "sync", "dynamic", "configurationUri", "deviceCodeAuth", "tokenExchange"}
-    | {"interval", "azure", "ldap", "organizations", "tenantId", "graphBaseUrl"}
-    | {"authorityBaseUrl"}
-    | {"url", "bindDn", "bindPassword", "userBase", "groupBase", "userFilter", "groupFilter"}
-    | {"attributes", "pageSize", "timeout", "file", "env", "startTls", "caFile"}
-    | {"audience", "users", "sourceTypes", "maxDeletePercent"}
-    | set(_ATTRIBUTE_KEYS)
+    (
+        *(*_ROOT_KEYS, *_OIDC_REQUIRED, *_OIDC_OPTIONAL, *_PROVIDER_KEYS, *_DYNAMIC_KEYS),
+        *(*_OFFLINE_KEYS, *_DEVICE_KEYS, *_EXCHANGE_OPTIONAL, *_USERS_KEYS, *_SECRET_KEYS),
+        *(*_SYNC_REQUIRED, *_SYNC_OPTIONAL, *_AZURE_REQUIRED, *_AZURE_OPTIONAL),
+        *(*_LDAP_REQUIRED, *_LDAP_OPTIONAL, *_ATTRIBUTE_KEYS),
+    )
 )
+"""Every key of the section: what an environment override may name."""
 
 
 def _canonical(segment: str, existing: Any) -> str:
@@ -721,19 +649,16 @@ def load_identity_provider(
     A missing section means identity features are off (``oidc_enabled`` is
     false), which is what ``/v2/oidc/configuration`` reports.
     """
-    document = load_yaml(path)
-    source = str(path)
-    section: Any = None
-    line: int | None = None
-    if document is not None:
-        if not isinstance(document, Mapping):
-            raise ConfigError("the install config must be a mapping", source=source)
-        spec = document.get("spec")
-        if spec is not None and not isinstance(spec, Mapping):
-            raise ConfigError("must be a mapping", source=source, field="spec")
-        if spec is not None:
-            section = spec.get("identityProvider")
-            line = spec.line_of("identityProvider") if isinstance(spec, LocatedDict) else None
+    root = Node(load_yaml(path), source=str(path))
+    section = Node(None, line=root.line)
+    if root.value is not None:
+        if not isinstance(root.value, dict):
+            raise root.error(f"the install config must be a mapping, got {kind_of(root.value)}")
+        spec = root.child("spec")
+        if spec.value is not None:
+            if not isinstance(spec.value, dict):
+                raise spec.error(f"must be a mapping, got {kind_of(spec.value)}")
+            section = spec.child("identityProvider")
     env = os.environ if environ is None else environ
-    section = apply_env_overrides(section, env)
-    return parse_identity_provider(section, source=source, line=line)
+    value = apply_env_overrides(section.value, env)
+    return parse_identity_provider(value, source=str(path), line=section.line)

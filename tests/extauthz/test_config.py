@@ -111,7 +111,7 @@ def load(tmp_path: Path, text: str) -> Path:
             BASE + "        - jwks: {uri: 'ftp://idp/keys'}\n",
             8,
             "policies[0].jwt.keys[1].jwks.uri",
-            "http(s)",
+            "must be an absolute http/https URL, got 'ftp://idp/keys'",
         ),
         (
             BASE + "        - jwks: {uri: 'https://idp/keys', cacheSecond: 5}\n",
@@ -127,7 +127,7 @@ def load(tmp_path: Path, text: str) -> Path:
         ),
         (BASE + BASE.split("policies:\n")[1], 8, "policies[1].name", "duplicate"),
         ("defaultPolicy: [p]\n", 1, "defaultPolicy", "non-empty string"),
-        ("policies: []\n", None, "defaultPolicy", "missing"),
+        ("policies: []\n", 1, "defaultPolicy", "is required"),
         ("defaultPolicy: p\n  bad: [\n", 2, None, "invalid YAML"),
     ],
 )

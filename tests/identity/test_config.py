@@ -167,7 +167,7 @@ def test_environment_overrides_apply_before_validation(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("old", "new", "message"),
     [
-        ("clientId: web\n", "clientID: web\n", "unknown field (did you mean 'clientId'?)"),
+        ("clientId: web\n", "clientID: web\n", "unknown key 'clientID' (did you mean 'clientId'?)"),
         ("clientSecret: {file: SECRET_FILE}", "clientSecret: hunter2", "not a literal"),
         ("clientSecret: {file: SECRET_FILE}", "clientSecret: {file: a, env: B}", "exactly one"),
         (
@@ -209,7 +209,7 @@ def test_environment_overrides_apply_before_validation(tmp_path: Path) -> None:
         (
             "tokenExchange: {clientId: robot}",
             "tokenExchange: {clientId: robot, aud: x}",
-            "unknown field",
+            "unknown key 'aud'; allowed: audience, clientId",
         ),
         (
             "scopes: [email]",
