@@ -46,6 +46,7 @@ Pure: no I/O; table-tested in ``tests/agent/test_redact.py``.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 from typing import Any
@@ -193,6 +194,8 @@ _VALUE = re.compile(
     re.IGNORECASE,
 )
 _PARAMETER_END = re.compile(r"[\s&;,]")
+_SCHEMES = ("bearer", "basic", "digest", "negotiate", "token")
+_CACHED_NAME = 128
 
 
 def words(name: str) -> list[str]:
@@ -207,6 +210,11 @@ def _is_about(parts: list[str]) -> bool:
 
 def is_secret_name(name: str) -> bool:
     """Whether the value of a field, header or parameter called ``name`` is a secret."""
+    # Answers repeat the same few hundred names: remember short ones (a bounded cache).
+    return _secret_name(name) if len(name) <= _CACHED_NAME else _judge(name)
+
+
+def _judge(name: str) -> bool:
     parts = words(name)
     if _is_about(parts):
         return False
@@ -214,6 +222,9 @@ def is_secret_name(name: str) -> bool:
         return True
     pairs = itertools.pairwise(parts)
     return any(second in ("key", "keys") and first in _SECRET_KEY_KINDS for first, second in pairs)
+
+
+_secret_name = functools.lru_cache(maxsize=4096)(_judge)
 
 
 def _keeps(value: Any) -> bool:
@@ -225,8 +236,19 @@ def _keeps(value: Any) -> bool:
     )
 
 
+def _may_hold_credential(text: str) -> bool:
+    """Cheap test first: most strings of an answer (names, stat names, paths) hold
+    no separator, no PEM block and no auth scheme, and need no closer look."""
+    if ":" in text or "=" in text or "," in text or "-----BEGIN" in text:
+        return True
+    lowered = text.lower()
+    return any(scheme in lowered for scheme in _SCHEMES)
+
+
 def redact_text(text: str) -> tuple[str, int]:
     """``text`` with every credential it shows replaced, and how many were."""
+    if not _may_hold_credential(text):
+        return text, 0  # most strings of an answer (names, stats, paths): nothing to look at
     text, pem = _PEM_PRIVATE_BLOCK.subn(REDACTED, text)
     text, url = _URL_PASSWORD.subn(rf"\1{REDACTED}\2", text)
     text, pairs = _redact_pairs(text)
@@ -245,8 +267,12 @@ def _redact_pairs(text: str) -> tuple[str, int]:
     at = 0
     while (found := _NAME_SEP.search(text, at)) is not None:
         at = found.end()
+        # The name first: matching a value runs to the end of the line, and doing
+        # that for every ``a:`` of a hostile line would take quadratic time.
+        if not is_secret_name(found.group("name").strip("'\"")):
+            continue
         value = _VALUE.match(text, at)
-        if value is None or not is_secret_name(found.group("name").strip("'\"")):
+        if value is None:
             continue
         raw = value.group(0)
         quote = raw[0] if len(raw) > 1 and raw[0] in "'\"" and raw[-1] == raw[0] else ""
@@ -294,7 +320,7 @@ def redact(document: Any) -> tuple[Any, int]:
         if isinstance(value, list):
             return [walk(item) for item in value]
         if isinstance(value, str):
-            if _PEM_PRIVATE.search(value):
+            if "-----BEGIN" in value and _PEM_PRIVATE.search(value):
                 count += 1
                 return REDACTED
             clean, n = redact_text(value)

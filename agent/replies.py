@@ -12,6 +12,7 @@ remember to redact, and a new one cannot forget.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -23,6 +24,14 @@ from meshplane.proto.tunnel.v1 import tunnel_pb2 as pb
 CHUNK_BYTES = 256 * 1024
 
 Put = Callable[[pb.Reply], Awaitable[None]]
+
+
+def _encode(payload: dict[str, Any], count_as: str) -> bytes:
+    """Redacted JSON; in a worker thread, since a config dump can take seconds."""
+    clean, count = redact(payload)
+    if count_as:
+        clean[count_as] = count
+    return json.dumps(clean, separators=(",", ":")).encode()
 
 
 def _status(code: StatusCode, message: str = "", field: str = "") -> pb.Status:
@@ -46,10 +55,7 @@ class Replies:
     ) -> None:
         """One instance's JSON answer (redacted; with ``count_as`` naming the field that
         reports how many values were), in chunks, then its ``instance_done``."""
-        clean, count = redact(payload)
-        if count_as:
-            clean[count_as] = count
-        body = json.dumps(clean, separators=(",", ":")).encode()
+        body = await asyncio.to_thread(_encode, payload, count_as)
         for start in range(0, len(body), CHUNK_BYTES):
             chunk = pb.Chunk(instance=workload.instance, data=body[start : start + CHUNK_BYTES])
             await self._put(pb.Reply(id=self.call_id, chunk=chunk))
