@@ -9,37 +9,16 @@ by rules that do not depend on the Envoy version. :mod:`agent.replies` is the
 one path answers leave by, and it calls :func:`redact` (JSON answers) and
 :func:`redact_text` (log lines, error messages) on all of them.
 
-**Names.** A key name is split into lower-case words (``snake_case``,
-``camelCase``, ``kebab-case``, dots: ``awsSecretAccessKey`` is ``aws secret
-access key``). It names a secret (:func:`is_secret_name`) when
-
-- a word is a credential word (``password``, ``secret``, ``token``,
-  ``credential``, ``authorization``, ``cookie``, ...), or two adjacent
-  words are a credential key (``private key``, ``api key``, ``access key``,
-  ``signing key``, ...);
-- unless the last word says the key is *about* a secret, not the secret
-  itself (``token_endpoint``, ``password_file``,
-  ``tls_certificate_sds_secret_configs``, ``cookie_names``), or the first
-  word is a quantity (``max_tokens``); so ``tokens_per_fill``,
-  ``token_bucket``, ``keyspace``, ``primary_key_hash`` stay visible.
-
-**Values.** Under a secret name a scalar is replaced by ``[redacted]``; an
-object or list is walked with every scalar in it replaced, except the
-fields whose own name is about the secret (``name``, ``filename``,
-``sds_config``, ``client_id``, ...: ``token_secret: {name, sds_config}``
-stays readable).
-What cannot be a credential is kept wherever it is: ``null``, booleans,
-``""``, Envoy's own ``[redacted]`` (not counted again), a PEM certificate
-(public by design) and Envoy's log level names (``/logging`` maps logger
-names such as ``secret`` to levels). Header objects ``{key, value}`` whose
-``key`` is a secret name have their ``value`` replaced.
-
-**Text** (log lines, error messages, and every string inside a JSON
-answer, e.g. ``/server_info``'s ``config_yaml``): PEM private key blocks;
-``Bearer``/``Basic``/... credentials; ``name: value``, ``name=value``,
-``"name": "value"`` and Envoy's ``'name', 'value'`` header dumps whose name
-is a secret name; passwords in URLs (``scheme://user:PASSWORD@host``). Inside
-a JSON answer a string holding a private key is replaced whole.
+The rules, stated for operators in ``docs/agent.md`` (*Redaction*), in short:
+a key name is split into words (``awsSecretAccessKey`` is ``aws secret access
+key``) and is secret when a word is a credential word or two words make a
+credential key (``api key``), unless its last word says it is *about* a
+secret (``token_endpoint``, ``cookie_names``) or its first a quantity
+(``max_tokens``); under a secret name every value is replaced but those of
+fields about it (``token_secret: {name, sds_config}`` stays readable); what
+cannot be a credential (booleans, certificates, log levels, Envoy's own
+``[redacted]``) is kept; text is searched for private keys, auth schemes,
+``name: value`` pairs with secret names and passwords in URLs.
 
 Pure: no I/O; table-tested in ``tests/agent/test_redact.py``.
 """
@@ -176,8 +155,11 @@ _PEM_PRIVATE_BLOCK = re.compile(
     r"-----BEGIN ([A-Z0-9 ]*PRIVATE KEY)-----.*?(?:-----END \1-----|\Z)", re.DOTALL
 )
 _PEM_CERTIFICATE = re.compile(r"^\s*-----BEGIN (?:TRUSTED )?CERTIFICATE-----")
+# An auth scheme then something shaped like a credential (8+ characters, a digit or a
+# symbol in it), so that prose such as "Basic authentication" stays readable.
 _SCHEME_CREDENTIAL = re.compile(
-    r"\b(Bearer|Basic|Digest|Negotiate|Token)(\s+)(?!\[redacted\])[A-Za-z0-9._~+/=\-]+",
+    r"\b(Bearer|Basic|Digest|Negotiate)(\s+)"
+    r"(?=[A-Za-z0-9._~+/=\-]{8})(?=[A-Za-z]*[0-9._~+/=\-])[A-Za-z0-9._~+/=\-]+",
     re.IGNORECASE,
 )
 _URL_PASSWORD = re.compile(r"(\b[a-z][a-z0-9+.\-]*://[^\s:/@]*:)[^\s/@]+(@)", re.IGNORECASE)
@@ -194,7 +176,9 @@ _VALUE = re.compile(
     re.IGNORECASE,
 )
 _PARAMETER_END = re.compile(r"[\s&;,]")
-_SCHEMES = ("bearer", "basic", "digest", "negotiate", "token")
+_SCHEMES = ("bearer", "basic", "digest", "negotiate")
+# HeaderValue: ``value`` and, in newer Envoys, ``raw_value`` (bytes).
+_HEADER_VALUE_FIELDS = frozenset({"value", "raw_value"})
 _CACHED_NAME = 128
 
 
@@ -287,6 +271,19 @@ def _redact_pairs(text: str) -> tuple[str, int]:
     return "".join(out), count
 
 
+def _guarded_fields(value: dict[str, Any]) -> frozenset[str] | tuple[str, ...]:
+    """The fields of a header (``{key, value}``) or of a header or query parameter
+    matcher (``{name, exact_match | string_match | ...}``) that hold the value of a
+    secret-named header: ``x-api-key: abc`` matched by a route is a secret too."""
+    header = value.get("key")
+    if isinstance(header, str) and is_secret_name(header):
+        return _HEADER_VALUE_FIELDS
+    name = value.get("name")
+    if isinstance(name, str) and is_secret_name(name):
+        return tuple(key for key in value if key.endswith("_match"))
+    return ()
+
+
 def redact(document: Any) -> tuple[Any, int]:
     """A copy of the JSON ``document`` with every secret replaced, and how many were."""
     count = 0
@@ -309,12 +306,9 @@ def redact(document: Any) -> tuple[Any, int]:
     def walk(value: Any) -> Any:
         nonlocal count
         if isinstance(value, dict):
-            header = value.get("key")
-            secret_header = isinstance(header, str) and is_secret_name(header)
+            guarded = _guarded_fields(value)
             return {
-                key: secret(item)
-                if is_secret_name(key) or (secret_header and key == "value")
-                else walk(item)
+                key: secret(item) if key in guarded or is_secret_name(key) else walk(item)
                 for key, item in value.items()
             }
         if isinstance(value, list):

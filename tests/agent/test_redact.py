@@ -153,6 +153,33 @@ def test_ordinary_names(name: str) -> None:
             1,
         ),
         (
+            {"header": {"key": "x-api-key", "raw_value": "YWJj"}},
+            {"header": {"key": "x-api-key", "raw_value": REDACTED}},
+            1,
+        ),
+        # a route or query parameter matcher on a credential holds the credential
+        (
+            {"name": "x-api-key", "string_match": {"exact": "k1", "ignore_case": False}},
+            {"name": "x-api-key", "string_match": {"exact": REDACTED, "ignore_case": False}},
+            1,
+        ),
+        (
+            {"name": "api_key", "exact_match": "k2", "invert_match": False},
+            {"name": "api_key", "exact_match": REDACTED, "invert_match": False},
+            1,
+        ),
+        (
+            {"name": "authorization", "present_match": True},
+            {"name": "authorization", "present_match": True},
+            0,
+        ),
+        # an object merely named like a secret keeps its fields
+        (
+            {"name": "token-service", "type": "STRICT_DNS", "connect_timeout": "1s"},
+            {"name": "token-service", "type": "STRICT_DNS", "connect_timeout": "1s"},
+            0,
+        ),
+        (
             {"header": {"key": "x-request-id", "value": "keep"}},
             {"header": {"key": "x-request-id", "value": "keep"}},
             0,
@@ -241,6 +268,9 @@ def test_redact_does_not_change_its_input() -> None:
         ),
         ("cluster 'backend' token_bucket: 5", "cluster 'backend' token_bucket: 5"),
         ("https://host:8443/path@v2", "https://host:8443/path@v2"),
+        ("Basic authentication failed", "Basic authentication failed"),
+        ("the bearer token is expired", "the bearer token is expired"),
+        ("Jwt verification fails: Jwt is expired", "Jwt verification fails: Jwt is expired"),
     ],
 )
 def test_redact_text(line: str, expected: str) -> None:
