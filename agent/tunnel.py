@@ -112,13 +112,11 @@ class Tunnel:
             except Exception as exc:
                 failure = exc
                 log.error("tunnel session crashed", exc_info=exc)
-            else:
-                if stop.is_set():
-                    return
-                backoff.reset()
-                self.metrics.connects.labels("ok").inc()
             if stop.is_set():
                 return
+            if failure is None:  # the management plane closed the stream
+                backoff.reset()
+                self.metrics.connects.labels("ok").inc()
             wait = backoff.next_wait()
             if failure is not None:
                 self._log_failure(failure, wait)
