@@ -220,24 +220,28 @@ def _keeps(value: Any) -> bool:
     )
 
 
-def _may_hold_credential(text: str) -> bool:
-    """Cheap test first: most strings of an answer (names, stat names, paths) hold
-    no separator, no PEM block and no auth scheme, and need no closer look."""
-    if ":" in text or "=" in text or "," in text or "-----BEGIN" in text:
-        return True
-    lowered = text.lower()
-    return any(scheme in lowered for scheme in _SCHEMES)
-
-
 def redact_text(text: str) -> tuple[str, int]:
-    """``text`` with every credential it shows replaced, and how many were."""
-    if not _may_hold_credential(text):
-        return text, 0  # most strings of an answer (names, stats, paths): nothing to look at
-    text, pem = _PEM_PRIVATE_BLOCK.subn(REDACTED, text)
-    text, url = _URL_PASSWORD.subn(rf"\1{REDACTED}\2", text)
-    text, pairs = _redact_pairs(text)
-    text, schemes = _SCHEME_CREDENTIAL.subn(rf"\1\2{REDACTED}", text)
-    return text, pem + url + pairs + schemes
+    """``text`` with every credential it shows replaced, and how many were.
+
+    Each rule runs only when a plain substring test says it may apply: most
+    strings of an answer (names, stat names, paths) and most log lines need
+    none, and a log stream passes every line through here.
+    """
+    count = 0
+    if "-----BEGIN" in text:
+        text, n = _PEM_PRIVATE_BLOCK.subn(REDACTED, text)
+        count += n
+    if "://" in text:
+        text, n = _URL_PASSWORD.subn(rf"\1{REDACTED}\2", text)
+        count += n
+    if ":" in text or "=" in text or "," in text:
+        text, n = _redact_pairs(text)
+        count += n
+    lowered = text.lower()
+    if any(scheme in lowered for scheme in _SCHEMES):
+        text, n = _SCHEME_CREDENTIAL.subn(rf"\1\2{REDACTED}", text)
+        count += n
+    return text, count
 
 
 def _redact_pairs(text: str) -> tuple[str, int]:
@@ -278,9 +282,10 @@ def _guarded_fields(value: dict[str, Any]) -> frozenset[str] | tuple[str, ...]:
     header = value.get("key")
     if isinstance(header, str) and is_secret_name(header):
         return _HEADER_VALUE_FIELDS
+    matches = tuple(key for key in value if key.endswith("_match"))
     name = value.get("name")
-    if isinstance(name, str) and is_secret_name(name):
-        return tuple(key for key in value if key.endswith("_match"))
+    if matches and isinstance(name, str) and is_secret_name(name):
+        return matches
     return ()
 
 
