@@ -3,8 +3,9 @@
 The service layer of the agent: it checks the call's fields
 (:mod:`agent.contract`), resolves the workload to proxies through the
 ``ProxySource``, builds the allow-listed admin requests (:mod:`agent.admin`),
-sends them to every selected instance at once, shapes and redacts the
-answers, and sends them back in chunks:
+sends them to every selected instance at once, shapes the answers, and
+hands them to :class:`agent.replies.Replies`, the one path out, which
+redacts and chunks them:
 
 - per instance, the JSON answer as ``chunk`` messages then ``instance_done``
   (or ``instance_done`` with the instance's error), so one hung proxy does
@@ -26,6 +27,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from agent import admin, contract
@@ -33,15 +35,12 @@ from agent.contract import FieldError, StatusCode
 from agent.discovery import LogEntry, LogRequest, LogsUnavailable, Proxy, ProxySource, select
 from agent.envoy_admin import AdminCallError, AdminClient
 from agent.logtail import rfc3339
-from agent.redact import redact
+from agent.replies import Replies
 from meshplane.proto.tunnel.v1 import tunnel_pb2 as pb
 
 log = logging.getLogger(__name__)
 
-CHUNK_BYTES = 256 * 1024
 DEFAULT_TIMEOUT_SECONDS = 10.0
-
-Send = Callable[[pb.Reply], Awaitable[None]]
 
 
 class CallFailed(Exception):
@@ -50,10 +49,6 @@ class CallFailed(Exception):
     def __init__(self, code: StatusCode, message: str, field: str = "") -> None:
         super().__init__(message)
         self.code, self.message, self.field = code, message, field
-
-
-def status(code: StatusCode, message: str = "", field: str = "") -> pb.Status:
-    return pb.Status(code=int(code), message=message, field=field)
 
 
 def _json(body: bytes, proxy: Proxy, path: str) -> Any:
@@ -70,22 +65,20 @@ class Diagnostics:
         self.source = source
         self.admin = admin_client
 
-    async def run(self, call: pb.Call, send: Send) -> None:
-        """Answer ``call`` through ``send``; always ends with a ``done`` reply
+    async def run(self, call: pb.Call, replies: Replies) -> None:
+        """Answer ``call`` through ``replies``; always ends with a ``done`` reply
         (unless cancelled: the management plane gave up on it)."""
         try:
-            await self._run(call, send)
+            await self._run(call, replies)
         except CallFailed as exc:
-            await send(pb.Reply(id=call.id, done=status(exc.code, exc.message, exc.field)))
+            await replies.done(exc.code, exc.message, exc.field)
             return
         except FieldError as exc:
-            await send(
-                pb.Reply(id=call.id, done=status(StatusCode.INVALID_ARGUMENT, str(exc), exc.field))
-            )
+            await replies.done(StatusCode.INVALID_ARGUMENT, str(exc), exc.field)
             return
-        await send(pb.Reply(id=call.id, done=status(StatusCode.OK)))
+        await replies.done(StatusCode.OK)
 
-    async def _run(self, call: pb.Call, send: Send) -> None:
+    async def _run(self, call: pb.Call, replies: Replies) -> None:
         target = call.target
         contract.check_workload(target.namespace, target.workload, target.instance)
         operation = call.WhichOneof("operation")
@@ -100,14 +93,12 @@ class Diagnostics:
                 what += f" instance {target.instance}"
             raise CallFailed(StatusCode.NOT_FOUND, f"no proxy of workload {what} is known")
         if operation == "stream_logs":
-            await self._stream_logs(call, proxies, send)
+            await self._stream_logs(call, proxies, replies)
             return
         assert fetch is not None
-        await asyncio.gather(*(self._one(call.id, p, fetch, send) for p in proxies))
+        await asyncio.gather(*(self._one(p, fetch, replies) for p in proxies))
 
-    def _fetcher(
-        self, call: pb.Call, operation: str | None, within: float
-    ) -> Callable[[Proxy], Awaitable[dict[str, Any]]] | None:
+    def _fetcher(self, call: pb.Call, operation: str | None, within: float) -> _Unary | None:
         """The per-proxy work of a unary operation (its fields checked now)."""
         if operation == "cluster_stats":
             request = admin.cluster_stats()
@@ -115,7 +106,7 @@ class Diagnostics:
             async def cluster_stats(proxy: Proxy) -> dict[str, Any]:
                 return {"clusterStats": await self._get_json(proxy, request, within)}
 
-            return cluster_stats
+            return _Unary(cluster_stats)
         if operation == "server_stats":
             op = call.server_stats
             stats_request = admin.server_stats(op.filter, op.used_only)
@@ -128,18 +119,16 @@ class Diagnostics:
                 )
                 return {"serverInfo": info, "stats": stats.get("stats", [])}
 
-            return server_stats
+            return _Unary(server_stats)
         if operation == "config_dump":
             cd = call.config_dump
             dump_request = admin.config_dump(cd.resource, cd.mask, cd.include_eds)
             field = "resource" if cd.resource else "mask"
 
             async def config_dump(proxy: Proxy) -> dict[str, Any]:
-                dump = await self._get_json(proxy, dump_request, within, field=field)
-                clean, count = redact(dump)
-                return {"configDump": clean, "redactedFields": count}
+                return {"configDump": await self._get_json(proxy, dump_request, within, field)}
 
-            return config_dump
+            return _Unary(config_dump, count_as="redactedFields")
         if operation in ("get_loggers", "set_loggers"):
             if operation == "get_loggers":
                 log_request = admin.get_loggers()
@@ -156,7 +145,7 @@ class Diagnostics:
                     raise _refused(proxy, "/logging", answer.status, text, field)
                 return {"levels": admin.parse_loggers(text)}
 
-            return loggers
+            return _Unary(loggers)
         if operation == "stream_logs":
             contract.check_stream(
                 call.stream_logs.tail_lines if call.stream_logs.HasField("tail_lines") else None,
@@ -178,36 +167,19 @@ class Diagnostics:
             raise _refused(proxy, request.path, answer.status, text, field)
         return _json(answer.body, proxy, request.path)
 
-    async def _one(
-        self,
-        call_id: int,
-        proxy: Proxy,
-        fetch: Callable[[Proxy], Awaitable[dict[str, Any]]],
-        send: Send,
-    ) -> None:
-        workload = pb.Workload(
-            namespace=proxy.namespace, workload=proxy.workload, instance=proxy.instance
-        )
+    async def _one(self, proxy: Proxy, unary: _Unary, replies: Replies) -> None:
+        workload = _workload(proxy)
         try:
-            payload = await fetch(proxy)
+            payload = await unary.fetch(proxy)
         except AdminCallError as exc:
-            done = pb.InstanceDone(workload=workload, status=status(exc.code, exc.message))
-            await send(pb.Reply(id=call_id, instance_done=done))
+            await replies.instance_done(workload, exc.code, exc.message)
             return
         except _Refused as exc:
-            done = pb.InstanceDone(
-                workload=workload, status=status(exc.code, exc.message, exc.field)
-            )
-            await send(pb.Reply(id=call_id, instance_done=done))
+            await replies.instance_done(workload, exc.code, exc.message, exc.field)
             return
-        body = json.dumps(payload, separators=(",", ":")).encode()
-        for start in range(0, len(body), CHUNK_BYTES):
-            chunk = pb.Chunk(instance=proxy.instance, data=body[start : start + CHUNK_BYTES])
-            await send(pb.Reply(id=call_id, chunk=chunk))
-        done = pb.InstanceDone(workload=workload, status=status(StatusCode.OK))
-        await send(pb.Reply(id=call_id, instance_done=done))
+        await replies.answer(workload, payload, count_as=unary.count_as)
 
-    async def _stream_logs(self, call: pb.Call, proxies: list[Proxy], send: Send) -> None:
+    async def _stream_logs(self, call: pb.Call, proxies: list[Proxy], replies: Replies) -> None:
         op = call.stream_logs
         request = LogRequest(
             follow=op.follow,
@@ -215,26 +187,15 @@ class Diagnostics:
             since_seconds=op.since_seconds if op.HasField("since_seconds") else None,
         )
 
-        def workload_of(proxy: Proxy) -> pb.Workload:
-            return pb.Workload(
-                namespace=proxy.namespace, workload=proxy.workload, instance=proxy.instance
-            )
-
-        started = pb.Started(workloads=[workload_of(p) for p in proxies])
-        await send(pb.Reply(id=call.id, started=started))
+        await replies.started([_workload(p) for p in proxies])
 
         async def one(proxy: Proxy) -> None:
-            workload = workload_of(proxy)
+            workload = _workload(proxy)
             lines: AsyncIterator[LogEntry] = self.source.logs(proxy, request)
             try:
                 async for entry in lines:
                     stamp = rfc3339(entry.time if entry.time is not None else time.time())
-                    await send(
-                        pb.Reply(
-                            id=call.id,
-                            log=pb.LogLine(workload=workload, line=entry.line, time=stamp),
-                        )
-                    )
+                    await replies.log(workload, entry.line, stamp)
                 code, message = StatusCode.OK, ""
             except LogsUnavailable as exc:
                 code, message = StatusCode.FAILED_PRECONDITION, str(exc)
@@ -243,10 +204,22 @@ class Diagnostics:
             finally:
                 with contextlib.suppress(Exception):
                     await lines.aclose()  # type: ignore[attr-defined]
-            done = pb.InstanceDone(workload=workload, status=status(code, message))
-            await send(pb.Reply(id=call.id, instance_done=done))
+            await replies.instance_done(workload, code, message)
 
         await asyncio.gather(*(one(p) for p in proxies))
+
+
+@dataclass(frozen=True)
+class _Unary:
+    """The per-proxy work of a unary operation, and the field (if any) that reports
+    how many values redaction replaced in its answer."""
+
+    fetch: Callable[[Proxy], Awaitable[dict[str, Any]]]
+    count_as: str = ""
+
+
+def _workload(proxy: Proxy) -> pb.Workload:
+    return pb.Workload(namespace=proxy.namespace, workload=proxy.workload, instance=proxy.instance)
 
 
 class _Refused(Exception):

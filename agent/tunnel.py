@@ -27,20 +27,23 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import grpc
 
 from agent.contract import StatusCode
-from agent.diagnostics import Diagnostics, status
+from agent.diagnostics import Diagnostics
 from agent.discovery import ProxySource
 from agent.metrics import AgentMetrics
+from agent.replies import Replies, done_reply
 from meshplane.backoff import Backoff
 from meshplane.distribution_client import CHANNEL_OPTIONS, REFUSED
 from meshplane.proto.tunnel.v1 import tunnel_pb2 as pb
 from meshplane.proto.tunnel.v1 import tunnel_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 HEARTBEAT_SECONDS = 10.0
 INVENTORY_SECONDS = 15.0  # how often discovery is asked for the inventory
@@ -90,43 +93,58 @@ class Tunnel:
     # ---- the connection loop ---------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Stay connected until ``stop`` is set, reconnecting with backoff."""
+        """Stay connected until ``stop`` is set, reconnecting with backoff.
+
+        ``stop`` ends whatever is in flight at once (a connect to a server that
+        never answers, a refused stream) and drains an open stream; either way
+        this returns normally, so SIGTERM always exits 0.
+        """
         backoff = Backoff(self.max_backoff)
         while not stop.is_set():
-            session = asyncio.create_task(self.run_once(stop))
-            stopper = asyncio.create_task(stop.wait())
-            await asyncio.wait({session, stopper}, return_when=asyncio.FIRST_COMPLETED)
-            stopper.cancel()
-            if not session.done():  # stop: the session drains and returns
-                await session
+            failure: BaseException | None = None
+            try:
+                await self.run_once(stop)
+            except grpc.aio.AioRpcError as exc:
+                failure = exc
+                self.metrics.connects.labels(exc.code().name).inc()
+                if exc.code() in REFUSED:
+                    backoff.refused()
+            except Exception as exc:
+                failure = exc
+                log.error("tunnel session crashed", exc_info=exc)
+            if stop.is_set():
                 return
-            failure = session.exception()
-            if failure is None:
+            if failure is None:  # the management plane closed the stream
                 backoff.reset()
                 self.metrics.connects.labels("ok").inc()
-            elif isinstance(failure, grpc.aio.AioRpcError):
-                self.metrics.connects.labels(failure.code().name).inc()
-                if failure.code() in REFUSED:
-                    backoff.refused()
-            else:
-                log.error("tunnel session crashed", exc_info=failure)
             wait = backoff.next_wait()
             if failure is not None:
-                code = (
-                    failure.code().name
-                    if isinstance(failure, grpc.aio.AioRpcError)
-                    else type(failure).__name__
-                )
-                detail = failure.details() if isinstance(failure, grpc.aio.AioRpcError) else ""
-                log.warning(
-                    "tunnel to the management plane failed; retrying",
-                    extra={"code": code, "detail": detail, "retry_in": round(wait, 2)},
-                )
+                self._log_failure(failure, wait)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), wait)
 
+    @staticmethod
+    def _log_failure(failure: BaseException, wait: float) -> None:
+        rpc = failure if isinstance(failure, grpc.aio.AioRpcError) else None
+        log.warning(
+            "tunnel to the management plane failed; retrying",
+            extra={
+                "code": rpc.code().name if rpc else type(failure).__name__,
+                "detail": rpc.details() if rpc else "",
+                "retry_in": round(wait, 2),
+                # the event loop's tasks, the same between attempts: none is left behind
+                "tasks": len(asyncio.all_tasks()),
+            },
+        )
+
     async def run_once(self, stop: asyncio.Event) -> None:
-        """One stream: hello, then serve calls until it ends (or ``stop``: drain)."""
+        """One stream: hello, then serve calls until it ends (or ``stop``: drain).
+
+        Every task it starts ends before it returns, whatever the stream did:
+        the writer (the agent's own, not a request iterator, which gRPC leaves
+        waiting forever when the server refuses the stream), the heartbeat and
+        inventory senders, and the calls.
+        """
         metadata = (("authorization", f"Bearer {self.token()}"),)
         if self.channel_credentials is not None:
             channel = grpc.aio.secure_channel(
@@ -136,60 +154,53 @@ class Tunnel:
             channel = grpc.aio.insecure_channel(self.address, TUNNEL_CHANNEL_OPTIONS)
         async with channel:
             stub = pb_grpc.AgentTunnelStub(channel)  # type: ignore[no-untyped-call]
-            outbox: asyncio.Queue[pb.AgentMessage | None] = asyncio.Queue(OUTBOX_SIZE)
+            outbox: asyncio.Queue[pb.AgentMessage] = asyncio.Queue(OUTBOX_SIZE)
             outbox.put_nowait(pb.AgentMessage(hello=self.hello))
-            call = stub.Connect(self._requests(outbox), metadata=metadata)
-            helpers: list[asyncio.Task[None]] = []
+            call = stub.Connect(metadata=metadata)
+            helpers = [asyncio.create_task(self._write(call, outbox))]
             try:
-                await call.initial_metadata()
+                if not await _unless_stopped(call.initial_metadata(), stop):
+                    return  # stopped before the stream opened: nothing to drain
                 if call.done():  # refused: the loop below raises its status
                     async for _ in call:
                         pass
                     return
                 self._set_connected(True)
                 log.info("tunnel connected", extra={"address": self.address})
-                helpers = [
+                helpers += [
                     asyncio.create_task(self._heartbeats(outbox)),
                     asyncio.create_task(self._inventory(outbox)),
                 ]
                 reader = asyncio.create_task(self._serve(call, outbox))
-                stopper = asyncio.create_task(stop.wait())
-                await asyncio.wait({reader, stopper}, return_when=asyncio.FIRST_COMPLETED)
-                stopper.cancel()
-                if not reader.done():
-                    await self._drain()
-                    reader.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await reader
+                helpers.append(reader)
+                if await _unless_stopped(asyncio.shield(reader), stop):
                     return
-                reader.result()  # raises the stream's status
+                await self._drain()
             finally:
                 self._set_connected(False)
-                for task in helpers:
-                    task.cancel()
-                for task in list(self._calls.values()):
+                call.cancel()
+                for task in (*helpers, *self._calls.values()):
                     task.cancel()
                 await asyncio.gather(*helpers, *self._calls.values(), return_exceptions=True)
                 self._calls.clear()
-                call.cancel()
 
     def _set_connected(self, up: bool) -> None:
         self.connected = up
         self.metrics.connected.set(1 if up else 0)
 
-    async def _requests(
-        self, outbox: asyncio.Queue[pb.AgentMessage | None]
-    ) -> AsyncIterator[pb.AgentMessage]:
+    async def _write(
+        self,
+        call: grpc.aio.StreamStreamCall[pb.AgentMessage, pb.ServerMessage],
+        outbox: asyncio.Queue[pb.AgentMessage],
+    ) -> None:
+        """Send what is queued, in order, for as long as the stream lives."""
         while True:
-            message = await outbox.get()
-            if message is None:
-                return
-            yield message
+            await call.write(await outbox.get())
 
     async def _serve(
         self,
         call: grpc.aio.StreamStreamCall[pb.AgentMessage, pb.ServerMessage],
-        outbox: asyncio.Queue[pb.AgentMessage | None],
+        outbox: asyncio.Queue[pb.AgentMessage],
     ) -> None:
         async for message in call:
             kind = message.WhichOneof("message")
@@ -207,17 +218,17 @@ class Tunnel:
 
     # ---- calls -----------------------------------------------------------
 
-    def _start_call(self, call: pb.Call, outbox: asyncio.Queue[pb.AgentMessage | None]) -> None:
+    def _start_call(self, call: pb.Call, outbox: asyncio.Queue[pb.AgentMessage]) -> None:
         operation = call.WhichOneof("operation") or "unknown"
 
-        async def send(reply: pb.Reply) -> None:
+        async def put(reply: pb.Reply) -> None:
             await outbox.put(pb.AgentMessage(reply=reply))
 
+        replies = Replies(call.id, put)
         if self._draining or len(self._calls) >= self.max_concurrent:
             why = "draining" if self._draining else f"{self.max_concurrent} calls in progress"
-            reply = pb.Reply(
-                id=call.id,
-                done=status(StatusCode.RESOURCE_EXHAUSTED, f"the agent is busy ({why}); retry"),
+            reply = done_reply(
+                call.id, StatusCode.RESOURCE_EXHAUSTED, f"the agent is busy ({why}); retry"
             )
             self.metrics.calls.labels(operation, StatusCode.RESOURCE_EXHAUSTED.name).inc()
             with contextlib.suppress(asyncio.QueueFull):
@@ -229,16 +240,14 @@ class Tunnel:
             self.metrics.active.labels(operation).inc()
             code = "OK"
             try:
-                await self.diagnostics.run(call, send)
+                await self.diagnostics.run(call, replies)
             except asyncio.CancelledError:
                 code = StatusCode.CANCELLED.name
                 raise
             except Exception:
                 code = StatusCode.INTERNAL.name
                 log.exception("diagnostics call crashed", extra={"operation": operation})
-                await send(
-                    pb.Reply(id=call.id, done=status(StatusCode.INTERNAL, "the agent failed"))
-                )
+                await replies.done(StatusCode.INTERNAL, "the agent failed")
             finally:
                 self.metrics.active.labels(operation).dec()
                 self.metrics.calls.labels(operation, code).inc()
@@ -266,12 +275,12 @@ class Tunnel:
 
     # ---- background messages ---------------------------------------------
 
-    async def _heartbeats(self, outbox: asyncio.Queue[pb.AgentMessage | None]) -> None:
+    async def _heartbeats(self, outbox: asyncio.Queue[pb.AgentMessage]) -> None:
         while True:
             await asyncio.sleep(self.heartbeat)
             await outbox.put(pb.AgentMessage(heartbeat=pb.Heartbeat()))
 
-    async def _inventory(self, outbox: asyncio.Queue[pb.AgentMessage | None]) -> None:
+    async def _inventory(self, outbox: asyncio.Queue[pb.AgentMessage]) -> None:
         """Send the inventory now, then when it changes (or is due as a heartbeat)."""
         sequence = 0
         last_digest = ""
@@ -293,3 +302,23 @@ class Tunnel:
                     await outbox.put(pb.AgentMessage(inventory=message))
                     last_digest, last_sent = digest, now
             await asyncio.sleep(self.inventory_every)
+
+
+async def _unless_stopped(work: Awaitable[T], stop: asyncio.Event) -> bool:
+    """Await ``work`` unless ``stop`` is set first (then cancel it): whether it finished.
+
+    Its exception, if any, is raised. Nothing it starts outlives it.
+    """
+    task = asyncio.ensure_future(work)
+    stopper = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopper.cancel()
+        if not task.done():
+            task.cancel()
+        await asyncio.gather(task, stopper, return_exceptions=True)
+    if task.cancelled():
+        return False
+    task.result()
+    return True

@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 
 from tests.mgmt_api.harness import MgmtServer, ok
+from tests.support.certs import CertificateAuthority, Issued
 from tests.support.envoy import EnvoyProcess, minimal_bootstrap
 from tests.support.net import free_port
 from tests.support.processes import Service, wait_until
@@ -28,20 +29,153 @@ PROXY_TIMEOUT_SECONDS = 5
 PROXIES = (("shop", "web", "web-1"), ("shop", "web", "web-2"), ("shop", "api", "api-1"))
 
 
-def bootstrap(instance: str, workload: str) -> dict[str, Any]:
-    """An Envoy with metadata holding a password and a PEM private key (for redaction)."""
+# Secrets planted in every Envoy's config, by where they are; none may leave the agent.
+SECRETS = {
+    "db_password": "hunter2-node-password",
+    "auth_token": "tok-node-auth-token",
+    "aws_secret_access_key": "aws-node-secret-access-key",
+    "stripe_api_key": "sk-node-stripe-api-key",
+    "awsSecretAccessKey": "aws-node-camel-secret",
+    "X-Api-Key": "xak-node-api-key",
+    "route_authorization": "route-added-bearer-token",
+    "lua_api_key": "lua-inline-key-value",
+    "generic_secret": "oauth-generic-secret-value",
+    "config_yaml_password": "yaml-inline-password",
+}
+# Ordinary values that sit next to them, with names close to secret ones; all stay visible.
+VISIBLE = {
+    "max_tokens": 4321,
+    "tokens_per_fill": 17,
+    "keyspace": "ks-visible",
+    "primary_key_hash": "pkh-visible",
+    "token_endpoint": "https://auth.example/token-visible",
+    "plain": "visible-value",
+}
+_TYPES = "type.googleapis.com/envoy.extensions"
+
+
+def _listener(tls: Issued) -> dict[str, Any]:
+    """A TLS listener whose filters use Envoy's token-, secret- and key-named fields."""
+    hcm = {
+        "@type": f"{_TYPES}.filters.network.http_connection_manager.v3.HttpConnectionManager",
+        "stat_prefix": "ingress",
+        "route_config": {
+            "virtual_hosts": [
+                {
+                    "name": "all",
+                    "domains": ["*"],
+                    "routes": [{"match": {"prefix": "/"}, "route": {"cluster": "backend"}}],
+                    "request_headers_to_add": [
+                        {
+                            "header": {
+                                "key": "authorization",
+                                "value": f"Bearer {SECRETS['route_authorization']}",
+                            }
+                        },
+                        {"header": {"key": "x-request-source", "value": "visible-header"}},
+                    ],
+                }
+            ]
+        },
+        "http_filters": [
+            {
+                "name": "ratelimit",
+                "typed_config": {
+                    "@type": f"{_TYPES}.filters.http.local_ratelimit.v3.LocalRateLimit",
+                    "stat_prefix": "local",
+                    "token_bucket": {
+                        "max_tokens": VISIBLE["max_tokens"],
+                        "tokens_per_fill": VISIBLE["tokens_per_fill"],
+                        "fill_interval": "1s",
+                    },
+                },
+            },
+            {
+                "name": "oauth2",
+                "typed_config": {
+                    "@type": f"{_TYPES}.filters.http.oauth2.v3.OAuth2",
+                    "config": {
+                        "token_endpoint": {
+                            "cluster": "backend",
+                            "uri": VISIBLE["token_endpoint"],
+                            "timeout": "3s",
+                        },
+                        "authorization_endpoint": "https://auth.example/authorize",
+                        "redirect_uri": "https://app.example/callback",
+                        "redirect_path_matcher": {"path": {"exact": "/callback"}},
+                        "signout_path": {"path": {"exact": "/signout"}},
+                        "credentials": {
+                            "client_id": "visible-client",
+                            "token_secret": {"name": "oauth-token"},
+                            "hmac_secret": {"name": "oauth-hmac"},
+                        },
+                    },
+                },
+            },
+            {
+                "name": "lua",
+                "typed_config": {
+                    "@type": f"{_TYPES}.filters.http.lua.v3.Lua",
+                    "default_source_code": {
+                        "inline_string": f"local api_key = '{SECRETS['lua_api_key']}'\n"
+                        "function envoy_on_request(h) end\n"
+                    },
+                },
+            },
+            {
+                "name": "router",
+                "typed_config": {"@type": f"{_TYPES}.filters.http.router.v3.Router"},
+            },
+        ],
+    }
+    return {
+        "name": "ingress",
+        "address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}},
+        "filter_chains": [
+            {
+                "filters": [{"name": "hcm", "typed_config": hcm}],
+                "transport_socket": {
+                    "name": "tls",
+                    "typed_config": {
+                        "@type": f"{_TYPES}.transport_sockets.tls.v3.DownstreamTlsContext",
+                        "common_tls_context": {
+                            "tls_certificate_sds_secret_configs": [{"name": "server-cert"}]
+                        },
+                    },
+                },
+            }
+        ],
+    }
+
+
+def bootstrap(instance: str, workload: str, tls: Issued) -> dict[str, Any]:
+    """An Envoy whose config holds secrets where Envoy does not redact them (node and
+    cluster metadata, a header a route adds, inline Lua) and where it does (private
+    keys, generic secrets), next to real fields with token- and key-like names."""
     config = minimal_bootstrap("127.0.0.1")
     config["node"] = {
         "id": instance,
         "cluster": workload,
         "metadata": {
-            "db_password": "hunter2-node-password",
+            **{
+                name: SECRETS[name]
+                for name in (
+                    "db_password",
+                    "auth_token",
+                    "aws_secret_access_key",
+                    "stripe_api_key",
+                    "awsSecretAccessKey",
+                    "X-Api-Key",
+                )
+            },
+            **{name: VISIBLE[name] for name in ("keyspace", "primary_key_hash", "plain")},
             "tls": {
                 "private_key": "-----BEGIN PRIVATE KEY-----\nMIIEnode\n-----END PRIVATE KEY-----"
             },
         },
     }
-    cluster = config["static_resources"]["clusters"][0]
+    static = config["static_resources"]
+    cluster = static["clusters"][0]
     cluster["metadata"] = {
         "filter_metadata": {
             "acme": {
@@ -52,7 +186,41 @@ def bootstrap(instance: str, workload: str) -> dict[str, Any]:
             }
         }
     }
+    static["secrets"] = [
+        {
+            "name": "server-cert",
+            "tls_certificate": {
+                "certificate_chain": {"inline_string": tls.cert.read_text()},
+                "private_key": {"inline_string": tls.key.read_text()},
+            },
+        },
+        {
+            "name": "oauth-token",
+            "generic_secret": {"secret": {"inline_string": SECRETS["generic_secret"]}},
+        },
+        {
+            "name": "oauth-hmac",
+            "generic_secret": {"secret": {"inline_string": SECRETS["generic_secret"]}},
+        },
+    ]
+    static["listeners"] = [_listener(tls)]
     return config
+
+
+def config_yaml() -> str:
+    """``--config-yaml`` (merged into the bootstrap; ``/server_info`` shows it as text)."""
+    return json.dumps(
+        {
+            "layered_runtime": {
+                "layers": [
+                    {
+                        "name": "static",
+                        "static_layer": {"db": {"password": SECRETS["config_yaml_password"]}},
+                    }
+                ]
+            }
+        }
+    )
 
 
 class Agent:
@@ -137,8 +305,13 @@ class Fleet:
         self.secrets: dict[str, dict[str, Any]] = {}
         for name in ("a", "b"):
             self.create_cluster(name)
+        self.tls = CertificateAuthority(tmp).issue("envoy")
         for _ns, workload, instance in PROXIES:
-            envoy = EnvoyProcess(bootstrap(instance, workload), directory=tmp / instance)
+            envoy = EnvoyProcess(
+                bootstrap(instance, workload, self.tls),
+                directory=tmp / instance,
+                extra_args=("--config-yaml", config_yaml()),
+            )
             self.envoys[instance] = envoy.start()
         self.proxies_file = tmp / "proxies.yaml"
         self.write_proxies()

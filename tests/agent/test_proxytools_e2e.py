@@ -3,8 +3,10 @@
 Values are checked against the Envoy admin API called directly. Also: a
 level set through ``PUT loggerlevels`` shows in ``/logging``; ``streamlogs``
 follows a line Envoy writes after the stream started (and across a log
-rotation), and the agent stops tailing when the client goes away; secrets
-in a config dump are redacted; bad fields are 400 naming the field.
+rotation), and the agent stops tailing when the client goes away; no
+answer carries a secret (config dump, server info, stats, clusters, logger
+levels, log lines), while ordinary values stay; bad fields are 400 naming
+the field.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from typing import Any
 
 import httpx
 
-from tests.agent.fleet import Fleet, wait_ok
+from agent.redact import REDACTED
+from tests.agent.fleet import SECRETS, VISIBLE, Fleet, wait_ok
 from tests.mgmt_api.harness import err, ok
 from tests.support.processes import wait_until
 
@@ -61,19 +64,32 @@ def test_serverstats_filter_and_server_info(fleet: Fleet) -> None:
     }
 
 
+def _leaks(answer: Any) -> list[str]:
+    text = json.dumps(answer)
+    planted = [*SECRETS.values(), "hunter2", "MIIEnode", "MHcCAQEE", "ak-123456", "PRIVATE KEY"]
+    return [secret for secret in planted if secret in text]
+
+
 def test_configdump_is_redacted(fleet: Fleet) -> None:
     direct = fleet.envoys["api-1"].admin("GET", "/config_dump").text
     # The dump Envoy itself serves holds the secrets ...
-    assert "hunter2-cluster-password" in direct and "hunter2-node-password" in direct
-    assert "MIIEnode" in direct and "ak-123456" in direct
+    for secret in ("hunter2-cluster-password", "MIIEnode", "ak-123456", *SECRETS.values()):
+        if secret != SECRETS["generic_secret"]:  # Envoy hides this one itself
+            assert secret in direct, secret
     answer = ok(fleet.admin.post(fleet.path("configdump"), json=API))
+    # ... and none of them leaves the cluster; ordinary values, however named, do.
+    assert _leaks(answer) == []
     text = json.dumps(answer)
-    # ... and none of them leaves the cluster; ordinary values do.
-    for secret in ("hunter2", "MIIEnode", "MHcCAQEE", "ak-123456", "PRIVATE KEY"):
-        assert secret not in text, secret
-    assert "visible-value" in text
+    for name, value in VISIBLE.items():
+        assert json.dumps(value) in text, name
+    for reference in (
+        '"client_id": "visible-client"',
+        '"name": "oauth-token"',
+        "BEGIN CERTIFICATE",
+    ):
+        assert reference in text, reference
     [item] = answer["instances"]
-    assert item["redactedFields"] >= 5
+    assert item["redactedFields"] >= 15
     kinds = [c["@type"].rsplit(".", 1)[1] for c in item["configDump"]["configs"]]
     assert "BootstrapConfigDump" in kinds and "ClustersConfigDump" in kinds
     # resource narrows it, as on the admin API
@@ -85,6 +101,42 @@ def test_configdump_is_redacted(fleet: Fleet) -> None:
     )
     configs = narrowed["instances"][0]["configDump"]["configs"]
     assert [c["cluster"]["name"] for c in configs] == ["backend"]
+
+
+def test_no_diagnostics_answer_carries_a_secret(fleet: Fleet) -> None:
+    """server info (node metadata, --config-yaml), stats, clusters, logger levels, logs."""
+    envoy = fleet.envoys["api-1"]
+    assert SECRETS["db_password"] in envoy.admin("GET", "/server_info").text
+    info = ok(fleet.admin.post(fleet.path("serverstats"), json=API))
+    assert _leaks(info) == []
+    [item] = info["instances"]
+    metadata = item["serverInfo"]["node"]["metadata"]
+    assert metadata["db_password"] == metadata["auth_token"] == metadata["X-Api-Key"] == REDACTED
+    assert metadata["keyspace"] == VISIBLE["keyspace"] and item["stats"]
+    assert REDACTED in item["serverInfo"]["command_line_options"]["config_yaml"]
+    for endpoint in ("clusterstats", "loggerlevels"):
+        assert _leaks(ok(fleet.admin.post(fleet.path(endpoint), json=API))) == [], endpoint
+    levels = ok(fleet.admin.post(fleet.path("loggerlevels"), json=API))["instances"][0]["levels"]
+    assert levels["secret"] in ("info", "warning", "debug", "trace", "error", "critical", "off")
+
+    # Envoy's debug log shows request headers and paths: credentials in them stay here.
+    assert envoy.admin("POST", "/logging?paths=http:debug,admin:debug").status_code == 200
+    marker = f"marker-{uuid.uuid4().hex}"
+    bearer, api_key, cookie, query = (f"{kind}-{uuid.uuid4().hex}" for kind in "bacq")
+    headers = {"authorization": f"Bearer {bearer}", "x-api-key": api_key, "cookie": f"s={cookie}"}
+    envoy.admin("GET", f"/ready?{marker}&api_key={query}", headers=headers)
+    assert envoy.log_path is not None
+    wait_until(
+        lambda: all(s in envoy.log_path.read_text() for s in (marker, bearer, api_key, query)),  # type: ignore[union-attr]
+        what="Envoy to log the request",
+    )
+    envoy.admin("POST", "/logging?paths=http:info,admin:info")
+    response = fleet.admin.post(fleet.path("streamlogs"), json={**API, "tailLines": 400})
+    lines = [json.loads(raw)["line"] for raw in response.text.splitlines()]
+    assert any(marker in line for line in lines)
+    for secret in (bearer, api_key, cookie, query):
+        assert not any(secret in line for line in lines), secret
+    assert any("'authorization', '[redacted]'" in line for line in lines)
 
 
 def test_logger_levels_read_and_set(fleet: Fleet) -> None:
