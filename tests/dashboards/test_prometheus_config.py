@@ -49,7 +49,7 @@ def _mgmt_job_for(server: MgmtServer, password_file: Path) -> dict[str, Any]:
     (job,) = [j for j in shipped["scrape_configs"] if j["job_name"] == MGMT_JOB]
     job["basic_auth"]["password_file"] = str(password_file)
     job["static_configs"][0]["targets"] = [f"127.0.0.1:{server.port}"]
-    job["scrape_interval"] = "1s"
+    job["scrape_interval"] = job["scrape_timeout"] = "2s"
     return dict(job)
 
 
@@ -83,17 +83,24 @@ def test_prometheus_scrapes_mgmt_api_with_the_shipped_credentials(
 ) -> None:
     url, _server = prometheus
 
-    def target_health() -> str | None:
+    seen: list[str] = []
+
+    def scraped() -> bool:
+        """The target is up; every other state seen is kept for the failure message
+        (a slow scrape on a loaded machine is retried, a 401 never turns up)."""
         try:
             targets = httpx.get(f"{url}/api/v1/targets", timeout=5).json()["data"]
         except (httpx.HTTPError, ValueError, KeyError):
-            return None
+            return False
         found = [t for t in targets["activeTargets"] if t["labels"]["job"] == MGMT_JOB]
-        if not found or found[0]["health"] == "unknown":
-            return None
-        return f"{found[0]['health']} {found[0]['lastError']}"
+        if found and found[0]["health"] != "unknown":
+            seen.append(f"{found[0]['health']}: {found[0]['lastError']}")
+        return bool(found) and found[0]["health"] == "up"
 
-    assert wait_until(target_health, timeout=90, what="the first scrape of mgmt-api") == "up "
+    try:
+        wait_until(scraped, timeout=90, what="mgmt-api's target up")
+    except AssertionError:
+        raise AssertionError(f"never up; seen: {sorted(set(seen))}") from None
 
     def samples() -> list[Any] | None:
         answer = httpx.get(
