@@ -245,15 +245,11 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
             return
         node, identity, grant = await self._admit(first, context)
         stream = _Stream(identity, node)
-        registry_stream = self._plane.registry.connected(identity, "", self._plane.clock())
-        log.info(
-            "gateway connected",
-            extra={"cluster": node.cluster, "instance": node.instance},
-        )
         responses = follow(
             self._plane,
-            Admitted(identity, grant, registry_stream, context),
+            Admitted(identity, grant, context),
             requests,
+            version="",
             build=lambda revision: self._compile(node, revision),
             on_build=functools.partial(self._built, stream),
             on_request=functools.partial(self._requested, stream),

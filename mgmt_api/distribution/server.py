@@ -111,16 +111,12 @@ class DistributionServicer(pb_grpc.PolicyDistributionServicer):
         # subscriber already runs the current version): they tell it the
         # stream was admitted.
         await context.send_initial_metadata(())
-        stream = self._plane.registry.connected(node, first.version_info, self._plane.clock())
-        log.info(
-            "subscriber connected",
-            extra={"kind": node.kind, "cluster": node.cluster, "instance": node.instance},
-        )
         subscriber = _Subscriber(node, first.version_info)
         snapshots = follow(
             self._plane,
-            Admitted(node, grant, stream, context),
+            Admitted(node, grant, context),
             request_iterator,
+            version=first.version_info,
             build=lambda revision: self._shared_build(node, revision),
             on_build=functools.partial(self._snapshot, subscriber),
             on_request=functools.partial(self._answered, subscriber),

@@ -139,11 +139,10 @@ class StreamPlane:
 
 @dataclass(frozen=True)
 class Admitted:
-    """One admitted stream: who it is, its grant, its number in the registry."""
+    """One admitted stream: who it is and its grant (see :func:`admit_bearer`)."""
 
     node: NodeIdentity
     grant: str
-    stream: int
     context: Context
 
 
@@ -152,6 +151,7 @@ async def follow(
     admitted: Admitted,
     requests: AsyncIterator[Req],
     *,
+    version: str,
     build: Callable[[int], Awaitable[T]],
     on_build: Callable[[T], Sequence[Out] | None],
     on_request: Callable[[Req], Sequence[Out]],
@@ -159,15 +159,23 @@ async def follow(
 ) -> AsyncGenerator[Out, None]:
     """The loop of a stream that follows the change feed; what it yields is sent.
 
-    At the start and on every wake-up of the feed, ``build(revision)``, then
-    :func:`fresh`'s check of the credentials; ``on_build`` says what the new
-    build calls for (``None``: nothing to serve yet, so requests wait for the
-    next build). Between builds each request (``queued`` ones first) goes to
-    ``on_request``. The stream ends when the client ends its side, or
-    with PERMISSION_DENIED when the credentials no longer hold; either way
-    the registry is told (:func:`ended`). Use it under
-    :func:`contextlib.aclosing`, so a cancelled call ends it at once.
+    The registry hears of the stream first (the client says it runs
+    ``version``, or ``""``). At the start and on every wake-up of the feed,
+    ``build(revision)``, then :func:`fresh`'s check of the credentials;
+    ``on_build`` says what the new build calls for (``None``: nothing to
+    serve yet, so requests wait for the next build). Between builds each
+    request (``queued`` ones first) goes to ``on_request``. The stream ends
+    when the client ends its side, or with PERMISSION_DENIED when the
+    credentials no longer hold; either way the registry is told
+    (:func:`ended`). Use it under :func:`contextlib.aclosing`, so a
+    cancelled call ends it at once.
     """
+    node = admitted.node
+    stream = plane.registry.connected(node, version, plane.clock())
+    log.info(
+        "stream connected",
+        extra={"kind": node.kind, "cluster": node.cluster, "instance": node.instance},
+    )
     inbox: asyncio.Queue[Req | None] = asyncio.Queue()
     for early in queued:
         inbox.put_nowait(early)
@@ -182,9 +190,7 @@ async def follow(
             if not serving or (waiter is not None and waiter.done()):
                 waiter = None
                 revision = plane.feed.revision
-                checked = await fresh(
-                    build(revision), plane.still_admitted, admitted.grant, admitted.node
-                )
+                checked = await fresh(build(revision), plane.still_admitted, admitted.grant, node)
                 if isinstance(checked, Revocation):
                     revoked = checked
                     break
@@ -208,9 +214,9 @@ async def follow(
                     yield message
     finally:
         await cancel(getter, waiter, reader)
-        ended(plane.registry, admitted.node, plane.clock(), admitted.stream, revoked)
+        ended(plane.registry, node, plane.clock(), stream, revoked)
     if revoked is not None:
-        await refuse(admitted.context, admitted.node, revoked)
+        await refuse(admitted.context, node, revoked)
 
 
 async def _read(requests: AsyncIterator[Req], inbox: asyncio.Queue[Req | None]) -> None:
