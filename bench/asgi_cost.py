@@ -45,7 +45,7 @@ import asgi_noop  # noqa: E402
 from bench import check_request, grpc_frame, write_config  # noqa: E402  (bench/extauthz)
 from extauthz.app import ExtAuthzApp  # noqa: E402
 from meshplane.asgi_grpc import GrpcAsgiApp  # noqa: E402
-from meshplane.server import new_worker_context  # noqa: E402
+from meshplane.server_contract import new_worker_context  # noqa: E402
 from ratelimit.app import AppOptions, RateLimitApp  # noqa: E402
 
 CHECK = "/envoy.service.auth.v3.Authorization/Check"

@@ -1,6 +1,7 @@
 """Envoy ext_authz server: bearer-JWT policies over gRPC Check and HTTP mode.
 
-Layers, from pure to wired (see docs/extauthz.md):
+Layers, from pure to wired (see docs/extauthz.md; an import-linter contract
+in ``pyproject.toml`` keeps them):
 
 * pure logic: ``reasons`` (decision + reason codes), ``paths`` (request-path
   normalization, path-claim decoding), ``keys`` (key material bound to an

@@ -34,7 +34,7 @@ from extauthz.keyring import RemoteKeys
 from extauthz.service import AuthorizationService
 from meshplane.config_error import ConfigError
 from meshplane.config_source import FileSource, Fingerprint, fingerprint
-from meshplane.server import ASGIApp, WorkerContext
+from meshplane.server_contract import ASGIApp, WorkerContext
 
 log = logging.getLogger(__name__)
 

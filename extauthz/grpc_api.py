@@ -35,7 +35,7 @@ from extauthz.jwt_policy import CheckAttributes
 from extauthz.reasons import Decision, Reason
 from extauthz.responses import DENY_STATUS, JSON_CONTENT_TYPE, REASON_HEADER, deny_body
 from extauthz.service import INTERNAL_ERROR, AuthorizationService
-from meshplane.server import WorkerContext
+from meshplane.server_contract import WorkerContext
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from typing import Any
 from meshplane import control_plane
 from meshplane.logging import configure_logging
 from meshplane.netaddr import parse_listen
-from meshplane.server import SERVER_KINDS, ServeOptions
-from meshplane.tls import TlsFiles
+from meshplane.server_contract import SERVER_KINDS, ServeOptions
+from meshplane.tls import ListenerTlsFiles
 
 
 def add_serve_arguments(
@@ -109,10 +109,10 @@ def serve_arguments_error(args: argparse.Namespace, *extra_listens: str | None) 
     return None
 
 
-def tls_files(args: argparse.Namespace) -> TlsFiles | None:
+def tls_files(args: argparse.Namespace) -> ListenerTlsFiles | None:
     if not args.tls_cert:
         return None
-    return TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca).absolute()
+    return ListenerTlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca).absolute()
 
 
 def serve_options(args: argparse.Namespace, http_listen: str | None = None) -> ServeOptions:

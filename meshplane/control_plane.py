@@ -211,7 +211,7 @@ def parse_target(value: str) -> Target:
 
 
 @dataclass(frozen=True)
-class TlsFiles:
+class ClientTlsFiles:
     """The PEM files of a ``grpcs://`` subscription (each optional)."""
 
     ca: Path | None = None
@@ -243,13 +243,13 @@ class ControlPlaneOptions:
     cluster: str
     key: ServiceAccountKey
     cache_dir: Path
-    tls: TlsFiles | None = None  # None: plaintext
+    tls: ClientTlsFiles | None = None  # None: plaintext
 
     def channel_credentials(self) -> grpc.ChannelCredentials | None:
         return None if self.tls is None else self.tls.credentials()
 
 
-def _tls_files(args: argparse.Namespace, target: Target) -> TlsFiles | None:
+def _tls_files(args: argparse.Namespace, target: Target) -> ClientTlsFiles | None:
     flags = {
         "--control-plane-ca": getattr(args, "control_plane_ca", None),
         "--control-plane-cert": getattr(args, "control_plane_cert", None),
@@ -264,7 +264,7 @@ def _tls_files(args: argparse.Namespace, target: Target) -> TlsFiles | None:
     if bool(cert) != bool(key):
         field = "--control-plane-key" if cert else "--control-plane-cert"
         raise ConfigError("give --control-plane-cert and --control-plane-key together", field=field)
-    files = TlsFiles(*(Path(v) if v else None for v in flags.values()))
+    files = ClientTlsFiles(*(Path(v) if v else None for v in flags.values()))
     files.credentials()  # unreadable files stop the start here, naming the flag
     return files
 

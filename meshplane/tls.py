@@ -3,7 +3,7 @@
 Certificates are rotated by replacing files (cert-manager, a Kubernetes
 Secret mount, certbot); no listener needs a restart for it, and a bad new
 pair (unreadable, a key not matching yet) is refused while the previous one
-keeps serving. One description of a listener's files (:class:`TlsFiles`:
+keeps serving. One description of a listener's files (:class:`ListenerTlsFiles`:
 certificate chain, key, optional client CA), three servers:
 
 - HTTP listeners on asyncio/uvloop (mgmt-api's REST port and console):
@@ -51,15 +51,15 @@ CLIENT_CA_SECRET = "meshplane_client_ca"  # noqa: S105
 
 
 @dataclass(frozen=True)
-class TlsFiles:
+class ListenerTlsFiles:
     """PEM files of a listener: certificate chain, private key, optional client CA."""
 
     cert: str
     key: str
     client_ca: str | None = None
 
-    def absolute(self) -> TlsFiles:
-        return TlsFiles(
+    def absolute(self) -> ListenerTlsFiles:
+        return ListenerTlsFiles(
             str(Path(self.cert).absolute()),
             str(Path(self.key).absolute()),
             str(Path(self.client_ca).absolute()) if self.client_ca else None,
@@ -82,7 +82,7 @@ class TlsFiles:
 
 def tls_files_from(
     cert: str | None, key: str | None, client_ca: str | None, *, env_prefix: str
-) -> TlsFiles | None:
+) -> ListenerTlsFiles | None:
     """The files a listener's settings name, or None (plaintext).
 
     A key without a certificate (or the reverse), or a client CA without
@@ -94,7 +94,7 @@ def tls_files_from(
         return None
     if not cert or not key:
         raise ValueError(f"give both {env_prefix}_CERT and {env_prefix}_KEY")
-    return TlsFiles(cert, key, client_ca)
+    return ListenerTlsFiles(cert, key, client_ca)
 
 
 def read_pem(path: str, what: str, listener: str) -> bytes:
@@ -121,7 +121,7 @@ def file_signature(paths: Sequence[str]) -> Signature:
 # ---- HTTP listeners (asyncio / uvloop) -------------------------------------------------
 
 
-def build_server_context(files: TlsFiles, listener: str = "listener") -> ssl.SSLContext:
+def build_server_context(files: ListenerTlsFiles, listener: str = "listener") -> ssl.SSLContext:
     """A TLS 1.2+ server context from the files; raises naming the file at fault."""
     for path, what in ((files.cert, "certificate"), (files.key, "key")):
         read_pem(path, what, listener)  # a clear error for a missing or unreadable file
@@ -158,7 +158,7 @@ class ReloadingServerContext(ssl.SSLContext):
     is delegated; the instance's own settings are never used for a handshake.
     """
 
-    _files: TlsFiles
+    _files: ListenerTlsFiles
     _listener: str
     _interval: float
     _clock: Callable[[], float]
@@ -169,12 +169,12 @@ class ReloadingServerContext(ssl.SSLContext):
     _last_check: float
     reloads: int
 
-    def __new__(cls, files: TlsFiles, **_kw: Any) -> ReloadingServerContext:
+    def __new__(cls, files: ListenerTlsFiles, **_kw: Any) -> ReloadingServerContext:
         return super().__new__(cls, ssl.PROTOCOL_TLS_SERVER)
 
     def __init__(
         self,
-        files: TlsFiles,
+        files: ListenerTlsFiles,
         *,
         listener: str = "listener",
         check_interval: float = 1.0,
@@ -225,14 +225,14 @@ class ReloadingServerContext(ssl.SSLContext):
 # ---- grpcio servers ----------------------------------------------------------------------
 
 
-def _certificate_configuration(files: TlsFiles) -> Any:
+def _certificate_configuration(files: ListenerTlsFiles) -> Any:
     key = Path(files.key).read_bytes()
     cert = Path(files.cert).read_bytes()
     ca = Path(files.client_ca).read_bytes() if files.client_ca else None
     return grpc.ssl_server_certificate_configuration([(key, cert)], root_certificates=ca)
 
 
-def grpcio_credentials(files: TlsFiles) -> grpc.ServerCredentials:
+def grpcio_credentials(files: ListenerTlsFiles) -> grpc.ServerCredentials:
     """Server credentials that pick up changed files at the next handshake."""
     stamp = file_signature(files.paths())
     initial = _certificate_configuration(files)
@@ -259,7 +259,7 @@ def grpcio_credentials(files: TlsFiles) -> grpc.ServerCredentials:
 # ---- Envoy-based servers -----------------------------------------------------------------
 
 
-def envoy_sds_documents(files: TlsFiles) -> dict[str, dict[str, Any]]:
+def envoy_sds_documents(files: ListenerTlsFiles) -> dict[str, dict[str, Any]]:
     """The SDS files (``path_config_source``) of the listener's secrets, by secret name.
 
     One file per secret: Envoy's file-based SDS takes exactly one resource a file.
@@ -288,7 +288,7 @@ def envoy_sds_documents(files: TlsFiles) -> dict[str, dict[str, Any]]:
     return {name: {"resources": [document]} for name, document in documents.items()}
 
 
-def envoy_transport_socket(files: TlsFiles, sds_dir: Path) -> dict[str, Any]:
+def envoy_transport_socket(files: ListenerTlsFiles, sds_dir: Path) -> dict[str, Any]:
     """The listener's DownstreamTlsContext, its secrets read from ``sds_dir/<name>.json``."""
 
     def source(name: str) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """Global rate-limit service for Envoy (envoy.service.ratelimit.v3).
 
-Layers, from pure to wired:
+Layers, from pure to wired (an import-linter contract in ``pyproject.toml``
+keeps them):
 
 - ``config`` / ``units``: envoyproxy/ratelimit's YAML into immutable snapshots;
 - ``matching``: request descriptor + domain config → the limit and its bucket;

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from meshplane.config_source import FileSource, resolve_once
-from meshplane.server import ASGIApp, WorkerContext
+from meshplane.server_contract import ASGIApp, WorkerContext
 from ratelimit import metrics
 from ratelimit.breaker import CircuitBreaker
 from ratelimit.config import RateLimitConfig, load_config

@@ -16,7 +16,7 @@ the hot path. Clients see the same protocol as with the generated servicer.
 from __future__ import annotations
 
 from meshplane.grpc_wire import Code, RpcError
-from meshplane.server import WorkerContext
+from meshplane.server_contract import WorkerContext
 from ratelimit.plan import InvalidRequest
 from ratelimit.service import RateLimitService
 from ratelimit.store import StoreUnavailable

@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from envoy.service.auth.v3 import external_auth_pb2
 from google.rpc import status_pb2
 
-from meshplane.server import ASGIApp, ServeOptions, WorkerContext, serve
+from meshplane.server import serve
+from meshplane.server_contract import ASGIApp, ServeOptions, WorkerContext
 
 ALLOW = external_auth_pb2.CheckResponse(
     status=status_pb2.Status(code=0), ok_response=external_auth_pb2.OkHttpResponse()

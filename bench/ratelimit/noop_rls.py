@@ -23,7 +23,8 @@ from collections.abc import Sequence
 import hiredis
 from envoy.service.ratelimit.v3 import rls_pb2
 
-from meshplane.server import ASGIApp, ServeOptions, WorkerContext, serve
+from meshplane.server import serve
+from meshplane.server_contract import ASGIApp, ServeOptions, WorkerContext
 
 SERVICE = "envoy.service.ratelimit.v3.RateLimitService"
 _GET = b"*2\r\n$3\r\nGET\r\n$4\r\nnoop\r\n"

@@ -208,7 +208,7 @@ class ExtAuthzRoute:
 
 
 @dataclass(frozen=True)
-class ClusterPolicies:
+class EnvoyConfigInput:
     """Everything the renderer reads, gathered from the store by the route."""
 
     cluster_fqn: str
@@ -317,7 +317,7 @@ def _ext_authz_per_route(entry: ExtAuthzRoute) -> JsonDict:
     return {"@type": _EXT_AUTHZ_PER_ROUTE, "checkSettings": {"contextExtensions": extensions}}
 
 
-def render(policies: ClusterPolicies) -> JsonDict:
+def render(policies: EnvoyConfigInput) -> JsonDict:
     """The ``envoyconfig`` document of one cluster (see the module docstring)."""
     filters: list[JsonDict] = []
     clusters: list[JsonDict] = []

@@ -65,7 +65,7 @@ CLUSTER_TYPE = _TYPE + "envoy.config.cluster.v3.Cluster"
 class GatewayInput:
     """What a cluster's gateways are configured from (read in one transaction)."""
 
-    policies: envoy_config.ClusterPolicies
+    policies: envoy_config.EnvoyConfigInput
     http_routes: tuple[tuple[str, HTTPRoute], ...] = ()  # (fqn, route), FQN order
     backends: tuple[tuple[str, Backend], ...] = ()
 

@@ -36,11 +36,12 @@ token's key and the cluster, as the policy stream does.
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
+import functools
 import itertools
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 import grpc
@@ -64,10 +65,15 @@ from meshplane.distribution_contract import NodeIdentity
 from meshplane.gateway_contract import GATEWAY_KIND, GatewayNode, NodeError, parse_node
 from mgmt_api.compiler import gateway_xds
 from mgmt_api.distribution.feed import ChangeFeed, SharedBuilds
-from mgmt_api.distribution.streams import StillAdmitted, admit_bearer, cancel, ended, fresh, refuse
+from mgmt_api.distribution.streams import (
+    Admitted,
+    StillAdmitted,
+    StreamPlane,
+    admit_bearer,
+    follow,
+)
 from mgmt_api.service.enforcement import UnknownCluster
 from mgmt_api.service.instances import SubscriberRegistry
-from mgmt_api.service.stream_auth import Revocation
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +132,7 @@ class _Stream:
     sent: dict[str, tuple[str, str]] = field(default_factory=dict)  # type → (nonce, version)
     acked: dict[str, str] = field(default_factory=dict)  # type → version
     applied: str = ""
+    compiled: _Compiled | None = None  # the version last sent
 
     def all_acked(self, version: str) -> bool:
         return all(self.acked.get(t) == version for t in TYPES)
@@ -146,11 +153,7 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
         heartbeat: float = 30.0,
     ) -> None:
         self._authenticate = authenticate
-        self._still_admitted = still_admitted
-        self._feed = feed
-        self._registry = registry
-        self._clock = clock
-        self._heartbeat = heartbeat
+        self._plane = StreamPlane(feed, registry, still_admitted, clock, heartbeat)
         self._nonces = itertools.count(1)
         self._builds: SharedBuilds[tuple[str, str], gateway_xds.GatewayInput] = SharedBuilds(
             feed, build
@@ -203,9 +206,9 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
         nonce, version = stream.sent.get(type_url, ("", ""))
         if request.response_nonce != nonce:
             return None  # stale: an answer to a response Envoy has since been sent again
-        now = self._clock()
+        now = self._plane.clock()
         if request.HasField("error_detail"):
-            self._registry.nacked(
+            self._plane.registry.nacked(
                 stream.identity, stream.applied, version, request.error_detail.message, now
             )
             log.warning(
@@ -224,7 +227,7 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
             # a version since replaced by this one): applied.
             if stream.all_acked(compiled.version):
                 stream.applied = compiled.version
-                self._registry.acked(stream.identity, compiled.version, now)
+                self._plane.registry.acked(stream.identity, compiled.version, now)
         if names != stream.subscribed.get(type_url, ()):  # Envoy now wants other routes
             stream.subscribed[type_url] = names
             return self._response(stream, compiled, type_url)
@@ -242,64 +245,47 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
             return
         node, identity, grant = await self._admit(first, context)
         stream = _Stream(identity, node)
-        registry_stream = self._registry.connected(identity, "", self._clock())
-        log.info(
-            "gateway connected",
-            extra={"cluster": node.cluster, "instance": node.instance},
+        responses = follow(
+            self._plane,
+            Admitted(identity, grant, context),
+            requests,
+            version="",
+            build=lambda revision: self._compile(node, revision),
+            on_build=functools.partial(self._built, stream),
+            on_request=functools.partial(self._requested, stream),
+            queued=(first,),
         )
-        inbox: asyncio.Queue[discovery_pb2.DiscoveryRequest | None] = asyncio.Queue()
-        inbox.put_nowait(first)
-        reader = asyncio.create_task(_read(requests, inbox))
-        revoked: Revocation | None = None
-        revision = self._feed.revision
-        compiled: _Compiled | None = None
-        getter: asyncio.Task[discovery_pb2.DiscoveryRequest | None] | None = None
-        waiter: asyncio.Task[int] | None = None
-        try:
-            while True:
-                if compiled is None or (waiter is not None and waiter.done()):
-                    waiter = None
-                    revision = self._feed.revision
-                    checked = await fresh(
-                        self._compile(node, revision), self._still_admitted, grant, identity
-                    )
-                    if isinstance(checked, Revocation):
-                        revoked = checked
-                        break
-                    latest = checked
-                    self._registry.heartbeat(identity, self._clock())
-                    if latest is not None and (
-                        compiled is None or latest.version != compiled.version
-                    ):
-                        compiled = latest
-                        self._registry.sent(identity, compiled.version, self._clock())
-                        for type_url in TYPES:
-                            if type_url in stream.subscribed:
-                                yield self._response(stream, compiled, type_url)
-                    if compiled is None:  # the first build failed: retry on the next change
-                        waiter = asyncio.create_task(
-                            self._feed.wait_beyond(revision, self._heartbeat)
-                        )
-                        await waiter
-                        continue
-                getter = getter or asyncio.create_task(inbox.get())
-                waiter = waiter or asyncio.create_task(
-                    self._feed.wait_beyond(revision, self._heartbeat)
-                )
-                await asyncio.wait({getter, waiter}, return_when=asyncio.FIRST_COMPLETED)
-                if getter.done():
-                    request, getter = getter.result(), None
-                    if request is None:
-                        break  # Envoy closed the stream
-                    assert compiled is not None  # the loop compiles before it reads
-                    response = self._answer(stream, compiled, request)
-                    if response is not None:
-                        yield response
-        finally:
-            await cancel(getter, waiter, reader)
-            ended(self._registry, identity, self._clock(), registry_stream, revoked)
-        if revoked is not None:
-            await refuse(context, identity, revoked)
+        async with contextlib.aclosing(responses):
+            async for response in responses:
+                yield response
+
+    def _built(
+        self, stream: _Stream, latest: _Compiled | None
+    ) -> Sequence[discovery_pb2.DiscoveryResponse] | None:
+        """Every subscribed type again when the version changed, clusters first.
+
+        None while nothing has compiled yet (the first build failed): requests
+        wait until a build succeeds. A later failed build keeps what was sent.
+        """
+        self._plane.registry.heartbeat(stream.identity, self._plane.clock())
+        if latest is None or (
+            stream.compiled is not None and latest.version == stream.compiled.version
+        ):
+            return None if stream.compiled is None else ()
+        stream.compiled = latest
+        self._plane.registry.sent(stream.identity, latest.version, self._plane.clock())
+        return [
+            self._response(stream, latest, type_url)
+            for type_url in TYPES
+            if type_url in stream.subscribed
+        ]
+
+    def _requested(
+        self, stream: _Stream, request: discovery_pb2.DiscoveryRequest
+    ) -> Sequence[discovery_pb2.DiscoveryResponse]:
+        assert stream.compiled is not None  # requests wait for the first build
+        response = self._answer(stream, stream.compiled, request)
+        return () if response is None else (response,)
 
     async def _compile(self, node: GatewayNode, revision: int) -> _Compiled | None:
         """This gateway's resources at ``revision``; None when they cannot be compiled.
@@ -319,15 +305,3 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
                 extra={"cluster": node.cluster, "instance": node.instance},
             )
             return None
-
-
-async def _read(
-    requests: AsyncIterator[discovery_pb2.DiscoveryRequest],
-    inbox: asyncio.Queue[discovery_pb2.DiscoveryRequest | None],
-) -> None:
-    """Envoy's requests into ``inbox``; None when the stream ends, however it ends."""
-    try:
-        async for request in requests:
-            inbox.put_nowait(request)
-    finally:
-        inbox.put_nowait(None)

@@ -46,7 +46,7 @@ from envoy.service.discovery.v3 import ads_pb2_grpc
 from meshplane.distribution_contract import NodeIdentity
 from meshplane.netaddr import is_loopback_host
 from meshplane.proto.distribution.v1 import distribution_pb2_grpc as pb_grpc
-from meshplane.tls import TlsFiles, grpcio_credentials, tls_files_from
+from meshplane.tls import ListenerTlsFiles, grpcio_credentials, tls_files_from
 from mgmt_api.auth import tokens
 from mgmt_api.compiler.gateway_xds import GatewayInput
 from mgmt_api.distribution.ads import AggregatedDiscoveryServicer
@@ -82,7 +82,7 @@ SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
 )
 
 
-def tls_from(settings: Settings) -> TlsFiles | None:
+def tls_from(settings: Settings) -> ListenerTlsFiles | None:
     """The TLS settings, or None (plaintext). A key without a certificate is an error."""
     files = tls_files_from(
         settings.grpc_tls_cert,
@@ -106,7 +106,7 @@ class Distribution:
     enforcement: EnforcementService
     stream_auth: StreamAuth
     registry: SubscriberRegistry
-    tls: TlsFiles | None = None
+    tls: ListenerTlsFiles | None = None
     database_url: str | None = None
     revision_poll: float | None = None
     feed: ChangeFeed | None = field(default=None, init=False)

@@ -16,11 +16,13 @@ dropped from the registry too.
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
+import functools
 import itertools
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 
 import grpc
 
@@ -28,10 +30,15 @@ from meshplane.distribution_contract import SERVICE_KINDS, NodeIdentity
 from meshplane.proto.distribution.v1 import distribution_pb2 as pb
 from meshplane.proto.distribution.v1 import distribution_pb2_grpc as pb_grpc
 from mgmt_api.distribution.feed import ChangeFeed, SharedBuilds
-from mgmt_api.distribution.streams import StillAdmitted, admit_bearer, cancel, ended, fresh, refuse
+from mgmt_api.distribution.streams import (
+    Admitted,
+    StillAdmitted,
+    StreamPlane,
+    admit_bearer,
+    follow,
+)
 from mgmt_api.service.enforcement import Snapshot
 from mgmt_api.service.instances import SubscriberRegistry
-from mgmt_api.service.stream_auth import Revocation
 
 log = logging.getLogger(__name__)
 
@@ -58,11 +65,7 @@ class DistributionServicer(pb_grpc.PolicyDistributionServicer):
     ) -> None:
         self._build = build
         self._authenticate = authenticate
-        self._still_admitted = still_admitted
-        self._feed = feed
-        self._registry = registry
-        self._clock = clock
-        self._heartbeat = heartbeat
+        self._plane = StreamPlane(feed, registry, still_admitted, clock, heartbeat)
         self._nonces = itertools.count(1)
         # One build per (kind, organization, cluster) and revision.
         self._builds: SharedBuilds[tuple[str, str, str], Snapshot] = SharedBuilds(
@@ -108,78 +111,73 @@ class DistributionServicer(pb_grpc.PolicyDistributionServicer):
         # subscriber already runs the current version): they tell it the
         # stream was admitted.
         await context.send_initial_metadata(())
-        stream = self._registry.connected(node, first.version_info, self._clock())
-        log.info(
-            "subscriber connected",
-            extra={"kind": node.kind, "cluster": node.cluster, "instance": node.instance},
+        subscriber = _Subscriber(node, first.version_info)
+        snapshots = follow(
+            self._plane,
+            Admitted(node, grant, context),
+            request_iterator,
+            version=first.version_info,
+            build=lambda revision: self._shared_build(node, revision),
+            on_build=functools.partial(self._snapshot, subscriber),
+            on_request=functools.partial(self._answered, subscriber),
         )
-        sent: dict[str, str] = {}  # nonce → version
-        reader = asyncio.create_task(self._read_answers(node, request_iterator, sent))
-        last_version = first.version_info
-        revoked: Revocation | None = None
-        try:
-            while True:
-                revision = self._feed.revision
-                checked = await fresh(
-                    self._shared_build(node, revision), self._still_admitted, grant, node
-                )
-                if isinstance(checked, Revocation):
-                    revoked = checked
-                    break
-                compiled = checked
-                if compiled.version != last_version:
-                    nonce = str(next(self._nonces))
-                    sent[nonce] = compiled.version
-                    self._registry.sent(node, compiled.version, self._clock())
-                    yield pb.Snapshot(
-                        version_info=compiled.version,
-                        nonce=nonce,
-                        kind=node.kind,
-                        files=[
-                            pb.ConfigFile(name=name, content=content)
-                            for name, content in sorted(compiled.files.items())
-                        ],
-                    )
-                    last_version = compiled.version
-                if reader.done():
-                    break
-                waiter = asyncio.create_task(self._feed.wait_beyond(revision, self._heartbeat))
-                await asyncio.wait({waiter, reader}, return_when=asyncio.FIRST_COMPLETED)
-                waiter.cancel()
-                if reader.done():
-                    break
-        finally:
-            await cancel(reader)
-            ended(self._registry, node, self._clock(), stream, revoked)
-        if revoked is not None:
-            await refuse(context, node, revoked)
+        async with contextlib.aclosing(snapshots):
+            async for snapshot in snapshots:
+                yield snapshot
 
-    async def _read_answers(
-        self,
-        node: NodeIdentity,
-        requests: AsyncIterator[pb.SnapshotRequest],
-        sent: dict[str, str],
-    ) -> None:
-        async for answer in requests:
-            now = self._clock()
-            if not answer.response_nonce:
-                # A keep-alive: the subscriber is alive and runs version_info.
-                # It answers no snapshot, so it must not overwrite an ACK/NACK.
-                self._registry.heartbeat(node, now)
-                continue
-            rejected = sent.pop(answer.response_nonce, "")
-            if answer.HasField("error_detail"):
-                self._registry.nacked(
-                    node, answer.version_info, rejected, answer.error_detail.message, now
-                )
-                log.warning(
-                    "snapshot NACKed",
-                    extra={
-                        "cluster": node.cluster,
-                        "instance": node.instance,
-                        "version": rejected,
-                        "error": answer.error_detail.message[:500],
-                    },
-                )
-            else:
-                self._registry.acked(node, answer.version_info, now)
+    def _snapshot(self, subscriber: _Subscriber, compiled: Snapshot) -> Sequence[pb.Snapshot]:
+        """The snapshot to send when the build's version is not the subscriber's."""
+        if compiled.version == subscriber.last_version:
+            return ()
+        nonce = str(next(self._nonces))
+        subscriber.sent[nonce] = compiled.version
+        self._plane.registry.sent(subscriber.node, compiled.version, self._plane.clock())
+        subscriber.last_version = compiled.version
+        return (
+            pb.Snapshot(
+                version_info=compiled.version,
+                nonce=nonce,
+                kind=subscriber.node.kind,
+                files=[
+                    pb.ConfigFile(name=name, content=content)
+                    for name, content in sorted(compiled.files.items())
+                ],
+            ),
+        )
+
+    def _answered(
+        self, subscriber: _Subscriber, answer: pb.SnapshotRequest
+    ) -> Sequence[pb.Snapshot]:
+        """An ACK, a NACK or a keep-alive into the registry; nothing is sent for it."""
+        node, now = subscriber.node, self._plane.clock()
+        if not answer.response_nonce:
+            # A keep-alive: the subscriber is alive and runs version_info.
+            # It answers no snapshot, so it must not overwrite an ACK/NACK.
+            self._plane.registry.heartbeat(node, now)
+            return ()
+        rejected = subscriber.sent.pop(answer.response_nonce, "")
+        if answer.HasField("error_detail"):
+            self._plane.registry.nacked(
+                node, answer.version_info, rejected, answer.error_detail.message, now
+            )
+            log.warning(
+                "snapshot NACKed",
+                extra={
+                    "cluster": node.cluster,
+                    "instance": node.instance,
+                    "version": rejected,
+                    "error": answer.error_detail.message[:500],
+                },
+            )
+        else:
+            self._plane.registry.acked(node, answer.version_info, now)
+        return ()
+
+
+@dataclass
+class _Subscriber:
+    """What one subscriber runs and has been sent."""
+
+    node: NodeIdentity
+    last_version: str
+    sent: dict[str, str] = field(default_factory=dict)  # nonce → version

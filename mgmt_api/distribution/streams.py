@@ -6,6 +6,13 @@ The policy stream (:mod:`mgmt_api.distribution.server`), the gateways' ADS
 cluster, re-check it whenever they wake, and end the same way: the registry
 told, a deleted cluster's rows dropped, and a revoked stream closed with
 PERMISSION_DENIED and the reason. One copy here, so the three cannot drift.
+
+The policy stream and ADS also share their loop (:func:`follow`): build on
+every wake-up of the change feed (a write, or ``heartbeat`` seconds without
+one), send what a new build calls for, answer the client's requests between
+builds, and end when the client does or the credentials no longer hold.
+What differs (what a build is, what to send for it, what a request means) is
+theirs, passed in as three functions.
 """
 
 from __future__ import annotations
@@ -13,12 +20,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
 
 import grpc
 
 from meshplane.distribution_contract import NodeIdentity
+from mgmt_api.distribution.feed import ChangeFeed
 from mgmt_api.service.enforcement import UnknownCluster
 from mgmt_api.service.instances import SubscriberRegistry
 from mgmt_api.service.stream_auth import AuthError, Revocation
@@ -26,6 +35,8 @@ from mgmt_api.service.stream_auth import AuthError, Revocation
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+Req = TypeVar("Req")
+Out = TypeVar("Out")
 # (grant, node) → None while the grant holds, else why it no longer does.
 StillAdmitted = Callable[[str, NodeIdentity], Awaitable[Revocation | None]]
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -113,3 +124,105 @@ async def refuse(context: Context, node: NodeIdentity, revoked: Revocation) -> N
         },
     )
     await context.abort(grpc.StatusCode.PERMISSION_DENIED, revoked.reason)
+
+
+@dataclass(frozen=True)
+class StreamPlane:
+    """What every stream of one servicer shares."""
+
+    feed: ChangeFeed
+    registry: SubscriberRegistry
+    still_admitted: StillAdmitted | None
+    clock: Callable[[], float]
+    heartbeat: float  # seconds between wake-ups without a write
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """One admitted stream: who it is and its grant (see :func:`admit_bearer`)."""
+
+    node: NodeIdentity
+    grant: str
+    context: Context
+
+
+async def follow(
+    plane: StreamPlane,
+    admitted: Admitted,
+    requests: AsyncIterator[Req],
+    *,
+    version: str,
+    build: Callable[[int], Awaitable[T]],
+    on_build: Callable[[T], Sequence[Out] | None],
+    on_request: Callable[[Req], Sequence[Out]],
+    queued: Sequence[Req] = (),
+) -> AsyncGenerator[Out, None]:
+    """The loop of a stream that follows the change feed; what it yields is sent.
+
+    The registry hears of the stream first (the client says it runs
+    ``version``, or ``""``). At the start and on every wake-up of the feed,
+    ``build(revision)``, then :func:`fresh`'s check of the credentials;
+    ``on_build`` says what the new build calls for (``None``: nothing to
+    serve yet, so requests wait for the next build). Between builds each
+    request (``queued`` ones first) goes to ``on_request``. The stream ends
+    when the client ends its side, or with PERMISSION_DENIED when the
+    credentials no longer hold; either way the registry is told
+    (:func:`ended`). Use it under :func:`contextlib.aclosing`, so a
+    cancelled call ends it at once.
+    """
+    node = admitted.node
+    stream = plane.registry.connected(node, version, plane.clock())
+    log.info(
+        "stream connected",
+        extra={"kind": node.kind, "cluster": node.cluster, "instance": node.instance},
+    )
+    inbox: asyncio.Queue[Req | None] = asyncio.Queue()
+    for early in queued:
+        inbox.put_nowait(early)
+    reader = asyncio.create_task(_read(requests, inbox))
+    getter: asyncio.Task[Req | None] | None = None
+    waiter: asyncio.Task[int] | None = None
+    revoked: Revocation | None = None
+    serving = False
+    revision = plane.feed.revision
+    try:
+        while True:
+            if not serving or (waiter is not None and waiter.done()):
+                waiter = None
+                revision = plane.feed.revision
+                checked = await fresh(build(revision), plane.still_admitted, admitted.grant, node)
+                if isinstance(checked, Revocation):
+                    revoked = checked
+                    break
+                sends = on_build(checked)
+                if sends is None:  # nothing to serve yet: build again on the next change
+                    await plane.feed.wait_beyond(revision, plane.heartbeat)
+                    continue
+                serving = True
+                for message in sends:
+                    yield message
+            getter = getter or asyncio.create_task(inbox.get())
+            waiter = waiter or asyncio.create_task(
+                plane.feed.wait_beyond(revision, plane.heartbeat)
+            )
+            await asyncio.wait({getter, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            if getter.done():
+                request, getter = getter.result(), None
+                if request is None:
+                    break  # the client ended the stream
+                for message in on_request(request):
+                    yield message
+    finally:
+        await cancel(getter, waiter, reader)
+        ended(plane.registry, node, plane.clock(), stream, revoked)
+    if revoked is not None:
+        await refuse(admitted.context, node, revoked)
+
+
+async def _read(requests: AsyncIterator[Req], inbox: asyncio.Queue[Req | None]) -> None:
+    """The client's requests into ``inbox``; None when the stream ends, however it ends."""
+    try:
+        async for request in requests:
+            inbox.put_nowait(request)
+    finally:
+        inbox.put_nowait(None)

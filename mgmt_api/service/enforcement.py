@@ -5,7 +5,7 @@ The ratelimit snapshot, the extauthz snapshot, the gateway's Envoy config
 a cluster, otherwise Envoy would select a policy the cluster's ext_authz
 instances do not have, or check a route with a policy it should not. So the
 store is read for a cluster in exactly one place, :func:`read_cluster`, and
-everything else compiles from its :class:`ClusterPolicies`:
+everything else compiles from its :class:`ClusterReadModel`:
 
 - a BackendTrafficPolicy reaches the cluster it is stored under;
 - a security group reaches cluster ``c`` when its ``namespaceSelector`` (or,
@@ -113,7 +113,7 @@ def groups_reaching(conn: Connection, organization: str, cluster: str) -> Iterat
 
 
 @dataclass(frozen=True)
-class ClusterPolicies:
+class ClusterReadModel:
     """Everything compiled for one cluster, read in one transaction."""
 
     organization: str
@@ -197,14 +197,14 @@ def _ext_authz(
     return policies, routes, notes
 
 
-def read_cluster(conn: Connection, organization: str, cluster: str) -> ClusterPolicies | None:
+def read_cluster(conn: Connection, organization: str, cluster: str) -> ClusterReadModel | None:
     """What ``organizations/{organization}/clusters/{cluster}`` must enforce; None if gone."""
     cluster_fqn = fqnmod.cluster_fqn(organization, cluster)
     res = repo.get(conn, cluster_fqn)
     if res is None:
         return None
     policies, routes, notes = _ext_authz(conn, organization, cluster)
-    return ClusterPolicies(
+    return ClusterReadModel(
         organization=organization,
         cluster=cluster,
         cluster_fqn=cluster_fqn,
@@ -236,7 +236,7 @@ class Snapshot:
         return digest.hexdigest()[:20]
 
 
-def ratelimit_snapshot(policies: ClusterPolicies) -> Snapshot:
+def ratelimit_snapshot(policies: ClusterReadModel) -> Snapshot:
     """envoyproxy/ratelimit YAML, one file per policy, plus the cluster's switches.
 
     Only references travel in the switches (``urlRef``); a ``url`` cannot
@@ -253,7 +253,7 @@ def ratelimit_snapshot(policies: ClusterPolicies) -> Snapshot:
     return Snapshot(files)
 
 
-def extauthz_snapshot(policies: ClusterPolicies) -> Snapshot:
+def extauthz_snapshot(policies: ClusterReadModel) -> Snapshot:
     """The one ext_authz file: ``defaultPolicy: deny`` plus the policies that reach the cluster."""
     content = extauthz_compiler.render_file(list(policies.extauthz_policies))
     extauthz_contract.parse_config(content)
@@ -352,10 +352,10 @@ class EnforcementService:
 
 
 def gateway_input(
-    policies: ClusterPolicies, ratelimit_service: str
-) -> envoy_config.ClusterPolicies:
+    policies: ClusterReadModel, ratelimit_service: str
+) -> envoy_config.EnvoyConfigInput:
     """The renderer's input for the read model (one place maps one to the other)."""
-    return envoy_config.ClusterPolicies(
+    return envoy_config.EnvoyConfigInput(
         cluster_fqn=policies.cluster_fqn,
         cluster=policies.cluster,
         traffic_policies=tuple(policies.traffic_policies()),

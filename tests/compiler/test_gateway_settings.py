@@ -155,7 +155,7 @@ def _document(settings: GatewaySettings) -> dict[str, Any]:
     )
     authz = envoy_config.ExtAuthzRoute("s/a", "g/a", ("shop",), "grpc://authz:9191", "w.a.jwt")
     return envoy_config.render(
-        envoy_config.ClusterPolicies(
+        envoy_config.EnvoyConfigInput(
             "organizations/o/clusters/east",
             "east",
             (("p/limits", policy),),

@@ -18,7 +18,7 @@ import yaml
 
 from extauthz import contract as extauthz_contract
 from meshplane.config_error import ConfigError
-from meshplane.tls import TlsFiles
+from meshplane.tls import ListenerTlsFiles
 from mgmt_api.distribution.hub import tls_from
 from mgmt_api.errors import ApiError
 from mgmt_api.service.container import Services
@@ -197,7 +197,7 @@ def test_settings_choose_the_stale_threshold_and_tls(tmp_path: Path) -> None:
     assert tuned is not None and tuned.stale_after == 120
     assert tls_from(base) is None
     both = replace(base, grpc_tls_cert="c.pem", grpc_tls_key="k.pem", grpc_tls_client_ca="ca")
-    assert tls_from(both) == TlsFiles("c.pem", "k.pem", "ca")
+    assert tls_from(both) == ListenerTlsFiles("c.pem", "k.pem", "ca")
     with pytest.raises(ValueError, match="both"):
         tls_from(replace(base, grpc_tls_cert="c.pem"))
     with pytest.raises(ApiError):

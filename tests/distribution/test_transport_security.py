@@ -25,7 +25,7 @@ from meshplane.config_error import ConfigError
 from meshplane.distribution_client import SnapshotSubscriber, current_dir
 from meshplane.distribution_contract import NodeIdentity
 from meshplane.proto.distribution.v1 import distribution_pb2_grpc as pb_grpc
-from meshplane.tls import TlsFiles, grpcio_credentials
+from meshplane.tls import ListenerTlsFiles, grpcio_credentials
 from mgmt_api.auth import keys as keymod
 from mgmt_api.auth import tokens
 from mgmt_api.distribution.feed import ChangeFeed
@@ -131,7 +131,7 @@ async def test_grpcs_with_the_servers_ca_receives_snapshots(
     ca, tmp = pki
     server_cert = ca.issue("mgmt-api")
     server, port = await _serve(
-        grpcio_credentials(TlsFiles(str(server_cert.cert), str(server_cert.key)))
+        grpcio_credentials(ListenerTlsFiles(str(server_cert.cert), str(server_cert.key)))
     )
     try:
         options = _options(tmp, f"grpcs://127.0.0.1:{port}", "--control-plane-ca", str(ca.path))
@@ -148,7 +148,7 @@ async def test_plaintext_or_an_untrusted_ca_cannot_talk_to_a_tls_server(
     ca, tmp = pki
     server_cert = ca.issue("mgmt-api")
     server, port = await _serve(
-        grpcio_credentials(TlsFiles(str(server_cert.cert), str(server_cert.key)))
+        grpcio_credentials(ListenerTlsFiles(str(server_cert.cert), str(server_cert.key)))
     )
     try:
         plaintext = _options(tmp, f"grpc://127.0.0.1:{port}")
@@ -174,7 +174,7 @@ async def test_mutual_tls_needs_a_client_certificate_from_the_client_ca(
     server_cert = ca.issue("mgmt-api")
     (tmp / "clients").mkdir()
     client_ca = CertificateAuthority(tmp / "clients", "client CA")
-    tls = TlsFiles(str(server_cert.cert), str(server_cert.key), str(client_ca.path))
+    tls = ListenerTlsFiles(str(server_cert.cert), str(server_cert.key), str(client_ca.path))
     server, port = await _serve(grpcio_credentials(tls))
     url = f"grpcs://127.0.0.1:{port}"
     try:
@@ -295,4 +295,4 @@ def test_stream_tokens_and_rest_tokens_have_separate_audiences(tmp_path: Path) -
 
 def test_unreadable_server_tls_files_name_the_file(tmp_path: Path) -> None:
     with pytest.raises(OSError, match=r"missing\.key"):
-        grpcio_credentials(TlsFiles(str(tmp_path / "x.crt"), str(tmp_path / "missing.key")))
+        grpcio_credentials(ListenerTlsFiles(str(tmp_path / "x.crt"), str(tmp_path / "missing.key")))

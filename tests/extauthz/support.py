@@ -1,6 +1,6 @@
 """A real ext_authz worker on loopback ports, plus raw gRPC and HTTP clients.
 
-The server runs ``meshplane.server.running`` in its own thread and event
+The server runs ``meshplane.grpcio_server.running`` in its own thread and event
 loop, so tests (including hypothesis tests, which are synchronous) talk to it
 through real sockets exactly like Envoy would.
 """
@@ -20,7 +20,7 @@ from envoy.config.core.v3 import base_pb2
 from envoy.service.auth.v3 import attribute_context_pb2, external_auth_pb2, external_auth_pb2_grpc
 
 from extauthz.app import ExtAuthzApp
-from meshplane.server import running
+from meshplane.grpcio_server import running
 
 
 class ServerThread:

@@ -195,7 +195,7 @@ def gateway_input(
     limits: list[tuple[str, BackendTrafficPolicy]] | None = None,
     ext_authz: list[envoy_config.ExtAuthzRoute] | None = None,
 ) -> gateway_xds.GatewayInput:
-    policies = envoy_config.ClusterPolicies(
+    policies = envoy_config.EnvoyConfigInput(
         cluster_fqn="organizations/o/clusters/c1",
         cluster="c1",
         traffic_policies=tuple(limits or ()),

@@ -343,7 +343,7 @@ def test_each_route_is_checked_by_its_own_groups_server_only() -> None:
         envoy_config.ExtAuthzRoute("s/off", "g/off", ("open",), "", None, disabled=True),
     )
     config = envoy_config.render(
-        envoy_config.ClusterPolicies(
+        envoy_config.EnvoyConfigInput(
             "organizations/o/clusters/east",
             "east",
             (("p/a", first), ("p/b", second)),

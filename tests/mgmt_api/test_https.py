@@ -46,7 +46,9 @@ def _replace(target: Path, source: Path) -> None:
     os.replace(tmp, target)
 
 
-class TlsFiles:
+class RestTlsFiles:
+    """The REST port's certificate and key files, issued by a CA of their own."""
+
     def __init__(self, tmp: Path) -> None:
         self.ca = CertificateAuthority(tmp)
         first = self.ca.issue("mgmt")
@@ -59,9 +61,9 @@ class TlsFiles:
 
 
 @pytest.fixture(scope="module")
-def https(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[MgmtServer, TlsFiles]]:
+def https(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[MgmtServer, RestTlsFiles]]:
     tmp = tmp_path_factory.mktemp("https")
-    files = TlsFiles(tmp)
+    files = RestTlsFiles(tmp)
     server = MgmtServer(
         extra_args=files.args(), tls_verify=_client_context(files.ca.path, None)
     ).start()
@@ -72,7 +74,7 @@ def https(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[MgmtServer
 
 
 def test_the_rest_port_speaks_https_with_the_given_certificate(
-    https: tuple[MgmtServer, TlsFiles],
+    https: tuple[MgmtServer, RestTlsFiles],
 ) -> None:
     server, _ = https
     assert server.url.startswith("https://")
@@ -84,7 +86,7 @@ def test_the_rest_port_speaks_https_with_the_given_certificate(
 
 
 def test_a_replaced_certificate_is_served_without_a_restart(
-    https: tuple[MgmtServer, TlsFiles], tmp_path: Path
+    https: tuple[MgmtServer, RestTlsFiles], tmp_path: Path
 ) -> None:
     server, files = https
     before = _served_serial(server.port, files.ca.path)
@@ -130,7 +132,7 @@ def _client_context(ca: Path, client: Issued | None) -> ssl.SSLContext:
 
 
 def test_with_a_client_ca_clients_need_a_certificate(tmp_path: Path) -> None:
-    files = TlsFiles(tmp_path)
+    files = RestTlsFiles(tmp_path)
     clients = CertificateAuthority(tmp_path, "client CA")
     good = clients.issue("console-user", client=True)
     stranger = CertificateAuthority(tmp_path, "other CA").issue("stranger", client=True)
@@ -152,7 +154,7 @@ def test_with_a_client_ca_clients_need_a_certificate(tmp_path: Path) -> None:
 
 
 def test_a_key_without_a_certificate_stops_the_start(tmp_path: Path) -> None:
-    files = TlsFiles(tmp_path)
+    files = RestTlsFiles(tmp_path)
     done = subprocess.run(
         [
             *(sys.executable, "-m", "mgmt_api.cli", "serve", "--listen", "127.0.0.1:0"),

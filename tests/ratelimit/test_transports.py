@@ -44,7 +44,8 @@ descriptors:
 SUPERVISOR = textwrap.dedent(
     """
     import functools, sys
-    from meshplane.server import ServeOptions, serve
+    from meshplane.server import serve
+    from meshplane.server_contract import ServeOptions
     from ratelimit.app import AppOptions
     from ratelimit.settings import Settings
     from tests.ratelimit.fixed_clock import build_at

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from prometheus_client import Counter
 
 from meshplane.grpc_wire import Code, RpcError
-from meshplane.server import ASGIApp, WorkerContext
+from meshplane.server_contract import ASGIApp, WorkerContext
 
 SERVICE = "meshplane.test.Echo"
 

@@ -17,12 +17,13 @@ from tests.support.net import free_port, wait_for_port
 SUPERVISOR = textwrap.dedent(
     """
     import sys
-    from meshplane.server import ServeOptions, serve
-    from meshplane.tls import TlsFiles
+    from meshplane.server import serve
+    from meshplane.server_contract import ServeOptions
+    from meshplane.tls import ListenerTlsFiles
     from tests.runtime.echo_app import make_app, make_slow_app
     listen, metrics, kind, workers, slow, *tls = sys.argv[1:]
     factory = make_slow_app if slow == "slow" else make_app
-    files = TlsFiles(tls[0], tls[1], tls[2] if len(tls) > 2 else None) if tls else None
+    files = ListenerTlsFiles(tls[0], tls[1], tls[2] if len(tls) > 2 else None) if tls else None
     sys.exit(serve(factory, ServeOptions(listen=listen, workers=int(workers), tls=files,
                    metrics_listen=metrics, grace_seconds=5.0, server=kind), service="echo"))
     """

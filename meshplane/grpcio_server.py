@@ -1,0 +1,292 @@
+"""The grpcio backend: each worker is a spawned Python process running ``grpc.aio``.
+
+Spawned, never forked: gRPC's core threads do not survive ``fork()``. A
+worker registers ``grpc.health.v1.Health`` and server reflection beside the
+app's handlers, mirrors the app's :class:`~meshplane.rpc.HealthState` into
+grpcio's health servicer, and drains on SIGTERM: NOT_SERVING, stop
+accepting, let in-flight calls finish within ``grace_seconds``. A worker
+whose supervisor is gone (killed outright) drains and exits by itself.
+
+:func:`running` runs a worker in the caller's event loop, for tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import logging
+import multiprocessing
+import multiprocessing.process
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+from grpc_reflection.v1alpha import reflection
+
+from meshplane.grpc_wire import RpcError
+from meshplane.logging import configure_logging
+from meshplane.rpc import Serving, UnaryHandler
+from meshplane.server_contract import (
+    GrpcApp,
+    ServeOptions,
+    StartWorker,
+    WorkerProcess,
+    new_worker_context,
+)
+from meshplane.tls import ListenerTlsFiles, grpcio_credentials
+from meshplane.worker_support import HttpSide, freeze_startup_heap
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunningServer:
+    """Ports of an in-process server started by :func:`running`."""
+
+    port: int
+    http_port: int | None
+
+
+def _grpcio_method(handler: UnaryHandler) -> grpc.RpcMethodHandler[bytes, bytes]:
+    """grpcio's side of a neutral handler: bytes through, RpcError as a status."""
+
+    async def call(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+        try:
+            return await handler(request)
+        except RpcError as exc:
+            await context.abort(grpc.StatusCode[exc.code.name], exc.message)
+            raise  # unreachable: abort raises
+
+    return grpc.unary_unary_rpc_method_handler(call)
+
+
+class _Worker:
+    """One grpc.aio server (+ optional ASGI server) and the app wired into it."""
+
+    def __init__(
+        self,
+        app: GrpcApp,
+        listen: str,
+        http_listen: str | None,
+        tls: ListenerTlsFiles | None = None,
+    ) -> None:
+        self.app = app
+        self.listen = listen
+        self.http_listen = http_listen
+        self.tls = tls
+        self.port = 0
+        self.http_port: int | None = None
+        self.server = grpc.aio.server(
+            options=[
+                ("grpc.so_reuseport", 1),
+                # Recycle connections now and then, so SO_REUSEPORT's uneven
+                # first split between workers evens out over time.
+                ("grpc.max_connection_age_ms", 10 * 60 * 1000),
+                ("grpc.max_connection_age_grace_ms", 30 * 1000),
+            ]
+        )
+        self.health = HealthServicer()
+        self.ctx = new_worker_context(app)
+        self._http: HttpSide | None = None
+        self._mirror: set[asyncio.Task[None]] = set()
+
+    def _mirror_health(self, name: str, status: Serving) -> None:
+        task = asyncio.ensure_future(self.health.set(name, int(status)))
+        self._mirror.add(task)
+        task.add_done_callback(self._mirror.discard)
+
+    async def start(self) -> None:
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        self.ctx.health.add_listener(self._mirror_health)
+        await self.app.start(self.ctx)
+        handlers = [
+            grpc.method_handlers_generic_handler(
+                service, {name: _grpcio_method(handler) for name, handler in methods.items()}
+            )
+            for service, methods in self.ctx.services.by_service().items()
+        ]
+        self.server.add_generic_rpc_handlers(handlers)
+        reflection.enable_server_reflection(
+            (
+                *self.app.service_names,
+                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                reflection.SERVICE_NAME,
+            ),
+            self.server,
+        )
+        if self.tls is not None:
+            self.port = self.server.add_secure_port(self.listen, grpcio_credentials(self.tls))
+        else:
+            self.port = self.server.add_insecure_port(self.listen)
+        if self.port == 0:
+            raise OSError(f"cannot listen on {self.listen}")
+        await self.server.start()
+        if self.app.http_app is not None and self.http_listen:
+            self._http = HttpSide.start(self.app.http_app, self.http_listen)
+            self.http_port = self._http.port
+
+    async def drain(self, grace: float) -> None:
+        """NOT_SERVING, then stop taking RPCs and wait for in-flight ones."""
+        for name in (*self.app.service_names, ""):
+            await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        if self._http is not None:
+            self._http.server.should_exit = True
+        await self.server.stop(grace)
+        if self._http is not None:
+            await self._http.stop()
+        await self.app.stop()
+
+
+@contextlib.asynccontextmanager
+async def running(
+    app: GrpcApp,
+    listen: str = "127.0.0.1:0",
+    http_listen: str | None = None,
+    grace_seconds: float = 1.0,
+    tls: ListenerTlsFiles | None = None,
+) -> AsyncIterator[RunningServer]:
+    """Run ``app`` on grpcio in this event loop for the duration of the block (tests)."""
+    worker = _Worker(app, listen, http_listen, tls)
+    await worker.start()
+    try:
+        yield RunningServer(worker.port, worker.http_port)
+    finally:
+        await worker.drain(grace_seconds)
+
+
+#: How often a worker checks that its supervisor is still there.
+SUPERVISOR_CHECK_SECONDS = 1.0
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> bool:
+    """Ask the kernel to send ``sig`` to this process when its parent dies (Linux).
+
+    Called first thing in a worker, so a supervisor killed while the worker
+    is still starting is noticed too; the caller then checks that the
+    parent is still the expected one (it may have died before this call).
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+async def _run_worker(app: GrpcApp, options: ServeOptions, supervisor: int) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    watch = loop.create_task(_watch_supervisor(supervisor, stop))
+    worker = _Worker(app, options.listen, options.http_listen, options.tls)
+    await worker.start()
+    freeze_startup_heap()
+    log.info(
+        "worker serving",
+        extra={"grpc_port": worker.port, "http_port": worker.http_port, "server": "grpcio"},
+    )
+    await stop.wait()
+    watch.cancel()
+    log.info("worker draining", extra={"grace_seconds": options.grace_seconds})
+    await worker.drain(options.grace_seconds)
+    log.info("worker stopped")
+
+
+async def _watch_supervisor(supervisor: int, stop: asyncio.Event) -> None:
+    """Drain and exit when the supervisor is gone (as gunicorn's workers do).
+
+    A supervisor killed outright (SIGKILL, the OOM killer) cannot stop its
+    workers. Left alone they would go on serving on the shared port with
+    whatever config they had, next to the workers of the supervisor that
+    replaces it (SO_REUSEPORT lets both bind). ``supervisor`` is the pid the
+    supervisor passed in, not ``os.getppid()`` read here: a worker is slow
+    to start (imports, config, app start), and a supervisor that died
+    meanwhile would have made the orphan's new parent look like the
+    supervisor. The parent-death signal (:func:`die_with_parent`) usually
+    gets there first; this check covers what it cannot (non-Linux).
+    """
+    while not stop.is_set():
+        if os.getppid() != supervisor:
+            log.warning("supervisor gone; draining", extra={"supervisor_pid": supervisor})
+            stop.set()
+            return
+        await asyncio.sleep(SUPERVISOR_CHECK_SECONDS)
+
+
+def _worker_main(
+    app_factory: Callable[[], GrpcApp], options: ServeOptions, service: str, supervisor: int
+) -> None:
+    """Entry point of a spawned grpcio worker process."""
+    # SIGTERM (a drain) as soon as the supervisor dies, even mid-start; and
+    # if it died before this line, do not start at all.
+    die_with_parent(signal.SIGTERM)
+    if os.getppid() != supervisor:
+        return
+    configure_logging(service)
+    # SIGINT from a terminal reaches the whole process group; the supervisor
+    # turns it into an orderly SIGTERM, so workers ignore the raw one until
+    # their loop installs its handlers.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        asyncio.run(_run_worker(app_factory(), options, supervisor))
+    except Exception:
+        log.exception("worker failed")
+        raise SystemExit(1) from None
+
+
+class _SpawnedWorker:
+    """A grpcio worker: a spawned Python process, drained by SIGTERM."""
+
+    def __init__(self, process: multiprocessing.process.BaseProcess) -> None:
+        self.process = process
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid
+
+    @property
+    def exitcode(self) -> int | None:
+        return self.process.exitcode
+
+    def is_alive(self) -> bool:
+        return self.process.is_alive()
+
+    def request_drain(self) -> None:
+        if self.process.is_alive() and self.process.pid is not None:
+            os.kill(self.process.pid, signal.SIGTERM)
+
+    def join(self, timeout: float) -> None:
+        self.process.join(timeout)
+
+    def kill(self) -> None:
+        self.process.kill()
+
+
+@contextlib.contextmanager
+def grpcio_starter(
+    app_factory: Callable[[], GrpcApp], options: ServeOptions, service: str
+) -> Iterator[StartWorker]:
+    """The grpcio :data:`~meshplane.server_contract.Backend`: workers share nothing on disk."""
+    ctx = multiprocessing.get_context("spawn")
+    supervisor = os.getpid()
+
+    def start(index: int) -> WorkerProcess:
+        proc = ctx.Process(
+            target=_worker_main,
+            args=(app_factory, options, service, supervisor),
+            name=f"{service}-worker-{index}",
+        )
+        proc.start()
+        return _SpawnedWorker(proc)
+
+    yield start
