@@ -45,6 +45,7 @@ from meshctl.manifest import Manifest, dump, policy_manifest, read_manifests, to
 from meshctl.ops import apply_manifest, delete_all, get_object, list_objects, refine
 from meshctl.output import FORMATS, render_objects
 from meshctl.state import State, state_of
+from meshplane.kinds_contract import Kind as KindName
 from meshplane.secret_file import write_secret
 
 app = typer.Typer(
@@ -471,7 +472,7 @@ def apply(
                 if (
                     result.action == "created"
                     and m.ref is not None
-                    and m.ref.kind.name == "Cluster"
+                    and m.ref.kind.name == KindName.CLUSTER
                 ):
                     org = m.ref.parent_names().get("organization", "ORG")
                     note = (

@@ -35,6 +35,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from meshplane.kinds_contract import Kind
 from mgmt_api import fqn as fqnmod
 from mgmt_api.domain import etags
 from mgmt_api.identity.login_code import LoginCode
@@ -56,7 +57,7 @@ from mgmt_api.store.tables import (
 from mgmt_api.store.uow import UnitOfWork
 
 SYNC_ACTOR = "system:directory-sync"
-USER_KIND = "User"
+USER_KIND = Kind.USER
 _PAGE = 500
 
 
@@ -243,7 +244,7 @@ class SqlDirectoryStore:
 
     def _list_users(self, org: str, source: str) -> list[DirectoryUser]:
         with self._uow.read() as conn:
-            users = _children(conn, fqnmod.organization_fqn(org), "User")
+            users = _children(conn, fqnmod.organization_fqn(org), Kind.USER)
         return [
             DirectoryUser(
                 id=u.name,
@@ -261,7 +262,7 @@ class SqlDirectoryStore:
 
     def _list_teams(self, org: str, source: str) -> list[DirectoryTeam]:
         with self._uow.read() as conn:
-            teams = _children(conn, fqnmod.organization_fqn(org), "Team")
+            teams = _children(conn, fqnmod.organization_fqn(org), Kind.TEAM)
         return [
             DirectoryTeam(
                 id=t.name,
@@ -323,7 +324,7 @@ class SqlDirectoryStore:
         fqn = f"{fqnmod.organization_fqn(org)}/users/{user.id}"
 
         def op(conn: Connection, rev: int) -> tuple[str, str, str]:
-            self._insert(conn, fqn, "User", _user_spec(user, source), rev)
+            self._insert(conn, fqn, Kind.USER, _user_spec(user, source), rev)
             return fqn, "CREATE", f"created User {fqn} from the {source} directory"
 
         await self._run(org, op)
@@ -346,7 +347,7 @@ class SqlDirectoryStore:
             repo.delete_subtree(conn, fqn)
             # Every team, manual ones too: a later user of the same name must not
             # inherit the memberships of this one.
-            for team in _children(conn, fqnmod.organization_fqn(org), "Team"):
+            for team in _children(conn, fqnmod.organization_fqn(org), Kind.TEAM):
                 members = team.spec.get("members") or []
                 if fqn in members:
                     spec = {**team.spec, "members": [m for m in members if m != fqn]}
@@ -359,7 +360,7 @@ class SqlDirectoryStore:
         fqn = f"{fqnmod.organization_fqn(org)}/teams/{team.id}"
 
         def op(conn: Connection, rev: int) -> tuple[str, str, str]:
-            self._insert(conn, fqn, "Team", _team_spec(team, source, []), rev)
+            self._insert(conn, fqn, Kind.TEAM, _team_spec(team, source, []), rev)
             return fqn, "CREATE", f"created Team {fqn} from the {source} directory"
 
         await self._run(org, op)
@@ -382,7 +383,7 @@ class SqlDirectoryStore:
         def op(conn: Connection, rev: int) -> tuple[str, str, str]:
             self._owned(conn, fqn, source)
             repo.delete_subtree(conn, fqn)
-            for team in _children(conn, fqnmod.organization_fqn(org), "Team"):
+            for team in _children(conn, fqnmod.organization_fqn(org), Kind.TEAM):
                 nested = team.status.get("memberTeams") or []
                 if fqn in nested:
                     status = {**team.status, "memberTeams": [t for t in nested if t != fqn]}

@@ -5,6 +5,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body
 from pydantic import Field
 
+from meshplane.kinds_contract import Kind
 from mgmt_api.routes.deps import Cleanup, Ctx, OrganizationFqn
 from mgmt_api.schemas.base import ApiModel
 
@@ -38,7 +39,7 @@ class CleanupResourcesResponse(ApiModel):
     "/v2/organizations/{organization}/cleanupresources",
     response_model=CleanupResourcesResponse,
     operation_id="CleanupResources",
-    tags=["Organization"],
+    tags=[Kind.ORGANIZATION],
     summary="Find unused objects; delete them with apply=true (kind CleanupResources: READ/DELETE)",
 )
 def cleanup_resources(

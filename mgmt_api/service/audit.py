@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from meshplane.kinds_contract import Kind
 from mgmt_api import access
 from mgmt_api import fqn as fqnmod
 from mgmt_api.access import CallContext
@@ -61,7 +62,7 @@ class AuditService:
                 raise invalid("pageToken", "is not a token this server issued")
             before = int(page_token)
         with self.uow.read() as conn:
-            access.require(conn, ctx.principal, org_fqn, "Organization", rbac.READ)
+            access.require(conn, ctx.principal, org_fqn, Kind.ORGANIZATION, rbac.READ)
             if not repo.exists(conn, org_fqn):
                 raise not_found(org_fqn)
             wanted = (filters or AuditFilters()).as_store_filters()

@@ -41,6 +41,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from meshplane.kinds_contract import Kind
 from mgmt_api import access as authz
 from mgmt_api import fqn as fqnmod
 from mgmt_api.access import CallContext
@@ -50,7 +51,6 @@ from mgmt_api.domain import onboarding as ob
 from mgmt_api.errors import not_found
 from mgmt_api.fqn import subtree_bounds
 from mgmt_api.kinds import KindSettings
-from mgmt_api.kinds.onboarding import KIND_NAME as CONFIG_KIND
 from mgmt_api.store import repo
 from mgmt_api.store.tables import sa_keys
 from mgmt_api.store.uow import UnitOfWork
@@ -167,7 +167,7 @@ def _orphan_keys(conn: Connection, tree: Tree) -> list[tuple[str, str]]:
     Keys are not resources, so this reads the key table over the organization's
     FQN range directly (the range the recursive delete uses).
     """
-    clusters = {n.fqn for n in tree.of_kind(tree.organization, "Cluster")}
+    clusters = {n.fqn for n in tree.of_kind(tree.organization, Kind.CLUSTER)}
     lo, hi = subtree_bounds(tree.organization)
     rows = conn.execute(
         sa.select(sa_keys.c.owner, sa_keys.c.id)
@@ -192,18 +192,18 @@ def find(
 ) -> Findings:
     tree = Tree(organization, repo.subtree_nodes(conn, organization))
     found = Findings(tree, [], [])
-    clusters = tree.of_kind(organization, "Cluster")
-    tenants = tree.of_kind(organization, "Tenant")
-    workspaces = [w for t in tenants for w in tree.of_kind(t.fqn, "Workspace")]
-    groups = [g for w in workspaces for g in tree.of_kind(w.fqn, "SecurityGroup")]
-    configs = [c for cl in clusters for c in tree.of_kind(cl.fqn, CONFIG_KIND)]
+    clusters = tree.of_kind(organization, Kind.CLUSTER)
+    tenants = tree.of_kind(organization, Kind.TENANT)
+    workspaces = [w for t in tenants for w in tree.of_kind(t.fqn, Kind.WORKSPACE)]
+    groups = [g for w in workspaces for g in tree.of_kind(w.fqn, Kind.SECURITY_GROUP)]
+    configs = [c for cl in clusters for c in tree.of_kind(cl.fqn, Kind.CLUSTER_ONBOARDING_CONFIG)]
     levels = [organization, *(t.fqn for t in tenants), *(w.fqn for w in workspaces)]
     specs = _specs(conn, [*levels, *(g.fqn for g in groups), *(c.fqn for c in configs)])
 
     # 1. profiles attached nowhere
     attached = {ref for lv in levels for ref in specs.get(lv, {}).get("profiles") or []}
     for level in levels:
-        for profile in tree.of_kind(level, "Profile"):
+        for profile in tree.of_kind(level, Kind.PROFILE):
             if profile.fqn not in attached:
                 found.add(profile, "profile attached to no organization, tenant or workspace")
 
@@ -274,7 +274,7 @@ class CleanupService:
                 tx.audit(item.fqn, item.kind, "CLEANUP", f"cleanup: {item.reason}")
             tx.audit(
                 organization,
-                "Organization",
+                Kind.ORGANIZATION,
                 "CLEANUP_RESOURCES",
                 f"cleanup deleted {len(found.changes)} objects, skipped {len(found.skipped)}",
                 deleted=[f.fqn for f in found.changes],

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from meshplane import kinds_contract
 from mgmt_api import access as authz
 from mgmt_api import fqn as fqnmod
 from mgmt_api.access import CallContext
@@ -28,7 +29,6 @@ def _kind_of(fqn: str) -> str:
 
 def validate_bindings(allow: list[dict[str, Any]], known_custom_roles: set[str]) -> None:
     """Bindings name an existing role and subjects of the right kind."""
-    kinds = {"user": "User", "team": "Team", "serviceAccount": "ServiceAccount"}
     for i, binding in enumerate(allow):
         role = binding.get("role", "")
         if role not in rbac.BUILTIN_ROLES and role not in known_custom_roles:
@@ -42,8 +42,9 @@ def validate_bindings(allow: list[dict[str, Any]], known_custom_roles: set[str])
                 raise invalid(field, "exactly one of user, team, serviceAccount is required")
             key = set_fields[0]
             parsed = fqnmod.parse(subject[key], f"{field}.{key}")
-            if parsed.kind != kinds[key]:
-                raise invalid(f"{field}.{key}", f"{subject[key]!r} is not a {kinds[key]} FQN")
+            kind = kinds_contract.SUBJECT_KINDS.get(key)
+            if parsed.kind != kind:
+                raise invalid(f"{field}.{key}", f"{subject[key]!r} is not a {kind} FQN")
 
 
 class PolicyService:
