@@ -141,6 +141,15 @@ def parse(value: str, field: str = "fqn") -> Fqn:
     return Fqn(value, kind, parts[-1], parent, pairs)
 
 
+def node_kind(value: str) -> Kind:
+    """The kind of a policy node: an object's, or the root's and ``rbac``'s pseudo-kinds."""
+    if value == ROOT:
+        return ROOT_KIND
+    if value == RBAC:
+        return RBAC_KIND
+    return parse(value).kind
+
+
 def child_fqn(parent: str, collection: str, name: str) -> str:
     if parent == RBAC:
         return f"rbac/{name}"

@@ -25,7 +25,8 @@ class CleanupItem(ApiModel):
 class CleanupResourcesResponse(ApiModel):
     apply: bool
     changes: list[CleanupItem] = Field(
-        description="Deletions: would be applied (dry run) or were applied (apply)."
+        description="Deletions, and deleted principals removed from the bindings and teams "
+        "still naming them: would be applied (dry run) or were applied (apply)."
     )
     skipped: list[CleanupItem] = Field(
         description=(
