@@ -130,7 +130,17 @@ class Ref:
         return {k.metadata_key: n for k, n in self.parents}
 
     def describe(self) -> str:
-        return f"{self.kind.name.lower()} {self.fqn}"
+        """How output names the object: its kind as manifests spell it, and its FQN."""
+        return describe(self.kind.name, self.fqn)
+
+
+def describe(kind: str, target: str) -> str:
+    """The one way meshctl's output names an object or policy: ``User organizations/o/users/a``."""
+    return f"{kind} {target}"
+
+
+def describe_policy(target: str) -> str:
+    return describe(POLICY_KIND, target or "root")
 
 
 def collection_path(kind: Kind, parents: tuple[tuple[Kind, str], ...]) -> str:
