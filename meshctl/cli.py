@@ -35,6 +35,7 @@ from meshctl.errors import ApiFailure, Exit, MeshctlError
 from meshctl.kinds import (
     Kind,
     Ref,
+    describe_policy,
     is_policy_word,
     parse_fqn,
     policy_path,
@@ -42,9 +43,17 @@ from meshctl.kinds import (
     resolve_parents,
 )
 from meshctl.manifest import Manifest, dump, policy_manifest, read_manifests, to_manifest
-from meshctl.ops import apply_manifest, delete_all, get_object, list_objects, refine
+from meshctl.ops import (
+    apply_manifest,
+    delete_all,
+    empty_policy,
+    get_object,
+    list_objects,
+    refine,
+)
 from meshctl.output import FORMATS, render_objects
 from meshctl.state import State, state_of
+from meshplane.kinds_contract import Kind as KindName
 from meshplane.secret_file import write_secret
 
 app = typer.Typer(
@@ -471,7 +480,7 @@ def apply(
                 if (
                     result.action == "created"
                     and m.ref is not None
-                    and m.ref.kind.name == "Cluster"
+                    and m.ref.kind.name == KindName.CLUSTER
                 ):
                     org = m.ref.parent_names().get("organization", "ORG")
                     note = (
@@ -492,7 +501,7 @@ def apply(
 @app.command()
 def delete(  # noqa: PLR0917 - typer maps options to parameters
     ctx: typer.Context,
-    what: Annotated[str | None, typer.Argument(help="KIND or FQN.")] = None,
+    what: Annotated[str | None, typer.Argument(help="KIND, FQN, or policy.")] = None,
     name: Annotated[str | None, typer.Argument(help="Object name.")] = None,
     filename: FilesOpt = None,
     org: OrgOpt = None,
@@ -504,16 +513,28 @@ def delete(  # noqa: PLR0917 - typer maps options to parameters
         bool, typer.Option("--force", help="Also delete protected objects below it.")
     ] = False,
 ) -> None:
-    """Delete an object and everything below it (refused when protected, unless --force)."""
+    """Delete an object and everything below it (refused when protected, unless --force).
+
+    ``-f FILE`` undoes ``apply -f FILE``: its objects are deleted (children
+    first), then its access policies emptied (a policy always exists; it is
+    emptied as a PUT may, not deleted). ``meshctl delete policy TARGET``
+    empties one policy.
+    """
     state = state_of(ctx)
     refs: list[Ref] = []
+    policies: list[str] = []
     if filename:
         if what is not None:
             raise MeshctlError("give either -f FILE or KIND NAME, not both", Exit.USAGE)
         for m in _read_files(filename):
             if m.ref is None:
-                raise MeshctlError(f"{m.source}: access policies cannot be deleted", Exit.USAGE)
-            refs.append(m.ref)
+                policies.append(m.policy_target or "root")
+            else:
+                refs.append(m.ref)
+    elif what is not None and is_policy_word(what):
+        if name is None:
+            raise MeshctlError("meshctl delete policy TARGET (an FQN, root or rbac)", Exit.USAGE)
+        policies.append(name)
     else:
         if what is None:
             raise MeshctlError("meshctl delete KIND NAME, FQN, or -f FILE", Exit.USAGE)
@@ -534,6 +555,18 @@ def delete(  # noqa: PLR0917 - typer maps options to parameters
         for ref, outcome in delete_all(client, refs, force=force):
             done = "deleted" if outcome == "deleted" else "already gone (its parent is listed too)"
             typer.echo(f"{ref.describe()} {done}")
+        deleted = {r.fqn for r in refs}
+        for target in dict.fromkeys(policies):
+            if _under(target, deleted):  # went with its object
+                typer.echo(f"{describe_policy(target)} already gone (its object is listed too)")
+                continue
+            typer.echo(f"{describe_policy(target)} {empty_policy(client, target)}")
+
+
+def _under(target: str, fqns: set[str]) -> bool:
+    """Whether ``target`` (a policy's FQN) is one of ``fqns`` or below one of them."""
+    t = target.strip().strip("/")
+    return any(t == f or t.startswith(f + "/") for f in fqns)
 
 
 EDIT_HEADER = (

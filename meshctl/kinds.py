@@ -1,20 +1,17 @@
 """The resource kinds meshctl knows, and the mapping between names, FQNs and REST paths.
 
-This is the client's copy of the API's public contract (``docs/api.md``,
-"FQNs and paths"), not an import of the server's registry: meshctl talks to
-the REST API only, so it can be shipped and versioned apart from the
-server. An FQN alternates collection and name; the REST path of an object is
-``/v2/`` + its FQN; creating posts ``{"name", "<bodyField>": {...}}`` to the
-collection, and listing answers ``{"<listField>": [...], "nextPageToken"}``.
+The kinds are the one table of the API's public contract,
+:mod:`meshplane.kinds_contract` (``docs/api.md``, "FQNs and paths"), which the
+server's registry is built on too: meshctl still talks to the REST API only
+and imports no server package. An FQN alternates collection and name; the
+REST path of an object is ``/v2/`` + its FQN; creating posts ``{"name",
+"<bodyField>": {...}}`` to the collection, and listing answers
+``{"<listField>": [...], "nextPageToken"}``.
 
 A kind can live under several parents (a User is global or in an
 organization; a ServiceAccount is in an organization or a cluster). Each
 alternative is a chain of parent kinds, outermost first; the chain used is the
 longest one whose parent names are all known.
-
-Being a copy, it can drift: ``tests/meshctl/test_kinds_match_server.py``
-compares it with the server's registry (``mgmt_api.kinds.KINDS``), so a new
-server kind fails the suite until it has a row here.
 """
 
 from __future__ import annotations
@@ -24,8 +21,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from meshctl.errors import Exit, MeshctlError
+from meshplane import kinds_contract
+from meshplane.kinds_contract import Kind as KindName
 
-POLICY_KIND = "AccessPolicy"
+POLICY_KIND = KindName.ACCESS_POLICY.value
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,74 +49,46 @@ class Kind:
     @property
     def flag(self) -> str:
         """The CLI option naming a parent of this kind: ``--org``, ``--security-group``."""
-        if self.name == "Organization":
+        if self.name == KindName.ORGANIZATION:
             return "--org"
         return "--" + re.sub(r"(?<!^)([A-Z])", r"-\1", self.name).lower()
 
 
-KINDS: dict[str, Kind] = {
-    k.name: k
-    for k in (
-        Kind("Organization", "organizations", "organization", "organizations", ((),),
-             ("org", "orgs")),
-        Kind("Tenant", "tenants", "tenant", "tenants", (("Organization",),), ("tn",)),
-        Kind("Workspace", "workspaces", "workspace", "workspaces",
-             (("Organization", "Tenant"),), ("ws",)),
-        Kind("SecurityGroup", "securitygroups", "securityGroup", "securityGroups",
-             (("Organization", "Tenant", "Workspace"),), ("sg",)),
-        Kind("Cluster", "clusters", "cluster", "clusters", (("Organization",),), ("cl",),
-             frozenset({"namespaces", "state", "installTemplate", "serviceAccount"}),
-             defaults=(("tokenTtl", "3600s"), ("tier1Cluster", False))),
-        Kind("Profile", "profiles", "profile", "profiles",
-             (("Organization",), ("Organization", "Tenant"),
-              ("Organization", "Tenant", "Workspace")), ("prof",)),
-        Kind("ClusterOnboardingConfig", "onboarding", "config", "configs",
-             (("Organization", "Cluster"),), ("onboardingconfig", "onboardingconfigs")),
-        Kind("User", "users", "user", "users", (("Organization",), ()), (),
-             frozenset({"sourceType"})),
-        Kind("Team", "teams", "team", "teams", (("Organization",),), (),
-             frozenset({"sourceType"})),
-        Kind("ServiceAccount", "serviceaccounts", "serviceAccount", "serviceAccounts",
-             (("Organization", "Cluster"), ("Organization",)), ("sa",), frozenset({"keys"})),
-        Kind("BackendTrafficPolicy", "backendtrafficpolicies", "backendTrafficPolicy",
-             "backendTrafficPolicies", (("Organization", "Cluster"),), ("btp",)),
-        Kind("HTTPRoute", "httproutes", "httpRoute", "httpRoutes",
-             (("Organization", "Cluster"),), ("route", "routes")),
-        Kind("Backend", "backends", "backend", "backends", (("Organization", "Cluster"),)),
-        Kind("SecuritySetting", "settings", "securitySetting", "settings",
-             (("Organization", "Tenant", "Workspace", "SecurityGroup"),),
-             ("securitysettings", "setting")),
-        Kind("ExtAuthzPolicy", "extauthzpolicies", "extAuthzPolicy", "extAuthzPolicies",
-             (("Organization", "Tenant", "Workspace", "SecurityGroup"),), ("eap",)),
-        Kind("Role", "rbac", "role", "roles", ((),), ("roles",)),
+# Server defaults of omitted fields that apply compares against (client-side only).
+_DEFAULTS: dict[str, tuple[tuple[str, object], ...]] = {
+    KindName.CLUSTER: (("tokenTtl", "3600s"), ("tier1Cluster", False)),
+}
+
+
+def _kind(shape: kinds_contract.KindShape) -> Kind:
+    return Kind(
+        shape.kind.value,
+        shape.collection,
+        shape.body_field,
+        shape.list_field,
+        tuple(tuple(p.value for p in chain) for chain in kinds_contract.chains(shape.kind)),
+        shape.aliases,
+        shape.server_fields,
+        _DEFAULTS.get(shape.kind, ()),
     )
-}  # fmt: skip
+
+
+KINDS: dict[str, Kind] = {s.kind.value: _kind(s) for s in kinds_contract.CRUD_KINDS}
 
 # Fields every object carries that are bookkeeping, not desired state.
-METADATA_FIELDS = ("fqn", "etag", "createTime", "updateTime")
+METADATA_FIELDS = kinds_contract.COMMON_FIELDS
 
 _BY_COLLECTION = {k.collection: k for k in KINDS.values()}
-_PARENT_KINDS = ("Organization", "Tenant", "Workspace", "SecurityGroup", "Cluster")
 
 
 def lookup_kind(word: str) -> Kind | None:
     """A kind by name, plural, collection or alias, case-insensitively."""
-    w = word.lower()
-    for kind in KINDS.values():
-        names = {
-            kind.name.lower(),
-            kind.name.lower() + "s",
-            kind.collection,
-            kind.list_field.lower(),
-            *kind.aliases,
-        }
-        if w in names:
-            return kind
-    return None
+    shape = kinds_contract.lookup(word)
+    return KINDS[shape.kind] if shape is not None else None
 
 
 def is_policy_word(word: str) -> bool:
-    return word.lower() in {"policy", "policies", "accesspolicy", "accesspolicies"}
+    return kinds_contract.is_policy_word(word)
 
 
 def require_kind(word: str) -> Kind:
@@ -159,7 +130,17 @@ class Ref:
         return {k.metadata_key: n for k, n in self.parents}
 
     def describe(self) -> str:
-        return f"{self.kind.name.lower()} {self.fqn}"
+        """How output names the object: its kind as manifests spell it, and its FQN."""
+        return describe(self.kind.name, self.fqn)
+
+
+def describe(kind: str, target: str) -> str:
+    """The one way meshctl's output names an object or policy: ``User organizations/o/users/a``."""
+    return f"{kind} {target}"
+
+
+def describe_policy(target: str) -> str:
+    return describe(POLICY_KIND, target or "root")
 
 
 def collection_path(kind: Kind, parents: tuple[tuple[Kind, str], ...]) -> str:
@@ -211,7 +192,7 @@ def parse_fqn(fqn: str) -> Ref:
 
 def parent_keys() -> tuple[str, ...]:
     """The metadata keys that can name a parent."""
-    return tuple(KINDS[k].metadata_key for k in _PARENT_KINDS)
+    return tuple(KINDS[k].metadata_key for k in kinds_contract.PARENT_KINDS)
 
 
 def policy_path(target: str) -> str:

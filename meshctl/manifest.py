@@ -39,6 +39,8 @@ from meshctl.kinds import (
     POLICY_KIND,
     Kind,
     Ref,
+    describe_policy,
+    is_policy_word,
     parent_keys,
     parse_fqn,
     require_kind,
@@ -62,7 +64,7 @@ class Manifest:
     def describe(self) -> str:
         if self.ref is not None:
             return self.ref.describe()
-        return f"accesspolicy {self.policy_target or 'root'}"
+        return describe_policy(self.policy_target or "root")
 
 
 def load_documents(text: str, source: str) -> list[Any]:
@@ -118,7 +120,7 @@ def parse_manifest(doc: Any, source: str) -> Manifest:
         raise MeshctlError(f"{source}: metadata.etag must be a string", Exit.USAGE)
     where = f"{source} ({kind_word} {metadata.get('name') or metadata.get('fqn') or ''})".strip()
 
-    if kind_word == POLICY_KIND:
+    if is_policy_word(kind_word):
         target = metadata.get("target", metadata.get("fqn", "root"))
         if not isinstance(target, str):
             raise MeshctlError(f"{where}: metadata.target must be an FQN", Exit.USAGE)

@@ -156,6 +156,20 @@ def _apply_policy(client: ApiClient, m: Manifest) -> ApplyResult:
         raise refine(exc, None, manifest_etag=m.etag is not None) from None
 
 
+def empty_policy(client: ApiClient, target: str) -> str:
+    """Undo an applied access policy: access policies always exist, so "deleting" one is
+    emptying it (no bindings, no description), as a PUT may. ``emptied`` or ``unchanged``."""
+    path = policy_path(target)
+    try:
+        current: dict[str, Any] = client.get(path)
+        if not current.get("allow") and not current.get("description"):
+            return "unchanged"
+        client.put(path, {"allow": [], "description": "", "etag": current.get("etag")})
+    except ApiFailure as exc:
+        raise refine(exc, None) from None
+    return "emptied"
+
+
 def delete_object(client: ApiClient, ref: Ref, *, force: bool) -> None:
     try:
         client.delete(ref.path, {"force": "true"} if force else None)

@@ -1,8 +1,9 @@
 """The one FQN parser: ``organizations/o/tenants/t/workspaces/w`` and friends.
 
 An FQN alternates collection and name segments. Which collections may follow
-which kind is a table (``CHILDREN``), so a new kind adds rows
-(for example ``backendtrafficpolicies`` under a cluster) rather than parsers.
+which kind is a table (``CHILDREN``), derived from the one table of kinds
+(:mod:`meshplane.kinds_contract`), so a new kind adds a row there rather
+than a parser here.
 The REST path of every object is ``/v2/`` + its FQN.
 
 Two nodes have no name segment and exist only to carry policies: the root
@@ -15,43 +16,24 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from meshplane import kinds_contract
+from meshplane.kinds_contract import Kind
 from mgmt_api.errors import invalid
 
 ROOT = ""
 RBAC = "rbac"
-ROOT_KIND = "Root"
-RBAC_KIND = "RoleCollection"
+ROOT_KIND = Kind.ROOT
+RBAC_KIND = Kind.ROLE_COLLECTION
 
-# parent kind -> {collection segment: child kind}
-CHILDREN: dict[str, dict[str, str]] = {
-    ROOT_KIND: {"organizations": "Organization", "users": "User"},
-    RBAC_KIND: {},
-    "Organization": {
-        "tenants": "Tenant",
-        "clusters": "Cluster",
-        "users": "User",
-        "teams": "Team",
-        "serviceaccounts": "ServiceAccount",
-        "profiles": "Profile",
-        "approvals": "ApprovalPolicy",
-    },
-    "Tenant": {"workspaces": "Workspace", "profiles": "Profile"},
-    "Workspace": {"securitygroups": "SecurityGroup", "profiles": "Profile"},
-    "SecurityGroup": {"settings": "SecuritySetting", "extauthzpolicies": "ExtAuthzPolicy"},
-    "Cluster": {
-        "serviceaccounts": "ServiceAccount",
-        "backendtrafficpolicies": "BackendTrafficPolicy",
-        "httproutes": "HTTPRoute",
-        "backends": "Backend",
-        "approvals": "ApprovalPolicy",
-        "onboarding": "ClusterOnboardingConfig",
-    },
+# parent kind -> {collection segment: child kind}, derived from the one kind table.
+CHILDREN: dict[str, dict[str, Kind]] = {
+    parent: dict(kids) for parent, kids in kinds_contract.children().items()
 }
 
 # Collections whose objects are Kubernetes-namespaced: the name segment is
 # ``{namespace}.{name}``. Both halves are DNS-1123 labels, which cannot hold a
 # dot, so the split is unambiguous and the FQN stays collection/name pairs.
-NAMESPACED: frozenset[str] = frozenset({"backendtrafficpolicies", "httproutes", "backends"})
+NAMESPACED: frozenset[str] = kinds_contract.NAMESPACED_COLLECTIONS
 
 #: A DNS-1123 label: every name segment of an FQN (and every other name the
 #: API takes: namespaces, OIDC configuration names, dashboards). The one copy;
@@ -113,7 +95,7 @@ class Fqn:
     name of every ancestor by its collection (``names["tenants"]``)."""
 
     value: str
-    kind: str
+    kind: Kind
     name: str
     parent: str
     names: tuple[tuple[str, str], ...] = ()
@@ -141,10 +123,10 @@ def parse(value: str, field: str = "fqn") -> Fqn:
         if len(parts) != 2:
             raise invalid(field, f"{value!r}: a role FQN is rbac/{{role}}")
         validate_name(parts[1], field)
-        return Fqn(value, "Role", parts[1], RBAC, (("rbac", parts[1]),))
+        return Fqn(value, Kind.ROLE, parts[1], RBAC, (("rbac", parts[1]),))
     if len(parts) < 2 or len(parts) % 2:
         raise invalid(field, f"{value!r} is not an FQN (collection/name pairs expected)")
-    kind = ROOT_KIND
+    kind: Kind = ROOT_KIND
     parent = ROOT
     for i in range(0, len(parts), 2):
         collection, name = parts[i], parts[i + 1]
@@ -157,6 +139,15 @@ def parse(value: str, field: str = "fqn") -> Fqn:
         kind = child
     pairs = tuple(zip(parts[::2], parts[1::2], strict=True))
     return Fqn(value, kind, parts[-1], parent, pairs)
+
+
+def node_kind(value: str) -> Kind:
+    """The kind of a policy node: an object's, or the root's and ``rbac``'s pseudo-kinds."""
+    if value == ROOT:
+        return ROOT_KIND
+    if value == RBAC:
+        return RBAC_KIND
+    return parse(value).kind
 
 
 def child_fqn(parent: str, collection: str, name: str) -> str:

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Query, Response
 from fastapi.responses import RedirectResponse
 
+from meshplane.kinds_contract import Kind
 from mgmt_api.console.api import ApiCallError
 from mgmt_api.console.web import ConsoleRoute, User, signed_in
 
@@ -50,7 +51,7 @@ async def _inbox(
     kinds = {
         "request": "ApprovalAccessRequest",
         "approved": "ApprovalApprovedAccess",
-        "policy": "ApprovalPolicy",
+        "policy": Kind.APPROVAL_POLICY,
     }
     perms = await me.api.permissions(api)
     return me.render(

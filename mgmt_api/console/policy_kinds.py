@@ -1,7 +1,8 @@
 """The three policy kinds the console edits, as data (pure).
 
-Each entry says where the kind lives in ``/v2`` (collection under its
-parent, body field, list field), how its form looks, and where its
+Each entry says which kind it edits (where that kind lives in ``/v2``, its
+collection, body and list fields, comes from the one table of kinds,
+:mod:`meshplane.kinds_contract`), how its form looks, and where its
 distribution status is. The routes and templates are generic over these
 entries, so a fourth kind (an Envoy Gateway ``SecurityPolicy``, say) is one
 more entry.
@@ -13,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from meshplane.kinds_contract import COMMON_OUTPUT_ONLY, SHAPES, Kind
 from mgmt_api.console.forms import FieldDef, get_path
 
 RULES = "spec.rateLimit.global.rules"
@@ -23,16 +25,26 @@ MODES = ("UNSET", "NAMESPACE", "GROUP", "WORKSPACE", "CLUSTER", "DISABLED", "CUS
 @dataclass(frozen=True)
 class PolicyKind:
     slug: str  # URL segment of the console: /ui/.../{slug}/{name}
-    kind: str  # the API kind
+    kind: Kind  # the API kind
     title: str
     plural: str  # the title of a list of them
-    collection: str  # the API collection under the parent
-    body_field: str
-    list_field: str
     parent: str  # "cluster" or "group"
     fields: Callable[[Mapping[str, Any] | None], list[FieldDef]]
     name_help: str
     summary: Callable[[Mapping[str, Any]], str]
+
+    @property
+    def collection(self) -> str:
+        """The API collection under the parent."""
+        return SHAPES[self.kind].collection
+
+    @property
+    def body_field(self) -> str:
+        return SHAPES[self.kind].body_field
+
+    @property
+    def list_field(self) -> str:
+        return SHAPES[self.kind].list_field
 
 
 def _traffic_fields(obj: Mapping[str, Any] | None) -> list[FieldDef]:
@@ -148,12 +160,9 @@ POLICY_PAGES: dict[str, PolicyKind] = {
     for k in (
         PolicyKind(
             "traffic",
-            "BackendTrafficPolicy",
+            Kind.BACKEND_TRAFFIC_POLICY,
             "Rate limit (BackendTrafficPolicy)",
             "Rate limits",
-            "backendtrafficpolicies",
-            "backendTrafficPolicy",
-            "backendTrafficPolicies",
             "cluster",
             _traffic_fields,
             "namespace.name, e.g. default.web-limit",
@@ -161,12 +170,9 @@ POLICY_PAGES: dict[str, PolicyKind] = {
         ),
         PolicyKind(
             "settings",
-            "SecuritySetting",
+            Kind.SECURITY_SETTING,
             "Security setting",
             "Security settings",
-            "settings",
-            "securitySetting",
-            "settings",
             "group",
             _setting_fields,
             "a DNS label, e.g. ext-authz",
@@ -174,12 +180,9 @@ POLICY_PAGES: dict[str, PolicyKind] = {
         ),
         PolicyKind(
             "jwt",
-            "ExtAuthzPolicy",
+            Kind.EXT_AUTHZ_POLICY,
             "JWT policy",
             "JWT policies",
-            "extauthzpolicies",
-            "extAuthzPolicy",
-            "extAuthzPolicies",
             "group",
             _jwt_fields,
             "a DNS label, e.g. jwt",
@@ -209,7 +212,7 @@ TEMPLATES: dict[str, dict[str, Any]] = {
 }
 
 # Output-only fields: shown, never sent back in a form's body.
-OUTPUT_ONLY = ("fqn", "etag", "createTime", "updateTime")
+OUTPUT_ONLY = COMMON_OUTPUT_ONLY
 
 
 def editable(obj: Mapping[str, Any]) -> dict[str, Any]:

@@ -10,7 +10,7 @@ created).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -120,3 +120,38 @@ def sorted_permissions(perms: Iterable[str]) -> list[str]:
 def admin_binding(subject_kind: str, subject_fqn: str) -> dict[str, Any]:
     """The binding a creator receives on what it creates."""
     return {"role": ADMIN_ROLE, "subjects": [{subject_kind: subject_fqn}]}
+
+
+def subject_fqns(allow: Sequence[Mapping[str, Any]]) -> set[str]:
+    """Every principal FQN a policy's bindings name."""
+    return {
+        v
+        for binding in allow
+        for subject in binding.get("subjects") or []
+        for v in subject.values()
+        if isinstance(v, str) and v
+    }
+
+
+def without_subjects(
+    allow: Sequence[Mapping[str, Any]], gone: Collection[str]
+) -> list[dict[str, Any]]:
+    """``allow`` minus every subject naming an FQN in ``gone``.
+
+    A binding that named only such subjects goes too: it granted nobody
+    who exists, and would grant the next object created under the name.
+    """
+    out: list[dict[str, Any]] = []
+    for binding in allow:
+        subjects = binding.get("subjects") or []
+        kept = [s for s in subjects if not any(v in gone for v in s.values() if v)]
+        if len(kept) == len(subjects):
+            out.append(dict(binding))
+        elif kept:
+            out.append({**binding, "subjects": kept})
+    return out
+
+
+def keeps_an_admin(allow: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether some subject holds ``rbac/admin`` (the root policy must keep one)."""
+    return any(b.get("role") == ADMIN_ROLE and b.get("subjects") for b in allow)

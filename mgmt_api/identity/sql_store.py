@@ -13,8 +13,10 @@ replica can finish on another, and a restart loses nothing.
   Synced users and teams are ordinary ``User``/``Team`` resources under
   ``organizations/{org}`` with ``sourceType`` set to the source (``LDAP`` or
   ``AZURE``); the sync sees and touches only those, never local users or
-  manual teams. Every write bumps the store revision (so cached principals
-  and etags follow) and is audited with the actor ``SYNC_ACTOR``.
+  manual teams. Every write goes through the kinds' hooks and the delete
+  rule (:mod:`mgmt_api.kinds.principals`) as a client's does, bumps the
+  store revision (so cached principals and etags follow) and is audited
+  with the actor ``SYNC_ACTOR``.
   Direct members are the team's ``members`` (user FQNs, as for any team);
   nested groups are kept in the team's server-owned ``status.memberTeams``
   (team FQNs), which authentication follows when it resolves a principal's
@@ -35,8 +37,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from meshplane.kinds_contract import Kind
 from mgmt_api import fqn as fqnmod
-from mgmt_api.domain import etags
 from mgmt_api.identity.login_code import LoginCode
 from mgmt_api.identity.login_state import (
     MAX_PENDING_LOGINS,
@@ -46,6 +48,8 @@ from mgmt_api.identity.login_state import (
 from mgmt_api.identity.sync.model import DirectoryTeam, DirectoryUser
 from mgmt_api.identity.sync.reconcile import Membership
 from mgmt_api.identity.user_mapping import LoginScope, match_kind
+from mgmt_api.kinds.base import KindSettings, WriteEnv
+from mgmt_api.service import resources
 from mgmt_api.store import repo
 from mgmt_api.store.tables import (
     directory_sync_runs,
@@ -56,7 +60,7 @@ from mgmt_api.store.tables import (
 from mgmt_api.store.uow import UnitOfWork
 
 SYNC_ACTOR = "system:directory-sync"
-USER_KIND = "User"
+USER_KIND = Kind.USER
 _PAGE = 500
 
 
@@ -233,8 +237,10 @@ def _children(conn: Connection, parent: str, kind: str) -> list[repo.Resource]:
 class SqlDirectoryStore:
     """``DirectoryStore`` over the resources table (see the module docstring)."""
 
-    def __init__(self, uow: UnitOfWork) -> None:
+    def __init__(self, uow: UnitOfWork, settings: KindSettings | None = None) -> None:
         self._uow = uow
+        self._settings = settings or KindSettings()
+        self._principal = resources.system_principal(SYNC_ACTOR)
 
     # -- reads
 
@@ -243,7 +249,7 @@ class SqlDirectoryStore:
 
     def _list_users(self, org: str, source: str) -> list[DirectoryUser]:
         with self._uow.read() as conn:
-            users = _children(conn, fqnmod.organization_fqn(org), "User")
+            users = _children(conn, fqnmod.organization_fqn(org), Kind.USER)
         return [
             DirectoryUser(
                 id=u.name,
@@ -261,7 +267,7 @@ class SqlDirectoryStore:
 
     def _list_teams(self, org: str, source: str) -> list[DirectoryTeam]:
         with self._uow.read() as conn:
-            teams = _children(conn, fqnmod.organization_fqn(org), "Team")
+            teams = _children(conn, fqnmod.organization_fqn(org), Kind.TEAM)
         return [
             DirectoryTeam(
                 id=t.name,
@@ -278,14 +284,15 @@ class SqlDirectoryStore:
             if t.spec.get("sourceType") == source
         ]
 
-    # -- writes: one transaction each, so one failure never undoes the others
+    # -- writes: one transaction each, so one failure never undoes the others. Each goes
+    # through the kinds' hooks and the delete rule, as a client's write does
+    # (mgmt_api.service.resources.system_*), as the sync's own principal.
 
-    def _write(self, fn: Callable[[Connection, int], tuple[str, str, str]]) -> None:
+    def _write(self, fn: Callable[[WriteEnv], object]) -> None:
         with self._uow.write(SYNC_ACTOR) as tx:
-            fqn, operation, message = fn(tx.conn, tx.revision)
-            tx.audit(fqn, fqnmod.parse(fqn).kind, operation, message)
+            fn(WriteEnv(tx, self._principal, "", self._settings))
 
-    async def _run(self, org: str, fn: Callable[[Connection, int], tuple[str, str, str]]) -> None:
+    async def _run(self, fn: Callable[[WriteEnv], object]) -> None:
         await asyncio.to_thread(self._write, fn)
 
     @staticmethod
@@ -295,116 +302,74 @@ class SqlDirectoryStore:
             raise LookupError(f"{fqn} is not a {source} object")
         return res
 
-    @staticmethod
-    def _insert(conn: Connection, fqn: str, kind: str, spec: dict[str, Any], rev: int) -> None:
-        parsed = fqnmod.parse(fqn)
-        fqnmod.validate_name(parsed.name)
-        if not repo.exists(conn, parsed.parent):
-            raise LookupError(f"{parsed.parent} does not exist")
-        created = repo.insert(
-            conn, repo.new_resource(fqn, kind, spec, revision=rev, creator=SYNC_ACTOR)
-        )
-        if not created:  # e.g. a local user of the same name: never taken over
-            raise LookupError(f"{fqn} already exists")
-
-    @staticmethod
-    def _replace(conn: Connection, res: repo.Resource, spec: dict[str, Any], rev: int) -> None:
-        repo.update_if_etag(
-            conn,
-            res.fqn,
-            res.etag,
-            spec=spec,
-            protected=res.protected,
-            etag=etags.compute(res.fqn, rev),
-            update_time=repo.now_us(),
-        )
-
     async def create_user(self, org: str, source: str, user: DirectoryUser) -> None:
         fqn = f"{fqnmod.organization_fqn(org)}/users/{user.id}"
-
-        def op(conn: Connection, rev: int) -> tuple[str, str, str]:
-            self._insert(conn, fqn, "User", _user_spec(user, source), rev)
-            return fqn, "CREATE", f"created User {fqn} from the {source} directory"
-
-        await self._run(org, op)
+        spec = _user_spec(user, source)
+        await self._run(
+            lambda env: resources.system_create(env, Kind.USER, fqn, spec, why=_why(source))
+        )
 
     async def update_user(self, org: str, source: str, user: DirectoryUser) -> None:
         fqn = f"{fqnmod.organization_fqn(org)}/users/{user.id}"
 
-        def op(conn: Connection, rev: int) -> tuple[str, str, str]:
-            res = self._owned(conn, fqn, source)
-            self._replace(conn, res, {**res.spec, **_user_spec(user, source)}, rev)
-            return fqn, "UPDATE", f"updated User {fqn} from the {source} directory"
+        def op(env: WriteEnv) -> None:
+            res = self._owned(env.tx.conn, fqn, source)
+            spec = {**res.spec, **_user_spec(user, source)}
+            resources.system_update(env, res, spec, why=_why(source))
 
-        await self._run(org, op)
+        await self._run(op)
 
     async def delete_user(self, org: str, source: str, user_id: str) -> None:
-        fqn = f"{fqnmod.organization_fqn(org)}/users/{user_id}"
+        await self._delete(f"{fqnmod.organization_fqn(org)}/users/{user_id}", source)
 
-        def op(conn: Connection, rev: int) -> tuple[str, str, str]:
-            self._owned(conn, fqn, source)
-            repo.delete_subtree(conn, fqn)
-            # Every team, manual ones too: a later user of the same name must not
-            # inherit the memberships of this one.
-            for team in _children(conn, fqnmod.organization_fqn(org), "Team"):
-                members = team.spec.get("members") or []
-                if fqn in members:
-                    spec = {**team.spec, "members": [m for m in members if m != fqn]}
-                    self._replace(conn, team, spec, rev)
-            return fqn, "DELETE", f"deleted User {fqn}: gone from the {source} directory"
+    async def _delete(self, fqn: str, source: str) -> None:
+        """Delete a synced user or team; the delete rule takes it out of every team and
+        binding (a later object of the same name must not inherit them)."""
 
-        await self._run(org, op)
+        def op(env: WriteEnv) -> None:
+            self._owned(env.tx.conn, fqn, source)
+            resources.system_delete(env, fqn, why=f": gone from the {source} directory")
+
+        await self._run(op)
 
     async def create_team(self, org: str, source: str, team: DirectoryTeam) -> None:
         fqn = f"{fqnmod.organization_fqn(org)}/teams/{team.id}"
-
-        def op(conn: Connection, rev: int) -> tuple[str, str, str]:
-            self._insert(conn, fqn, "Team", _team_spec(team, source, []), rev)
-            return fqn, "CREATE", f"created Team {fqn} from the {source} directory"
-
-        await self._run(org, op)
+        spec = _team_spec(team, source, [])
+        await self._run(
+            lambda env: resources.system_create(env, Kind.TEAM, fqn, spec, why=_why(source))
+        )
 
     async def update_team(self, org: str, source: str, team: DirectoryTeam) -> None:
         fqn = f"{fqnmod.organization_fqn(org)}/teams/{team.id}"
 
-        def op(conn: Connection, rev: int) -> tuple[str, str, str]:
-            res = self._owned(conn, fqn, source)
+        def op(env: WriteEnv) -> None:
+            res = self._owned(env.tx.conn, fqn, source)
             members = list(res.spec.get("members") or [])
-            spec = _team_spec(team, source, members)
-            self._replace(conn, res, {**res.spec, **spec}, rev)
-            return fqn, "UPDATE", f"updated Team {fqn} from the {source} directory"
+            spec = {**res.spec, **_team_spec(team, source, members)}
+            resources.system_update(env, res, spec, why=_why(source))
 
-        await self._run(org, op)
+        await self._run(op)
 
     async def delete_team(self, org: str, source: str, team_id: str) -> None:
-        fqn = f"{fqnmod.organization_fqn(org)}/teams/{team_id}"
-
-        def op(conn: Connection, rev: int) -> tuple[str, str, str]:
-            self._owned(conn, fqn, source)
-            repo.delete_subtree(conn, fqn)
-            for team in _children(conn, fqnmod.organization_fqn(org), "Team"):
-                nested = team.status.get("memberTeams") or []
-                if fqn in nested:
-                    status = {**team.status, "memberTeams": [t for t in nested if t != fqn]}
-                    repo.set_status(conn, team.fqn, status, etags.compute(team.fqn, rev))
-            return fqn, "DELETE", f"deleted Team {fqn}: gone from the {source} directory"
-
-        await self._run(org, op)
+        await self._delete(f"{fqnmod.organization_fqn(org)}/teams/{team_id}", source)
 
     async def set_members(self, org: str, source: str, team_id: str, members: Membership) -> None:
         fqn = f"{fqnmod.organization_fqn(org)}/teams/{team_id}"
         users = sorted(f"{fqnmod.organization_fqn(org)}/users/{u}" for u in members.user_ids)
         teams = sorted(f"{fqnmod.organization_fqn(org)}/teams/{t}" for t in members.team_ids)
 
-        def op(conn: Connection, rev: int) -> tuple[str, str, str]:
-            res = self._owned(conn, fqn, source)
-            self._replace(conn, res, {**res.spec, "members": users}, rev)
-            repo.set_status(
-                conn, fqn, {**res.status, "memberTeams": teams}, etags.compute(fqn, rev)
-            )
-            return fqn, "UPDATE", f"set the members of Team {fqn} from the {source} directory"
+        def op(env: WriteEnv) -> None:
+            res = self._owned(env.tx.conn, fqn, source)
+            why = f": set its members from the {source} directory"
+            res = resources.system_update(env, res, {**res.spec, "members": users}, why=why)
+            # Nested teams are server-owned status (no client writes them).
+            repo.set_status(env.tx.conn, fqn, {**res.status, "memberTeams": teams}, res.etag)
 
-        await self._run(org, op)
+        await self._run(op)
+
+
+def _why(source: str) -> str:
+    return f" from the {source} directory"
 
 
 # ---- last sync results ----------------------------------------------------------------------

@@ -1,15 +1,19 @@
 """The registry of resource kinds: one module per kind, one table of them all.
 
 Routers, the FQN grammar (:mod:`mgmt_api.fqn`) and the generic CRUD read this
-table, so adding a kind is adding its module here (its model, its
+table, so adding a kind is adding its row to the one table of kinds
+(:data:`meshplane.kinds_contract.SHAPES`: name, collection, parents, body and
+list fields, aliases) and its module here (its model, its
 :class:`~mgmt_api.kinds.base.KindDef` and, if it has rules of its own, a
-:class:`~mgmt_api.kinds.base.Behaviour`), plus its collection in
-``fqn.CHILDREN``. It then gets CRUD, access policies, permissions, paging,
-labels, audit, recursive delete and OpenAPI without touching anything else.
+:class:`~mgmt_api.kinds.base.Behaviour`). It then gets CRUD, access policies,
+permissions, paging, labels, audit, recursive delete and OpenAPI without
+touching anything else; the FQN grammar, meshctl and the console read the
+same row. The registry refuses to load if it and the table disagree.
 """
 
 from __future__ import annotations
 
+from meshplane import kinds_contract
 from mgmt_api import fqn as fqnmod
 from mgmt_api.kinds import (
     backend,
@@ -64,6 +68,18 @@ KINDS: dict[str, KindDef] = {
         role,
     )
 }
+
+
+def _check_against_contract() -> None:
+    """Every CRUD kind of the contract has exactly one implementation here."""
+    served = {s.kind for s in kinds_contract.CRUD_KINDS}
+    if set(KINDS) != served:
+        raise RuntimeError(
+            f"kind registry and meshplane.kinds_contract disagree: {sorted(set(KINDS) ^ served)}"
+        )
+
+
+_check_against_contract()
 
 
 def get(kind: str) -> KindDef:

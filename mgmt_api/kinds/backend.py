@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from meshplane.kinds_contract import Kind
 from mgmt_api.compiler import http_route as hr
 from mgmt_api.kinds.base import KindDef
 from mgmt_api.kinds.manifest import ManifestMetadata, NamespacedManifestBehaviour
@@ -27,13 +28,4 @@ class Backend(Meta):
     spec: hr.BackendSpec
 
 
-KIND = KindDef(
-    "Backend",
-    "backends",
-    "backend",
-    "backend",
-    "backends",
-    Backend,
-    ("Cluster",),
-    behaviour=NamespacedManifestBehaviour(hr.Backend),
-)
+KIND = KindDef(Kind.BACKEND, Backend, behaviour=NamespacedManifestBehaviour(hr.Backend))

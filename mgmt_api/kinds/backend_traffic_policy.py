@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from meshplane.kinds_contract import Kind
 from mgmt_api.compiler import traffic_policy as tp
 from mgmt_api.kinds.base import KindDef
 from mgmt_api.kinds.manifest import ManifestMetadata, NamespacedManifestBehaviour
@@ -27,12 +28,7 @@ class BackendTrafficPolicy(Meta):
 
 
 KIND = KindDef(
-    "BackendTrafficPolicy",
-    "backendtrafficpolicies",
-    "backendtrafficpolicy",
-    "backendTrafficPolicy",
-    "backendTrafficPolicies",
+    Kind.BACKEND_TRAFFIC_POLICY,
     BackendTrafficPolicy,
-    ("Cluster",),
     behaviour=NamespacedManifestBehaviour(tp.BackendTrafficPolicy),
 )

@@ -35,6 +35,7 @@ from sqlalchemy.engine import Connection
 
 from meshplane import gateway_contract
 from meshplane.config_error import ConfigError
+from meshplane.kinds_contract import SHAPES, Kind, KindShape
 from mgmt_api import fqn as fqnmod
 from mgmt_api.access import Principal
 from mgmt_api.domain import rbac
@@ -42,8 +43,6 @@ from mgmt_api.domain.times import rfc3339
 from mgmt_api.schemas.base import ApiModel
 from mgmt_api.store import repo
 from mgmt_api.store.uow import Tx
-
-COMMON_OUTPUT_ONLY = frozenset({"fqn", "etag", "createTime", "updateTime"})
 
 #: Operations of the generated routes, for :class:`RouteParam`.
 LIST, GET, CREATE = "list", "get", "create"
@@ -265,28 +264,56 @@ def render_common(res: repo.Resource) -> dict[str, Any]:
 
 @dataclass(frozen=True, slots=True)
 class KindDef:
-    """A kind's REST shape and where it lives in the FQN tree.
+    """A kind as the server implements it: its model, its behaviour, and its
+    shape (where it lives in the FQN tree, how bodies name it), which is the
+    contract's row (:data:`meshplane.kinds_contract.SHAPES`), never restated.
 
-    ``parents`` are kinds (or ``fqn.ROOT_KIND`` / ``fqn.RBAC_KIND``);
     ``output_only`` fields may be sent back as they were read and are then
     ignored (never stored from client input).
     """
 
-    kind: str
-    collection: str  # path segment, e.g. "clusters"
-    param: str  # path parameter name of this kind, e.g. "cluster"
-    body_field: str  # create body wrapper, e.g. "cluster"
-    list_field: str  # list response field, e.g. "clusters"
+    kind: Kind
     model: type[ApiModel]
-    parents: tuple[str, ...]
     behaviour: Behaviour = field(default_factory=Behaviour)
     protectable: bool = False
-    output_only: frozenset[str] = COMMON_OUTPUT_ONLY
-    #: The subject field an access-policy binding uses for principals of this kind.
-    subject_field: str | None = None
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "output_only", self.output_only | COMMON_OUTPUT_ONLY)
+    @property
+    def shape(self) -> KindShape:
+        return SHAPES[self.kind]
+
+    @property
+    def collection(self) -> str:
+        """Path segment, e.g. ``clusters``."""
+        return self.shape.collection
+
+    @property
+    def param(self) -> str:
+        """Path parameter name of this kind, e.g. ``cluster``."""
+        return self.shape.param
+
+    @property
+    def body_field(self) -> str:
+        """Create body wrapper, e.g. ``cluster``."""
+        return self.shape.body_field
+
+    @property
+    def list_field(self) -> str:
+        """List response field, e.g. ``clusters``."""
+        return self.shape.list_field
+
+    @property
+    def parents(self) -> tuple[Kind, ...]:
+        """Kinds (or ``fqn.ROOT_KIND`` / ``fqn.RBAC_KIND``) objects of this kind live under."""
+        return self.shape.parents
+
+    @property
+    def output_only(self) -> frozenset[str]:
+        return self.shape.output_only
+
+    @property
+    def subject_field(self) -> str | None:
+        """The subject field an access-policy binding uses for principals of this kind."""
+        return self.shape.subject_field
 
     def params_for(self, operation: str) -> list[RouteParam]:
         return [p for p in self.behaviour.route_params if operation in p.operations]

@@ -31,6 +31,7 @@ from pydantic import Field
 
 from meshplane import gateway_contract
 from meshplane.control_plane import ServiceAccountKey
+from meshplane.kinds_contract import Kind
 from mgmt_api import access
 from mgmt_api import fqn as fqnmod
 from mgmt_api.auth import keys as keymod
@@ -285,7 +286,7 @@ def _create_agent(env: WriteEnv, cluster: repo.Resource) -> dict[str, Any]:
     conn = env.tx.conn
     sa_fqn = fqnmod.agent_fqn(cluster.fqn)
     spec = {"displayName": f"Agent of {cluster.name}", "description": "Cluster service account"}
-    account = create_object(env, "ServiceAccount", sa_fqn, spec)
+    account = create_object(env, Kind.SERVICE_ACCOUNT, sa_fqn, spec)
     if account is None:
         raise ApiError(Code.ALREADY_EXISTS, f"{sa_fqn} already exists", metadata={"fqn": sa_fqn})
     policy = repo.get_policies(conn, [cluster.fqn])[cluster.fqn]
@@ -325,7 +326,7 @@ class ClusterBehaviour(Behaviour):
     def authorize(self, env: WriteEnv, write: Write) -> None:
         if write.creating:
             access.require(
-                env.tx.conn, env.principal, write.parent, "Organization", rbac.SET_POLICY
+                env.tx.conn, env.principal, write.parent, Kind.ORGANIZATION, rbac.SET_POLICY
             )
 
     def after_write(self, env: WriteEnv, write: Write, res: repo.Resource) -> dict[str, Any]:
@@ -353,14 +354,14 @@ class ClusterBehaviour(Behaviour):
         self, env: WriteEnv, res: repo.Resource, options: Mapping[str, Any]
     ) -> dict[str, Any]:
         """``includeInstallTemplate``: a new agent key and the template carrying it."""
-        access.require(env.tx.conn, env.principal, res.parent, "Organization", rbac.SET_POLICY)
+        access.require(env.tx.conn, env.principal, res.parent, Kind.ORGANIZATION, rbac.SET_POLICY)
         sa_fqn = fqnmod.agent_fqn(res.fqn)
         if not repo.exists(env.tx.conn, sa_fqn):
             raise ApiError(Code.FAILED_PRECONDITION, f"{sa_fqn} was deleted; recreate the cluster")
         pair = new_key(env.tx.conn, sa_fqn)
         env.tx.audit(
             sa_fqn,
-            "ServiceAccount",
+            Kind.SERVICE_ACCOUNT,
             "GENERATE_KEY",
             f"install template requested for {res.fqn}",
             keyId=pair.id,
@@ -369,15 +370,4 @@ class ClusterBehaviour(Behaviour):
         return {"installTemplate": install_template(env.base_url, res, sa_fqn, pair, ads)}
 
 
-KIND = KindDef(
-    "Cluster",
-    "clusters",
-    "cluster",
-    "cluster",
-    "clusters",
-    Cluster,
-    ("Organization",),
-    behaviour=ClusterBehaviour(),
-    protectable=True,
-    output_only=frozenset({"namespaces", "state", "installTemplate", "serviceAccount"}),
-)
+KIND = KindDef(Kind.CLUSTER, Cluster, behaviour=ClusterBehaviour(), protectable=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from meshplane.kinds_contract import Kind
 from mgmt_api import fqn as fqnmod
 from mgmt_api.domain import blame
 from mgmt_api.domain.lookup import validate_names
@@ -22,7 +23,7 @@ def validate_profile_refs(write: Write) -> None:
     seen: set[str] = set()
     for i, ref in enumerate(write.spec.get("profiles") or []):
         field = f"{write.prefix}.profiles[{i}]"
-        if fqnmod.parse(ref, field).kind != "Profile":
+        if fqnmod.parse(ref, field).kind != Kind.PROFILE:
             raise invalid(field, f"{ref!r} is not a profile FQN")
         if ref in seen:
             raise invalid(field, f"{ref!r} is listed twice")

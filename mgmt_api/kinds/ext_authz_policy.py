@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import Field
 
 from meshplane.config_error import ConfigError
+from meshplane.kinds_contract import Kind
 from mgmt_api.compiler import extauthz as extauthz_compiler
 from mgmt_api.compiler import key_material
 from mgmt_api.errors import invalid
@@ -83,13 +84,4 @@ class ExtAuthzPolicyBehaviour(Behaviour):
         return key_material.redact(render_common(res))
 
 
-KIND = KindDef(
-    "ExtAuthzPolicy",
-    "extauthzpolicies",
-    "extauthzpolicy",
-    "extAuthzPolicy",
-    "extAuthzPolicies",
-    ExtAuthzPolicy,
-    ("SecurityGroup",),
-    behaviour=ExtAuthzPolicyBehaviour(),
-)
+KIND = KindDef(Kind.EXT_AUTHZ_POLICY, ExtAuthzPolicy, behaviour=ExtAuthzPolicyBehaviour())

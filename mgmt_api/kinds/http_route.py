@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from meshplane.kinds_contract import Kind
 from mgmt_api.compiler import http_route as hr
 from mgmt_api.kinds.base import KindDef
 from mgmt_api.kinds.manifest import ManifestMetadata, NamespacedManifestBehaviour
@@ -26,13 +27,4 @@ class HTTPRoute(Meta):
     spec: hr.HTTPRouteSpec
 
 
-KIND = KindDef(
-    "HTTPRoute",
-    "httproutes",
-    "httproute",
-    "httpRoute",
-    "httpRoutes",
-    HTTPRoute,
-    ("Cluster",),
-    behaviour=NamespacedManifestBehaviour(hr.HTTPRoute),
-)
+KIND = KindDef(Kind.HTTP_ROUTE, HTTPRoute, behaviour=NamespacedManifestBehaviour(hr.HTTPRoute))

@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import Field
 from sqlalchemy.engine import Connection
 
+from meshplane.kinds_contract import Kind
 from mgmt_api import fqn as fqnmod
 from mgmt_api.domain import onboarding as ob
 from mgmt_api.errors import ApiError, Code, invalid
@@ -32,7 +33,6 @@ from mgmt_api.schemas.resources import Meta
 from mgmt_api.store import repo
 from mgmt_api.store.uow import Tx
 
-KIND_NAME = "ClusterOnboardingConfig"
 # Key of the onboarding workspace's status: cluster name -> selector entries
 # the sync added (and so may remove).
 OWNED = "onboardingSelector"
@@ -52,7 +52,7 @@ class ClusterOnboardingConfig(Meta):
 
 def config_of(conn: Connection, cluster_fqn: str) -> repo.Resource | None:
     """The cluster's onboarding config (at most one exists)."""
-    found = repo.list_children(conn, cluster_fqn, KIND_NAME, "", 1)
+    found = repo.list_children(conn, cluster_fqn, Kind.CLUSTER_ONBOARDING_CONFIG, "", 1)
     return found[0] if found else None
 
 
@@ -69,7 +69,11 @@ def cluster_report(conn: Connection, cluster_fqn: str) -> ob.Report | None:
 
 def _check(conn: Connection, config: repo.Resource, prefix: str) -> None:
     cluster = config.parent
-    other = [c for c in repo.list_children(conn, cluster, KIND_NAME, "", 2) if c.fqn != config.fqn]
+    other = [
+        c
+        for c in repo.list_children(conn, cluster, Kind.CLUSTER_ONBOARDING_CONFIG, "", 2)
+        if c.fqn != config.fqn
+    ]
     if other:
         raise ApiError(
             Code.ALREADY_EXISTS,
@@ -121,9 +125,9 @@ def sync_workspace(env: WriteEnv, cluster_fqn: str, onboarded: list[str]) -> Non
         if not onboarded:
             return
         description = "Namespaces onboarded by cluster onboarding configurations"
-        _ensure(env, settings.onboarding_tenant_fqn(org), "Tenant", {"description": description})
+        _ensure(env, settings.onboarding_tenant_fqn(org), Kind.TENANT, {"description": description})
         spec = {"description": description, "namespaceSelector": {"names": []}}
-        workspace = _ensure(env, ws_fqn, "Workspace", spec)
+        workspace = _ensure(env, ws_fqn, Kind.WORKSPACE, spec)
     selector = workspace.spec.get("namespaceSelector") or {}
     old = list(selector.get("names") or [])
     owned_by_cluster: dict[str, list[str]] = dict(workspace.status.get(OWNED) or {})
@@ -203,12 +207,7 @@ class OnboardingBehaviour(Behaviour):
 
 
 KIND = KindDef(
-    KIND_NAME,
-    "onboarding",
-    "onboarding",
-    "config",
-    "configs",
+    Kind.CLUSTER_ONBOARDING_CONFIG,
     ClusterOnboardingConfig,
-    ("Cluster",),
     behaviour=OnboardingBehaviour(),
 )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from meshplane.kinds_contract import Kind
 from mgmt_api import fqn as fqnmod
 from mgmt_api.kinds.base import KindDef, Write
 from mgmt_api.kinds.common import ProfiledBehaviour
@@ -28,13 +29,8 @@ class OrganizationBehaviour(ProfiledBehaviour):
 
 
 KIND = KindDef(
-    "Organization",
-    "organizations",
-    "organization",
-    "organization",
-    "organizations",
+    Kind.ORGANIZATION,
     Organization,
-    (fqnmod.ROOT_KIND,),
     behaviour=OrganizationBehaviour(),
     protectable=True,
 )

@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import Field
 
+from meshplane.kinds_contract import Kind
 from mgmt_api.kinds.base import KindDef
 from mgmt_api.schemas.resources import Meta
 
@@ -20,13 +21,4 @@ class Profile(Meta):
     mandates: dict[str, Any] | None = Field(default=None, description="Enforced settings.")
 
 
-KIND = KindDef(
-    "Profile",
-    "profiles",
-    "profile",
-    "profile",
-    "profiles",
-    Profile,
-    ("Organization", "Tenant", "Workspace"),
-    protectable=True,
-)
+KIND = KindDef(Kind.PROFILE, Profile, protectable=True)

@@ -6,7 +6,7 @@ start and can be neither changed nor deleted, nor shadowed by a new role.
 
 from __future__ import annotations
 
-from mgmt_api import fqn as fqnmod
+from meshplane.kinds_contract import Kind
 from mgmt_api.domain import rbac
 from mgmt_api.errors import ApiError, Code, already_exists, invalid
 from mgmt_api.kinds.base import Behaviour, KindDef, Write
@@ -34,6 +34,4 @@ class RoleBehaviour(Behaviour):
         )
 
 
-KIND = KindDef(
-    "Role", "rbac", "role", "role", "roles", Role, (fqnmod.RBAC_KIND,), behaviour=RoleBehaviour()
-)
+KIND = KindDef(Kind.ROLE, Role, behaviour=RoleBehaviour())

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from meshplane.kinds_contract import Kind
 from mgmt_api.kinds.base import Behaviour, KindDef, Write
 from mgmt_api.kinds.common import Selecting, validate_selector
 
@@ -21,13 +22,8 @@ class SecurityGroupBehaviour(Behaviour):
 
 
 KIND = KindDef(
-    "SecurityGroup",
-    "securitygroups",
-    "securitygroup",
-    "securityGroup",
-    "securityGroups",
+    Kind.SECURITY_GROUP,
     SecurityGroup,
-    ("Workspace",),
     behaviour=SecurityGroupBehaviour(),
     protectable=True,
 )

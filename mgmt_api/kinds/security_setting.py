@@ -17,6 +17,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from meshplane.kinds_contract import Kind
 from mgmt_api import fqn as fqnmod
 from mgmt_api.domain.uris import check_grpc_uri
 from mgmt_api.errors import invalid
@@ -94,13 +95,4 @@ class SecuritySettingBehaviour(Behaviour):
             seen.add(account)
 
 
-KIND = KindDef(
-    "SecuritySetting",
-    "settings",
-    "setting",
-    "securitySetting",
-    "settings",
-    SecuritySetting,
-    ("SecurityGroup",),
-    behaviour=SecuritySettingBehaviour(),
-)
+KIND = KindDef(Kind.SECURITY_SETTING, SecuritySetting, behaviour=SecuritySettingBehaviour())

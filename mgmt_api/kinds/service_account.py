@@ -13,6 +13,7 @@ from fastapi import Query
 from pydantic import Field
 from sqlalchemy.engine import Connection
 
+from meshplane.kinds_contract import Kind
 from mgmt_api.auth import keys as keymod
 from mgmt_api.kinds import base
 from mgmt_api.schemas.resources import KeyPair, Meta
@@ -70,15 +71,4 @@ class ServiceAccountBehaviour(base.Behaviour):
         return out
 
 
-KIND = base.KindDef(
-    "ServiceAccount",
-    "serviceaccounts",
-    "serviceaccount",
-    "serviceAccount",
-    "serviceAccounts",
-    ServiceAccount,
-    ("Organization", "Cluster"),
-    behaviour=ServiceAccountBehaviour(),
-    output_only=frozenset({"keys"}),
-    subject_field="serviceAccount",
-)
+KIND = base.KindDef(Kind.SERVICE_ACCOUNT, ServiceAccount, behaviour=ServiceAccountBehaviour())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from meshplane.kinds_contract import Kind
 from mgmt_api import fqn as fqnmod
 from mgmt_api.errors import invalid
 from mgmt_api.kinds.base import Behaviour, KindDef, Write
@@ -29,14 +30,4 @@ class TeamBehaviour(Behaviour):
         write.spec.setdefault("sourceType", "MANUAL")
 
 
-KIND = KindDef(
-    "Team",
-    "teams",
-    "team",
-    "team",
-    "teams",
-    Team,
-    ("Organization",),
-    behaviour=TeamBehaviour(),
-    output_only=frozenset({"sourceType"}),
-)
+KIND = KindDef(Kind.TEAM, Team, behaviour=TeamBehaviour())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from meshplane.kinds_contract import Kind
 from mgmt_api.kinds.base import KindDef
 from mgmt_api.kinds.common import ProfiledBehaviour
 from mgmt_api.schemas.resources import ConfigGenerationMetadata, Meta
@@ -14,14 +15,4 @@ class Tenant(Meta):
     config_generation_metadata: ConfigGenerationMetadata | None = None
 
 
-KIND = KindDef(
-    "Tenant",
-    "tenants",
-    "tenant",
-    "tenant",
-    "tenants",
-    Tenant,
-    ("Organization",),
-    behaviour=ProfiledBehaviour(),
-    protectable=True,
-)
+KIND = KindDef(Kind.TENANT, Tenant, behaviour=ProfiledBehaviour(), protectable=True)

@@ -12,8 +12,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from meshplane.kinds_contract import Kind
 from mgmt_api import access
-from mgmt_api import fqn as fqnmod
 from mgmt_api.auth import passwords
 from mgmt_api.domain import rbac
 from mgmt_api.errors import invalid
@@ -73,15 +73,4 @@ class UserBehaviour(Behaviour):
         return {} if write.creating else {"passwordChanged": _password(write) is not None}
 
 
-KIND = KindDef(
-    "User",
-    "users",
-    "user",
-    "user",
-    "users",
-    User,
-    ("Organization", fqnmod.ROOT_KIND),
-    behaviour=UserBehaviour(),
-    output_only=frozenset({"sourceType", "password"}),
-    subject_field="user",
-)
+KIND = KindDef(Kind.USER, User, behaviour=UserBehaviour())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from meshplane.kinds_contract import Kind
 from mgmt_api.kinds.base import KindDef, Write
 from mgmt_api.kinds.common import ProfiledBehaviour, Selecting, validate_selector
 
@@ -18,14 +19,4 @@ class WorkspaceBehaviour(ProfiledBehaviour):
         validate_selector(write.spec, write.prefix, required=True)
 
 
-KIND = KindDef(
-    "Workspace",
-    "workspaces",
-    "workspace",
-    "workspace",
-    "workspaces",
-    Workspace,
-    ("Tenant",),
-    behaviour=WorkspaceBehaviour(),
-    protectable=True,
-)
+KIND = KindDef(Kind.WORKSPACE, Workspace, behaviour=WorkspaceBehaviour(), protectable=True)

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Query, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from meshplane.kinds_contract import Kind
 from mgmt_api import fqn as fqnmod
 from mgmt_api.errors import ApiError, Code, unauthenticated
 from mgmt_api.routes.deps import Audit, Ctx, Name, call_context, client_address, services
@@ -51,7 +52,7 @@ def _global_policy(path: str, fqn: str, what: str) -> None:
     )
 
 
-_global_policy("/v2/admin/root/policy", fqnmod.ROOT, "Root")
+_global_policy("/v2/admin/root/policy", fqnmod.ROOT, Kind.ROOT)
 _global_policy("/v2/admin/rbac/policy", fqnmod.RBAC, "Rbac")
 
 

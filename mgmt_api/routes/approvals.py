@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Query
 
+from meshplane.kinds_contract import Kind
 from mgmt_api.domain import approvals as ap
 from mgmt_api.errors import invalid
 from mgmt_api.routes.deps import Approvals, Ctx, FqnOf, cluster_fqn, organization_fqn
@@ -158,7 +159,7 @@ def _add_variant(prefix: str, resource_of: FqnOf, variant: str) -> None:
         )
 
 
-_add_variant("/v2/organizations/{organization}/approvals", organization_fqn, "Organization")
+_add_variant("/v2/organizations/{organization}/approvals", organization_fqn, Kind.ORGANIZATION)
 _add_variant(
-    "/v2/organizations/{organization}/clusters/{cluster}/approvals", cluster_fqn, "Cluster"
+    "/v2/organizations/{organization}/clusters/{cluster}/approvals", cluster_fqn, Kind.CLUSTER
 )

@@ -5,6 +5,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body
 from pydantic import Field
 
+from meshplane.kinds_contract import Kind
 from mgmt_api.routes.deps import Cleanup, Ctx, OrganizationFqn
 from mgmt_api.schemas.base import ApiModel
 
@@ -24,7 +25,8 @@ class CleanupItem(ApiModel):
 class CleanupResourcesResponse(ApiModel):
     apply: bool
     changes: list[CleanupItem] = Field(
-        description="Deletions: would be applied (dry run) or were applied (apply)."
+        description="Deletions, and deleted principals removed from the bindings and teams "
+        "still naming them: would be applied (dry run) or were applied (apply)."
     )
     skipped: list[CleanupItem] = Field(
         description=(
@@ -38,7 +40,7 @@ class CleanupResourcesResponse(ApiModel):
     "/v2/organizations/{organization}/cleanupresources",
     response_model=CleanupResourcesResponse,
     operation_id="CleanupResources",
-    tags=["Organization"],
+    tags=[Kind.ORGANIZATION],
     summary="Find unused objects; delete them with apply=true (kind CleanupResources: READ/DELETE)",
 )
 def cleanup_resources(

@@ -10,6 +10,7 @@ from typing import Any
 
 from fastapi import APIRouter, Response
 
+from meshplane.kinds_contract import Kind
 from mgmt_api.kinds import item_templates
 from mgmt_api.routes import templated as t
 from mgmt_api.routes.deps import services
@@ -20,7 +21,7 @@ def _add(router: APIRouter, tpl: str) -> None:
     def config(**kw: Any) -> Response:
         return t.json_response(services(kw["request"]).clusters.config(kw["ctx"], t.fill(tpl, kw)))
 
-    t.Mount(router, "/v2/" + tpl, "Cluster").add(
+    t.Mount(router, "/v2/" + tpl, Kind.CLUSTER).add(
         "/config",
         "POST",
         config,
@@ -32,5 +33,5 @@ def _add(router: APIRouter, tpl: str) -> None:
 
 
 def add_routes(router: APIRouter) -> None:
-    for tpl in item_templates("Cluster"):
+    for tpl in item_templates(Kind.CLUSTER):
         _add(router, tpl)

@@ -15,6 +15,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
+from meshplane.kinds_contract import Kind
 from mgmt_api import fqn as fqnmod
 from mgmt_api.routes.deps import Ctx, Name, NamespacedName, SecurityGroupFqn, Status
 
@@ -28,7 +29,7 @@ GROUP = (
 
 @router.get(
     "/v2/organizations/{organization}/clusters/{cluster}/status",
-    tags=["Cluster"],
+    tags=[Kind.CLUSTER],
     operation_id="GetClusterStatus",
     summary="Policy distribution status of the cluster's ratelimit and extauthz instances",
 )
@@ -38,7 +39,7 @@ def cluster_status(ctx: Ctx, organization: Name, cluster: Name, status: Status) 
 
 @router.get(
     "/v2/organizations/{organization}/clusters/{cluster}/backendtrafficpolicies/{policy}/status",
-    tags=["BackendTrafficPolicy"],
+    tags=[Kind.BACKEND_TRAFFIC_POLICY],
     operation_id="GetBackendTrafficPolicyStatus",
     summary="Which ratelimit instances of the cluster enforce the policy's current content",
 )
@@ -51,7 +52,7 @@ def traffic_policy_status(
 
 @router.get(
     GROUP + "/extauthzpolicies/{policy}/status",
-    tags=["ExtAuthzPolicy"],
+    tags=[Kind.EXT_AUTHZ_POLICY],
     operation_id="GetExtAuthzPolicyStatus",
     summary="Which extauthz instances of the clusters the group reaches enforce the policy",
 )
@@ -63,7 +64,7 @@ def extauthz_policy_status(
 
 @router.get(
     GROUP + "/settings/{setting}/status",
-    tags=["SecuritySetting"],
+    tags=[Kind.SECURITY_SETTING],
     operation_id="GetSecuritySettingStatus",
     summary="The extauthz instances of the clusters the setting's group reaches",
 )

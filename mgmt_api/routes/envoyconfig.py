@@ -22,6 +22,7 @@ import yaml
 from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse, Response
 
+from meshplane.kinds_contract import Kind
 from mgmt_api.compiler import envoy_config
 from mgmt_api.routes.deps import Ctx, Enforcement, Name
 
@@ -30,7 +31,7 @@ router = APIRouter()
 
 @router.get(
     "/v2/organizations/{organization}/clusters/{cluster}/envoyconfig",
-    tags=["Cluster"],
+    tags=[Kind.CLUSTER],
     operation_id="GetClusterEnvoyConfig",
     summary="Envoy HTTP filters, per-route settings and clusters enforcing the cluster's policies",
     response_model=None,

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body
 
+from meshplane.kinds_contract import Kind
 from mgmt_api.routes.deps import ClusterFqn, Ctx, Inventory
 from mgmt_api.schemas.inventory import ClusterStateView, InventoryReport
 
@@ -20,7 +21,7 @@ router = APIRouter()
     response_model=ClusterStateView,
     response_model_exclude_none=True,
     operation_id="ReportClusterInventory",
-    tags=["Cluster"],
+    tags=[Kind.CLUSTER],
     summary="The cluster agent's namespaces, services, workloads and state (agent key only)",
 )
 def report_inventory(

@@ -10,6 +10,7 @@ from typing import Any
 from fastapi import APIRouter
 from pydantic import Field
 
+from meshplane.kinds_contract import Kind
 from mgmt_api.routes.deps import ClusterFqn, Ctx, Onboarding
 from mgmt_api.schemas.base import ApiModel
 
@@ -46,7 +47,7 @@ class ClusterOnboardingStatus(ApiModel):
     response_model=ClusterOnboardingStatus,
     response_model_exclude_none=True,
     operation_id="GetClusterOnboardingStatus",
-    tags=["ClusterOnboardingConfig"],
+    tags=[Kind.CLUSTER_ONBOARDING_CONFIG],
     summary="Desired and current state of each configured namespace (READ)",
 )
 def onboarding_status(ctx: Ctx, cluster: ClusterFqn, onboarding: Onboarding) -> dict[str, Any]:

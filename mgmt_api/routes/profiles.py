@@ -10,6 +10,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends
 from pydantic import Field
 
+from meshplane.kinds_contract import Kind
 from mgmt_api.routes.deps import (
     Ctx,
     FqnOf,
@@ -61,15 +62,15 @@ class BlameResponse(ApiModel):
 
 
 LEVELS: list[tuple[str, FqnOf, str]] = [
-    ("/v2/organizations/{organization}", organization_fqn, "Organization"),
-    ("/v2/organizations/{organization}/tenants/{tenant}", tenant_fqn, "Tenant"),
+    ("/v2/organizations/{organization}", organization_fqn, Kind.ORGANIZATION),
+    ("/v2/organizations/{organization}/tenants/{tenant}", tenant_fqn, Kind.TENANT),
     (
         "/v2/organizations/{organization}/tenants/{tenant}/workspaces/{workspace}",
         workspace_fqn,
-        "Workspace",
+        Kind.WORKSPACE,
     ),
 ]
-CLUSTER = ("/v2/organizations/{organization}/clusters/{cluster}", cluster_fqn, "Cluster")
+CLUSTER = ("/v2/organizations/{organization}/clusters/{cluster}", cluster_fqn, Kind.CLUSTER)
 
 
 def _add(prefix: str, fqn_of: FqnOf, kind: str, *, available: bool) -> None:

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path
 
+from meshplane.kinds_contract import Kind
 from mgmt_api.kinds import item_templates
 from mgmt_api.kinds.service_account import KEY_ENCODING
 from mgmt_api.routes import templated as t
@@ -25,7 +26,7 @@ KEY_ID = inspect.Parameter(
 
 def _add(router: APIRouter, tpl: str) -> None:
     iparams = t.params_of(tpl)
-    mount = t.Mount(router, "/v2/" + tpl, "ServiceAccount")
+    mount = t.Mount(router, "/v2/" + tpl, Kind.SERVICE_ACCOUNT)
 
     def jwks(**kw: Any) -> dict[str, Any]:
         return {"keys": services(kw["request"]).service_accounts.jwks(kw["ctx"], t.fill(tpl, kw))}
@@ -69,5 +70,5 @@ def _add(router: APIRouter, tpl: str) -> None:
 
 
 def add_routes(router: APIRouter) -> None:
-    for tpl in item_templates("ServiceAccount"):
+    for tpl in item_templates(Kind.SERVICE_ACCOUNT):
         _add(router, tpl)

@@ -18,6 +18,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
+from meshplane.kinds_contract import Kind
 from mgmt_api import access as authz
 from mgmt_api import fqn as fqnmod
 from mgmt_api.access import CallContext
@@ -28,9 +29,9 @@ from mgmt_api.errors import ApiError, Code, invalid, not_found, permission_denie
 from mgmt_api.store import repo
 from mgmt_api.store.uow import Tx, UnitOfWork
 
-POLICY_KIND = "ApprovalPolicy"
+POLICY_KIND = Kind.APPROVAL_POLICY
 POLICY_NAME = "policy"
-TARGET_KINDS = ("Organization", "Cluster")
+TARGET_KINDS = (Kind.ORGANIZATION, Kind.CLUSTER)
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,9 +343,9 @@ class ApprovalService:
         wanted = set(types or TARGET_KINDS)
         with self.uow.read() as conn:
             targets = [resource]
-            if "Cluster" in wanted and fqnmod.cluster_of(resource) is None:
+            if Kind.CLUSTER in wanted and fqnmod.cluster_of(resource) is None:
                 # An organization's query includes its clusters' policies.
-                targets += [c.fqn for c in repo.all_children(conn, resource, "Cluster")]
+                targets += [c.fqn for c in repo.all_children(conn, resource, Kind.CLUSTER)]
             allowed = _allowed_on(conn, ctx, targets)
             if READ_POLICY.permission in allowed[resource][READ_POLICY.kind]:
                 self._target(conn, resource)

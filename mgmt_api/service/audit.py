@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from meshplane import kinds_contract
+from meshplane.kinds_contract import Kind
 from mgmt_api import access
 from mgmt_api import fqn as fqnmod
 from mgmt_api.access import CallContext
@@ -22,8 +24,10 @@ from mgmt_api.store.uow import UnitOfWork
 
 @dataclass(frozen=True)
 class AuditFilters:
-    """Optional, combined: exact ``kind``, ``operation`` and ``triggered_by`` (the
-    actor's FQN), and ``fqn_prefix`` (an object and everything below it)."""
+    """Optional, combined: ``kind`` (any word naming a kind, case-insensitively:
+    ``user``, ``BTP``; other kinds, such as the pseudo-kinds of cleanup and
+    approvals, exactly), exact ``operation`` and ``triggered_by`` (the actor's
+    FQN), and ``fqn_prefix`` (an object and everything below it)."""
 
     kind: str = ""
     operation: str = ""
@@ -31,8 +35,9 @@ class AuditFilters:
     fqn_prefix: str = ""
 
     def as_store_filters(self) -> dict[str, str]:
+        shape = kinds_contract.lookup(self.kind) if self.kind else None
         named = (
-            ("kind", self.kind),
+            ("kind", shape.kind if shape is not None else self.kind),
             ("operation", self.operation),
             ("triggeredBy", self.triggered_by),
             ("fqnPrefix", self.fqn_prefix),
@@ -61,7 +66,7 @@ class AuditService:
                 raise invalid("pageToken", "is not a token this server issued")
             before = int(page_token)
         with self.uow.read() as conn:
-            access.require(conn, ctx.principal, org_fqn, "Organization", rbac.READ)
+            access.require(conn, ctx.principal, org_fqn, Kind.ORGANIZATION, rbac.READ)
             if not repo.exists(conn, org_fqn):
                 raise not_found(org_fqn)
             wanted = (filters or AuditFilters()).as_store_filters()

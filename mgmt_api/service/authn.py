@@ -29,6 +29,7 @@ from collections.abc import Callable
 
 from sqlalchemy.engine import Connection
 
+from meshplane.kinds_contract import Kind
 from mgmt_api import fqn as fqnmod
 from mgmt_api.access import Principal
 from mgmt_api.auth import tokens
@@ -60,7 +61,7 @@ def principal_for(conn: Connection, fqn: str, subject_field: str) -> Principal:
     if org:
         after = ""
         while True:
-            teams = repo.list_children(conn, org, "Team", after, 500)
+            teams = repo.list_children(conn, org, Kind.TEAM, after, 500)
             for team in teams:
                 if fqn in (team.spec.get("members") or []):
                     subjects.add(team.fqn)

@@ -10,6 +10,7 @@ import logging
 import secrets
 import sys
 
+from meshplane.kinds_contract import Kind
 from mgmt_api import fqn as fqnmod
 from mgmt_api.auth import passwords, tokens
 from mgmt_api.domain import rbac
@@ -34,7 +35,7 @@ def bootstrap(uow: UnitOfWork, admin_password: str | None) -> str:
                 conn,
                 repo.new_resource(
                     ADMIN_FQN,
-                    "User",
+                    Kind.USER,
                     {"loginName": "admin", "displayName": "Administrator", "sourceType": "MANUAL"},
                     revision=revision,
                     creator=SYSTEM,
@@ -52,12 +53,12 @@ def bootstrap(uow: UnitOfWork, admin_password: str | None) -> str:
                 repo.insert(
                     conn,
                     repo.new_resource(
-                        role, "Role", spec, revision=revision, creator=SYSTEM, protected=True
+                        role, Kind.ROLE, spec, revision=revision, creator=SYSTEM, protected=True
                     ),
                 )
             repo.kv_put(conn, _SECRET, tokens.new_signing_secret())
             repo.kv_put(conn, _MARKER, "1")
-            tx.audit(ADMIN_FQN, "User", "CREATE", "first start: created admin and root policy")
+            tx.audit(ADMIN_FQN, Kind.USER, "CREATE", "first start: created admin and root policy")
             if generated:
                 # Printed once, on purpose, to the console of the first start; never logged.
                 print(

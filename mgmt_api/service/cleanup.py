@@ -12,7 +12,16 @@ Unused, within one organization:
    (such a cluster's namespaces are unknown, so the group may well be used);
 4. service-account keys whose owner lives under a cluster that no longer
    exists (deleting a cluster revokes its keys in the same transaction, so
-   these are leftovers of imports, restores or older releases).
+   these are leftovers of imports, restores or older releases);
+5. dangling subjects: deleted users, teams and service accounts still named
+   in an access-policy binding (of the organization or anything in it; and
+   the organization's own principals in the root and RBAC policies) or in
+   one of its teams' members. Deleting a principal removes it from both
+   (:mod:`mgmt_api.kinds.principals`); these are leftovers of releases
+   before that rule, and would give their grants to the next principal
+   created under the same name. Applying removes the subject, not the
+   policy or team; the root policy's last ``rbac/admin`` subject is
+   reported and skipped.
 
 Candidates are found and, with ``apply``, deleted in one transaction, so the
 applied set is exactly what a dry run on the same state lists. A candidate is
@@ -41,19 +50,19 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from meshplane.kinds_contract import Kind
 from mgmt_api import access as authz
 from mgmt_api import fqn as fqnmod
 from mgmt_api.access import CallContext
 from mgmt_api.domain import inventory as inv
 from mgmt_api.domain import lookup, rbac
 from mgmt_api.domain import onboarding as ob
-from mgmt_api.errors import not_found
+from mgmt_api.errors import ApiError, not_found
 from mgmt_api.fqn import subtree_bounds
-from mgmt_api.kinds import KindSettings
-from mgmt_api.kinds.onboarding import KIND_NAME as CONFIG_KIND
+from mgmt_api.kinds import KindSettings, principals
 from mgmt_api.store import repo
 from mgmt_api.store.tables import sa_keys
-from mgmt_api.store.uow import UnitOfWork
+from mgmt_api.store.uow import Tx, UnitOfWork
 
 KIND = "CleanupResources"  # the pseudo-kind roles grant cleanup with
 KEY_KIND = "ServiceAccountKey"
@@ -65,6 +74,9 @@ class Finding:
     fqn: str
     kind: str
     reason: str
+    #: For a dangling subject: the policy holder (or team, with ``team``) naming it.
+    holder: str | None = None
+    team: bool = False
 
     def to_json(self) -> dict[str, str]:
         return {"fqn": self.fqn, "kind": self.kind, "reason": self.reason}
@@ -167,7 +179,7 @@ def _orphan_keys(conn: Connection, tree: Tree) -> list[tuple[str, str]]:
     Keys are not resources, so this reads the key table over the organization's
     FQN range directly (the range the recursive delete uses).
     """
-    clusters = {n.fqn for n in tree.of_kind(tree.organization, "Cluster")}
+    clusters = {n.fqn for n in tree.of_kind(tree.organization, Kind.CLUSTER)}
     lo, hi = subtree_bounds(tree.organization)
     rows = conn.execute(
         sa.select(sa_keys.c.owner, sa_keys.c.id)
@@ -192,18 +204,18 @@ def find(
 ) -> Findings:
     tree = Tree(organization, repo.subtree_nodes(conn, organization))
     found = Findings(tree, [], [])
-    clusters = tree.of_kind(organization, "Cluster")
-    tenants = tree.of_kind(organization, "Tenant")
-    workspaces = [w for t in tenants for w in tree.of_kind(t.fqn, "Workspace")]
-    groups = [g for w in workspaces for g in tree.of_kind(w.fqn, "SecurityGroup")]
-    configs = [c for cl in clusters for c in tree.of_kind(cl.fqn, CONFIG_KIND)]
+    clusters = tree.of_kind(organization, Kind.CLUSTER)
+    tenants = tree.of_kind(organization, Kind.TENANT)
+    workspaces = [w for t in tenants for w in tree.of_kind(t.fqn, Kind.WORKSPACE)]
+    groups = [g for w in workspaces for g in tree.of_kind(w.fqn, Kind.SECURITY_GROUP)]
+    configs = [c for cl in clusters for c in tree.of_kind(cl.fqn, Kind.CLUSTER_ONBOARDING_CONFIG)]
     levels = [organization, *(t.fqn for t in tenants), *(w.fqn for w in workspaces)]
     specs = _specs(conn, [*levels, *(g.fqn for g in groups), *(c.fqn for c in configs)])
 
     # 1. profiles attached nowhere
     attached = {ref for lv in levels for ref in specs.get(lv, {}).get("profiles") or []}
     for level in levels:
-        for profile in tree.of_kind(level, "Profile"):
+        for profile in tree.of_kind(level, Kind.PROFILE):
             if profile.fqn not in attached:
                 found.add(profile, "profile attached to no organization, tenant or workspace")
 
@@ -251,9 +263,48 @@ def find(
         found.changes.append(
             Finding(f"{owner}/keys/{key_id}", KEY_KIND, "key of a deleted cluster's account")
         )
+    # 5. deleted principals still named in bindings and teams
+    _dangling_subjects(conn, tree, found)
     found.changes.sort()
     found.skipped.sort()
     return found
+
+
+def _dangling_subjects(conn: Connection, tree: Tree, found: Findings) -> None:
+    """Subjects of the organization's policies and teams that no longer exist (see 5.)."""
+    org = tree.organization
+    named: list[tuple[str, str, bool]] = []  # (subject, holder, in a team)
+    for policy in repo.policies_in_subtree(conn, org):
+        named += [(s, policy.fqn, False) for s in sorted(rbac.subject_fqns(policy.allow))]
+    global_policies = repo.get_policies(conn, [fqnmod.ROOT, fqnmod.RBAC])
+    for policy in global_policies.values():
+        subjects = sorted(rbac.subject_fqns(policy.allow))
+        named += [(s, policy.fqn, False) for s in subjects if s.startswith(org + "/")]
+    teams = [t.fqn for t in tree.of_kind(org, Kind.TEAM)]
+    for i in range(0, len(teams), _BATCH):
+        for team in repo.get_many(conn, teams[i : i + _BATCH]).values():
+            members = [*(team.spec.get("members") or []), *(team.status.get("memberTeams") or [])]
+            named += [(m, team.fqn, True) for m in members]
+    subjects = sorted({s for s, _, _ in named})
+    existing: set[str] = set()
+    for i in range(0, len(subjects), _BATCH):
+        existing |= set(repo.get_many(conn, subjects[i : i + _BATCH]))
+    gone = {s for s in subjects if s not in existing}
+    root = global_policies.get(fqnmod.ROOT)
+    root_stuck = root is not None and not rbac.keeps_an_admin(
+        rbac.without_subjects(root.allow, gone)
+    )
+    for subject, holder, in_team in named:
+        if subject not in gone:
+            continue
+        kind = _kind_of(subject)
+        where = f"team {holder}" if in_team else f"the access policy of {holder or 'root'}"
+        finding = Finding(subject, kind, f"deleted {kind} still named in {where}", holder, in_team)
+        if holder == fqnmod.ROOT and root_stuck:
+            reason = f"{finding.reason}; skipped: the root policy must keep an rbac/admin subject"
+            found.skipped.append(Finding(subject, kind, reason, holder, in_team))
+        else:
+            found.changes.append(finding)
 
 
 class CleanupService:
@@ -270,11 +321,11 @@ class CleanupService:
             found = self._find(tx.conn, ctx, organization, rbac.DELETE)
             # Deepest first: a workspace before its tenant.
             for item in sorted(found.changes, key=lambda f: -f.fqn.count("/")):
-                _delete(tx.conn, item)
+                _delete(tx, item)
                 tx.audit(item.fqn, item.kind, "CLEANUP", f"cleanup: {item.reason}")
             tx.audit(
                 organization,
-                "Organization",
+                Kind.ORGANIZATION,
                 "CLEANUP_RESOURCES",
                 f"cleanup deleted {len(found.changes)} objects, skipped {len(found.skipped)}",
                 deleted=[f.fqn for f in found.changes],
@@ -297,12 +348,36 @@ class CleanupService:
         )
 
 
-def _delete(conn: Connection, item: Finding) -> None:
-    if item.kind == KEY_KIND:
+def _delete(tx: Tx, item: Finding) -> None:
+    conn = tx.conn
+    if item.holder is not None:
+        _forget(tx, item)
+    elif item.kind == KEY_KIND:
         owner, _, key_id = item.fqn.rpartition("/keys/")
         repo.delete_key(conn, owner, key_id)
     else:
         repo.delete_subtree(conn, item.fqn)
+
+
+def _kind_of(subject: str) -> str:
+    try:
+        return fqnmod.parse(subject).kind
+    except ApiError:  # not an FQN at all: stored before subjects were validated
+        return "Unknown"
+
+
+def _forget(tx: Tx, item: Finding) -> None:
+    """Remove a dangling subject from the policy or team that names it."""
+    assert item.holder is not None
+    why = "cleanup of a deleted principal"
+    if item.team:
+        team = repo.get(tx.conn, item.holder)
+        if team is not None:
+            principals.drop_members(tx, team, {item.fqn}, why)
+        return
+    policy = repo.get_policies(tx.conn, [item.holder]).get(item.holder)
+    if policy is not None:
+        principals.unbind(tx, policy, {item.fqn}, why)
 
 
 def _result(apply: bool, found: Findings) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from meshplane.kinds_contract import Kind
 from mgmt_api import access
 from mgmt_api import fqn as fqnmod
 from mgmt_api.access import CallContext
@@ -39,7 +40,7 @@ class ClusterService:
     def config(self, ctx: CallContext, fqn: str) -> dict[str, Any]:
         parsed = fqnmod.parse(fqn)
         with self.uow.read() as conn:
-            access.require(conn, ctx.principal, fqn, "Cluster", rbac.READ)
+            access.require(conn, ctx.principal, fqn, Kind.CLUSTER, rbac.READ)
             res = repo.get(conn, fqn)
             if res is None:
                 raise not_found(fqn)

@@ -36,6 +36,7 @@ from sqlalchemy.engine import Connection
 
 from extauthz import contract as extauthz_contract
 from meshplane.gateway_contract import GATEWAY_KIND, GatewayNode
+from meshplane.kinds_contract import Kind
 from mgmt_api import access
 from mgmt_api import fqn as fqnmod
 from mgmt_api.access import CallContext
@@ -99,9 +100,9 @@ def group_selector(conn: Connection, group: repo.Resource) -> Any:
 
 def groups_reaching(conn: Connection, organization: str, cluster: str) -> Iterator[ReachingGroup]:
     """Every security group of the organization that reaches ``cluster``, in FQN order."""
-    for tenant in repo.all_children(conn, fqnmod.organization_fqn(organization), "Tenant"):
-        for workspace in repo.all_children(conn, tenant.fqn, "Workspace"):
-            for group in repo.all_children(conn, workspace.fqn, "SecurityGroup"):
+    for tenant in repo.all_children(conn, fqnmod.organization_fqn(organization), Kind.TENANT):
+        for workspace in repo.all_children(conn, tenant.fqn, Kind.WORKSPACE):
+            for group in repo.all_children(conn, workspace.fqn, Kind.SECURITY_GROUP):
                 selector = group.spec.get("namespaceSelector") or workspace.spec.get(
                     "namespaceSelector"
                 )
@@ -170,9 +171,9 @@ def _ext_authz(
     notes: list[str] = []
     for reach in groups_reaching(conn, organization, cluster):
         group = reach.group
-        for policy in repo.all_children(conn, group.fqn, "ExtAuthzPolicy"):
+        for policy in repo.all_children(conn, group.fqn, Kind.EXT_AUTHZ_POLICY):
             policies.append((extauthz_compiler.policy_name(group.fqn, policy.name), policy.spec))
-        for setting in repo.all_children(conn, group.fqn, "SecuritySetting"):
+        for setting in repo.all_children(conn, group.fqn, Kind.SECURITY_SETTING):
             authorization = setting.spec.get("authorization") or {}
             external = (authorization.get("http") or {}).get("external")
             disabled = authorization.get("mode") == "DISABLED"
@@ -208,13 +209,13 @@ def read_cluster(conn: Connection, organization: str, cluster: str) -> ClusterRe
         organization=organization,
         cluster=cluster,
         cluster_fqn=cluster_fqn,
-        traffic_specs=_manifests(conn, cluster_fqn, "BackendTrafficPolicy"),
+        traffic_specs=_manifests(conn, cluster_fqn, Kind.BACKEND_TRAFFIC_POLICY),
         extauthz_policies=tuple(policies),
         ext_authz_routes=tuple(routes),
         rate_limit=res.spec.get("rateLimit") or None,
         notes=tuple(notes),
-        http_route_specs=_manifests(conn, cluster_fqn, "HTTPRoute"),
-        backend_specs=_manifests(conn, cluster_fqn, "Backend"),
+        http_route_specs=_manifests(conn, cluster_fqn, Kind.HTTP_ROUTE),
+        backend_specs=_manifests(conn, cluster_fqn, Kind.BACKEND),
         gateway_spec={k: res.spec[k] for k in envoy_config.GATEWAY_SPEC_KEYS if k in res.spec},
     )
 
@@ -332,7 +333,7 @@ class EnforcementService:
         check_grpc_uri("rateLimitService", ratelimit_service)
         cluster_fqn = fqnmod.cluster_fqn(organization, cluster)
         with self.uow.read() as conn:
-            access.require(conn, ctx.principal, cluster_fqn, "Cluster", rbac.READ)
+            access.require(conn, ctx.principal, cluster_fqn, Kind.CLUSTER, rbac.READ)
             policies = read_cluster(conn, organization, cluster)
         if policies is None:
             raise not_found(cluster_fqn)
@@ -347,7 +348,7 @@ class EnforcementService:
                 raise not_found(group_fqn)
             names = selected_clusters(group_selector(conn, group))
             if names == ("*",):
-                return [c.name for c in repo.all_children(conn, org_fqn, "Cluster")]
+                return [c.name for c in repo.all_children(conn, org_fqn, Kind.CLUSTER)]
             return [n for n in names if repo.exists(conn, fqnmod.cluster_fqn(organization, n))]
 
 

@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy.engine import Connection
 
+from meshplane.kinds_contract import Kind
 from mgmt_api import access as authz
 from mgmt_api import fqn as fqnmod
 from mgmt_api.access import CallContext
@@ -73,14 +74,14 @@ class InventoryService:
                 Code.PERMISSION_DENIED,
                 f"only the cluster's agent ({expected}) may report the inventory of "
                 f"{cluster_fqn}, not {ctx.principal.fqn}",
-                metadata={"permission": rbac.WRITE, "fqn": cluster_fqn, "kind": "Cluster"},
+                metadata={"permission": rbac.WRITE, "fqn": cluster_fqn, "kind": Kind.CLUSTER},
             )
         namespaces = [ns.model_dump(by_alias=True, exclude_none=True) for ns in report.namespaces]
         state = report.state.model_dump(by_alias=True, exclude_none=True)
         digest = inv.digest(namespaces, state)
         with self.uow.write(ctx.principal.fqn, bump=False) as tx:
             conn = tx.conn
-            authz.require(conn, ctx.principal, cluster_fqn, "Cluster", rbac.WRITE)
+            authz.require(conn, ctx.principal, cluster_fqn, Kind.CLUSTER, rbac.WRITE)
             # The row lock serialises reports of this cluster (and config
             # writes, which take it too); the revision stays as it is.
             cluster = repo.lock(conn, cluster_fqn)
@@ -99,7 +100,7 @@ class InventoryService:
             if cluster.status.get("digest") != digest:
                 tx.audit(
                     cluster_fqn,
-                    "Cluster",
+                    Kind.CLUSTER,
                     "REPORT_INVENTORY",
                     f"agent reported {len(namespaces)} namespaces of {cluster_fqn}",
                     namespaces=len(namespaces),
@@ -107,7 +108,9 @@ class InventoryService:
                 )
             # Skipped when a config write holds the row: that writer reads
             # this report once we commit (it waits on the cluster lock).
-            config = repo.first_child_unless_locked(conn, cluster_fqn, onboarding.KIND_NAME)
+            config = repo.first_child_unless_locked(
+                conn, cluster_fqn, Kind.CLUSTER_ONBOARDING_CONFIG
+            )
             if config is not None:
                 onboarding.refresh_status(tx, config, ob.report_of(status))
         return inv.state_view(status, now, self.stale_after_seconds)
@@ -185,14 +188,14 @@ class InventoryService:
             batch = repo.child_names(
                 conn,
                 organization,
-                "Cluster",
+                Kind.CLUSTER,
                 after=cursor,
                 limit=LOOKUP_BATCH,
                 names=only,
                 inclusive=inclusive,
             )
             fqns = [fqn for fqn, _ in batch]
-            readable = authz.readable(conn, ctx.principal, organization, fqns, "Cluster")
+            readable = authz.readable(conn, ctx.principal, organization, fqns, Kind.CLUSTER)
             statuses = repo.statuses_of(conn, [f for f in fqns if f in readable])
             for fqn, name in batch:
                 for ns in sorted(statuses.get(fqn, {}).get("namespaces") or [], key=_name):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from meshplane.kinds_contract import Kind
 from mgmt_api import access as authz
 from mgmt_api.access import CallContext
 from mgmt_api.domain import inventory as inv
@@ -17,7 +18,7 @@ from mgmt_api.domain.times import rfc3339
 from mgmt_api.errors import not_found
 from mgmt_api.fqn import parse
 from mgmt_api.kinds import KindSettings
-from mgmt_api.kinds.onboarding import KIND_NAME, config_of
+from mgmt_api.kinds.onboarding import config_of
 from mgmt_api.store import repo
 from mgmt_api.store.uow import UnitOfWork
 
@@ -31,7 +32,9 @@ class OnboardingService:
         """Needs READ on ClusterOnboardingConfig at the cluster (inherited from it)."""
         organization = parse(cluster_fqn).parent
         with self.uow.read() as conn:
-            authz.require(conn, ctx.principal, cluster_fqn, KIND_NAME, rbac.READ)
+            authz.require(
+                conn, ctx.principal, cluster_fqn, Kind.CLUSTER_ONBOARDING_CONFIG, rbac.READ
+            )
             cluster = repo.get(conn, cluster_fqn)
             if cluster is None:
                 raise not_found(cluster_fqn)

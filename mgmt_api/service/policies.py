@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from meshplane import kinds_contract
 from mgmt_api import access as authz
 from mgmt_api import fqn as fqnmod
 from mgmt_api.access import CallContext
@@ -18,17 +19,8 @@ from mgmt_api.store import repo
 from mgmt_api.store.uow import UnitOfWork
 
 
-def _kind_of(fqn: str) -> str:
-    if fqn == fqnmod.ROOT:
-        return fqnmod.ROOT_KIND
-    if fqn == fqnmod.RBAC:
-        return fqnmod.RBAC_KIND
-    return fqnmod.parse(fqn).kind
-
-
 def validate_bindings(allow: list[dict[str, Any]], known_custom_roles: set[str]) -> None:
     """Bindings name an existing role and subjects of the right kind."""
-    kinds = {"user": "User", "team": "Team", "serviceAccount": "ServiceAccount"}
     for i, binding in enumerate(allow):
         role = binding.get("role", "")
         if role not in rbac.BUILTIN_ROLES and role not in known_custom_roles:
@@ -42,8 +34,9 @@ def validate_bindings(allow: list[dict[str, Any]], known_custom_roles: set[str])
                 raise invalid(field, "exactly one of user, team, serviceAccount is required")
             key = set_fields[0]
             parsed = fqnmod.parse(subject[key], f"{field}.{key}")
-            if parsed.kind != kinds[key]:
-                raise invalid(f"{field}.{key}", f"{subject[key]!r} is not a {kinds[key]} FQN")
+            kind = kinds_contract.SUBJECT_KINDS.get(key)
+            if parsed.kind != kind:
+                raise invalid(f"{field}.{key}", f"{subject[key]!r} is not a {kind} FQN")
 
 
 class PolicyService:
@@ -51,7 +44,7 @@ class PolicyService:
         self.uow = uow
 
     def get(self, ctx: CallContext, fqn: str) -> dict[str, Any]:
-        kind = _kind_of(fqn)
+        kind = fqnmod.node_kind(fqn)
         # Reading who has access to an object is as sensitive as changing it
         # for the global policies; per-object policies need READ.
         needed = rbac.SET_POLICY if fqn in (fqnmod.ROOT, fqnmod.RBAC) else rbac.READ
@@ -73,12 +66,10 @@ class PolicyService:
         description: str,
         etag: str | None,
     ) -> None:
-        kind = _kind_of(fqn)
+        kind = fqnmod.node_kind(fqn)
         if not etag:
             raise invalid("etag", "is required on update; GET the policy and send its etag")
-        if fqn == fqnmod.ROOT and not any(
-            b.get("role") == rbac.ADMIN_ROLE and b.get("subjects") for b in allow
-        ):
+        if fqn == fqnmod.ROOT and not rbac.keeps_an_admin(allow):
             # Without an rbac/admin binding at the root nobody could ever grant
             # anything again; refuse rather than brick the installation.
             raise ApiError(
@@ -110,7 +101,7 @@ class PolicyService:
             tx.audit(fqn, kind, "SET_POLICY", f"set policy of {fqn or 'root'}", allow=allow)
 
     def permissions(self, ctx: CallContext, fqn: str) -> list[str]:
-        kind = _kind_of(fqn)
+        kind = fqnmod.node_kind(fqn)
         with self.uow.read() as conn:
             if fqn not in (fqnmod.ROOT, fqnmod.RBAC) and not repo.exists(conn, fqn):
                 raise not_found(fqn)

@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
+from meshplane.kinds_contract import Kind
 from mgmt_api import access
 from mgmt_api import fqn as fqnmod
 from mgmt_api.access import CallContext
@@ -23,7 +24,7 @@ from mgmt_api.errors import not_found
 from mgmt_api.store import repo
 from mgmt_api.store.uow import UnitOfWork
 
-PROFILE_LEVELS = ("Organization", "Tenant", "Workspace")
+PROFILE_LEVELS = (Kind.ORGANIZATION, Kind.TENANT, Kind.WORKSPACE)
 # Spec keys that describe the object rather than configure it: not settings.
 NOT_SETTINGS = frozenset(
     {"fqn", "etag", "createTime", "updateTime", "displayName", "description", "labels", "profiles"}
@@ -94,7 +95,7 @@ class ProfileService:
             return [
                 _profile_view(p)
                 for level in _levels(fqn)
-                for p in repo.all_children(conn, level, "Profile")
+                for p in repo.all_children(conn, level, Kind.PROFILE)
             ]
 
     def blame(self, ctx: CallContext, fqn: str) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 from agent import contract
+from meshplane.kinds_contract import Kind
 from meshplane.proto.tunnel.v1 import tunnel_pb2 as pb
 from mgmt_api import access as authz
 from mgmt_api import fqn as fqnmod
@@ -61,7 +62,7 @@ class ProxyTools:
     def authorize(self, principal: Principal, organization: str, cluster: str, perm: str) -> None:
         fqn = fqnmod.cluster_fqn(organization, cluster)
         with self.uow.read() as conn:
-            authz.require(conn, principal, fqn, "Cluster", perm)
+            authz.require(conn, principal, fqn, Kind.CLUSTER, perm)
             if not repo.exists(conn, fqn):
                 raise not_found(fqn)
 
@@ -79,7 +80,7 @@ class ProxyTools:
         with self.uow.write(principal.fqn, bump=False) as tx:
             tx.audit(
                 fqn,
-                "Cluster",
+                Kind.CLUSTER,
                 "SET_LOGGER_LEVELS",
                 f"set {what} on the proxies of {target} in {fqn}",
                 **request,

@@ -24,9 +24,10 @@ from sqlalchemy.engine import Connection
 
 from mgmt_api import access, kinds
 from mgmt_api import fqn as fqnmod
-from mgmt_api.access import CallContext
+from mgmt_api.access import CallContext, Principal
 from mgmt_api.domain import listing, rbac
 from mgmt_api.errors import ApiError, Code, already_exists, invalid, not_found
+from mgmt_api.kinds import principals
 from mgmt_api.kinds.base import KindDef, KindSettings, RenderEnv, Write, WriteEnv, create_object
 from mgmt_api.schemas.base import ApiModel
 from mgmt_api.store import repo
@@ -68,11 +69,6 @@ class ResourceService:
     def _env(self, ctx: CallContext, tx: Any) -> WriteEnv:
         return WriteEnv(tx, ctx.principal, ctx.base_url, self.settings)
 
-    @staticmethod
-    def _require_parent(conn: Connection, parent: str) -> None:
-        if parent not in (fqnmod.ROOT, fqnmod.RBAC) and not repo.exists(conn, parent):
-            raise not_found(parent)
-
     # ---- create ----------------------------------------------------------
 
     def create(
@@ -98,23 +94,9 @@ class ResourceService:
                 env = self._env(ctx, tx)
                 access.require(tx.conn, ctx.principal, parent, kdef.kind, rbac.CREATE)
                 behaviour.authorize(env, write)
-                self._require_parent(tx.conn, parent)
-                behaviour.check_references(env, write)
-                res = create_object(
-                    env, kdef.kind, fqn, write.spec, protected=bool(write.spec.get(_PROTECTION))
-                )
-                if res is None:
-                    raise already_exists(fqn)
-                extra = behaviour.after_write(env, write, res)
+                res, extra = store_create(env, kdef, write)
                 out = self.render(tx.conn, res, write.options)
                 out.update(extra)
-                tx.audit(
-                    fqn,
-                    kdef.kind,
-                    "CREATE",
-                    f"created {kdef.kind} {fqn}",
-                    **behaviour.audit_properties(write),
-                )
         except sa.exc.IntegrityError:
             raise already_exists(fqn) from None
         log.info("created", extra={"fqn": fqn, "kind": kdef.kind, "actor": ctx.principal.fqn})
@@ -170,7 +152,7 @@ class ResourceService:
         items: list[dict[str, Any]] = []
         scanned = 0
         with self.uow.read() as conn:
-            self._require_parent(conn, parent)
+            _require_parent(conn, parent)
             chunk = max(page_size, 100)
             while True:
                 batch = repo.list_children(
@@ -219,40 +201,7 @@ class ResourceService:
             access.require(tx.conn, ctx.principal, fqn, kdef.kind, rbac.WRITE)
             behaviour.check_references(env, write)
             behaviour.authorize(env, write)
-            res = repo.get(tx.conn, fqn)
-            if res is None:
-                raise not_found(fqn)
-            new_etag = tx.etag(fqn)
-            now = repo.now_us()
-            protected = bool(write.spec.get(_PROTECTION))
-            if not repo.update_if_etag(
-                tx.conn,
-                fqn,
-                etag,
-                spec=write.spec,
-                protected=protected,
-                etag=new_etag,
-                update_time=now,
-            ):
-                raise ApiError(
-                    Code.ABORTED,
-                    f"{fqn} changed since etag {etag} was read; GET it again and retry",
-                    metadata={"fqn": fqn, "etag": res.etag},
-                )
-            res.spec, res.etag, res.update_time, res.protected = (
-                write.spec,
-                new_etag,
-                now,
-                protected,
-            )
-            extra = behaviour.after_write(env, write, res)
-            tx.audit(
-                fqn,
-                kdef.kind,
-                "UPDATE",
-                f"updated {kdef.kind} {fqn}",
-                **behaviour.audit_properties(write),
-            )
+            res, extra = store_update(env, kdef, write, etag)
             out = self.render(tx.conn, res)
             out.update(extra)
         return out
@@ -276,14 +225,159 @@ class ResourceService:
                         "clear it first or delete with force=true",
                         metadata={"protectedFqn": protected, "fqn": fqn},
                     )
-            behaviour.before_delete(self._env(ctx, tx), fqn)
-            count = repo.delete_subtree(tx.conn, fqn)
-            tx.audit(
-                fqn,
-                kind,
-                "DELETE",
-                f"deleted {kind} {fqn} and {count - 1} children",
-                deleted=count,
-                force=force,
-            )
+            count = store_delete(self._env(ctx, tx), fqn, kind, force=force)
         log.info("deleted", extra={"fqn": fqn, "count": count, "actor": ctx.principal.fqn})
+
+
+# ---- the stored part of each write, shared with the platform's own writes -------------------
+
+
+def store_create(
+    env: WriteEnv, kdef: KindDef, write: Write, *, creator_is_admin: bool = True, why: str = ""
+) -> tuple[repo.Resource, dict[str, Any]]:
+    """Create after the permission checks: parent, references, insert, ``after_write``, audit.
+
+    Returns the stored object and the fields only the response carries.
+    """
+    behaviour = kdef.behaviour
+    _require_parent(env.tx.conn, write.parent)
+    behaviour.check_references(env, write)
+    res = create_object(
+        env,
+        kdef.kind,
+        write.fqn,
+        write.spec,
+        protected=bool(write.spec.get(_PROTECTION)),
+        creator_is_admin=creator_is_admin,
+    )
+    if res is None:
+        raise already_exists(write.fqn)
+    extra = behaviour.after_write(env, write, res)
+    env.tx.audit(
+        write.fqn,
+        kdef.kind,
+        "CREATE",
+        f"created {kdef.kind} {write.fqn}{why}",
+        **behaviour.audit_properties(write),
+    )
+    return res, extra
+
+
+def store_update(
+    env: WriteEnv, kdef: KindDef, write: Write, etag: str, *, why: str = ""
+) -> tuple[repo.Resource, dict[str, Any]]:
+    """Update after the checks: compare-and-set on ``etag``, ``after_write``, audit."""
+    fqn = write.fqn
+    res = repo.get(env.tx.conn, fqn)
+    if res is None:
+        raise not_found(fqn)
+    new_etag = env.tx.etag(fqn)
+    now = repo.now_us()
+    protected = bool(write.spec.get(_PROTECTION))
+    if not repo.update_if_etag(
+        env.tx.conn,
+        fqn,
+        etag,
+        spec=write.spec,
+        protected=protected,
+        etag=new_etag,
+        update_time=now,
+    ):
+        raise ApiError(
+            Code.ABORTED,
+            f"{fqn} changed since etag {etag} was read; GET it again and retry",
+            metadata={"fqn": fqn, "etag": res.etag},
+        )
+    res.spec, res.etag, res.update_time, res.protected = write.spec, new_etag, now, protected
+    extra = kdef.behaviour.after_write(env, write, res)
+    env.tx.audit(
+        fqn,
+        kdef.kind,
+        "UPDATE",
+        f"updated {kdef.kind} {fqn}{why}",
+        **kdef.behaviour.audit_properties(write),
+    )
+    return res, extra
+
+
+def store_delete(env: WriteEnv, fqn: str, kind: str, *, force: bool, why: str = "") -> int:
+    """Delete after the checks: ``before_delete``, the principals it takes along
+    forgotten everywhere (:mod:`mgmt_api.kinds.principals`), the recursive delete, audit.
+    Returns how many objects went."""
+    kinds.get(kind).behaviour.before_delete(env, fqn)
+    forgotten = principals.forget(env.tx, fqn, kind)
+    count = repo.delete_subtree(env.tx.conn, fqn)
+    env.tx.audit(
+        fqn,
+        kind,
+        "DELETE",
+        f"deleted {kind} {fqn} and {count - 1} children{why}",
+        deleted=count,
+        force=force,
+        **forgotten,
+    )
+    return count
+
+
+def _require_parent(conn: Connection, parent: str) -> None:
+    if parent not in (fqnmod.ROOT, fqnmod.RBAC) and not repo.exists(conn, parent):
+        raise not_found(parent)
+
+
+# ---- the platform's own writes (the directory sync) ----------------------------------------
+
+
+def system_principal(actor: str) -> Principal:
+    """Who the platform writes as: ``actor`` (``system:directory-sync``), subject of nothing."""
+    return Principal(actor, "user", frozenset())
+
+
+def _system_write(kdef: KindDef, fqn: str, spec: dict[str, Any], *, creating: bool) -> Write:
+    """A write the platform makes, checked as a client's body would be.
+
+    The spec goes through the kind's model (its types and bounds) and then the
+    same hooks; it may set the fields the platform owns (``sourceType``).
+    """
+    parsed = fqnmod.parse(fqn)
+    fqnmod.validate_segment(kdef.collection, parsed.name, "name")
+    kdef.model.model_validate(spec)
+    body = kdef.model.model_construct()  # no write-only fields: the platform sends none
+    return Write(fqn, parsed.parent, parsed.name, kdef.body_field, dict(spec), body, creating)
+
+
+def system_create(
+    env: WriteEnv, kind: str, fqn: str, spec: dict[str, Any], *, why: str
+) -> repo.Resource:
+    """Create as the platform: every hook but ``authorize`` (there is no caller to
+    authorize); the object gets an empty policy, so it inherits its parent's."""
+    kdef = kinds.get(kind)
+    write = _system_write(kdef, fqn, spec, creating=True)
+    kdef.behaviour.validate(write)
+    kdef.behaviour.check_writable(fqn, "create")
+    if repo.exists(env.tx.conn, fqn):  # e.g. a local user of the same name: never taken over
+        raise already_exists(fqn)
+    res, _ = store_create(env, kdef, write, creator_is_admin=False, why=why)
+    return res
+
+
+def system_update(
+    env: WriteEnv, stored: repo.Resource, spec: dict[str, Any], *, why: str
+) -> repo.Resource:
+    """Replace ``stored``'s spec as the platform, through the hooks (as :func:`system_create`)."""
+    kdef = kinds.get(stored.kind)
+    write = _system_write(kdef, stored.fqn, spec, creating=False)
+    kdef.behaviour.check_writable(stored.fqn, "update")
+    kdef.behaviour.merge_update(stored, write)
+    if kdef.protectable and _PROTECTION not in write.spec and stored.protected:
+        write.spec[_PROTECTION] = True
+    kdef.behaviour.validate(write)
+    kdef.behaviour.check_references(env, write)
+    res, _ = store_update(env, kdef, write, stored.etag, why=why)
+    return res
+
+
+def system_delete(env: WriteEnv, fqn: str, *, why: str) -> int:
+    """Delete as the platform, with the same rule as a client's delete (:func:`store_delete`)."""
+    kind = fqnmod.parse(fqn).kind
+    kinds.get(kind).behaviour.check_writable(fqn, "delete")
+    return store_delete(env, fqn, kind, force=False, why=why)

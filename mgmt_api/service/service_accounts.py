@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from meshplane.kinds_contract import Kind
 from mgmt_api import access
 from mgmt_api.access import CallContext
 from mgmt_api.domain import rbac
@@ -18,7 +19,7 @@ from mgmt_api.kinds.service_account import key_view, new_key
 from mgmt_api.store import repo
 from mgmt_api.store.uow import UnitOfWork
 
-KIND = "ServiceAccount"
+KIND = Kind.SERVICE_ACCOUNT
 
 
 class ServiceAccountService:

@@ -174,6 +174,23 @@ def find_specs(
     return [(str(r.fqn), json.loads(r.spec)) for r in rows]
 
 
+def mentioning(conn: Connection, kind: str, text: str) -> list[Resource]:
+    """Objects of ``kind`` whose spec or status JSON contains ``text``: a pre-filter
+    the caller confirms (which teams still list a deleted member)."""
+    rows = conn.execute(
+        sa.select(resources)
+        .where(
+            resources.c.kind == kind,
+            sa.or_(
+                resources.c.spec.contains(text, autoescape=True),
+                resources.c.status.contains(text, autoescape=True),
+            ),
+        )
+        .order_by(resources.c.fqn)
+    )
+    return [_row_to_resource(r) for r in rows]
+
+
 def exists(conn: Connection, fqn: str) -> bool:
     return conn.execute(_EXISTS, {"fqn": fqn}).first() is not None
 
@@ -443,6 +460,25 @@ _PASSWORD = sa.select(credentials.c.password_hash).where(credentials.c.fqn == sa
 def get_policies(conn: Connection, fqns: Iterable[str]) -> dict[str, Policy]:
     rows = conn.execute(_POLICIES, {"fqns": list(fqns)})
     return {r.fqn: Policy(r.fqn, json.loads(r.allow), r.description, r.etag) for r in rows}
+
+
+def policies_mentioning(conn: Connection, text: str) -> list[Policy]:
+    """Policies whose bindings' JSON contains ``text``: a pre-filter the caller confirms
+    (who still names a deleted principal)."""
+    rows = conn.execute(
+        sa.select(policies)
+        .where(policies.c.allow.contains(text, autoescape=True))
+        .order_by(policies.c.fqn)
+    )
+    return [Policy(r.fqn, json.loads(r.allow), r.description, r.etag) for r in rows]
+
+
+def policies_in_subtree(conn: Connection, fqn: str) -> list[Policy]:
+    """The policies of ``fqn`` and of every object below it: one range scan."""
+    rows = conn.execute(
+        sa.select(policies).where(_in_subtree(policies.c.fqn, fqn)).order_by(policies.c.fqn)
+    )
+    return [Policy(r.fqn, json.loads(r.allow), r.description, r.etag) for r in rows]
 
 
 def insert_policy(conn: Connection, fqn: str, allow: list[dict[str, Any]], etag: str) -> None:

@@ -1,10 +1,10 @@
-"""meshctl's copy of the kind table must match the server's registry.
+"""meshctl's view of the kinds must match the server's registry.
 
 meshctl never imports ``mgmt_api`` (it is a client of the public API and
-may ship alone), so ``meshctl/kinds.py`` is a hand-kept copy of what
-``mgmt_api.kinds.KINDS`` defines. This test may import both; it fails as soon
-as a server kind is added or changed without the matching meshctl row,
-which is how ``Profile`` and ``ClusterOnboardingConfig`` once went missing.
+may ship alone); both read ``meshplane/kinds_contract.py``. This test may
+import both, and checks what each derives from that table (paths, fields,
+parent chains as meshctl computes them from the server's parents), so a
+derivation that goes wrong on either side fails here.
 """
 
 from __future__ import annotations

@@ -58,14 +58,14 @@ def test_apply_creates_then_reports_unchanged_then_updates(
     manifest.write_text(tree(org))
     out = shared_admin.ok("apply", "-f", str(manifest))
     assert out.splitlines() == [
-        f"organization organizations/{org} created",
-        f"tenant organizations/{org}/tenants/t1 created",
-        f"workspace organizations/{org}/tenants/t1/workspaces/w1 created",
-        f"cluster organizations/{org}/clusters/c1 created (get its install template with "
+        f"Organization organizations/{org} created",
+        f"Tenant organizations/{org}/tenants/t1 created",
+        f"Workspace organizations/{org}/tenants/t1/workspaces/w1 created",
+        f"Cluster organizations/{org}/clusters/c1 created (get its install template with "
         f"meshctl clusters install-template {org} c1)",
-        f"cluster organizations/{org}/clusters/c2 created (get its install template with "
+        f"Cluster organizations/{org}/clusters/c2 created (get its install template with "
         f"meshctl clusters install-template {org} c2)",
-        f"accesspolicy organizations/{org}/tenants/t1 configured",
+        f"AccessPolicy organizations/{org}/tenants/t1 configured",
     ]
     with mgmt.admin() as http:
         cluster = as_json(http.get(f"/v2/organizations/{org}/clusters/c1"))
@@ -83,7 +83,7 @@ def test_apply_creates_then_reports_unchanged_then_updates(
     # A changed field is a PUT with the current etag.
     manifest.write_text(tree(org).replace("vpc-1", "vpc-2"))
     changed = shared_admin.ok("apply", "-f", str(manifest))
-    assert f"cluster organizations/{org}/clusters/c1 configured" in changed
+    assert f"Cluster organizations/{org}/clusters/c1 configured" in changed
     with mgmt.admin() as http:
         cluster = as_json(http.get(f"/v2/organizations/{org}/clusters/c1"))
     assert cluster["network"] == "vpc-2" and cluster["etag"] != etag_before
@@ -217,7 +217,7 @@ def test_delete_refuses_protected_trees_without_force_and_get_then_exits_4(
     assert f"deletionProtectionEnabled: false on organizations/{org}/tenants/locked" in line
     assert "--force" in line
     assert shared_admin.ok("delete", "organization", org, "--force").strip() == (
-        f"organization organizations/{org} deleted"
+        f"Organization organizations/{org} deleted"
     )
     line = shared_admin.fails(4, "get", "tenant", "locked", "--org", org)
     assert line.startswith("error: NOT_FOUND (404): ") and "meshctl get tenants --org" in line
@@ -265,6 +265,67 @@ def test_delete_by_the_apply_manifest_undoes_it(
     assert "NOT_FOUND" in again.stderr
 
 
+def test_delete_by_file_undoes_an_applied_user_and_access_policy(
+    shared_admin: Meshctl, mgmt: ManagementPlane, tmp_path: Path
+) -> None:
+    """A file ``apply -f`` accepted (a User and an AccessPolicy) is undone by ``delete -f``:
+    the user is deleted, the policy emptied (policies always exist), exit 0."""
+    org = unique("undo-pol")
+    shared_admin.ok("apply", "-f", "-", input=f"kind: Organization\nmetadata: {{name: {org}}}\n")
+    manifest = tmp_path / "user.yaml"
+    manifest.write_text(
+        textwrap.dedent(
+            f"""\
+            kind: User
+            metadata: {{name: ann, organization: {org}}}
+            spec: {{email: ann@example.test}}
+            ---
+            kind: AccessPolicy
+            metadata: {{target: organizations/{org}}}
+            spec:
+              allow:
+              - role: rbac/reader
+                subjects: [{{user: users/admin}}]
+            """
+        )
+    )
+    assert shared_admin.ok("apply", "-f", str(manifest)).splitlines() == [
+        f"User organizations/{org}/users/ann created",
+        f"AccessPolicy organizations/{org} configured",
+    ]
+    assert shared_admin.ok("delete", "-f", str(manifest)).splitlines() == [
+        f"User organizations/{org}/users/ann deleted",
+        f"AccessPolicy organizations/{org} emptied",
+    ]
+    with mgmt.admin() as http:
+        assert http.get(f"/v2/organizations/{org}/users/ann").status_code == 404
+        assert as_json(http.get(f"/v2/organizations/{org}/policy"))["allow"] == []
+
+
+def test_kind_words_match_case_insensitively_and_by_alias_everywhere(
+    shared_admin: Meshctl, mgmt: ManagementPlane
+) -> None:
+    org = unique("words")
+    shared_admin.ok("apply", "-f", "-", input=f"kind: organization\nmetadata: {{name: {org}}}\n")
+    shared_admin.ok(
+        "apply", "-f", "-",
+        input=f"kind: accesspolicy\nmetadata: {{target: organizations/{org}}}\n"
+        "spec: {allow: [{role: rbac/reader, subjects: [{user: users/admin}]}]}\n",
+    )  # fmt: skip
+    assert "rbac/reader" in shared_admin.ok("get", "AccessPolicy", f"organizations/{org}")
+    assert shared_admin.ok("delete", "accesspolicy", f"organizations/{org}").strip() == (
+        f"AccessPolicy organizations/{org} emptied"
+    )
+    with mgmt.admin() as http:
+        assert as_json(http.get(f"/v2/organizations/{org}/policy"))["allow"] == []
+    shared_admin.ok(
+        "apply", "-f", "-", input=f"kind: TN\nmetadata: {{name: t, organization: {org}}}\n"
+    )
+    assert shared_admin.ok("delete", "TENANTS", "t", "--org", org).strip() == (
+        f"Tenant organizations/{org}/tenants/t deleted"
+    )
+
+
 EDITOR_SCRIPT = textwrap.dedent(
     """\
     import os, pathlib, sys
@@ -298,7 +359,7 @@ def test_edit_updates_with_the_etag_it_read_and_detects_races(
     out = shared_admin.ok(
         "edit", "tenant", "t1", "--org", org, env={"EDITOR": editor, "NEW_NAME": "Renamed"}
     )
-    assert out.strip() == f"tenant organizations/{org}/tenants/t1 edited"
+    assert out.strip() == f"Tenant organizations/{org}/tenants/t1 edited"
     with mgmt.admin() as http:
         assert as_json(http.get(f"/v2/organizations/{org}/tenants/t1"))["displayName"] == "Renamed"
 
@@ -437,8 +498,8 @@ def test_apply_get_and_delete_profiles_and_onboarding_configs(
         )
     )
     out = shared_admin.ok("apply", "-f", str(manifest))
-    assert f"profile organizations/{org}/tenants/t1/profiles/strict created" in out
-    assert f"clusteronboardingconfig organizations/{org}/clusters/c1/onboarding/main created" in out
+    assert f"Profile organizations/{org}/tenants/t1/profiles/strict created" in out
+    assert f"ClusterOnboardingConfig organizations/{org}/clusters/c1/onboarding/main created" in out
     with mgmt.admin() as http:
         profile = as_json(http.get(f"/v2/organizations/{org}/tenants/t1/profiles/strict"))
         assert profile["mandates"] == {"traffic": {"timeout": "5s"}}
