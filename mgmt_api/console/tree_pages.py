@@ -15,6 +15,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Query, Response
 from fastapi.responses import RedirectResponse
 
+from meshplane.kinds_contract import SHAPES, Kind
 from mgmt_api.console import traffic
 from mgmt_api.console.api import ApiCallError
 from mgmt_api.console.policy_kinds import POLICY_PAGES
@@ -144,9 +145,11 @@ async def _render_cluster(
     obj = await me.api.get(base)
     perms = await me.api.permissions(base)
     org_perms = await me.api.permissions(f"/v2/organizations/{org}")
-    policies = await me.api.get(f"{base}/backendtrafficpolicies", pageSize="200")
-    routes = await me.api.get(f"{base}/httproutes", pageSize="200")
-    backends = await me.api.get(f"{base}/backends", pageSize="200")
+    traffic_kind = POLICY_PAGES["traffic"]
+    policies = await me.api.get(f"{base}/{traffic_kind.collection}", pageSize="200")
+    route, backend = SHAPES[Kind.HTTP_ROUTE], SHAPES[Kind.BACKEND]
+    routes = await me.api.get(f"{base}/{route.collection}", pageSize="200")
+    backends = await me.api.get(f"{base}/{backend.collection}", pageSize="200")
     onboarding: dict[str, Any] | None
     try:
         onboarding = await me.api.get(f"{base}/onboarding/status")
@@ -164,9 +167,9 @@ async def _render_cluster(
         obj=obj,
         perms=perms,
         org_perms=org_perms,
-        policies=policies.get("backendTrafficPolicies", []),
-        routes=routes.get("httpRoutes", []),
-        backends=backends.get("backends", []),
+        policies=policies.get(traffic_kind.list_field, []),
+        routes=routes.get(route.list_field, []),
+        backends=backends.get(backend.list_field, []),
         route_summary=traffic.route_summary,
         backend_summary=traffic.backend_summary,
         onboarding=onboarding,
