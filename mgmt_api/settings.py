@@ -112,3 +112,10 @@ class Settings:
     public_metrics: bool = field(
         default_factory=lambda: os.environ.get("MESHPLANE_PUBLIC_METRICS", "") == "1"
     )
+    # Addresses and CIDRs of the proxies in front of the REST port whose
+    # X-Forwarded-For / Forwarded headers say who the client is (comma- or
+    # space-separated; mgmt_api.domain.client_address). Empty: none, the
+    # socket's peer is the client.
+    trusted_proxies: str = field(
+        default_factory=lambda: os.environ.get("MESHPLANE_TRUSTED_PROXIES") or ""
+    )
