@@ -24,7 +24,7 @@ from mgmt_api import console
 from mgmt_api.distribution.hub import Distribution, tls_from
 from mgmt_api.distribution.metrics import DistributionCollector
 from mgmt_api.distribution.tunnel import tunnel_servicer
-from mgmt_api.domain.client_address import parse_trusted_proxies
+from mgmt_api.domain.client_address import parse_forwarded_header, parse_trusted_proxies
 from mgmt_api.domain.durations import parse_duration
 from mgmt_api.errors import ApiError, Code
 from mgmt_api.identity.runtime import IdentityRuntime
@@ -269,6 +269,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(Metrics, registry=registry)
     # Outermost: everything inside sees the client's address, not a proxy's.
-    app.add_middleware(ClientAddress, trusted=parse_trusted_proxies(settings.trusted_proxies))
+    app.add_middleware(
+        ClientAddress,
+        trusted=parse_trusted_proxies(settings.trusted_proxies),
+        header=parse_forwarded_header(settings.forwarded_header),
+    )
 
     return app

@@ -31,7 +31,7 @@ from starlette.responses import RedirectResponse
 from starlette.routing import Match, Router
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from mgmt_api.domain.client_address import Network, client_address
+from mgmt_api.domain.client_address import ForwardedHeader, Network, client_address
 from mgmt_api.errors import ApiError, Code
 
 Headers = list[tuple[bytes, bytes]]
@@ -260,22 +260,17 @@ class ClientAddress:
     address carries port 0: the client's own port is not known.
     """
 
-    def __init__(self, app: ASGIApp, trusted: tuple[Network, ...]) -> None:
+    def __init__(self, app: ASGIApp, trusted: tuple[Network, ...], header: ForwardedHeader) -> None:
         self.app = app
         self.trusted = trusted
+        self.header = header
+        self._name = header.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         peer = scope.get("client")
         if scope["type"] in ("http", "websocket") and peer:
-            xff: list[str] = []
-            forwarded: list[str] = []
-            if self.trusted:
-                for name, value in scope["headers"]:
-                    if name == b"x-forwarded-for":
-                        xff.append(value.decode("latin-1"))
-                    elif name == b"forwarded":
-                        forwarded.append(value.decode("latin-1"))
-            address = client_address(str(peer[0]), xff, forwarded, self.trusted)
+            lines = [v.decode("latin-1") for n, v in scope["headers"] if n == self._name]
+            address = client_address(str(peer[0]), lines, self.trusted, self.header)
             if address != peer[0]:
                 scope = {**scope, "client": (address, 0)}
         await self.app(scope, receive, send)

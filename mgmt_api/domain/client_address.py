@@ -2,8 +2,11 @@
 
 The socket's peer is the client unless the peer is one of the configured
 trusted proxies (``--trusted-proxies``: addresses and CIDRs, none by
-default). Then the forwarding headers the proxy appended are read:
-``X-Forwarded-For`` and RFC 7239 ``Forwarded`` (its ``for=`` parameters).
+default). Then the forwarding header those proxies append to is read: one
+header, ``X-Forwarded-For`` by default (what Envoy, nginx and most load
+balancers write) or RFC 7239 ``Forwarded`` (its ``for=`` parameters) with
+``--forwarded-header forwarded``. The other header is ignored: a client can
+send either, and only the one the proxy appends to ends with the truth.
 
 The rule is the usual right-most-untrusted one: hops are walked from the
 right (the one the peer added last) leftwards, trusted proxies are skipped,
@@ -18,10 +21,7 @@ never to a value the client could choose:
 * a hop that the walk reaches and that is not an IP address (``unknown``,
   an obfuscated ``_name``, garbage, a ``Forwarded`` element that is not
   ``key=value`` pairs); hops left of the client are never parsed;
-* more than :data:`MAX_HOPS` trusted hops in a row;
-* both headers present but naming different clients: a proxy that writes
-  both keeps them in step, so a disagreement means the client wrote one of
-  them itself.
+* more than :data:`MAX_HOPS` trusted hops in a row.
 
 Addresses come out normalized (``::ffff:10.0.0.1`` is ``10.0.0.1``), so one
 client is one throttle key however it is written.
@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Callable, Sequence
+from typing import Literal
 
+ForwardedHeader = Literal["x-forwarded-for", "forwarded"]
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -131,31 +133,35 @@ def _walk(
 
 def client_address(
     peer: str,
-    x_forwarded_for: Sequence[str],
-    forwarded: Sequence[str],
+    lines: Sequence[str],
     trusted: Sequence[Network],
+    header: ForwardedHeader = "x-forwarded-for",
 ) -> str:
     """The client's address: ``peer``, or what trusted proxies say it is.
 
-    ``x_forwarded_for`` and ``forwarded`` are every line of those headers in
-    the order received (a header sent twice counts as one list, RFC 9110).
+    ``lines`` are every line of ``header`` in the order received (a header
+    sent twice counts as one list, RFC 9110).
     """
     peer_address = _address(peer)
     if peer_address is None:
         return peer  # a Unix socket, or no peer at all: nothing to trust
-    if not trusted or not _trusted(peer_address, trusted):
+    if not trusted or not _trusted(peer_address, trusted) or not lines:
         return str(peer_address)
-    found: set[Address] = set()
-    for lines, read in ((x_forwarded_for, _xff_hop), (forwarded, _forwarded_for)):
-        if not lines:
-            continue
-        value = ",".join(lines)
-        if len(value) > MAX_HEADER_BYTES:
-            return str(peer_address)
-        found.add(_walk(value.split(","), read, peer_address, trusted))
-    if len(found) != 1:
-        return str(peer_address)  # no header, or two headers that disagree
-    return str(found.pop())
+    value = ",".join(lines)
+    if len(value) > MAX_HEADER_BYTES:
+        return str(peer_address)
+    read = _forwarded_for if header == "forwarded" else _xff_hop
+    return str(_walk(value.split(","), read, peer_address, trusted))
+
+
+def parse_forwarded_header(text: str) -> ForwardedHeader:
+    """``--forwarded-header``: which header the trusted proxies append to."""
+    name = text.strip().lower()
+    if name == "x-forwarded-for":
+        return "x-forwarded-for"
+    if name == "forwarded":
+        return "forwarded"
+    raise ValueError(f"forwarded header {text!r} is neither 'x-forwarded-for' nor 'forwarded'")
 
 
 def _xff_hop(element: str) -> str:

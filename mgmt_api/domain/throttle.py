@@ -5,13 +5,15 @@ client address ``S``:
 
 1. **Per (S, L):** 5 failures in the window are free; after that every
    attempt from S at L waits 1, 2, 4 ... s after the last failure (up to
-   300 s). This is what stops one client guessing one password.
+   300 s; the first lock-out is ``MESHPLANE_LOGIN_LOCKOUT``, 1 s by
+   default). This is what stops one client guessing one password.
 2. **Per S:** the same with 100 free failures across all logins, against
    one client spraying many accounts.
 3. **Per L, under attack:** once L has collected 20 failures in the window
    from all addresses together, a source that has itself failed at L in the
    window gets no more free failures: its next attempt at L already waits
-   1 s, then 2, 4 ... s. This slows many addresses guessing one account.
+   the first lock-out, then twice that, and so on. This slows many
+   addresses guessing one account.
 
 Every wait belongs to a source that has failed: an address with no failure
 recorded is never refused, whatever others did, so nobody can lock an
@@ -31,6 +33,8 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
+MAX_LOCKOUT = 300.0
+
 
 @dataclass(frozen=True, slots=True)
 class ThrottleRule:
@@ -40,7 +44,13 @@ class ThrottleRule:
     source_free: int = 100
     login_under_attack: int = 20
     window: float = 300.0
-    max_lockout: float = 300.0
+    first_lockout: float = 1.0
+    max_lockout: float = MAX_LOCKOUT
+
+    @classmethod
+    def with_first_lockout(cls, seconds: float) -> ThrottleRule:
+        """The default rule with another first lock-out (the cap grows to it if below)."""
+        return cls(first_lockout=seconds, max_lockout=max(MAX_LOCKOUT, seconds))
 
 
 @dataclass(slots=True)
@@ -50,12 +60,12 @@ class _Count:
     last: float
 
 
-def _lockout(failures: int, free: int, max_lockout: float) -> float:
-    """Seconds refused after the last failure: 1, 2, 4 ... once past ``free``."""
+def _lockout(failures: int, free: int, rule: ThrottleRule) -> float:
+    """Seconds refused after the last failure: first, twice that ... once past ``free``."""
     excess = failures - free
     if excess <= 0:
         return 0.0
-    return min(max_lockout, float(2 ** min(excess - 1, 20)))
+    return min(rule.max_lockout, rule.first_lockout * float(2 ** min(excess - 1, 20)))
 
 
 class FailureCounts:
@@ -121,11 +131,9 @@ class LoginThrottle:
             attacked = self.logins.get((login,), now)
             if attacked is not None and attacked.failures >= rule.login_under_attack:
                 free = 0
-            wait = pair.last + _lockout(pair.failures, free, rule.max_lockout) - now
+            wait = pair.last + _lockout(pair.failures, free, rule) - now
         if by_source is not None:
-            until = by_source.last + _lockout(
-                by_source.failures, rule.source_free, rule.max_lockout
-            )
+            until = by_source.last + _lockout(by_source.failures, rule.source_free, rule)
             wait = max(wait, until - now)
         return max(0.0, wait)
 

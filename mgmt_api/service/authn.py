@@ -37,7 +37,7 @@ from mgmt_api.auth import tokens
 from mgmt_api.auth.passwords import VerifiedCache
 from mgmt_api.auth.tokens import jwt_exp
 from mgmt_api.domain.durations import parse_duration
-from mgmt_api.domain.throttle import LoginThrottle
+from mgmt_api.domain.throttle import LoginThrottle, ThrottleRule
 from mgmt_api.errors import ApiError, Code, unauthenticated
 from mgmt_api.kinds import subject_field
 from mgmt_api.store import repo
@@ -101,11 +101,12 @@ class Authenticator:
         signing_secret: str,
         clock: Callable[[], float] = time.time,
         passwords: VerifiedCache | None = None,
+        throttle: ThrottleRule | None = None,
     ) -> None:
         self._uow = uow
         self._secret = signing_secret
         self._clock = clock
-        self._throttle = LoginThrottle()
+        self._throttle = LoginThrottle(throttle)
         self._cache = passwords or VerifiedCache()
         # token -> (store revision, principal, expiry); see ``bearer``.
         self._tokens: OrderedDict[str, tuple[int, Principal, float]] = OrderedDict()

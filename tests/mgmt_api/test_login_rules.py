@@ -21,7 +21,9 @@ from mgmt_api.auth import passwords
 from mgmt_api.domain.client_address import (
     MAX_HEADER_BYTES,
     MAX_HOPS,
+    ForwardedHeader,
     client_address,
+    parse_forwarded_header,
     parse_trusted_proxies,
 )
 from mgmt_api.domain.throttle import LoginThrottle, ThrottleRule
@@ -71,7 +73,7 @@ THROTTLE_CASES: list[tuple[str, list[Fail], list[Check]]] = [
     ),
     (
         "a login under attack: a source that failed at it has no free failure left",
-        [(f"10.1.0.{i}", "admin", 0) for i in range(20)] + [(C, "admin", 10)],
+        [(f"10.1.0.{i}", "admin", 0.0) for i in range(20)] + [(C, "admin", 10)],
         [(C, "admin", 10, 1), (C, "admin", 10.5, 0.5), (C, "admin", 11, 0)],
     ),
     (
@@ -81,12 +83,12 @@ THROTTLE_CASES: list[tuple[str, list[Fail], list[Check]]] = [
     ),
     (
         "19 failures are not an attack",
-        [(f"10.1.0.{i}", "admin", 0) for i in range(18)] + [(C, "admin", 0)],
+        [(f"10.1.0.{i}", "admin", 0.0) for i in range(18)] + [(C, "admin", 0)],
         [(C, "admin", 0, 0)],
     ),
     (
         "under attack, a source's lock-out grows with its own failures",
-        [(f"10.1.0.{i}", "admin", 0) for i in range(20)] + _fails(C, "admin", 3, 5),
+        [(f"10.1.0.{i}", "admin", 0.0) for i in range(20)] + _fails(C, "admin", 3, 5),
         [(C, "admin", 5, 4)],
     ),
 ]
@@ -103,6 +105,17 @@ def test_throttle_rule(fails: list[Fail], checks: list[Check]) -> None:
         throttle.failure(source, login, at)
     for source, login, at, wait in checks:
         assert throttle.retry_after(source, login, at) == pytest.approx(wait), (source, login, at)
+
+
+@pytest.mark.parametrize(
+    ("first", "failures", "wait"),
+    [(60, 5, 0), (60, 6, 60), (60, 8, 240), (60, 9, 300), (600, 6, 600), (600, 7, 600)],
+)
+def test_the_first_lockout_is_configurable(first: float, failures: int, wait: float) -> None:
+    throttle = LoginThrottle(ThrottleRule.with_first_lockout(first))
+    for _ in range(failures):
+        throttle.failure(A, "admin", 0)
+    assert throttle.retry_after(A, "admin", 0) == wait
 
 
 def test_a_success_clears_the_pair_but_not_the_address_or_the_login() -> None:
@@ -135,60 +148,67 @@ def test_throttle_tables_are_bounded_and_keyed_by_digest() -> None:
 PROXY = "10.9.0.1"
 TRUSTED = parse_trusted_proxies("10.9.0.0/24, 192.168.7.7, fd00::/8")
 V6 = "2001:db8:cafe::17"
+X: ForwardedHeader = "x-forwarded-for"
+F: ForwardedHeader = "forwarded"
 OVERSIZED = "1.1.1.1," * (MAX_HEADER_BYTES // 8) + "1.2.3.4"
 LONG_CHAIN = ", ".join(["1.2.3.4"] + ["10.9.0.9"] * MAX_HOPS)
 LONGEST_CHAIN = ", ".join(["1.2.3.4"] + ["10.9.0.9"] * (MAX_HOPS - 1))
 
-# (peer, X-Forwarded-For lines, Forwarded lines, trusted, expected client)
-ADDRESS_CASES: list[tuple[str, str, list[str], list[str], Any, str]] = [
-    ("nothing trusted: the peer", "203.0.113.9", ["1.2.3.4"], [], (), "203.0.113.9"),
-    ("an untrusted peer's XFF is ignored", "203.0.113.9", ["1.2.3.4"], [], TRUSTED, "203.0.113.9"),
-    ("trusted peer: its XFF", PROXY, ["1.2.3.4"], [], TRUSTED, "1.2.3.4"),
-    ("what the client wrote is skipped", PROXY, ["6.6.6.6, 1.2.3.4"], [], TRUSTED, "1.2.3.4"),
-    ("trusted hops are skipped", PROXY, ["1.2.3.4, 10.9.0.8"], [], TRUSTED, "1.2.3.4"),
-    ("all hops trusted: the left-most", PROXY, ["10.9.0.7, 10.9.0.8"], [], TRUSTED, "10.9.0.7"),
-    ("a trusted peer without headers", PROXY, [], [], TRUSTED, PROXY),
-    ("lines of one header join", PROXY, ["6.6.6.6", "1.2.3.4"], [], TRUSTED, "1.2.3.4"),
-    ("garbage left of the client is never read", PROXY, ["<x>,,1.2.3.4"], [], TRUSTED, "1.2.3.4"),
-    ("a malformed hop reached: the peer", PROXY, ["1.2.3.4, nonsense"], [], TRUSTED, PROXY),
-    ("an empty hop reached: the peer", PROXY, ["1.2.3.4,"], [], TRUSTED, PROXY),
-    ("IPv4 with a port", PROXY, ["1.2.3.4:5678"], [], TRUSTED, "1.2.3.4"),
-    ("IPv6", PROXY, ["2001:db8::1"], [], TRUSTED, "2001:db8::1"),
-    ("IPv6 in brackets with a port", PROXY, ["[2001:db8::1]:443"], [], TRUSTED, "2001:db8::1"),
-    ("a bad port: the peer", PROXY, ["1.2.3.4:http"], [], TRUSTED, PROXY),
-    ("IPv4-mapped IPv6 is IPv4", PROXY, ["::ffff:1.2.3.4"], [], TRUSTED, "1.2.3.4"),
-    ("a mapped peer is normalized", "::ffff:127.0.0.2", [], [], (), "127.0.0.2"),
-    ("a trusted IPv6 proxy", "fd00::5", ["1.2.3.4"], [], TRUSTED, "1.2.3.4"),
-    ("a single trusted address", "192.168.7.7", ["1.2.3.4"], [], TRUSTED, "1.2.3.4"),
-    ("its neighbour is not trusted", "192.168.7.8", ["1.2.3.4"], [], TRUSTED, "192.168.7.8"),
-    ("no peer address at all", "unix-socket", ["1.2.3.4"], [], TRUSTED, "unix-socket"),
-    ("Forwarded", PROXY, [], ["for=192.0.2.60;proto=http;by=203.0.113.43"], TRUSTED, "192.0.2.60"),
-    ("Forwarded, quoted IPv6", PROXY, [], [f'for="[{V6}]:4711"'], TRUSTED, V6),
-    ("Forwarded, right-most", PROXY, [], ["for=6.6.6.6,For=1.2.3.4;a=b"], TRUSTED, "1.2.3.4"),
-    ("Forwarded, trusted hop skipped", PROXY, [], ["for=1.2.3.4,for=10.9.0.3"], TRUSTED, "1.2.3.4"),
-    ("Forwarded, unknown: the peer", PROXY, [], ["for=unknown"], TRUSTED, PROXY),
-    ("Forwarded, obfuscated: the peer", PROXY, [], ["for=_hidden"], TRUSTED, PROXY),
-    ("Forwarded, no for=: the peer", PROXY, [], ["proto=https"], TRUSTED, PROXY),
-    ("Forwarded, not key=value: the peer", PROXY, [], ["1.2.3.4"], TRUSTED, PROXY),
-    ("Forwarded, unterminated quote: the peer", PROXY, [], ['for="1.2.3.4'], TRUSTED, PROXY),
-    ("Forwarded, junk left of the client", PROXY, [], ["%%%, for=1.2.3.4"], TRUSTED, "1.2.3.4"),
-    ("both headers agree", PROXY, ["1.2.3.4"], ["for=1.2.3.4"], TRUSTED, "1.2.3.4"),
-    ("both headers disagree: the peer", PROXY, ["1.2.3.4"], ["for=6.6.6.6"], TRUSTED, PROXY),
-    ("an oversized header: the peer", PROXY, [OVERSIZED], [], TRUSTED, PROXY),
-    ("too many trusted hops: the peer", PROXY, [LONG_CHAIN], [], TRUSTED, PROXY),
-    ("just enough trusted hops", PROXY, [LONGEST_CHAIN], [], TRUSTED, "1.2.3.4"),
+# (peer, header, its lines, trusted, expected client)
+ADDRESS_CASES: list[tuple[str, str, ForwardedHeader, list[str], Any, str]] = [
+    ("nothing trusted: the peer", "203.0.113.9", X, ["1.2.3.4"], (), "203.0.113.9"),
+    ("an untrusted peer's XFF is ignored", "203.0.113.9", X, ["1.2.3.4"], TRUSTED, "203.0.113.9"),
+    ("trusted peer: its XFF", PROXY, X, ["1.2.3.4"], TRUSTED, "1.2.3.4"),
+    ("what the client wrote is skipped", PROXY, X, ["6.6.6.6, 1.2.3.4"], TRUSTED, "1.2.3.4"),
+    ("trusted hops are skipped", PROXY, X, ["1.2.3.4, 10.9.0.8"], TRUSTED, "1.2.3.4"),
+    ("all hops trusted: the left-most", PROXY, X, ["10.9.0.7, 10.9.0.8"], TRUSTED, "10.9.0.7"),
+    ("a trusted peer without headers", PROXY, X, [], TRUSTED, PROXY),
+    ("lines of one header join", PROXY, X, ["6.6.6.6", "1.2.3.4"], TRUSTED, "1.2.3.4"),
+    ("garbage left of the client is never read", PROXY, X, ["<x>,,1.2.3.4"], TRUSTED, "1.2.3.4"),
+    ("a malformed hop reached: the peer", PROXY, X, ["1.2.3.4, nonsense"], TRUSTED, PROXY),
+    ("an empty hop reached: the peer", PROXY, X, ["1.2.3.4,"], TRUSTED, PROXY),
+    ("IPv4 with a port", PROXY, X, ["1.2.3.4:5678"], TRUSTED, "1.2.3.4"),
+    ("IPv6", PROXY, X, ["2001:db8::1"], TRUSTED, "2001:db8::1"),
+    ("IPv6 in brackets with a port", PROXY, X, ["[2001:db8::1]:443"], TRUSTED, "2001:db8::1"),
+    ("a bad port: the peer", PROXY, X, ["1.2.3.4:http"], TRUSTED, PROXY),
+    ("IPv4-mapped IPv6 is IPv4", PROXY, X, ["::ffff:1.2.3.4"], TRUSTED, "1.2.3.4"),
+    ("a mapped peer is normalized", "::ffff:127.0.0.2", X, [], (), "127.0.0.2"),
+    ("a trusted IPv6 proxy", "fd00::5", X, ["1.2.3.4"], TRUSTED, "1.2.3.4"),
+    ("a single trusted address", "192.168.7.7", X, ["1.2.3.4"], TRUSTED, "1.2.3.4"),
+    ("its neighbour is not trusted", "192.168.7.8", X, ["1.2.3.4"], TRUSTED, "192.168.7.8"),
+    ("no peer address at all", "unix-socket", X, ["1.2.3.4"], TRUSTED, "unix-socket"),
+    ("Forwarded", PROXY, F, ["for=192.0.2.60;proto=http;by=203.0.113.43"], TRUSTED, "192.0.2.60"),
+    ("Forwarded, quoted IPv6", PROXY, F, [f'for="[{V6}]:4711"'], TRUSTED, V6),
+    ("Forwarded, right-most", PROXY, F, ["for=6.6.6.6,For=1.2.3.4;a=b"], TRUSTED, "1.2.3.4"),
+    ("Forwarded, trusted hop skipped", PROXY, F, ["for=1.2.3.4,for=10.9.0.3"], TRUSTED, "1.2.3.4"),
+    ("Forwarded, unknown: the peer", PROXY, F, ["for=unknown"], TRUSTED, PROXY),
+    ("Forwarded, obfuscated: the peer", PROXY, F, ["for=_hidden"], TRUSTED, PROXY),
+    ("Forwarded, no for=: the peer", PROXY, F, ["proto=https"], TRUSTED, PROXY),
+    ("Forwarded, not key=value: the peer", PROXY, F, ["1.2.3.4"], TRUSTED, PROXY),
+    ("Forwarded, unterminated quote: the peer", PROXY, F, ['for="1.2.3.4'], TRUSTED, PROXY),
+    ("Forwarded, junk left of the client", PROXY, F, ["%%%, for=1.2.3.4"], TRUSTED, "1.2.3.4"),
+    ("an oversized header: the peer", PROXY, X, [OVERSIZED], TRUSTED, PROXY),
+    ("too many trusted hops: the peer", PROXY, X, [LONG_CHAIN], TRUSTED, PROXY),
+    ("just enough trusted hops", PROXY, X, [LONGEST_CHAIN], TRUSTED, "1.2.3.4"),
 ]  # fmt: skip
 
 
 @pytest.mark.parametrize(
-    ("peer", "xff", "forwarded", "trusted", "expected"),
+    ("peer", "header", "lines", "trusted", "expected"),
     [case[1:] for case in ADDRESS_CASES],
     ids=[case[0] for case in ADDRESS_CASES],
 )
 def test_client_address(
-    peer: str, xff: list[str], forwarded: list[str], trusted: Any, expected: str
+    peer: str, header: ForwardedHeader, lines: list[str], trusted: Any, expected: str
 ) -> None:
-    assert client_address(peer, xff, forwarded, trusted) == expected
+    assert client_address(peer, lines, trusted, header) == expected
+
+
+def test_the_forwarded_header_is_one_of_two() -> None:
+    assert parse_forwarded_header(" X-Forwarded-For") == "x-forwarded-for"
+    assert parse_forwarded_header("Forwarded") == "forwarded"
+    with pytest.raises(ValueError, match="'x-real-ip' is neither"):
+        parse_forwarded_header("x-real-ip")
 
 
 def test_trusted_proxies_parse_addresses_and_cidrs() -> None:
