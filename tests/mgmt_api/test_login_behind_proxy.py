@@ -12,8 +12,12 @@ no assertion depends on how fast the machine is.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -212,3 +216,27 @@ def test_many_addresses_guessing_one_account_slow_each_other_not_the_owner(
         err(guesser.post("/v2/auth/token"), 429, "RESOURCE_EXHAUSTED")
     with setup.via_proxy(port, "127.0.0.3", (login, PASSWORD)) as owner:
         ok(owner.post("/v2/auth/token"))
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (("--trusted-proxies", "10.0.0.1/8"), "--trusted-proxies"),
+        (("--trusted-proxies", "proxy.example"), "--trusted-proxies"),
+        (("--forwarded-header", "x-real-ip"), "--forwarded-header"),
+    ],
+)
+def test_a_bad_proxy_setting_stops_the_start_naming_the_flag(
+    args: tuple[str, str], named: str, tmp_path: Path
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "mgmt_api.cli", "serve", "--grpc-listen", "off", *args],
+        env={**os.environ, "MESHPLANE_DATA_DIR": str(tmp_path)},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert named in done.stderr and args[1] in done.stderr, done.stderr
