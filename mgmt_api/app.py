@@ -24,10 +24,11 @@ from mgmt_api import console
 from mgmt_api.distribution.hub import Distribution, tls_from
 from mgmt_api.distribution.metrics import DistributionCollector
 from mgmt_api.distribution.tunnel import tunnel_servicer
+from mgmt_api.domain.client_address import parse_forwarded_header, parse_trusted_proxies
 from mgmt_api.domain.durations import parse_duration
 from mgmt_api.errors import ApiError, Code
 from mgmt_api.identity.runtime import IdentityRuntime
-from mgmt_api.middleware import BodyLimit, Metrics
+from mgmt_api.middleware import BodyLimit, ClientAddress, Metrics, relative_slash_redirect
 from mgmt_api.routes import (
     admin,
     approvals,
@@ -264,7 +265,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         call_context(request)
         return get_swagger_ui_html(openapi_url="/v2/openapi.json", title=app.title)
 
+    relative_slash_redirect(app.router)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(Metrics, registry=registry)
+    # Outermost: everything inside sees the client's address, not a proxy's.
+    app.add_middleware(
+        ClientAddress,
+        trusted=parse_trusted_proxies(settings.trusted_proxies),
+        header=parse_forwarded_header(settings.forwarded_header),
+    )
 
     return app

@@ -20,6 +20,7 @@ from meshplane.logging import configure_logging
 from meshplane.netaddr import is_loopback_host
 from meshplane.tls import ReloadingServerContext, tls_files_from
 from mgmt_api.app import create_app
+from mgmt_api.domain.client_address import parse_forwarded_header, parse_trusted_proxies
 from mgmt_api.settings import DEFAULT_GRPC_LISTEN, DEFAULT_LISTEN, Settings
 
 log = logging.getLogger(__name__)
@@ -96,6 +97,20 @@ def serve(  # noqa: PLR0917 - one parameter per command-line option, as typer wa
             "default: $MESHPLANE_TLS_CLIENT_CA"
         ),
     ] = None,
+    trusted_proxies: Annotated[
+        str | None,
+        typer.Option(
+            help="Addresses/CIDRs of proxies whose X-Forwarded-For/Forwarded name the client "
+            "(login throttling); default: $MESHPLANE_TRUSTED_PROXIES, else none"
+        ),
+    ] = None,
+    forwarded_header: Annotated[
+        str | None,
+        typer.Option(
+            help="The header the trusted proxies append to: x-forwarded-for or forwarded "
+            "(RFC 7239); default: $MESHPLANE_FORWARDED_HEADER, else x-forwarded-for"
+        ),
+    ] = None,
 ) -> None:
     """Migrate the store, bootstrap it on first start, and serve /v2 (and the console, /ui/)."""
     configure_logging("mgmt-api")
@@ -117,7 +132,17 @@ def serve(  # noqa: PLR0917 - one parameter per command-line option, as typer wa
         tls_cert=tls_cert or settings.tls_cert,
         tls_key=tls_key or settings.tls_key,
         tls_client_ca=tls_client_ca or settings.tls_client_ca,
+        trusted_proxies=settings.trusted_proxies if trusted_proxies is None else trusted_proxies,
+        forwarded_header=forwarded_header or settings.forwarded_header,
     )
+    try:
+        parse_trusted_proxies(settings.trusted_proxies)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--trusted-proxies") from None
+    try:
+        parse_forwarded_header(settings.forwarded_header)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--forwarded-header") from None
     host, port = _split_listen(listen)
     try:
         https = rest_tls(settings, host)

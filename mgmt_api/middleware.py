@@ -1,4 +1,9 @@
-"""ASGI middleware: request-body limit and checks, and Prometheus request metrics.
+"""ASGI middleware: client address, request-body limit and checks, Prometheus metrics,
+and the trailing-slash redirect.
+
+The client address (:class:`ClientAddress`) is settled once, outermost, and
+written into the ASGI scope's ``client``: throttling, the console's in-process
+API calls and anything that logs ``request.client`` all see the same address.
 
 The body limit buffers at most ``max_bytes`` and answers 400 (the API's error
 body) beyond that, whether or not the client sent Content-Length, so an
@@ -22,8 +27,11 @@ from email.message import Message as MimeHeader
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
+from starlette.responses import RedirectResponse
+from starlette.routing import Match, Router
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from mgmt_api.domain.client_address import ForwardedHeader, Network, client_address
 from mgmt_api.errors import ApiError, Code
 
 Headers = list[tuple[bytes, bytes]]
@@ -242,3 +250,57 @@ class Metrics:
 
 
 _METHODS = frozenset({"GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"})
+
+
+class ClientAddress:
+    """Puts the client's address in ``scope["client"]``: the peer, or the address
+    trusted proxies forwarded (:func:`mgmt_api.domain.client_address.client_address`).
+
+    The only place that reads ``X-Forwarded-For``/``Forwarded``. A replaced
+    address carries port 0: the client's own port is not known.
+    """
+
+    def __init__(self, app: ASGIApp, trusted: tuple[Network, ...], header: ForwardedHeader) -> None:
+        self.app = app
+        self.trusted = trusted
+        self.header = header
+        self._name = header.encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        peer = scope.get("client")
+        if scope["type"] in ("http", "websocket") and peer:
+            lines = [v.decode("latin-1") for n, v in scope["headers"] if n == self._name]
+            address = client_address(str(peer[0]), lines, self.trusted, self.header)
+            if address != peer[0]:
+                scope = {**scope, "client": (address, 0)}
+        await self.app(scope, receive, send)
+
+
+def relative_slash_redirect(router: Router) -> None:
+    """Make ``router`` redirect to the path with (or without) its trailing slash
+    with a *relative* ``Location``.
+
+    Starlette's own redirect builds an absolute URL from the request's
+    ``Host`` header, which the client chooses: ``Host: evil.example`` got
+    ``Location: http://evil.example/...``. This one sends the path (as the
+    client encoded it) and query only, and never a path the browser would
+    read as another host (``//host``, ``/\\host``).
+    """
+    router.redirect_slashes = False
+    not_found = router.default
+
+    async def default(scope: Scope, receive: Receive, send: Send) -> None:
+        raw: bytes = scope.get("raw_path") or scope["path"].encode()
+        path: str = scope["path"]
+        if scope["type"] == "http" and path != "/" and raw[1:2] not in (b"/", b"\\"):
+            other = path.rstrip("/") if path.endswith("/") else path + "/"
+            if any(r.matches({**scope, "path": other})[0] is not Match.NONE for r in router.routes):
+                location = raw.rstrip(b"/") if path.endswith("/") else raw + b"/"
+                if scope.get("query_string"):
+                    location += b"?" + scope["query_string"]
+                response = RedirectResponse(location.decode("latin-1"), status_code=307)
+                await response(scope, receive, send)
+                return
+        await not_found(scope, receive, send)
+
+    router.default = default

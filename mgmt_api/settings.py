@@ -112,3 +112,21 @@ class Settings:
     public_metrics: bool = field(
         default_factory=lambda: os.environ.get("MESHPLANE_PUBLIC_METRICS", "") == "1"
     )
+    # Addresses and CIDRs of the proxies in front of the REST port whose
+    # X-Forwarded-For / Forwarded headers say who the client is (comma- or
+    # space-separated; mgmt_api.domain.client_address). Empty: none, the
+    # socket's peer is the client.
+    trusted_proxies: str = field(
+        default_factory=lambda: os.environ.get("MESHPLANE_TRUSTED_PROXIES") or ""
+    )
+    # The header those proxies append the client to: x-forwarded-for or forwarded
+    # (RFC 7239). Only that one is read.
+    forwarded_header: str = field(
+        default_factory=lambda: os.environ.get("MESHPLANE_FORWARDED_HEADER") or "x-forwarded-for"
+    )
+    # The first lock-out of an address after its free failed logins (a
+    # duration); each further failure doubles it, up to 300 s or this if longer
+    # (mgmt_api.domain.throttle).
+    login_lockout: str = field(
+        default_factory=lambda: os.environ.get("MESHPLANE_LOGIN_LOCKOUT") or "1s"
+    )

@@ -16,6 +16,9 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import json
 import secrets
 from dataclasses import dataclass
@@ -46,15 +49,41 @@ def new_signing_secret() -> str:
     return secrets.token_urlsafe(48)
 
 
-def mint_session(secret: str, subject: str, now: float, ttl: int = SESSION_TTL_SECONDS) -> str:
+def credential_stamp(secret: str, password_hash: str | None) -> str:
+    """What a session token records of its user's password: a keyed digest of the hash.
+
+    A session is valid only while the user's stored password hash is the one
+    it was issued under, so any password change or reset (a new salt, hence a
+    new hash, even for the same password) ends every session of that user on
+    every replica, with no revocation list. The digest is keyed by the
+    signing secret and says nothing about the password; a user without a
+    password (OIDC) has a stamp too, which changes if one is set.
+    """
+    key = hmac.new(secret.encode(), b"meshplane-session-credential", hashlib.sha256).digest()
+    digest = hmac.new(key, (password_hash or "").encode(), hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(digest[:12]).decode()
+
+
+def mint_session(
+    secret: str, subject: str, now: float, stamp: str, ttl: int = SESSION_TTL_SECONDS
+) -> str:
+    """A session token; ``stamp`` is :func:`credential_stamp` of the subject's password."""
     claims = {
         "iss": ISSUER,
         "sub": subject,
         "iat": int(now),
         "exp": int(now) + ttl,
         "jti": secrets.token_hex(8),
+        "cred": stamp,
     }
     return jwt.encode(claims, secret, algorithm="HS256", headers={"kid": SESSION_KID})
+
+
+@dataclass(frozen=True, slots=True)
+class SessionClaims:
+    subject: str
+    #: :func:`credential_stamp` at issue; "" for a token minted before stamps existed.
+    stamp: str
 
 
 class TokenError(Exception):
@@ -72,7 +101,7 @@ def header_kid(token: str) -> str:
     return kid
 
 
-def verify_session(secret: str, token: str, now: float) -> str:
+def verify_session(secret: str, token: str, now: float) -> SessionClaims:
     try:
         claims = jwt.decode(
             token,
@@ -85,7 +114,8 @@ def verify_session(secret: str, token: str, now: float) -> str:
         raise TokenError(f"invalid session token: {exc}") from exc
     if float(claims["exp"]) + LEEWAY_SECONDS < now:
         raise TokenError("session token expired")
-    return str(claims["sub"])
+    stamp = claims.get("cred")
+    return SessionClaims(str(claims["sub"]), stamp if isinstance(stamp, str) else "")
 
 
 def jwt_exp(token: str) -> float:

@@ -359,7 +359,7 @@ class IdentityRuntime:
             raise TokenExchangeRefusedError("the access token has expired", reason="expired")
         token_id = provider_token_id(subject.claims)
         await asyncio.to_thread(self.use_provider_token, token_id, subject.expires_at)
-        return self.mint(user_fqn, max_ttl=remaining)
+        return await asyncio.to_thread(self.mint, user_fqn, remaining)
 
     def issue_login_code(self, result: LoginResult[str]) -> str:
         """The one-time code for the client behind ``result.return_to`` (RFC 8252)."""

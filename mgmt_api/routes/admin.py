@@ -11,7 +11,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from meshplane.kinds_contract import Kind
 from mgmt_api import fqn as fqnmod
-from mgmt_api.errors import ApiError, Code, unauthenticated
+from mgmt_api.errors import ApiError, Code
 from mgmt_api.routes.deps import Audit, Ctx, Name, call_context, client_address, services
 from mgmt_api.routes.resources import put_access_policy
 from mgmt_api.schemas import resources as m
@@ -62,11 +62,7 @@ _global_policy("/v2/admin/rbac/policy", fqnmod.RBAC, "Rbac")
 def create_token(request: Request) -> dict[str, Any]:
     """Exchange HTTP Basic credentials for a bearer session token (1 hour)."""
     header = request.headers.get("authorization") or ""
-    if not header.lower().startswith("basic "):
-        raise unauthenticated("Basic credentials required to obtain a token")
-    authn = services(request).authn
-    principal = authn.authenticate(header, client_address(request))
-    token, ttl = authn.mint(principal)
+    principal, token, ttl = services(request).authn.login(header, client_address(request))
     return {"accessToken": token, "tokenType": "Bearer", "expiresIn": ttl, "subject": principal.fqn}
 
 

@@ -273,7 +273,7 @@ async def _complete(request: Request, name: str | None) -> Response:
         code = await asyncio.to_thread(rt.issue_login_code, result)
         response = RedirectResponse(_with_query(result.return_to, {"code": code}), status_code=302)
     else:
-        issued = rt.mint(result.user)
+        issued = await asyncio.to_thread(rt.mint, result.user)
         response = JSONResponse(
             {
                 "accessToken": issued.access_token,
@@ -348,7 +348,7 @@ async def _token(request: Request, name: str | None) -> dict[str, Any]:
                 provider_token_id(identity.claims),
                 float(exp) if isinstance(exp, int | float) else rt.clock(),
             )
-            body = token_exchange_response(rt.mint(user))
+            body = token_exchange_response(await asyncio.to_thread(rt.mint, user))
         else:
 
             async def find_user(user_id: str) -> str | None:

@@ -2,16 +2,18 @@
 
 * ``Basic``: local users. The login name ``admin`` (no slash) is a global
   user ``users/admin``; ``org/name`` is ``organizations/org/users/name``.
-  Failures are throttled per (login name, client address) pair (5 free
-  failures, then a lock-out doubling per failure up to 5 minutes) and, with
-  a much higher allowance (100), per client address. The pair stops guessing
-  one account's password from one place without letting anyone lock an
-  account out for everybody else: a client that sends wrong passwords for
-  ``admin`` locks out only itself. The per-address allowance slows spraying
-  across many accounts without letting one bad client behind a shared NAT
-  lock everyone out. Guessing from many addresses is bounded by Argon2's
-  cost per attempt; put a rate limit in front of the API for more.
+  Failures are throttled by :class:`~mgmt_api.domain.throttle.LoginThrottle`
+  (per client address and login, per address, and per login under attack),
+  which only ever refuses an address that has failed itself: nobody can lock
+  ``admin`` out for everybody else. The client address is the one the
+  request carries (behind trusted proxies, the forwarded one:
+  :mod:`mgmt_api.domain.client_address`). Every attempt that is not a cached
+  success costs one Argon2 verification, a login name without a password
+  included, so answer times do not tell which names exist.
 * Bearer failures are not throttled: signatures cannot be guessed.
+* Session tokens record a digest of their user's stored password hash
+  (:func:`~mgmt_api.auth.tokens.credential_stamp`): a password change or
+  reset ends every session and console sign-in of that user.
 * ``Bearer``: a management-plane session token (header ``kid`` =
   ``meshplane-session``) or a JWT signed by a service-account key (``kid`` =
   key id). Every request re-checks that the principal, and for service
@@ -36,7 +38,7 @@ from mgmt_api.auth import tokens
 from mgmt_api.auth.passwords import VerifiedCache
 from mgmt_api.auth.tokens import jwt_exp
 from mgmt_api.domain.durations import parse_duration
-from mgmt_api.domain.throttle import FailureThrottle
+from mgmt_api.domain.throttle import LoginThrottle, ThrottleRule
 from mgmt_api.errors import ApiError, Code, unauthenticated
 from mgmt_api.kinds import subject_field
 from mgmt_api.store import repo
@@ -99,27 +101,20 @@ class Authenticator:
         uow: UnitOfWork,
         signing_secret: str,
         clock: Callable[[], float] = time.time,
+        passwords: VerifiedCache | None = None,
+        throttle: ThrottleRule | None = None,
     ) -> None:
         self._uow = uow
         self._secret = signing_secret
         self._clock = clock
-        self._by_login = FailureThrottle(free_failures=5)  # keyed by (client, login)
-        self._by_client = FailureThrottle(free_failures=100)
-        self._cache = VerifiedCache()
+        self._throttle = LoginThrottle(throttle)
+        self._cache = passwords or VerifiedCache()
         # token -> (store revision, principal, expiry); see ``bearer``.
         self._tokens: OrderedDict[str, tuple[int, Principal, float]] = OrderedDict()
         self._tokens_lock = threading.Lock()
 
-    @staticmethod
-    def _pair(login: str, client: str) -> str:
-        return f"{client}\x00{login}"
-
     def _check_throttle(self, login: str, client: str) -> None:
-        now = self._clock()
-        wait = max(
-            self._by_login.retry_after(self._pair(login, client), now),
-            self._by_client.retry_after(client, now),
-        )
+        wait = self._throttle.retry_after(client, login, self._clock())
         if wait > 0:
             raise ApiError(
                 Code.RESOURCE_EXHAUSTED,
@@ -128,27 +123,34 @@ class Authenticator:
             )
 
     def _fail(self, login: str, client: str) -> ApiError:
-        now = self._clock()
-        self._by_login.failure(self._pair(login, client), now)
-        self._by_client.failure(client, now)
+        self._throttle.failure(client, login, self._clock())
         return unauthenticated("invalid credentials")
 
     def basic(self, login: str, password: str, client: str) -> Principal:
+        return self._basic(login, password, client)[0]
+
+    def _basic(self, login: str, password: str, client: str) -> tuple[Principal, str]:
+        """The principal and the stored hash the password was verified against.
+
+        The verifier runs exactly once per attempt, whether or not the login
+        names a user with a password (a dummy hash stands in).
+        """
         self._check_throttle(login, client)
+        fqn = login_to_fqn(login)
         try:
-            fqn = login_to_fqn(login)
             fqnmod.parse(fqn)
         except ApiError:
+            self._cache.verify(fqn, password, None)
             raise self._fail(login, client) from None
         with self._uow.read() as conn:
             stored = repo.get_password_hash(conn, fqn)
-            if stored is None or not self._cache.verify(fqn, password, stored):
+            if not self._cache.verify(fqn, password, stored) or stored is None:
                 raise self._fail(login, client)
             if not repo.exists(conn, fqn):
                 raise self._fail(login, client)
             principal = principal_for(conn, fqn, "user")
-        self._by_login.success(self._pair(login, client))
-        return principal
+        self._throttle.success(client, login)
+        return principal, stored
 
     def bearer(self, token: str, client: str) -> Principal:
         """Principal of a bearer token.
@@ -182,10 +184,14 @@ class Authenticator:
     def _resolve_bearer(self, conn: Connection, token: str, now: float) -> tuple[Principal, float]:
         kid = tokens.header_kid(token)
         if kid == tokens.SESSION_KID:
-            subject = tokens.verify_session(self._secret, token, now)
+            session = tokens.verify_session(self._secret, token, now)
+            subject = session.subject
             parsed = fqnmod.parse(subject)
             if not repo.exists(conn, subject):
                 raise tokens.TokenError("principal no longer exists")
+            stored = repo.get_password_hash(conn, subject)
+            if session.stamp != tokens.credential_stamp(self._secret, stored):
+                raise tokens.TokenError("session ended: the password was changed since")
             return principal_for(conn, subject, subject_field(parsed.kind)), jwt_exp(token)
         key = repo.get_key(conn, kid)
         if key is None:
@@ -201,17 +207,23 @@ class Authenticator:
         scheme = scheme.lower()
         value = value.strip()
         if scheme == "basic":
-            try:
-                decoded = base64.b64decode(value, validate=True).decode()
-            except (binascii.Error, UnicodeDecodeError):
-                raise unauthenticated("malformed Basic credentials") from None
-            login, sep, password = decoded.partition(":")
-            if not sep:
-                raise unauthenticated("malformed Basic credentials")
-            return self.basic(login, password, client)
+            return self.basic(*_basic_credentials(value), client)
         if scheme == "bearer" and value:
             return self.bearer(value, client)
         raise unauthenticated("unsupported authorization scheme")
+
+    def login(self, authorization: str, client: str) -> tuple[Principal, str, int]:
+        """``POST /v2/auth/token``: Basic credentials for a session token.
+
+        The token is stamped with the very hash the password was verified
+        against, so a reset racing this call still ends the session it issues.
+        """
+        scheme, _, value = authorization.partition(" ")
+        if scheme.lower() != "basic":
+            raise unauthenticated("Basic credentials required to obtain a token")
+        principal, stored = self._basic(*_basic_credentials(value.strip()), client)
+        token, ttl = self._mint(principal.fqn, stored, None)
+        return principal, token, ttl
 
     def mint(self, principal: Principal, max_ttl: int | None = None) -> tuple[str, int]:
         """A session token for ``principal`` and its lifetime in seconds.
@@ -219,7 +231,25 @@ class Authenticator:
         ``max_ttl`` shortens the usual lifetime, never lengthens it: a token
         exchanged for a provider credential must not outlive that credential.
         """
+        with self._uow.read() as conn:
+            stored = repo.get_password_hash(conn, principal.fqn)
+        return self._mint(principal.fqn, stored, max_ttl)
+
+    def _mint(self, fqn: str, stored: str | None, max_ttl: int | None) -> tuple[str, int]:
         ttl = tokens.SESSION_TTL_SECONDS
         if max_ttl is not None:
             ttl = max(1, min(ttl, max_ttl))
-        return tokens.mint_session(self._secret, principal.fqn, self._clock(), ttl), ttl
+        stamp = tokens.credential_stamp(self._secret, stored)
+        return tokens.mint_session(self._secret, fqn, self._clock(), stamp, ttl), ttl
+
+
+def _basic_credentials(value: str) -> tuple[str, str]:
+    """``login:password`` of a Basic ``Authorization`` value (401 if malformed)."""
+    try:
+        decoded = base64.b64decode(value, validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        raise unauthenticated("malformed Basic credentials") from None
+    login, sep, password = decoded.partition(":")
+    if not sep:
+        raise unauthenticated("malformed Basic credentials")
+    return login, password

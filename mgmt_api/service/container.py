@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from sqlalchemy.engine import Engine
 
 from mgmt_api.domain.durations import parse_duration
+from mgmt_api.domain.throttle import ThrottleRule
 from mgmt_api.kinds import KindSettings
 from mgmt_api.service.approvals import ApprovalService
 from mgmt_api.service.audit import AuditService
@@ -92,7 +93,13 @@ class Services:
             uow=uow,
             signing_secret=secret,
             kind_settings=kind_settings,
-            authn=Authenticator(uow, secret),
+            authn=Authenticator(
+                uow,
+                secret,
+                throttle=ThrottleRule.with_first_lockout(
+                    parse_duration(settings.login_lockout, "MESHPLANE_LOGIN_LOCKOUT")
+                ),
+            ),
             resources=ResourceService(uow, kind_settings),
             policies=PolicyService(uow),
             service_accounts=ServiceAccountService(uow),

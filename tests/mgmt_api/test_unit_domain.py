@@ -1,4 +1,7 @@
-"""Pure domain logic, table-tested: FQNs, RBAC resolution, throttling, durations, paging."""
+"""Pure domain logic, table-tested: FQNs, RBAC resolution, durations, paging.
+
+Login throttling and the client address: tests/mgmt_api/test_login_rules.py.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +10,6 @@ import pytest
 from mgmt_api import fqn
 from mgmt_api.domain import listing, rbac
 from mgmt_api.domain.durations import format_duration, parse_duration
-from mgmt_api.domain.throttle import FailureThrottle
 from mgmt_api.errors import ApiError, Code
 from mgmt_api.kinds import KINDS
 
@@ -124,26 +126,6 @@ def test_effective_permissions(
         {"rules": [{"types": [{"kinds": ["Cluster"]}], "permissions": ["DELETE"]}]}
     )
     assert rbac.effective_permissions(policies, frozenset(subjects), roles, kind) == expected
-
-
-def test_throttle_locks_out_after_free_failures_and_recovers() -> None:
-    th = FailureThrottle(free_failures=3, window=60, max_lockout=8, max_keys=2)
-    for i in range(3):
-        th.failure("k", 100.0 + i)
-    assert th.retry_after("k", 103.0) == 0
-    th.failure("k", 103.0)
-    assert th.retry_after("k", 103.0) == 1
-    th.failure("k", 103.0)
-    assert th.retry_after("k", 103.0) == 2
-    for _ in range(10):
-        th.failure("k", 103.0)
-    assert th.retry_after("k", 103.0) == 8  # capped
-    assert th.retry_after("k", 200.0) == 0
-    th.success("k")
-    assert th.retry_after("k", 103.0) == 0
-    for key in ("a", "b", "c"):  # bounded table: oldest evicted
-        th.failure(key, 1.0)
-    assert len(th._entries) == 2
 
 
 @pytest.mark.parametrize(
