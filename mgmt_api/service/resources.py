@@ -27,7 +27,15 @@ from mgmt_api import fqn as fqnmod
 from mgmt_api.access import CallContext
 from mgmt_api.domain import listing, rbac
 from mgmt_api.errors import ApiError, Code, already_exists, invalid, not_found
-from mgmt_api.kinds.base import KindDef, KindSettings, RenderEnv, Write, WriteEnv, create_object
+from mgmt_api.kinds.base import (
+    KindDef,
+    KindSettings,
+    RenderEnv,
+    Write,
+    WriteEnv,
+    create_object,
+    require_grants,
+)
 from mgmt_api.schemas.base import ApiModel
 from mgmt_api.store import repo
 from mgmt_api.store.uow import UnitOfWork
@@ -217,11 +225,12 @@ class ResourceService:
         with self.uow.write(ctx.principal.fqn) as tx:
             env = self._env(ctx, tx)
             access.require(tx.conn, ctx.principal, fqn, kdef.kind, rbac.WRITE)
-            behaviour.check_references(env, write)
-            behaviour.authorize(env, write)
             res = repo.get(tx.conn, fqn)
             if res is None:
                 raise not_found(fqn)
+            require_grants(env, behaviour.grants, write, res.spec)
+            behaviour.check_references(env, write)
+            behaviour.authorize(env, write)
             new_etag = tx.etag(fqn)
             now = repo.now_us()
             protected = bool(write.spec.get(_PROTECTION))
