@@ -184,8 +184,8 @@ class RenderEnv:
     options: Mapping[str, Any] = field(default_factory=dict)
 
 
-def _self_scope(fqn: str, kind: str) -> tuple[str, str]:
-    return fqn, kind
+def _the_object(conn: Connection, fqn: str, kind: str) -> list[tuple[str, str]]:
+    return [(fqn, kind)]
 
 
 @dataclass(frozen=True)
@@ -203,12 +203,13 @@ class AccessGrant:
     ``("labels", "identity.meshplane.io/oidc")``) is checked by the generic
     update whenever the value changes (lists compare as sets; a missing value
     equals an empty one); ``write_only`` fields (a password) are never stored
-    in the spec, so sending one at all is the change. A row without a field
-    is an operation (minting a key) that its own code checks with
-    :meth:`require`. ``scope`` maps the object to where the permission is
-    checked (default: the object itself); ``on`` says it in words. On
-    create these rows do not apply: the creator becomes ``rbac/admin`` of
-    what it creates (:func:`create_object`), so it holds them anyway.
+    in the spec, so sending one at all is the change. An ``on_create`` row is
+    checked by the generic create before the object exists. Any other row is
+    an operation (minting a key) that its own code checks with
+    :meth:`require`. ``targets`` says where the permission is checked
+    (default: the object itself); ``on`` says it in words. Field rows do not
+    apply on create: the creator becomes ``rbac/admin`` of what it creates
+    (:func:`create_object`), so it holds them anyway.
     """
 
     kind: str
@@ -216,14 +217,15 @@ class AccessGrant:
     why: str
     field: tuple[str, ...] | None = None
     write_only: bool = False
+    on_create: bool = False
     permission: str = rbac.SET_POLICY
     on: str = "the object"
-    scope: Callable[[str, str], tuple[str, str]] = _self_scope
+    targets: Callable[[Connection, str, str], list[tuple[str, str]]] = _the_object
 
     def require(self, conn: Connection, principal: Principal, fqn: str) -> None:
-        """403 unless ``principal`` holds the permission where this row says."""
-        target, kind = self.scope(fqn, self.kind)
-        access.require(conn, principal, target, kind, self.permission)
+        """403 unless ``principal`` holds the permission everywhere this row says."""
+        for target, kind in self.targets(conn, fqn, self.kind):
+            access.require(conn, principal, target, kind, self.permission)
 
     def changed_by(self, write: Write, stored: Mapping[str, Any]) -> bool:
         """Whether ``write`` changes this row's field of the ``stored`` spec."""
@@ -235,6 +237,37 @@ class AccessGrant:
         return bool(
             _comparable(_at(write.spec, self.field)) != _comparable(_at(stored, self.field))
         )
+
+
+def naming(conn: Connection, fqn: str, kind: str) -> list[tuple[str, str]]:
+    """Where ``fqn`` is already named: each policy with a binding of it and, for a
+    user or service account, each team of its organization that lists it.
+
+    Bindings and memberships outlive what they name (deleting a team or user
+    leaves them), so creating the object again would revive them for its
+    creator: that needs SET_POLICY wherever they are (:func:`revived_by_create`).
+    """
+    out = [(node, access.node_kind(node)) for node in repo.policies_naming(conn, fqn)]
+    org = fqnmod.parse(fqn).organization
+    if kind != "Team" and org is not None:
+        for team, spec in repo.find_specs(conn, "Team", parents=[org], spec_contains=fqn):
+            if fqn in (spec.get("members") or []):
+                out.append((team, "Team"))
+    return out
+
+
+def revived_by_create(kind: str) -> AccessGrant:
+    """The create row of a kind that policies (and teams) can name: see :func:`naming`."""
+    teams = "" if kind == "Team" else " or team"
+    return AccessGrant(
+        kind,
+        f"create while a policy{teams} names it",
+        "the new object gets what those bindings" + (" and teams" if teams else "") + " grant",
+        on_create=True,
+        on="each object whose policy names it"
+        + ("" if kind == "Team" else ", each team listing it"),
+        targets=naming,
+    )
 
 
 def _at(obj: Any, path: tuple[str, ...]) -> Any:
@@ -255,11 +288,12 @@ def _comparable(value: Any) -> Any:
 
 
 def require_grants(
-    env: WriteEnv, grants: tuple[AccessGrant, ...], write: Write, stored: Mapping[str, Any]
+    env: WriteEnv, grants: tuple[AccessGrant, ...], write: Write, stored: Mapping[str, Any] | None
 ) -> None:
-    """The generic update's check of the kind's access-granting fields (:class:`AccessGrant`)."""
+    """The generic write's check of the access-granting rows (:class:`AccessGrant`):
+    the ``on_create`` rows on create (``stored`` None), changed fields on update."""
     for grant in grants:
-        if grant.changed_by(write, stored):
+        if grant.on_create if stored is None else grant.changed_by(write, stored):
             grant.require(env.tx.conn, env.principal, write.fqn)
 
 

@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 
 from fastapi import Query
 from pydantic import Field
+from sqlalchemy.engine import Connection
 
 from meshplane import gateway_contract
 from meshplane.control_plane import ServiceAccountKey
@@ -97,8 +98,8 @@ INCLUDE_INSTALL_TEMPLATE = RouteParam(
 )
 
 
-def _agent_key_scope(cluster_fqn: str, kind: str) -> tuple[str, str]:
-    return key_scope(fqnmod.agent_fqn(cluster_fqn))
+def _agent_key_scope(conn: Connection, cluster_fqn: str, kind: str) -> list[tuple[str, str]]:
+    return [key_scope(fqnmod.agent_fqn(cluster_fqn))]
 
 
 _AGENT_ON = "the organization (where the agent account's keys are managed)"
@@ -107,14 +108,14 @@ CREATE_AGENT = AccessGrant(
     "create (creates the agent account, mints its key)",
     "the key acts as the cluster's agent",
     on=_AGENT_ON,
-    scope=_agent_key_scope,
+    targets=_agent_key_scope,
 )
 INSTALL_TEMPLATE = AccessGrant(
     "Cluster",
     "GET ?includeInstallTemplate=true (mints an agent key)",
     "the key acts as the cluster's agent",
     on=_AGENT_ON,
-    scope=_agent_key_scope,
+    targets=_agent_key_scope,
 )
 
 

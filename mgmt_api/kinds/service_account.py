@@ -31,13 +31,17 @@ KEY_ENCODING = base.RouteParam(
 )
 
 
-def key_scope(sa_fqn: str, kind: str = "ServiceAccount") -> tuple[str, str]:
+def key_scope(sa_fqn: str) -> tuple[str, str]:
     """Where managing ``sa_fqn``'s keys is checked: its organization for a cluster's
     agent account (whose keys the install template hands out), else the account."""
     cluster = fqnmod.cluster_of(sa_fqn)
     if cluster is not None and sa_fqn == fqnmod.agent_fqn(cluster):
         return fqnmod.parse(cluster).parent, "Organization"
-    return sa_fqn, kind
+    return sa_fqn, "ServiceAccount"
+
+
+def _key_targets(conn: Connection, sa_fqn: str, kind: str) -> list[tuple[str, str]]:
+    return [key_scope(sa_fqn)]
 
 
 _KEY_ON = "the account; a cluster's agent account: its organization"
@@ -46,14 +50,14 @@ NEW_KEY = base.AccessGrant(
     "new key (POST .../keys; creating the account mints its first)",
     "the key acts as the account",
     on=_KEY_ON,
-    scope=key_scope,
+    targets=_key_targets,
 )
 REVOKE_KEY = base.AccessGrant(
     "ServiceAccount",
     "revoke a key (DELETE .../keys/{keyId})",
     "takes the account's credential away (a cluster's agent would stop)",
     on=_KEY_ON,
-    scope=key_scope,
+    targets=_key_targets,
 )
 
 
@@ -86,7 +90,7 @@ def key_view(
 
 class ServiceAccountBehaviour(base.Behaviour):
     route_params = (KEY_ENCODING,)
-    grants = (NEW_KEY, REVOKE_KEY)
+    grants = (base.revived_by_create("ServiceAccount"), NEW_KEY, REVOKE_KEY)
 
     def after_write(
         self, env: base.WriteEnv, write: base.Write, res: repo.Resource

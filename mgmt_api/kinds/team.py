@@ -11,7 +11,7 @@ from pydantic import Field
 
 from mgmt_api import fqn as fqnmod
 from mgmt_api.errors import invalid
-from mgmt_api.kinds.base import AccessGrant, Behaviour, KindDef, Write
+from mgmt_api.kinds.base import AccessGrant, Behaviour, KindDef, Write, revived_by_create
 from mgmt_api.kinds.user import SourceType
 from mgmt_api.schemas.resources import Meta
 
@@ -34,7 +34,7 @@ MEMBERS = AccessGrant(
 
 
 class TeamBehaviour(Behaviour):
-    grants = (MEMBERS,)
+    grants = (revived_by_create("Team"), MEMBERS)
 
     def validate(self, write: Write) -> None:
         for i, member in enumerate(write.spec.get("members") or []):

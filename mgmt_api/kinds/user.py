@@ -19,7 +19,7 @@ from pydantic import Field
 from mgmt_api import fqn as fqnmod
 from mgmt_api.auth import passwords
 from mgmt_api.errors import invalid
-from mgmt_api.kinds.base import AccessGrant, Behaviour, KindDef, Write, WriteEnv
+from mgmt_api.kinds.base import AccessGrant, Behaviour, KindDef, Write, WriteEnv, revived_by_create
 from mgmt_api.schemas.resources import Meta
 from mgmt_api.store import repo
 
@@ -29,6 +29,7 @@ _USER_OWNED_SOURCES = (None, "MANUAL", "LOCAL")
 OIDC_BINDING_LABEL = "identity.meshplane.io/oidc"
 
 GRANTS = (
+    revived_by_create("User"),
     AccessGrant(
         "User",
         "password",

@@ -18,14 +18,6 @@ from mgmt_api.store import repo
 from mgmt_api.store.uow import UnitOfWork
 
 
-def _kind_of(fqn: str) -> str:
-    if fqn == fqnmod.ROOT:
-        return fqnmod.ROOT_KIND
-    if fqn == fqnmod.RBAC:
-        return fqnmod.RBAC_KIND
-    return fqnmod.parse(fqn).kind
-
-
 def validate_bindings(allow: list[dict[str, Any]], known_custom_roles: set[str]) -> None:
     """Bindings name an existing role and subjects of the right kind."""
     kinds = {"user": "User", "team": "Team", "serviceAccount": "ServiceAccount"}
@@ -51,7 +43,7 @@ class PolicyService:
         self.uow = uow
 
     def get(self, ctx: CallContext, fqn: str) -> dict[str, Any]:
-        kind = _kind_of(fqn)
+        kind = authz.node_kind(fqn)
         # Reading who has access to an object is as sensitive as changing it
         # for the global policies; per-object policies need READ.
         needed = rbac.SET_POLICY if fqn in (fqnmod.ROOT, fqnmod.RBAC) else rbac.READ
@@ -73,7 +65,7 @@ class PolicyService:
         description: str,
         etag: str | None,
     ) -> None:
-        kind = _kind_of(fqn)
+        kind = authz.node_kind(fqn)
         if not etag:
             raise invalid("etag", "is required on update; GET the policy and send its etag")
         if fqn == fqnmod.ROOT and not any(
@@ -110,7 +102,7 @@ class PolicyService:
             tx.audit(fqn, kind, "SET_POLICY", f"set policy of {fqn or 'root'}", allow=allow)
 
     def permissions(self, ctx: CallContext, fqn: str) -> list[str]:
-        kind = _kind_of(fqn)
+        kind = authz.node_kind(fqn)
         with self.uow.read() as conn:
             if fqn not in (fqnmod.ROOT, fqnmod.RBAC) and not repo.exists(conn, fqn):
                 raise not_found(fqn)

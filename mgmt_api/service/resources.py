@@ -105,6 +105,7 @@ class ResourceService:
             with self.uow.write(ctx.principal.fqn) as tx:
                 env = self._env(ctx, tx)
                 access.require(tx.conn, ctx.principal, parent, kdef.kind, rbac.CREATE)
+                require_grants(env, behaviour.grants, write, None)
                 behaviour.authorize(env, write)
                 self._require_parent(tx.conn, parent)
                 behaviour.check_references(env, write)

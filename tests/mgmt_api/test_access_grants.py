@@ -122,12 +122,48 @@ def _install_template(admin: httpx.Client, p: Place, _: str) -> Attempt:
     return Attempt("GET", path, None, _keys_of(admin, agent), rbac.READ)
 
 
+def _exists(admin: httpx.Client, path: str) -> Callable[[], Any]:
+    return lambda: admin.get(path).status_code
+
+
+def _create_named(collection: str, body_field: str, name_it: Callable[..., None]) -> Request:
+    """Create an object under a name a binding or team already holds (as after a delete)."""
+
+    def make(admin: httpx.Client, p: Place, _: str) -> Attempt:
+        name = unique("named")
+        fqn = f"{p.o}/{collection}/{name}"
+        name_it(admin, p, fqn)
+        body = {"name": name, body_field: {}}
+        path = f"/v2/{p.o}/{collection}"
+        return Attempt("POST", path, body, _exists(admin, f"/v2/{fqn}"), rbac.CREATE)
+
+    return make
+
+
+def _bound_on_org(subject: str) -> Callable[..., None]:
+    return lambda admin, p, fqn: grant(admin, p.o, rbac.ADMIN_ROLE, {subject: fqn})
+
+
+def _listed_by_team(admin: httpx.Client, p: Place, fqn: str) -> None:
+    team = ok(admin.get(f"/v2/{p.o}/teams/tm"))
+    ok(admin.put(f"/v2/{p.o}/teams/tm", json={**team, "members": [*team.get("members", []), fqn]}))
+
+
 def _user(p: Place) -> str:
     return f"{p.o}/users/bob"
 
 
 # One request per declared row, keyed as the registry names it: (kind, name).
 REQUESTS: dict[tuple[str, str], Request] = {
+    ("Team", "create while a policy names it"): _create_named(
+        "teams", "team", _bound_on_org("team")
+    ),
+    ("User", "create while a policy or team names it"): _create_named(
+        "users", "user", _listed_by_team
+    ),
+    ("ServiceAccount", "create while a policy or team names it"): _create_named(
+        "serviceaccounts", "serviceAccount", _bound_on_org("serviceAccount")
+    ),
     ("Team", "members"): _put(lambda p: f"{p.o}/teams/tm", _join),
     ("User", "password"): _put(_user, _set("password", lambda: unique("password"))),
     ("User", "email"): _put(_user, _set("email", lambda: f"{unique('m')}@example.test")),
