@@ -20,7 +20,8 @@ _MEMBER_KINDS = ("User", "ServiceAccount")
 
 class Team(Meta):
     members: list[str] | None = Field(
-        default=None, description="FQNs of users and service accounts."
+        default=None,
+        description="FQNs of users and service accounts (changing them needs SET_POLICY).",
     )
     source_type: SourceType | None = Field(default=None, description="Output only.")
 

@@ -59,10 +59,12 @@ GRANTS = (
 
 
 class User(Meta):
-    login_name: str | None = None
+    login_name: str | None = Field(default=None, description="Changing it needs SET_POLICY.")
     first_name: str | None = None
     last_name: str | None = None
-    email: str | None = None
+    email: str | None = Field(
+        default=None, description="OIDC logins match it; changing it needs SET_POLICY."
+    )
     source_type: SourceType | None = Field(default=None, description="Output only.")
     password: str | None = Field(
         default=None,

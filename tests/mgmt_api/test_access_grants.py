@@ -12,8 +12,6 @@ reproductions of the issue run with Basic users, as reported.
 
 from __future__ import annotations
 
-import json
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,13 +20,12 @@ from typing import Any
 import httpx
 import pytest
 
-from mgmt_api.auth.tokens import sign_service_account
 from mgmt_api.domain import rbac
 from mgmt_api.kinds import KINDS
 from mgmt_api.kinds.base import AccessGrant
 from mgmt_api.kinds.user import OIDC_BINDING_LABEL
 from tests.mgmt_api.harness import MgmtServer, err, ok, unique
-from tests.mgmt_api.rbac_helpers import grant
+from tests.mgmt_api.rbac_helpers import bound_account, grant
 
 GRANTS: list[AccessGrant] = [g for k in KINDS.values() for g in k.behaviour.grants]
 ROLES = ("rbac/writer", "rbac/editor", "rbac/admin")
@@ -213,17 +210,7 @@ def principal(
     """
 
     def make(role: str, node: str) -> tuple[str, httpx.Client]:
-        created = ok(
-            admin.post(
-                f"/v2/{place.o}/serviceaccounts",
-                json={"name": unique("p"), "serviceAccount": {}},
-                params={"keyEncoding": "JWK"},
-            )
-        )
-        grant(admin, node, role, {"serviceAccount": created["fqn"]})
-        private = json.loads(created["keys"][0]["privateKey"])
-        token = sign_service_account(private, created["fqn"], time.time(), 600)
-        return created["fqn"], server.client(headers={"Authorization": f"Bearer {token}"})
+        return bound_account(server, admin, place.org, role, node)
 
     return make
 
