@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.engine import Connection
 
+from mgmt_api import fqn as fqnmod
 from mgmt_api.domain import rbac
 from mgmt_api.errors import permission_denied
 from mgmt_api.fqn import ancestors
@@ -34,6 +35,15 @@ class CallContext:
 
     principal: Principal
     base_url: str  # what agents should use (install templates)
+
+
+def node_kind(fqn: str) -> str:
+    """The kind a policy node's permissions are checked for (root and RBAC included)."""
+    if fqn == fqnmod.ROOT:
+        return fqnmod.ROOT_KIND
+    if fqn == fqnmod.RBAC:
+        return fqnmod.RBAC_KIND
+    return fqnmod.parse(fqn).kind
 
 
 def _role_rules(conn: Connection, names: set[str]) -> dict[str, tuple[rbac.Rule, ...]]:

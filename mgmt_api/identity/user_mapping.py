@@ -30,8 +30,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from mgmt_api.identity.config import DIRECTORY_SOURCE_TYPES, OidcConfig
+from mgmt_api.kinds.user import OIDC_BINDING_LABEL
 
-BINDING_LABEL = "identity.meshplane.io/oidc"
+BINDING_LABEL = OIDC_BINDING_LABEL  # setting it needs SET_POLICY on the user (kinds.user)
 _ORG_PREFIX = "organizations/"
 
 

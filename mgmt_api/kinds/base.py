@@ -12,7 +12,9 @@ is handling. The hooks, in the order a write calls them:
    change (built-in roles);
 3. :meth:`Behaviour.merge_update` (updates only): values the stored object
    keeps that the body cannot express (write-only secrets, synced fields);
-4. :meth:`Behaviour.authorize`: permissions beyond the generic one;
+4. :meth:`Behaviour.authorize`: permissions beyond the generic one; before
+   it, the generic path checks the kind's :attr:`Behaviour.grants` (fields
+   whose change grants access need what a policy change needs);
 5. :meth:`Behaviour.check_references`: references to other stored objects;
 6. :meth:`Behaviour.after_write`: side effects in the same transaction, and
    fields only the response carries (a new key, the install template).
@@ -26,7 +28,8 @@ kind's routes; their values reach every hook as ``options``.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
+import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -36,6 +39,7 @@ from sqlalchemy.engine import Connection
 from meshplane import gateway_contract
 from meshplane.config_error import ConfigError
 from meshplane.kinds_contract import SHAPES, Kind, KindShape
+from mgmt_api import access
 from mgmt_api import fqn as fqnmod
 from mgmt_api.access import Principal
 from mgmt_api.domain import rbac
@@ -179,10 +183,125 @@ class RenderEnv:
     options: Mapping[str, Any] = field(default_factory=dict)
 
 
+def _the_object(conn: Connection, fqn: str, kind: str) -> list[tuple[str, str]]:
+    return [(fqn, kind)]
+
+
+@dataclass(frozen=True)
+class AccessGrant:
+    """A field or operation that grants access without touching a policy.
+
+    Who belongs to a team, a user's credentials and the names a login maps
+    to, a service account's keys, a role's rules: changing one changes what
+    some principal may do as surely as editing a policy, so it needs what a
+    policy change needs (``permission``, SET_POLICY), not just WRITE. A kind
+    declares these in :attr:`Behaviour.grants`; this is the one list the
+    checks, the permission table in docs/api.md and its tests all read.
+
+    A row with a ``field`` (a path into the stored spec, ``("members",)`` or
+    ``("labels", "identity.meshplane.io/oidc")``) is checked by the generic
+    update whenever the value changes (lists compare as sets; a missing value
+    equals an empty one); ``write_only`` fields (a password) are never stored
+    in the spec, so sending one at all is the change. An ``on_create`` row is
+    checked by the generic create before the object exists. Any other row is
+    an operation (minting a key) that its own code checks with
+    :meth:`require`. ``targets`` says where the permission is checked
+    (default: the object itself); ``on`` says it in words. Field rows do not
+    apply on create: the creator becomes ``rbac/admin`` of what it creates
+    (:func:`create_object`), so it holds them anyway.
+    """
+
+    kind: str
+    name: str  # as the table in docs/api.md names it
+    why: str
+    field: tuple[str, ...] | None = None
+    write_only: bool = False
+    on_create: bool = False
+    permission: str = rbac.SET_POLICY
+    on: str = "the object"
+    targets: Callable[[Connection, str, str], list[tuple[str, str]]] = _the_object
+
+    def require(self, conn: Connection, principal: Principal, fqn: str) -> None:
+        """403 unless ``principal`` holds the permission everywhere this row says."""
+        for target, kind in self.targets(conn, fqn, self.kind):
+            access.require(conn, principal, target, kind, self.permission)
+
+    def changed_by(self, write: Write, stored: Mapping[str, Any]) -> bool:
+        """Whether ``write`` changes this row's field of the ``stored`` spec."""
+        if self.field is None:
+            return False
+        if self.write_only:
+            sent = write.body.model_dump(by_alias=True, exclude_none=True, mode="json")
+            return _at(sent, self.field) is not None
+        return bool(
+            _comparable(_at(write.spec, self.field)) != _comparable(_at(stored, self.field))
+        )
+
+
+def naming(conn: Connection, fqn: str, kind: str) -> list[tuple[str, str]]:
+    """Where ``fqn`` is already named: each policy with a binding of it and, for a
+    user or service account, each team of its organization that lists it.
+
+    Bindings and memberships outlive what they name (deleting a team or user
+    leaves them), so creating the object again would revive them for its
+    creator: that needs SET_POLICY wherever they are (:func:`revived_by_create`).
+    """
+    out = [(node, access.node_kind(node)) for node in repo.policies_naming(conn, fqn)]
+    org = fqnmod.parse(fqn).organization
+    if kind != "Team" and org is not None:
+        for team, spec in repo.find_specs(conn, "Team", parents=[org], spec_contains=fqn):
+            if fqn in (spec.get("members") or []):
+                out.append((team, "Team"))
+    return out
+
+
+def revived_by_create(kind: str) -> AccessGrant:
+    """The create row of a kind that policies (and teams) can name: see :func:`naming`."""
+    teams = "" if kind == "Team" else " or team"
+    return AccessGrant(
+        kind,
+        f"create while a policy{teams} names it",
+        "the new object gets what those bindings" + (" and teams" if teams else "") + " grant",
+        on_create=True,
+        on="each object whose policy names it"
+        + ("" if kind == "Team" else ", each team listing it"),
+        targets=naming,
+    )
+
+
+def _at(obj: Any, path: tuple[str, ...]) -> Any:
+    for key in path:
+        if not isinstance(obj, Mapping):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+def _comparable(value: Any) -> Any:
+    """A value as access sees it: order of a list and empty-versus-missing do not count."""
+    if value in (None, "", [], {}):
+        return None
+    if isinstance(value, list):
+        return frozenset(json.dumps(v, sort_keys=True) for v in value)
+    return json.dumps(value, sort_keys=True)
+
+
+def require_grants(
+    env: WriteEnv, grants: tuple[AccessGrant, ...], write: Write, stored: Mapping[str, Any] | None
+) -> None:
+    """The generic write's check of the access-granting rows (:class:`AccessGrant`):
+    the ``on_create`` rows on create (``stored`` None), changed fields on update."""
+    for grant in grants:
+        if grant.on_create if stored is None else grant.changed_by(write, stored):
+            grant.require(env.tx.conn, env.principal, write.fqn)
+
+
 class Behaviour:
     """The default behaviour: a plain stored object. Subclasses override hooks."""
 
     route_params: tuple[RouteParam, ...] = ()
+    #: Fields and operations of the kind that grant access (:class:`AccessGrant`).
+    grants: tuple[AccessGrant, ...] = ()
 
     def validate(self, write: Write) -> None:
         """Check and normalise ``write.spec`` (pure: no store)."""

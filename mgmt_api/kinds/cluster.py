@@ -5,7 +5,9 @@ Creating a cluster also creates its agent service account
 cluster, mints its first key and returns the install template with that
 key, in the same transaction; the key is never stored. Creating one needs
 SET_POLICY on the organization besides CREATE, as does a GET with
-``includeInstallTemplate=true``, which mints a new key.
+``includeInstallTemplate=true``, which mints a new key: both mint a key of
+the agent account, which :func:`~mgmt_api.kinds.service_account.key_scope`
+checks on the organization (:data:`CREATE_AGENT`, :data:`INSTALL_TEMPLATE`).
 
 ``namespaces`` and ``state`` are what the cluster's agent last reported
 (output only); ``fetchWorkloads`` includes the reported workloads, which are
@@ -28,15 +30,15 @@ from urllib.parse import urlsplit
 
 from fastapi import Query
 from pydantic import Field
+from sqlalchemy.engine import Connection
 
 from meshplane import gateway_contract
 from meshplane.control_plane import ServiceAccountKey
 from meshplane.kinds_contract import Kind
-from mgmt_api import access
 from mgmt_api import fqn as fqnmod
 from mgmt_api.auth import keys as keymod
 from mgmt_api.compiler.envoy_config import MAX_TIMEOUT_SECONDS, MIN_TIMEOUT_SECONDS
-from mgmt_api.domain import inventory, rbac
+from mgmt_api.domain import inventory
 from mgmt_api.domain.durations import format_duration, parse_duration
 from mgmt_api.domain.times import rfc3339
 from mgmt_api.errors import ApiError, Code, invalid
@@ -44,6 +46,7 @@ from mgmt_api.kinds import onboarding
 from mgmt_api.kinds.base import (
     GET,
     LIST,
+    AccessGrant,
     Behaviour,
     KindDef,
     RenderEnv,
@@ -53,7 +56,7 @@ from mgmt_api.kinds.base import (
     create_object,
     render_common,
 )
-from mgmt_api.kinds.service_account import ServiceAccount, key_view, new_key
+from mgmt_api.kinds.service_account import ServiceAccount, key_scope, key_view, new_key
 from mgmt_api.schemas.resources import (
     CircuitBreakers,
     ClusterExtAuthz,
@@ -93,6 +96,27 @@ INCLUDE_INSTALL_TEMPLATE = RouteParam(
     ],
     False,
     frozenset({GET}),
+)
+
+
+def _agent_key_scope(conn: Connection, cluster_fqn: str, kind: str) -> list[tuple[str, str]]:
+    return [key_scope(fqnmod.agent_fqn(cluster_fqn))]
+
+
+_AGENT_ON = "the organization (where the agent account's keys are managed)"
+CREATE_AGENT = AccessGrant(
+    "Cluster",
+    "create (creates the agent account, mints its key)",
+    "the key acts as the cluster's agent",
+    on=_AGENT_ON,
+    targets=_agent_key_scope,
+)
+INSTALL_TEMPLATE = AccessGrant(
+    "Cluster",
+    "GET ?includeInstallTemplate=true (mints an agent key)",
+    "the key acts as the cluster's agent",
+    on=_AGENT_ON,
+    targets=_agent_key_scope,
 )
 
 
@@ -312,6 +336,7 @@ def _create_agent(env: WriteEnv, cluster: repo.Resource) -> dict[str, Any]:
 
 class ClusterBehaviour(Behaviour):
     route_params = (FETCH_WORKLOADS, INCLUDE_INSTALL_TEMPLATE)
+    grants = (CREATE_AGENT, INSTALL_TEMPLATE)
 
     def validate(self, write: Write) -> None:
         spec = write.spec
@@ -325,9 +350,7 @@ class ClusterBehaviour(Behaviour):
 
     def authorize(self, env: WriteEnv, write: Write) -> None:
         if write.creating:
-            access.require(
-                env.tx.conn, env.principal, write.parent, Kind.ORGANIZATION, rbac.SET_POLICY
-            )
+            CREATE_AGENT.require(env.tx.conn, env.principal, write.fqn)
 
     def after_write(self, env: WriteEnv, write: Write, res: repo.Resource) -> dict[str, Any]:
         return _create_agent(env, res) if write.creating else {}
@@ -354,7 +377,7 @@ class ClusterBehaviour(Behaviour):
         self, env: WriteEnv, res: repo.Resource, options: Mapping[str, Any]
     ) -> dict[str, Any]:
         """``includeInstallTemplate``: a new agent key and the template carrying it."""
-        access.require(env.tx.conn, env.principal, res.parent, Kind.ORGANIZATION, rbac.SET_POLICY)
+        INSTALL_TEMPLATE.require(env.tx.conn, env.principal, res.fqn)
         sa_fqn = fqnmod.agent_fqn(res.fqn)
         if not repo.exists(env.tx.conn, sa_fqn):
             raise ApiError(Code.FAILED_PRECONDITION, f"{sa_fqn} was deleted; recreate the cluster")

@@ -2,6 +2,8 @@
 
 The built-in roles (``rbac/admin``, ``rbac/editor``, ...) are created at first
 start and can be neither changed nor deleted, nor shadowed by a new role.
+Changing a role's ``rules`` changes what every binding of it grants, so it
+needs SET_POLICY on the role (:data:`RULES`), as binding it does.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 from meshplane.kinds_contract import Kind
 from mgmt_api.domain import rbac
 from mgmt_api.errors import ApiError, Code, already_exists, invalid
-from mgmt_api.kinds.base import Behaviour, KindDef, Write
+from mgmt_api.kinds.base import AccessGrant, Behaviour, KindDef, Write
 from mgmt_api.schemas.resources import Meta, RoleRule
 
 
@@ -17,7 +19,17 @@ class Role(Meta):
     rules: list[RoleRule] | None = None
 
 
+RULES = AccessGrant(
+    "Role",
+    "rules",
+    "every binding of the role grants its rules",
+    field=("rules",),
+)
+
+
 class RoleBehaviour(Behaviour):
+    grants = (RULES,)
+
     def validate(self, write: Write) -> None:
         if write.creating and not write.spec.get("rules"):
             raise invalid(f"{write.prefix}.rules", "a role needs at least one rule")

@@ -2,6 +2,12 @@
 
 Creating one mints its first key; the private half is in that response only
 (never stored). ``keyEncoding`` (``PEM`` or ``JWK``) chooses how keys are shown.
+
+A key acts as the account, so minting or revoking one is managing the
+account's credentials: it needs SET_POLICY (:data:`NEW_KEY`,
+:data:`REVOKE_KEY`), on the account, or for a cluster's agent account on
+its organization, as the cluster's install template does (spec 4.7: the
+agent's key is the organization admins' to hand out).
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from pydantic import Field
 from sqlalchemy.engine import Connection
 
 from meshplane.kinds_contract import Kind
+from mgmt_api import fqn as fqnmod
 from mgmt_api.auth import keys as keymod
 from mgmt_api.kinds import base
 from mgmt_api.schemas.resources import KeyPair, Meta
@@ -22,6 +29,36 @@ from mgmt_api.store import repo
 KeyEncoding = Annotated[Literal["PEM", "JWK"], Query(alias="keyEncoding")]
 KEY_ENCODING = base.RouteParam(
     "key_encoding", KeyEncoding, "PEM", frozenset({base.GET, base.CREATE})
+)
+
+
+def key_scope(sa_fqn: str) -> tuple[str, str]:
+    """Where managing ``sa_fqn``'s keys is checked: its organization for a cluster's
+    agent account (whose keys the install template hands out), else the account."""
+    cluster = fqnmod.cluster_of(sa_fqn)
+    if cluster is not None and sa_fqn == fqnmod.agent_fqn(cluster):
+        return fqnmod.parse(cluster).parent, "Organization"
+    return sa_fqn, "ServiceAccount"
+
+
+def _key_targets(conn: Connection, sa_fqn: str, kind: str) -> list[tuple[str, str]]:
+    return [key_scope(sa_fqn)]
+
+
+_KEY_ON = "the account; a cluster's agent account: its organization"
+NEW_KEY = base.AccessGrant(
+    "ServiceAccount",
+    "new key (POST .../keys; creating the account mints its first)",
+    "the key acts as the account",
+    on=_KEY_ON,
+    targets=_key_targets,
+)
+REVOKE_KEY = base.AccessGrant(
+    "ServiceAccount",
+    "revoke a key (DELETE .../keys/{keyId})",
+    "takes the account's credential away (a cluster's agent would stop)",
+    on=_KEY_ON,
+    targets=_key_targets,
 )
 
 
@@ -54,12 +91,16 @@ def key_view(
 
 class ServiceAccountBehaviour(base.Behaviour):
     route_params = (KEY_ENCODING,)
+    grants = (base.revived_by_create("ServiceAccount"), NEW_KEY, REVOKE_KEY)
 
     def after_write(
         self, env: base.WriteEnv, write: base.Write, res: repo.Resource
     ) -> dict[str, Any]:
         if not write.creating:
             return {}
+        # The creator is rbac/admin of the new account, so this refuses only a
+        # cluster's agent account recreated by someone who is not an org admin.
+        NEW_KEY.require(env.tx.conn, env.principal, res.fqn)
         pair = new_key(env.tx.conn, res.fqn)
         encoding = write.options.get("key_encoding", "PEM")
         return {"keys": [key_view(pair.id, pair.public_jwk, encoding, pair)]}

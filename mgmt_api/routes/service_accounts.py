@@ -65,7 +65,7 @@ def _add(router: APIRouter, tpl: str) -> None:
         t.signature(iparams, KEY_ID),
         name="DeleteServiceAccountKey",
         model=Empty,
-        summary="Revoke a key",
+        summary="Revoke a key (needs SET_POLICY)",
     )
 
 

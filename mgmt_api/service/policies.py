@@ -44,7 +44,7 @@ class PolicyService:
         self.uow = uow
 
     def get(self, ctx: CallContext, fqn: str) -> dict[str, Any]:
-        kind = fqnmod.node_kind(fqn)
+        kind = authz.node_kind(fqn)
         # Reading who has access to an object is as sensitive as changing it
         # for the global policies; per-object policies need READ.
         needed = rbac.SET_POLICY if fqn in (fqnmod.ROOT, fqnmod.RBAC) else rbac.READ
@@ -66,7 +66,7 @@ class PolicyService:
         description: str,
         etag: str | None,
     ) -> None:
-        kind = fqnmod.node_kind(fqn)
+        kind = authz.node_kind(fqn)
         if not etag:
             raise invalid("etag", "is required on update; GET the policy and send its etag")
         if fqn == fqnmod.ROOT and not rbac.keeps_an_admin(allow):
@@ -101,7 +101,7 @@ class PolicyService:
             tx.audit(fqn, kind, "SET_POLICY", f"set policy of {fqn or 'root'}", allow=allow)
 
     def permissions(self, ctx: CallContext, fqn: str) -> list[str]:
-        kind = fqnmod.node_kind(fqn)
+        kind = authz.node_kind(fqn)
         with self.uow.read() as conn:
             if fqn not in (fqnmod.ROOT, fqnmod.RBAC) and not repo.exists(conn, fqn):
                 raise not_found(fqn)

@@ -28,7 +28,15 @@ from mgmt_api.access import CallContext, Principal
 from mgmt_api.domain import listing, rbac
 from mgmt_api.errors import ApiError, Code, already_exists, invalid, not_found
 from mgmt_api.kinds import principals
-from mgmt_api.kinds.base import KindDef, KindSettings, RenderEnv, Write, WriteEnv, create_object
+from mgmt_api.kinds.base import (
+    KindDef,
+    KindSettings,
+    RenderEnv,
+    Write,
+    WriteEnv,
+    create_object,
+    require_grants,
+)
 from mgmt_api.schemas.base import ApiModel
 from mgmt_api.store import repo
 from mgmt_api.store.uow import UnitOfWork
@@ -93,6 +101,7 @@ class ResourceService:
             with self.uow.write(ctx.principal.fqn) as tx:
                 env = self._env(ctx, tx)
                 access.require(tx.conn, ctx.principal, parent, kdef.kind, rbac.CREATE)
+                require_grants(env, behaviour.grants, write, None)
                 behaviour.authorize(env, write)
                 res, extra = store_create(env, kdef, write)
                 out = self.render(tx.conn, res, write.options)
@@ -199,6 +208,10 @@ class ResourceService:
         with self.uow.write(ctx.principal.fqn) as tx:
             env = self._env(ctx, tx)
             access.require(tx.conn, ctx.principal, fqn, kdef.kind, rbac.WRITE)
+            current = repo.get(tx.conn, fqn)
+            if current is None:
+                raise not_found(fqn)
+            require_grants(env, behaviour.grants, write, current.spec)
             behaviour.check_references(env, write)
             behaviour.authorize(env, write)
             res, extra = store_update(env, kdef, write, etag)

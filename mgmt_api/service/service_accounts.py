@@ -1,9 +1,10 @@
 """Service-account keys: mint, revoke, publish (``.../keys``, ``.../jwks``).
 
-A new key's private half is returned once and never stored. Minting needs
-SET_POLICY on the account (a key is a credential that acts as it); revoking
-needs WRITE. Deleting a key revokes it at once: every request, and every
-open policy or agent stream, re-checks that its key still exists.
+A new key's private half is returned once and never stored. Minting and
+revoking need what :data:`~mgmt_api.kinds.service_account.NEW_KEY` and
+``REVOKE_KEY`` say (SET_POLICY: a key is a credential that acts as the
+account). Deleting a key revokes it at once: every request, and every open
+policy or agent stream, re-checks that its key still exists.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from mgmt_api import access
 from mgmt_api.access import CallContext
 from mgmt_api.domain import rbac
 from mgmt_api.errors import not_found
-from mgmt_api.kinds.service_account import key_view, new_key
+from mgmt_api.kinds.service_account import NEW_KEY, REVOKE_KEY, key_view, new_key
 from mgmt_api.store import repo
 from mgmt_api.store.uow import UnitOfWork
 
@@ -28,7 +29,7 @@ class ServiceAccountService:
 
     def generate_key(self, ctx: CallContext, sa_fqn: str, encoding: str) -> dict[str, Any]:
         with self.uow.write(ctx.principal.fqn) as tx:
-            access.require(tx.conn, ctx.principal, sa_fqn, KIND, rbac.SET_POLICY)
+            NEW_KEY.require(tx.conn, ctx.principal, sa_fqn)
             if not repo.exists(tx.conn, sa_fqn):
                 raise not_found(sa_fqn)
             pair = new_key(tx.conn, sa_fqn)
@@ -37,7 +38,7 @@ class ServiceAccountService:
 
     def delete_key(self, ctx: CallContext, sa_fqn: str, key_id: str) -> None:
         with self.uow.write(ctx.principal.fqn) as tx:
-            access.require(tx.conn, ctx.principal, sa_fqn, KIND, rbac.WRITE)
+            REVOKE_KEY.require(tx.conn, ctx.principal, sa_fqn)
             if not repo.delete_key(tx.conn, sa_fqn, key_id):
                 raise not_found(f"{sa_fqn}/keys/{key_id}")
             tx.audit(sa_fqn, KIND, "DELETE_KEY", f"revoked key {key_id}", keyId=key_id)

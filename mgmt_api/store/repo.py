@@ -506,6 +506,31 @@ def update_policy_if_etag(
     return result.rowcount == 1
 
 
+def policies_naming(conn: Connection, subject: str) -> list[str]:
+    """FQNs of the objects whose policy has a binding naming ``subject`` (a user,
+    team or service-account FQN), root and RBAC nodes included.
+
+    A scan of the policies table (the JSON match is a cheap pre-filter the
+    bindings confirm): for the rare writes that create a principal or team.
+    """
+    needle = json.dumps(subject)
+    rows = conn.execute(
+        sa.select(policies.c.fqn, policies.c.allow).where(
+            policies.c.allow.contains(needle, autoescape=True)
+        )
+    )
+    return sorted(
+        str(r.fqn)
+        for r in rows
+        if any(
+            subject in (s.get(k) for k in ("user", "team", "serviceAccount"))
+            for b in json.loads(r.allow)
+            for s in b.get("subjects") or []
+            if isinstance(s, dict)
+        )
+    )
+
+
 # ---- service-account keys ----------------------------------------------------
 
 

@@ -384,3 +384,25 @@ def test_diagnostics_page_reads_a_real_proxy_and_sets_levels_with_the_users_righ
         assert re.search(r"missing permission WRITE", forged.text())
     finally:
         reader.context.close()
+
+
+def test_an_editor_cannot_mint_an_agent_key_through_the_console(
+    browser: Any, stack: ConsoleStack
+) -> None:
+    """The console's one access-granting action (the install template mints an agent
+    key) goes through the API's rule: SET_POLICY on the organization (docs/api.md)."""
+    login, password = stack.user(ORG, "keen-editor", "rbac/editor")
+    agent = f"/v2/organizations/{ORG}/clusters/{CLUSTER}/serviceaccounts/agent"
+    keys = ok(stack.admin.get(agent))["keys"]
+    page = fresh_page(browser, stack.url, login, password)
+    try:
+        page.goto(stack.url + CLUSTER_UI)
+        token = page.locator("meta[name=csrf-token]").get_attribute("content")
+        denied = page.request.post(
+            stack.url + CLUSTER_UI + "/install-template", form={"_csrf": token}, max_redirects=0
+        )
+        assert denied.status == 403
+        assert re.search(r"missing permission SET_POLICY", denied.text())
+        assert ok(stack.admin.get(agent))["keys"] == keys
+    finally:
+        page.context.close()

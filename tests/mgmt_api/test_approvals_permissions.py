@@ -7,8 +7,6 @@ it, and a principal whose role grants *only* that one succeeds.
 
 from __future__ import annotations
 
-import json
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -16,10 +14,9 @@ from typing import Any
 import httpx
 import pytest
 
-from mgmt_api.auth.tokens import sign_service_account
 from mgmt_api.service.approvals import OPERATIONS, Operation
 from tests.mgmt_api.harness import MgmtServer, err, ok, unique
-from tests.mgmt_api.rbac_helpers import grant
+from tests.mgmt_api.rbac_helpers import bound_account
 
 SUBJECT = "organizations/acme/users/someone"
 ACCESS = {"access": {"subject": SUBJECT, "permissions": ["GET"]}}
@@ -89,18 +86,7 @@ def principal(admin: httpx.Client, server: MgmtServer) -> Iterator[Callable[...,
     clients: list[httpx.Client] = []
 
     def make(org: str, role: str, on: str) -> httpx.Client:
-        created = ok(
-            admin.post(
-                f"/v2/organizations/{org}/serviceaccounts",
-                json={"name": unique("sa"), "serviceAccount": {}},
-                params={"keyEncoding": "JWK"},
-            )
-        )
-        grant(admin, on, role, {"serviceAccount": created["fqn"]})
-        token = sign_service_account(
-            json.loads(created["keys"][0]["privateKey"]), created["fqn"], time.time(), 600
-        )
-        client = server.client(headers={"Authorization": f"Bearer {token}"})
+        _, client = bound_account(server, admin, org, role, on)
         clients.append(client)
         return client
 

@@ -4,7 +4,8 @@ Each row names the request, the grant that must be enough (right role) and a
 grant that must not be (wrong role). The plain CRUD/policy/permissions
 endpoints of every kind are covered by test_rbac_generated; the rows here are
 the endpoints with their own rules (cluster create needs SET_POLICY on the
-organization, install templates, passwords, keys, global policies, audit)
+organization, install templates, passwords, keys, global policies, audit;
+test_access_grants covers each access-granting field with three roles)
 and grants inherited from an ancestor. Rows run against both stores.
 """
 
@@ -249,7 +250,18 @@ ROWS: list[tuple[str, Setup, tuple[str, str], tuple[str, str] | None]] = [
     ("audit-logs", req("GET", "{o}/auditlogs"), ("rbac/reader", "{o}"), ("rbac/reader", "OTHER")),
     ("get-root-policy", req("GET", "admin/root/policy"), ("rbac/admin", ""), ("rbac/admin", "{o}")),
     ("put-root-policy", policy_put(""), ("rbac/admin", ""), ("rbac/editor", "")),
-    ("sa-delete-key", new_key(), ("rbac/writer", "{o}/serviceaccounts/sa"), ("rbac/reader", "{o}")),
+    (
+        "sa-delete-key",
+        new_key(),
+        ("rbac/admin", "{o}/serviceaccounts/sa"),
+        ("rbac/writer", "{o}/serviceaccounts/sa"),
+    ),
+    (
+        "agent-new-key",
+        req("POST", "{o}/clusters/c/serviceaccounts/agent/keys"),
+        ("rbac/admin", "{o}"),
+        ("rbac/admin", "{o}/clusters/c"),
+    ),
     ("put-rbac-policy", policy_put("rbac"), ("rbac/admin", "rbac"), ("rbac/admin", "{o}")),
     (
         "get-rbac-policy",
