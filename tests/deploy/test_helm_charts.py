@@ -915,6 +915,7 @@ WRONG: list[tuple[str, dict[str, Any], str]] = [
         "gateway-helm.config.envoyGateway.rateLimit.backend.redis.urlRef.namespace",
     ),
     (CLUSTER, nested(BACKEND, {"redis": {"url": "r:6379"}}), "redis.disabled"),
+    (MGMT, nested(BACKEND, {"redis": {"urlRef": {"name": "r"}}}), "redis.disabled"),
     (
         CLUSTER,
         {"secrets": {"clusterServiceAccount": {"clusterFqn": "acme/east"}}},
@@ -949,3 +950,11 @@ def test_a_wrong_value_fails_the_render_naming_it(
 def test_the_right_values_render(install_template: dict[str, Any], pki: Pki, chart: str) -> None:
     """The baseline of the test above: without the wrong value, the same render succeeds."""
     assert render(chart, cluster_base(install_template, pki) if chart == CLUSTER else {})
+
+
+@pytest.mark.parametrize("chart", [MGMT, CLUSTER])
+def test_helm_lint_finds_nothing_but_the_missing_icon(chart: str) -> None:
+    """``helm lint --strict`` with the chart's own defaults (lint renders what it can)."""
+    report = helm.lint(CHARTS / chart, strict=True, quiet=True, kube_version=f"v{KUBE_VERSION}")
+    assert report["errors"] == []
+    assert [m["error"] for m in report["messages"] if m["severity"] > 1] == []

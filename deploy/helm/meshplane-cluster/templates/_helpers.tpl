@@ -47,10 +47,11 @@ seccompProfile:
 {{- define "mc.cluster" -}}
 {{- $fqn := required "secrets.clusterServiceAccount.clusterFqn is required: install with the cluster's installTemplate.helm values" .Values.secrets.clusterServiceAccount.clusterFqn -}}
 {{- $p := splitList "/" $fqn -}}
-{{- if or (ne (len $p) 4) (ne (index $p 0) "organizations") (ne (index $p 2) "clusters") -}}
+{{- if and (eq (len $p) 4) (eq (index $p 0) "organizations") (eq (index $p 2) "clusters") -}}
+{{- printf "%s/%s" (index $p 1) (index $p 3) -}}
+{{- else -}}
 {{- fail (printf "secrets.clusterServiceAccount.clusterFqn must be organizations/ORG/clusters/CLUSTER, not %q" $fqn) -}}
 {{- end -}}
-{{- printf "%s/%s" (index $p 1) (index $p 3) -}}
 {{- end -}}
 
 {{/* grpcs://HOST:PORT of mgmt-api's gRPC port. */}}
