@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import importlib
+import importlib.util
 import io
 import json
 from collections.abc import Callable, Iterator
@@ -501,6 +503,10 @@ PARSERS: dict[str, Callable[[], Any]] = {
     "extauthz": extauthz_cli._parser,
     "meshplane-agent": agent_cli.parser,
 }
+#: The sidecar injector (its own branch): checked the same way once it is installed.
+INJECTOR = importlib.util.find_spec("injector") is not None
+if INJECTOR:
+    PARSERS["meshplane-injector"] = importlib.import_module("injector.cli").parser
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -837,14 +843,19 @@ def test_mtls(rendered: dict[tuple[str, str], Rendered]) -> None:
 
 @pytest.mark.parametrize("case", ["defaults", "mtls"])
 def test_the_injector_webhook_cannot_block_system_pods(
-    rendered: dict[tuple[str, str], Rendered], case: str
+    rendered: dict[tuple[str, str], Rendered], case: str, tmp_path: Path
 ) -> None:
     r = rendered[case, CLUSTER]
     system = (
         r.values.get("systemNamespaces")
         or yaml.safe_load((CHARTS / CLUSTER / "values.yaml").read_text())["systemNamespaces"]
     )
-    config = yaml.safe_load(_config_map(r, "-injector")["config.yaml"])  # type: ignore[index]
+    text = _config_map(r, "-injector")["config.yaml"]  # type: ignore[index]
+    config = yaml.safe_load(text)
+    if INJECTOR:
+        (tmp_path / "injector.yaml").write_text(text)
+        loaded = importlib.import_module("injector.config").load(tmp_path / "injector.yaml")
+        assert loaded.system_namespaces == frozenset(config["systemNamespaces"])
     assert config["systemNamespaces"] == system
     assert config["cluster"] == "/".join(
         r.values["secrets"]["clusterServiceAccount"]["clusterFqn"].split("/")[1::2]
@@ -928,6 +939,7 @@ WRONG: list[tuple[str, dict[str, Any], str]] = [
     ),
     (CLUSTER, {"gateway": None, "gatewayProxy": {"enabled": False}}, "controlPlane.address"),
     (CLUSTER, {"injector": {"caBundle": ""}}, "injector.caBundle"),
+    (CLUSTER, {"controlPlane": {"ca": ""}}, "controlPlane.ca"),
 ]
 
 
