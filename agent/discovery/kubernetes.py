@@ -5,7 +5,7 @@ In-cluster credentials, as every controller uses them: the API server from
 on every request: projected tokens rotate) and ``ca.crt`` from
 ``/var/run/secrets/kubernetes.io/serviceaccount``. The agent needs
 ``list`` on pods, services and namespaces and ``get`` on ``pods/log``
-(``deploy/kubernetes/agent.yaml``).
+(the ``meshplane-cluster`` Helm chart's ClusterRole, ``deploy/helm/``).
 
 A pod is a proxy when it matches ``--selector``, runs and has an IP; its
 workload is the first of ``--workload-label`` it carries (else the pod
