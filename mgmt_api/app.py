@@ -27,7 +27,7 @@ from mgmt_api.distribution.tunnel import tunnel_servicer
 from mgmt_api.domain.durations import parse_duration
 from mgmt_api.errors import ApiError, Code
 from mgmt_api.identity.runtime import IdentityRuntime
-from mgmt_api.middleware import BodyLimit, Metrics
+from mgmt_api.middleware import Authenticate, BodyLimit, Metrics
 from mgmt_api.routes import (
     admin,
     approvals,
@@ -46,7 +46,7 @@ from mgmt_api.routes import (
     service_accounts,
     sync,
 )
-from mgmt_api.routes.deps import call_context
+from mgmt_api.routes.deps import authenticate_scope, call_context
 from mgmt_api.schemas.base import ErrorBody
 from mgmt_api.service.container import Services
 from mgmt_api.settings import Settings
@@ -264,7 +264,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         call_context(request)
         return get_swagger_ui_html(openapi_url="/v2/openapi.json", title=app.title)
 
+    # The last added runs first: metrics, then authentication, then the body.
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(Authenticate, authenticate=authenticate_scope, is_public=oidc.is_public)
     app.add_middleware(Metrics, registry=registry)
 
     return app

@@ -23,7 +23,7 @@ from mgmt_api.kinds.base import CREATE, GET, LIST
 from mgmt_api.routes import templated as t
 from mgmt_api.routes.deps import services
 from mgmt_api.schemas import resources as m
-from mgmt_api.schemas.base import ApiModel, Empty
+from mgmt_api.schemas.base import ApiModel, Empty, QueryBool
 
 PAGING = (
     inspect.Parameter("page_size", t.KW, annotation=t.PageSize, default=100),
@@ -31,7 +31,7 @@ PAGING = (
     inspect.Parameter("label_selector", t.KW, annotation=t.LabelSelector, default=""),
     inspect.Parameter("name_contains", t.KW, annotation=t.NameContains, default=""),
 )
-FORCE = inspect.Parameter("force", t.KW, annotation=Annotated[bool, Query()], default=False)
+FORCE = inspect.Parameter("force", t.KW, annotation=Annotated[QueryBool, Query()], default=False)
 
 
 def _list_model(kdef: KindDef) -> type[ApiModel]:

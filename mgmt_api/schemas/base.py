@@ -5,13 +5,16 @@
 refused with a 400 naming the field, never coerced: a coerced ``apply: "yes"``
 once ran a cleanup, and ``deletionProtectionEnabled: "yes"`` protected
 nothing anyone meant to. (An integer is accepted for a float.)
+
+Query parameters are text, so their booleans get the same rule by their own
+type, :data:`QueryBool`: ``true`` or ``false``, nothing else.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 
@@ -31,3 +34,22 @@ class ErrorBody(ApiModel):
 
 class Empty(ApiModel):
     """Operations with no result return an empty JSON object."""
+
+
+def _query_bool(value: object) -> bool:
+    """``true`` -> True, ``false`` -> False; anything else is refused, never guessed."""
+    if isinstance(value, bool):  # the parameter's default
+        return value
+    if value == "true":
+        return True
+    if value == "false":
+        return False
+    shown = str(value)[:32]
+    raise ValueError(f"must be true or false, not {shown!r}")
+
+
+#: Every boolean query parameter (``force``, ``fetchWorkloads``,
+#: ``includeInstallTemplate``, ...). Pydantic would read ``yes``, ``on`` or
+#: ``1`` as true: ``DELETE /v2/organizations/x?force=yes`` once deleted a
+#: deletion-protected organization. The OpenAPI shows a plain boolean.
+QueryBool = Annotated[bool, BeforeValidator(_query_bool)]

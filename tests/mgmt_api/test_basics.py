@@ -5,6 +5,7 @@ from __future__ import annotations
 import httpx
 
 from tests.mgmt_api.harness import MgmtServer, err, ok, unique
+from tests.mgmt_api.openapi_ops import operations
 
 
 def test_oidc_configuration_is_public(server: MgmtServer) -> None:
@@ -149,3 +150,32 @@ def test_first_start_generates_and_prints_the_admin_password_once() -> None:
         )
     finally:
         srv.close()
+
+
+def test_every_operation_authenticates_before_reading_anything(server: MgmtServer) -> None:
+    """An anonymous caller gets 401 from every non-public operation, whatever its
+    query and body: never the 400 that would describe the schema to it."""
+    with server.admin() as admin:
+        ops = list(operations(admin))
+    guarded = [op for op in ops if not op.public]
+    assert len(guarded) > 200
+    garbage = {
+        "content": b'{"name": \x01 not json',
+        "headers": {"content-type": "application/json"},
+    }
+    for credentials in ({}, {"Authorization": "Bearer not.a.jwt"}):
+        with server.client(headers=credentials) as anon:
+            for op in guarded:
+                query = {p["name"]: "\x01yes" for p in op.parameters("query")}
+                response = anon.request(
+                    op.method,
+                    op.path(),
+                    params=query,
+                    **(garbage if op.has_body else {}),  # type: ignore[arg-type]
+                )
+                assert response.status_code == 401, (str(op), response.text)
+                assert response.json()["code"] == 16, str(op)
+                assert response.headers["www-authenticate"], str(op)
+            for op in ops:  # the login endpoints need no credentials: OIDC is off here
+                if op.public:
+                    assert anon.request(op.method, op.path()).status_code != 401, str(op)
