@@ -47,7 +47,7 @@ from mgmt_api.routes import (
     sync,
 )
 from mgmt_api.routes.deps import authenticate_scope, call_context
-from mgmt_api.schemas.base import ErrorBody
+from mgmt_api.schemas.base import PATTERN_RULES, ErrorBody
 from mgmt_api.service.container import Services
 from mgmt_api.settings import Settings
 from mgmt_api.store.engine import create_engine, migrate
@@ -104,6 +104,9 @@ def validation_error(exc: RequestValidationError, content_type: str | None = Non
         return ApiError(Code.INVALID_ARGUMENT, f"{field}: unknown field", field=field)
     if kind == "missing":
         return ApiError(Code.INVALID_ARGUMENT, f"{field}: is required", field=field)
+    rule = PATTERN_RULES.get(str(first.get("ctx", {}).get("pattern", "")))
+    if kind == "string_pattern_mismatch" and rule is not None:
+        return ApiError(Code.INVALID_ARGUMENT, f"{field}: {rule}", field=field)
     message = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
     return ApiError(Code.INVALID_ARGUMENT, f"{field}: {message}", field=field)
 

@@ -31,6 +31,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mgmt_api.errors import ApiError, Code
+from mgmt_api.schemas.base import CONTROL_CHARACTERS
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -49,10 +50,8 @@ async def send_error(send: Send, error: ApiError) -> None:
 #: Deeper JSON than this is refused: no resource is nested half as deep, and
 #: a deep enough document exhausts the parser's recursion (a 500) instead.
 MAX_JSON_DEPTH = 64
-# C0 controls but tab, line feed and carriage return, and DEL: never
-# meaningful in a name, label or description, and a classic smuggling vector
-# (NUL truncates in C consumers, escape sequences rewrite terminals).
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+# The one definition, which the OpenAPI publishes as each input string's pattern.
+_CONTROL = re.compile(f"[{CONTROL_CHARACTERS}]")
 
 
 def _path(parts: list[str | int]) -> str:

@@ -25,7 +25,7 @@ def _global_policy(path: str, fqn: str, what: str) -> None:
         return services(request).policies.get(ctx, fqn)
 
     def put_policy(
-        request: Request, ctx: Ctx, body: Annotated[m.AccessPolicy, Body()]
+        request: Request, ctx: Ctx, body: Annotated[m.SetAccessPolicyRequest, Body()]
     ) -> dict[str, Any]:
         put_access_policy(request, ctx, fqn, body)
         return {}

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from mgmt_api.schemas.base import ApiModel
+from mgmt_api.schemas.base import ApiModel, RequiredEtag
 
 Permission = Literal["READ", "WRITE", "CREATE", "DELETE", "SET_POLICY"]
 
@@ -200,6 +200,12 @@ class AccessPolicy(ApiModel):
     description: str | None = None
     etag: str | None = Field(default=None, description="Required on PUT.")
     allow: list[Binding] = Field(default_factory=list)
+
+
+class SetAccessPolicyRequest(AccessPolicy):
+    """The body of a policy PUT: the policy, with the etag last read."""
+
+    etag: RequiredEtag
 
 
 class PermissionRule(ApiModel):

@@ -71,11 +71,9 @@ class PolicyService:
         fqn: str,
         allow: list[dict[str, Any]],
         description: str,
-        etag: str | None,
+        etag: str,
     ) -> None:
         kind = _kind_of(fqn)
-        if not etag:
-            raise invalid("etag", "is required on update; GET the policy and send its etag")
         if fqn == fqnmod.ROOT and not any(
             b.get("role") == rbac.ADMIN_ROLE and b.get("subjects") for b in allow
         ):
