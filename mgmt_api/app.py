@@ -120,7 +120,7 @@ def _custom_openapi(app: FastAPI) -> dict[str, Any]:
     )
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     components["ErrorBody"] = ErrorBody.model_json_schema(
-        ref_template="#/components/schemas/{model}"
+        ref_template="#/components/schemas/{model}", mode="serialization"
     )
     for name in ("HTTPValidationError", "ValidationError"):
         components.pop(name, None)

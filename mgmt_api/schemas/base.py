@@ -51,12 +51,16 @@ NamespacedName = Annotated[
     str, Field(max_length=fqnmod.MAX_NAME, pattern=fqnmod.NAMESPACED_PATTERN)
 ]
 
+#: A role's FQN: ``rbac/`` and a DNS-1123 label (``rbac/admin``).
+ROLE_PATTERN = f"^{fqnmod.RBAC}/{fqnmod.NAME_PATTERN[1:]}"
+
 #: What each published pattern means, for the 400 of a value that misses it.
 PATTERN_RULES = {
     fqnmod.NAME_PATTERN: "must be a DNS-1123 label (lower-case letters, digits and '-', "
     "starting and ending with a letter or digit)",
     fqnmod.NAMESPACED_PATTERN: "must be {namespace}.{name}, two DNS-1123 labels",
     TEXT_PATTERN: "must not contain control characters",
+    ROLE_PATTERN: "must be a role: rbac/ and its name (rbac/admin, rbac/editor, ...)",
 }
 
 
