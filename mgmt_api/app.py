@@ -28,7 +28,13 @@ from mgmt_api.domain.client_address import parse_forwarded_header, parse_trusted
 from mgmt_api.domain.durations import parse_duration
 from mgmt_api.errors import ApiError, Code
 from mgmt_api.identity.runtime import IdentityRuntime
-from mgmt_api.middleware import BodyLimit, ClientAddress, Metrics, relative_slash_redirect
+from mgmt_api.middleware import (
+    Authenticate,
+    BodyLimit,
+    ClientAddress,
+    Metrics,
+    relative_slash_redirect,
+)
 from mgmt_api.routes import (
     admin,
     approvals,
@@ -47,8 +53,8 @@ from mgmt_api.routes import (
     service_accounts,
     sync,
 )
-from mgmt_api.routes.deps import call_context
-from mgmt_api.schemas.base import ErrorBody
+from mgmt_api.routes.deps import authenticate_scope, call_context
+from mgmt_api.schemas.base import PATTERN_RULES, ErrorBody
 from mgmt_api.service.container import Services
 from mgmt_api.settings import Settings
 from mgmt_api.store.engine import create_engine, migrate
@@ -105,6 +111,9 @@ def validation_error(exc: RequestValidationError, content_type: str | None = Non
         return ApiError(Code.INVALID_ARGUMENT, f"{field}: unknown field", field=field)
     if kind == "missing":
         return ApiError(Code.INVALID_ARGUMENT, f"{field}: is required", field=field)
+    rule = PATTERN_RULES.get(str(first.get("ctx", {}).get("pattern", "")))
+    if kind == "string_pattern_mismatch" and rule is not None:
+        return ApiError(Code.INVALID_ARGUMENT, f"{field}: {rule}", field=field)
     message = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
     return ApiError(Code.INVALID_ARGUMENT, f"{field}: {message}", field=field)
 
@@ -118,7 +127,7 @@ def _custom_openapi(app: FastAPI) -> dict[str, Any]:
     )
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     components["ErrorBody"] = ErrorBody.model_json_schema(
-        ref_template="#/components/schemas/{model}"
+        ref_template="#/components/schemas/{model}", mode="serialization"
     )
     for name in ("HTTPValidationError", "ValidationError"):
         components.pop(name, None)
@@ -266,7 +275,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return get_swagger_ui_html(openapi_url="/v2/openapi.json", title=app.title)
 
     relative_slash_redirect(app.router)
+    # The last added runs first: metrics, then authentication, then the body.
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(Authenticate, authenticate=authenticate_scope, is_public=oidc.is_public)
     app.add_middleware(Metrics, registry=registry)
     # Outermost: everything inside sees the client's address, not a proxy's.
     app.add_middleware(

@@ -1,9 +1,13 @@
-"""ASGI middleware: client address, request-body limit and checks, Prometheus metrics,
-and the trailing-slash redirect.
+"""ASGI middleware: client address, authentication, request-body limit and checks,
+Prometheus metrics, and the trailing-slash redirect.
 
 The client address (:class:`ClientAddress`) is settled once, outermost, and
 written into the ASGI scope's ``client``: throttling, the console's in-process
 API calls and anything that logs ``request.client`` all see the same address.
+
+Authentication (:class:`Authenticate`) runs before anything looks at a
+request under ``/v2/``: an unauthenticated caller gets 401 whatever its path,
+query or body, and learns nothing of the schema.
 
 The body limit buffers at most ``max_bytes`` and answers 400 (the API's error
 body) beyond that, whether or not the client sent Content-Length, so an
@@ -23,9 +27,11 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable
 from email.message import Message as MimeHeader
 from typing import Any
 
+import anyio.to_thread
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.responses import RedirectResponse
 from starlette.routing import Match, Router
@@ -33,6 +39,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mgmt_api.domain.client_address import ForwardedHeader, Network, client_address
 from mgmt_api.errors import ApiError, Code
+from mgmt_api.schemas.base import CONTROL_CHARACTERS
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -43,6 +50,7 @@ async def send_error(send: Send, error: ApiError) -> None:
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),
     ]
+    headers += [(k.lower().encode(), v.encode("latin-1")) for k, v in error.headers.items()]
     await send({"type": "http.response.start", "status": error.http_status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
@@ -50,10 +58,8 @@ async def send_error(send: Send, error: ApiError) -> None:
 #: Deeper JSON than this is refused: no resource is nested half as deep, and
 #: a deep enough document exhausts the parser's recursion (a 500) instead.
 MAX_JSON_DEPTH = 64
-# C0 controls but tab, line feed and carriage return, and DEL: never
-# meaningful in a name, label or description, and a classic smuggling vector
-# (NUL truncates in C consumers, escape sequences rewrite terminals).
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+# The one definition, which the OpenAPI publishes as each input string's pattern.
+_CONTROL = re.compile(f"[{CONTROL_CHARACTERS}]")
 
 
 def _path(parts: list[str | int]) -> str:
@@ -146,6 +152,45 @@ def is_json_content(headers: list[tuple[bytes, bytes]]) -> bool:
                 subtype == "json" or subtype.endswith("+json")
             )
     return True
+
+
+class Authenticate:
+    """Authenticates every request under ``/v2/`` but the public ones, first.
+
+    FastAPI checks path, query and body before an endpoint (or a dependency
+    taking parameters) runs, and :class:`BodyLimit` checks the JSON before
+    FastAPI: authenticating in the endpoint let an anonymous caller with a
+    malformed body get the schema's 400 instead of a 401. Here nothing of the
+    request but its path and headers has been read.
+
+    ``authenticate(scope)`` raises :class:`ApiError` (401, or 429 when
+    throttled) or leaves the call context in the scope for the routes
+    (:func:`mgmt_api.routes.deps.call_context`). It may hash a password, so it
+    runs in a worker thread. ``is_public(path)``: the login endpoints, which
+    are how a caller gets credentials.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        authenticate: Callable[[Scope], None],
+        is_public: Callable[[str], bool],
+    ) -> None:
+        self.app = app
+        self.authenticate = authenticate
+        self.is_public = is_public
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and self._guarded(scope["path"]):
+            try:
+                await anyio.to_thread.run_sync(self.authenticate, scope)
+            except ApiError as error:
+                await send_error(send, error)
+                return
+        await self.app(scope, receive, send)
+
+    def _guarded(self, path: str) -> bool:
+        return path.startswith("/v2/") and not self.is_public(path)
 
 
 class BodyLimit:

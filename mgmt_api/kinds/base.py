@@ -56,7 +56,7 @@ LIST, GET, CREATE = "list", "get", "create"
 class RouteParam:
     """A query parameter some of a kind's generated routes take (``fetchWorkloads``).
 
-    ``annotation`` is the FastAPI parameter annotation (``Annotated[bool,
+    ``annotation`` is the FastAPI parameter annotation (``Annotated[QueryBool,
     Query(alias=...)]``); the value reaches the hooks as ``options[name]``.
     """
 

@@ -57,6 +57,7 @@ from mgmt_api.kinds.base import (
     render_common,
 )
 from mgmt_api.kinds.service_account import ServiceAccount, key_scope, key_view, new_key
+from mgmt_api.schemas.base import QueryBool
 from mgmt_api.schemas.resources import (
     CircuitBreakers,
     ClusterExtAuthz,
@@ -81,14 +82,14 @@ AGENT_ROLE = "rbac/editor"
 
 FETCH_WORKLOADS = RouteParam(
     "fetch_workloads",
-    Annotated[bool, Query(alias="fetchWorkloads", description="Include reported workloads.")],
+    Annotated[QueryBool, Query(alias="fetchWorkloads", description="Include reported workloads.")],
     False,
     frozenset({LIST, GET}),
 )
 INCLUDE_INSTALL_TEMPLATE = RouteParam(
     "include_install_template",
     Annotated[
-        bool,
+        QueryBool,
         Query(
             alias="includeInstallTemplate",
             description="Mints a new agent key; needs SET_POLICY on the organization.",

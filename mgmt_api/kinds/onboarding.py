@@ -28,7 +28,7 @@ from mgmt_api import fqn as fqnmod
 from mgmt_api.domain import onboarding as ob
 from mgmt_api.errors import ApiError, Code, invalid
 from mgmt_api.kinds.base import Behaviour, KindDef, Write, WriteEnv, create_object
-from mgmt_api.schemas.base import ApiModel
+from mgmt_api.schemas.base import ApiModel, DnsLabel
 from mgmt_api.schemas.resources import Meta
 from mgmt_api.store import repo
 from mgmt_api.store.uow import Tx
@@ -40,7 +40,7 @@ REASON = {"reason": "cluster onboarding"}
 
 
 class NamespaceConfig(ApiModel):
-    name: str = Field(max_length=63, description="A namespace of the cluster (DNS-1123 label).")
+    name: DnsLabel = Field(description="A namespace of the cluster (DNS-1123 label).")
     desired_state: ob.NamespaceDesiredState
 
 

@@ -11,8 +11,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from meshplane.kinds_contract import Kind
 from mgmt_api import fqn as fqnmod
-from mgmt_api.errors import ApiError, Code
-from mgmt_api.routes.deps import Audit, Ctx, Name, call_context, client_address, services
+from mgmt_api.errors import ApiError, Code, unauthenticated
+from mgmt_api.routes.deps import Audit, Ctx, Name, call_context, services
 from mgmt_api.routes.resources import put_access_policy
 from mgmt_api.schemas import resources as m
 from mgmt_api.schemas.base import Empty
@@ -26,7 +26,7 @@ def _global_policy(path: str, fqn: str, what: str) -> None:
         return services(request).policies.get(ctx, fqn)
 
     def put_policy(
-        request: Request, ctx: Ctx, body: Annotated[m.AccessPolicy, Body()]
+        request: Request, ctx: Ctx, body: Annotated[m.SetAccessPolicyRequest, Body()]
     ) -> dict[str, Any]:
         put_access_policy(request, ctx, fqn, body)
         return {}
@@ -62,7 +62,10 @@ _global_policy("/v2/admin/rbac/policy", fqnmod.RBAC, "Rbac")
 def create_token(request: Request) -> dict[str, Any]:
     """Exchange HTTP Basic credentials for a bearer session token (1 hour)."""
     header = request.headers.get("authorization") or ""
-    principal, token, ttl = services(request).authn.login(header, client_address(request))
+    if not header.lower().startswith("basic "):
+        raise unauthenticated("Basic credentials required to obtain a token")
+    principal = call_context(request).principal  # checked once, by the middleware
+    token, ttl = services(request).authn.mint(principal)
     return {"accessToken": token, "tokenType": "Bearer", "expiresIn": ttl, "subject": principal.fqn}
 
 

@@ -14,7 +14,7 @@ from mgmt_api.domain import approvals as ap
 from mgmt_api.errors import invalid
 from mgmt_api.routes.deps import Approvals, Ctx, FqnOf, cluster_fqn, organization_fqn
 from mgmt_api.schemas import approvals as s
-from mgmt_api.schemas.base import Empty
+from mgmt_api.schemas.base import Empty, QueryBool
 from mgmt_api.service.approvals import TRANSITIONS, same_resource
 
 router = APIRouter()
@@ -101,7 +101,7 @@ def _add_variant(prefix: str, resource_of: FqnOf, variant: str) -> None:
         ctx: Ctx,
         resource: Resource,
         force: Annotated[
-            bool, Query(description="Accepted; no protected internals exist.")
+            QueryBool, Query(description="Accepted; no protected internals exist.")
         ] = False,
     ) -> dict[str, Any]:
         """Stop checks and revoke every approval (DeleteApprovalPolicy)."""

@@ -7,13 +7,13 @@ guards them, but anonymous calls are refused like everywhere else.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Path, Response
+from fastapi import APIRouter, Response
 
 from mgmt_api.dashboards import get_dashboard, list_dashboards
 from mgmt_api.errors import not_found
-from mgmt_api.routes.deps import Ctx
+from mgmt_api.routes.deps import Ctx, Name
 from mgmt_api.schemas.base import ApiModel
 
 router = APIRouter()
@@ -46,7 +46,7 @@ def dashboards(_ctx: Ctx) -> dict[str, Any]:
     summary="A Grafana dashboard model, byte for byte as shipped, ready for import",
     responses={200: {"content": {"application/json": {"schema": {"type": "object"}}}}},
 )
-def dashboard(_ctx: Ctx, name: Annotated[str, Path(max_length=63)]) -> Response:
+def dashboard(_ctx: Ctx, name: Name) -> Response:
     body = get_dashboard(name)
     if body is None:
         raise not_found(f"dashboards/{name}")

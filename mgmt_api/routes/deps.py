@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 from fastapi import Depends, Path, Request
+from starlette.types import Scope
 
 from mgmt_api import fqn as fqnmod
 from mgmt_api.access import CallContext
@@ -36,8 +37,30 @@ def client_address(request: Request) -> str:
     return request.client.host if request.client else "unknown"
 
 
+#: Where :func:`authenticate_scope` leaves a request's call context.
+_CONTEXT = "meshplane.call_context"
+
+
+def authenticate_scope(scope: Scope) -> None:
+    """Authenticate a request and keep its context in the ASGI scope.
+
+    :class:`mgmt_api.middleware.Authenticate` calls it for every request
+    under ``/v2/`` but the public ones, before path, query or body are read.
+    """
+    scope[_CONTEXT] = _authenticate(Request(scope))
+
+
 def call_context(request: Request) -> CallContext:
-    """Authenticates the request; every route but the public ones depends on it."""
+    """The authenticated caller; every route but the public ones depends on it.
+
+    Under ``/v2/`` the middleware authenticated it already; other paths that
+    need credentials (``/metrics``) authenticate here.
+    """
+    found = request.scope.get(_CONTEXT)
+    return found if isinstance(found, CallContext) else _authenticate(request)
+
+
+def _authenticate(request: Request) -> CallContext:
     svc = services(request)
     principal = svc.authn.authenticate(
         request.headers.get("authorization"), client_address(request)
@@ -72,8 +95,9 @@ Status = Annotated[StatusService, Depends(_service("status"))]
 FqnOf = Callable[..., Awaitable[str]]
 
 # A name segment of a path: a DNS-1123 label (mgmt_api.fqn's grammar), or
-# ``{namespace}.{name}`` for namespaced kinds. FastAPI checks it before
-# authentication, so a malformed name is a 400, never a 404.
+# ``{namespace}.{name}`` for namespaced kinds. FastAPI checks it before the
+# route runs, so a malformed name is a 400, never a 404 (after authentication:
+# an anonymous caller gets 401 whatever the path).
 Name = Annotated[str, Path(max_length=fqnmod.MAX_NAME, pattern=fqnmod.NAME_PATTERN)]
 NamespacedName = Annotated[str, Path(max_length=fqnmod.MAX_NAME, pattern=fqnmod.NAMESPACED_PATTERN)]
 

@@ -33,6 +33,7 @@ from urllib.parse import parse_qsl, urlencode
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.routing import APIRoute
 
 from mgmt_api.errors import ApiError, Code
 from mgmt_api.identity.error_page import CONTENT_SECURITY_POLICY, render_error_page
@@ -74,6 +75,11 @@ PUBLIC_OPERATIONS = frozenset(
 )
 
 COOKIE = "meshplane_login"
+
+
+def is_public(path: str) -> bool:
+    """Whether ``path`` is one of the public operations' (served without credentials)."""
+    return any(pattern.match(path) for pattern in _PUBLIC_PATHS)
 
 
 def runtime(request: Request) -> IdentityRuntime:
@@ -381,3 +387,10 @@ async def oidc_token(request: Request) -> JSONResponse:
 async def oidc_named_token(request: Request, name: Name) -> JSONResponse:
     """Public: RFC 8693 for the ``name`` configuration."""
     return JSONResponse(await _token(request, name), headers={"Cache-Control": "no-store"})
+
+
+_PUBLIC_PATHS = tuple(
+    route.path_regex
+    for route in router.routes
+    if isinstance(route, APIRoute) and route.operation_id in PUBLIC_OPERATIONS
+)

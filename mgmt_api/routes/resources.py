@@ -23,7 +23,14 @@ from mgmt_api.kinds.base import CREATE, GET, LIST
 from mgmt_api.routes import templated as t
 from mgmt_api.routes.deps import services
 from mgmt_api.schemas import resources as m
-from mgmt_api.schemas.base import ApiModel, Empty
+from mgmt_api.schemas.base import (
+    ApiModel,
+    DnsLabel,
+    Empty,
+    NamespacedName,
+    QueryBool,
+    with_required_etag,
+)
 
 PAGING = (
     inspect.Parameter("page_size", t.KW, annotation=t.PageSize, default=100),
@@ -31,7 +38,7 @@ PAGING = (
     inspect.Parameter("label_selector", t.KW, annotation=t.LabelSelector, default=""),
     inspect.Parameter("name_contains", t.KW, annotation=t.NameContains, default=""),
 )
-FORCE = inspect.Parameter("force", t.KW, annotation=Annotated[bool, Query()], default=False)
+FORCE = inspect.Parameter("force", t.KW, annotation=Annotated[QueryBool, Query()], default=False)
 
 
 def _list_model(kdef: KindDef) -> type[ApiModel]:
@@ -45,10 +52,9 @@ def _list_model(kdef: KindDef) -> type[ApiModel]:
 def _create_model(kdef: KindDef) -> type[ApiModel]:
     fields: dict[str, Any] = {
         "name": (
-            str,
-            Field(max_length=63, description="{namespace}.{name}: two DNS-1123 labels.")
+            (NamespacedName, Field(description="{namespace}.{name}: two DNS-1123 labels."))
             if kdef.collection in fqnmod.NAMESPACED
-            else Field(max_length=63, description="Short name, a DNS-1123 label."),
+            else (DnsLabel, Field(description="Short name, a DNS-1123 label."))
         ),
         to_snake(kdef.body_field): (kdef.model, ...),
     }
@@ -168,7 +174,7 @@ def _add_item(mount: t.Mount, kdef: KindDef, tpl: str) -> None:
         "",
         "PUT",
         put,
-        t.signature(iparams, _body(kdef.model)),
+        t.signature(iparams, _body(with_required_etag(kdef.model, f"Update{kind}Request"))),
         name=f"Update{kind}",
         model=kdef.model,
         summary=f"Update a {kind} (etag required; output-only fields ignored)",
@@ -212,7 +218,7 @@ def _add_policy(mount: t.Mount, kind: str, tpl: str) -> None:
         "/policy",
         "PUT",
         put_policy,
-        t.signature(iparams, _body(m.AccessPolicy)),
+        t.signature(iparams, _body(m.SetAccessPolicyRequest)),
         name=f"Set{kind}Policy",
         model=Empty,
         summary="Replace the access policy (etag required; needs SET_POLICY)",
@@ -228,7 +234,9 @@ def _add_policy(mount: t.Mount, kind: str, tpl: str) -> None:
     )
 
 
-def put_access_policy(request: Request, ctx: CallContext, fqn: str, body: m.AccessPolicy) -> None:
+def put_access_policy(
+    request: Request, ctx: CallContext, fqn: str, body: m.SetAccessPolicyRequest
+) -> None:
     allow = [b.model_dump(by_alias=True, exclude_none=True) for b in body.allow]
     services(request).policies.put(ctx, fqn, allow, body.description or "", body.etag)
 

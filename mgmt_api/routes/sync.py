@@ -46,7 +46,7 @@ from mgmt_api.identity.runtime import IdentityRuntime
 from mgmt_api.identity.sync.model import DirectoryTeam, DirectoryUser
 from mgmt_api.identity.sync.runner import TOO_MANY_DELETIONS
 from mgmt_api.routes.deps import Name, call_context
-from mgmt_api.schemas.base import ApiModel
+from mgmt_api.schemas.base import ApiModel, QueryBool
 
 router = APIRouter(tags=["DirectorySync"])
 Ctx = Annotated[CallContext, Depends(call_context)]
@@ -149,7 +149,7 @@ async def sync_organization(
     ctx: Ctx,
     organization: Name,
     body: Annotated[SyncOrganizationRequest | None, Body()] = None,
-    force: Annotated[bool, Query()] = False,
+    force: Annotated[QueryBool, Query()] = False,
 ) -> dict[str, Any]:
     """Synchronize the organization's users and teams: from the configured directory now
     (no body), or from the directory given in the body (push, a full sync).

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import ConfigDict, Field
 
+from agent.contract import MAX_TAIL_LINES
 from mgmt_api.schemas.base import ApiModel
 
 
@@ -59,9 +60,12 @@ class SetLoggerLevelsRequest(WorkloadSelector):
 class StreamLogsRequest(WorkloadSelector):
     follow: bool = Field(default=False, description="Keep streaming new lines.")
     tail_lines: int | None = Field(
-        default=None, description="Start with this many last lines (default 100 without since)."
+        default=None,
+        ge=0,
+        le=MAX_TAIL_LINES,
+        description="Start with this many last lines (default 100 without since).",
     )
-    since_seconds: int | None = Field(default=None, description="Only lines this recent.")
+    since_seconds: int | None = Field(default=None, ge=1, description="Only lines this recent.")
 
 
 class Status(ApiModel):

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from mgmt_api.schemas.base import ApiModel
+from mgmt_api.schemas.base import ROLE_PATTERN, ApiModel, RequiredEtag
 
 Permission = Literal["READ", "WRITE", "CREATE", "DELETE", "SET_POLICY"]
 
@@ -38,6 +38,7 @@ class NamespaceSelector(ApiModel):
         description=(
             "cluster/namespace patterns: '*' for a whole segment, trailing '*' on the namespace."
         ),
+        min_length=1,
         max_length=1000,
     )
 
@@ -191,7 +192,7 @@ class Subject(ApiModel):
 
 
 class Binding(ApiModel):
-    role: str
+    role: str = Field(pattern=ROLE_PATTERN, description="A role: rbac/admin, rbac/editor, ...")
     subjects: list[Subject] = Field(default_factory=list)
 
 
@@ -200,6 +201,12 @@ class AccessPolicy(ApiModel):
     description: str | None = None
     etag: str | None = Field(default=None, description="Required on PUT.")
     allow: list[Binding] = Field(default_factory=list)
+
+
+class SetAccessPolicyRequest(AccessPolicy):
+    """The body of a policy PUT: the policy, with the etag last read."""
+
+    etag: RequiredEtag
 
 
 class PermissionRule(ApiModel):

@@ -64,7 +64,7 @@ class PolicyService:
         fqn: str,
         allow: list[dict[str, Any]],
         description: str,
-        etag: str | None,
+        etag: str,
     ) -> None:
         kind = authz.node_kind(fqn)
         if not etag:

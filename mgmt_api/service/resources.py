@@ -189,9 +189,7 @@ class ResourceService:
         parsed = fqnmod.parse(fqn)
         kdef = kinds.get(parsed.kind)
         behaviour = kdef.behaviour
-        etag = getattr(body, "etag", None)
-        if not etag:
-            raise invalid("etag", "is required on update; GET the object and send its etag")
+        etag: str = body.etag  # type: ignore[attr-defined]  # required by the update model
         behaviour.check_writable(fqn, "update")
         write = Write(
             fqn, parsed.parent, parsed.name, kdef.body_field, spec_from(kdef, body), body, False

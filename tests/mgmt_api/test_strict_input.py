@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from tests.mgmt_api.harness import MgmtServer, err, ok, unique
+from tests.mgmt_api.openapi_ops import operations
 
 
 def _field(body: dict[str, object]) -> str:
@@ -174,3 +175,34 @@ def test_an_oversized_body_gets_the_same_error_body(server: MgmtServer, chunked:
         )
     body = err(response, 400, "INVALID_ARGUMENT")
     assert "larger than" in body["message"]
+
+
+@pytest.mark.parametrize("value", ["yes", "1", "on", "True", "TRUE", ""])
+def test_force_must_be_true_or_false_and_a_protected_org_stays(
+    admin: httpx.Client, org: str, value: str
+) -> None:
+    """``DELETE /v2/organizations/x?force=yes`` once deleted a protected organization."""
+    path = f"/v2/organizations/{org}"
+    ok(admin.put(path, json={**ok(admin.get(path)), "deletionProtectionEnabled": True}))
+    body = err(admin.delete(path, params={"force": value}), 400, "INVALID_ARGUMENT")
+    assert _field(body) == "force"
+    assert body["message"].startswith("force: must be true or false")
+    ok(admin.get(path))
+    err(admin.delete(path, params={"force": "false"}), 400, "FAILED_PRECONDITION")
+    ok(admin.delete(path, params={"force": "true"}))
+
+
+def test_every_boolean_query_flag_takes_only_true_or_false(admin: httpx.Client) -> None:
+    """Each boolean query parameter of the OpenAPI refuses ``yes`` naming itself
+    (before the route looks for the object, so nothing need exist)."""
+    seen: set[str] = set()
+    for op in operations(admin):
+        for param in op.parameters("query"):
+            if param["schema"].get("type") != "boolean":
+                continue
+            name = param["name"]
+            seen.add(name)
+            response = admin.request(op.method, op.path(), params={name: "yes"})
+            assert response.status_code == 400, (str(op), response.text)
+            assert _field(response.json()) == name, str(op)
+    assert {"force", "fetchWorkloads", "includeInstallTemplate"} <= seen
