@@ -134,8 +134,12 @@ def _script_call(head: bytes, buckets: Sequence[Bucket], now: float, body: bytes
     )
 
 
-#: Packed script bodies kept per store; as many as plans are cached.
-_MAX_BODIES = 65536
+#: Bytes of packed script calls kept per store, counting the buckets each
+#: entry holds on to (``_BUCKET_BYTES`` apiece): the cache starts again when
+#: full. A cached plan's buckets are the same tuple all its window long, so
+#: the calls that repeat are packed once per window and plan.
+_MAX_COMMAND_BYTES = 16 << 20
+_BUCKET_BYTES = 256
 
 _EVALSHA_HEAD = pack(["EVALSHA", DECIDE_SHA]).partition(b"\r\n")[2]
 _EVAL_HEAD = pack(["EVAL", DECIDE_SCRIPT]).partition(b"\r\n")[2]
@@ -163,6 +167,7 @@ class RedisStore:
         # id(buckets) -> (buckets, the packed EVALSHA but its last argument);
         # holding the buckets keeps the id from being reused while the entry lives.
         self._commands: dict[int, tuple[Sequence[Bucket], bytes]] = {}
+        self._commands_size = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         # A reply owed for twice the call timeout means a stalled server or a
         # dead host, not a slow answer: give the connection up.
@@ -246,10 +251,15 @@ class RedisStore:
         plan hands in the same buckets tuple on every call of its window)."""
         entry = self._commands.get(id(buckets))
         if entry is None or entry[0] is not buckets:
-            if len(self._commands) >= _MAX_BODIES:
-                self._commands.clear()
             head = b"*%d\r\n%b%b" % (4 + 5 * len(buckets), _EVALSHA_HEAD, _script_body(buckets))
-            entry = self._commands[id(buckets)] = (buckets, head)
+            entry = (buckets, head)
+            size = len(head) + _BUCKET_BYTES * len(buckets)
+            if self._commands_size + size > _MAX_COMMAND_BYTES:
+                self._commands.clear()
+                self._commands_size = 0
+            if size <= _MAX_COMMAND_BYTES // 64:  # a call that big is packed every time
+                self._commands[id(buckets)] = entry
+                self._commands_size += size
         now_ms = b"%d" % math.floor(now * 1000)
         return b"%b$%d\r\n%b\r\n" % (entry[1], len(now_ms), now_ms)
 
