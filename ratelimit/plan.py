@@ -69,7 +69,7 @@ class PlanBounds(NamedTuple):
     max_descriptors: int = 256
     max_entries: int = 32
     max_value_bytes: int = 65536  # a domain, key or value, in UTF-8
-    cache_bytes: int = 64 << 20
+    cache_bytes: int = 32 << 20
     cache_entry_bytes: int = 16 << 10
 
 
@@ -147,8 +147,8 @@ class _Entry(NamedTuple):
 # metric row) and per bucket (its key and window). Measured with tracemalloc
 # and rounded up (bench/ratelimit/plan_cache_memory.py prints the real figure).
 _ENTRY_BYTES = 1024
-_DESCRIPTOR_BYTES = 512
-_BUCKET_BYTES = 256
+_DESCRIPTOR_BYTES = 700
+_BUCKET_BYTES = 320
 
 
 def _entry_size(raw_request: bytes, plan: Plan) -> int:

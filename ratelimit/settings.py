@@ -51,7 +51,7 @@ class Settings:
     max_descriptors: int = 256
     max_entries: int = 32
     max_value_bytes: int = 65536
-    plan_cache_bytes: int = 64 << 20
+    plan_cache_bytes: int = 32 << 20
     plan_cache_entry_bytes: int = 16 << 10
 
 

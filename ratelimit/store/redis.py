@@ -134,11 +134,7 @@ def _script_call(head: bytes, buckets: Sequence[Bucket], now: float, body: bytes
     )
 
 
-#: Bytes of packed script calls kept per store, counting the buckets each
-#: entry holds on to (``_BUCKET_BYTES`` apiece): the cache starts again when
-#: full. A cached plan's buckets are the same tuple all its window long, so
-#: the calls that repeat are packed once per window and plan.
-_MAX_COMMAND_BYTES = 16 << 20
+#: What a packed call's entry is counted as per bucket it holds on to.
 _BUCKET_BYTES = 256
 
 _EVALSHA_HEAD = pack(["EVALSHA", DECIDE_SHA]).partition(b"\r\n")[2]
@@ -158,6 +154,7 @@ class RedisStore:
         breaker: CircuitBreaker | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         on_decision: Callable[[], None] | None = None,
+        command_cache_bytes: int = 16 << 20,
     ) -> None:
         self._client = client
         self._timeout = timeout
@@ -166,8 +163,12 @@ class RedisStore:
         self._on_decision = on_decision
         # id(buckets) -> (buckets, the packed EVALSHA but its last argument);
         # holding the buckets keeps the id from being reused while the entry lives.
+        # Bounded in bytes, counting the buckets each entry holds on to; the
+        # cache starts again when full. A cached plan's buckets are the same
+        # tuple all its window long, so a repeated call is packed once per window.
         self._commands: dict[int, tuple[Sequence[Bucket], bytes]] = {}
         self._commands_size = 0
+        self._max_command_bytes = command_cache_bytes
         self._loop: asyncio.AbstractEventLoop | None = None
         # A reply owed for twice the call timeout means a stalled server or a
         # dead host, not a slow answer: give the connection up.
@@ -254,10 +255,10 @@ class RedisStore:
             head = b"*%d\r\n%b%b" % (4 + 5 * len(buckets), _EVALSHA_HEAD, _script_body(buckets))
             entry = (buckets, head)
             size = len(head) + _BUCKET_BYTES * len(buckets)
-            if self._commands_size + size > _MAX_COMMAND_BYTES:
+            if self._commands_size + size > self._max_command_bytes:
                 self._commands.clear()
                 self._commands_size = 0
-            if size <= _MAX_COMMAND_BYTES // 64:  # a call that big is packed every time
+            if size <= self._max_command_bytes // 64:  # a call that big is packed every time
                 self._commands[id(buckets)] = entry
                 self._commands_size += size
         now_ms = b"%d" % math.floor(now * 1000)
