@@ -117,6 +117,7 @@ async def direct(args: argparse.Namespace, redis_url: str) -> float:
     config = load_config(CONFIG)
     store, _ = build_store(settings, redis_url)
     service = RateLimitService(lambda: config, store, settings)
+    print(f"before the first request: RSS {rss_mb():.1f} MB", flush=True)
     try:
         if args.calibrate:
             await calibrate(service)

@@ -8,17 +8,19 @@ loaded over the tests' base settings, as ``ratelimit serve --settings`` does.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 from envoy.service.ratelimit.v3 import rls_pb2
 
 from tests.ratelimit.conftest import T0, request
-from tests.support.net import free_port
+from tests.support.net import free_port, wait_for_port
 
 METHOD = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 SERVERS = ("envoy", "grpcio")
@@ -26,7 +28,8 @@ SERVERS = ("envoy", "grpcio")
 SUPERVISOR = textwrap.dedent(
     """
     import functools, sys
-    from pathlib import Path
+    from collections.abc import Iterator
+from pathlib import Path
     from meshplane.server import ServeOptions, serve
     from ratelimit.app import AppOptions
     from ratelimit.settings import Settings, load_settings
@@ -79,6 +82,22 @@ class Server:
             if self.proc.poll() is None:
                 self.proc.kill()
                 self.proc.wait(10)
+
+
+@contextlib.contextmanager
+def every_server(
+    config: Path, redis_urls: dict[str, str], settings: Path | None = None
+) -> Iterator[dict[str, Server]]:
+    """One ready Server of each kind (each on its own Redis), stopped afterwards."""
+    servers = {kind: Server(kind, config, redis_urls[kind], settings) for kind in SERVERS}
+    try:
+        for server in servers.values():
+            wait_for_port(server.port, timeout=60)
+            wait_ready(server)
+        yield servers
+    finally:
+        for server in servers.values():
+            server.close()
 
 
 def wait_ready(server: Server) -> None:

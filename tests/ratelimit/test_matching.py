@@ -99,20 +99,26 @@ def test_reference_matching_rules(
     assert limit_of(domain, *entries) == expected
 
 
-def test_wildcard_in_the_middle(tmp_path: Path) -> None:
+def wildcard_domain(tmp_path: Path, pattern: str) -> DomainConfig:
+    """Domain ``w``: 3 a second for key ``k`` with a value matching ``pattern``."""
     cfg = load_config(
         write_config(
             tmp_path,
             "w.yaml",
-            """\
+            f"""\
             domain: w
             descriptors:
               - key: k
-                value: "foo*bar*baz"
-                rate_limit: {unit: second, requests_per_unit: 3}
+                value: "{pattern}"
+                rate_limit: {{unit: second, requests_per_unit: 3}}
             """,
         )
-    ).domains["w"]
+    )
+    return cfg.domains["w"]
+
+
+def test_wildcard_in_the_middle(tmp_path: Path) -> None:
+    cfg = wildcard_domain(tmp_path, "foo*bar*baz")
     assert limit_of(cfg, ("k", "foobarbaz")) == 3
     assert limit_of(cfg, ("k", "foo-x-bar-y-baz")) == 3
     assert limit_of(cfg, ("k", "foo123baz")) is None
@@ -131,19 +137,7 @@ def test_glob_matching_agrees_with_the_wildcard_regex(pattern: str) -> None:
 
 def test_a_hostile_value_cannot_make_a_wildcard_backtrack(tmp_path: Path) -> None:
     """``*a*b*c*`` against 64 KiB of "ab": the regex took minutes at 16 KB."""
-    cfg = load_config(
-        write_config(
-            tmp_path,
-            "w.yaml",
-            """\
-            domain: w
-            descriptors:
-              - key: k
-                value: "*a*b*c*"
-                rate_limit: {unit: second, requests_per_unit: 3}
-            """,
-        )
-    ).domains["w"]
+    cfg = wildcard_domain(tmp_path, "*a*b*c*")
     assert limit_of(cfg, ("k", "ab" * 32768)) is None
     assert limit_of(cfg, ("k", "ab" * 32768 + "c")) == 3
 

@@ -21,8 +21,7 @@ import pytest
 from envoy.service.ratelimit.v3 import rls_pb2
 
 from tests.ratelimit.conftest import OK, headers_of, request, write_config
-from tests.ratelimit.servers import METHOD, SERVERS, Server, wait_ready
-from tests.support.net import wait_for_port
+from tests.ratelimit.servers import METHOD, SERVERS, Server, every_server
 from tests.support.redis_server import RedisServer, redis_server
 
 CONFIG = """\
@@ -60,15 +59,9 @@ def started(
 ) -> Iterator[dict[str, Server]]:
     config = write_config(directory, "gateway.yaml", CONFIG)
     settings_file = write_config(directory, "settings.yaml", settings)
-    servers = {kind: Server(kind, config, stores[kind].url, settings_file) for kind in SERVERS}
-    try:
-        for server in servers.values():
-            wait_for_port(server.port, timeout=60)
-            wait_ready(server)
+    urls = {kind: stores[kind].url for kind in SERVERS}
+    with every_server(config, urls, settings_file) as servers:
         yield servers
-    finally:
-        for server in servers.values():
-            server.close()
 
 
 @pytest.fixture(scope="module")

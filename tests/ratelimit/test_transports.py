@@ -19,7 +19,7 @@ import pytest
 from envoy.service.ratelimit.v3 import rls_pb2
 
 from tests.ratelimit.conftest import OK, OVER, headers_of, request, write_config
-from tests.ratelimit.servers import SERVERS, Server, wait_ready
+from tests.ratelimit.servers import SERVERS, Server, every_server
 from tests.support.net import free_port, wait_for_port
 from tests.support.redis_server import RedisServer, redis_server
 
@@ -48,15 +48,8 @@ def servers(
     stores: dict[str, RedisServer], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, Server]]:
     config = write_config(tmp_path_factory.mktemp("rl"), "api.yaml", CONFIG)
-    started = {kind: Server(kind, config, stores[kind].url) for kind in SERVERS}
-    try:
-        for server in started.values():
-            wait_for_port(server.port, timeout=60)
-            wait_ready(server)
-        yield started
-    finally:
-        for server in started.values():
-            server.close()
+    with every_server(config, {kind: stores[kind].url for kind in SERVERS}) as servers:
+        yield servers
 
 
 def _raw(req: rls_pb2.RateLimitRequest) -> bytes:
