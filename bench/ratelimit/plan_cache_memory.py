@@ -152,7 +152,7 @@ def serving(server: str, redis_url: str) -> Iterator[tuple[int, int]]:
     """``ratelimit serve`` with one worker; yields (port, worker pid)."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ratelimit", "serve", "--config", str(CONFIG),
+        [str(Path(sys.executable).parent / "ratelimit"), "serve", "--config", str(CONFIG),
          "--listen", f"127.0.0.1:{port}", "--workers", "1", "--server", server,
          "--redis-url", redis_url, "--store-timeout-ms", "5000"],
         stderr=subprocess.DEVNULL,

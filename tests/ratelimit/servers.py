@@ -28,8 +28,7 @@ SERVERS = ("envoy", "grpcio")
 SUPERVISOR = textwrap.dedent(
     """
     import functools, sys
-    from collections.abc import Iterator
-from pathlib import Path
+    from pathlib import Path
     from meshplane.server import ServeOptions, serve
     from ratelimit.app import AppOptions
     from ratelimit.settings import Settings, load_settings
