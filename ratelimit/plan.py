@@ -209,7 +209,7 @@ class _PlanCache:
             self.size -= old.size
         plans[raw_request] = entry
         self.size += entry.size
-        while self.size > self.bounds.cache_bytes:
+        while self.size > self.bounds.cache_bytes and plans:
             self.size -= plans.popitem(last=False)[1].size
 
 
