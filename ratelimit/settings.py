@@ -15,9 +15,11 @@ from typing import Any, Literal, cast
 from meshplane.config_error import ConfigError
 from meshplane.yamlconf import LocatedDict, load_yaml
 from ratelimit.headers import HeaderNames
+from ratelimit.plan import PlanBounds
 
 FailureMode = Literal["unavailable", "allow", "deny"]
 FAILURE_MODES: tuple[FailureMode, ...] = ("unavailable", "allow", "deny")
+_BOUNDS = PlanBounds()  # the defaults of the request caps and the plan cache
 
 
 @dataclass(frozen=True)
@@ -48,11 +50,11 @@ class Settings:
     breaker_min_streak_seconds: float = 0.25
     redis_pipeline_window: float = 0.0005
     redis_pipeline_limit: int = 0
-    max_descriptors: int = 256
-    max_entries: int = 32
-    max_value_bytes: int = 65536
-    plan_cache_bytes: int = 32 << 20
-    plan_cache_entry_bytes: int = 16 << 10
+    max_descriptors: int = _BOUNDS.max_descriptors
+    max_entries: int = _BOUNDS.max_entries
+    max_value_bytes: int = _BOUNDS.max_value_bytes
+    plan_cache_bytes: int = _BOUNDS.cache_bytes
+    plan_cache_entry_bytes: int = _BOUNDS.cache_entry_bytes
 
 
 _KEYS = {
