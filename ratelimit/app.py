@@ -115,6 +115,8 @@ def build_store(
                 min_streak_seconds=settings.breaker_min_streak_seconds,
             ),
             on_decision=metrics.REDIS_DECISIONS.inc,
+            # Packed calls are derived from cached plans: half their budget.
+            command_cache_bytes=settings.plan_cache_bytes // 2,
         )
         inner = redis_store
     else:

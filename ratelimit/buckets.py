@@ -60,10 +60,7 @@ def domain_tag(domain: str) -> str:
     return hashlib.blake2b(domain.encode(), digest_size=8).hexdigest()
 
 
-@functools.lru_cache(maxsize=65536)
 def _bucket_id(prefix: str, domain: str, path: tuple[tuple[str, str], ...]) -> tuple[str, str]:
-    # Hashing is the costly part of a key and does not depend on the window:
-    # cache it, so a busy bucket is hashed once rather than on every request.
     digest = hashlib.blake2b(digest_size=16)
     for part in (domain, *(item for pair in path for item in pair)):
         raw = part.encode()
@@ -72,9 +69,22 @@ def _bucket_id(prefix: str, domain: str, path: tuple[tuple[str, str], ...]) -> t
     return f"{prefix}{{{domain_tag(domain)}}}", digest.hexdigest()
 
 
+# Hashing is the costly part of a key and does not depend on the window: it is
+# cached, so a busy bucket is hashed once rather than in every window. The
+# cache holds the request's values, so only short paths are kept, and few:
+# at most _CACHED_IDS of at most _CACHED_PATH_CHARS characters (a few MB).
+_CACHED_IDS = 16384
+_CACHED_PATH_CHARS = 256
+_cached_bucket_id = functools.lru_cache(maxsize=_CACHED_IDS)(_bucket_id)
+
+
 def bucket_key(prefix: str, domain: str, path: Sequence[tuple[str, str]], window: Window) -> str:
     """The store key of a bucket's counter in ``window``."""
-    head, digest = _bucket_id(prefix, domain, tuple(path))
+    key_path = tuple(path)
+    if len(domain) + sum(len(k) + len(v) for k, v in key_path) <= _CACHED_PATH_CHARS:
+        head, digest = _cached_bucket_id(prefix, domain, key_path)
+    else:
+        head, digest = _bucket_id(prefix, domain, key_path)
     return f"{head}:{window.seconds}:{window.start}:{digest}"
 
 

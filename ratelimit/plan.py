@@ -10,8 +10,9 @@ summed). No I/O; ``now`` is passed in.
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
 from envoy.service.ratelimit.v3 import rls_pb2
@@ -41,33 +42,75 @@ class DescriptorPlan(NamedTuple):
 
 
 class Plan(NamedTuple):
+    """A planned request. ``memo`` holds what later layers derive from the
+    plan alone (the response template, the metric rows): it lives and dies
+    with the plan, so the plan cache's byte bound covers it too."""
+
     domain: str
     domain_known: bool
     descriptors: tuple[DescriptorPlan, ...]
     buckets: tuple[Bucket, ...]
+    memo: dict[object, Any]
+
+
+class PlanBounds(NamedTuple):
+    """What one request may carry, and what the cache of plans may hold.
+
+    The request caps are checked when a request is planned (a cached plan's
+    bytes passed them already, so a hit checks nothing); above them the
+    request is refused with INVALID_ARGUMENT. They bound the work and memory
+    of one request: its plan, its response, and its script in Redis (whose
+    run time grows with the buckets; every other decision waits behind it).
+    The cache is bounded in bytes, and an entry bigger than
+    ``cache_entry_bytes`` is not cached at all (served, then dropped).
+    Defaults and reasons: docs/ratelimit.md, "Request caps".
+    """
+
+    max_descriptors: int = 256
+    max_entries: int = 32
+    max_value_bytes: int = 65536  # a domain, key or value, in UTF-8
+    cache_bytes: int = 32 << 20
+    cache_entry_bytes: int = 16 << 10
 
 
 def _entries(
-    index: int, descriptor: ratelimit_pb2.RateLimitDescriptor
+    index: int, descriptor: ratelimit_pb2.RateLimitDescriptor, bounds: PlanBounds
 ) -> tuple[tuple[str, str], ...]:
-    """The descriptor's (key, value) pairs; empty keys or values are rejected."""
+    """The descriptor's (key, value) pairs; empty, too many or too long ones are rejected."""
+    count = len(descriptor.entries)
+    if count > bounds.max_entries:
+        raise InvalidRequest(
+            f"descriptors[{index}] has {count} entries; at most {bounds.max_entries} are allowed"
+        )
     entries = tuple([(e.key, e.value) for e in descriptor.entries])
     if not entries:
         raise InvalidRequest(f"descriptors[{index}] has no entries")
+    # A character is at most 4 UTF-8 bytes: shorter strings need no encoding to be checked.
+    short = bounds.max_value_bytes // 4
     for key, value in entries:
-        if not key or not value:
-            _reject(index, entries)
+        if not key or not value or len(key) > short or len(value) > short:
+            _reject(index, entries, bounds.max_value_bytes)
     return entries
 
 
-def _reject(index: int, entries: Sequence[tuple[str, str]]) -> None:
+def _reject(index: int, entries: Sequence[tuple[str, str]], max_bytes: int) -> None:
+    """Raise for the first bad entry, if any (a long one may still be within the cap)."""
     for j, (key, value) in enumerate(entries):
+        where = f"descriptors[{index}].entries[{j}]"
         if not key:
-            raise InvalidRequest(f"descriptors[{index}].entries[{j}] has an empty key")
+            raise InvalidRequest(f"{where} has an empty key")
         if not value:
-            raise InvalidRequest(
-                f"descriptors[{index}].entries[{j}] (key {key!r}) has an empty value"
-            )
+            raise InvalidRequest(f"{where} (key {key!r}) has an empty value")
+        _check_length(f"{where} key", key, max_bytes)
+        _check_length(f"{where} value", value, max_bytes)
+
+
+def _check_length(what: str, text: str, max_bytes: int) -> None:
+    """Refuse a string longer than ``max_bytes`` in UTF-8, without quoting it."""
+    if len(text) > max_bytes // 4 and len(text.encode()) > max_bytes:
+        raise InvalidRequest(
+            f"{what} is {len(text.encode())} bytes long; at most {max_bytes} are allowed"
+        )
 
 
 def _override(domain: str, descriptor: ratelimit_pb2.RateLimitDescriptor) -> Match | None:
@@ -90,6 +133,33 @@ def _override(domain: str, descriptor: ratelimit_pb2.RateLimitDescriptor) -> Mat
     return Match(limit, entries)
 
 
+class _Entry(NamedTuple):
+    """A cached plan, the span of ``now`` it holds for, and what it is counted as."""
+
+    valid_from: float
+    valid_until: float
+    plan: Plan
+    size: int
+
+
+# What a cached plan is counted as, beyond its request's bytes: the entry and
+# the plan's fixed part, then per descriptor (its plan, status template and
+# metric row) and per bucket (its key and window). Measured with tracemalloc
+# and rounded up (bench/ratelimit/plan_cache_memory.py prints the real figure).
+_ENTRY_BYTES = 1024
+_DESCRIPTOR_BYTES = 700
+_BUCKET_BYTES = 320
+
+
+def _entry_size(raw_request: bytes, plan: Plan) -> int:
+    return (
+        _ENTRY_BYTES
+        + len(raw_request)
+        + _DESCRIPTOR_BYTES * len(plan.descriptors)
+        + _BUCKET_BYTES * len(plan.buckets)
+    )
+
+
 class _PlanCache:
     """Plans of recently seen requests, for one config snapshot.
 
@@ -99,29 +169,51 @@ class _PlanCache:
     bytes, equal request; a hit parses nothing) and reused for as long as
     ``now`` stays inside every one of its windows: validation, matching and
     key hashing are done once per window.
-    A new snapshot (reload) starts an empty cache; the size is bounded
-    because the requests carry client values. Unknown domains are not cached.
-    """
 
-    MAX_ENTRIES = 65536
+    The requests carry client values, so the cache is bounded in bytes
+    (``PlanBounds.cache_bytes``, the request's bytes plus an estimate of the
+    plan and of what is derived from it) and drops the least recently used
+    entry first, whether or not its windows have ended; a request too big to
+    be worth caching is planned on every call. A new snapshot (reload) or new
+    bounds start an empty cache. Unknown domains are not cached.
+    """
 
     def __init__(self) -> None:
         self.config: RateLimitConfig | None = None
         self.key_prefix = ""
-        self.plans: dict[bytes, tuple[float, float, Plan]] = {}
+        self.bounds = _DEFAULT_BOUNDS
+        self.plans: OrderedDict[bytes, _Entry] = OrderedDict()
+        self.size = 0  # the sum of the entries' sizes
 
     def plans_for(
-        self, config: RateLimitConfig, key_prefix: str
-    ) -> dict[bytes, tuple[float, float, Plan]]:
-        if config is not self.config or key_prefix != self.key_prefix:
-            self.config = config
-            self.key_prefix = key_prefix
+        self, config: RateLimitConfig, key_prefix: str, bounds: PlanBounds
+    ) -> OrderedDict[bytes, _Entry]:
+        if (
+            config is not self.config
+            or key_prefix != self.key_prefix
+            or (bounds is not self.bounds and bounds != self.bounds)
+        ):
+            self.config, self.key_prefix, self.bounds = config, key_prefix, bounds
             self.plans.clear()
-        elif len(self.plans) >= self.MAX_ENTRIES:
-            self.plans.clear()
+            self.size = 0
         return self.plans
 
+    def add(self, raw_request: bytes, entry: _Entry) -> None:
+        """Keep ``entry`` (unless it is too big), then drop the least recently
+        used entries until the cache fits its budget again."""
+        if entry.size > self.bounds.cache_entry_bytes:
+            return
+        plans = self.plans
+        old = plans.pop(raw_request, None)
+        if old is not None:
+            self.size -= old.size
+        plans[raw_request] = entry
+        self.size += entry.size
+        while self.size > self.bounds.cache_bytes and plans:
+            self.size -= plans.popitem(last=False)[1].size
 
+
+_DEFAULT_BOUNDS = PlanBounds()
 _plan_cache = _PlanCache()
 
 
@@ -131,11 +223,13 @@ def plan_request(
     now: float,
     *,
     key_prefix: str = "rl:",
+    bounds: PlanBounds = _DEFAULT_BOUNDS,
 ) -> Plan:
     """Validate and plan a serialized RateLimitRequest; raises InvalidRequest."""
-    plans = _plan_cache.plans_for(config, key_prefix)
+    plans = _plan_cache.plans_for(config, key_prefix, bounds)
     cached = plans.get(raw_request)
     if cached is not None and cached[0] <= now < cached[1]:
+        plans.move_to_end(raw_request)
         return cached[2]
     try:
         request = rls_pb2.RateLimitRequest.FromString(raw_request)
@@ -144,21 +238,32 @@ def plan_request(
     domain = request.domain
     if not domain:
         raise InvalidRequest("rate limit domain must not be empty")
+    _check_length("the domain", domain, bounds.max_value_bytes)
     descriptors = request.descriptors
     if not descriptors:
         raise InvalidRequest("rate limit descriptor list must not be empty")
+    if len(descriptors) > bounds.max_descriptors:
+        raise InvalidRequest(
+            f"the request has {len(descriptors)} descriptors;"
+            f" at most {bounds.max_descriptors} are allowed"
+        )
     request_cost = request.hits_addend or 1
     shape = [
-        (_entries(i, d), d.hits_addend.value if d.HasField("hits_addend") else request_cost)
+        (
+            _entries(i, d, bounds),
+            d.hits_addend.value if d.HasField("hits_addend") else request_cost,
+        )
         for i, d in enumerate(descriptors)
     ]
     domain_cfg = config.domains.get(domain)
     if domain_cfg is None:
-        return Plan(domain, False, tuple(DescriptorPlan(None, None, c) for _, c in shape), ())
+        return Plan(domain, False, tuple(DescriptorPlan(None, None, c) for _, c in shape), (), {})
     plan = _plan(domain, domain_cfg, descriptors, shape, now=now, key_prefix=key_prefix)
     valid_from = max((b.window.start for b in plan.buckets), default=-math.inf)
     valid_until = min((b.window.end for b in plan.buckets), default=math.inf)
-    plans[raw_request] = (valid_from, valid_until, plan)
+    _plan_cache.add(
+        raw_request, _Entry(valid_from, valid_until, plan, _entry_size(raw_request, plan))
+    )
     return plan
 
 
@@ -219,4 +324,4 @@ def _assemble(
                 old.shadow and limit.shadow_mode,
             )
             plans.append(DescriptorPlan(limit, existing, cost))
-    return Plan(domain, True, tuple(plans), tuple(merged))
+    return Plan(domain, True, tuple(plans), tuple(merged), {})

@@ -115,25 +115,30 @@ class _Limited(NamedTuple):
     over: bytes  # the encoded code OVER_LIMIT and current_limit
     window_end: int
     window_seconds: int
-    slot: int  # index among the limited descriptors (the header views, the resets)
+    slot: int  # index among the limited descriptors (the header values, the resets)
 
 
 class _Template:
     """A plan's response, but what depends on the outcome and the clock.
 
     ``statuses`` holds the encoded status of each descriptor without a
-    bucket, and a :class:`_Limited` for the others. ``limit_headers`` holds,
-    for each limited descriptor, the encoded ``x-ratelimit-limit`` header as
-    it reads when that descriptor is the closest one (its limit, then every
-    limit of the request: the list is fixed for the plan). The resets (and
-    their encoded durations) depend on the clock only through its whole
-    second, the windows being whole seconds, so they are kept for the
-    second they were computed in.
+    bucket, and a :class:`_Limited` for the others. The ``x-ratelimit-limit``
+    header is the closest descriptor's limit, then every limit of the
+    request (``listed``, fixed for the plan); only the header sent is
+    built, and kept while the closest limit stays the same: one header per
+    limited descriptor, each listing them all, would hold memory quadratic
+    in the descriptors. The resets (and their encoded durations) depend on
+    the clock only through its whole second, the windows being whole
+    seconds, so they are kept for the second they were computed in.
     """
 
     __slots__ = (
         "durations",
-        "limit_headers",
+        "headers",
+        "limit_header",
+        "limit_header_of",
+        "limits",
+        "listed",
         "names",
         "remaining_head",
         "reset_headers",
@@ -145,12 +150,17 @@ class _Template:
     def __init__(
         self,
         statuses: tuple[bytes | _Limited, ...],
-        limit_headers: tuple[bytes, ...],
-        names: tuple[bytes, bytes, bytes, bytes] | None,
+        limits: tuple[int, ...],
+        headers: HeaderNames | None,
+        listed: bytes,
     ) -> None:
         self.statuses = statuses
-        self.limit_headers = limit_headers
-        self.names = names  # encoded header-name fields, None: no headers
+        self.limits = limits  # requests_per_unit of each limited descriptor, by slot
+        self.headers = headers  # the header names it was built for (None: no headers)
+        self.listed = listed  # ", <limit>;w=<window>[;name=...]" for every limit
+        self.limit_header = b""  # the last x-ratelimit-limit header built...
+        self.limit_header_of = -1  # ...and the closest limit it was built for
+        self.names = names = None if headers is None else _names(headers)
         # The x-ratelimit-remaining entry up to its value's length.
         self.remaining_head = b"" if names is None else names[1] + b"\x12"
         self.second = -1
@@ -171,6 +181,22 @@ class _Template:
         self.durations = [_duration(reset) for reset in self.resets]
         if self.names is not None:
             self.reset_headers = [_header(self.names[2], b"%d" % r) for r in self.resets]
+
+    def build_limit_header(self, limit: int) -> None:
+        """The x-ratelimit-limit header when the closest descriptor's limit is ``limit``."""
+        assert self.names is not None
+        self.limit_header = _header(self.names[0], b"%d" % limit + self.listed)
+        self.limit_header_of = limit
+
+
+def _names(headers: HeaderNames) -> tuple[bytes, bytes, bytes, bytes]:
+    """The encoded header-name fields: limit, remaining, reset, ratelimited."""
+    return (
+        _field(b"\x0a", headers.limit.encode()),
+        _field(b"\x0a", headers.remaining.encode()),
+        _field(b"\x0a", headers.reset.encode()),
+        _field(b"\x0a", headers.ratelimited.encode()),
+    )
 
 
 def _template(plan: Plan, headers: HeaderNames | None) -> _Template:
@@ -198,30 +224,22 @@ def _template(plan: Plan, headers: HeaderNames | None) -> _Template:
                 )
             )
             limits.append(limit)
-    if headers is None:
-        return _Template(tuple(statuses), (), None)
-    names = (
-        _field(b"\x0a", headers.limit.encode()),
-        _field(b"\x0a", headers.remaining.encode()),
-        _field(b"\x0a", headers.reset.encode()),
-        _field(b"\x0a", headers.ratelimited.encode()),
+    listed = b""
+    if headers is not None:
+        listed = "".join(
+            f", {limit.requests_per_unit};w={limit.window_seconds}"
+            + (f';name="{limit.name}"' if limit.name else "")
+            for limit in limits
+        ).encode()
+    return _Template(
+        tuple(statuses), tuple(limit.requests_per_unit for limit in limits), headers, listed
     )
-    listed = "".join(
-        f", {limit.requests_per_unit};w={limit.window_seconds}"
-        + (f';name="{limit.name}"' if limit.name else "")
-        for limit in limits
-    )
-    limit_headers = tuple(
-        _header(names[0], (str(limit.requests_per_unit) + listed).encode()) for limit in limits
-    )
-    return _Template(tuple(statuses), limit_headers, names)
 
 
-# One template per (plan, header names), built on a plan's first response: a
-# cached plan answers every request of its window. Keyed by identity; the
-# entry holds the plan, so its id cannot be reused while the entry lives.
-_TEMPLATES: dict[tuple[int, int], tuple[Plan, HeaderNames | None, _Template]] = {}
-_MAX_TEMPLATES = 65536
+# A plan's template is built on its first response and kept in the plan's
+# memo, so it lives as long as the plan is cached (a cached plan answers every
+# request of its window) and counts towards the plan cache's byte bound.
+_TEMPLATE = object()  # the memo key
 
 
 def encode_response(
@@ -237,15 +255,9 @@ def encode_response(
     None turns header emission off. What depends only on the plan is
     encoded once per plan, and what depends on the clock once a second
     (see :class:`_Template`)."""
-    key = (id(plan), id(headers))
-    cached = _TEMPLATES.get(key)
-    if cached is not None and cached[0] is plan and cached[1] is headers:
-        template = cached[2]
-    else:
-        if len(_TEMPLATES) >= _MAX_TEMPLATES:
-            _TEMPLATES.clear()
-        template = _template(plan, headers)
-        _TEMPLATES[key] = (plan, headers, template)
+    template: _Template | None = plan.memo.get(_TEMPLATE)
+    if template is None or template.headers is not headers:
+        template = plan.memo[_TEMPLATE] = _template(plan, headers)
     if math.floor(now) != template.second:
         template.tick(now)
     durations = template.durations
@@ -275,7 +287,10 @@ def encode_response(
     names = template.names
     if names is not None:
         if closest >= 0:
-            append(template.limit_headers[closest])
+            limit = template.limits[closest]
+            if limit != template.limit_header_of:
+                template.build_limit_header(limit)
+            append(template.limit_header)
             value = b"%d" % least  # _header(names[1], value), its head prebuilt
             entry_size = len(template.remaining_head) + 1 + len(value)  # values < 128 bytes
             append(

@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 from ratelimit import metrics
 from ratelimit.config import RateLimitConfig
-from ratelimit.plan import InvalidRequest, Plan, plan_request
+from ratelimit.plan import InvalidRequest, Plan, PlanBounds, plan_request
 from ratelimit.response import can_deny, encode_response, failure_response
 from ratelimit.settings import FailureMode, Settings
 from ratelimit.store import CounterStore, Outcome, StoreUnavailable
@@ -29,7 +29,6 @@ from ratelimit.store import CounterStore, Outcome, StoreUnavailable
 log = logging.getLogger(__name__)
 
 _MAX_LOGGED_UNKNOWN_DOMAINS = 100
-_MAX_PLAN_ROWS = 65536  # as many as plans are cached
 
 
 class RateLimitService:
@@ -48,10 +47,11 @@ class RateLimitService:
         self._settings = settings
         self._clock = clock
         self._headers = settings.header_names if settings.headers_enabled else None
+        self._bounds = plan_bounds(settings)
         self._unknown_logged: set[str] = set()
         self._rule_metrics: dict[tuple[str, str], metrics.RuleCounters] = {}
-        # id(plan) -> (plan, rows); the entry holds the plan, so its id is not reused.
-        self._plan_rows: dict[int, tuple[Plan, tuple[_Row, ...]]] = {}
+        # This service's rows of a plan, in the plan's memo (see _rows).
+        self._rows_key = object()
 
     @property
     def store(self) -> CounterStore:
@@ -78,7 +78,11 @@ class RateLimitService:
             now = self._clock()
             try:
                 plan = plan_request(
-                    self._config(), raw_request, now, key_prefix=self._settings.key_prefix
+                    self._config(),
+                    raw_request,
+                    now,
+                    key_prefix=self._settings.key_prefix,
+                    bounds=self._bounds,
                 )
             except InvalidRequest:
                 metrics.DECISIONS.labels("invalid").inc()
@@ -158,10 +162,11 @@ class RateLimitService:
     def _rows(self, plan: Plan) -> tuple[_Row, ...]:
         """What :meth:`_count` needs of each limited descriptor of a plan,
         worked out once per plan (a cached plan answers its whole window):
-        the rule's counters, the cost, the bucket, and the near-limit threshold."""
-        entry = self._plan_rows.get(id(plan))
-        if entry is not None and entry[0] is plan:
-            return entry[1]
+        the rule's counters, the cost, the bucket, and the near-limit threshold.
+        They are kept in the plan's memo, so they live as long as the plan."""
+        cached: tuple[_Row, ...] | None = plan.memo.get(self._rows_key)
+        if cached is not None:
+            return cached
         rows: list[_Row] = []
         for desc in plan.descriptors:
             limit = desc.limit
@@ -176,10 +181,19 @@ class RateLimitService:
             rows.append(
                 _Row(counters, desc.cost, desc.bucket, limit.shadow_mode, bucket.cost, threshold)
             )
-        if len(self._plan_rows) >= _MAX_PLAN_ROWS:
-            self._plan_rows.clear()
-        self._plan_rows[id(plan)] = (plan, tuple(rows))
-        return tuple(rows)
+        result = plan.memo[self._rows_key] = tuple(rows)
+        return result
+
+
+def plan_bounds(settings: Settings) -> PlanBounds:
+    """The request caps and plan-cache budget of ``settings``."""
+    return PlanBounds(
+        max_descriptors=settings.max_descriptors,
+        max_entries=settings.max_entries,
+        max_value_bytes=settings.max_value_bytes,
+        cache_bytes=settings.plan_cache_bytes,
+        cache_entry_bytes=settings.plan_cache_entry_bytes,
+    )
 
 
 class _Row(NamedTuple):

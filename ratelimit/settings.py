@@ -15,9 +15,11 @@ from typing import Any, Literal, cast
 from meshplane.config_error import ConfigError
 from meshplane.yamlconf import LocatedDict, load_yaml
 from ratelimit.headers import HeaderNames
+from ratelimit.plan import PlanBounds
 
 FailureMode = Literal["unavailable", "allow", "deny"]
 FAILURE_MODES: tuple[FailureMode, ...] = ("unavailable", "allow", "deny")
+_BOUNDS = PlanBounds()  # the defaults of the request caps and the plan cache
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,10 @@ class Settings:
       answers OK, ``deny`` answers OVER_LIMIT.
     - ``store_timeout``: seconds a decision waits for Redis; well under
       Envoy's default 20 ms filter timeout so our answer arrives first.
+    - ``max_descriptors``, ``max_entries``, ``max_value_bytes``: what one
+      request may carry (INVALID_ARGUMENT above); ``plan_cache_bytes``,
+      ``plan_cache_entry_bytes``: the plan cache's budget per worker and the
+      biggest entry it keeps (see :class:`ratelimit.plan.PlanBounds`).
     """
 
     failure_mode: FailureMode = "unavailable"
@@ -44,6 +50,11 @@ class Settings:
     breaker_min_streak_seconds: float = 0.25
     redis_pipeline_window: float = 0.0005
     redis_pipeline_limit: int = 0
+    max_descriptors: int = _BOUNDS.max_descriptors
+    max_entries: int = _BOUNDS.max_entries
+    max_value_bytes: int = _BOUNDS.max_value_bytes
+    plan_cache_bytes: int = _BOUNDS.cache_bytes
+    plan_cache_entry_bytes: int = _BOUNDS.cache_entry_bytes
 
 
 _KEYS = {
@@ -56,6 +67,21 @@ _KEYS = {
     "breaker",
     "redisPipelineWindowUs",
     "redisPipelineLimit",
+    "requests",
+    "planCache",
+}
+
+# Nested sections of integers: YAML key -> {key: (Settings field, low, high)}.
+_SECTIONS: dict[str, dict[str, tuple[str, int, int]]] = {
+    "requests": {
+        "maxDescriptors": ("max_descriptors", 1, 4096),
+        "maxEntries": ("max_entries", 1, 1024),
+        "maxValueBytes": ("max_value_bytes", 1, 4 << 20),
+    },
+    "planCache": {
+        "maxBytes": ("plan_cache_bytes", 0, 1 << 34),
+        "maxEntryBytes": ("plan_cache_entry_bytes", 0, 1 << 34),
+    },
 }
 
 
@@ -66,8 +92,9 @@ def _number(
     ok = isinstance(value, int) if integer else isinstance(value, int | float)
     if isinstance(value, bool) or not ok or not lo <= value <= hi:
         kind = "an integer" if integer else "a number"
+        span = f"{int(lo)} and {int(hi)}" if integer else f"{lo:g} and {hi:g}"
         raise ConfigError(
-            f"must be {kind} between {lo:g} and {hi:g}",
+            f"must be {kind} between {span}",
             source=src,
             line=doc.line_of(key),
             field=prefix + key,
@@ -154,9 +181,20 @@ def parse_settings(doc: Any, source: str, base: Settings | None = None) -> Setti
                     line=breaker.line_of(key),
                     field=f"breaker.{key}",
                 )
+    for name, fields in _SECTIONS.items():
+        if name in doc:
+            changes.update(_section(doc, name, fields, source))
     if "headers" in doc:
         changes.update(_headers(doc["headers"], doc, source, settings))
     result = replace(settings, **changes)
+    if result.plan_cache_entry_bytes > result.plan_cache_bytes:
+        raise ConfigError(
+            f"planCache.maxEntryBytes ({result.plan_cache_entry_bytes}) must be at most"
+            f" planCache.maxBytes ({result.plan_cache_bytes})",
+            source=source,
+            line=doc.line_of("planCache") if "planCache" in doc else None,
+            field="planCache.maxEntryBytes",
+        )
     if result.redis_pipeline_window * 2 > result.store_timeout:
         # A write held longer than this leaves the call too little of its
         # store timeout for the round trip itself.
@@ -169,6 +207,29 @@ def parse_settings(doc: Any, source: str, base: Settings | None = None) -> Setti
             field=key,
         )
     return result
+
+
+def _section(
+    doc: LocatedDict, name: str, fields: dict[str, tuple[str, int, int]], source: str
+) -> dict[str, int]:
+    """A mapping of integer settings, each within its range."""
+    section = doc[name]
+    if not isinstance(section, LocatedDict):
+        raise ConfigError("must be a mapping", source=source, line=doc.line_of(name), field=name)
+    out: dict[str, int] = {}
+    for key in section:
+        if key not in fields:
+            raise ConfigError(
+                f"unknown key {key!r}",
+                source=source,
+                line=section.line_of(key),
+                field=f"{name}.{key}",
+            )
+        attr, lo, hi = fields[key]
+        out[attr] = int(
+            _number(section, key, source, lo=lo, hi=hi, integer=True, prefix=f"{name}.")
+        )
+    return out
 
 
 def _headers(raw: Any, doc: LocatedDict, source: str, settings: Settings) -> dict[str, Any]:

@@ -134,8 +134,8 @@ def _script_call(head: bytes, buckets: Sequence[Bucket], now: float, body: bytes
     )
 
 
-#: Packed script bodies kept per store; as many as plans are cached.
-_MAX_BODIES = 65536
+#: What a packed call's entry is counted as per bucket it holds on to.
+_BUCKET_BYTES = 256
 
 _EVALSHA_HEAD = pack(["EVALSHA", DECIDE_SHA]).partition(b"\r\n")[2]
 _EVAL_HEAD = pack(["EVAL", DECIDE_SCRIPT]).partition(b"\r\n")[2]
@@ -154,6 +154,7 @@ class RedisStore:
         breaker: CircuitBreaker | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         on_decision: Callable[[], None] | None = None,
+        command_cache_bytes: int = 16 << 20,
     ) -> None:
         self._client = client
         self._timeout = timeout
@@ -162,7 +163,12 @@ class RedisStore:
         self._on_decision = on_decision
         # id(buckets) -> (buckets, the packed EVALSHA but its last argument);
         # holding the buckets keeps the id from being reused while the entry lives.
+        # Bounded in bytes, counting the buckets each entry holds on to; the
+        # cache starts again when full. A cached plan's buckets are the same
+        # tuple all its window long, so a repeated call is packed once per window.
         self._commands: dict[int, tuple[Sequence[Bucket], bytes]] = {}
+        self._commands_size = 0
+        self._max_command_bytes = command_cache_bytes
         self._loop: asyncio.AbstractEventLoop | None = None
         # A reply owed for twice the call timeout means a stalled server or a
         # dead host, not a slow answer: give the connection up.
@@ -246,10 +252,15 @@ class RedisStore:
         plan hands in the same buckets tuple on every call of its window)."""
         entry = self._commands.get(id(buckets))
         if entry is None or entry[0] is not buckets:
-            if len(self._commands) >= _MAX_BODIES:
-                self._commands.clear()
             head = b"*%d\r\n%b%b" % (4 + 5 * len(buckets), _EVALSHA_HEAD, _script_body(buckets))
-            entry = self._commands[id(buckets)] = (buckets, head)
+            entry = (buckets, head)
+            size = len(head) + _BUCKET_BYTES * len(buckets)
+            if self._commands_size + size > self._max_command_bytes:
+                self._commands.clear()
+                self._commands_size = 0
+            if size <= self._max_command_bytes // 64:  # a call that big is packed every time
+                self._commands[id(buckets)] = entry
+                self._commands_size += size
         now_ms = b"%d" % math.floor(now * 1000)
         return b"%b$%d\r\n%b\r\n" % (entry[1], len(now_ms), now_ms)
 

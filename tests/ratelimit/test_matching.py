@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ratelimit.config import DomainConfig, load_config
-from ratelimit.matching import match_descriptor
+from ratelimit.config import DomainConfig, load_config, wildcard_pattern
+from ratelimit.matching import glob_match, match_descriptor
 from tests.ratelimit.conftest import write_config
 
 # The reference's test/config/basic_config.yaml, plus wildcards.
@@ -99,23 +99,47 @@ def test_reference_matching_rules(
     assert limit_of(domain, *entries) == expected
 
 
-def test_wildcard_in_the_middle(tmp_path: Path) -> None:
+def wildcard_domain(tmp_path: Path, pattern: str) -> DomainConfig:
+    """Domain ``w``: 3 a second for key ``k`` with a value matching ``pattern``."""
     cfg = load_config(
         write_config(
             tmp_path,
             "w.yaml",
-            """\
+            f"""\
             domain: w
             descriptors:
               - key: k
-                value: "foo*bar*baz"
-                rate_limit: {unit: second, requests_per_unit: 3}
+                value: "{pattern}"
+                rate_limit: {{unit: second, requests_per_unit: 3}}
             """,
         )
-    ).domains["w"]
+    )
+    return cfg.domains["w"]
+
+
+def test_wildcard_in_the_middle(tmp_path: Path) -> None:
+    cfg = wildcard_domain(tmp_path, "foo*bar*baz")
     assert limit_of(cfg, ("k", "foobarbaz")) == 3
     assert limit_of(cfg, ("k", "foo-x-bar-y-baz")) == 3
     assert limit_of(cfg, ("k", "foo123baz")) is None
+
+
+GLOB_PATTERNS = ["*", "a*", "*a", "a*b", "*a*", "a*a", "*a*b*c*", "ab*ba", "**", "a**b", "x"]
+GLOB_VALUES = ["", "a", "b", "ab", "ba", "aa", "aba", "abba", "abcabc", "cba", "xa*b", "x", "a*b"]
+
+
+@pytest.mark.parametrize("pattern", GLOB_PATTERNS)
+def test_glob_matching_agrees_with_the_wildcard_regex(pattern: str) -> None:
+    regex = wildcard_pattern(pattern)
+    for value in GLOB_VALUES:
+        assert glob_match(pattern, value) is bool(regex.fullmatch(value)), value
+
+
+def test_a_hostile_value_cannot_make_a_wildcard_backtrack(tmp_path: Path) -> None:
+    """``*a*b*c*`` against 64 KiB of "ab": the regex took minutes at 16 KB."""
+    cfg = wildcard_domain(tmp_path, "*a*b*c*")
+    assert limit_of(cfg, ("k", "ab" * 32768)) is None
+    assert limit_of(cfg, ("k", "ab" * 32768 + "c")) == 3
 
 
 def test_named_and_unlimited_limits(domain: DomainConfig) -> None:

@@ -98,7 +98,7 @@ def random_case(rng: random.Random) -> tuple[Plan, Outcome | None, float]:
             Bucket(f"k{len(buckets)}", limit.requests_per_unit, cost, window, limit.shadow_mode)
         )
         descriptors.append(DescriptorPlan(limit, len(buckets) - 1, cost))
-    plan = Plan("d", True, tuple(descriptors), tuple(buckets))
+    plan = Plan("d", True, tuple(descriptors), tuple(buckets), {})
     if not buckets:
         return plan, None, now
     counts = tuple(rng.choice([0, 1, 99, 200, 2**32 - 1]) for _ in buckets)

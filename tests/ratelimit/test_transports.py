@@ -11,23 +11,17 @@ the expected ones. A worker whose Redis is unreachable answers UNAVAILABLE
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import grpc
 import pytest
 from envoy.service.ratelimit.v3 import rls_pb2
 
-from tests.ratelimit.conftest import OK, OVER, T0, headers_of, request, write_config
+from tests.ratelimit.conftest import OK, OVER, headers_of, request, write_config
+from tests.ratelimit.servers import SERVERS, Server, every_server
 from tests.support.net import free_port, wait_for_port
 from tests.support.redis_server import RedisServer, redis_server
-
-METHOD = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
-SERVERS = ("envoy", "grpcio")
 
 CONFIG = """\
 domain: api
@@ -40,52 +34,6 @@ descriptors:
   - key: banned
     rate_limit: {unit: minute, requests_per_unit: 0}
 """
-
-SUPERVISOR = textwrap.dedent(
-    """
-    import functools, sys
-    from meshplane.server import serve
-    from meshplane.server_contract import ServeOptions
-    from ratelimit.app import AppOptions
-    from ratelimit.settings import Settings
-    from tests.ratelimit.fixed_clock import build_at
-    config, redis_url, listen, kind, now = sys.argv[1:]
-    options = AppOptions(config_path=config, redis_url=redis_url,
-                         settings=Settings(store_timeout=0.5, failure_mode="unavailable"))
-    sys.exit(serve(functools.partial(build_at, options, float(now)),
-                   ServeOptions(listen=listen, server=kind, grace_seconds=2.0),
-                   service="ratelimit"))
-    """
-)
-
-
-class Server:
-    def __init__(self, kind: str, config: Path, redis_url: str) -> None:
-        self.kind = kind
-        self.port = free_port()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", SUPERVISOR, str(config), redis_url,
-             f"127.0.0.1:{self.port}", kind, str(T0)],
-            stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-
-    def call(self, raw: bytes) -> rls_pb2.RateLimitResponse | tuple[str, str]:
-        """The response, or (status code name, details)."""
-        with grpc.insecure_channel(f"127.0.0.1:{self.port}") as channel:
-            try:
-                answer: bytes = channel.unary_unary(METHOD)(raw, timeout=10)
-            except grpc.RpcError as exc:
-                return exc.code().name, exc.details() or ""
-        return rls_pb2.RateLimitResponse.FromString(answer)
-
-    def close(self) -> None:
-        self.proc.terminate()
-        try:
-            assert self.proc.wait(30) == 0
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait(10)
 
 
 @pytest.fixture(scope="module")
@@ -100,24 +48,8 @@ def servers(
     stores: dict[str, RedisServer], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, Server]]:
     config = write_config(tmp_path_factory.mktemp("rl"), "api.yaml", CONFIG)
-    started = {kind: Server(kind, config, stores[kind].url) for kind in SERVERS}
-    try:
-        for server in started.values():
-            wait_for_port(server.port, timeout=60)
-            wait_ready(server)
-        yield started
-    finally:
-        for server in started.values():
-            server.close()
-
-
-def wait_ready(server: Server) -> None:
-    """Until a call is decided (readiness follows the Redis probe)."""
-    deadline = time.monotonic() + 30
-    probe = request("warmup", [("k", "v")]).SerializeToString()
-    while not isinstance(server.call(probe), rls_pb2.RateLimitResponse):
-        assert time.monotonic() < deadline, "never answered"
-        time.sleep(0.1)
+    with every_server(config, {kind: stores[kind].url for kind in SERVERS}) as servers:
+        yield servers
 
 
 def _raw(req: rls_pb2.RateLimitRequest) -> bytes:
