@@ -51,6 +51,8 @@ log = logging.getLogger("injector.sidecar")
 RENEW_FRACTION = 0.8
 #: How long an old Envoy keeps serving its connections after a hot restart.
 PARENT_SHUTDOWN_SECONDS = 30
+#: Wait before retrying a hot restart Envoy refused.
+RETRY_SECONDS = 60.0
 #: Files a mounted Secret may name the credentials under (the agent's manifest uses the first).
 CREDENTIAL_FILES = ("credentials.json", "credentials.yaml", "clusterServiceAccount")
 
@@ -163,6 +165,7 @@ class Supervisor:
             command += ["--base-id", self.base_id_path.read_text().strip()]
         log.info("starting envoy", extra={"epoch": epoch, "pod": self.pod.name})
         child = subprocess.Popen(command)  # noqa: S603 - our Envoy, our bootstrap
+        self.children = [c for c in self.children if c.poll() is None]
         self.children.append(child)
         return child
 
@@ -176,19 +179,27 @@ class Supervisor:
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, self._signal)
         interval = self.args.renew_after or renew_after(gateway_contract.GATEWAY_TOKEN_TTL_SECONDS)
-        epoch = 0
-        current = self._start(epoch)
+        epoch, current = 0, self._start(0)
+        parent: subprocess.Popen[bytes] | None = None
         renew_at = time.monotonic() + interval
-        while True:
-            self.children = [c for c in self.children if c.poll() is None or c is current]
+        while not self.stop.is_set():
             code = current.poll()
-            if code is not None or self.stop.is_set():
+            if code is not None and parent is not None and parent.poll() is None:
+                # The hot restart failed (Envoy refuses one while the previous
+                # epoch is still initializing): keep the running Envoy, retry.
+                log.warning("hot restart refused; retrying", extra={"epoch": epoch, "code": code})
+                epoch, current, parent = epoch - 1, parent, None
+                renew_at = time.monotonic() + min(interval, RETRY_SECONDS)
+            elif code is not None:
                 break
-            if time.monotonic() >= renew_at:
-                epoch += 1
+            elif time.monotonic() >= renew_at:
+                epoch, parent = epoch + 1, current
                 current = self._start(epoch)
                 renew_at = time.monotonic() + interval
             self.stop.wait(0.5)
+        return self._finish(current)
+
+    def _finish(self, current: subprocess.Popen[bytes]) -> int:
         for child in self.children:
             try:
                 child.wait(timeout=PARENT_SHUTDOWN_SECONDS)
@@ -197,7 +208,9 @@ class Supervisor:
                 child.wait()
         code = current.wait()
         log.info("envoy exited", extra={"code": code})
-        return 0 if self.stop.is_set() and code in (0, -signal.SIGTERM, -signal.SIGINT) else code
+        if self.stop.is_set() and code in (0, -signal.SIGTERM, -signal.SIGINT):
+            return 0
+        return code if code > 0 else 1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
