@@ -113,7 +113,7 @@ def test_injected_pod_validates_against_the_kubernetes_schema_admission_review_p
 def test_system_namespace_is_untouched_admission_review_payloads(
     injector: Injector, namespace: str
 ) -> None:
-    assert patch_of(mutate(injector, review(pod(namespace), namespace))) is None
+    untouched(injector, review(pod(namespace), namespace))
 
 
 @pytest.mark.parametrize("value", ["false", "False"])
@@ -121,19 +121,19 @@ def test_opted_out_pod_is_untouched_label_admission_review_payloads(
     injector: Injector, value: str
 ) -> None:
     obj = pod(labels={"app": "cart", "sidecar.meshplane.io/inject": value})
-    assert patch_of(mutate(injector, review(obj))) is None
+    untouched(injector, review(obj))
 
 
 def test_opted_out_pod_is_untouched_annotation_admission_review_payloads(
     injector: Injector,
 ) -> None:
     obj = pod(annotations={"sidecar.meshplane.io/inject": "false"})
-    assert patch_of(mutate(injector, review(obj))) is None
+    untouched(injector, review(obj))
 
 
 def test_already_injected_pod_is_untouched_admission_review_payloads(injector: Injector) -> None:
     once = injected(injector, pod())
-    assert patch_of(mutate(injector, review(once))) is None
+    untouched(injector, review(once))
 
 
 def test_pod_that_cannot_be_patched_safely_is_admitted_unchanged_with_a_warning(
@@ -157,7 +157,14 @@ def test_other_operations_and_kinds_are_admitted_unchanged_admission_review_payl
     injector: Injector, operation: str, kind: str, resource: str
 ) -> None:
     payload = review(pod(), operation=operation, kind=kind, resource=resource)
-    assert patch_of(mutate(injector, payload)) is None
+    untouched(injector, payload)
+
+
+def untouched(injector: Injector, payload: dict[str, Any]) -> None:
+    """Admitted as it is, no patch and no warning (a clean skip, not an unsafe pod)."""
+    answer = mutate(injector, payload)
+    assert patch_of(answer) is None
+    assert "warnings" not in answer["response"], answer
 
 
 def _refused(answer: httpx.Response, status: int, word: str) -> None:
