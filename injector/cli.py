@@ -74,12 +74,18 @@ class Service:
             },
             max_body=review.MAX_REVIEW_BYTES,
             tls=tls,
+            on_refused=self._refused,
         )
         self.metrics = HttpServer("metrics", {"/metrics": Route("GET", self._metrics)}, max_body=0)
 
     def _mutate(self, request: Request) -> Response:
         status, doc = self.webhook.mutate(request.body, request.headers.get("content-type"))
         return Response.json(status, doc)
+
+    def _refused(self, path: str, status: int) -> None:
+        """A /mutate request the HTTP layer refused (too large, chunked...) is a refused review."""
+        if path == "/mutate":
+            self.webhook.metrics.reviews.labels("refused", f"http-{status}").inc()
 
     def _readyz(self, _request: Request) -> Response:
         return Response.text(200, "ok") if self.ready else Response.text(503, "draining")

@@ -54,6 +54,8 @@ class Response:
 
 
 Handler = Callable[[Request], Response]
+#: Told of each request the server itself refused (path, status), for metrics.
+RefusalHook = Callable[[str, int], None]
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,12 @@ class _Refused(Exception):
         )
 
 
+def _target(request_line: bytes) -> str:
+    """The path of a request line, or "" when it has none."""
+    parts = request_line.split(b" ")
+    return parts[1].partition(b"?")[0].decode("latin-1") if len(parts) == 3 else ""
+
+
 class HttpServer:
     """Serves ``routes`` (path -> :class:`Route`) on one listener."""
 
@@ -85,11 +93,13 @@ class HttpServer:
         *,
         max_body: int,
         tls: ssl.SSLContext | None = None,
+        on_refused: RefusalHook | None = None,
     ) -> None:
         self.name = name
         self._routes = routes
         self._max_body = max_body
         self._tls = tls
+        self._on_refused = on_refused
         self._server: asyncio.Server | None = None
         self._connections: dict[asyncio.StreamWriter, bool] = {}  # writer -> busy
         self._draining = False
@@ -159,6 +169,8 @@ class HttpServer:
             response = self._dispatch(request)
         except _Refused as refused:
             request, keep_alive, response = None, False, refused.response()
+            if self._on_refused is not None:
+                self._on_refused(_target(first), refused.status)
         keep_alive = keep_alive and not self._draining
         await self._send(writer, response, keep_alive)
         self._busy(writer, False)

@@ -119,6 +119,7 @@ def _server_info(port: int) -> dict[str, Any] | None:
     return info if answer.status_code == 200 else None
 
 
+@pytest.mark.timeout(400)  # Envoy's first epoch initializes in ~30 s with no ADS server
 def test_sidecar_runs_envoy_hot_restarts_it_on_a_fresh_token_and_stops_on_sigterm(
     tmp_path: Path,
 ) -> None:

@@ -243,11 +243,14 @@ def test_health_readiness_and_metrics_by_result(injector: Injector) -> None:
         client.post("/mutate", json=review(pod("kube-system"), "kube-system"))
         client.post("/mutate", content=b"nope", headers={"content-type": "application/json"})
         client.post("/mutate", json=review(pod()))
+        big = b"{" + b" " * (2 * 1024 * 1024) + b"}"  # refused before it is read
+        client.post("/mutate", content=big, headers={"content-type": "application/json"})
     text = injector.metrics()
     for line in (
         'meshplane_injector_reviews_total{reason="system-namespace",result="skipped"}',
         'meshplane_injector_reviews_total{reason="malformed",result="refused"}',
         'meshplane_injector_reviews_total{reason="injected",result="injected"}',
+        'meshplane_injector_reviews_total{reason="http-413",result="refused"}',
     ):
         assert line in text, text
 
