@@ -91,6 +91,10 @@ def _sidecar(doc: Mapping[str, Any], source: str | None) -> SidecarSettings:
         raise ConfigError("is required", source=source, field="sidecar")
     sidecar = _mapping(doc, "sidecar", source)
     _unknown(sidecar, _SIDECAR_KEYS, "sidecar.", source)
+    if "image" not in sidecar:
+        raise ConfigError(
+            "is required", source=source, line=_line(doc, "sidecar"), field="sidecar.image"
+        )
     image = _string(sidecar, "image", "sidecar.image", source)
     port = sidecar.get("adminPort", DEFAULT_ADMIN_PORT)
     if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:

@@ -3,6 +3,8 @@ fails with the file, line and field (the operator reads the pod's log, nothing e
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -80,3 +82,46 @@ def test_wrong_values_name_file_line_and_field(
     if line is not None:
         assert caught.value.line == line
     assert words in str(caught.value)
+
+
+def test_serve_with_a_wrong_config_exits_2_naming_file_line_and_field(tmp_path: Path) -> None:
+    ca = CertificateAuthority(tmp_path)
+    server = ca.issue("injector")
+    path = tmp_path / "injector.yaml"
+    path.write_text("cluster: a/b\ncontrolPlane: grpc://a:1\nsidecar:\n  adminPort: 15000\n")
+    args = ["--tls-cert", str(server.cert), "--tls-key", str(server.key), "--config", str(path)]
+    done = subprocess.run(
+        [sys.executable, "-m", "injector", "serve", "--listen", "127.0.0.1:0", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert f"{path}:3: sidecar.image: is required" in done.stderr
+
+
+def test_serve_with_an_unreadable_certificate_exits_2(tmp_path: Path) -> None:
+    ca = CertificateAuthority(tmp_path)
+    config = write_config(tmp_path / "injector.yaml", ca.path)
+    missing = tmp_path / "missing.crt"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "injector",
+            "serve",
+            "--tls-cert",
+            str(missing),
+            "--tls-key",
+            str(missing),
+            "--config",
+            str(config),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "missing.crt" in done.stderr
