@@ -9,6 +9,7 @@ refusals of malformed input, metrics, health and the drain on SIGTERM.
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import ssl
 from typing import Any
@@ -18,6 +19,7 @@ import pytest
 
 from tests.injector.support import Injector, apply_patch, patch_of, pod, review
 from tests.support.certs import CertificateAuthority
+from tests.support.processes import wait_until
 
 SIDECAR = "meshplane-sidecar"
 STATUS = "sidecar.meshplane.io/status"
@@ -255,14 +257,31 @@ def test_health_readiness_and_metrics_by_result(injector: Injector) -> None:
         assert line in text, text
 
 
-def test_sigterm_drains_and_exits_zero(tmp_path: Any) -> None:
+def test_sigterm_answers_the_review_in_progress_then_exits_zero(tmp_path: Any) -> None:
     ca = CertificateAuthority(tmp_path)
     running = Injector(tmp_path, ca, ca.issue("injector"))
     running.service.start()
-    with running.client() as client:
-        assert client.post("/mutate", json=review(pod())).status_code == 200
-    assert running.service.stop() == 0
+    assert running.service.proc is not None
+    body = json.dumps(review(pod())).encode()
+    head = (
+        f"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    context = ssl.create_default_context(cafile=str(ca.path))
+    with socket.create_connection(("127.0.0.1", running.port), timeout=30) as sock:
+        with context.wrap_socket(sock, server_hostname="localhost") as tls:
+            tls.sendall(head + body[:100])  # a review in progress when SIGTERM comes
+            running.service.proc.send_signal(signal.SIGTERM)
+            wait_until(lambda: '"draining"' in running.log.read_text(), timeout=60, what="drain")
+            tls.sendall(body[100:])
+            answer = b""
+            while chunk := tls.recv(65536):
+                answer += chunk
+    assert answer.startswith(b"HTTP/1.1 200 "), answer[:200]
+    assert b"Connection: close" in answer
+    assert running.service.proc.wait(timeout=60) == 0
+    running.service.stop()
     logs = [
         json.loads(line) for line in running.log.read_text().splitlines() if line.startswith("{")
     ]
-    assert [e["msg"] for e in logs][-2:] == ["draining", "injector stopped"]
+    assert [e["msg"] for e in logs][-3:] == ["draining", "admission review", "injector stopped"]
