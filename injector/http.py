@@ -105,6 +105,7 @@ class HttpServer:
         self._draining = False
         self._idle = asyncio.Event()  # set whenever no request is in progress
         self._idle.set()
+        self._tasks: set[asyncio.Task[None]] = set()
         self.port = 0
 
     async def start(self, host: str, port: int) -> int:
@@ -126,6 +127,8 @@ class HttpServer:
                     await self._idle.wait()
         for writer in list(self._connections):
             writer.close()
+        if self._tasks:  # let each connection's handler finish its own close
+            await asyncio.wait(list(self._tasks), timeout=max(0.5, deadline - time.monotonic()))
         if self._server is not None:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(max(0.1, deadline - time.monotonic())):
@@ -133,6 +136,10 @@ class HttpServer:
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._connections[writer] = False
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         try:
             while not self._draining:
                 if not await self._one(reader, writer):
