@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 MAX_HEAD_BYTES = 16 * 1024
 READ_TIMEOUT_SECONDS = 10.0
 IDLE_TIMEOUT_SECONDS = 60.0
+DRAIN_SETTLE_SECONDS = 0.1
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,9 @@ class HttpServer:
         if self._server is not None:
             self._server.close()
         deadline = time.monotonic() + grace
+        # A request whose bytes had already arrived when the signal came is read
+        # (and so counted as in progress) before idle connections are closed.
+        await asyncio.sleep(DRAIN_SETTLE_SECONDS)
         if any(self._connections.values()):
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(grace):
