@@ -1,0 +1,5 @@
+import sys
+
+from injector.cli import main
+
+sys.exit(main())

@@ -1,0 +1,148 @@
+"""``meshplane-injector``: the sidecar injection webhook, and the sidecar's own start command.
+
+    meshplane-injector serve --listen 0.0.0.0:9443 --tls-cert FILE --tls-key FILE \\
+        --config FILE [--metrics-listen 127.0.0.1:9106]
+    meshplane-injector sidecar ...   (the injected container's command; see injector.sidecar)
+
+``serve`` answers ``POST /mutate``, ``GET /healthz`` and ``GET /readyz`` over
+HTTPS (the certificate files are re-read when they change) and ``/metrics``
+over plain HTTP. SIGTERM drains: ``/readyz`` turns 503, the listeners stop
+accepting, reviews in progress are answered, then the process exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from injector import config as config_mod
+from injector import review, sidecar
+from injector.http import HttpServer, Request, Response, Route
+from injector.metrics import InjectorMetrics
+from injector.webhook import Webhook
+from meshplane.cli_args import fail
+from meshplane.config_error import ConfigError
+from meshplane.logging import configure_logging
+from meshplane.netaddr import parse_listen
+from meshplane.tls import ReloadingServerContext, TlsFiles
+
+log = logging.getLogger("injector")
+
+SERVICE = "meshplane-injector"
+GRACE_SECONDS = 5.0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=SERVICE, description="meshplane's sidecar injection webhook (docs/injector.md)."
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+    srv = sub.add_parser("serve", help="serve the mutating admission webhook")
+    srv.add_argument(
+        "--listen", default="0.0.0.0:9443", help="HTTPS HOST:PORT (default 0.0.0.0:9443)"
+    )
+    srv.add_argument("--tls-cert", required=True, help="PEM certificate chain (re-read on change)")
+    srv.add_argument("--tls-key", required=True, help="PEM private key of --tls-cert")
+    srv.add_argument("--config", required=True, help="the injector's YAML configuration")
+    srv.add_argument(
+        "--metrics-listen", default="127.0.0.1:9106", help="plain HTTP /metrics HOST:PORT"
+    )
+    side = sub.add_parser("sidecar", help="render the sidecar's bootstrap and run Envoy")
+    sidecar.add_arguments(side)
+    return p
+
+
+class Service:
+    """The two listeners and the webhook, wired."""
+
+    def __init__(self, webhook: Webhook, tls: ReloadingServerContext) -> None:
+        self.webhook = webhook
+        self.tls = tls
+        self.ready = False
+        self.https = HttpServer(
+            "webhook",
+            {
+                "/mutate": Route("POST", self._mutate),
+                "/healthz": Route("GET", lambda _r: Response.text(200, "ok")),
+                "/readyz": Route("GET", self._readyz),
+            },
+            max_body=review.MAX_REVIEW_BYTES,
+            tls=tls,
+            on_refused=self._refused,
+        )
+        self.metrics = HttpServer("metrics", {"/metrics": Route("GET", self._metrics)}, max_body=0)
+
+    def _mutate(self, request: Request) -> Response:
+        status, doc = self.webhook.mutate(request.body, request.headers.get("content-type"))
+        return Response.json(status, doc)
+
+    def _refused(self, path: str, status: int) -> None:
+        """A /mutate request the HTTP layer refused (too large, chunked...) is a refused review."""
+        if path == "/mutate":
+            self.webhook.metrics.reviews.labels("refused", f"http-{status}").inc()
+
+    def _readyz(self, _request: Request) -> Response:
+        return Response.text(200, "ok") if self.ready else Response.text(503, "draining")
+
+    def _metrics(self, _request: Request) -> Response:
+        self.webhook.metrics.tls_reloads.set(self.tls.reloads)
+        return Response(200, CONTENT_TYPE_LATEST, self.webhook.metrics.render())
+
+    async def run(self, listen: str, metrics_listen: str) -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        port = await self.https.start(*parse_listen(listen))
+        metrics_port = await self.metrics.start(*parse_listen(metrics_listen))
+        self.ready = True
+        log.info(
+            "injector started",
+            extra={
+                "port": port,
+                "metrics_port": metrics_port,
+                "cluster": self.webhook.config.cluster_ref,
+            },
+        )
+        await stop.wait()
+        self.ready = False
+        log.info("draining")
+        await self.https.drain(GRACE_SECONDS)
+        await self.metrics.drain(0.5)
+        log.info("injector stopped")
+        return 0
+
+
+def serve(args: argparse.Namespace) -> int:
+    parse_listen(args.listen)
+    parse_listen(args.metrics_listen)
+    config = config_mod.load(Path(args.config))
+    ca_pem = config_mod.read_ca(config)
+    files = TlsFiles(args.tls_cert, args.tls_key).absolute()
+    try:
+        tls = ReloadingServerContext(files, listener="webhook")
+    except (OSError, ValueError) as exc:
+        raise ConfigError(str(exc), field="--tls-cert") from None
+    service = Service(Webhook(config, ca_pem, InjectorMetrics()), tls)
+    return asyncio.run(service.run(args.listen, args.metrics_listen))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    configure_logging(SERVICE)
+    try:
+        if args.command == "sidecar":
+            return sidecar.main(args)
+        return serve(args)
+    except (ConfigError, ValueError) as exc:
+        return fail(SERVICE, str(exc))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

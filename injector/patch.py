@@ -1,0 +1,174 @@
+"""The JSONPatch (RFC 6902) that adds the sidecar to a pod: pure, from the pod and the config.
+
+The patch only *adds*: a container at the end of ``spec.containers``, two
+volumes, one annotation. It never replaces what the pod has, so it cannot
+drop a field that the API server or another webhook set. Anything that
+would make the result unsafe (a volume or port already taken, a pod
+object of an unexpected shape) raises :class:`Unsafe`, and the pod is
+admitted without the sidecar (docs/injector.md).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from injector import shape
+from injector.config import InjectorConfig
+from injector.decision import SIDECAR_CONTAINER, STATUS_ANNOTATION, PodFacts
+
+#: Labels naming the workload, first present wins; else the service account.
+APP_LABELS = ("app.kubernetes.io/name", "app")
+VERSION = "0.1.0"
+
+
+class Unsafe(ValueError):
+    """The pod cannot be patched safely; the message says why (it becomes a warning)."""
+
+
+def _pointer(token: str) -> str:
+    """A JSON Pointer reference token (RFC 6901): ``~`` then ``/`` escaped."""
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def _mapping(value: Any, where: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise Unsafe(f"{where} is not an object")
+    return value
+
+
+def _strings(value: Any, where: str) -> dict[str, str]:
+    mapping = _mapping(value, where)
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in mapping.items()):
+        raise Unsafe(f"{where} must map strings to strings")
+    return dict(mapping)
+
+
+def facts(namespace: str, pod: Any) -> PodFacts:
+    """What the decision needs of a pod object; Unsafe when it is not a pod's shape."""
+    pod = _mapping(pod, "request.object")
+    metadata = _mapping(pod.get("metadata"), "metadata")
+    spec = _mapping(pod.get("spec"), "spec")
+    containers = spec.get("containers")
+    if not isinstance(containers, list) or not all(isinstance(c, Mapping) for c in containers):
+        raise Unsafe("spec.containers is not a list of containers")
+    return PodFacts(
+        namespace=namespace or str(metadata.get("namespace") or ""),
+        labels=_strings(metadata.get("labels"), "metadata.labels"),
+        annotations=_strings(metadata.get("annotations"), "metadata.annotations"),
+        container_names=[str(c.get("name", "")) for c in containers],
+        host_network=spec.get("hostNetwork") is True,
+    )
+
+
+def app_name(pod: PodFacts, service_account: str) -> str:
+    """The workload's name in the sidecar's node metadata (and its gateway name)."""
+    for label in APP_LABELS:
+        if pod.labels.get(label):
+            return pod.labels[label]
+    return service_account or "default"
+
+
+def sidecar_container(config: InjectorConfig, app: str, ca_pem: str | None) -> dict[str, Any]:
+    """The container: ``meshplane-injector sidecar`` renders the bootstrap, then runs Envoy."""
+    args = ["--cluster", config.cluster_ref, "--control-plane", config.control_plane]
+    args += ["--credentials", shape.CREDENTIALS_DIR, "--bootstrap-dir", shape.BOOTSTRAP_DIR]
+    args += ["--app", app, "--admin-port", str(config.sidecar.admin_port)]
+    env: list[dict[str, Any]] = [
+        {"name": name, "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": path}}}
+        for name, path in (
+            (shape.POD_NAME_ENV, "metadata.name"),
+            (shape.POD_NAMESPACE_ENV, "metadata.namespace"),
+            (shape.SERVICE_ACCOUNT_ENV, "spec.serviceAccountName"),
+        )
+    ]
+    if ca_pem is not None:
+        env.append({"name": shape.CA_ENV, "value": ca_pem})
+    container: dict[str, Any] = {
+        "name": SIDECAR_CONTAINER,
+        "image": config.sidecar.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["meshplane-injector", "sidecar"],
+        "args": args,
+        "env": env,
+        "ports": [{"name": "mesh-listener", "containerPort": shape.LISTEN_PORT}],
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": shape.RUN_AS_USER,
+            "runAsGroup": shape.RUN_AS_USER,
+            "readOnlyRootFilesystem": True,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "volumeMounts": [
+            {
+                "name": shape.CREDENTIALS_VOLUME,
+                "mountPath": shape.CREDENTIALS_DIR,
+                "readOnly": True,
+            },
+            {"name": shape.BOOTSTRAP_VOLUME, "mountPath": shape.BOOTSTRAP_DIR},
+        ],
+    }
+    if config.sidecar.resources:
+        container["resources"] = json.loads(json.dumps(config.sidecar.resources))
+    return container
+
+
+def volumes(config: InjectorConfig) -> list[dict[str, Any]]:
+    return [
+        {"name": shape.CREDENTIALS_VOLUME, "secret": {"secretName": config.credentials_secret}},
+        {"name": shape.BOOTSTRAP_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
+    ]
+
+
+def _check_free(spec: Mapping[str, Any], config: InjectorConfig) -> None:
+    """Volume names and container ports the sidecar needs must not be the pod's already."""
+    taken_volumes = {v.get("name") for v in spec.get("volumes") or [] if isinstance(v, Mapping)}
+    for name in (shape.CREDENTIALS_VOLUME, shape.BOOTSTRAP_VOLUME):
+        if name in taken_volumes:
+            raise Unsafe(f"the pod already has a volume named {name}")
+    ports = {shape.LISTEN_PORT, config.sidecar.admin_port}
+    for container in [*spec.get("containers", []), *(spec.get("initContainers") or [])]:
+        for port in container.get("ports") or []:
+            if isinstance(port, Mapping) and port.get("containerPort") in ports:
+                raise Unsafe(
+                    f"container {container.get('name')} uses port {port.get('containerPort')},"
+                    " which the sidecar needs"
+                )
+
+
+def operations(
+    pod: Any, facts_: PodFacts, config: InjectorConfig, ca_pem: str | None
+) -> list[dict[str, Any]]:
+    """The patch adding the sidecar to ``pod`` (whose :func:`facts` are ``facts_``)."""
+    spec = _mapping(pod.get("spec"), "spec")
+    volumes_value = spec.get("volumes")
+    if volumes_value is not None and not isinstance(volumes_value, list):
+        raise Unsafe("spec.volumes is not a list")
+    _check_free(spec, config)
+    account = spec.get("serviceAccountName")
+    app = app_name(facts_, account if isinstance(account, str) else "")
+    ops: list[dict[str, Any]] = [
+        {"op": "add", "path": "/spec/containers/-", "value": sidecar_container(config, app, ca_pem)}
+    ]
+    if volumes_value is None:
+        ops.append({"op": "add", "path": "/spec/volumes", "value": volumes(config)})
+    else:
+        ops += [{"op": "add", "path": "/spec/volumes/-", "value": v} for v in volumes(config)]
+    status = json.dumps({"version": VERSION, "containers": [SIDECAR_CONTAINER]})
+    if "metadata" not in pod:
+        ops.append({"op": "add", "path": "/metadata", "value": {}})
+    if _mapping(pod.get("metadata"), "metadata").get("annotations") is None:
+        ops.append({"op": "add", "path": "/metadata/annotations", "value": {}})
+    ops.append(
+        {
+            "op": "add",
+            "path": f"/metadata/annotations/{_pointer(STATUS_ANNOTATION)}",
+            "value": status,
+        }
+    )
+    return ops

@@ -1,0 +1,127 @@
+"""The injector's configuration file: the interface's example loads, and each wrong value
+fails with the file, line and field (the operator reads the pod's log, nothing else)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from injector.config import load, read_ca
+from meshplane.config_error import ConfigError
+from tests.injector.support import write_config
+from tests.support.certs import CertificateAuthority
+
+
+def test_the_interface_example_loads(tmp_path: Path) -> None:
+    ca = CertificateAuthority(tmp_path)
+    config = load(write_config(tmp_path / "c.yaml", ca.path))
+    assert config.cluster_ref == "acme/east"
+    assert config.sidecar.admin_port == 15000
+    assert config.sidecar.resources["limits"] == {"cpu": "1", "memory": "256Mi"}
+    assert "kube-node-lease" in config.system_namespaces
+    assert config.opt_out_label == "sidecar.meshplane.io/inject"
+    assert read_ca(config) == ca.path.read_text()
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "line", "words"),
+    [
+        ("controlPlane: grpc://a:1\nsidecar: {image: x}\n", "cluster", None, "non-empty"),
+        (
+            "cluster: acme\ncontrolPlane: grpc://a:1\nsidecar: {image: x}\n",
+            "cluster",
+            1,
+            "ORGANIZATION",
+        ),
+        (
+            "cluster: a/b\ncontrolPlane: http://a:1\nsidecar: {image: x}\n",
+            "controlPlane",
+            2,
+            "grpc",
+        ),
+        (
+            "cluster: a/b\ncontrolPlane: grpcs://a:1\nsidecar: {image: x}\n",
+            "controlPlane",
+            2,
+            "CaFile",
+        ),
+        ("cluster: a/b\ncontrolPlane: grpc://a:1\n", "sidecar", None, "required"),
+        (
+            "cluster: a/b\ncontrolPlane: grpc://a:1\nsidecar:\n  image: x\n  adminPort: 70000\n",
+            "sidecar.adminPort",
+            5,
+            "port",
+        ),
+        (
+            "cluster: a/b\ncontrolPlane: grpc://a:1\nsidecar: {image: x}\nextra: 1\n",
+            "extra",
+            4,
+            "unknown",
+        ),
+        (
+            "cluster: a/b\ncontrolPlane: grpc://a:1\nsidecar: {image: x}\n"
+            "systemNamespaces: kube-system\n",
+            "systemNamespaces",
+            4,
+            "list",
+        ),
+    ],
+)
+def test_wrong_values_name_file_line_and_field(
+    tmp_path: Path, text: str, field: str, line: int | None, words: str
+) -> None:
+    path = tmp_path / "injector.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load(path)
+    assert caught.value.field == field
+    assert caught.value.source == str(path)
+    if line is not None:
+        assert caught.value.line == line
+    assert words in str(caught.value)
+
+
+def test_serve_with_a_wrong_config_exits_2_naming_file_line_and_field(tmp_path: Path) -> None:
+    ca = CertificateAuthority(tmp_path)
+    server = ca.issue("injector")
+    path = tmp_path / "injector.yaml"
+    path.write_text("cluster: a/b\ncontrolPlane: grpc://a:1\nsidecar:\n  adminPort: 15000\n")
+    args = ["--tls-cert", str(server.cert), "--tls-key", str(server.key), "--config", str(path)]
+    done = subprocess.run(
+        [sys.executable, "-m", "injector", "serve", "--listen", "127.0.0.1:0", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert f"{path}:3: sidecar.image: is required" in done.stderr
+
+
+def test_serve_with_an_unreadable_certificate_exits_2(tmp_path: Path) -> None:
+    ca = CertificateAuthority(tmp_path)
+    config = write_config(tmp_path / "injector.yaml", ca.path)
+    missing = tmp_path / "missing.crt"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "injector",
+            "serve",
+            "--tls-cert",
+            str(missing),
+            "--tls-key",
+            str(missing),
+            "--config",
+            str(config),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "missing.crt" in done.stderr
