@@ -15,7 +15,7 @@ redacts and chunks them:
   workload).
 
 Per instance payloads (merged into the REST records by mgmt-api):
-``{"clusterStats"}``, ``{"serverInfo", "stats"}``, ``{"configDump",
+``{"clusterStats"}``, ``{"stats"}`` (plus ``"serverInfo"`` when asked), ``{"configDump",
 "redactedFields"}``, ``{"levels"}``.
 """
 
@@ -110,12 +110,14 @@ class Diagnostics:
         if operation == "server_stats":
             op = call.server_stats
             stats_request = admin.server_stats(op.filter, op.used_only)
-            info_request = admin.server_info()
+            info_request = admin.server_info() if op.include_server_info else None
 
             async def server_stats(proxy: Proxy) -> dict[str, Any]:
+                stats_call = self._get_json(proxy, stats_request, within, field="filter")
+                if info_request is None:
+                    return {"stats": (await stats_call).get("stats", [])}
                 info, stats = await asyncio.gather(
-                    self._get_json(proxy, info_request, within),
-                    self._get_json(proxy, stats_request, within, field="filter"),
+                    self._get_json(proxy, info_request, within), stats_call
                 )
                 return {"serverInfo": info, "stats": stats.get("stats", [])}
 

@@ -72,17 +72,21 @@ def stats(  # noqa: PLR0917 - typer maps options to parameters
     instance: Instance = "",
     filter_: Annotated[str, typer.Option("--filter", help="RE2 regex over stat names.")] = "",
     used_only: Annotated[bool, typer.Option("--used-only", help="Only used stats.")] = False,
+    server_info: Annotated[
+        bool, typer.Option("--server-info", help="Also Envoy's /server_info (long).")
+    ] = False,
     upstream: Annotated[
         bool, typer.Option("--upstream", help="Upstream cluster stats (/clusters) instead.")
     ] = False,
     output: Output = "json",
 ) -> None:
-    """Server info and stats (or, with --upstream, upstream cluster stats)."""
+    """Stats (with --server-info, Envoy's server info too; with --upstream, upstream
+    cluster stats instead)."""
     body: dict[str, Any] = {"namespace": namespace, "workload": workload, "instance": instance}
     if upstream:
         _call(ctx, "POST", _path(ctx, org, cluster, "clusterstats"), body, output)
         return
-    body.update({"filter": filter_, "usedOnly": used_only})
+    body.update({"filter": filter_, "usedOnly": used_only, "includeServerInfo": server_info})
     _call(ctx, "POST", _path(ctx, org, cluster, "serverstats"), body, output)
 
 

@@ -120,7 +120,11 @@ async def server_stats(
     body: Annotated[GetServerStatsRequest, Body()],
 ) -> JSONResponse:
     check_fields(contract.check_filter, body.filter)
-    stats = pb.ServerStats(filter=body.filter, used_only=body.used_only)
+    stats = pb.ServerStats(
+        filter=body.filter,
+        used_only=body.used_only,
+        include_server_info=body.include_server_info,
+    )
     return await _read(
         request, organization, cluster, body, lambda call: call.server_stats.CopyFrom(stats)
     )

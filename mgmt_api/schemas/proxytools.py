@@ -38,6 +38,10 @@ class GetClusterStatsRequest(WorkloadSelector):
 class GetServerStatsRequest(WorkloadSelector):
     filter: str = Field(default="", max_length=1024, description="RE2 regex over stat names.")
     used_only: bool = Field(default=False, description="Only stats that were written to.")
+    include_server_info: bool = Field(
+        default=False,
+        description="Also Envoy's /server_info (node, version, options: about 4,000 lines).",
+    )
 
 
 class GetConfigDumpRequest(WorkloadSelector):
@@ -92,7 +96,9 @@ class GetClusterStatsResponse(ApiModel):
 
 
 class ServerStatsInstance(InstanceRef):
-    server_info: dict[str, Any] | None = Field(default=None, description="Envoy's /server_info.")
+    server_info: dict[str, Any] | None = Field(
+        default=None, description="Envoy's /server_info, when includeServerInfo was set."
+    )
     stats: list[Any] | None = Field(
         default=None, description="Envoy's /stats?format=json (filtered)."
     )

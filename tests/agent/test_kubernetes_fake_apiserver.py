@@ -116,7 +116,10 @@ def kube(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kub
 
 def test_pods_by_selector_are_the_proxies(fleet: Fleet, kube: Kube) -> None:
     answer = wait_ok(
-        fleet.admin, "POST", fleet.path("serverstats", "kube"), {**WEB, "filter": "^server.live$"}
+        fleet.admin,
+        "POST",
+        fleet.path("serverstats", "kube"),
+        {**WEB, "filter": "^server.live$", "includeServerInfo": True},
     )
     ids = {i["instance"]: i["serverInfo"]["node"]["id"] for i in answer["instances"]}
     assert ids == {pod: pod for pod in PODS}  # each pod's own Envoy, at podIP:admin-port

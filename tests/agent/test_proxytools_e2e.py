@@ -43,6 +43,11 @@ def test_clusterstats_match_the_admin_api(fleet: Fleet) -> None:
 
 def test_serverstats_filter_and_server_info(fleet: Fleet) -> None:
     body = {**WEB, "instance": "web-2", "filter": r"^server\.(live|concurrency)$"}
+    # A filtered call answers the stats it asked for, nothing else: server info is opt-in.
+    [plain] = ok(fleet.admin.post(fleet.path("serverstats"), json=body))["instances"]
+    assert "serverInfo" not in plain
+    assert {s["name"] for s in plain["stats"]} == {"server.concurrency", "server.live"}
+    body["includeServerInfo"] = True
     answer = ok(fleet.admin.post(fleet.path("serverstats"), json=body))
     [item] = answer["instances"]
     direct_info = fleet.envoys["web-2"].admin("GET", "/server_info").json()
@@ -107,7 +112,7 @@ def test_no_diagnostics_answer_carries_a_secret(fleet: Fleet) -> None:
     """server info (node metadata, --config-yaml), stats, clusters, logger levels, logs."""
     envoy = fleet.envoys["api-1"]
     assert SECRETS["db_password"] in envoy.admin("GET", "/server_info").text
-    info = ok(fleet.admin.post(fleet.path("serverstats"), json=API))
+    info = ok(fleet.admin.post(fleet.path("serverstats"), json={**API, "includeServerInfo": True}))
     assert _leaks(info) == []
     [item] = info["instances"]
     metadata = item["serverInfo"]["node"]["metadata"]

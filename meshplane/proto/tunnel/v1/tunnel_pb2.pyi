@@ -97,12 +97,14 @@ class ClusterStats(_message.Message):
     def __init__(self) -> None: ...
 
 class ServerStats(_message.Message):
-    __slots__ = ("filter", "used_only")
+    __slots__ = ("filter", "used_only", "include_server_info")
     FILTER_FIELD_NUMBER: _ClassVar[int]
     USED_ONLY_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_SERVER_INFO_FIELD_NUMBER: _ClassVar[int]
     filter: str
     used_only: bool
-    def __init__(self, filter: _Optional[str] = ..., used_only: _Optional[bool] = ...) -> None: ...
+    include_server_info: bool
+    def __init__(self, filter: _Optional[str] = ..., used_only: _Optional[bool] = ..., include_server_info: _Optional[bool] = ...) -> None: ...
 
 class ConfigDump(_message.Message):
     __slots__ = ("resource", "mask", "include_eds")
