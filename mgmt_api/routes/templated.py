@@ -81,11 +81,11 @@ def signature(path_params: list[str], *extra: inspect.Parameter) -> inspect.Sign
 
 
 def endpoint(fn: Callable[..., Any], sig: inspect.Signature) -> Callable[..., Any]:
-    """Give ``fn`` a real signature and authenticate before it runs.
+    """Give ``fn`` a real signature and the caller's context (``kw["ctx"]``).
 
-    Authentication runs inside the endpoint's worker thread rather than as a
-    separate FastAPI dependency: a sync dependency would cost a second
-    thread hop per request. The OpenAPI declares the security schemes.
+    The caller was authenticated before FastAPI read anything of the request
+    (:class:`mgmt_api.middleware.Authenticate`); this takes its context from
+    the scope. The OpenAPI declares the security schemes.
     """
 
     def endpoint(**kw: Any) -> Any:
