@@ -30,7 +30,7 @@ from meshplane.cli_args import fail
 from meshplane.config_error import ConfigError
 from meshplane.logging import configure_logging
 from meshplane.netaddr import parse_listen
-from meshplane.tls import ReloadingServerContext, TlsFiles
+from meshplane.tls import ListenerTlsFiles, ReloadingServerContext
 
 log = logging.getLogger("injector")
 
@@ -124,7 +124,7 @@ def serve(args: argparse.Namespace) -> int:
     parse_listen(args.metrics_listen)
     config = config_mod.load(Path(args.config))
     ca_pem = config_mod.read_ca(config)
-    files = TlsFiles(args.tls_cert, args.tls_key).absolute()
+    files = ListenerTlsFiles(args.tls_cert, args.tls_key).absolute()
     try:
         tls = ReloadingServerContext(files, listener="webhook")
     except (OSError, ValueError) as exc:
