@@ -236,22 +236,36 @@ async def run_each_period(
     stop: asyncio.Event,
     clock: Callable[[], float] = time.time,
 ) -> None:
-    """Run ``body`` once per ``interval``-long period across every replica, until ``stop``.
+    """Run ``body`` when this replica starts, then once per ``interval``-long period across
+    every replica, until ``stop``.
 
-    Each replica wakes at each period's start and tries to claim it; the one
-    that does runs the job. A replica that was down for a period leaves it to
-    the others; a job that crashes is logged and the next period runs again.
+    The run at start is every replica's own (a restart picks up what changed
+    at once); it also claims the current period, so the others do not repeat
+    it. Then each replica wakes at each period's start and tries to claim it;
+    the one that does runs the job. A replica that is down leaves its periods
+    to the others; a job that crashes is logged and the next period runs again.
     """
+    await _run(job, body, claim, rules.period_of(clock(), interval), at_start=True)
     while not stop.is_set():
-        period = rules.period_of(clock(), interval)
-        try:
-            if await asyncio.to_thread(claim, job, period):
-                log.info("periodic job ran", extra={"job": job, "period": period})
-                await body()
-            else:
-                log.debug("periodic job: another replica runs it", extra={"job": job})
-        except Exception:
-            log.exception("periodic job %s failed", job)
         delay = max(0.0, rules.next_period_start(clock(), interval) - clock())
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=delay)
+        if not stop.is_set():
+            await _run(job, body, claim, rules.period_of(clock(), interval), at_start=False)
+
+
+async def _run(
+    job: str, body: Callable[[], Awaitable[None]], claim: Claim, period: int, *, at_start: bool
+) -> None:
+    try:
+        claimed = await asyncio.to_thread(claim, job, period)
+        if at_start:
+            log.info("periodic job ran at start", extra={"job": job, "period": period})
+        elif claimed:
+            log.info("periodic job ran", extra={"job": job, "period": period})
+        else:
+            log.debug("periodic job: another replica runs it", extra={"job": job})
+            return
+        await body()
+    except Exception:
+        log.exception("periodic job %s failed", job)
