@@ -168,6 +168,15 @@ def test_a_proxytools_call_through_every_replica_answers(
                 headers={"x-meshplane-replica-signature": "t=1,v1=00"},
             )
         assert forged.status_code == 401, forged.text
+    # A forwarded write is audited once, by the replica the caller reached.
+    other = others[0]
+    levels = f"/v2/organizations/{ORG}/clusters/{CLUSTER}/proxytools/loggerlevels"
+    with other.admin() as client:
+        changed = ok(client.put(levels, json={**WEB, "loggers": {"upstream": "debug"}}))
+        assert changed["instances"][0]["levels"]["upstream"] == "debug"
+        audit = ok(client.get(f"/v2/organizations/{ORG}/auditlogs", params={"pageSize": 1000}))
+    sets = [e for e in audit["auditLogs"] if e["operation"] == "SET_LOGGER_LEVELS"]
+    assert len(sets) == 1 and sets[0]["properties"]["outcome"] == {"web-1": "OK"}, sets
 
 
 def test_kill_9_of_the_tunnel_holder_during_a_log_stream_then_the_next_call_answers(
