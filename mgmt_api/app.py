@@ -8,6 +8,7 @@ the status of its gRPC code.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -56,6 +57,7 @@ from mgmt_api.routes import (
 from mgmt_api.routes.deps import authenticate_scope, call_context
 from mgmt_api.schemas.base import PATTERN_RULES, ErrorBody
 from mgmt_api.service.container import Services
+from mgmt_api.service.replicas import store_claim
 from mgmt_api.settings import Settings
 from mgmt_api.store.engine import create_engine, migrate
 
@@ -175,11 +177,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             distribution.servicers.append(
                 tunnel_servicer(distribution, services.proxytools.hub, services.inventory)
             )
+    peers = services.proxytools.peers if services.proxytools is not None else None
     identity = IdentityRuntime.build(
         services.uow,
         services.authn,
         install_config=settings.install_config,
         public_url=settings.public_url,
+        purge_interval=parse_duration(settings.purge_interval, "MESHPLANE_PURGE_INTERVAL"),
+        claim=store_claim(services.uow, peers.replica_id if peers else uuid.uuid4().hex),
     )
 
     @asynccontextmanager
@@ -188,11 +193,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # snapshot streams directly (see mgmt_api.distribution.hub).
         if distribution is not None:
             await distribution.start()
+        if peers is not None:
+            await peers.start()  # this replica's row in the replica registry
         await identity.start()  # the periodic directory sync
         try:
             yield
         finally:
             await identity.stop()
+            if peers is not None:
+                await peers.stop()
             if distribution is not None:
                 await distribution.stop()
             engine.dispose()  # close pooled connections on SIGTERM

@@ -10,6 +10,7 @@ import dataclasses
 import gc
 import logging
 import signal
+import socket
 import ssl
 from typing import Annotated
 
@@ -148,6 +149,10 @@ def serve(  # noqa: PLR0917 - one parameter per command-line option, as typer wa
         https = rest_tls(settings, host)
     except (ValueError, OSError, ssl.SSLError) as exc:
         raise typer.BadParameter(str(exc)) from None
+    if settings.replica_secret and not settings.replica_address:
+        settings = dataclasses.replace(
+            settings, replica_address=replica_address(host, port, https is not None)
+        )
     application = create_app(settings)
     # Everything built so far (routes, models, compiled statements) lives for
     # the whole process: move it out of the collector's sight so full
@@ -169,6 +174,16 @@ def serve(  # noqa: PLR0917 - one parameter per command-line option, as typer wa
         proxy_headers=False,
         ssl_context_factory=None if https is None else (lambda _config, _default: https),
     )
+
+
+def replica_address(host: str, port: int, https: bool) -> str:
+    """Where the other replicas reach this one's REST port, by default: the listen
+    address, or this host's name when it listens on every address."""
+    if host in {"", "0.0.0.0", "::", "[::]"}:
+        host = socket.gethostname()
+    elif ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"{'https' if https else 'http'}://{host}:{port}"
 
 
 def rest_tls(settings: Settings, host: str) -> ReloadingServerContext | None:

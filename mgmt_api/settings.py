@@ -130,3 +130,19 @@ class Settings:
     login_lockout: str = field(
         default_factory=lambda: os.environ.get("MESHPLANE_LOGIN_LOCKOUT") or "1s"
     )
+    # Several replicas on one PostgreSQL (docs/mgmt-api-architecture.md): the
+    # secret every replica shares to sign a proxytools call forwarded to the
+    # replica that holds the cluster's agent tunnel. Unset: nothing is
+    # forwarded (one replica).
+    replica_secret: str | None = field(
+        default_factory=lambda: os.environ.get("MESHPLANE_REPLICA_SECRET") or None
+    )
+    # The URL other replicas reach this one's REST port at (e.g. the pod IP).
+    # Default: derived from --listen (the host name when it listens on all).
+    replica_address: str | None = field(
+        default_factory=lambda: os.environ.get("MESHPLANE_REPLICA_ADDRESS") or None
+    )
+    # How often the expired-login purge runs (once per period across replicas).
+    purge_interval: str = field(
+        default_factory=lambda: os.environ.get("MESHPLANE_PURGE_INTERVAL") or "600s"
+    )

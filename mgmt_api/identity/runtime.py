@@ -58,6 +58,7 @@ from mgmt_api.identity.sync.runner import (
 from mgmt_api.identity.token_exchange import ExchangeSubject, IssuedToken
 from mgmt_api.identity.user_mapping import LoginScope
 from mgmt_api.service.authn import Authenticator
+from mgmt_api.service.replicas import Claim, run_each_period
 from mgmt_api.store import repo
 from mgmt_api.store.uow import UnitOfWork
 
@@ -109,6 +110,9 @@ class IdentityRuntime:
     runs: SyncRunLog | None = None
     syncs: dict[str, DirectorySync] = field(default_factory=dict)
     clock: Callable[[], float] = time.time
+    #: (job, period) → whether this replica runs it (once per period across replicas).
+    claim: Claim = lambda _job, _period: True
+    purge_interval: float = PURGE_EVERY_S
     _stop: asyncio.Event | None = None
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     _push_locks: dict[tuple[str, str], asyncio.Lock] = field(default_factory=dict)
@@ -121,20 +125,25 @@ class IdentityRuntime:
         *,
         install_config: str | None,
         public_url: str | None = None,
+        purge_interval: float = PURGE_EVERY_S,
+        claim: Claim | None = None,
     ) -> IdentityRuntime:
         """Read the install config (a ``ConfigError`` stops the start-up, naming the line)."""
-        runtime = cls(uow, authn)
+        runtime = cls(uow, authn, purge_interval=purge_interval)
+        if claim is not None:
+            runtime.claim = claim
         runtime.store = SqlDirectoryStore(uow)
         runtime.runs = SyncRunLog(uow)
+        # Purged whether or not logins are configured: rows of an earlier config expire too.
+        runtime.states = SqlLoginStateStore(uow)
+        runtime.codes = SqlLoginCodeStore(uow)
+        runtime.used_tokens = UsedTokenCache(uow)
         if install_config is None:
             return runtime
         config: IdentityProviderConfig = load_identity_provider(Path(install_config))
         if not config.oidc and config.sync is None:
             return runtime
         runtime.http = httpx.AsyncClient(timeout=10.0)
-        runtime.states = SqlLoginStateStore(uow)
-        runtime.codes = SqlLoginCodeStore(uow)
-        runtime.used_tokens = UsedTokenCache(uow)
         runtime.service = IdentityService(
             config,
             http=runtime.http,
@@ -151,8 +160,6 @@ class IdentityRuntime:
 
     async def start(self) -> None:
         """Start the periodic sync of every configured organization and the purges."""
-        if self.service is None:
-            return
         self._stop = asyncio.Event()
         for org in self.syncs:
             self._tasks.append(asyncio.create_task(self._sync_forever(org, self._stop)))
@@ -171,23 +178,23 @@ class IdentityRuntime:
             await self.http.aclose()
 
     async def _sync_forever(self, org: str, stop: asyncio.Event) -> None:
-        """The periodic job: sync now, then every ``interval``, until ``stop``.
+        """The periodic job: once per ``interval`` across replicas, until ``stop``.
 
         The one loop of the periodic sync (``DirectorySync`` only runs single
         syncs): it skips an organization that does not exist yet and records
         every result for ``GET .../directorySync``.
         """
-        sync = self.syncs[org]
-        while not stop.is_set():
-            try:
-                if await asyncio.to_thread(self._org_exists, org):
-                    await self.sync_now(org)
-                else:  # created later; ``:sync`` or the next round picks it up
-                    log.warning("directory sync: organization %s does not exist yet", org)
-            except Exception:  # a store outage must not end the job
-                log.exception("directory sync of %s crashed", org)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=sync.interval_s)
+
+        async def once() -> None:
+            if await asyncio.to_thread(self._org_exists, org):
+                await self.sync_now(org)
+            else:  # created later; ``:sync`` or the next round picks it up
+                log.warning("directory sync: organization %s does not exist yet", org)
+
+        interval = self.syncs[org].interval_s
+        await run_each_period(
+            f"directory-sync/{org}", interval, once, claim=self.claim, stop=stop, clock=self.clock
+        )
 
     # ---- directory sync on demand (``:sync``) ---------------------------------------------
 
@@ -227,13 +234,17 @@ class IdentityRuntime:
                 store.purge_expired(now)
 
     async def _purge_forever(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            try:
-                await asyncio.to_thread(self._purge, self.clock())
-            except Exception:
-                log.exception("purging expired logins failed")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=PURGE_EVERY_S)
+        async def once() -> None:
+            await asyncio.to_thread(self._purge, self.clock())
+
+        await run_each_period(
+            "purge-expired-logins",
+            self.purge_interval,
+            once,
+            claim=self.claim,
+            stop=stop,
+            clock=self.clock,
+        )
 
     # ---- directory sync -------------------------------------------------------------------
 

@@ -10,12 +10,19 @@ chunked response, or Server-Sent Events when the client accepts
 ``text/event-stream``. The answer starts once the agent has opened the
 stream (so a bad request still gets its status code); when the client goes
 away, the agent is told to stop tailing.
+
+``POST /internal/v1/tunnelcalls`` is the hop between replicas: another
+replica, which has already authenticated, authorized (and audited) the
+caller, signs the call with the shared secret; this replica sends it through
+the agent tunnel it holds and answers the agent's replies as length-prefixed
+frames (:mod:`mgmt_api.service.replicas`). Nothing else is served there.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 
@@ -27,6 +34,7 @@ from agent import contract
 from meshplane.proto.tunnel.v1 import tunnel_pb2 as pb
 from mgmt_api.access import Principal
 from mgmt_api.domain import rbac
+from mgmt_api.domain.replicas import SIGNATURE_HEADER, frame
 from mgmt_api.errors import ApiError, Code
 from mgmt_api.routes.deps import Name, call_context, services
 from mgmt_api.schemas.proxytools import (
@@ -43,7 +51,9 @@ from mgmt_api.schemas.proxytools import (
     StreamLogsRequest,
 )
 from mgmt_api.service.proxytools import ProxyTools, check_fields, levels_request
+from mgmt_api.service.replicas import FORWARD_PATH, MAX_FORWARD_BODY_BYTES
 
+log = logging.getLogger(__name__)
 router = APIRouter()
 PREFIX = "/v2/organizations/{organization}/clusters/{cluster}/proxytools"
 TAGS: list[str | Any] = ["ProxyDiagnostics"]
@@ -82,10 +92,10 @@ async def _read(
 ) -> JSONResponse:
     """One read-only call to the workload's proxies: READ on the cluster, the
     selector from ``body``, the operation set by ``fill``, the agents' answers."""
-    tools, _ = await _authorized(request, organization, cluster, rbac.READ)
+    tools, principal = await _authorized(request, organization, cluster, rbac.READ)
     call = tools.new_call(_selector(body))
     fill(call)
-    return JSONResponse(await tools.unary(organization, cluster, call))
+    return JSONResponse(await tools.unary(organization, cluster, call, principal.fqn))
 
 
 @router.post(
@@ -188,7 +198,7 @@ async def set_logger_levels(
     call.set_loggers.CopyFrom(setting)
     outcome: dict[str, str] = {}
     try:
-        answer = await tools.unary(organization, cluster, call)
+        answer = await tools.unary(organization, cluster, call, principal.fqn)
     except ApiError as exc:
         outcome["error"] = f"{exc.code.name}: {exc.message}"[:500]
         await run_in_threadpool(
@@ -227,7 +237,7 @@ async def stream_logs(
     body: Annotated[StreamLogsRequest, Body()],
 ) -> StreamingResponse:
     check_fields(contract.check_stream, body.tail_lines, body.since_seconds)
-    tools, _ = await _authorized(request, organization, cluster, rbac.READ)
+    tools, principal = await _authorized(request, organization, cluster, rbac.READ)
     call = tools.new_call(_selector(body))
     options = pb.StreamLogs(follow=body.follow)
     if body.tail_lines is not None:
@@ -235,7 +245,7 @@ async def stream_logs(
     if body.since_seconds is not None:
         options.since_seconds = body.since_seconds
     call.stream_logs.CopyFrom(options)
-    lines = await tools.open_logs(organization, cluster, call)
+    lines = await tools.open_logs(organization, cluster, call, principal.fqn)
     sse = "text/event-stream" in request.headers.get("accept", "")
 
     async def encode() -> AsyncIterator[bytes]:
@@ -251,3 +261,40 @@ async def stream_logs(
         media_type="text/event-stream" if sse else "application/x-ndjson",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
+
+
+@router.post(FORWARD_PATH, include_in_schema=False)
+async def forwarded_call(request: Request) -> StreamingResponse:
+    """A call another replica forwards to the agent tunnel this replica holds."""
+    tools = _tools(request)
+    if tools.peers is None:
+        raise ApiError(Code.NOT_FOUND, "this replica accepts no forwarded calls")
+    body = bytearray()
+    async for chunk in request.stream():
+        body.extend(chunk)
+        if len(body) > MAX_FORWARD_BODY_BYTES:
+            break
+    forwarded = tools.peers.admit(request.headers.get(SIGNATURE_HEADER), bytes(body))
+    organization, cluster = str(forwarded["organization"]), str(forwarded["cluster"])
+    call = forwarded["call"]
+    assert isinstance(call, pb.Call)
+    log.info(
+        "serving a forwarded proxytools call",
+        extra={"cluster": f"{organization}/{cluster}", "caller": forwarded["caller"]},
+    )
+    # Never forwarded again: a replica that lost the tunnel answers 503 and the
+    # sender tries the next holder.
+    context = tools.hub.open_call(organization, cluster, call, forward=False)
+    handle = await context.__aenter__()
+
+    async def relay() -> AsyncIterator[bytes]:
+        try:
+            while True:
+                reply = await handle.next()
+                yield frame(reply.SerializeToString())
+                if reply.WhichOneof("kind") == "done":
+                    return
+        finally:
+            await context.__aexit__(None, None, None)
+
+    return StreamingResponse(relay(), media_type="application/octet-stream")

@@ -29,6 +29,7 @@ from mgmt_api.service.onboarding import OnboardingService
 from mgmt_api.service.policies import PolicyService
 from mgmt_api.service.profiles import ProfileService
 from mgmt_api.service.proxytools import ProxyTools
+from mgmt_api.service.replicas import ReplicaPeers
 from mgmt_api.service.resources import ResourceService
 from mgmt_api.service.service_accounts import ServiceAccountService
 from mgmt_api.service.status import StatusService
@@ -87,6 +88,8 @@ class Services:
             registry = SubscriberRegistry(stale_after=stale_after)
             timeout = parse_duration(settings.proxytools_timeout, "MESHPLANE_PROXYTOOLS_TIMEOUT")
             proxytools = ProxyTools(uow, TunnelHub(), timeout)
+            if settings.replica_secret and settings.replica_address:
+                proxytools.peers = _peers(uow, proxytools.hub, settings)
         enforcement = EnforcementService(uow)
         return cls(
             settings=settings,
@@ -116,3 +119,17 @@ class Services:
             registry=registry,
             proxytools=proxytools,
         )
+
+
+def _peers(uow: UnitOfWork, hub: TunnelHub, settings: Settings) -> ReplicaPeers:
+    """The replica registry and forwarding, wired to the hub both ways."""
+    assert settings.replica_secret is not None and settings.replica_address is not None
+    peers = ReplicaPeers(
+        uow,
+        secret=settings.replica_secret.encode(),
+        address=settings.replica_address,
+        clusters=hub.clusters,
+    )
+    hub.forward = peers.forward
+    hub.on_change = peers.tunnels_changed
+    return peers

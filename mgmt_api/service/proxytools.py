@@ -34,7 +34,8 @@ from mgmt_api.domain.proxytools import (
     workload_view,
 )
 from mgmt_api.errors import ApiError, Code, invalid, not_found
-from mgmt_api.service.tunnel_hub import CallHandle, TunnelHub
+from mgmt_api.service.replicas import ReplicaPeers
+from mgmt_api.service.tunnel_hub import Replies, TunnelHub
 from mgmt_api.store import repo
 from mgmt_api.store.uow import UnitOfWork
 
@@ -56,6 +57,8 @@ class ProxyTools:
         self.uow = uow
         self.hub = hub
         self.timeout_seconds = timeout_seconds
+        #: The other replicas (forwarding); None with one replica (no shared secret).
+        self.peers: ReplicaPeers | None = None
 
     # ---- permission and audit (blocking: call from a worker thread) -----------
 
@@ -113,16 +116,18 @@ class ProxyTools:
             metadata={"cluster": name},
         )
 
-    async def unary(self, organization: str, cluster: str, call: pb.Call) -> dict[str, Any]:
+    async def unary(
+        self, organization: str, cluster: str, call: pb.Call, caller: str = ""
+    ) -> dict[str, Any]:
         """Send the call, collect every instance's answer, assemble the record."""
         try:
             async with asyncio.timeout(self.timeout_seconds + AGENT_MARGIN_SECONDS):
-                async with self.hub.open_call(organization, cluster, call) as handle:
+                async with self.hub.open_call(organization, cluster, call, caller=caller) as handle:
                     return await self._collect(handle, organization, cluster)
         except TimeoutError:
             raise self._deadline_error(organization, cluster) from None
 
-    async def _collect(self, handle: CallHandle, organization: str, cluster: str) -> dict[str, Any]:
+    async def _collect(self, handle: Replies, organization: str, cluster: str) -> dict[str, Any]:
         parts: dict[str, bytearray] = {}
         results: list[InstanceResult] = []
         size = 0
@@ -158,12 +163,16 @@ class ProxyTools:
                 return assemble(results)
 
     async def open_logs(
-        self, organization: str, cluster: str, call: pb.Call
+        self, organization: str, cluster: str, call: pb.Call, caller: str = ""
     ) -> AsyncGenerator[dict[str, Any], None]:
         """The log stream as JSON-able lines. Raises (before the first line) when the call
         fails outright: no agent, unknown workload, bad field, no answer in time."""
-        context = self.hub.open_call(organization, cluster, call)
-        handle = await context.__aenter__()
+        context = self.hub.open_call(organization, cluster, call, caller=caller)
+        try:
+            async with asyncio.timeout(self.timeout_seconds + AGENT_MARGIN_SECONDS):
+                handle = await context.__aenter__()
+        except TimeoutError:
+            raise self._deadline_error(organization, cluster) from None
         try:
             async with asyncio.timeout(self.timeout_seconds + AGENT_MARGIN_SECONDS):
                 first = await handle.next()
@@ -178,7 +187,7 @@ class ProxyTools:
 
     @staticmethod
     async def _lines(
-        context: Any, handle: CallHandle, first: pb.Reply
+        context: Any, handle: Replies, first: pb.Reply
     ) -> AsyncGenerator[dict[str, Any], None]:
         """Lines until the agent says done; leaving early cancels the agent's tailing."""
         try:

@@ -11,6 +11,11 @@ log stream stops being tailed as soon as nobody reads it.
 When a tunnel closes, every call still waiting on it ends with UNAVAILABLE
 at once instead of waiting for its deadline.
 
+With several replicas, a call for a cluster whose tunnel this replica does
+not hold goes to ``forward`` (:class:`mgmt_api.service.replicas.ReplicaPeers`),
+which relays it to the replica that holds it; ``on_change`` tells the replica
+registry when a tunnel opens or closes.
+
 Replies wait in a queue per call. A REST client that reads a log stream
 more slowly than the proxy writes would let that queue grow without bound;
 past :data:`MAX_QUEUED_REPLIES` the call is cancelled with RESOURCE_EXHAUSTED.
@@ -21,9 +26,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from agent.contract import StatusCode
 from meshplane.proto.tunnel.v1 import tunnel_pb2 as pb
@@ -85,6 +91,16 @@ class AgentSession:
                 )
 
 
+class Replies(Protocol):
+    """Where a call's replies are read from: a local tunnel or another replica."""
+
+    async def next(self) -> pb.Reply: ...
+
+
+# (organization, cluster, call, caller) → the call answered through another replica.
+Forward = Callable[[str, str, pb.Call, str], AbstractAsyncContextManager[Replies]]
+
+
 class CallHandle:
     def __init__(self, session: AgentSession, call_id: int, pending: _Pending) -> None:
         self.session = session
@@ -102,9 +118,12 @@ class TunnelHub:
         self._sessions: dict[tuple[str, str], list[AgentSession]] = {}
         self._ids = itertools.count(1)
         self._turn = itertools.count()
+        self.forward: Forward | None = None
+        self.on_change: Callable[[], None] = lambda: None
 
     def attach(self, session: AgentSession) -> None:
         self._sessions.setdefault((session.organization, session.cluster), []).append(session)
+        self.on_change()
 
     def detach(self, session: AgentSession, reason: str) -> None:
         key = (session.organization, session.cluster)
@@ -114,16 +133,32 @@ class TunnelHub:
         if not sessions:
             self._sessions.pop(key, None)
         session.close(reason)
+        self.on_change()
+
+    def clusters(self) -> list[str]:
+        """The clusters (fqn) with at least one tunnel open here."""
+        return [fqnmod.cluster_fqn(org, cluster) for org, cluster in self._sessions]
 
     def agents(self, organization: str, cluster: str) -> list[AgentSession]:
         return list(self._sessions.get((organization, cluster), []))
 
     @asynccontextmanager
     async def open_call(
-        self, organization: str, cluster: str, call: pb.Call
-    ) -> AsyncIterator[CallHandle]:
-        """Send ``call`` to an agent of the cluster; 503 UNAVAILABLE when none is connected."""
+        self,
+        organization: str,
+        cluster: str,
+        call: pb.Call,
+        *,
+        caller: str = "",
+        forward: bool = True,
+    ) -> AsyncIterator[Replies]:
+        """Send ``call`` to an agent of the cluster, here or (``forward``) through the replica
+        that holds its tunnel; 503 UNAVAILABLE when none is connected."""
         sessions = [s for s in self._sessions.get((organization, cluster), []) if not s.closed]
+        if not sessions and forward and self.forward is not None:
+            async with self.forward(organization, cluster, call, caller) as remote:
+                yield remote
+            return
         if not sessions:
             name = fqnmod.cluster_fqn(organization, cluster)
             raise ApiError(

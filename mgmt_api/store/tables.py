@@ -140,3 +140,26 @@ oidc_used_tokens = sa.Table(
     sa.Column("expires_at", sa.Float, nullable=False),
     sa.Index("ix_oidc_used_tokens_expires_at", "expires_at"),
 )
+
+# ---- replicas (migration 0005) ----------------------------------------------
+
+# Each mgmt-api replica's internal address and the clusters whose agent tunnels
+# it holds, refreshed by its heartbeat (mgmt_api.store.replicas).
+replicas = sa.Table(
+    "replicas",
+    metadata,
+    sa.Column("replica_id", sa.String(64), primary_key=True),
+    sa.Column("address", sa.String(512), nullable=False),
+    sa.Column("clusters", sa.Text, nullable=False),
+    sa.Column("heartbeat", sa.Float, nullable=False),
+)
+
+# One row per (periodic job, period): the replica whose insert committed ran it.
+periodic_job_runs = sa.Table(
+    "periodic_job_runs",
+    metadata,
+    sa.Column("job", sa.String(128), primary_key=True),
+    sa.Column("period", sa.BigInteger, primary_key=True),
+    sa.Column("replica_id", sa.String(64), nullable=False),
+    sa.Column("claimed_at", sa.Float, nullable=False),
+)

@@ -234,13 +234,14 @@ class Agent:
         credentials: Path,
         proxies: Path | None,
         *extra: str,
+        control_plane: str | None = None,
     ) -> None:
         self.port = free_port()
         self.log = tmp / f"agent-{cluster}-{self.port}.log"
         args = [
             "agent",
             "--control-plane",
-            f"grpc://127.0.0.1:{mgmt.grpc_port}",
+            control_plane or f"grpc://127.0.0.1:{mgmt.grpc_port}",
             "--cluster",
             f"{ORG}/{cluster}",
             "--credentials",

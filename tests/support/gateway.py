@@ -126,14 +126,19 @@ class Gateway:
 class GatewayStack:
     """mgmt-api, redis, ratelimit, extauthz, the upstream and gateways (see the module)."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, database_url: str | None = None) -> None:
+        """With ``database_url`` (PostgreSQL), two mgmt-api replicas share it: REST goes to
+        ``mgmt`` (replica A), and the services and gateways attach to ``attach`` (B)."""
         self.tmp = tmp
+        self.database_url = database_url
         self.services: list[Service] = []
         self.gateways: list[Gateway] = []
         self.mgmt: MgmtServer | None = None
+        self.replica_b: MgmtServer | None = None
         self.redis: RedisServer | None = None
         self.upstream: EnvoyProcess | None = None
         self.admin = httpx.Client()  # replaced once mgmt-api runs
+        self.b_admin = httpx.Client()  # replica B's, when there is one
         try:
             self._start()
         except BaseException:
@@ -143,7 +148,10 @@ class GatewayStack:
     def _start(self) -> None:
         tmp = self.tmp
         (tmp / "mgmt").mkdir()
-        self.mgmt = MgmtServer(data_dir=str(tmp / "mgmt")).start()
+        self.mgmt = MgmtServer(data_dir=str(tmp / "mgmt"), database_url=self.database_url).start()
+        if self.database_url is not None:
+            self.replica_b = MgmtServer(database_url=self.database_url).start()
+            self.b_admin = self.replica_b.admin()
         self.admin = self.mgmt.admin()
         self.redis = RedisServer().start()
         self.upstream_port = free_port()
@@ -160,6 +168,13 @@ class GatewayStack:
         self._service("ratelimit", self.ratelimit_port)
         self._service("extauthz", self.extauthz_port)
 
+    @property
+    def attach(self) -> MgmtServer:
+        """The mgmt-api the services' policy streams and the gateways' ADS go to."""
+        server = self.replica_b or self.mgmt
+        assert server is not None
+        return server
+
     # -- processes -------------------------------------------------------
 
     def _service(self, kind: str, port: int) -> None:
@@ -171,10 +186,9 @@ class GatewayStack:
             settings.write_text("localCacheSize: 0\n")
             assert self.redis is not None
             args += ["--redis-url", self.redis.url, "--settings", str(settings)]
-        assert self.mgmt is not None
         args += [
             "--control-plane",
-            f"grpc://127.0.0.1:{self.mgmt.grpc_port}",
+            f"grpc://127.0.0.1:{self.attach.grpc_port}",
             "--cluster",
             f"{ORG}/{CLUSTER}",
             "--credentials",
@@ -189,7 +203,6 @@ class GatewayStack:
         return key.token(ttl=gc.GATEWAY_TOKEN_TTL_SECONDS, audience=gc.XDS_AUDIENCE)
 
     def bootstrap(self, instance: str, port: int, **node: Any) -> dict[str, Any]:
-        assert self.mgmt is not None
         gateway_node = gc.GatewayNode(
             ORG,
             CLUSTER,
@@ -201,7 +214,7 @@ class GatewayStack:
         )
         return gc.bootstrap(
             gateway_node,
-            ads=f"grpc://127.0.0.1:{self.mgmt.grpc_port}",
+            ads=f"grpc://127.0.0.1:{self.attach.grpc_port}",
             token=self.gateway_token(),
             admin=("127.0.0.1", 0),
         )
@@ -304,7 +317,10 @@ class GatewayStack:
     # -- waiting ---------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
-        return ok(self.admin.get(f"{CLUSTER_PATH}/status"))  # type: ignore[no-any-return]
+        """The cluster status as the replica the instances attach to sees it (which instance
+        applied what is known to the replica serving its stream)."""
+        client = self.b_admin if self.replica_b is not None else self.admin
+        return ok(client.get(f"{CLUSTER_PATH}/status"))  # type: ignore[no-any-return]
 
     def converged(self, timeout: float = 60) -> dict[str, Any]:
         """Every connected instance (services and gateways) runs the desired version."""
@@ -333,7 +349,10 @@ class GatewayStack:
         if self.upstream is not None:
             self.upstream.stop()
         self.admin.close()
+        self.b_admin.close()
         if self.mgmt is not None:
             self.mgmt.close()
+        if self.replica_b is not None:
+            self.replica_b.close()
         if self.redis is not None:
             self.redis.close()
