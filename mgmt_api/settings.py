@@ -142,6 +142,14 @@ class Settings:
     replica_address: str | None = field(
         default_factory=lambda: os.environ.get("MESHPLANE_REPLICA_ADDRESS") or None
     )
+    # The CA that signs the other replicas' REST certificates, for the forwarding
+    # hop over HTTPS: peers are reached by address (a pod IP), which their
+    # certificate need not name, so the chain is checked against this CA and the
+    # host name is not (the hop itself is signed with the replica secret).
+    # Unset: the system's CAs and the host name, as for any HTTPS client.
+    replica_ca: str | None = field(
+        default_factory=lambda: os.environ.get("MESHPLANE_REPLICA_CA") or None
+    )
     # How often the expired-login purge runs (once per period across replicas).
     purge_interval: str = field(
         default_factory=lambda: os.environ.get("MESHPLANE_PURGE_INTERVAL") or "600s"

@@ -129,6 +129,7 @@ def _peers(uow: UnitOfWork, hub: TunnelHub, settings: Settings) -> ReplicaPeers:
         secret=settings.replica_secret.encode(),
         address=settings.replica_address,
         clusters=hub.clusters,
+        ca_file=settings.replica_ca,
     )
     hub.forward = peers.forward
     hub.on_change = peers.tunnels_changed

@@ -27,6 +27,7 @@ import base64
 import contextlib
 import json
 import logging
+import ssl
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -78,6 +79,20 @@ class RemoteHandle:
         return reply
 
 
+def peer_tls(ca_file: str | None) -> ssl.SSLContext | bool:
+    """How the forwarding hop checks a peer's HTTPS certificate.
+
+    With ``ca_file``: the chain must lead to that CA (the cluster's own), but
+    the host name is not checked, since a peer is reached by its pod IP.
+    Without: the system's CAs and the host name, as any HTTPS client.
+    """
+    if ca_file is None:
+        return True
+    context = ssl.create_default_context(cafile=ca_file)
+    context.check_hostname = False
+    return context
+
+
 class ReplicaPeers:
     """This replica's row in the registry, and calls forwarded to the other replicas."""
 
@@ -89,6 +104,7 @@ class ReplicaPeers:
         address: str,
         clusters: Callable[[], list[str]],
         clock: Callable[[], float] = time.time,
+        ca_file: str | None = None,
     ) -> None:
         self.uow = uow
         self.secret = secret
@@ -99,7 +115,9 @@ class ReplicaPeers:
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._http = httpx.AsyncClient(
-            timeout=httpx.Timeout(CONNECT_SECONDS, read=None), trust_env=False
+            timeout=httpx.Timeout(CONNECT_SECONDS, read=None),
+            trust_env=False,
+            verify=peer_tls(ca_file),
         )
 
     # ---- the registry --------------------------------------------------------------------

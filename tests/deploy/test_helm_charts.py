@@ -535,13 +535,10 @@ def test_mgmt_api_parses_its_rendered_arguments(rendered: dict[tuple[str, str], 
     """mgmt-api's own command line (typer/click), parsed without running it."""
     command = typer.main.get_command(mgmt_cli.app)
     serve = command.commands["serve"]  # type: ignore[attr-defined]  # a click group
-    known = {opt for param in serve.params for opt in getattr(param, "opts", [])}
     for case in CASES:
         c = rendered[case, MGMT].get("Deployment", "-mgmt-api")["spec"]["template"]["spec"]
         args = c["containers"][0]["args"]
         assert args[:2] == ["mgmt-api", "serve"]
-        if "--trusted-proxies" in args and "--trusted-proxies" not in known:
-            pytest.xfail("mgmt-api serve has no --trusted-proxies yet (added on another branch)")
         with serve.make_context("serve", list(args[2:])) as ctx:
             assert ctx.params["listen"].endswith(":8443")
 
@@ -829,6 +826,14 @@ def test_deployment_placement_has_services_hpa_and_pdb(
 def test_replicas(rendered: dict[tuple[str, str], Rendered]) -> None:
     assert rendered["replicas-3", MGMT].get("Deployment", "-mgmt-api")["spec"]["replicas"] == 3
     assert rendered["defaults", MGMT].get("Deployment", "-mgmt-api")["spec"]["replicas"] == 2
+    # Any replica serves proxytools: the others forward to the tunnel's holder, pod to
+    # pod, signed with the shared secret and checked against the TLS Secret's CA.
+    pod = rendered["replicas-3", MGMT].get("Deployment", "-mgmt-api")["spec"]["template"]["spec"]
+    env = {e["name"]: e for e in pod["containers"][0]["env"]}
+    assert env["MESHPLANE_REPLICA_ADDRESS"]["value"] == "https://$(POD_IP):8443"
+    assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    assert env["MESHPLANE_REPLICA_SECRET"]["valueFrom"]["secretKeyRef"]["name"]
+    assert env["MESHPLANE_REPLICA_CA"]["value"].startswith("/etc/meshplane/tls/")
     cluster = rendered["replicas-3", CLUSTER]
     for name in ("gateway", "extauthz", "ratelimit", "injector"):
         assert cluster.get("Deployment", f"-{name}")["spec"]["replicas"] == 3
