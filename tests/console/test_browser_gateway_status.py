@@ -29,11 +29,8 @@ expect.set_options(timeout=60_000)
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayStack]:
-    st = stack_with_limited_gateway(Path(tmp_path_factory.mktemp("console-gateway")))
-    try:
+    with stack_with_limited_gateway(Path(tmp_path_factory.mktemp("console-gateway"))) as st:
         yield st
-    finally:
-        st.close()
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,8 @@ last accepted configuration.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,18 +24,19 @@ ROUTE, POLICY = "web", "default.web-limit"
 REFUSED_FILTER = "envoy.filters.http.ratelimit"
 
 
-def stack_with_limited_gateway(tmp: Path, instance: str = "limited") -> GatewayStack:
-    """A converged stack: one route, one gateway that cannot take a rate limit."""
+@contextmanager
+def stack_with_limited_gateway(tmp: Path, instance: str = "limited") -> Iterator[GatewayStack]:
+    """A converged stack: one route, one gateway that cannot take a rate limit;
+    everything it started is stopped on exit."""
     stack = GatewayStack(tmp)
     try:
         stack.backend("default.app")
         stack.route(f"default.{ROUTE}", f"/{ROUTE}")
         stack.gateway(instance, extra_args=WITHOUT_RATELIMIT)
         stack.converged()
-    except BaseException:
+        yield stack
+    finally:
         stack.close()
-        raise
-    return stack
 
 
 def gateway_entry(stack: GatewayStack, instance: str) -> dict[str, Any]:

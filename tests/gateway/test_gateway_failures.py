@@ -29,11 +29,8 @@ from tests.support.processes import wait_until
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayStack]:
-    st = stack_with_limited_gateway(Path(tmp_path_factory.mktemp("gateway-failures")))
-    try:
+    with stack_with_limited_gateway(Path(tmp_path_factory.mktemp("gateway-failures"))) as st:
         yield st
-    finally:
-        st.close()
 
 
 def test_a_refused_configuration_is_a_nack_in_the_status_and_the_old_one_serves(

@@ -26,11 +26,8 @@ TARGET = f"{ORG}/{CLUSTER}"
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayStack]:
-    st = stack_with_limited_gateway(Path(tmp_path_factory.mktemp("meshctl-status")))
-    try:
+    with stack_with_limited_gateway(Path(tmp_path_factory.mktemp("meshctl-status"))) as st:
         yield st
-    finally:
-        st.close()
 
 
 @pytest.fixture(scope="module")
