@@ -29,6 +29,7 @@ from meshctl import diag as diag_mod
 from meshctl import gateway as gateway_mod
 from meshctl import login as login_mod
 from meshctl import proxy as proxy_mod
+from meshctl import status as status_mod
 from meshctl.client import ApiClient
 from meshctl.config import load_config
 from meshctl.errors import ApiFailure, Exit, MeshctlError
@@ -669,6 +670,42 @@ def _run_editor(text: str) -> str | None:
             os.unlink(path)
     body = "\n".join(line for line in result.splitlines() if not line.lstrip().startswith("#"))
     return result if body.strip() else None
+
+
+# ---- status ----------------------------------------------------------------------------------
+
+
+@app.command()
+def status(
+    ctx: typer.Context,
+    cluster: Annotated[
+        str | None,
+        typer.Option("--cluster", help="ORG/CLUSTER (default: every cluster of the organization)."),
+    ] = None,
+    org: OrgOpt = None,
+    kind: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--kind", help=f"Only instances of this kind ({', '.join(status_mod.INSTANCE_KINDS)})."
+        ),
+    ] = None,
+    output: OutputOpt = "table",
+) -> None:
+    """Each instance's applied and wanted version, ACK/NACK and last contact
+    (exit 7 when one NACKs, is stale or gone)."""
+    state = state_of(ctx)
+    fmt = _check_format(output, status_mod.FORMATS)
+    kinds = status_mod.check_kinds(kind or [])
+    _, profile = state.load()
+    with state.client() as client:
+        names = status_mod.cluster_names(client, cluster, org or profile.organization)
+        clusters = status_mod.fetch(client, names)
+    if fmt == "table":
+        typer.echo(status_mod.render_table(clusters, kinds, status_mod.now()), nl=False)
+    else:
+        typer.echo(status_mod.render_data(clusters, kinds, fmt), nl=False)
+    if status_mod.failing(clusters, kinds):
+        raise typer.Exit(status_mod.UNHEALTHY)
 
 
 # ---- clusters --------------------------------------------------------------------------------

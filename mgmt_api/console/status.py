@@ -1,9 +1,12 @@
 """ "Has my change reached the proxies?" as one line and one row per instance (pure).
 
-The distribution status endpoints list every subscribed ratelimit and
-extauthz instance with its applied version, ACK/NACK, last contact and
-staleness next to the version the current policies compile to. This turns
-that into what a person reads at a glance: a verdict (reached everywhere,
+The distribution status endpoints list every subscribed instance (ratelimit,
+extauthz, gateway) with its applied version, ACK/NACK, last contact and
+staleness next to the version the current policies compile to for its kind
+(``desiredVersions``). A policy's endpoint lists the instances of every kind
+the policy reaches (the server owns that mapping; the console never guesses
+it), so "Applied on all N instances" counts the gateways too. This turns that
+into what a person reads at a glance: a verdict (reached everywhere,
 rejected, waiting, nobody subscribed) and per-instance rows with a state
 word and the error to fix.
 """
@@ -44,11 +47,16 @@ def short(version: str) -> str:
     return version[:12] if version else "none"
 
 
-def clock_time(epoch: float) -> str:
-    """Last contact as a UTC wall-clock time (stable between polls, unlike "3 s ago")."""
-    if not epoch:
+def clock_time(stamp: object) -> str:
+    """An RFC 3339 last contact as a UTC wall-clock time (stable between polls,
+    unlike "3 s ago")."""
+    if not isinstance(stamp, str) or not stamp:
         return "never"
-    return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%H:%M:%S UTC")
+    try:
+        when = dt.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return "unknown"
+    return when.astimezone(dt.UTC).strftime("%H:%M:%S UTC")
 
 
 def instance_row(instance: Mapping[str, Any], desired: str, cluster: str = "") -> InstanceRow:
@@ -74,7 +82,7 @@ def instance_row(instance: Mapping[str, Any], desired: str, cluster: str = "") -
         applied=short(applied),
         desired=short(desired),
         error=error,
-        last_contact=clock_time(float(instance.get("lastContactTime") or 0)),
+        last_contact=clock_time(instance.get("lastContactTime")),
     )
 
 
@@ -103,20 +111,27 @@ def verdict(rows: Sequence[InstanceRow], compile_errors: Iterable[str] = ()) -> 
     return Verdict("ok", f"Applied on all {total} instances", tuple(rows))
 
 
+def _rows(view: Mapping[str, Any], cluster: str = "") -> list[InstanceRow]:
+    """A cluster's instances, each against its own kind's desired version."""
+    desired = view.get("desiredVersions") or {}
+    return [
+        instance_row(i, str(desired.get(i.get("kind"), "")), cluster)
+        for i in view.get("instances") or []
+    ]
+
+
+def _errors(view: Mapping[str, Any], prefix: str = "") -> list[str]:
+    return [f"{prefix}{k}: {v}" for k, v in (view.get("compileErrors") or {}).items()]
+
+
 def cluster_verdict(status: Mapping[str, Any]) -> Verdict:
     """``GET .../clusters/{c}/status``."""
-    desired = status.get("desiredVersions") or {}
-    rows = [
-        instance_row(i, str(desired.get(i.get("kind"), ""))) for i in status.get("instances") or []
-    ]
-    errors = [f"{k}: {v}" for k, v in (status.get("compileErrors") or {}).items()]
-    return verdict(rows, errors)
+    return verdict(_rows(status), _errors(status))
 
 
 def traffic_verdict(status: Mapping[str, Any]) -> Verdict:
-    """``GET .../backendtrafficpolicies/{p}/status``."""
-    desired = str(status.get("desiredVersion") or "")
-    return verdict([instance_row(i, desired) for i in status.get("instances") or []])
+    """``GET .../backendtrafficpolicies/{p}/status``: its cluster's instances that carry it."""
+    return cluster_verdict(status)
 
 
 def group_verdict(status: Mapping[str, Any]) -> Verdict:
@@ -125,10 +140,8 @@ def group_verdict(status: Mapping[str, Any]) -> Verdict:
     errors: list[str] = []
     for cluster in status.get("clusters") or []:
         name = str(cluster.get("cluster", "")).rsplit("/", 1)[-1]
-        desired = str(cluster.get("desiredVersion") or "")
-        rows += [instance_row(i, desired, name) for i in cluster.get("instances") or []]
-        if cluster.get("compileError"):
-            errors.append(f"{name}: {cluster['compileError']}")
+        rows += _rows(cluster, name)
+        errors += _errors(cluster, f"{name}: ")
     return verdict(rows, errors)
 
 

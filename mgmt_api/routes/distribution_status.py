@@ -1,12 +1,12 @@
 """Has my change reached the proxies? The status views (:mod:`mgmt_api.service.status`).
 
 - ``GET .../clusters/{cluster}/status``: every subscribed ratelimit and
-  extauthz instance of the cluster (READ on the cluster);
+  extauthz instance and gateway of the cluster (READ on the cluster);
 - ``GET .../backendtrafficpolicies/{ns}.{name}/status``: the policy's
-  cluster's ratelimit instances (READ on the policy);
+  cluster's ratelimit instances and gateways (READ on the policy);
 - ``GET .../securitygroups/{g}/extauthzpolicies/{name}/status`` and
   ``.../securitygroups/{g}/settings/{name}/status``: every cluster the group
-  reaches, with its extauthz instances (READ on the policy or setting).
+  reaches, with its extauthz instances and gateways (READ on the policy or setting).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ GROUP = (
     "/v2/organizations/{organization}/clusters/{cluster}/status",
     tags=[Kind.CLUSTER],
     operation_id="GetClusterStatus",
-    summary="Policy distribution status of the cluster's ratelimit and extauthz instances",
+    summary="Distribution status of the cluster's ratelimit, extauthz and gateway instances",
 )
 def cluster_status(ctx: Ctx, organization: Name, cluster: Name, status: Status) -> dict[str, Any]:
     return status.cluster(ctx, organization, cluster)
@@ -41,7 +41,7 @@ def cluster_status(ctx: Ctx, organization: Name, cluster: Name, status: Status) 
     "/v2/organizations/{organization}/clusters/{cluster}/backendtrafficpolicies/{policy}/status",
     tags=[Kind.BACKEND_TRAFFIC_POLICY],
     operation_id="GetBackendTrafficPolicyStatus",
-    summary="Which ratelimit instances of the cluster enforce the policy's current content",
+    summary="Which ratelimit instances and gateways of the cluster run the policy's content",
 )
 def traffic_policy_status(
     ctx: Ctx, organization: Name, cluster: Name, policy: NamespacedName, status: Status
@@ -54,7 +54,7 @@ def traffic_policy_status(
     GROUP + "/extauthzpolicies/{policy}/status",
     tags=[Kind.EXT_AUTHZ_POLICY],
     operation_id="GetExtAuthzPolicyStatus",
-    summary="Which extauthz instances of the clusters the group reaches enforce the policy",
+    summary="Which extauthz instances and gateways of the group's clusters run the policy",
 )
 def extauthz_policy_status(
     ctx: Ctx, group: SecurityGroupFqn, policy: Name, status: Status
@@ -66,7 +66,7 @@ def extauthz_policy_status(
     GROUP + "/settings/{setting}/status",
     tags=[Kind.SECURITY_SETTING],
     operation_id="GetSecuritySettingStatus",
-    summary="The extauthz instances of the clusters the setting's group reaches",
+    summary="The extauthz instances and gateways of the clusters the setting's group reaches",
 )
 def security_setting_status(
     ctx: Ctx, group: SecurityGroupFqn, setting: Name, status: Status

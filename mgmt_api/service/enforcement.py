@@ -263,6 +263,19 @@ def extauthz_snapshot(policies: ClusterReadModel) -> Snapshot:
 
 SNAPSHOTS = {RATELIMIT: ratelimit_snapshot, EXTAUTHZ: extauthz_snapshot}
 
+#: Which instances carry a policy of each kind: the artifacts its content compiles
+#: into (the service's snapshot first, then the gateway's Envoy config: a
+#: BackendTrafficPolicy's rate limits are both the ratelimit service's
+#: descriptors and the gateway routes' ``rate_limits``; a security group's
+#: settings and policies are both the ext_authz file and the routes' ext_authz
+#: settings). The status views list exactly these kinds' instances, so "applied
+#: everywhere" counts every instance that must ACK the policy.
+POLICY_REACH: Mapping[Kind, tuple[str, ...]] = {
+    Kind.BACKEND_TRAFFIC_POLICY: (RATELIMIT, GATEWAY_KIND),
+    Kind.SECURITY_SETTING: (EXTAUTHZ, GATEWAY_KIND),
+    Kind.EXT_AUTHZ_POLICY: (EXTAUTHZ, GATEWAY_KIND),
+}
+
 
 class UnknownCluster(LookupError):
     """The cluster a snapshot was asked for does not exist (any more)."""

@@ -25,6 +25,7 @@ import threading
 from dataclasses import dataclass, field, replace
 
 from meshplane.distribution_contract import NodeIdentity
+from mgmt_api.domain.times import rfc3339
 
 # An instance that has not been heard from for this long is shown as stale
 # (settings: MESHPLANE_DISTRIBUTION_STALE_AFTER).
@@ -62,7 +63,7 @@ class InstanceStatus:
             "lastResult": self.last_result,
             "lastError": self.last_error,
             "nackedVersion": self.nacked_version,
-            "lastContactTime": self.last_contact,
+            "lastContactTime": rfc3339(round(self.last_contact * 1e6)),
         }
 
 

@@ -5,10 +5,12 @@ cluster (ratelimit and extauthz instances on the policy stream, gateway
 Envoys on ADS), the applied snapshot version, whether the last snapshot was ACKed or
 NACKed (with the error), the last contact and whether the instance is stale,
 next to the version the cluster's current policies compile to, so "up to
-date" is answerable. The policy-side views show the same for one policy:
-a BackendTrafficPolicy's cluster's ratelimit instances; an ExtAuthzPolicy's
-or SecuritySetting's group's clusters, with their extauthz instances. Each
-needs READ on the object it is asked for.
+date" is answerable. The policy-side views show the same for one policy, listing every instance
+that carries it: the kinds its content compiles into
+(:data:`~mgmt_api.service.enforcement.POLICY_REACH`: the service's instances
+and the gateways) of a BackendTrafficPolicy's cluster, or of each cluster an
+ExtAuthzPolicy's or SecuritySetting's group reaches. Each needs READ on the
+object it is asked for.
 
 The desired versions come from the read model (:mod:`mgmt_api.service.enforcement`),
 the instances from the registry the distribution stream feeds
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Sequence
 from typing import Any
 
 from mgmt_api import access
@@ -28,7 +30,7 @@ from mgmt_api.access import CallContext
 from mgmt_api.compiler.extauthz import policy_name
 from mgmt_api.domain import rbac
 from mgmt_api.errors import ApiError, Code, not_found
-from mgmt_api.service.enforcement import EXTAUTHZ, RATELIMIT, EnforcementService
+from mgmt_api.service.enforcement import POLICY_REACH, EnforcementService
 from mgmt_api.service.instances import SubscriberRegistry
 from mgmt_api.store import repo
 from mgmt_api.store.uow import UnitOfWork
@@ -82,14 +84,18 @@ class StatusService:
         organization: str,
         cluster: str,
         desired: dict[str, str],
-        kinds: Iterable[str] | None = None,
+        kinds: Sequence[str] | None = None,
     ) -> list[dict[str, Any]]:
-        """The cluster's instances of ``kinds`` (default: every kind ``desired`` names)."""
+        """The cluster's instances of ``kinds`` in that order (default: every kind
+        ``desired`` names, by kind name)."""
         now = time.time()
-        wanted = set(desired if kinds is None else kinds)
+        order = {kind: i for i, kind in enumerate(kinds if kinds is not None else sorted(desired))}
         out = []
-        for status in registry.for_cluster(organization, cluster, now):
-            if status.node.kind not in wanted:
+        for status in sorted(
+            registry.for_cluster(organization, cluster, now),
+            key=lambda s: (order.get(s.node.kind, -1), s.node.instance),
+        ):
+            if status.node.kind not in order:
                 continue
             view = status.to_json(now, registry.stale_after)
             view["upToDate"] = status.applied_version == desired.get(status.node.kind)
@@ -109,17 +115,24 @@ class StatusService:
             out["compileErrors"] = errors
         return out
 
-    def _kind_view(
-        self, registry: SubscriberRegistry, organization: str, cluster: str, kind: str
+    def _reach_view(
+        self, registry: SubscriberRegistry, organization: str, cluster: str, kinds: Sequence[str]
     ) -> dict[str, Any]:
+        """One cluster as a policy sees it: the instances of every kind that carries it.
+
+        ``desiredVersion`` and ``compileError`` are the first kind's (the
+        service's snapshot), as before the gateways were listed here."""
         desired, errors = self._desired(organization, cluster)
         out: dict[str, Any] = {
             "cluster": fqnmod.cluster_fqn(organization, cluster),
-            "desiredVersion": desired[kind],
-            "instances": self._instances(registry, organization, cluster, desired, (kind,)),
+            "desiredVersion": desired[kinds[0]],
+            "desiredVersions": {kind: desired[kind] for kind in kinds},
+            "instances": self._instances(registry, organization, cluster, desired, kinds),
         }
-        if kind in errors:
-            out["compileError"] = errors[kind]
+        own = {kind: errors[kind] for kind in kinds if kind in errors}
+        if own:
+            out["compileErrors"] = own
+            out["compileError"] = next(iter(own.values()))
         return out
 
     def cluster(self, ctx: CallContext, organization: str, cluster: str) -> dict[str, Any]:
@@ -133,23 +146,23 @@ class StatusService:
         parsed = fqnmod.parse(fqn)
         organization = parsed.name_in("organizations") or ""
         cluster = parsed.name_in("clusters") or ""
-        view = self._kind_view(registry, organization, cluster, RATELIMIT)
-        return {
-            "fqn": fqn,
-            "desiredVersion": view["desiredVersion"],
-            "instances": view["instances"],
-        }
+        kinds = POLICY_REACH[parsed.kind]
+        return {"fqn": fqn, "reaches": list(kinds)} | self._reach_view(
+            registry, organization, cluster, kinds
+        )
 
     def group_object(self, ctx: CallContext, fqn: str) -> dict[str, Any]:
-        """An object of a security group (a SecuritySetting): every cluster the group
-        reaches, with its extauthz instances."""
+        """An object of a security group (a SecuritySetting, an ExtAuthzPolicy): every
+        cluster the group reaches, with the instances that carry the object there."""
         registry = self._readable(ctx, fqn)
         parsed = fqnmod.parse(fqn)
         organization = parsed.name_in("organizations") or ""
         clusters = self.enforcement.clusters_reached(organization, parsed.parent)
+        kinds = POLICY_REACH[parsed.kind]
         return {
             "fqn": fqn,
-            "clusters": [self._kind_view(registry, organization, c, EXTAUTHZ) for c in clusters],
+            "reaches": list(kinds),
+            "clusters": [self._reach_view(registry, organization, c, kinds) for c in clusters],
         }
 
     def ext_authz_policy(self, ctx: CallContext, fqn: str) -> dict[str, Any]:

@@ -156,9 +156,13 @@ def _instance(**kw: Any) -> dict[str, Any]:
         "lastResult": "ACK",
         "upToDate": True,
         "lastError": "",
-        "lastContactTime": 0,
+        "lastContactTime": "2026-11-26T17:05:09.250000Z",
     }
     return {**base, **kw}
+
+
+def _gateway(**kw: Any) -> dict[str, Any]:
+    return _instance(**{"kind": "gateway", "instance": "gw-1", "appliedVersion": "g2", **kw})
 
 
 @pytest.mark.parametrize(
@@ -184,21 +188,109 @@ def test_status_verdicts(instances: list[dict[str, Any]], tone: str, text: str) 
     assert verdict.text.startswith(text)
 
 
+# A BackendTrafficPolicy's status lists every instance that carries it: the
+# ratelimit instances and the gateways, each against its own kind's version.
+TRAFFIC_DESIRED = {"ratelimit": "v2", "gateway": "g2"}
+
+
+@pytest.mark.parametrize(
+    ("instances", "tone", "text", "states"),
+    [
+        (
+            [_gateway(), _instance()],
+            "ok",
+            "Applied on all 2 instances",
+            ["Applied (ACK)", "Applied (ACK)"],
+        ),
+        (
+            [
+                _gateway(lastResult="NACK", upToDate=False, lastError="cluster switch refused"),
+                _instance(),
+            ],
+            "bad",
+            "Not applied everywhere: 1 rejected of 2 instances",
+            ["Rejected (NACK)", "Applied (ACK)"],
+        ),
+        (
+            [_gateway(upToDate=False, appliedVersion="g1"), _instance()],
+            "wait",
+            "Applying: 1 of 2 instances up to date",
+            ["Applying…", "Applied (ACK)"],
+        ),
+        (
+            [_gateway(stale=True), _instance()],
+            "bad",
+            "Not applied everywhere: 1 not reachable of 2 instances",
+            ["Stale: not heard from", "Applied (ACK)"],
+        ),
+        (
+            [_gateway(connected=False), _instance()],
+            "bad",
+            "Not applied everywhere: 1 not reachable of 2 instances",
+            ["Disconnected", "Applied (ACK)"],
+        ),
+        # A NACK of an older version, since superseded by an ACKed current one, is green.
+        ([_gateway(lastResult="NACK", upToDate=True)], "ok", "Applied on all 1 instances", None),
+    ],
+)
+def test_a_policy_verdict_counts_the_gateways_that_carry_it(
+    instances: list[dict[str, Any]], tone: str, text: str, states: list[str] | None
+) -> None:
+    view = {"desiredVersions": TRAFFIC_DESIRED, "instances": instances}
+    verdict = status.traffic_verdict(view)
+    assert (verdict.tone, verdict.text) == (tone, text)
+    if states is not None:
+        assert [r.state for r in verdict.rows] == states
+
+
+def test_each_row_wants_its_own_kinds_version() -> None:
+    view = {"desiredVersions": {"ratelimit": "r" * 20, "gateway": "g" * 20}}
+    verdict = status.traffic_verdict({**view, "instances": [_gateway(), _instance()]})
+    assert [(r.kind, r.desired) for r in verdict.rows] == [
+        ("gateway", "g" * 12),
+        ("ratelimit", "r" * 12),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("stamp", "shown"),
+    [
+        ("2026-11-26T17:05:09.250000Z", "17:05:09 UTC"),
+        ("2026-11-26T18:05:09+01:00", "17:05:09 UTC"),
+        ("", "never"),
+        (None, "never"),
+        (1790000000.1, "never"),  # the old epoch number is not a time this page reads
+        ("yesterday", "unknown"),
+    ],
+)
+def test_last_contact_is_read_as_rfc3339(stamp: object, shown: str) -> None:
+    assert status.clock_time(stamp) == shown
+
+
 def test_compile_errors_win_and_group_views_name_the_cluster() -> None:
     verdict = status.group_verdict(
         {
             "clusters": [
                 {
                     "cluster": "organizations/o/clusters/c1",
-                    "desiredVersion": "v2",
-                    "instances": [_instance(kind="extauthz")],
-                    "compileError": "boom",
-                }
+                    "desiredVersions": {"extauthz": "v2", "gateway": "g2"},
+                    "instances": [_instance(kind="extauthz"), _gateway(upToDate=True)],
+                    "compileErrors": {"extauthz": "boom"},
+                },
+                {
+                    "cluster": "organizations/o/clusters/c2",
+                    "desiredVersions": {"extauthz": "v2", "gateway": "g2"},
+                    "instances": [_gateway(lastResult="NACK", upToDate=False)],
+                },
             ]
         }
     )
-    assert verdict.tone == "bad" and verdict.compile_errors == ("c1: boom",)
-    assert verdict.rows[0].cluster == "c1"
+    assert verdict.tone == "bad" and verdict.compile_errors == ("c1: extauthz: boom",)
+    assert [(r.cluster, r.kind, r.tone) for r in verdict.rows] == [
+        ("c1", "extauthz", "ok"),
+        ("c1", "gateway", "ok"),
+        ("c2", "gateway", "bad"),
+    ]
 
 
 def test_the_conflict_diff_shows_theirs_as_removed_and_yours_as_added() -> None:

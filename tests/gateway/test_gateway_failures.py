@@ -21,33 +21,16 @@ from pathlib import Path
 import httpx
 import pytest
 
-from meshplane.gateway_contract import GATEWAY_KIND
+from tests.gateway.nacking import POLICY, REFUSED_FILTER, make_it_nack, stack_with_limited_gateway
+from tests.gateway.nacking import gateway_entry as gateway_status
 from tests.support.gateway import Gateway, GatewayStack
 from tests.support.processes import wait_until
-
-WITHOUT_RATELIMIT = ("--disable-extensions", "envoy.filters.http/envoy.filters.http.ratelimit")
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayStack]:
-    st = GatewayStack(Path(tmp_path_factory.mktemp("gateway-failures")))
-    try:
-        st.backend("default.app")
-        st.route("default.web", "/web")
-        st.gateway("limited", extra_args=WITHOUT_RATELIMIT)
-        st.converged()
+    with stack_with_limited_gateway(Path(tmp_path_factory.mktemp("gateway-failures"))) as st:
         yield st
-    finally:
-        st.close()
-
-
-def gateway_status(stack: GatewayStack, instance: str) -> dict[str, object]:
-    status = stack.status()
-    mine = [
-        i for i in status["instances"] if i["kind"] == GATEWAY_KIND and i["instance"] == instance
-    ]
-    assert len(mine) == 1, status
-    return {**mine[0], "desired": status["desiredVersions"][GATEWAY_KIND]}
 
 
 def test_a_refused_configuration_is_a_nack_in_the_status_and_the_old_one_serves(
@@ -56,14 +39,8 @@ def test_a_refused_configuration_is_a_nack_in_the_status_and_the_old_one_serves(
     gateway = stack.gateways[0]
     good = gateway_status(stack, "limited")
     assert good["lastResult"] == "ACK"
-    stack.rate_limit("default.web-limit", "web", (2, "Minute"))
-
-    def nacked() -> dict[str, object] | None:
-        entry = gateway_status(stack, "limited")
-        return entry if entry["lastResult"] == "NACK" else None
-
-    entry = wait_until(nacked, 60, "the gateway to NACK")
-    assert "envoy.filters.http.ratelimit" in str(entry["lastError"])
+    entry = make_it_nack(stack)
+    assert REFUSED_FILTER in str(entry["lastError"])
     assert entry["nackedVersion"] == entry["desired"]
     assert entry["appliedVersion"] == good["appliedVersion"]
     assert entry["upToDate"] is False
@@ -72,7 +49,7 @@ def test_a_refused_configuration_is_a_nack_in_the_status_and_the_old_one_serves(
     assert [r.status_code for r in responses] == [200] * 4
     assert all("x-ratelimit-limit" not in r.headers for r in responses)
 
-    stack.delete("backendtrafficpolicies/default.web-limit")
+    stack.delete(f"backendtrafficpolicies/{POLICY}")
     wait_until(lambda: gateway_status(stack, "limited")["lastResult"] == "ACK", 60, "an ACK")
     entry = gateway_status(stack, "limited")
     assert entry["appliedVersion"] == entry["desired"] == good["appliedVersion"]
