@@ -14,6 +14,7 @@ from typing import Any
 
 from meshplane import gateway_contract
 from meshplane.config_error import ConfigError
+from meshplane.validate import Node
 from meshplane.yamlconf import load_yaml
 
 #: Spec 2.1's default system namespaces: never injected, whatever the selector lets through.
@@ -23,11 +24,6 @@ DEFAULT_CREDENTIALS_SECRET = "meshplane-cluster-credentials"  # noqa: S105 - a S
 DEFAULT_ADMIN_PORT = 15000
 #: A CA bundle is a few KiB; the injector copies it into every pod it patches.
 MAX_CA_BYTES = 64 * 1024
-_KEYS = frozenset(
-    {"cluster", "controlPlane", "controlPlaneCaFile", "credentialsSecret", "sidecar"}
-    | {"systemNamespaces", "optOut"}
-)
-_SIDECAR_KEYS = frozenset({"image", "adminPort", "resources"})
 
 
 @dataclass(frozen=True)
@@ -55,64 +51,8 @@ class InjectorConfig:
         return f"{self.organization}/{self.cluster}"
 
 
-def _line(doc: Any, key: str) -> int | None:
-    line_of = getattr(doc, "line_of", None)
-    return line_of(key) if line_of is not None else None
-
-
-def _string(doc: Mapping[str, Any], key: str, path: str, source: str | None) -> str:
-    value = doc.get(key)
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError(
-            "must be a non-empty string", source=source, line=_line(doc, key), field=path
-        )
-    return value
-
-
-def _mapping(doc: Mapping[str, Any], key: str, source: str | None) -> Mapping[str, Any]:
-    value = doc.get(key, {})
-    if not isinstance(value, Mapping):
-        raise ConfigError("must be a mapping", source=source, line=_line(doc, key), field=key)
-    return value
-
-
-def _unknown(
-    doc: Mapping[str, Any], known: frozenset[str], prefix: str, source: str | None
-) -> None:
-    for key in doc:
-        if key not in known:
-            raise ConfigError(
-                "unknown field", source=source, line=_line(doc, key), field=f"{prefix}{key}"
-            )
-
-
-def _sidecar(doc: Mapping[str, Any], source: str | None) -> SidecarSettings:
-    if "sidecar" not in doc:
-        raise ConfigError("is required", source=source, field="sidecar")
-    sidecar = _mapping(doc, "sidecar", source)
-    _unknown(sidecar, _SIDECAR_KEYS, "sidecar.", source)
-    if "image" not in sidecar:
-        raise ConfigError(
-            "is required", source=source, line=_line(doc, "sidecar"), field="sidecar.image"
-        )
-    image = _string(sidecar, "image", "sidecar.image", source)
-    port = sidecar.get("adminPort", DEFAULT_ADMIN_PORT)
-    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
-        raise ConfigError(
-            "must be a port 1-65535",
-            source=source,
-            line=_line(sidecar, "adminPort"),
-            field="sidecar.adminPort",
-        )
-    resources = sidecar.get("resources", {})
-    if not isinstance(resources, Mapping) or not set(resources) <= {"requests", "limits"}:
-        raise ConfigError(
-            "must be {requests, limits}",
-            source=source,
-            line=_line(sidecar, "resources"),
-            field="sidecar.resources",
-        )
-    return SidecarSettings(image, port, _plain(resources))
+_TOP_REQUIRED = ("cluster", "controlPlane", "sidecar")
+_TOP_OPTIONAL = ("controlPlaneCaFile", "credentialsSecret", "systemNamespaces", "optOut")
 
 
 def _plain(value: Any) -> Any:
@@ -124,66 +64,67 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _names(doc: Mapping[str, Any], source: str | None) -> frozenset[str]:
-    value = doc.get("systemNamespaces", list(DEFAULT_SYSTEM_NAMESPACES))
-    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise ConfigError(
-            "must be a list of namespace names",
-            source=source,
-            line=_line(doc, "systemNamespaces"),
-            field="systemNamespaces",
+def _sidecar(node: Node) -> SidecarSettings:
+    fields = node.fields(required=("image",), optional=("adminPort", "resources"))
+    resources = fields.optional("resources")
+    if resources is not None:
+        resources.fields(optional=("requests", "limits"))
+    return SidecarSettings(
+        image=fields.required("image").string(strip=True),
+        admin_port=fields.integer("adminPort", DEFAULT_ADMIN_PORT, lo=1, hi=65535),
+        resources=_plain(resources.value) if resources is not None else {},
+    )
+
+
+def _cluster(node: Node) -> tuple[str, str]:
+    text = node.string(strip=True)
+    organization, sep, name = text.partition("/")
+    if not sep or not organization or not name or "/" in name:
+        raise node.error(f"must be ORGANIZATION/CLUSTER, not {text!r}")
+    return organization, name
+
+
+def _control_plane(node: Node, ca_file: str | None) -> str:
+    address = node.string(strip=True)
+    try:
+        _host, _port, tls = gateway_contract.grpc_address(address, "controlPlane")
+    except gateway_contract.NodeError as exc:
+        raise node.error(str(exc)) from None
+    if tls and not ca_file:
+        raise node.error(
+            "a grpcs:// controlPlane needs controlPlaneCaFile (the CA that signs mgmt-api's "
+            "certificate): sidecars must not take their configuration from whoever answers"
         )
-    return frozenset(value)
+    return address
 
 
 def parse(doc: Any, source: str | None = None) -> InjectorConfig:
     """The configuration of a parsed YAML document; ConfigError names what is wrong."""
-    if not isinstance(doc, Mapping):
-        raise ConfigError("the configuration must be a mapping", source=source)
-    _unknown(doc, _KEYS, "", source)
-    cluster = _string(doc, "cluster", "cluster", source)
-    organization, sep, name = cluster.partition("/")
-    if not sep or not organization or not name or "/" in name:
-        raise ConfigError(
-            f"must be ORGANIZATION/CLUSTER, not {cluster!r}",
-            source=source,
-            line=_line(doc, "cluster"),
-            field="cluster",
-        )
-    control_plane = _string(doc, "controlPlane", "controlPlane", source)
-    ca_file = doc.get("controlPlaneCaFile")
-    try:
-        _host, _port, tls = gateway_contract.grpc_address(control_plane, "controlPlane")
-        if ca_file is not None and not isinstance(ca_file, str):
-            raise gateway_contract.NodeError("controlPlaneCaFile must be a file path")
-        if tls and not ca_file:
-            raise gateway_contract.NodeError(
-                "a grpcs:// controlPlane needs controlPlaneCaFile (the CA that signs mgmt-api's "
-                "certificate): sidecars must not take their configuration from whoever answers"
-            )
-    except gateway_contract.NodeError as exc:
-        raise ConfigError(
-            str(exc), source=source, line=_line(doc, "controlPlane"), field="controlPlane"
-        ) from None
-    opt_out = _mapping(doc, "optOut", source)
-    _unknown(opt_out, frozenset({"label"}), "optOut.", source)
+    fields = Node(doc, source=source).fields(_TOP_REQUIRED, _TOP_OPTIONAL)
+    organization, name = _cluster(fields.required("cluster"))
+    ca = fields.present("controlPlaneCaFile")
+    ca_file = ca.string(strip=True) if ca is not None else None
+    namespaces = fields.optional("systemNamespaces")
+    opt_out = fields.optional("optOut")
+    label = None
+    if opt_out is not None:
+        label = opt_out.fields(optional=("label",)).present("label")
+    secret = fields.optional("credentialsSecret")
     return InjectorConfig(
         organization=organization,
         cluster=name,
-        control_plane=control_plane,
-        sidecar=_sidecar(doc, source),
+        control_plane=_control_plane(fields.required("controlPlane"), ca_file),
+        sidecar=_sidecar(fields.required("sidecar")),
         control_plane_ca_file=ca_file,
         credentials_secret=(
-            _string(doc, "credentialsSecret", "credentialsSecret", source)
-            if "credentialsSecret" in doc
-            else DEFAULT_CREDENTIALS_SECRET
+            secret.string(strip=True) if secret is not None else DEFAULT_CREDENTIALS_SECRET
         ),
-        system_namespaces=_names(doc, source),
-        opt_out_label=(
-            _string(opt_out, "label", "optOut.label", source)
-            if "label" in opt_out
-            else DEFAULT_OPT_OUT_LABEL
+        system_namespaces=(
+            frozenset(n.string(strip=True) for n in namespaces.items(of="namespace names"))
+            if namespaces is not None
+            else frozenset(DEFAULT_SYSTEM_NAMESPACES)
         ),
+        opt_out_label=label.string(strip=True) if label is not None else DEFAULT_OPT_OUT_LABEL,
     )
 
 

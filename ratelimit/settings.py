@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 from meshplane.config_error import ConfigError
-from meshplane.yamlconf import LocatedDict, load_yaml
+from meshplane.validate import Fields, Node
+from meshplane.yamlconf import load_yaml
 from ratelimit.headers import HeaderNames
 from ratelimit.plan import PlanBounds
 
@@ -57,49 +58,62 @@ class Settings:
     plan_cache_entry_bytes: int = _BOUNDS.cache_entry_bytes
 
 
-_KEYS = {
-    "failureMode",
-    "storeTimeoutMs",
-    "headers",
-    "localCacheSize",
-    "nearLimitRatio",
-    "keyPrefix",
-    "breaker",
-    "redisPipelineWindowUs",
-    "redisPipelineLimit",
-    "requests",
-    "planCache",
+@dataclass(frozen=True)
+class _Number:
+    """A numeric setting: its Settings field, its range, and the unit it is written in."""
+
+    attr: str
+    lo: float
+    hi: float
+    integer: bool = False
+    scale: float = 1.0  # Settings value = written value * scale (ms -> s, us -> s)
+
+
+# Every numeric key, by its place in the file: one table, so the allowed keys of
+# each section, the ranges and the conversions cannot disagree.
+_NUMBERS: dict[tuple[str, ...], _Number] = {
+    ("storeTimeoutMs",): _Number("store_timeout", 1, 10_000, scale=1e-3),
+    ("localCacheSize",): _Number("local_cache_size", 0, 10_000_000, integer=True),
+    ("nearLimitRatio",): _Number("near_limit_ratio", 0, 1),
+    ("redisPipelineWindowUs",): _Number("redis_pipeline_window", 0, 100_000, scale=1e-6),
+    ("redisPipelineLimit",): _Number("redis_pipeline_limit", 0, 100_000, integer=True),
+    ("breaker", "failures"): _Number("breaker_failures", 1, 1000, integer=True),
+    ("breaker", "openSeconds"): _Number("breaker_open_seconds", 0.01, 600),
+    ("breaker", "minStreakSeconds"): _Number("breaker_min_streak_seconds", 0, 600),
+    ("requests", "maxDescriptors"): _Number("max_descriptors", 1, 4096, integer=True),
+    ("requests", "maxEntries"): _Number("max_entries", 1, 1024, integer=True),
+    ("requests", "maxValueBytes"): _Number("max_value_bytes", 1, 4 << 20, integer=True),
+    ("planCache", "maxBytes"): _Number("plan_cache_bytes", 0, 1 << 34, integer=True),
+    ("planCache", "maxEntryBytes"): _Number("plan_cache_entry_bytes", 0, 1 << 34, integer=True),
 }
-
-# Nested sections of integers: YAML key -> {key: (Settings field, low, high)}.
-_SECTIONS: dict[str, dict[str, tuple[str, int, int]]] = {
-    "requests": {
-        "maxDescriptors": ("max_descriptors", 1, 4096),
-        "maxEntries": ("max_entries", 1, 1024),
-        "maxValueBytes": ("max_value_bytes", 1, 4 << 20),
-    },
-    "planCache": {
-        "maxBytes": ("plan_cache_bytes", 0, 1 << 34),
-        "maxEntryBytes": ("plan_cache_entry_bytes", 0, 1 << 34),
-    },
-}
+_HEADER_NAMES = ("limit", "remaining", "reset", "ratelimited")
+_SECTION_KEYS: dict[str, list[str]] = {}
+for _path in _NUMBERS:
+    if len(_path) == 2:
+        _SECTION_KEYS.setdefault(_path[0], []).append(_path[1])
+_TOP_KEYS = sorted({path[0] for path in _NUMBERS} | {"failureMode", "keyPrefix", "headers"})
 
 
-def _number(
-    doc: LocatedDict, key: str, src: str, *, lo: float, hi: float, integer: bool, prefix: str = ""
-) -> float:
-    value = doc[key]
-    ok = isinstance(value, int) if integer else isinstance(value, int | float)
-    if isinstance(value, bool) or not ok or not lo <= value <= hi:
-        kind = "an integer" if integer else "a number"
-        span = f"{int(lo)} and {int(hi)}" if integer else f"{lo:g} and {hi:g}"
-        raise ConfigError(
-            f"must be {kind} between {span}",
-            source=src,
-            line=doc.line_of(key),
-            field=prefix + key,
-        )
-    return float(value)
+def _read_number(node: Node, spec: _Number) -> float | int:
+    if spec.integer:
+        return node.integer(int(spec.lo), int(spec.hi))
+    return node.number(spec.lo, spec.hi) * spec.scale
+
+
+def _numbers(fields: Fields) -> dict[str, Any]:
+    """Every numeric key present, top level and in the sections, converted."""
+    sections: dict[str, Fields] = {}
+    for name, keys in _SECTION_KEYS.items():
+        node = fields.optional(name)
+        if node is not None:
+            sections[name] = node.fields(optional=keys)
+    out: dict[str, Any] = {}
+    for path, spec in _NUMBERS.items():
+        holder = fields if len(path) == 1 else sections.get(path[0])
+        node = holder.optional(path[-1]) if holder is not None else None
+        if node is not None:
+            out[spec.attr] = _read_number(node, spec)
+    return out
 
 
 def parse_settings(doc: Any, source: str, base: Settings | None = None) -> Settings:
@@ -107,161 +121,66 @@ def parse_settings(doc: Any, source: str, base: Settings | None = None) -> Setti
     settings = base or Settings()
     if doc is None:
         return settings
-    if not isinstance(doc, LocatedDict):
-        raise ConfigError("the settings file must be a mapping", source=source)
-    for key in doc:
-        if key not in _KEYS:
-            raise ConfigError(
-                f"unknown key {key!r}", source=source, line=doc.line_of(key), field=str(key)
-            )
-    changes: dict[str, Any] = {}
-    if "failureMode" in doc:
-        mode = doc["failureMode"]
-        if mode not in FAILURE_MODES:
-            raise ConfigError(
-                "must be one of " + ", ".join(FAILURE_MODES),
-                source=source,
-                line=doc.line_of("failureMode"),
-                field="failureMode",
-            )
-        changes["failure_mode"] = cast(FailureMode, mode)
-    if "storeTimeoutMs" in doc:
-        changes["store_timeout"] = (
-            _number(doc, "storeTimeoutMs", source, lo=1, hi=10_000, integer=False) / 1000
-        )
-    if "localCacheSize" in doc:
-        changes["local_cache_size"] = int(
-            _number(doc, "localCacheSize", source, lo=0, hi=10_000_000, integer=True)
-        )
-    if "nearLimitRatio" in doc:
-        changes["near_limit_ratio"] = _number(
-            doc, "nearLimitRatio", source, lo=0, hi=1, integer=False
-        )
-    if "redisPipelineWindowUs" in doc:
-        changes["redis_pipeline_window"] = (
-            _number(doc, "redisPipelineWindowUs", source, lo=0, hi=100_000, integer=False) / 1e6
-        )
-    if "redisPipelineLimit" in doc:
-        changes["redis_pipeline_limit"] = int(
-            _number(doc, "redisPipelineLimit", source, lo=0, hi=100_000, integer=True)
-        )
-    if "keyPrefix" in doc:
-        prefix = doc["keyPrefix"]
-        if not isinstance(prefix, str) or "{" in prefix or "}" in prefix:
-            raise ConfigError(
-                "must be a string without braces",
-                source=source,
-                line=doc.line_of("keyPrefix"),
-                field="keyPrefix",
-            )
-        changes["key_prefix"] = prefix
-    if "breaker" in doc:
-        breaker = doc["breaker"]
-        if not isinstance(breaker, LocatedDict):
-            raise ConfigError(
-                "must be a mapping", source=source, line=doc.line_of("breaker"), field="breaker"
-            )
-        for key in breaker:
-            if key == "failures":
-                changes["breaker_failures"] = int(
-                    _number(breaker, key, source, lo=1, hi=1000, integer=True, prefix="breaker.")
-                )
-            elif key == "openSeconds":
-                changes["breaker_open_seconds"] = _number(
-                    breaker, key, source, lo=0.01, hi=600, integer=False, prefix="breaker."
-                )
-            elif key == "minStreakSeconds":
-                changes["breaker_min_streak_seconds"] = _number(
-                    breaker, key, source, lo=0, hi=600, integer=False, prefix="breaker."
-                )
-            else:
-                raise ConfigError(
-                    f"unknown key {key!r}",
-                    source=source,
-                    line=breaker.line_of(key),
-                    field=f"breaker.{key}",
-                )
-    for name, fields in _SECTIONS.items():
-        if name in doc:
-            changes.update(_section(doc, name, fields, source))
-    if "headers" in doc:
-        changes.update(_headers(doc["headers"], doc, source, settings))
+    root = Node(doc, source=source)
+    fields = root.fields(optional=_TOP_KEYS)
+    changes = _numbers(fields)
+    mode = fields.optional("failureMode")
+    if mode is not None:
+        changes["failure_mode"] = cast(FailureMode, mode.choice(FAILURE_MODES))
+    prefix = fields.optional("keyPrefix")
+    if prefix is not None:
+        if not isinstance(prefix.value, str) or "{" in prefix.value or "}" in prefix.value:
+            raise prefix.error("must be a string without braces")
+        changes["key_prefix"] = prefix.value
+    headers = fields.optional("headers")
+    if headers is not None:
+        changes.update(_headers(headers, settings))
     result = replace(settings, **changes)
+    _check_together(result, root, fields)
+    return result
+
+
+def _check_together(result: Settings, root: Node, fields: Fields) -> None:
+    """Rules between settings, checked on the merged result."""
     if result.plan_cache_entry_bytes > result.plan_cache_bytes:
+        where = fields.optional("planCache") or root
         raise ConfigError(
             f"planCache.maxEntryBytes ({result.plan_cache_entry_bytes}) must be at most"
             f" planCache.maxBytes ({result.plan_cache_bytes})",
-            source=source,
-            line=doc.line_of("planCache") if "planCache" in doc else None,
+            source=root.source,
+            line=where.line if where is not root else None,
             field="planCache.maxEntryBytes",
         )
     if result.redis_pipeline_window * 2 > result.store_timeout:
         # A write held longer than this leaves the call too little of its
         # store timeout for the round trip itself.
-        key = "redisPipelineWindowUs" if "redisPipelineWindowUs" in doc else "storeTimeoutMs"
-        raise ConfigError(
+        key = "redisPipelineWindowUs" if "redisPipelineWindowUs" in fields else "storeTimeoutMs"
+        raise root.child(key).error(
             f"redisPipelineWindowUs ({result.redis_pipeline_window * 1e6:g}) must be at most"
-            f" half of storeTimeoutMs ({result.store_timeout * 1000:g} ms)",
-            source=source,
-            line=doc.line_of(key),
-            field=key,
+            f" half of storeTimeoutMs ({result.store_timeout * 1000:g} ms)"
         )
-    return result
 
 
-def _section(
-    doc: LocatedDict, name: str, fields: dict[str, tuple[str, int, int]], source: str
-) -> dict[str, int]:
-    """A mapping of integer settings, each within its range."""
-    section = doc[name]
-    if not isinstance(section, LocatedDict):
-        raise ConfigError("must be a mapping", source=source, line=doc.line_of(name), field=name)
-    out: dict[str, int] = {}
-    for key in section:
-        if key not in fields:
-            raise ConfigError(
-                f"unknown key {key!r}",
-                source=source,
-                line=section.line_of(key),
-                field=f"{name}.{key}",
-            )
-        attr, lo, hi = fields[key]
-        out[attr] = int(
-            _number(section, key, source, lo=lo, hi=hi, integer=True, prefix=f"{name}.")
-        )
-    return out
-
-
-def _headers(raw: Any, doc: LocatedDict, source: str, settings: Settings) -> dict[str, Any]:
-    if not isinstance(raw, LocatedDict):
-        raise ConfigError(
-            "must be a mapping", source=source, line=doc.line_of("headers"), field="headers"
-        )
+def _headers(node: Node, settings: Settings) -> dict[str, Any]:
+    fields = node.fields(optional=("enabled", *_HEADER_NAMES))
     out: dict[str, Any] = {}
+    enabled = fields.optional("enabled")
+    if enabled is not None:
+        out["headers_enabled"] = enabled.boolean()
     names: dict[str, str] = {}
-    for key, value in raw.items():
-        where = f"headers.{key}"
-        if key == "enabled":
-            if not isinstance(value, bool):
-                raise ConfigError(
-                    "must be true or false", source=source, line=raw.line_of(key), field=where
-                )
-            out["headers_enabled"] = value
-        elif key in ("limit", "remaining", "reset", "ratelimited"):
-            if (
-                not isinstance(value, str)
-                or not value
-                or value != value.strip()
-                or any(c in value for c in ": \t\r\n")
-            ):
-                raise ConfigError(
-                    "must be a header name", source=source, line=raw.line_of(key), field=where
-                )
-            names[key] = value.lower()
-        else:
-            raise ConfigError(
-                f"unknown key {key!r}", source=source, line=raw.line_of(key), field=where
-            )
+    for key in _HEADER_NAMES:
+        child = fields.optional(key)
+        if child is None:
+            continue
+        value = child.value
+        if (
+            not isinstance(value, str)
+            or not value
+            or value != value.strip()
+            or any(c in value for c in ": \t\r\n")
+        ):
+            raise child.error("must be a header name")
+        names[key] = value.lower()
     if names:
         out["header_names"] = replace(settings.header_names, **names)
     return out

@@ -29,7 +29,7 @@ def test_the_interface_example_loads(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "field", "line", "words"),
     [
-        ("controlPlane: grpc://a:1\nsidecar: {image: x}\n", "cluster", None, "non-empty"),
+        ("controlPlane: grpc://a:1\nsidecar: {image: x}\n", "cluster", None, "is required"),
         (
             "cluster: acme\ncontrolPlane: grpc://a:1\nsidecar: {image: x}\n",
             "cluster",
@@ -53,7 +53,7 @@ def test_the_interface_example_loads(tmp_path: Path) -> None:
             "cluster: a/b\ncontrolPlane: grpc://a:1\nsidecar:\n  image: x\n  adminPort: 70000\n",
             "sidecar.adminPort",
             5,
-            "port",
+            "integer from 1 to 65535",
         ),
         (
             "cluster: a/b\ncontrolPlane: grpc://a:1\nsidecar: {image: x}\nextra: 1\n",
@@ -98,7 +98,8 @@ def test_serve_with_a_wrong_config_exits_2_naming_file_line_and_field(tmp_path: 
         check=False,
     )
     assert done.returncode == 2
-    assert f"{path}:3: sidecar.image: is required" in done.stderr
+    # An absent key is located where its mapping starts: the place to add it.
+    assert f"{path}:4: sidecar.image: is required" in done.stderr
 
 
 def test_serve_with_an_unreadable_certificate_exits_2(tmp_path: Path) -> None:

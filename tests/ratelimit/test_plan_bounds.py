@@ -248,12 +248,12 @@ def test_request_and_plan_cache_settings(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "line", "field", "message"),
     [
-        ("requests: {maxDescriptors: 0}\n", 1, "requests.maxDescriptors", "between 1 and 4096"),
-        ("requests:\n  maxEntries: 1025\n", 2, "requests.maxEntries", "between 1 and 1024"),
+        ("requests: {maxDescriptors: 0}\n", 1, "requests.maxDescriptors", "integer from 1 to 4096"),
+        ("requests:\n  maxEntries: 1025\n", 2, "requests.maxEntries", "integer from 1 to 1024"),
         ("requests: {maxValueBytes: 1.5}\n", 1, "requests.maxValueBytes", "an integer"),
         ("requests: {maxKeys: 3}\n", 1, "requests.maxKeys", "unknown key"),
         ("requests: 3\n", 1, "requests", "must be a mapping"),
-        ("planCache: {maxBytes: -1}\n", 1, "planCache.maxBytes", "between 0 and"),
+        ("planCache: {maxBytes: -1}\n", 1, "planCache.maxBytes", "integer from 0 to"),
         (
             "planCache: {maxBytes: 1000, maxEntryBytes: 1001}\n",
             1,
