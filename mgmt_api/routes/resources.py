@@ -79,8 +79,8 @@ def _add_collection(
 ) -> None:
     body_attr = to_snake(kdef.body_field)
     Parent = Annotated[t.ObjectRef, Depends(t.path_ref(parent_tpl))]
-    ListOptions = Annotated[dict[str, Any], Depends(t.query_options(kdef.params_for(LIST)))]
-    CreateOptions = Annotated[dict[str, Any], Depends(t.query_options(kdef.params_for(CREATE)))]
+    ListOptions = Annotated[t.QueryOptions, Depends(t.query_options(kdef.params_for(LIST)))]
+    CreateOptions = Annotated[t.QueryOptions, Depends(t.query_options(kdef.params_for(CREATE)))]
     CreateBody = Annotated[ApiModel, Depends(t.json_body(create_model))]
 
     def list_(
@@ -141,7 +141,7 @@ def _add_collection(
 
 def _add_item(mount: t.Mount, kdef: KindDef, tpl: str) -> None:
     Item = Annotated[t.ObjectRef, Depends(t.path_ref(tpl))]
-    GetOptions = Annotated[dict[str, Any], Depends(t.query_options(kdef.params_for(GET)))]
+    GetOptions = Annotated[t.QueryOptions, Depends(t.query_options(kdef.params_for(GET)))]
     kind = kdef.kind
     update_model = with_required_etag(kdef.model, f"Update{kind}Request")
     UpdateBody = Annotated[ApiModel, Depends(t.json_body(update_model))]

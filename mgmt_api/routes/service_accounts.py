@@ -23,7 +23,7 @@ async def _key_id(key_id: Annotated[str, Path(alias="keyId", max_length=64)]) ->
 
 
 KeyId = Annotated[str, Depends(_key_id)]
-KeyEncodingOption = Annotated[dict[str, Any], Depends(t.query_options([KEY_ENCODING]))]
+KeyEncodingOption = Annotated[t.QueryOptions, Depends(t.query_options([KEY_ENCODING]))]
 
 
 def _add(router: APIRouter, tpl: str) -> None:

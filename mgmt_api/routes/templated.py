@@ -99,11 +99,15 @@ def path_ref(template: str) -> Callable[..., Awaitable[ObjectRef]]:
     return ref
 
 
-def query_options(params: Iterable[RouteParam]) -> Callable[..., Awaitable[dict[str, Any]]]:
+#: The values of a kind's extra query parameters (its ``route_params``), by name.
+QueryOptions = dict[str, Any]
+
+
+def query_options(params: Iterable[RouteParam]) -> Callable[..., Awaitable[QueryOptions]]:
     """A FastAPI dependency taking a kind's extra query parameters (its
     ``route_params`` for one operation) and giving their values by name."""
 
-    async def options(**values: Any) -> dict[str, Any]:
+    async def options(**values: Any) -> QueryOptions:
         return values
 
     options.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
