@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import getpass
 import json
 import os
@@ -31,7 +32,7 @@ from meshctl import login as login_mod
 from meshctl import proxy as proxy_mod
 from meshctl import status as status_mod
 from meshctl.client import ApiClient
-from meshctl.config import load_config
+from meshctl.config import Profile, load_config
 from meshctl.errors import ApiFailure, Exit, MeshctlError
 from meshctl.kinds import (
     Kind,
@@ -172,52 +173,67 @@ def _read_files(files: list[str]) -> list[Manifest]:
 # ---- login / logout ------------------------------------------------------------------------
 
 
+# The options of `login`, one alias each so its signature reads at once.
+_LoginServer = Annotated[
+    str | None, typer.Option("--server", help="Management plane URL; saved in the profile.")
+]
+_LoginUsername = Annotated[
+    str | None,
+    typer.Option("--username", "-u", help="Local user (org users: ORG/NAME): Basic login."),
+]
+_LoginPasswordStdin = Annotated[
+    bool, typer.Option("--password-stdin", help="Read the password from stdin.")
+]
+_LoginUseDeviceCode = Annotated[
+    bool, typer.Option("--use-device-code", help="RFC 8628 device login (no browser here).")
+]
+_LoginUseTokenExchange = Annotated[
+    bool,
+    typer.Option("--use-token-exchange", help="Exchange an identity-provider access token."),
+]
+_LoginAccessToken = Annotated[
+    str | None,
+    typer.Option(
+        "--access-token",
+        help="The provider's access token for --use-token-exchange; - reads stdin.",
+    ),
+]
+_LoginOrganization = Annotated[
+    str | None, typer.Option("--organization", "--org", help="Organization (device login).")
+]
+_LoginTenant = Annotated[
+    str | None,
+    typer.Option("--tenant", help="Device login: saved as the profile's default tenant."),
+]
+_LoginOidcName = Annotated[
+    str | None, typer.Option("--oidc-name", help="OIDC configuration name, when several.")
+]
+_LoginNoBrowser = Annotated[
+    bool, typer.Option("--no-browser", help="Print the login URL instead of opening it.")
+]
+_LoginCallbackPort = Annotated[
+    int, typer.Option("--callback-port", help="Loopback port for the browser flow (0: any).")
+]
+_LoginTimeout = Annotated[
+    float, typer.Option("--timeout", help="Seconds to wait for the browser login.")
+]
+
+
 @app.command()
 def login(  # noqa: PLR0917 - typer maps options to parameters
     ctx: typer.Context,
-    server: Annotated[
-        str | None, typer.Option("--server", help="Management plane URL; saved in the profile.")
-    ] = None,
-    username: Annotated[
-        str | None,
-        typer.Option("--username", "-u", help="Local user (org users: ORG/NAME): Basic login."),
-    ] = None,
-    password_stdin: Annotated[
-        bool, typer.Option("--password-stdin", help="Read the password from stdin.")
-    ] = False,
-    use_device_code: Annotated[
-        bool, typer.Option("--use-device-code", help="RFC 8628 device login (no browser here).")
-    ] = False,
-    use_token_exchange: Annotated[
-        bool,
-        typer.Option("--use-token-exchange", help="Exchange an identity-provider access token."),
-    ] = False,
-    access_token: Annotated[
-        str | None,
-        typer.Option(
-            "--access-token",
-            help="The provider's access token for --use-token-exchange; - reads stdin.",
-        ),
-    ] = None,
-    organization: Annotated[
-        str | None, typer.Option("--organization", "--org", help="Organization (device login).")
-    ] = None,
-    tenant: Annotated[
-        str | None,
-        typer.Option("--tenant", help="Device login: saved as the profile's default tenant."),
-    ] = None,
-    oidc_name: Annotated[
-        str | None, typer.Option("--oidc-name", help="OIDC configuration name, when several.")
-    ] = None,
-    no_browser: Annotated[
-        bool, typer.Option("--no-browser", help="Print the login URL instead of opening it.")
-    ] = False,
-    callback_port: Annotated[
-        int, typer.Option("--callback-port", help="Loopback port for the browser flow (0: any).")
-    ] = 0,
-    timeout: Annotated[
-        float, typer.Option("--timeout", help="Seconds to wait for the browser login.")
-    ] = 300.0,
+    server: _LoginServer = None,
+    username: _LoginUsername = None,
+    password_stdin: _LoginPasswordStdin = False,
+    use_device_code: _LoginUseDeviceCode = False,
+    use_token_exchange: _LoginUseTokenExchange = False,
+    access_token: _LoginAccessToken = None,
+    organization: _LoginOrganization = None,
+    tenant: _LoginTenant = None,
+    oidc_name: _LoginOidcName = None,
+    no_browser: _LoginNoBrowser = False,
+    callback_port: _LoginCallbackPort = 0,
+    timeout: _LoginTimeout = 300.0,
 ) -> None:
     """Log in and store a platform token in the profile (browser flow by default)."""
     state = state_of(ctx)
@@ -226,50 +242,30 @@ def login(  # noqa: PLR0917 - typer maps options to parameters
         profile.server = server.rstrip("/")
     elif state.server:
         profile.server = state.server.rstrip("/")
-    modes = [username is not None, use_device_code, use_token_exchange]
-    if sum(modes) > 1:
-        raise MeshctlError(
-            "choose one of --username, --use-device-code and --use-token-exchange", Exit.USAGE
-        )
-    if password_stdin and username is None:
-        raise MeshctlError("--password-stdin needs --username", Exit.USAGE)
-    if access_token is not None and not use_token_exchange:
-        raise MeshctlError("--access-token needs --use-token-exchange", Exit.USAGE)
+    _check_login_modes(
+        username=username,
+        password_stdin=password_stdin,
+        use_device_code=use_device_code,
+        use_token_exchange=use_token_exchange,
+        access_token=access_token,
+    )
 
     def say(text: str) -> None:
         typer.echo(text, err=True)
 
     if username is not None:
-        if password_stdin:
-            password = login_mod.read_secret_from_stdin("password")
-        elif sys.stdin.isatty():
-            password = getpass.getpass(f"Password for {username}: ")
-        else:
-            raise MeshctlError(
-                "no terminal to ask for the password; pipe it with --password-stdin", Exit.USAGE
-            )
+        password = _login_password(username, password_stdin=password_stdin)
         creds = login_mod.login_basic(profile, username, password, verbose=state.verbose)
     elif use_token_exchange:
-        if not access_token:
-            raise MeshctlError("--use-token-exchange needs --access-token TOKEN", Exit.USAGE)
-        token = (
-            login_mod.read_secret_from_stdin("access token")
-            if access_token == "-"  # noqa: S105 - "-" means stdin
-            else access_token
-        )
+        token = _login_access_token(access_token)
         creds = login_mod.login_token_exchange(profile, token, oidc_name, verbose=state.verbose)
     elif use_device_code:
-
-        def choose_scope() -> tuple[str, str]:
-            org = organization or _ask("Organization", profile.organization)
-            ten = tenant or _ask("Tenant", profile.tenant)
-            if not org or not ten:
-                raise MeshctlError("device login needs an organization and a tenant", Exit.USAGE)
-            profile.organization, profile.tenant = org, ten
-            return org, ten
-
         creds = login_mod.login_device(
-            profile, choose_scope, oidc_name, verbose=state.verbose, say=say
+            profile,
+            functools.partial(_login_scope, profile, organization, tenant),
+            oidc_name,
+            verbose=state.verbose,
+            say=say,
         )
     else:
         creds = login_mod.login_browser(
@@ -285,6 +281,56 @@ def login(  # noqa: PLR0917 - typer maps options to parameters
     config.save()
     who = f" as {creds.subject}" if creds.subject else ""
     typer.echo(f"Logged in to {profile.server}{who} (profile {profile.name}).")
+
+
+def _check_login_modes(
+    *,
+    username: str | None,
+    password_stdin: bool,
+    use_device_code: bool,
+    use_token_exchange: bool,
+    access_token: str | None,
+) -> None:
+    """One login mode at a time, and each mode's options only with it."""
+    modes = [username is not None, use_device_code, use_token_exchange]
+    if sum(modes) > 1:
+        raise MeshctlError(
+            "choose one of --username, --use-device-code and --use-token-exchange", Exit.USAGE
+        )
+    if password_stdin and username is None:
+        raise MeshctlError("--password-stdin needs --username", Exit.USAGE)
+    if access_token is not None and not use_token_exchange:
+        raise MeshctlError("--access-token needs --use-token-exchange", Exit.USAGE)
+
+
+def _login_password(username: str, *, password_stdin: bool) -> str:
+    """The password from stdin (--password-stdin) or a terminal prompt; never an argument."""
+    if password_stdin:
+        return login_mod.read_secret_from_stdin("password")
+    if sys.stdin.isatty():
+        return getpass.getpass(f"Password for {username}: ")
+    raise MeshctlError(
+        "no terminal to ask for the password; pipe it with --password-stdin", Exit.USAGE
+    )
+
+
+def _login_access_token(access_token: str | None) -> str:
+    """The identity provider's access token to exchange (``-``: read from stdin)."""
+    if not access_token:
+        raise MeshctlError("--use-token-exchange needs --access-token TOKEN", Exit.USAGE)
+    if access_token == "-":  # noqa: S105 - "-" means stdin
+        return login_mod.read_secret_from_stdin("access token")
+    return access_token
+
+
+def _login_scope(profile: Profile, organization: str | None, tenant: str | None) -> tuple[str, str]:
+    """The device login's organization and tenant (asked when not given), saved in the profile."""
+    org = organization or _ask("Organization", profile.organization)
+    ten = tenant or _ask("Tenant", profile.tenant)
+    if not org or not ten:
+        raise MeshctlError("device login needs an organization and a tenant", Exit.USAGE)
+    profile.organization, profile.tenant = org, ten
+    return org, ten
 
 
 def _ask(label: str, default: str | None) -> str:

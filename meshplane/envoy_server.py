@@ -102,41 +102,7 @@ def envoy_config(
     worker (Envoy wants a node to load SDS secrets).
     """
     host, port = parse_listen(options.listen)
-    pyvoy = {
-        "app": WORKER_APP,
-        "interface": "asgi",
-        "root_path": "",
-        "lifespan": True,
-    }
-    hcm = {
-        "@type": "type.googleapis.com/envoy.extensions.filters.network."
-        "http_connection_manager.v3.HttpConnectionManager",
-        "stat_prefix": "grpc",
-        "codec_type": "AUTO",
-        "generate_request_id": False,
-        # grpcio has no idle timeout either: Health/Watch streams stay open.
-        "stream_idle_timeout": "0s",
-        "common_http_protocol_options": {
-            "max_connection_duration": f"{MAX_CONNECTION_SECONDS}s",
-        },
-        "route_config": {"virtual_hosts": [{"name": "grpc", "domains": ["*"]}]},
-        "http_filters": [
-            {
-                "name": "pyvoy",
-                "typed_config": {
-                    "@type": "type.googleapis.com/envoy.extensions.filters.http."
-                    "dynamic_modules.v3.DynamicModuleFilter",
-                    "dynamic_module_config": {"module": {"local": {"filename": _pyvoy_module()}}},
-                    "filter_name": "pyvoy",
-                    "terminal_filter": True,
-                    "filter_config": {
-                        "@type": "type.googleapis.com/google.protobuf.StringValue",
-                        "value": json.dumps(pyvoy),
-                    },
-                },
-            }
-        ],
-    }
+    hcm = _grpc_connection_manager()
     chain: dict[str, Any] = {
         "filters": [{"name": "envoy.filters.network.http_connection_manager", "typed_config": hcm}]
     }
@@ -174,6 +140,46 @@ def envoy_config(
                 }
             ]
         },
+    }
+
+
+def _grpc_connection_manager() -> dict[str, Any]:
+    """The listener's HTTP connection manager: every request to the embedded ASGI app
+    (pyvoy), streams never idle-timed out, connections recycled after a while."""
+    pyvoy = {
+        "app": WORKER_APP,
+        "interface": "asgi",
+        "root_path": "",
+        "lifespan": True,
+    }
+    return {
+        "@type": "type.googleapis.com/envoy.extensions.filters.network."
+        "http_connection_manager.v3.HttpConnectionManager",
+        "stat_prefix": "grpc",
+        "codec_type": "AUTO",
+        "generate_request_id": False,
+        # grpcio has no idle timeout either: Health/Watch streams stay open.
+        "stream_idle_timeout": "0s",
+        "common_http_protocol_options": {
+            "max_connection_duration": f"{MAX_CONNECTION_SECONDS}s",
+        },
+        "route_config": {"virtual_hosts": [{"name": "grpc", "domains": ["*"]}]},
+        "http_filters": [
+            {
+                "name": "pyvoy",
+                "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.http."
+                    "dynamic_modules.v3.DynamicModuleFilter",
+                    "dynamic_module_config": {"module": {"local": {"filename": _pyvoy_module()}}},
+                    "filter_name": "pyvoy",
+                    "terminal_filter": True,
+                    "filter_config": {
+                        "@type": "type.googleapis.com/google.protobuf.StringValue",
+                        "value": json.dumps(pyvoy),
+                    },
+                },
+            }
+        ],
     }
 
 

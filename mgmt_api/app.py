@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -19,6 +19,7 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client import CollectorRegistry
+from sqlalchemy.engine import Engine
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mgmt_api import console
@@ -57,7 +58,7 @@ from mgmt_api.routes import (
 from mgmt_api.routes.deps import authenticate_scope, call_context
 from mgmt_api.schemas.base import PATTERN_RULES, ErrorBody
 from mgmt_api.service.container import Services
-from mgmt_api.service.replicas import store_claim
+from mgmt_api.service.replicas import ReplicaPeers, store_claim
 from mgmt_api.settings import Settings
 from mgmt_api.store.engine import create_engine, migrate
 
@@ -152,40 +153,37 @@ def _custom_openapi(app: FastAPI) -> dict[str, Any]:
     return schema
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
-    """Build the app: open the store, migrate it, bootstrap it, wire services, mount routes."""
-    settings = settings or Settings()
-    engine = create_engine(settings.database_url)
-    migrate(engine)
-    services = Services.build(engine, settings)
-    distribution = None
-    if settings.grpc_listen and services.registry is not None:
-        distribution = Distribution(
-            uow=services.uow,
-            listen=settings.grpc_listen,
-            enforcement=services.enforcement,
-            stream_auth=services.stream_auth,
-            registry=services.registry,
-            tls=tls_from(settings),
-            database_url=settings.database_url,
-            revision_poll=parse_duration(settings.revision_poll, "MESHPLANE_REVISION_POLL")
-            if settings.revision_poll
-            else None,
-        )
-        if services.proxytools is not None:
-            # The agent tunnel shares the policy stream's gRPC server, port and TLS.
-            distribution.servicers.append(
-                tunnel_servicer(distribution, services.proxytools.hub, services.inventory)
-            )
-    peers = services.proxytools.peers if services.proxytools is not None else None
-    identity = IdentityRuntime.build(
-        services.uow,
-        services.authn,
-        install_config=settings.install_config,
-        public_url=settings.public_url,
-        purge_interval=parse_duration(settings.purge_interval, "MESHPLANE_PURGE_INTERVAL"),
-        claim=store_claim(services.uow, peers.replica_id if peers else uuid.uuid4().hex),
+def _distribution(settings: Settings, services: Services) -> Distribution | None:
+    """The gRPC policy stream (and the agent tunnel on it), when a listen address is set."""
+    if not settings.grpc_listen or services.registry is None:
+        return None
+    distribution = Distribution(
+        uow=services.uow,
+        listen=settings.grpc_listen,
+        enforcement=services.enforcement,
+        stream_auth=services.stream_auth,
+        registry=services.registry,
+        tls=tls_from(settings),
+        database_url=settings.database_url,
+        revision_poll=parse_duration(settings.revision_poll, "MESHPLANE_REVISION_POLL")
+        if settings.revision_poll
+        else None,
     )
+    if services.proxytools is not None:
+        # The agent tunnel shares the policy stream's gRPC server, port and TLS.
+        distribution.servicers.append(
+            tunnel_servicer(distribution, services.proxytools.hub, services.inventory)
+        )
+    return distribution
+
+
+def _lifespan(
+    engine: Engine,
+    distribution: Distribution | None,
+    identity: IdentityRuntime,
+    peers: ReplicaPeers | None,
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """Start the background parts with the app and stop them (and the pool) with it."""
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -206,23 +204,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 await distribution.stop()
             engine.dispose()  # close pooled connections on SIGTERM
 
-    app = FastAPI(
-        lifespan=lifespan,
-        title="meshplane management API",
-        version=API_VERSION,
-        description="Management plane of a multi-cluster service mesh. See docs/api.md.",
-        # Served below, behind authentication like every other endpoint.
-        openapi_url=None,
-        docs_url=None,
-        redoc_url=None,
-    )
-    app.state.services = services
-    app.state.distribution = distribution
-    registry = CollectorRegistry()
-    if services.registry is not None:
-        registry.register(DistributionCollector(services.registry))
-    app.state.registry = registry
-    app.state.identity = identity
+    return lifespan
+
+
+def _mount_routes(app: FastAPI) -> None:
+    """The generated kind routes and the hand-written routers, in matching order."""
     app.include_router(onboarding.router)  # before the generated .../onboarding/{name}
     # Generated from the kind registry, on the app's own router (an included
     # router would make FastAPI match each request twice).
@@ -243,8 +229,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         sync,
     ):
         app.include_router(module.router)
-    # The web console (/ui/): a client of the routes above, in-process (docs/console.md).
-    console.mount(app, signing_secret=services.signing_secret, public_url=settings.public_url)
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    """Every failure leaves as the one error body (see the module docstring)."""
 
     @app.exception_handler(ApiError)
     async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
@@ -270,6 +258,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         log.exception("unhandled error", extra={"error": type(exc).__name__})
         return _error_response(ApiError(Code.INTERNAL, "internal error"))
 
+
+def _mount_openapi(app: FastAPI) -> None:
+    """The OpenAPI document and its Swagger UI, behind authentication."""
     app.openapi = lambda: _custom_openapi(app)  # type: ignore[method-assign]
 
     @app.get("/v2/openapi.json", include_in_schema=False)
@@ -283,6 +274,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         call_context(request)
         return get_swagger_ui_html(openapi_url="/v2/openapi.json", title=app.title)
 
+
+def _install_middleware(app: FastAPI, settings: Settings, registry: CollectorRegistry) -> None:
+    """The middleware stack; the last added runs first."""
     relative_slash_redirect(app.router)
     # The last added runs first: metrics, then authentication, then the body.
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
@@ -295,4 +289,44 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         header=parse_forwarded_header(settings.forwarded_header),
     )
 
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """Build the app: open the store, migrate it, bootstrap it, wire services, mount routes."""
+    settings = settings or Settings()
+    engine = create_engine(settings.database_url)
+    migrate(engine)
+    services = Services.build(engine, settings)
+    distribution = _distribution(settings, services)
+    peers = services.proxytools.peers if services.proxytools is not None else None
+    identity = IdentityRuntime.build(
+        services.uow,
+        services.authn,
+        install_config=settings.install_config,
+        public_url=settings.public_url,
+        purge_interval=parse_duration(settings.purge_interval, "MESHPLANE_PURGE_INTERVAL"),
+        claim=store_claim(services.uow, peers.replica_id if peers else uuid.uuid4().hex),
+    )
+    app = FastAPI(
+        lifespan=_lifespan(engine, distribution, identity, peers),
+        title="meshplane management API",
+        version=API_VERSION,
+        description="Management plane of a multi-cluster service mesh. See docs/api.md.",
+        # Served below, behind authentication like every other endpoint.
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.state.services = services
+    app.state.distribution = distribution
+    registry = CollectorRegistry()
+    if services.registry is not None:
+        registry.register(DistributionCollector(services.registry))
+    app.state.registry = registry
+    app.state.identity = identity
+    _mount_routes(app)
+    # The web console (/ui/): a client of the routes above, in-process (docs/console.md).
+    console.mount(app, signing_secret=services.signing_secret, public_url=settings.public_url)
+    _install_error_handlers(app)
+    _mount_openapi(app)
+    _install_middleware(app, settings, registry)
     return app

@@ -16,6 +16,7 @@ from typing import Annotated
 
 import typer
 import uvicorn
+from fastapi import FastAPI
 
 from meshplane.logging import configure_logging
 from meshplane.netaddr import is_loopback_host
@@ -35,83 +36,97 @@ def _split_listen(listen: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
+# The command-line options of `serve`, one alias each so its signature reads at once.
+_ListenOption = Annotated[str, typer.Option(help="HOST:PORT to listen on")]
+_DatabaseOption = Annotated[
+    str | None,
+    typer.Option(
+        help=(
+            "SQLAlchemy URL (postgresql+psycopg://...); "
+            "default: SQLite in $MESHPLANE_DATA_DIR or ./.data"
+        )
+    ),
+]
+_PublicUrlOption = Annotated[
+    str | None, typer.Option(help="Address agents use to reach this server (install templates)")
+]
+_GrpcListenOption = Annotated[
+    str,
+    typer.Option(
+        help="HOST:PORT of the PolicyDistribution gRPC server (port 0: any free port); "
+        "'off' disables it"
+    ),
+]
+_ConfigOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Install config YAML with spec.identityProvider (OIDC login, directory sync); "
+        "default: $MESHPLANE_CONFIG"
+    ),
+]
+_GrpcTlsCertOption = Annotated[
+    str | None,
+    typer.Option(help="PEM certificate of the policy stream; default: $MESHPLANE_GRPC_TLS_CERT"),
+]
+_GrpcTlsKeyOption = Annotated[
+    str | None,
+    typer.Option(help="PEM private key of the policy stream; default: $MESHPLANE_GRPC_TLS_KEY"),
+]
+_GrpcTlsClientCaOption = Annotated[
+    str | None,
+    typer.Option(
+        help="PEM CA that subscribers' client certificates must chain to (mTLS); "
+        "default: $MESHPLANE_GRPC_TLS_CLIENT_CA"
+    ),
+]
+_TlsCertOption = Annotated[
+    str | None,
+    typer.Option(
+        help="PEM certificate chain of the REST port (HTTPS); default: $MESHPLANE_TLS_CERT"
+    ),
+]
+_TlsKeyOption = Annotated[
+    str | None,
+    typer.Option(help="PEM private key of the REST port; default: $MESHPLANE_TLS_KEY"),
+]
+_TlsClientCaOption = Annotated[
+    str | None,
+    typer.Option(
+        help="PEM CA that REST clients' certificates must chain to (mTLS); "
+        "default: $MESHPLANE_TLS_CLIENT_CA"
+    ),
+]
+_TrustedProxiesOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Addresses/CIDRs of proxies whose X-Forwarded-For/Forwarded name the client "
+        "(login throttling); default: $MESHPLANE_TRUSTED_PROXIES, else none"
+    ),
+]
+_ForwardedHeaderOption = Annotated[
+    str | None,
+    typer.Option(
+        help="The header the trusted proxies append to: x-forwarded-for or forwarded "
+        "(RFC 7239); default: $MESHPLANE_FORWARDED_HEADER, else x-forwarded-for"
+    ),
+]
+
+
 @app.command()
 def serve(  # noqa: PLR0917 - one parameter per command-line option, as typer wants
-    listen: Annotated[str, typer.Option(help="HOST:PORT to listen on")] = DEFAULT_LISTEN,
-    database: Annotated[
-        str | None,
-        typer.Option(
-            help=(
-                "SQLAlchemy URL (postgresql+psycopg://...); "
-                "default: SQLite in $MESHPLANE_DATA_DIR or ./.data"
-            )
-        ),
-    ] = None,
-    public_url: Annotated[
-        str | None, typer.Option(help="Address agents use to reach this server (install templates)")
-    ] = None,
-    grpc_listen: Annotated[
-        str,
-        typer.Option(
-            help="HOST:PORT of the PolicyDistribution gRPC server (port 0: any free port); "
-            "'off' disables it"
-        ),
-    ] = DEFAULT_GRPC_LISTEN,
-    config: Annotated[
-        str | None,
-        typer.Option(
-            help="Install config YAML with spec.identityProvider (OIDC login, directory sync); "
-            "default: $MESHPLANE_CONFIG"
-        ),
-    ] = None,
-    grpc_tls_cert: Annotated[
-        str | None,
-        typer.Option(
-            help="PEM certificate of the policy stream; default: $MESHPLANE_GRPC_TLS_CERT"
-        ),
-    ] = None,
-    grpc_tls_key: Annotated[
-        str | None,
-        typer.Option(help="PEM private key of the policy stream; default: $MESHPLANE_GRPC_TLS_KEY"),
-    ] = None,
-    grpc_tls_client_ca: Annotated[
-        str | None,
-        typer.Option(
-            help="PEM CA that subscribers' client certificates must chain to (mTLS); "
-            "default: $MESHPLANE_GRPC_TLS_CLIENT_CA"
-        ),
-    ] = None,
-    tls_cert: Annotated[
-        str | None,
-        typer.Option(
-            help="PEM certificate chain of the REST port (HTTPS); default: $MESHPLANE_TLS_CERT"
-        ),
-    ] = None,
-    tls_key: Annotated[
-        str | None,
-        typer.Option(help="PEM private key of the REST port; default: $MESHPLANE_TLS_KEY"),
-    ] = None,
-    tls_client_ca: Annotated[
-        str | None,
-        typer.Option(
-            help="PEM CA that REST clients' certificates must chain to (mTLS); "
-            "default: $MESHPLANE_TLS_CLIENT_CA"
-        ),
-    ] = None,
-    trusted_proxies: Annotated[
-        str | None,
-        typer.Option(
-            help="Addresses/CIDRs of proxies whose X-Forwarded-For/Forwarded name the client "
-            "(login throttling); default: $MESHPLANE_TRUSTED_PROXIES, else none"
-        ),
-    ] = None,
-    forwarded_header: Annotated[
-        str | None,
-        typer.Option(
-            help="The header the trusted proxies append to: x-forwarded-for or forwarded "
-            "(RFC 7239); default: $MESHPLANE_FORWARDED_HEADER, else x-forwarded-for"
-        ),
-    ] = None,
+    listen: _ListenOption = DEFAULT_LISTEN,
+    database: _DatabaseOption = None,
+    public_url: _PublicUrlOption = None,
+    grpc_listen: _GrpcListenOption = DEFAULT_GRPC_LISTEN,
+    config: _ConfigOption = None,
+    grpc_tls_cert: _GrpcTlsCertOption = None,
+    grpc_tls_key: _GrpcTlsKeyOption = None,
+    grpc_tls_client_ca: _GrpcTlsClientCaOption = None,
+    tls_cert: _TlsCertOption = None,
+    tls_key: _TlsKeyOption = None,
+    tls_client_ca: _TlsClientCaOption = None,
+    trusted_proxies: _TrustedProxiesOption = None,
+    forwarded_header: _ForwardedHeaderOption = None,
 ) -> None:
     """Migrate the store, bootstrap it on first start, and serve /v2 (and the console, /ui/)."""
     configure_logging("mgmt-api")
@@ -136,14 +151,7 @@ def serve(  # noqa: PLR0917 - one parameter per command-line option, as typer wa
         trusted_proxies=settings.trusted_proxies if trusted_proxies is None else trusted_proxies,
         forwarded_header=forwarded_header or settings.forwarded_header,
     )
-    try:
-        parse_trusted_proxies(settings.trusted_proxies)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--trusted-proxies") from None
-    try:
-        parse_forwarded_header(settings.forwarded_header)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--forwarded-header") from None
+    _check_client_address(settings)
     host, port = _split_listen(listen)
     try:
         https = rest_tls(settings, host)
@@ -153,7 +161,23 @@ def serve(  # noqa: PLR0917 - one parameter per command-line option, as typer wa
         settings = dataclasses.replace(
             settings, replica_address=replica_address(host, port, https is not None)
         )
-    application = create_app(settings)
+    _run(create_app(settings), host, port, https)
+
+
+def _check_client_address(settings: Settings) -> None:
+    """Refuse bad client-address settings at start, naming the option."""
+    try:
+        parse_trusted_proxies(settings.trusted_proxies)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--trusted-proxies") from None
+    try:
+        parse_forwarded_header(settings.forwarded_header)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--forwarded-header") from None
+
+
+def _run(application: FastAPI, host: str, port: int, https: ReloadingServerContext | None) -> None:
+    """Serve until SIGTERM/SIGINT, then drain and exit 0."""
     # Everything built so far (routes, models, compiled statements) lives for
     # the whole process: move it out of the collector's sight so full
     # collections stay short and do not show up as latency spikes.

@@ -125,15 +125,7 @@ def demo_plan(
     (every namespace of the cluster), so ext_authz checks both.
     """
     org = f"/v2/organizations/{organization}"
-    workspace = f"{org}/tenants/demo/workspaces/demo"
-    group = f"{workspace}/securitygroups/web"
-    traffic = {
-        "targetRef": {"kind": "HTTPRoute", "name": "web"},
-        "rateLimit": {
-            "type": "Global",
-            "global": {"rules": [{"limit": {"requests": requests, "unit": unit}}]},
-        },
-    }
+    traffic = _traffic_spec(requests, unit)
     policy = BackendTrafficPolicy.model_validate(
         {
             "apiVersion": "gateway.envoyproxy.io/v1alpha1",
@@ -146,6 +138,44 @@ def demo_plan(
         "rateLimit": dict(cluster_rate_limit or {"redis": {"disabled": True}}),
         "circuitBreakers": dict(DEMO_CIRCUIT_BREAKERS),
     }
+    endpoint = dict(upstream or {"ip": {"address": "127.0.0.1", "port": 8000}})
+    group = f"{org}/tenants/demo/workspaces/demo/securitygroups/web"
+    resources = (
+        Resource("/v2/organizations", organization, "organization", {}, update=False),
+        *_cluster_resources(org, cluster, cluster_spec, endpoint, traffic),
+        *_security_resources(org, cluster, extauthz_uri, hmac_secret),
+    )
+    return DemoPlan(
+        organization=organization,
+        cluster=cluster,
+        resources=resources,
+        hmac_secret=hmac_secret,
+        extauthz_policy=policy_name(group.removeprefix("/v2/"), "jwt"),
+        rate_limit_domain=domain_of(cluster, policy),
+        rate_limit_descriptors=_envoy_descriptors(cluster, policy),
+        limit=f"{requests}/{unit}",
+    )
+
+
+def _traffic_spec(requests: int, unit: str) -> dict[str, Any]:
+    """The demo BackendTrafficPolicy's spec: ``requests``/``unit`` on route ``web``."""
+    return {
+        "targetRef": {"kind": "HTTPRoute", "name": "web"},
+        "rateLimit": {
+            "type": "Global",
+            "global": {"rules": [{"limit": {"requests": requests, "unit": unit}}]},
+        },
+    }
+
+
+def _cluster_resources(
+    org: str,
+    cluster: str,
+    cluster_spec: dict[str, Any],
+    endpoint: dict[str, Any],
+    traffic: dict[str, Any],
+) -> tuple[Resource, ...]:
+    """The cluster, its demo Backend, the routes ``web`` and ``slow`` to it, and the limit."""
     backend_ref = {"group": ENVOY_GATEWAY_GROUP, "kind": "Backend", "name": DEMO_BACKEND}
     routes = {
         name: {
@@ -160,20 +190,7 @@ def demo_plan(
         }
         for name, prefix in (("web", "/"), ("slow", "/slow"))
     }
-    endpoint = dict(upstream or {"ip": {"address": "127.0.0.1", "port": 8000}})
-    jwt_policy = {
-        "jwt": {"algorithms": ["HS256"], "keys": [{"hmacSecret": {"value": hmac_secret}}]},
-        "pathClaim": {"name": "path", "match": "PREFIX"},
-    }
-    setting = {
-        "authorization": {
-            # The setting's mode (docs/api.md); CUSTOM needs an explicit serviceAccounts list.
-            "mode": "CLUSTER",
-            "http": {"external": {"uri": extauthz_uri, "policy": "jwt"}},
-        }
-    }
-    resources = (
-        Resource("/v2/organizations", organization, "organization", {}, update=False),
+    return (
         Resource(f"{org}/clusters", cluster, "cluster", cluster_spec),
         Resource(
             f"{org}/clusters/{cluster}/backends",
@@ -191,6 +208,28 @@ def demo_plan(
             "backendTrafficPolicy",
             {"spec": traffic},
         ),
+    )
+
+
+def _security_resources(
+    org: str, cluster: str, extauthz_uri: str, hmac_secret: str
+) -> tuple[Resource, ...]:
+    """Tenant and workspace ``demo`` over the cluster, and security group ``web`` with
+    the JWT policy and the setting that sends its checks to ``extauthz_uri``."""
+    workspace = f"{org}/tenants/demo/workspaces/demo"
+    group = f"{workspace}/securitygroups/web"
+    jwt_policy = {
+        "jwt": {"algorithms": ["HS256"], "keys": [{"hmacSecret": {"value": hmac_secret}}]},
+        "pathClaim": {"name": "path", "match": "PREFIX"},
+    }
+    setting = {
+        "authorization": {
+            # The setting's mode (docs/api.md); CUSTOM needs an explicit serviceAccounts list.
+            "mode": "CLUSTER",
+            "http": {"external": {"uri": extauthz_uri, "policy": "jwt"}},
+        }
+    }
+    return (
         Resource(f"{org}/tenants", "demo", "tenant", {}, update=False),
         Resource(
             f"{org}/tenants/demo/workspaces",
@@ -201,16 +240,6 @@ def demo_plan(
         Resource(f"{workspace}/securitygroups", "web", "securityGroup", {"configMode": "BRIDGED"}),
         Resource(f"{group}/extauthzpolicies", "jwt", "extAuthzPolicy", jwt_policy),
         Resource(f"{group}/settings", "default", "securitySetting", setting),
-    )
-    return DemoPlan(
-        organization=organization,
-        cluster=cluster,
-        resources=resources,
-        hmac_secret=hmac_secret,
-        extauthz_policy=policy_name(group.removeprefix("/v2/"), "jwt"),
-        rate_limit_domain=domain_of(cluster, policy),
-        rate_limit_descriptors=_envoy_descriptors(cluster, policy),
-        limit=f"{requests}/{unit}",
     )
 
 

@@ -415,11 +415,29 @@ class Stack:
     def start(self, log: Callable[[str], None]) -> dict[str, str]:
         """Bring everything up and seed; return the seed report. Raises Stopping."""
         self._log = log
+        self._start_mgmt_api()
+        with httpx.Client(
+            base_url=self.mgmt_url, auth=("admin", self.password), timeout=10
+        ) as client:
+            self._wait("mgmt-api to be ready", lambda: self._http_ok(client, "/readyz"))
+            report = self._seed(client)
+            self._start_services(client)
+            self._start_gateway(client)
+        self._wait("a request through the gateway", self._gateway_answers)
+        self._log("starting the cluster agent (proxy diagnostics of the gateway)")
+        self._start_agent()
+        # The snapshot is on disk and ACKed; give the workers one reload tick.
+        if self.stop_requested.wait(3 * control_plane.RELOAD_INTERVAL):
+            raise Stopping("")
+        return report
+
+    def _start_mgmt_api(self) -> None:
+        """mgmt-api on SQLite in the state directory, with the demo's admin password."""
         p = self.ports
         database = f"sqlite+pysqlite:///{self.state / 'mgmt' / 'mgmt-api.db'}"
         self.env["MESHPLANE_DATA_DIR"] = str(self.state / "mgmt")
         self.env["MESHPLANE_ADMIN_PASSWORD"] = self.password
-        log(f"starting mgmt-api on {self.mgmt_url} (SQLite in {self.state / 'mgmt'})")
+        self._log(f"starting mgmt-api on {self.mgmt_url} (SQLite in {self.state / 'mgmt'})")
         self._spawn(
             "mgmt-api",
             "mgmt_api.cli",
@@ -430,80 +448,83 @@ class Stack:
             "--grpc-listen",
             p.at(p.grpc),
         )
-        with httpx.Client(
-            base_url=self.mgmt_url, auth=("admin", self.password), timeout=10
-        ) as client:
-            self._wait("mgmt-api to be ready", lambda: self._http_ok(client, "/readyz"))
-            log(f"seeding organization {self.plan.organization!r}, cluster {self.plan.cluster!r}")
-            try:
-                report = seed(client, self.plan, self.credentials)
-            except (SeedError, httpx.HTTPError) as exc:
-                raise Stopping(
-                    f"seeding failed: {exc} (a state dir from another password? "
-                    f"remove {self.state} to start over)"
-                ) from None
-            done = list(report.values())
-            log(
-                f"seeded: {done.count('created')} created, {done.count('updated')} updated,"
-                f" {done.count('unchanged')} unchanged"
-            )
-            log("starting ratelimit and extauthz, subscribed to mgmt-api")
-            self._spawn(
-                "ratelimit",
-                "ratelimit.cli",
-                "--listen",
-                p.at(p.ratelimit),
-                "--metrics-listen",
-                p.at(p.ratelimit_metrics),
-                *self._subscribe_args("ratelimit"),
-            )
-            self._spawn(
-                "extauthz",
-                "extauthz.cli",
-                "--listen",
-                p.at(p.extauthz),
-                "--http-listen",
-                p.at(p.extauthz_http),
-                "--metrics-listen",
-                p.at(p.extauthz_metrics),
-                *self._subscribe_args("extauthz"),
-            )
-            self._spawn_argv(
-                "upstream",
-                [sys.executable, "-m", "mgmt_api.demo.upstream", "--listen", p.at(p.upstream)],
-            )
-            self._wait("both services to apply their snapshots", lambda: self._converged(client))
-            for port in (p.ratelimit, p.extauthz, p.extauthz_http, p.upstream):
-                self._wait(
-                    f"{p.at(port)} to accept connections", functools.partial(self._listening, port)
-                )
-            log(f"starting the gateway (Envoy), configured over ADS by mgmt-api on {p.at(p.grpc)}")
-            try:
-                envoy, bootstrap = envoy_path(), self.write_gateway_bootstrap()
-            except (EnvoyNotInstalled, ConfigError) as exc:
-                raise Stopping(f"cannot start the gateway: {exc}") from None
-            self._spawn_argv(
-                "gateway",
-                [
-                    str(envoy),
-                    "-c",
-                    str(bootstrap),
-                    "--disable-hot-restart",
-                    "--concurrency",
-                    "1",
-                    # JSON lines, like every other child's log.
-                    "--log-format",
-                    envoy_log_format("gateway"),
-                ],
-            )
-            self._wait("the gateway to ACK its configuration", lambda: self._gateway_acked(client))
-        self._wait("a request through the gateway", self._gateway_answers)
-        self._log("starting the cluster agent (proxy diagnostics of the gateway)")
-        self._start_agent()
-        # The snapshot is on disk and ACKed; give the workers one reload tick.
-        if self.stop_requested.wait(3 * control_plane.RELOAD_INTERVAL):
-            raise Stopping("")
+
+    def _seed(self, client: httpx.Client) -> dict[str, str]:
+        """Make the server match the demo plan; return what was created/updated/unchanged."""
+        self._log(f"seeding organization {self.plan.organization!r}, cluster {self.plan.cluster!r}")
+        try:
+            report = seed(client, self.plan, self.credentials)
+        except (SeedError, httpx.HTTPError) as exc:
+            raise Stopping(
+                f"seeding failed: {exc} (a state dir from another password? "
+                f"remove {self.state} to start over)"
+            ) from None
+        done = list(report.values())
+        self._log(
+            f"seeded: {done.count('created')} created, {done.count('updated')} updated,"
+            f" {done.count('unchanged')} unchanged"
+        )
         return report
+
+    def _start_services(self, client: httpx.Client) -> None:
+        """ratelimit, extauthz and the demo upstream; wait until they serve the snapshot."""
+        p = self.ports
+        self._log("starting ratelimit and extauthz, subscribed to mgmt-api")
+        self._spawn(
+            "ratelimit",
+            "ratelimit.cli",
+            "--listen",
+            p.at(p.ratelimit),
+            "--metrics-listen",
+            p.at(p.ratelimit_metrics),
+            *self._subscribe_args("ratelimit"),
+        )
+        self._spawn(
+            "extauthz",
+            "extauthz.cli",
+            "--listen",
+            p.at(p.extauthz),
+            "--http-listen",
+            p.at(p.extauthz_http),
+            "--metrics-listen",
+            p.at(p.extauthz_metrics),
+            *self._subscribe_args("extauthz"),
+        )
+        self._spawn_argv(
+            "upstream",
+            [sys.executable, "-m", "mgmt_api.demo.upstream", "--listen", p.at(p.upstream)],
+        )
+        self._wait("both services to apply their snapshots", lambda: self._converged(client))
+        for port in (p.ratelimit, p.extauthz, p.extauthz_http, p.upstream):
+            self._wait(
+                f"{p.at(port)} to accept connections", functools.partial(self._listening, port)
+            )
+
+    def _start_gateway(self, client: httpx.Client) -> None:
+        """Envoy, configured over ADS by mgmt-api; wait until it ACKs."""
+        p = self.ports
+        self._log(
+            f"starting the gateway (Envoy), configured over ADS by mgmt-api on {p.at(p.grpc)}"
+        )
+        try:
+            envoy, bootstrap = envoy_path(), self.write_gateway_bootstrap()
+        except (EnvoyNotInstalled, ConfigError) as exc:
+            raise Stopping(f"cannot start the gateway: {exc}") from None
+        self._spawn_argv(
+            "gateway",
+            [
+                str(envoy),
+                "-c",
+                str(bootstrap),
+                "--disable-hot-restart",
+                "--concurrency",
+                "1",
+                # JSON lines, like every other child's log.
+                "--log-format",
+                envoy_log_format("gateway"),
+            ],
+        )
+        self._wait("the gateway to ACK its configuration", lambda: self._gateway_acked(client))
 
     def watch(self) -> str:
         """Block until a stop signal or a child's exit; return why."""

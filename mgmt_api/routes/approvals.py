@@ -66,18 +66,21 @@ def _transition_endpoint(name: str, resource_type: Any) -> Callable[..., Any]:
     return with_access
 
 
-def _add_variant(prefix: str, resource_of: FqnOf, variant: str) -> None:
-    Resource = Annotated[str, Depends(resource_of)]
-    tag = "Approvals"
+_Route = tuple[str, str, Callable[..., Any], str, dict[str, Any]]
+_EMPTY: dict[str, Any] = {"response_model": Empty}
 
-    def get_policy(approvals: Approvals, ctx: Ctx, resource: Resource) -> dict[str, Any]:
+
+def _policy_routes(resource_type: Any) -> list[_Route]:
+    """Read, set and delete the approval policy of a ``resource_type``."""
+
+    def get_policy(approvals: Approvals, ctx: Ctx, resource: resource_type) -> dict[str, Any]:
         """The approval policy (ReadApprovalPolicy)."""
         return approvals.get(ctx, resource)
 
     def set_policy(
         approvals: Approvals,
         ctx: Ctx,
-        resource: Resource,
+        resource: resource_type,
         body: Annotated[s.SetApprovalPolicyRequest, Body()],
     ) -> dict[str, Any]:
         """Enable checks, setting the mode and metadata (Create/WriteApprovalPolicy)."""
@@ -99,7 +102,7 @@ def _add_variant(prefix: str, resource_of: FqnOf, variant: str) -> None:
     def delete_policy(
         approvals: Approvals,
         ctx: Ctx,
-        resource: Resource,
+        resource: resource_type,
         force: Annotated[
             QueryBool, Query(description="Accepted; no protected internals exist.")
         ] = False,
@@ -108,10 +111,20 @@ def _add_variant(prefix: str, resource_of: FqnOf, variant: str) -> None:
         approvals.delete_policy(ctx, resource, force=force)
         return {}
 
+    return [
+        ("", "GET", get_policy, "GetPolicy", {"response_model": s.ApprovalPolicy}),
+        ("", "POST", set_policy, "SetPolicy", _EMPTY),
+        ("", "DELETE", delete_policy, "DeletePolicy", _EMPTY),
+    ]
+
+
+def _query_routes(resource_type: Any) -> list[_Route]:
+    """Query the policies under a ``resource_type`` and check a subject's access there."""
+
     def query(
         approvals: Approvals,
         ctx: Ctx,
-        resource: Resource,
+        resource: resource_type,
         body: Annotated[s.QueryPoliciesRequest, Body()],
     ) -> dict[str, Any]:
         """Approval policies here and (for an organization) on its clusters (ReadApprovalPolicy)."""
@@ -128,22 +141,24 @@ def _add_variant(prefix: str, resource_of: FqnOf, variant: str) -> None:
     def check(
         approvals: Approvals,
         ctx: Ctx,
-        resource: Resource,
+        resource: resource_type,
         body: Annotated[s.AccessCheckRequest, Body()],
     ) -> dict[str, Any]:
         """Is the subject allowed the permission? (CheckApprovalPolicyAccess)"""
         return approvals.check(ctx, resource, body.subject, body.permission)
 
-    empty: dict[str, Any] = {"response_model": Empty}
-    routes: list[tuple[str, str, Callable[..., Any], str, dict[str, Any]]] = [
-        ("", "GET", get_policy, "GetPolicy", {"response_model": s.ApprovalPolicy}),
-        ("", "POST", set_policy, "SetPolicy", empty),
-        ("", "DELETE", delete_policy, "DeletePolicy", empty),
+    return [
         ("/query", "POST", query, "QueryPolicies", {"response_model": s.QueryPoliciesResponse}),
         (":check", "POST", check, "CheckAccess", {"response_model": s.AccessCheckResponse}),
     ]
+
+
+def _add_variant(prefix: str, resource_of: FqnOf, variant: str) -> None:
+    """The approval routes under ``prefix``, the resource named by ``resource_of``."""
+    Resource = Annotated[str, Depends(resource_of)]
+    routes = [*_policy_routes(Resource), *_query_routes(Resource)]
     routes += [
-        (f"/{name}", "POST", _transition_endpoint(name, Resource), op, empty)
+        (f"/{name}", "POST", _transition_endpoint(name, Resource), op, _EMPTY)
         for name, (op, _) in TRANSITION_ROUTES.items()
     ]
     for suffix, method, fn, op, extra in routes:
@@ -152,7 +167,7 @@ def _add_variant(prefix: str, resource_of: FqnOf, variant: str) -> None:
             fn,
             methods=[method],
             operation_id=f"{variant}Approvals_{op}",
-            tags=[tag],
+            tags=["Approvals"],
             summary=(fn.__doc__ or "").strip().splitlines()[0],
             response_model_exclude_none=True,
             **extra,

@@ -1,18 +1,17 @@
 """Routers generated from the kind registry: CRUD, policy and permissions per kind.
 
-Paths and parameter names come from ``kinds.templates``; every endpoint gets
-a real signature (via ``__signature__``) so FastAPI documents each path
-parameter, query parameter (the kind's ``route_params`` included) and body
-model in the OpenAPI. What differs per kind is in its behaviour
-(:mod:`mgmt_api.kinds`); nothing here asks which kind it is.
+Paths and parameter names come from ``kinds.templates``. Every endpoint has a
+plain typed signature: the path arrives as a :class:`~mgmt_api.routes.templated.ObjectRef`,
+the kind's extra query parameters (its ``route_params``) as a dict and the body as
+the kind's model, each through a dependency of :mod:`mgmt_api.routes.templated`
+that declares the parameters, so FastAPI documents each one in the OpenAPI.
+What differs per kind is in its behaviour (:mod:`mgmt_api.kinds`); nothing
+here asks which kind it is.
 """
 
-from __future__ import annotations
-
-import inspect
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Query, Request, Response
+from fastapi import APIRouter, Body, Depends, Query, Request, Response
 from pydantic import Field, create_model
 from pydantic.alias_generators import to_snake
 
@@ -21,7 +20,7 @@ from mgmt_api.access import CallContext
 from mgmt_api.kinds import KINDS, KindDef, templates
 from mgmt_api.kinds.base import CREATE, GET, LIST
 from mgmt_api.routes import templated as t
-from mgmt_api.routes.deps import services
+from mgmt_api.routes.deps import call_context, services
 from mgmt_api.schemas import resources as m
 from mgmt_api.schemas.base import (
     ApiModel,
@@ -32,13 +31,7 @@ from mgmt_api.schemas.base import (
     with_required_etag,
 )
 
-PAGING = (
-    inspect.Parameter("page_size", t.KW, annotation=t.PageSize, default=100),
-    inspect.Parameter("page_token", t.KW, annotation=t.PageToken, default=""),
-    inspect.Parameter("label_selector", t.KW, annotation=t.LabelSelector, default=""),
-    inspect.Parameter("name_contains", t.KW, annotation=t.NameContains, default=""),
-)
-FORCE = inspect.Parameter("force", t.KW, annotation=Annotated[QueryBool, Query()], default=False)
+Force = Annotated[QueryBool, Query()]
 
 
 def _list_model(kdef: KindDef) -> type[ApiModel]:
@@ -61,28 +54,15 @@ def _create_model(kdef: KindDef) -> type[ApiModel]:
     return create_model(f"Create{kdef.kind}Request", __base__=ApiModel, **fields)
 
 
-def _body(model: type[ApiModel]) -> inspect.Parameter:
-    return inspect.Parameter("body", t.KW, annotation=Annotated[model, Body()])
-
-
-def _options(kdef: KindDef, operation: str, kw: dict[str, Any]) -> dict[str, Any]:
-    """The values of the kind's extra query parameters for ``operation``."""
-    return {p.name: kw[p.name] for p in kdef.params_for(operation)}
-
-
-def _extra(kdef: KindDef, operation: str) -> list[inspect.Parameter]:
-    return [p.parameter() for p in kdef.params_for(operation)]
-
-
 def add_kind_routes(router: APIRouter, kdef: KindDef) -> None:
-    list_model, create_body = _list_model(kdef), _body(_create_model(kdef))
+    list_model, create_model = _list_model(kdef), _create_model(kdef)
     for parent_tpl, item_tpl in templates(kdef.kind):
         collection = "/v2/" + (
             f"{parent_tpl}/{kdef.collection}" if parent_tpl not in ("", "rbac") else kdef.collection
         )
         mount = t.Mount(router, "/v2/" + item_tpl, kdef.kind)
         _add_collection(
-            mount, kdef, collection, parent_tpl, list_model=list_model, create_body=create_body
+            mount, kdef, collection, parent_tpl, list_model=list_model, create_model=create_model
         )
         _add_item(mount, kdef, item_tpl)
         _add_policy(mount, kdef.kind, item_tpl)
@@ -95,31 +75,47 @@ def _add_collection(
     parent_tpl: str,
     *,
     list_model: type[ApiModel],
-    create_body: inspect.Parameter,
+    create_model: type[ApiModel],
 ) -> None:
-    pparams = t.params_of(parent_tpl)
     body_attr = to_snake(kdef.body_field)
+    Parent = Annotated[t.ObjectRef, Depends(t.path_ref(parent_tpl))]
+    ListOptions = Annotated[t.QueryOptions, Depends(t.query_options(kdef.params_for(LIST)))]
+    CreateOptions = Annotated[t.QueryOptions, Depends(t.query_options(kdef.params_for(CREATE)))]
+    CreateBody = Annotated[ApiModel, Depends(t.json_body(create_model))]
 
-    def list_(**kw: Any) -> Response:
-        result = services(kw["request"]).resources.list_objects(
-            kw["ctx"],
+    def list_(
+        request: Request,
+        parent: Parent,
+        options: ListOptions,
+        *,
+        page_size: t.PageSize = 100,
+        page_token: t.PageToken = "",
+        label_selector: t.LabelSelector = "",
+        name_contains: t.NameContains = "",
+    ) -> Response:
+        result = services(request).resources.list_objects(
+            call_context(request),
             kdef,
-            t.fill(parent_tpl, kw),
-            page_size=kw["page_size"],
-            page_token=kw["page_token"],
-            label_selector=kw["label_selector"],
-            options=_options(kdef, LIST, kw),
-            name_contains=kw["name_contains"],
+            parent.fqn,
+            page_size=page_size,
+            page_token=page_token,
+            label_selector=label_selector,
+            options=options,
+            name_contains=name_contains,
         )
         page = {kdef.list_field: result.items, "nextPageToken": result.next_page_token}
         return t.json_response(page)
 
-    def create(**kw: Any) -> Response:
-        body = kw["body"]
-        parent = t.fill(parent_tpl, kw)
-        options = _options(kdef, CREATE, kw)
-        created = services(kw["request"]).resources.create(
-            kw["ctx"], kdef, parent, body.name, getattr(body, body_attr), options=options
+    def create(
+        request: Request, parent: Parent, body: CreateBody, options: CreateOptions
+    ) -> Response:
+        created = services(request).resources.create(
+            call_context(request),
+            kdef,
+            parent.fqn,
+            body.name,  # type: ignore[attr-defined]  # every create model has one
+            getattr(body, body_attr),
+            options=options,
         )
         return t.json_response(created)
 
@@ -127,7 +123,6 @@ def _add_collection(
         "",
         "GET",
         list_,
-        t.signature(pparams, *PAGING, *_extra(kdef, LIST)),
         name=f"List{kdef.kind}s",
         model=list_model,
         summary=f"List {kdef.kind} objects (paged, label-filterable, name search)",
@@ -137,7 +132,6 @@ def _add_collection(
         "",
         "POST",
         create,
-        t.signature(pparams, create_body, *_extra(kdef, CREATE)),
         name=f"Create{kdef.kind}",
         model=kdef.model,
         summary=f"Create a {kdef.kind}; the caller gets rbac/admin on it",
@@ -146,35 +140,29 @@ def _add_collection(
 
 
 def _add_item(mount: t.Mount, kdef: KindDef, tpl: str) -> None:
-    iparams = t.params_of(tpl)
+    Item = Annotated[t.ObjectRef, Depends(t.path_ref(tpl))]
+    GetOptions = Annotated[t.QueryOptions, Depends(t.query_options(kdef.params_for(GET)))]
+    kind = kdef.kind
+    update_model = with_required_etag(kdef.model, f"Update{kind}Request")
+    UpdateBody = Annotated[ApiModel, Depends(t.json_body(update_model))]
 
-    def get(**kw: Any) -> Response:
-        fqn, options = t.fill(tpl, kw), _options(kdef, GET, kw)
-        return t.json_response(services(kw["request"]).resources.get(kw["ctx"], fqn, options))
+    def get(request: Request, item: Item, options: GetOptions) -> Response:
+        found = services(request).resources.get(call_context(request), item.fqn, options)
+        return t.json_response(found)
 
-    def put(**kw: Any) -> Response:
-        fqn = t.fill(tpl, kw)
-        return t.json_response(services(kw["request"]).resources.update(kw["ctx"], fqn, kw["body"]))
+    def put(request: Request, item: Item, body: UpdateBody) -> Response:
+        updated = services(request).resources.update(call_context(request), item.fqn, body)
+        return t.json_response(updated)
 
-    def delete(**kw: Any) -> dict[str, Any]:
-        services(kw["request"]).resources.delete(kw["ctx"], t.fill(tpl, kw), force=kw["force"])
+    def delete(request: Request, item: Item, force: Force = False) -> dict[str, Any]:
+        services(request).resources.delete(call_context(request), item.fqn, force=force)
         return {}
 
-    kind = kdef.kind
-    mount.add(
-        "",
-        "GET",
-        get,
-        t.signature(iparams, *_extra(kdef, GET)),
-        name=f"Get{kind}",
-        model=kdef.model,
-        summary=f"Get a {kind}",
-    )
+    mount.add("", "GET", get, name=f"Get{kind}", model=kdef.model, summary=f"Get a {kind}")
     mount.add(
         "",
         "PUT",
         put,
-        t.signature(iparams, _body(with_required_etag(kdef.model, f"Update{kind}Request"))),
         name=f"Update{kind}",
         model=kdef.model,
         summary=f"Update a {kind} (etag required; output-only fields ignored)",
@@ -183,7 +171,6 @@ def _add_item(mount: t.Mount, kdef: KindDef, tpl: str) -> None:
         "",
         "DELETE",
         delete,
-        t.signature(iparams, FORCE),
         name=f"Delete{kind}",
         model=Empty,
         summary=f"Delete a {kind} and everything below it",
@@ -191,25 +178,25 @@ def _add_item(mount: t.Mount, kdef: KindDef, tpl: str) -> None:
 
 
 def _add_policy(mount: t.Mount, kind: str, tpl: str) -> None:
-    iparams = t.params_of(tpl)
+    Item = Annotated[t.ObjectRef, Depends(t.path_ref(tpl))]
 
-    def get_policy(**kw: Any) -> dict[str, Any]:
-        return services(kw["request"]).policies.get(kw["ctx"], t.fill(tpl, kw))
+    def get_policy(request: Request, item: Item) -> dict[str, Any]:
+        return services(request).policies.get(call_context(request), item.fqn)
 
-    def put_policy(**kw: Any) -> dict[str, Any]:
-        put_access_policy(kw["request"], kw["ctx"], t.fill(tpl, kw), kw["body"])
+    def put_policy(
+        request: Request, item: Item, body: Annotated[m.SetAccessPolicyRequest, Body()]
+    ) -> dict[str, Any]:
+        put_access_policy(request, call_context(request), item.fqn, body)
         return {}
 
-    def permissions(**kw: Any) -> dict[str, Any]:
-        fqn = t.fill(tpl, kw)
-        perms = services(kw["request"]).policies.permissions(kw["ctx"], fqn)
-        return {"fqn": fqn, "rules": [{"permissions": perms}] if perms else []}
+    def permissions(request: Request, item: Item) -> dict[str, Any]:
+        perms = services(request).policies.permissions(call_context(request), item.fqn)
+        return {"fqn": item.fqn, "rules": [{"permissions": perms}] if perms else []}
 
     mount.add(
         "/policy",
         "GET",
         get_policy,
-        t.signature(iparams),
         name=f"Get{kind}Policy",
         model=m.AccessPolicy,
         summary="Access policy of the object",
@@ -218,7 +205,6 @@ def _add_policy(mount: t.Mount, kind: str, tpl: str) -> None:
         "/policy",
         "PUT",
         put_policy,
-        t.signature(iparams, _body(m.SetAccessPolicyRequest)),
         name=f"Set{kind}Policy",
         model=Empty,
         summary="Replace the access policy (etag required; needs SET_POLICY)",
@@ -227,7 +213,6 @@ def _add_policy(mount: t.Mount, kind: str, tpl: str) -> None:
         "/permissions",
         "GET",
         permissions,
-        t.signature(iparams),
         name=f"Get{kind}Permissions",
         model=m.ResourcePermissions,
         summary="The caller's permissions on the object",

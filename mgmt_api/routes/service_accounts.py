@@ -4,47 +4,47 @@ Mounted at every place a service account lives (an organization's and a
 cluster's), from the kind registry's path templates.
 """
 
-from __future__ import annotations
-
-import inspect
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Depends, Path, Request
 
 from meshplane.kinds_contract import Kind
 from mgmt_api.kinds import item_templates
 from mgmt_api.kinds.service_account import KEY_ENCODING
 from mgmt_api.routes import templated as t
-from mgmt_api.routes.deps import services
+from mgmt_api.routes.deps import call_context, services
 from mgmt_api.schemas import resources as m
 from mgmt_api.schemas.base import Empty
 
-KEY_ID = inspect.Parameter(
-    "key_id", t.KW, annotation=Annotated[str, Path(alias="keyId", max_length=64)]
-)
+
+async def _key_id(key_id: Annotated[str, Path(alias="keyId", max_length=64)]) -> str:
+    """The key's id; a dependency, so the OpenAPI lists it after the account's path."""
+    return key_id
+
+
+KeyId = Annotated[str, Depends(_key_id)]
+KeyEncodingOption = Annotated[t.QueryOptions, Depends(t.query_options([KEY_ENCODING]))]
 
 
 def _add(router: APIRouter, tpl: str) -> None:
-    iparams = t.params_of(tpl)
     mount = t.Mount(router, "/v2/" + tpl, Kind.SERVICE_ACCOUNT)
+    Account = Annotated[t.ObjectRef, Depends(t.path_ref(tpl))]
 
-    def jwks(**kw: Any) -> dict[str, Any]:
-        return {"keys": services(kw["request"]).service_accounts.jwks(kw["ctx"], t.fill(tpl, kw))}
+    def jwks(request: Request, account: Account) -> dict[str, Any]:
+        return {"keys": services(request).service_accounts.jwks(call_context(request), account.fqn)}
 
-    def generate(**kw: Any) -> dict[str, Any]:
-        accounts = services(kw["request"]).service_accounts
-        return accounts.generate_key(kw["ctx"], t.fill(tpl, kw), kw["key_encoding"])
+    def generate(request: Request, account: Account, options: KeyEncodingOption) -> dict[str, Any]:
+        accounts = services(request).service_accounts
+        return accounts.generate_key(call_context(request), account.fqn, options[KEY_ENCODING.name])
 
-    def delete_key(**kw: Any) -> dict[str, Any]:
-        accounts = services(kw["request"]).service_accounts
-        accounts.delete_key(kw["ctx"], t.fill(tpl, kw), kw["key_id"])
+    def delete_key(request: Request, account: Account, key_id: KeyId) -> dict[str, Any]:
+        services(request).service_accounts.delete_key(call_context(request), account.fqn, key_id)
         return {}
 
     mount.add(
         "/jwks",
         "GET",
         jwks,
-        t.signature(iparams),
         name="GetServiceAccountJwks",
         model=m.Jwks,
         summary="The account's public keys as a JWKS",
@@ -53,7 +53,6 @@ def _add(router: APIRouter, tpl: str) -> None:
         "/keys",
         "POST",
         generate,
-        t.signature(iparams, KEY_ENCODING.parameter()),
         name="GenerateServiceAccountKey",
         model=m.KeyPair,
         summary="New key pair; the private key is returned once (needs SET_POLICY)",
@@ -62,7 +61,6 @@ def _add(router: APIRouter, tpl: str) -> None:
         "/keys/{keyId}",
         "DELETE",
         delete_key,
-        t.signature(iparams, KEY_ID),
         name="DeleteServiceAccountKey",
         model=Empty,
         summary="Revoke a key (needs SET_POLICY)",

@@ -12,15 +12,17 @@ from __future__ import annotations
 import inspect
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Body, Query, Response
 
 from mgmt_api import fqn as fqnmod
 from mgmt_api.kinds import KINDS
-from mgmt_api.routes.deps import Name, NamespacedName, call_context
+from mgmt_api.kinds.base import RouteParam
+from mgmt_api.routes.deps import Name, NamespacedName
+from mgmt_api.schemas.base import ApiModel
 
 KW = inspect.Parameter.KEYWORD_ONLY
 _PARAM = re.compile(r"{(\w+)}")
@@ -66,36 +68,68 @@ def fill(template: str, kw: dict[str, Any]) -> str:
     return template.format(**{p: kw[p] for p in params_of(template)})
 
 
-def signature(path_params: list[str], *extra: inspect.Parameter) -> inspect.Signature:
-    params = [inspect.Parameter("request", KW, annotation=Request)]
-    params += [
-        inspect.Parameter(
-            p,
-            KW,
-            annotation=NamespacedName if p in _NAMESPACED_PARAMS else Name,
-        )
-        for p in path_params
-    ]
-    params += list(extra)
-    return inspect.Signature(params)
+@dataclass(frozen=True)
+class ObjectRef:
+    """The FQN a path names (an object, or the parent of a collection), each segment
+    validated: what a generated route gets instead of its raw path parameters."""
+
+    fqn: str
 
 
-def endpoint(fn: Callable[..., Any], sig: inspect.Signature) -> Callable[..., Any]:
-    """Give ``fn`` a real signature and the caller's context (``kw["ctx"]``).
+def _path_parameter(name: str) -> inspect.Parameter:
+    return inspect.Parameter(
+        name, KW, annotation=NamespacedName if name in _NAMESPACED_PARAMS else Name
+    )
 
-    The caller was authenticated before FastAPI read anything of the request
-    (:class:`mgmt_api.middleware.Authenticate`); this takes its context from
-    the scope. The OpenAPI declares the security schemes.
+
+def path_ref(template: str) -> Callable[..., Awaitable[ObjectRef]]:
+    """A FastAPI dependency taking ``template``'s path parameters (so the OpenAPI names
+    and constrains each one) and giving the :class:`ObjectRef` they fill it into.
+
+    The parameters differ per template, so this one place builds a signature; the
+    routes that depend on it have plain, typed ones.
     """
 
-    def endpoint(**kw: Any) -> Any:
-        kw["ctx"] = call_context(kw["request"])
-        return fn(**kw)
+    async def ref(**segments: str) -> ObjectRef:
+        return ObjectRef(fill(template, segments))
 
-    endpoint.__signature__ = sig  # type: ignore[attr-defined]
-    endpoint.__name__ = fn.__name__
-    endpoint.__doc__ = fn.__doc__
-    return endpoint
+    ref.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [_path_parameter(p) for p in params_of(template)]
+    )
+    return ref
+
+
+#: The values of a kind's extra query parameters (its ``route_params``), by name.
+QueryOptions = dict[str, Any]
+
+
+def query_options(params: Iterable[RouteParam]) -> Callable[..., Awaitable[QueryOptions]]:
+    """A FastAPI dependency taking a kind's extra query parameters (its
+    ``route_params`` for one operation) and giving their values by name."""
+
+    async def options(**values: Any) -> QueryOptions:
+        return values
+
+    options.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [p.parameter() for p in params]
+    )
+    return options
+
+
+M = TypeVar("M", bound=ApiModel)
+
+
+def json_body(model: type[M]) -> Callable[..., Awaitable[M]]:
+    """A FastAPI dependency reading the JSON body as ``model`` (a model built from the
+    kinds table at start-up, so not one a signature could name)."""
+
+    async def body(body: M) -> M:
+        return body
+
+    body.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter("body", KW, annotation=Annotated[model, Body()])]
+    )
+    return body
 
 
 def operation_id(name: str, template: str, method: str) -> str:
@@ -115,18 +149,17 @@ class Mount:
         suffix: str,
         method: str,
         fn: Callable[..., Any],
-        sig: inspect.Signature,
         *,
         name: str,
         model: Any,
         summary: str,
         collection: str | None = None,
     ) -> None:
-        """Route ``fn`` (authenticated, with signature ``sig``) at the path + ``suffix``
+        """Route ``fn`` at the path + ``suffix``
         (or at ``collection``, for the collection's own routes)."""
         self.router.add_api_route(
             collection or self.path + suffix,
-            endpoint(fn, sig),
+            fn,
             methods=[method],
             response_model=model,
             response_model_exclude_none=True,

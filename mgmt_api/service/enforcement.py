@@ -48,6 +48,7 @@ from mgmt_api.compiler.traffic_policy import BackendTrafficPolicy
 from mgmt_api.domain import rbac
 from mgmt_api.domain.uris import check_grpc_uri
 from mgmt_api.errors import not_found
+from mgmt_api.kinds.security_setting import AuthorizationSettings, SecuritySetting
 from mgmt_api.store import repo
 from mgmt_api.store.uow import UnitOfWork
 from ratelimit import contract as ratelimit_contract
@@ -174,12 +175,16 @@ def _ext_authz(
         for policy in repo.all_children(conn, group.fqn, Kind.EXT_AUTHZ_POLICY):
             policies.append((extauthz_compiler.policy_name(group.fqn, policy.name), policy.spec))
         for setting in repo.all_children(conn, group.fqn, Kind.SECURITY_SETTING):
-            authorization = setting.spec.get("authorization") or {}
-            external = (authorization.get("http") or {}).get("external")
-            disabled = authorization.get("mode") == "DISABLED"
+            # Stored through the same model by the API, so it reads back whole.
+            authorization = (
+                SecuritySetting.model_validate(setting.spec).authorization
+                or AuthorizationSettings()
+            )
+            external = authorization.http.external if authorization.http else None
+            disabled = authorization.mode == "DISABLED"
             if external is None and not disabled:
                 continue
-            name = (external or {}).get("policy")
+            name = external.policy if external else None
             if name and not repo.exists(conn, f"{group.fqn}/extauthzpolicies/{name}"):
                 notes.append(
                     f"{setting.fqn} selects ExtAuthzPolicy {name!r}, which does not "
@@ -190,7 +195,7 @@ def _ext_authz(
                     setting=setting.fqn,
                     group=group.fqn,
                     namespaces=selected_namespaces(reach.selector, cluster),
-                    uri=(external or {}).get("uri", ""),
+                    uri=external.uri if external else "",
                     policy=extauthz_compiler.policy_name(group.fqn, name) if name else None,
                     disabled=disabled,
                 )

@@ -31,7 +31,7 @@ import ldap3  # type: ignore[import-untyped]
 from ldap3.core.exceptions import LDAPException  # type: ignore[import-untyped]
 from ldap3.utils.dn import safe_dn  # type: ignore[import-untyped]
 
-from mgmt_api.identity.config import LdapSyncConfig
+from mgmt_api.identity.config import LdapAttributes, LdapSyncConfig
 from mgmt_api.identity.secrets import SecretUnavailableError
 from mgmt_api.identity.sync.model import DirectoryTeam, DirectoryUser
 from mgmt_api.identity.sync.runner import SourceError
@@ -114,8 +114,22 @@ class LdapSource:
             )
 
     def _fetch_blocking(self) -> tuple[list[DirectoryUser], list[DirectoryTeam]]:
+        conn = self._connection()
+        try:
+            try:
+                user_entries, group_entries = self._entries(conn)
+            finally:
+                with contextlib.suppress(LDAPException):  # must not mask the real failure
+                    conn.unbind()
+        except LDAPException as exc:
+            raise SourceError(f"LDAP error talking to {self.config.url}: {_describe(exc)}") from exc
+        attrs = self.config.attributes
+        users, user_by_dn = _users(user_entries, attrs)
+        return users, _teams(group_entries, attrs, user_by_dn)
+
+    def _connection(self) -> Any:
+        """An unbound connection to the directory, TLS-verified when the URL or config asks."""
         cfg = self.config
-        attrs = cfg.attributes
         try:
             password = cfg.bind_password.read().reveal()
         except SecretUnavailableError as exc:
@@ -128,7 +142,7 @@ class LdapSource:
             cfg.url, connect_timeout=max(int(cfg.timeout_s), 1), get_info=ldap3.NONE, tls=tls
         )
         try:
-            conn = ldap3.Connection(
+            return ldap3.Connection(
                 server,
                 user=cfg.bind_dn,
                 password=password,
@@ -136,81 +150,94 @@ class LdapSource:
                 receive_timeout=max(int(cfg.timeout_s), 1),  # ldap3 packs it as an int
                 raise_exceptions=False,
             )
-            try:
-                if cfg.start_tls:
-                    self._start_tls(conn)
-                if not conn.bind():
-                    raise SourceError(
-                        f"LDAP bind as {cfg.bind_dn} failed: "
-                        f"{conn.result.get('description', 'error')}"
-                    )
-                user_entries = self._search(
-                    conn,
-                    cfg.user_base,
-                    cfg.user_filter,
-                    sorted({attrs.user_id, attrs.login_name, attrs.email, attrs.display_name}),
-                )
-                group_entries = self._search(
-                    conn,
-                    cfg.group_base,
-                    cfg.group_filter,
-                    sorted(
-                        {
-                            attrs.group_id,
-                            attrs.group_display_name,
-                            attrs.group_description,
-                            attrs.member,
-                        }
-                    ),
-                )
-            finally:
-                with contextlib.suppress(LDAPException):  # must not mask the real failure
-                    conn.unbind()
         except LDAPException as exc:
             raise SourceError(f"LDAP error talking to {cfg.url}: {_describe(exc)}") from exc
 
-        users: list[DirectoryUser] = []
-        user_by_dn: dict[str, str] = {}
-        for entry in user_entries:
-            a = entry.get("attributes", {})
-            uid = _first(a, attrs.user_id)
-            if uid is None:
-                continue
-            users.append(
-                DirectoryUser(
-                    id=uid,
-                    login_name=_first(a, attrs.login_name) or uid,
-                    email=_first(a, attrs.email),
-                    display_name=_first(a, attrs.display_name),
-                )
+    def _entries(self, conn: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Bind (after StartTLS when configured) and read the user and group entries."""
+        cfg = self.config
+        attrs = cfg.attributes
+        if cfg.start_tls:
+            self._start_tls(conn)
+        if not conn.bind():
+            raise SourceError(
+                f"LDAP bind as {cfg.bind_dn} failed: {conn.result.get('description', 'error')}"
             )
-            user_by_dn[normalize_dn(entry["dn"])] = uid
-        group_by_dn: dict[str, str] = {}
-        for entry in group_entries:
-            gid = _first(entry.get("attributes", {}), attrs.group_id)
-            if gid is not None:
-                group_by_dn[normalize_dn(entry["dn"])] = gid
-        teams: list[DirectoryTeam] = []
-        for entry in group_entries:
-            a = entry.get("attributes", {})
-            gid = _first(a, attrs.group_id)
-            if gid is None:
-                continue
-            member_users: set[str] = set()
-            member_groups: set[str] = set()
-            for dn in _all(a, attrs.member):
-                key = normalize_dn(dn)
-                if key in user_by_dn:
-                    member_users.add(user_by_dn[key])
-                elif key in group_by_dn:
-                    member_groups.add(group_by_dn[key])
-            teams.append(
-                DirectoryTeam(
-                    id=gid,
-                    display_name=_first(a, attrs.group_display_name),
-                    description=_first(a, attrs.group_description),
-                    member_user_ids=frozenset(member_users),
-                    member_team_ids=frozenset(member_groups),
-                )
+        user_entries = self._search(
+            conn,
+            cfg.user_base,
+            cfg.user_filter,
+            sorted({attrs.user_id, attrs.login_name, attrs.email, attrs.display_name}),
+        )
+        group_entries = self._search(
+            conn,
+            cfg.group_base,
+            cfg.group_filter,
+            sorted(
+                {
+                    attrs.group_id,
+                    attrs.group_display_name,
+                    attrs.group_description,
+                    attrs.member,
+                }
+            ),
+        )
+        return user_entries, group_entries
+
+
+def _users(
+    entries: list[dict[str, Any]], attrs: LdapAttributes
+) -> tuple[list[DirectoryUser], dict[str, str]]:
+    """The directory's users, and their ids by normalized DN (to resolve group members)."""
+    users: list[DirectoryUser] = []
+    user_by_dn: dict[str, str] = {}
+    for entry in entries:
+        a = entry.get("attributes", {})
+        uid = _first(a, attrs.user_id)
+        if uid is None:
+            continue
+        users.append(
+            DirectoryUser(
+                id=uid,
+                login_name=_first(a, attrs.login_name) or uid,
+                email=_first(a, attrs.email),
+                display_name=_first(a, attrs.display_name),
             )
-        return users, teams
+        )
+        user_by_dn[normalize_dn(entry["dn"])] = uid
+    return users, user_by_dn
+
+
+def _teams(
+    entries: list[dict[str, Any]], attrs: LdapAttributes, user_by_dn: dict[str, str]
+) -> list[DirectoryTeam]:
+    """The directory's groups as teams; a member DN is a user, a nested group, or ignored."""
+    group_by_dn: dict[str, str] = {}
+    for entry in entries:
+        gid = _first(entry.get("attributes", {}), attrs.group_id)
+        if gid is not None:
+            group_by_dn[normalize_dn(entry["dn"])] = gid
+    teams: list[DirectoryTeam] = []
+    for entry in entries:
+        a = entry.get("attributes", {})
+        gid = _first(a, attrs.group_id)
+        if gid is None:
+            continue
+        member_users: set[str] = set()
+        member_groups: set[str] = set()
+        for dn in _all(a, attrs.member):
+            key = normalize_dn(dn)
+            if key in user_by_dn:
+                member_users.add(user_by_dn[key])
+            elif key in group_by_dn:
+                member_groups.add(group_by_dn[key])
+        teams.append(
+            DirectoryTeam(
+                id=gid,
+                display_name=_first(a, attrs.group_display_name),
+                description=_first(a, attrs.group_description),
+                member_user_ids=frozenset(member_users),
+                member_team_ids=frozenset(member_groups),
+            )
+        )
+    return teams

@@ -171,26 +171,54 @@ async def run_sync(
     """Make the store's users and teams of ``source`` equal the directory's."""
     kind = source.source_type
     result = SyncResult(organization=org, source_type=kind, started_at=clock(), forced=force)
-
-    def stop(reason: str, error: str) -> SyncResult:
-        result.reason, result.error = reason, error
+    try:
+        desired, current = await _snapshots(org, source, store, result)
+        plan = plan_sync(desired, current)
+        refusal = None if force else deletion_refusal(plan, current, max_delete_percent)
+        if refusal is not None:
+            log.warning("directory sync of %s refused: %s", org, refusal)
+            raise _Stopped(TOO_MANY_DELETIONS, refusal)
+    except _Stopped as stopped:
+        result.reason, result.error = stopped.reason, stopped.error
         result.finished_at = clock()
         return result
+    await _apply(plan, org, kind, store, result)
+    failures = len(result.failed_users) + len(result.failed_teams)
+    if failures:
+        result.reason = STORE_FAILURES
+        result.error = f"{failures} store operations failed; they are retried on the next run"
+    result.finished_at = clock()
+    return result
 
+
+class _Stopped(Exception):
+    """A sync that changes nothing: the reason code and the message for the result."""
+
+    def __init__(self, reason: str, error: str) -> None:
+        super().__init__(error)
+        self.reason, self.error = reason, error
+
+
+async def _snapshots(
+    org: str, source: DirectorySource, store: DirectoryStore, result: SyncResult
+) -> tuple[DirectorySnapshot, DirectorySnapshot]:
+    """The directory's users and teams (desired) and the store's (current); _Stopped
+    when either cannot be read, so nothing is changed."""
+    kind = source.source_type
     try:
         users, teams = await source.fetch()
     except SourceError as exc:
         log.warning("directory sync of %s failed: %s", org, exc)
-        return stop(
+        raise _Stopped(
             DIRECTORY_UNAVAILABLE, f"reading the directory failed, nothing was changed: {exc}"
-        )
+        ) from None
     except Exception as exc:  # a source bug must be reported, not crash the job silently
         log.exception("directory sync of %s: reading the directory crashed", org)
-        return stop(
+        raise _Stopped(
             DIRECTORY_UNAVAILABLE,
             f"reading the directory failed unexpectedly ({exc.__class__.__name__}), nothing "
             "was changed; see the management plane's log",
-        )
+        ) from None
     desired, result.dropped_references = DirectorySnapshot.build(users, teams)
     try:
         current = DirectorySnapshot(
@@ -199,16 +227,18 @@ async def run_sync(
         )
     except Exception as exc:
         log.exception("directory sync of %s: reading the current users and teams failed", org)
-        return stop(
+        raise _Stopped(
             STORE_UNAVAILABLE,
             f"reading the current users and teams failed ({exc.__class__.__name__}), nothing "
             "was changed",
-        )
-    plan = plan_sync(desired, current)
-    refusal = None if force else deletion_refusal(plan, current, max_delete_percent)
-    if refusal is not None:
-        log.warning("directory sync of %s refused: %s", org, refusal)
-        return stop(TOO_MANY_DELETIONS, refusal)
+        ) from None
+    return desired, current
+
+
+async def _apply(
+    plan: SyncPlan, org: str, kind: str, store: DirectoryStore, result: SyncResult
+) -> None:
+    """Carry out ``plan`` one record at a time, counting successes and failures in ``result``."""
 
     async def attempt(op: Awaitable[None], failed: list[str], key: str) -> bool:
         try:
@@ -244,13 +274,6 @@ async def run_sync(
     for user_id in plan.delete_users:
         if await attempt(store.delete_user(org, kind, user_id), users_failed.removal, user_id):
             result.users_deleted += 1
-
-    failures = len(result.failed_users) + len(result.failed_teams)
-    if failures:
-        result.reason = STORE_FAILURES
-        result.error = f"{failures} store operations failed; they are retried on the next run"
-    result.finished_at = clock()
-    return result
 
 
 class StaticSource:
