@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ipaddress
+from typing import NamedTuple
+from urllib.parse import urlsplit
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -63,6 +65,50 @@ def check_serve_listen(listen: str, workers: int) -> None:
             f"listen address {listen!r}: a Unix socket is served by one worker "
             f"(--workers 1), not {workers}; scale by gateway pods"
         )
+
+
+class ServiceAddress(NamedTuple):
+    """Where a gateway reaches ratelimit or extauthz: ``host:port``, or a socket ``path``."""
+
+    host: str = ""
+    port: int = 0
+    path: str = ""
+
+    @property
+    def label(self) -> str:
+        """``host:port`` or the socket path: unique per address, for names."""
+        return self.path or format_listen(self.host, self.port)
+
+
+SERVICE_URI_FORMS = "grpc://HOST:PORT or unix:///ABSOLUTE/PATH"
+
+
+def parse_service_uri(uri: str) -> ServiceAddress:
+    """``grpc://host:port`` or ``unix:///abs/path`` (the services in the gateway's pod).
+
+    A cluster address and nothing more: no credentials, query or fragment,
+    no path after a port. Raises ValueError naming the accepted forms.
+    """
+    try:
+        parts = urlsplit(uri)
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"{uri!r} is not {SERVICE_URI_FORMS}") from None
+    if parts.query or parts.fragment or parts.username is not None:
+        raise ValueError(f"{uri!r} is not {SERVICE_URI_FORMS}")
+    if parts.scheme == "unix" and not parts.netloc and parts.path.startswith("/"):
+        path = unix_listen_path(f"{UNIX_PREFIX}{parts.path}")  # its checks (length...)
+        if path is not None:
+            return ServiceAddress(path=path)
+    elif (
+        parts.scheme == "grpc"
+        and parts.hostname
+        and port is not None
+        and 0 < port < 65536
+        and parts.path in ("", "/")
+    ):
+        return ServiceAddress(parts.hostname, port)
+    raise ValueError(f"{uri!r} is not {SERVICE_URI_FORMS}")
 
 
 def format_listen(host: str, port: int) -> str:

@@ -126,8 +126,11 @@ class Gateway:
 class GatewayStack:
     """mgmt-api, redis, ratelimit, extauthz, the upstream and gateways (see the module)."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, transport: str = "tcp") -> None:
+        """``transport="uds"``: ratelimit and extauthz listen on Unix sockets in
+        ``tmp``, and the gateway reaches them there (the "sidecar services" placement)."""
         self.tmp = tmp
+        self.transport = transport
         self.services: list[Service] = []
         self.gateways: list[Gateway] = []
         self.mgmt: MgmtServer | None = None
@@ -162,8 +165,19 @@ class GatewayStack:
 
     # -- processes -------------------------------------------------------
 
+    def _socket(self, kind: str) -> Path | None:
+        return self.tmp / f"{kind}.sock" if self.transport == "uds" else None
+
+    def service_uri(self, kind: str) -> str:
+        """How mgmt-api is told to reach ``kind``: ``grpc://`` or ``unix:///path``."""
+        path = self._socket(kind)
+        port = self.ratelimit_port if kind == "ratelimit" else self.extauthz_port
+        return f"unix://{path}" if path else f"grpc://127.0.0.1:{port}"
+
     def _service(self, kind: str, port: int) -> None:
-        args = [f"{kind}.cli", "serve", "--listen", f"127.0.0.1:{port}"]
+        path = self._socket(kind)
+        listen = f"unix:{path}" if path else f"127.0.0.1:{port}"
+        args = [f"{kind}.cli", "serve", "--listen", listen]
         if kind == "ratelimit":
             # No local over-limit cache: tests reset counters with FLUSHALL,
             # which a per-process "over until the window ends" would outlive.
@@ -182,7 +196,7 @@ class GatewayStack:
             "--cache-dir",
             str(self.tmp / f"{kind}-cache"),
         ]
-        self.services.append(Service(args, port, self.tmp / f"{kind}.log").start())
+        self.services.append(Service(args, path or port, self.tmp / f"{kind}.log").start())
 
     def gateway_token(self) -> str:
         key = load_credentials(self.credentials)
@@ -196,7 +210,7 @@ class GatewayStack:
             instance,
             "127.0.0.1",
             port,
-            ratelimit_service=f"grpc://127.0.0.1:{self.ratelimit_port}",
+            ratelimit_service=self.service_uri("ratelimit"),
             **node,
         )
         return gc.bootstrap(
@@ -282,7 +296,7 @@ class GatewayStack:
                 f"{GROUP_PATH}/extauthzpolicies", json={"name": "jwt", "extAuthzPolicy": policy}
             )
         )
-        uri = f"grpc://127.0.0.1:{self.extauthz_port}"
+        uri = self.service_uri("extauthz")
         setting = {
             "authorization": {
                 "mode": "CLUSTER",
