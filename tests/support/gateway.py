@@ -330,6 +330,9 @@ class GatewayStack:
             gateways = [i for i in connected if i["kind"] == gc.GATEWAY_KIND]
             if len(gateways) < len(self.gateways):
                 return None
+            # The services too: a ratelimit not yet subscribed answers OK with no limit.
+            if not {"ratelimit", "extauthz"} <= {i["kind"] for i in connected}:
+                return None
             if all(
                 i["appliedVersion"] == desired[i["kind"]] and i["lastResult"] != "NACK"
                 for i in connected
