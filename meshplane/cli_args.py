@@ -17,7 +17,7 @@ from typing import Any
 
 from meshplane import control_plane
 from meshplane.logging import configure_logging
-from meshplane.netaddr import parse_listen
+from meshplane.netaddr import check_serve_listen, parse_listen
 from meshplane.server_contract import SERVER_KINDS, ServeOptions
 from meshplane.tls import ListenerTlsFiles
 
@@ -87,13 +87,17 @@ def streamed_config(
 def serve_arguments_error(args: argparse.Namespace, *extra_listens: str | None) -> str | None:
     """The first problem with the shared serve flags (and ``extra_listens``), or None."""
     try:
-        for listen in (args.listen, args.metrics_listen, *extra_listens):
+        for listen in (args.metrics_listen, *extra_listens):
             if listen:
                 parse_listen(listen)
     except ValueError as exc:
         return str(exc)
     if args.workers < 1:
         return "--workers must be at least 1"
+    try:
+        check_serve_listen(args.listen, args.workers)
+    except ValueError as exc:
+        return str(exc)
     if args.envoy_threads < 1:
         return "--envoy-threads must be at least 1"
     if bool(args.tls_cert) != bool(args.tls_key):

@@ -41,7 +41,7 @@ from typing import Any
 import httpx
 
 from meshplane.envoy_binary import ensure_envoy_api, envoy_path
-from meshplane.netaddr import parse_listen
+from meshplane.netaddr import parse_listen, unix_listen_path
 from meshplane.server_contract import GrpcApp, ServeOptions, StartWorker
 from meshplane.tls import envoy_sds_documents, envoy_transport_socket
 
@@ -101,7 +101,6 @@ def envoy_config(
     ``sds_dir`` holds the SDS files of the TLS secrets; ``node`` names the
     worker (Envoy wants a node to load SDS secrets).
     """
-    host, port = parse_listen(options.listen)
     hcm = _grpc_connection_manager()
     chain: dict[str, Any] = {
         "filters": [{"name": "envoy.filters.network.http_connection_manager", "typed_config": hcm}]
@@ -115,14 +114,13 @@ def envoy_config(
             "listeners": [
                 {
                     "name": "grpc",
-                    "address": {"socket_address": {"address": host, "port_value": port}},
+                    **_listener_address(options.listen),
                     # The drain stops INBOUND listeners only
                     # (``/drain_listeners?inboundonly``): a listener of no
                     # direction would keep its socket open, and new
                     # connections would hang in the kernel's accept queue
                     # until the worker exits instead of being refused.
                     "traffic_direction": "INBOUND",
-                    "enable_reuse_port": True,
                     "filter_chains": [chain],
                 }
             ]
@@ -180,6 +178,20 @@ def _grpc_connection_manager() -> dict[str, Any]:
                 },
             }
         ],
+    }
+
+
+def _listener_address(listen: str) -> dict[str, Any]:
+    """The listener's ``address``: a TCP port every worker binds (SO_REUSEPORT),
+    or a Unix socket (``pipe``) that one worker serves (:func:`check_serve_listen`)."""
+    path = unix_listen_path(listen)
+    if path is not None:
+        # Envoy removes a stale socket file before it binds.
+        return {"address": {"pipe": {"path": path}}}
+    host, port = parse_listen(listen)
+    return {
+        "address": {"socket_address": {"address": host, "port_value": port}},
+        "enable_reuse_port": True,
     }
 
 

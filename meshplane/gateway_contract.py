@@ -39,6 +39,8 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from meshplane.netaddr import SERVICE_URI_FORMS, parse_service_uri
+
 #: The ``kind`` gateways show with in the cluster status, beside ratelimit and extauthz.
 GATEWAY_KIND = "gateway"
 #: ``aud`` of gateway tokens: refused on REST, on the policy stream and on the tunnel.
@@ -137,8 +139,11 @@ def parse_node(node_id: str, node_cluster: str, metadata: Mapping[str, Any]) -> 
     if not isinstance(name, str) or not name:
         raise NodeError(f"node.metadata[{GATEWAY_NAME_KEY!r}] must be a name")
     if not isinstance(service, str):
-        raise NodeError(f"node.metadata[{RATELIMIT_SERVICE_KEY!r}] must be grpc://HOST:PORT")
-    _grpc_uri(service, f"node.metadata[{RATELIMIT_SERVICE_KEY!r}]")
+        raise NodeError(f"node.metadata[{RATELIMIT_SERVICE_KEY!r}] must be {SERVICE_URI_FORMS}")
+    try:
+        parse_service_uri(service)
+    except ValueError as exc:
+        raise NodeError(f"node.metadata[{RATELIMIT_SERVICE_KEY!r}]: {exc}") from None
     return GatewayNode(organization, cluster, node_id, host, port, name, service)
 
 

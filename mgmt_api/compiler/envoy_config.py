@@ -56,9 +56,9 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 from extauthz.contract import POLICY_CONTEXT_KEY
+from meshplane.netaddr import ServiceAddress, parse_service_uri
 from mgmt_api.compiler.ratelimit import route_key, route_rate_limits
 from mgmt_api.compiler.traffic_policy import BackendTrafficPolicy
 
@@ -220,19 +220,20 @@ class EnvoyConfigInput:
     gateway: GatewaySettings = GatewaySettings()  # the cluster's filter knobs
 
 
-def grpc_address(uri: str) -> tuple[str, int]:
-    """``grpc://host:port`` (already validated) as (host, port)."""
-    parts = urlsplit(uri)
-    assert parts.hostname is not None and parts.port is not None, uri
-    return parts.hostname, parts.port
+def _endpoint_address(address: ServiceAddress) -> JsonDict:
+    if address.path:
+        return {"pipe": {"path": address.path}}
+    return {"socketAddress": {"address": address.host, "portValue": address.port}}
 
 
 def grpc_cluster(name: str, uri: str) -> JsonDict:
-    """An ``envoy.config.cluster.v3.Cluster`` reaching a gRPC server over HTTP/2."""
-    host, port = grpc_address(uri)
+    """An ``envoy.config.cluster.v3.Cluster`` reaching a gRPC server over HTTP/2,
+    on ``grpc://host:port`` or on a Unix socket (``unix:///path``, ``pipe``)."""
+    address = parse_service_uri(uri)  # validated when stored: raises only on a bug
     return {
         "name": name,
-        "type": "STRICT_DNS",
+        # A socket path needs no resolution (and STRICT_DNS takes no pipe).
+        "type": "STATIC" if address.path else "STRICT_DNS",
         "connectTimeout": "0.250s",
         "typedExtensionProtocolOptions": {
             _HTTP_OPTIONS: {
@@ -242,17 +243,7 @@ def grpc_cluster(name: str, uri: str) -> JsonDict:
         },
         "loadAssignment": {
             "clusterName": name,
-            "endpoints": [
-                {
-                    "lbEndpoints": [
-                        {
-                            "endpoint": {
-                                "address": {"socketAddress": {"address": host, "portValue": port}}
-                            }
-                        }
-                    ]
-                }
-            ],
+            "endpoints": [{"lbEndpoints": [{"endpoint": {"address": _endpoint_address(address)}}]}],
         },
     }
 
@@ -263,8 +254,8 @@ def _ext_authz_names(uris: list[str]) -> dict[str, tuple[str, str]]:
         return {uris[0]: (EXT_AUTHZ_FILTER, "extauthz")}
     out = {}
     for uri in uris:
-        host, port = grpc_address(uri)
-        out[uri] = (f"{EXT_AUTHZ_FILTER}/{host}:{port}", f"extauthz/{host}:{port}")
+        label = parse_service_uri(uri).label
+        out[uri] = (f"{EXT_AUTHZ_FILTER}/{label}", f"extauthz/{label}")
     return out
 
 

@@ -1,29 +1,16 @@
-"""Service addresses the API accepts: ``grpc://host:port``."""
+"""Service addresses the API accepts: ``grpc://host:port`` or ``unix:///abs/path``."""
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
-
+from meshplane.netaddr import parse_service_uri
 from mgmt_api.errors import invalid
 
 
 def check_grpc_uri(field: str, uri: str) -> None:
-    """``grpc://host:port``: Envoy's ext_authz and ratelimit filters need a cluster
-    address, nothing more (no path, query, credentials)."""
+    """``grpc://host:port``, or ``unix:///abs/path`` for services in the gateway's
+    pod: Envoy's ext_authz and ratelimit filters need a cluster address,
+    nothing more (no path after a port, query, credentials)."""
     try:
-        parts = urlsplit(uri)
-        port = parts.port
-    except ValueError:
-        port = None
-        parts = urlsplit("")
-    if (
-        parts.scheme != "grpc"
-        or not parts.hostname
-        or port is None
-        or not 0 < port < 65536
-        or parts.path not in ("", "/")
-        or parts.query
-        or parts.fragment
-        or parts.username is not None
-    ):
-        raise invalid(field, f"{uri!r} is not grpc://host:port")
+        parse_service_uri(uri)
+    except ValueError as exc:
+        raise invalid(field, str(exc)) from None

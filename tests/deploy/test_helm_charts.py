@@ -36,6 +36,7 @@ from agent import cli as agent_cli
 from extauthz import cli as extauthz_cli
 from extauthz.config import load_config as load_extauthz_config
 from meshplane import gateway_contract
+from meshplane.netaddr import check_serve_listen
 from mgmt_api import cli as mgmt_cli
 from mgmt_api.identity.config import load_identity_provider
 from ratelimit import cli as ratelimit_cli
@@ -661,21 +662,7 @@ def test_the_gateway_bootstrap_passes_envoy_validate(
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
 
 
-UDS_MISSING = (
-    "product change missing: gateway_contract.parse_node takes only grpc:// ratelimit "
-    "addresses, so mgmt-api refuses a gateway whose ratelimitService is a unix socket"
-)
-
-
-@pytest.mark.parametrize(
-    "case",
-    [
-        pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=UDS_MISSING))
-        if c == "sidecar-uds"
-        else c
-        for c in CASES
-    ],
-)
+@pytest.mark.parametrize("case", CASES)
 def test_mgmt_api_accepts_the_gateway_node_the_chart_renders(
     rendered: dict[tuple[str, str], Rendered], case: str
 ) -> None:
@@ -796,6 +783,8 @@ def test_sidecar_placement_puts_the_services_in_the_gateway_pod(
     pod = r.get("Deployment", "-gateway")["spec"]["template"]["spec"]
     names = [c["name"] for c in pod["containers"]]
     assert names == ["envoy", "extauthz", "ratelimit"]
+    for c in pod["containers"][1:]:  # the services' own check: one worker per socket
+        check_serve_listen(_arg(c["args"], "--listen"), int(_arg(c["args"], "--workers")))
     service = _gateway_bootstrap(r)["node"]["metadata"]["meshplane.ratelimitService"]
     listen = _arg(_ratelimit_container(r)["args"], "--listen")
     if case == "sidecar-uds":

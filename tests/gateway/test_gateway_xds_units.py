@@ -9,6 +9,7 @@ so what is asserted here is also what Envoy accepts.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,14 @@ NODE = gc.GatewayNode("o", "c1", "gw-1", "127.0.0.1", 10000)
             },
             gc.GatewayNode("o", "c", "gw", "::", 8443, "edge", "grpc://10.0.0.1:8081"),
         ),
+        (  # the services in the gateway's pod, on a Unix socket
+            "gw",
+            "o/c",
+            {gc.RATELIMIT_SERVICE_KEY: "unix:///var/run/meshplane/ratelimit.sock"},
+            gc.GatewayNode(
+                "o", "c", "gw", ratelimit_service="unix:///var/run/meshplane/ratelimit.sock"
+            ),
+        ),
     ],
 )
 def test_nodes_parse(
@@ -62,6 +71,10 @@ def test_nodes_parse(
         ("gw", "o/c", {gc.LISTENER_KEY: {"address": "host", "port": 80}}, "IP address"),
         ("gw", "o/c", {gc.GATEWAY_NAME_KEY: ""}, "must be a name"),
         ("gw", "o/c", {gc.RATELIMIT_SERVICE_KEY: "ratelimit:8081"}, "grpc://"),
+        ("gw", "o/c", {gc.RATELIMIT_SERVICE_KEY: "unix:rl.sock"}, "unix:///ABSOLUTE/PATH"),
+        ("gw", "o/c", {gc.RATELIMIT_SERVICE_KEY: "unix://host/rl.sock"}, "unix:///"),
+        ("gw", "o/c", {gc.RATELIMIT_SERVICE_KEY: "unix:///" + "x" * 120}, "107 bytes"),
+        ("gw", "o/c", {gc.RATELIMIT_SERVICE_KEY: "grpc://rl:1/path"}, "grpc://"),
     ],
 )
 def test_bad_nodes_are_refused_naming_what(
@@ -335,6 +348,39 @@ def test_two_settings_for_one_namespace_warn_and_the_first_applies() -> None:
     assert per_filter["envoy.filters.http.ext_authz/127.0.0.1:9191"]["checkSettings"]
     assert per_filter["envoy.filters.http.ext_authz/127.0.0.1:9292"]["disabled"] is True
     assert any("2 SecuritySettings select namespace 'secure'" in w for w in resources.warnings)
+
+
+def test_services_on_unix_sockets_are_reached_through_pipe_clusters() -> None:
+    """The "sidecar services" placement: ratelimit and extauthz in the gateway's pod."""
+    inp = gateway_input(
+        [route("secure.web", rule("/web", namespace="default"))],
+        limits=[limit("default.web-limit", "web")],
+        ext_authz=[
+            authz(("*",), "a", "unix:///run/mp/extauthz.sock"),
+            authz(("secure",), "b", "unix:///run/mp/other.sock"),
+        ],
+    )
+    node = dataclasses.replace(NODE, ratelimit_service="unix:///run/mp/ratelimit.sock")
+    clusters = {c["name"]: c for c in compiled(inp, node).clusters}
+    pipes = {
+        name: (c["type"], c["loadAssignment"]["endpoints"][0]["lbEndpoints"][0]["endpoint"])
+        for name, c in clusters.items()
+        if name.startswith(("extauthz", envoy_config.RATELIMIT_CLUSTER))
+    }
+    assert pipes == {
+        envoy_config.RATELIMIT_CLUSTER: (
+            "STATIC",
+            {"address": {"pipe": {"path": "/run/mp/ratelimit.sock"}}},
+        ),
+        "extauthz//run/mp/extauthz.sock": (
+            "STATIC",
+            {"address": {"pipe": {"path": "/run/mp/extauthz.sock"}}},
+        ),
+        "extauthz//run/mp/other.sock": (
+            "STATIC",
+            {"address": {"pipe": {"path": "/run/mp/other.sock"}}},
+        ),
+    }
 
 
 def test_upstreams_backends_services_weights_and_missing_backends() -> None:

@@ -307,6 +307,8 @@ def test_missing_cluster_and_bad_service_address(admin: httpx.Client, org: str) 
     err(admin.get(f"{base}/nope/envoyconfig"), 404)
     ok(admin.post(base, json={"name": "c1", "cluster": {}}))
     err(admin.get(f"{base}/c1/envoyconfig", params={"rateLimitService": "http://x:1"}), 400)
+    err(admin.get(f"{base}/c1/envoyconfig", params={"rateLimitService": "unix:rl.sock"}), 400)
+    ok(admin.get(f"{base}/c1/envoyconfig", params={"rateLimitService": "unix:///run/rl.sock"}))
 
 
 def test_inverted_source_cidr_is_refused_as_envoy_cannot_render_it(

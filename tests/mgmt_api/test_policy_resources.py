@@ -250,7 +250,11 @@ def test_custom_mode_is_an_explicit_service_account_list(admin: httpx.Client, gr
     assert created["authorization"]["serviceAccounts"] == ["shop/checkout", "./*"]
     external = {"external": {"uri": "grpc://extauthz.mesh:9191", "policy": "jwt"}}
     update = {"authorization": {**setting["authorization"], "http": external}}
-    ok(admin.put(f"{group}/settings/c", json={**update, "etag": created["etag"]}))
+    updated = ok(admin.put(f"{group}/settings/c", json={**update, "etag": created["etag"]}))
+    # extauthz in the gateway's pod, on a Unix socket (the "sidecar services" placement)
+    external = {"external": {"uri": "unix:///var/run/meshplane/extauthz.sock", "policy": "jwt"}}
+    update = {"authorization": {**setting["authorization"], "http": external}}
+    ok(admin.put(f"{group}/settings/c", json={**update, "etag": updated["etag"]}))
 
 
 @pytest.mark.parametrize(
@@ -262,6 +266,14 @@ def test_custom_mode_is_an_explicit_service_account_list(admin: httpx.Client, gr
         ),
         (
             {"authorization": {"http": {"external": {"uri": "grpc://host"}}}},
+            "securitySetting.authorization.http.external.uri",
+        ),
+        (  # a socket path must be absolute, on no host
+            {"authorization": {"http": {"external": {"uri": "unix:extauthz.sock"}}}},
+            "securitySetting.authorization.http.external.uri",
+        ),
+        (
+            {"authorization": {"http": {"external": {"uri": "unix://host/extauthz.sock"}}}},
             "securitySetting.authorization.http.external.uri",
         ),
         ({"authorization": {"mode": "CUSTOM"}}, "securitySetting.authorization.serviceAccounts"),

@@ -20,7 +20,7 @@ import grpc
 from envoy.service.ratelimit.v3 import rls_pb2
 
 from tests.ratelimit.conftest import T0, request
-from tests.support.net import free_port, wait_for_port
+from tests.support.net import free_port, wait_for_port, wait_for_socket
 
 METHOD = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 SERVERS = ("envoy", "grpcio")
@@ -47,21 +47,37 @@ SUPERVISOR = textwrap.dedent(
 
 
 class Server:
+    """A ratelimit supervisor on a TCP port, or on a Unix socket in ``socket_dir``."""
+
     def __init__(
-        self, kind: str, config: Path, redis_url: str, settings: Path | None = None
+        self,
+        kind: str,
+        config: Path,
+        redis_url: str,
+        settings: Path | None = None,
+        socket_dir: Path | None = None,
     ) -> None:
         self.kind = kind
         self.port = free_port()
+        self.socket = None if socket_dir is None else socket_dir / f"{kind}.sock"
+        listen = f"127.0.0.1:{self.port}" if self.socket is None else f"unix:{self.socket}"
+        self.target = listen  # grpcio dials both forms
         self.proc = subprocess.Popen(
             [sys.executable, "-c", SUPERVISOR, str(config), redis_url,
-             f"127.0.0.1:{self.port}", kind, str(T0), str(settings or "")],
+             listen, kind, str(T0), str(settings or "")],
             stderr=subprocess.DEVNULL,
         )  # fmt: skip
+
+    def wait_listening(self) -> None:
+        if self.socket is None:
+            wait_for_port(self.port, timeout=60)
+        else:
+            wait_for_socket(self.socket, timeout=60)
 
     def call(self, raw: bytes, timeout: float = 10) -> rls_pb2.RateLimitResponse | tuple[str, str]:
         """The response, or (status code name, details)."""
         options = [("grpc.max_send_message_length", 16 << 20)]
-        with grpc.insecure_channel(f"127.0.0.1:{self.port}", options=options) as channel:
+        with grpc.insecure_channel(self.target, options=options) as channel:
             try:
                 answer: bytes = channel.unary_unary(METHOD)(raw, timeout=timeout)
             except grpc.RpcError as exc:
@@ -92,7 +108,7 @@ def every_server(
     servers = {kind: Server(kind, config, redis_urls[kind], settings) for kind in SERVERS}
     try:
         for server in servers.values():
-            wait_for_port(server.port, timeout=60)
+            server.wait_listening()
             wait_ready(server)
         yield servers
     finally:

@@ -5,12 +5,16 @@ default) and on grpcio, each with a clock standing still at T0 and its own
 counters in a real redis-server. The same sequence of calls (allow, count
 down, deny, two rules OR'ed, a zero limit, an unknown domain, invalid
 requests) must give the same statuses, headers and error codes on both, and
-the expected ones. A worker whose Redis is unreachable answers UNAVAILABLE
-(failureMode ``unavailable``) fast on both.
+the expected ones. Each server runs twice: on a TCP port and on a Unix
+domain socket (``unix:/PATH``, the "sidecar services" placement). A worker
+whose Redis is unreachable answers UNAVAILABLE (failureMode ``unavailable``)
+fast on both.
 """
 
 from __future__ import annotations
 
+import contextlib
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,9 +23,13 @@ import pytest
 from envoy.service.ratelimit.v3 import rls_pb2
 
 from tests.ratelimit.conftest import OK, OVER, headers_of, request, write_config
-from tests.ratelimit.servers import SERVERS, Server, every_server
-from tests.support.net import free_port, wait_for_port
+from tests.ratelimit.servers import SERVERS, Server, wait_ready
+from tests.support.net import free_port
 from tests.support.redis_server import RedisServer, redis_server
+
+TRANSPORTS = ("tcp", "uds")
+#: Every (server, transport) pair: the first is the reference the others must match.
+PAIRS = tuple((kind, transport) for transport in TRANSPORTS for kind in SERVERS)
 
 CONFIG = """\
 domain: api
@@ -37,19 +45,43 @@ descriptors:
 
 
 @pytest.fixture(scope="module")
-def stores() -> Iterator[dict[str, RedisServer]]:
+def socket_dir() -> Iterator[Path]:
+    """A short directory for sockets (sun_path holds 107 bytes; pytest's paths can be longer)."""
+    with tempfile.TemporaryDirectory(prefix="mp-rl-") as short:
+        yield Path(short)
+
+
+@pytest.fixture(scope="module")
+def stores() -> Iterator[dict[tuple[str, str], RedisServer]]:
     """A redis-server of its own for each server, so counters never mix."""
-    with redis_server() as first, redis_server() as second:
-        yield {"envoy": first, "grpcio": second}
+    with contextlib.ExitStack() as stack:
+        yield {pair: stack.enter_context(redis_server()) for pair in PAIRS}
 
 
 @pytest.fixture(scope="module")
 def servers(
-    stores: dict[str, RedisServer], tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, Server]]:
+    stores: dict[tuple[str, str], RedisServer],
+    socket_dir: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[tuple[str, str], Server]]:
     config = write_config(tmp_path_factory.mktemp("rl"), "api.yaml", CONFIG)
-    with every_server(config, {kind: stores[kind].url for kind in SERVERS}) as servers:
-        yield servers
+    started = {
+        (kind, transport): Server(
+            kind,
+            config,
+            stores[kind, transport].url,
+            socket_dir=socket_dir if transport == "uds" else None,
+        )
+        for kind, transport in PAIRS
+    }
+    try:
+        for server in started.values():
+            server.wait_listening()
+            wait_ready(server)
+        yield started
+    finally:
+        for server in started.values():
+            server.close()
 
 
 def _raw(req: rls_pb2.RateLimitRequest) -> bytes:
@@ -79,13 +111,16 @@ def _summary(answer: rls_pb2.RateLimitResponse | tuple[str, str]) -> object:
     )
 
 
-def test_every_server_gives_the_same_answers(servers: dict[str, Server]) -> None:
-    results = {kind: [server.call(raw) for raw in SEQUENCE] for kind, server in servers.items()}
-    envoy, grpcio = results["envoy"], results["grpcio"]
-    # Byte for byte: the same service code wrote both.
-    assert [a if isinstance(a, tuple) else a.SerializeToString() for a in envoy] == [
-        a if isinstance(a, tuple) else a.SerializeToString() for a in grpcio
-    ]
+def _wire(answers: list[rls_pb2.RateLimitResponse | tuple[str, str]]) -> list[object]:
+    return [a if isinstance(a, tuple) else a.SerializeToString() for a in answers]
+
+
+def test_every_server_gives_the_same_answers(servers: dict[tuple[str, str], Server]) -> None:
+    results = {pair: [server.call(raw) for raw in SEQUENCE] for pair, server in servers.items()}
+    envoy = results[PAIRS[0]]
+    # Byte for byte, on a port and on a socket: the same service code wrote them all.
+    for pair in PAIRS[1:]:
+        assert _wire(results[pair]) == _wire(envoy), pair
     got = [_summary(a) for a in envoy]
     limit = {"x-ratelimit-limit": "3, 3;w=60", "x-ratelimit-reset": "50"}
     assert got[:4] == [
@@ -106,14 +141,18 @@ def test_every_server_gives_the_same_answers(servers: dict[str, Server]) -> None
     ]
 
 
-@pytest.mark.parametrize("kind", SERVERS)
+@pytest.mark.parametrize(("kind", "transport"), PAIRS)
 def test_a_store_that_cannot_answer_is_unavailable_on_every_server(
-    kind: str, tmp_path: Path
+    kind: str, transport: str, tmp_path: Path, socket_dir: Path
 ) -> None:
     config = write_config(tmp_path, "api.yaml", CONFIG)
-    server = Server(kind, config, f"redis://127.0.0.1:{free_port()}")  # nobody listens
+    sockets = socket_dir / f"down-{kind}" if transport == "uds" else None
+    if sockets is not None:
+        sockets.mkdir()
+    # Nobody listens on that Redis port.
+    server = Server(kind, config, f"redis://127.0.0.1:{free_port()}", socket_dir=sockets)
     try:
-        wait_for_port(server.port, timeout=60)
+        server.wait_listening()
         started = time.monotonic()
         assert server.call(CLIENT)[0] == "UNAVAILABLE"  # type: ignore[index]
         assert time.monotonic() - started < 5

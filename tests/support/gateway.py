@@ -126,11 +126,14 @@ class Gateway:
 class GatewayStack:
     """mgmt-api, redis, ratelimit, extauthz, the upstream and gateways (see the module)."""
 
-    def __init__(self, tmp: Path, database_url: str | None = None) -> None:
+    def __init__(self, tmp: Path, database_url: str | None = None, transport: str = "tcp") -> None:
         """With ``database_url`` (PostgreSQL), two mgmt-api replicas share it: REST goes to
-        ``mgmt`` (replica A), and the services and gateways attach to ``attach`` (B)."""
+        ``mgmt`` (replica A), and the services and gateways attach to ``attach`` (B).
+        ``transport="uds"``: ratelimit and extauthz listen on Unix sockets in ``tmp``,
+        and the gateway reaches them there (the "sidecar services" placement)."""
         self.tmp = tmp
         self.database_url = database_url
+        self.transport = transport
         self.services: list[Service] = []
         self.gateways: list[Gateway] = []
         self.mgmt: MgmtServer | None = None
@@ -177,8 +180,19 @@ class GatewayStack:
 
     # -- processes -------------------------------------------------------
 
+    def _socket(self, kind: str) -> Path | None:
+        return self.tmp / f"{kind}.sock" if self.transport == "uds" else None
+
+    def service_uri(self, kind: str) -> str:
+        """How mgmt-api is told to reach ``kind``: ``grpc://`` or ``unix:///path``."""
+        path = self._socket(kind)
+        port = self.ratelimit_port if kind == "ratelimit" else self.extauthz_port
+        return f"unix://{path}" if path else f"grpc://127.0.0.1:{port}"
+
     def _service(self, kind: str, port: int) -> None:
-        args = [f"{kind}.cli", "serve", "--listen", f"127.0.0.1:{port}"]
+        path = self._socket(kind)
+        listen = f"unix:{path}" if path else f"127.0.0.1:{port}"
+        args = [f"{kind}.cli", "serve", "--listen", listen]
         if kind == "ratelimit":
             # No local over-limit cache: tests reset counters with FLUSHALL,
             # which a per-process "over until the window ends" would outlive.
@@ -196,7 +210,7 @@ class GatewayStack:
             "--cache-dir",
             str(self.tmp / f"{kind}-cache"),
         ]
-        self.services.append(Service(args, port, self.tmp / f"{kind}.log").start())
+        self.services.append(Service(args, path or port, self.tmp / f"{kind}.log").start())
 
     def gateway_token(self) -> str:
         key = load_credentials(self.credentials)
@@ -209,7 +223,7 @@ class GatewayStack:
             instance,
             "127.0.0.1",
             port,
-            ratelimit_service=f"grpc://127.0.0.1:{self.ratelimit_port}",
+            ratelimit_service=self.service_uri("ratelimit"),
             **node,
         )
         return gc.bootstrap(
@@ -295,7 +309,7 @@ class GatewayStack:
                 f"{GROUP_PATH}/extauthzpolicies", json={"name": "jwt", "extAuthzPolicy": policy}
             )
         )
-        uri = f"grpc://127.0.0.1:{self.extauthz_port}"
+        uri = self.service_uri("extauthz")
         setting = {
             "authorization": {
                 "mode": "CLUSTER",
@@ -331,6 +345,9 @@ class GatewayStack:
             connected = [i for i in status["instances"] if i["connected"]]
             gateways = [i for i in connected if i["kind"] == gc.GATEWAY_KIND]
             if len(gateways) < len(self.gateways):
+                return None
+            # The services too: a ratelimit not yet subscribed answers OK with no limit.
+            if not {"ratelimit", "extauthz"} <= {i["kind"] for i in connected}:
                 return None
             if all(
                 i["appliedVersion"] == desired[i["kind"]] and i["lastResult"] != "NACK"

@@ -34,6 +34,22 @@ def wait_for_port(port: int, host: str = "127.0.0.1", timeout: float = 15.0) -> 
     raise TimeoutError(f"nothing listening on {host}:{port} after {timeout}s: {last}")
 
 
+def wait_for_socket(path: Path, timeout: float = 15.0) -> None:
+    """Block until something accepts connections on the Unix socket ``path``."""
+    deadline = time.monotonic() + timeout
+    last: OSError | None = None
+    while time.monotonic() < deadline:
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.settimeout(0.5)
+                s.connect(str(path))
+                return
+        except OSError as exc:  # not listening yet
+            last = exc
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listening on {path} after {timeout}s: {last}")
+
+
 def listening(port: int) -> bool:
     """Whether any socket on this host listens on TCP ``port``, as the kernel
     sees it (``/proc/net/tcp*``).

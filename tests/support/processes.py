@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tests.support.net import wait_for_port
+from tests.support.net import wait_for_port, wait_for_socket
 
 T = TypeVar("T")
 
@@ -47,10 +47,11 @@ def wait_until(predicate: Callable[[], T], timeout: float = 10.0, what: str = ""
 
 
 class Service:
-    """A ``ratelimit`` / ``extauthz`` (or any ``python -m``) subprocess on ``port``."""
+    """A ``ratelimit`` / ``extauthz`` (or any ``python -m``) subprocess on ``port``
+    (a TCP port on loopback, or the path of its Unix socket)."""
 
     def __init__(
-        self, args: list[str], port: int, log: Path, env: Mapping[str, str] | None = None
+        self, args: list[str], port: int | Path, log: Path, env: Mapping[str, str] | None = None
     ) -> None:
         self.args, self.port, self.log, self.env = args, port, log, env
         self.proc: subprocess.Popen[bytes] | None = None
@@ -64,7 +65,10 @@ class Service:
                 env=dict(self.env) if self.env is not None else None,
             )
         try:
-            wait_for_port(self.port, timeout=60)
+            if isinstance(self.port, Path):
+                wait_for_socket(self.port, timeout=60)
+            else:
+                wait_for_port(self.port, timeout=60)
         except Exception:
             self.stop()
             raise RuntimeError(self.log.read_text()[-3000:]) from None

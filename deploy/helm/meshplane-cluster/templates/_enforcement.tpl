@@ -37,7 +37,8 @@ periodSeconds: {{ .period }}
     - --metrics-listen
     - "0.0.0.0:9193"
     - --workers
-    - {{ .Values.extauthz.workers | quote }}
+    # A Unix socket is served by one worker (docs/runtime.md): scale by gateway pods.
+    - {{ ternary 1 .Values.extauthz.workers (hasPrefix "unix:" $listen) | quote }}
   env:
     - {name: PROMETHEUS_MULTIPROC_DIR, value: /var/run/meshplane/prometheus/extauthz}
   ports:
@@ -90,8 +91,9 @@ periodSeconds: {{ .period }}
     - --metrics-listen
     - "0.0.0.0:9102"
     - --workers
-    # In memory (no store), counters are per process: one worker.
-    - {{ ternary .Values.ratelimit.workers 1 (ne $urlFile "") | quote }}
+    # In memory (no store), counters are per process: one worker; a Unix
+    # socket is served by one worker too (docs/runtime.md).
+    - {{ ternary .Values.ratelimit.workers 1 (and (ne $urlFile "") (not (hasPrefix "unix:" $listen))) | quote }}
     {{- if $urlFile }}
     - --redis-url-file
     - {{ $urlFile }}
