@@ -132,7 +132,9 @@ def test_a_hung_proxy_is_504_and_a_dead_one_503_naming_it(fleet: Fleet) -> None:
         body = err(response, 504, "DEADLINE_EXCEEDED")
         assert "shop/web/web-2" in body["message"]
         # every instance: web-1 answers, web-2 carries its error
-        answer = ok(fleet.admin.post(fleet.path("serverstats"), json=WEB))
+        answer = ok(
+            fleet.admin.post(fleet.path("serverstats"), json={**WEB, "includeServerInfo": True})
+        )
         by_instance = {i["instance"]: i for i in answer["instances"]}
         assert by_instance["web-1"]["serverInfo"]["state"] == "LIVE"
         assert by_instance["web-2"]["error"]["details"][0]["reason"] == "DEADLINE_EXCEEDED"

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import re
 import socket
@@ -17,7 +18,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.mgmt_api.harness import MgmtServer, err, ok, unique
+from tests.mgmt_api.harness import ADMIN_PASSWORD, MgmtServer, err, ok, unique
 
 OLD, NEW = "first-password-1", "second-password-2"
 
@@ -127,10 +128,14 @@ def test_other_users_sessions_survive_a_reset(
         ok(c.get(f"/v2/organizations/{org}/users/{other}/permissions"))
 
 
-def _raw_get(server: MgmtServer, target: str, host: str) -> tuple[int, dict[str, str]]:
+def _raw_get(
+    server: MgmtServer, target: str, host: str, authorization: str = ""
+) -> tuple[int, dict[str, str]]:
     """A GET with exactly this request target and ``Host`` (no client normalizes them)."""
+    auth = f"Authorization: {authorization}\r\n" if authorization else ""
+    request = f"GET {target} HTTP/1.1\r\nHost: {host}\r\n{auth}Connection: close\r\n\r\n"
     with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
-        sock.sendall(f"GET {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+        sock.sendall(request.encode())
         data = b""
         while chunk := sock.recv(65536):
             data += chunk
@@ -143,14 +148,18 @@ def _raw_get(server: MgmtServer, target: str, host: str) -> tuple[int, dict[str,
 
 
 def test_the_trailing_slash_redirect_ignores_the_host_header(server: MgmtServer, org: str) -> None:
+    basic = "Basic " + base64.b64encode(f"admin:{ADMIN_PASSWORD}".encode()).decode()
     for target, location in (
         (f"/v2/organizations/{org}/", f"/v2/organizations/{org}"),
         ("/v2/organizations/?pageSize=1", "/v2/organizations?pageSize=1"),
         ("/ui", "/ui/"),
     ):
-        status, headers = _raw_get(server, target, "evil.example")
+        status, headers = _raw_get(server, target, "evil.example", basic)
         assert status in (307, 308), (target, status)
         assert headers["location"] == location, target
+    # Under /v2 an anonymous caller is refused before anything else, redirects included.
+    status, headers = _raw_get(server, f"/v2/organizations/{org}/", "evil.example")
+    assert status == 401 and "location" not in headers, (status, headers)
     # A path that a browser would read as another host is not redirected.
     for target in ("//evil.example/v2/organizations/", "/\\evil.example/v2/organizations/"):
         status, headers = _raw_get(server, target, "evil.example")
