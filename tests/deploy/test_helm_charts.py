@@ -821,7 +821,8 @@ def test_replicas(rendered: dict[tuple[str, str], Rendered]) -> None:
     env = {e["name"]: e for e in pod["containers"][0]["env"]}
     assert env["MESHPLANE_REPLICA_ADDRESS"]["value"] == "https://$(POD_IP):8443"
     assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
-    assert env["MESHPLANE_REPLICA_SECRET"]["valueFrom"]["secretKeyRef"]["name"]
+    secret = env["MESHPLANE_REPLICA_SECRET"]["valueFrom"]["secretKeyRef"]
+    assert secret["name"] and secret["optional"] is True  # absent: one replica's behaviour
     assert env["MESHPLANE_REPLICA_CA"]["value"].startswith("/etc/meshplane/tls/")
     cluster = rendered["replicas-3", CLUSTER]
     for name in ("gateway", "extauthz", "ratelimit", "injector"):
