@@ -112,7 +112,7 @@ class Setup:
 
 
 @pytest.fixture(scope="module")
-def setup() -> Iterator[Setup]:
+def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     trusting = MgmtServer(extra_args=("--trusted-proxies", PROXY_SOURCE))
     naive = MgmtServer()
     envoy: EnvoyProcess | None = None
@@ -130,7 +130,8 @@ def setup() -> Iterator[Setup]:
             "listeners": [first[0], second[0]],
             "clusters": [first[1], second[1]],
         }
-        envoy = EnvoyProcess(bootstrap).start()
+        # Its files under pytest's temporary tree: nothing is left in /tmp.
+        envoy = EnvoyProcess(bootstrap, directory=tmp_path_factory.mktemp("proxy")).start()
         for port in ports:
             wait_for_port(port, timeout=60)
         yield Setup(trusting, naive, *ports)
