@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from extauthz import claim_metadata
 from extauthz.keys import (
     SUPPORTED_ALGORITHMS,
     KeyError_,
@@ -88,6 +89,8 @@ class PolicyConfig:
     path_claim: PathClaimConfig | None = None
     remove_authorization: bool = False
     claims_to_headers: tuple[ClaimHeader, ...] = ()
+    claims_to_metadata: tuple[str, ...] = ()
+    """Verified claims published as dynamic metadata (``extauthz.claim_metadata``)."""
 
 
 @dataclass(frozen=True)
@@ -183,7 +186,10 @@ def _config_of(path: Path, doc: Any) -> ExtAuthzConfig:
 
 
 def _policy(keys: _KeyMaterial, node: Node) -> PolicyConfig:
-    f = node.fields(("name", "jwt"), ("pathClaim", "removeAuthorization", "claimsToHeaders"))
+    f = node.fields(
+        ("name", "jwt"),
+        ("pathClaim", "removeAuthorization", "claimsToHeaders", "claimsToMetadata"),
+    )
     name_node = f.required("name")
     name = name_node.string()
     if not _NAME.fullmatch(name) or name in BUILTIN_POLICIES:
@@ -198,6 +204,7 @@ def _policy(keys: _KeyMaterial, node: Node) -> PolicyConfig:
         path_claim=_path_claim(path_claim) if path_claim is not None else None,
         remove_authorization=f.boolean("removeAuthorization"),
         claims_to_headers=_claims_to_headers(f.present("claimsToHeaders")),
+        claims_to_metadata=_claims_to_metadata(f.present("claimsToMetadata")),
     )
 
 
@@ -226,6 +233,26 @@ def _claims_to_headers(node: Node | None) -> tuple[ClaimHeader, ...]:
     if node is not None and len({h.header for h in headers}) != len(headers):
         raise node.error("duplicate header")
     return tuple(headers)
+
+
+def _claims_to_metadata(node: Node | None) -> tuple[str, ...]:
+    """Claim names to publish: bounded in number and length, each once."""
+    if node is None:
+        return ()
+    items = node.items()
+    if len(items) > claim_metadata.MAX_CLAIMS:
+        raise node.error(f"at most {claim_metadata.MAX_CLAIMS} claims can be published")
+    names: list[str] = []
+    for item in items:
+        name = item.string()
+        if not claim_metadata.NAME_PATTERN.fullmatch(name):
+            raise item.error(
+                f"a claim name is 1 to {claim_metadata.MAX_NAME_CHARS} visible ASCII characters"
+            )
+        if name in names:
+            raise item.error(f"duplicate claim {name!r}")
+        names.append(name)
+    return tuple(names)
 
 
 def _jwt(keys: _KeyMaterial, node: Node) -> JwtConfig:

@@ -9,10 +9,25 @@ enforces it), so the service's internals can change without them noticing.
 
 from __future__ import annotations
 
+from extauthz.claim_metadata import KEY as CLAIMS_METADATA_KEY
+from extauthz.claim_metadata import MAX_CLAIMS as MAX_METADATA_CLAIMS
+from extauthz.claim_metadata import MAX_NAME_CHARS as MAX_CLAIM_NAME_CHARS
+from extauthz.claim_metadata import MAX_VALUE_BYTES as MAX_CLAIM_VALUE_BYTES
+from extauthz.claim_metadata import NAMESPACE as CLAIMS_METADATA_NAMESPACE
 from extauthz.config import POLICY_CONTEXT_KEY, ExtAuthzConfig
 from extauthz.config import parse_config as _parse_config
 
-__all__ = ["FILE_NAME", "POLICY_CONTEXT_KEY", "ExtAuthzConfig", "parse_config"]
+__all__ = [
+    "CLAIMS_METADATA_KEY",
+    "CLAIMS_METADATA_NAMESPACE",
+    "FILE_NAME",
+    "MAX_CLAIM_NAME_CHARS",
+    "MAX_CLAIM_VALUE_BYTES",
+    "MAX_METADATA_CLAIMS",
+    "POLICY_CONTEXT_KEY",
+    "ExtAuthzConfig",
+    "parse_config",
+]
 
 #: The one file of an ext_authz snapshot (``extauthz serve --config DIR``).
 FILE_NAME = "extauthz.yaml"

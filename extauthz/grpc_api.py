@@ -27,9 +27,10 @@ import logging
 from envoy.config.core.v3 import base_pb2
 from envoy.service.auth.v3 import external_auth_pb2
 from envoy.type.v3 import http_status_pb2
+from google.protobuf import struct_pb2
 from google.rpc import status_pb2
 
-from extauthz import metrics
+from extauthz import claim_metadata, metrics
 from extauthz.config import POLICY_CONTEXT_KEY
 from extauthz.jwt_policy import CheckAttributes
 from extauthz.reasons import Decision, Reason
@@ -112,13 +113,27 @@ _PLAIN_ALLOW = external_auth_pb2.CheckResponse(
 )
 
 
+def _claims_struct(published: tuple[tuple[str, str], ...]) -> struct_pb2.Struct:
+    """``{meshplane.claims: {claim: value}}``: what Envoy stores under the filter's namespace."""
+    metadata = struct_pb2.Struct()
+    claims = metadata.fields[claim_metadata.KEY].struct_value
+    for name, value in published:
+        claims.fields[name].string_value = value
+    return metadata
+
+
 def response_for(decision: Decision) -> external_auth_pb2.CheckResponse:
-    """The CheckResponse that carries ``decision``; always has an explicit status."""
+    """The CheckResponse that carries ``decision``; always has an explicit status.
+
+    Verified claims go in the top-level ``dynamic_metadata`` (the
+    ``OkHttpResponse`` field of that name is deprecated in Envoy), and only
+    on an allow: a deny has nothing to publish.
+    """
     if not decision.allowed:
         return _DENIES.get(decision.reason, _LAST_RESORT)
-    if not decision.headers_to_add and not decision.headers_to_remove:
+    if _plain(decision):
         return _PLAIN_ALLOW
-    return external_auth_pb2.CheckResponse(
+    response = external_auth_pb2.CheckResponse(
         status=status_pb2.Status(code=_OK),
         ok_response=external_auth_pb2.OkHttpResponse(
             headers=[
@@ -130,6 +145,14 @@ def response_for(decision: Decision) -> external_auth_pb2.CheckResponse:
             headers_to_remove=list(decision.headers_to_remove),
         ),
     )
+    if decision.claims_metadata:
+        response.dynamic_metadata.CopyFrom(_claims_struct(decision.claims_metadata))
+    return response
+
+
+def _plain(decision: Decision) -> bool:
+    """An allow with nothing to say beyond OK."""
+    return not (decision.headers_to_add or decision.headers_to_remove or decision.claims_metadata)
 
 
 # Serialized once: a deny or a plain allow costs no serialization per call.
@@ -142,7 +165,7 @@ def encode_response(decision: Decision) -> bytes:
     """``response_for(decision)``, serialized (prebuilt bytes for denies and plain allows)."""
     if not decision.allowed:
         return _DENY_BYTES.get(decision.reason, _LAST_RESORT_BYTES)
-    if not decision.headers_to_add and not decision.headers_to_remove:
+    if _plain(decision):
         return _PLAIN_ALLOW_BYTES
     return bytes(response_for(decision).SerializeToString())
 

@@ -24,6 +24,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
+from extauthz import claim_metadata
 from extauthz.config import ExtAuthzConfig, JwksUriConfig, PolicyConfig
 from extauthz.keyring import KeyRing, RemoteKeys
 from extauthz.keys import KeySet
@@ -125,7 +126,8 @@ class CompiledPolicy:
                 removes.append(mapping.header)  # never let a client-sent copy through
             else:
                 adds.append((mapping.header, text))
-        return Decision(True, Reason.OK, self.name, tuple(adds), tuple(removes))
+        published = claim_metadata.publish(self.config.claims_to_metadata, claims)
+        return Decision(True, Reason.OK, self.name, tuple(adds), tuple(removes), published)
 
     def decide(self, attrs: CheckAttributes, now: float) -> Decision:
         values = attrs.authorization

@@ -72,6 +72,8 @@ class Decision:
     into headers); ``headers_to_remove`` are request headers the proxy must
     strip before forwarding (``authorization``, and claim headers whose claim
     is absent so that a client cannot smuggle its own value through).
+    ``claims_metadata`` are the verified claims published as Envoy dynamic
+    metadata (``extauthz.claim_metadata``); only an allow carries any.
     """
 
     allowed: bool
@@ -79,6 +81,7 @@ class Decision:
     policy: str = ""
     headers_to_add: tuple[tuple[str, str], ...] = ()
     headers_to_remove: tuple[str, ...] = ()
+    claims_metadata: tuple[tuple[str, str], ...] = ()
 
 
 def deny(reason: Reason, policy: str = "") -> Decision:

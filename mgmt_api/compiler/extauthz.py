@@ -14,6 +14,7 @@ enforcing), so the same object could be valid here and NACKed there.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from typing import Any
 
 import yaml
@@ -50,24 +51,38 @@ def policy_name(group_fqn: str, name: str) -> str:
     return f"{full[: MAX_NAME - 11]}-{digest}"
 
 
-def policy_entry(name: str, spec: dict[str, Any]) -> dict[str, Any]:
-    """The ``policies[]`` entry for a stored ExtAuthzPolicy spec."""
+def policy_entry(name: str, spec: dict[str, Any], claims: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The ``policies[]`` entry for a stored ExtAuthzPolicy spec.
+
+    ``claims`` are the verified claims the policy publishes as dynamic
+    metadata, compiled from the cluster's BackendTrafficPolicies
+    (:mod:`mgmt_api.compiler.identity_limits`), never stored with the policy.
+    """
     entry: dict[str, Any] = {"name": name, "jwt": spec["jwt"]}
     for key in ("pathClaim", "removeAuthorization", "claimsToHeaders"):
         if spec.get(key) is not None:
             entry[key] = spec[key]
+    if claims:
+        entry["claimsToMetadata"] = list(claims)
     return entry
 
 
-def render_file(policies: list[tuple[str, dict[str, Any]]]) -> bytes:
+def render_file(
+    policies: list[tuple[str, dict[str, Any]]],
+    published: Mapping[str, tuple[str, ...]] | None = None,
+) -> bytes:
     """The whole ext_authz config: ``defaultPolicy: deny`` plus ``policies``.
 
     Deny by default because a route that selects no (or an unknown) policy
     must not be let through just because the cluster has no matching rule.
+    ``published``: policy name → the claims it publishes as dynamic metadata.
     """
+    claims = published or {}
     doc: dict[str, Any] = {
         "defaultPolicy": DEFAULT_POLICY,
-        "policies": [policy_entry(name, spec) for name, spec in sorted(policies)],
+        "policies": [
+            policy_entry(name, spec, claims.get(name, ())) for name, spec in sorted(policies)
+        ],
     }
     return yaml.safe_dump(doc, sort_keys=False).encode()
 

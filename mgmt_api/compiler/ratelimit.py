@@ -36,6 +36,7 @@ from typing import Any
 
 import yaml
 
+from mgmt_api.compiler.jwt_claims import ClaimMatchType, claim_action
 from mgmt_api.compiler.traffic_policy import (
     BackendTrafficPolicy,
     MatchType,
@@ -113,6 +114,11 @@ def _rule_entries(index: int, rule: RateLimitRule) -> list[_Entry]:
             )
             if cidr.type is SourceMatchType.DISTINCT:
                 entries.append(_Entry("remote_address", None, {"remoteAddress": {}}))
+        for claim in selector.jwt_claims:
+            key = f"rule-{index}-match-{match_index}"
+            match_index += 1
+            value = None if claim.type is ClaimMatchType.DISTINCT else claim.value
+            entries.append(_Entry(key, value, claim_action(key, claim.name)))
     if not entries:
         key = f"rule-{index}-match--1"
         entries.append(

@@ -30,6 +30,8 @@ from pydantic import (
     model_validator,
 )
 
+from extauthz.contract import MAX_METADATA_CLAIMS
+from mgmt_api.compiler.jwt_claims import JwtClaimMatch
 from mgmt_api.fqn import is_name
 
 API_VERSION = "gateway.envoyproxy.io/v1alpha1"
@@ -38,6 +40,9 @@ GATEWAY_API_GROUP = "gateway.networking.k8s.io"
 MAX_RULES = 256
 MAX_SELECTORS = 8
 MAX_HEADERS = 128
+#: Claims one selector may name; a policy's claims are published by ext_authz,
+#: which caps them (extauthz.contract.MAX_METADATA_CLAIMS).
+MAX_JWT_CLAIMS = 4
 
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
@@ -128,11 +133,14 @@ class SourceMatch(_Model):
 class RateLimitSelectCondition(_Model):
     headers: tuple[HeaderMatch, ...] = Field(default=(), max_length=MAX_HEADERS)
     source_cidr: SourceMatch | None = Field(default=None, alias="sourceCIDR")
+    jwt_claims: tuple[JwtClaimMatch, ...] = Field(
+        default=(), alias="jwtClaims", max_length=MAX_JWT_CLAIMS
+    )
 
     @model_validator(mode="after")
     def _not_empty(self) -> RateLimitSelectCondition:
-        if not self.headers and self.source_cidr is None:
-            raise ValueError("a client selector needs headers or sourceCIDR")
+        if not self.headers and self.source_cidr is None and not self.jwt_claims:
+            raise ValueError("a client selector needs headers, sourceCIDR or jwtClaims")
         return self
 
 
@@ -182,6 +190,17 @@ class RateLimitRule(_Model):
 
 class GlobalRateLimit(_Model):
     rules: tuple[RateLimitRule, ...] = Field(min_length=1, max_length=MAX_RULES)
+
+    @model_validator(mode="after")
+    def _claims_publishable(self) -> GlobalRateLimit:
+        # ext_authz publishes at most this many claims per policy.
+        names = {c.name for r in self.rules for s in r.client_selectors for c in s.jwt_claims}
+        if len(names) > MAX_METADATA_CLAIMS:
+            raise ValueError(
+                f"the rules select on {len(names)} JWT claims; at most "
+                f"{MAX_METADATA_CLAIMS} can be published by ext_authz"
+            )
+        return self
 
 
 class RateLimitSpec(_Model):

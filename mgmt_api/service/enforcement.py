@@ -30,7 +30,7 @@ import hashlib
 import json
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy.engine import Connection
 
@@ -43,6 +43,7 @@ from mgmt_api.access import CallContext
 from mgmt_api.compiler import envoy_config, gateway_xds
 from mgmt_api.compiler import extauthz as extauthz_compiler
 from mgmt_api.compiler.http_route import Backend, HTTPRoute
+from mgmt_api.compiler.identity_limits import ClaimLimits, compile_claim_limits
 from mgmt_api.compiler.ratelimit import render_rls_files
 from mgmt_api.compiler.traffic_policy import BackendTrafficPolicy
 from mgmt_api.domain import rbac
@@ -151,6 +152,35 @@ class ClusterReadModel:
 
     def backends(self) -> list[tuple[str, Backend]]:
         return [(fqn, Backend.model_validate(spec)) for fqn, spec in self.backend_specs]
+
+    def claim_limits(self) -> ClaimLimits:
+        """Which claims each ext_authz policy publishes for the cluster's claim
+        limits, and where such limits cannot work (shown in the status).
+
+        Objects the models refuse are left out here: they already fail the
+        artifacts they compile into, and must not fail the extauthz snapshot.
+        """
+        return compile_claim_limits(
+            _parsed(BackendTrafficPolicy, self.traffic_specs),
+            self.ext_authz_routes,
+            (route for _, route in _parsed(HTTPRoute, self.http_route_specs)),
+        )
+
+
+_M = TypeVar("_M", BackendTrafficPolicy, HTTPRoute)
+
+
+def _parsed(
+    model: type[_M], specs: tuple[tuple[str, Mapping[str, Any]], ...]
+) -> list[tuple[str, _M]]:
+    """(fqn, object) for each stored spec the model accepts."""
+    out = []
+    for fqn, spec in specs:
+        try:
+            out.append((fqn, model.model_validate(spec)))
+        except ValueError:
+            continue
+    return out
 
 
 def _manifests(
@@ -261,7 +291,8 @@ def ratelimit_snapshot(policies: ClusterReadModel) -> Snapshot:
 
 def extauthz_snapshot(policies: ClusterReadModel) -> Snapshot:
     """The one ext_authz file: ``defaultPolicy: deny`` plus the policies that reach the cluster."""
-    content = extauthz_compiler.render_file(list(policies.extauthz_policies))
+    published = policies.claim_limits().published
+    content = extauthz_compiler.render_file(list(policies.extauthz_policies), published)
     extauthz_contract.parse_config(content)
     return Snapshot({extauthz_contract.FILE_NAME: content})
 
@@ -356,6 +387,15 @@ class EnforcementService:
         if policies is None:
             raise not_found(cluster_fqn)
         return envoy_config.render(gateway_input(policies, ratelimit_service))
+
+    def policy_errors(self, organization: str, cluster: str) -> list[dict[str, Any]]:
+        """What compiles but cannot be enforced as written (claim limits on a route
+        no ext_authz checks), for the cluster's status."""
+        with self.uow.read() as conn:
+            policies = read_cluster(conn, organization, cluster)
+        if policies is None:
+            raise UnknownCluster(fqnmod.cluster_fqn(organization, cluster))
+        return [error.to_json() for error in policies.claim_limits().errors]
 
     def clusters_reached(self, organization: str, group_fqn: str) -> list[str]:
         """The existing clusters (names) a security group's selector reaches."""

@@ -113,7 +113,19 @@ class StatusService:
         }
         if errors:
             out["compileErrors"] = errors
+        policy_errors = self._policy_errors(organization, cluster)
+        if policy_errors:
+            out["policyErrors"] = policy_errors
         return out
+
+    def _policy_errors(self, organization: str, cluster: str) -> list[dict[str, Any]]:
+        """Objects that compile but cannot be enforced as written (``{policy, route,
+        message}``); an error computing them is logged, never a failed status."""
+        try:
+            return self.enforcement.policy_errors(organization, cluster)
+        except Exception:
+            log.exception("cannot check the cluster's policies")
+            return []
 
     def _reach_view(
         self, registry: SubscriberRegistry, organization: str, cluster: str, kinds: Sequence[str]
@@ -147,9 +159,13 @@ class StatusService:
         organization = parsed.name_in("organizations") or ""
         cluster = parsed.name_in("clusters") or ""
         kinds = POLICY_REACH[parsed.kind]
-        return {"fqn": fqn, "reaches": list(kinds)} | self._reach_view(
+        view = {"fqn": fqn, "reaches": list(kinds)} | self._reach_view(
             registry, organization, cluster, kinds
         )
+        own = [e for e in self._policy_errors(organization, cluster) if e["policy"] == fqn]
+        if own:
+            view["policyErrors"] = own
+        return view
 
     def group_object(self, ctx: CallContext, fqn: str) -> dict[str, Any]:
         """An object of a security group (a SecuritySetting, an ExtAuthzPolicy): every
