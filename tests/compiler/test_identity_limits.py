@@ -11,7 +11,7 @@ from google.protobuf import json_format
 from pydantic import ValidationError
 
 from extauthz import contract
-from mgmt_api.compiler.envoy_config import ExtAuthzRoute
+from mgmt_api.compiler.envoy_config import EnvoyConfigInput, ExtAuthzRoute, render
 from mgmt_api.compiler.extauthz import render_file
 from mgmt_api.compiler.http_route import HTTPRoute
 from mgmt_api.compiler.identity_limits import compile_claim_limits
@@ -186,3 +186,18 @@ def test_the_ext_authz_file_carries_the_claims_and_loads() -> None:
     loaded = contract.parse_config(document)
     assert loaded.policies["a"].claims_to_metadata == ("org", "sub")
     assert loaded.policies["b"].claims_to_metadata == ()
+
+
+def test_ext_authz_runs_before_the_rate_limit_filter() -> None:
+    """Envoy runs HTTP filters in list order: a token ext_authz denies never
+    reaches the rate-limit filter, and the claims are set before it reads them."""
+    document = render(
+        EnvoyConfigInput(
+            "organizations/o/clusters/c1",
+            "c1",
+            (policy("shop.a", claims_rule(SUB)),),
+            (setting("s1", "shop", policy="p1"),),
+        )
+    )
+    names = [f["name"] for f in document["httpFilters"]]
+    assert names == ["envoy.filters.http.ext_authz", "envoy.filters.http.ratelimit"]

@@ -175,6 +175,10 @@ def test_claims_on_a_route_no_ext_authz_checks_are_an_error_and_other_rules_appl
     policy = f"{CLUSTER_PATH.removeprefix('/v2/')}/backendtrafficpolicies/default.open-ids"
     assert [(e["policy"], e["route"]) for e in errors] == [(policy, "httproute/default/open")]
     assert "no ext_authz policy checks" in errors[0]["message"]
+    own = stack.admin.get(f"{CLUSTER_PATH}/backendtrafficpolicies/default.open-ids/status")
+    assert own.json()["policyErrors"] == errors
+    checked = stack.admin.get(f"{CLUSTER_PATH}/backendtrafficpolicies/secure.web-ids/status")
+    assert "policyErrors" not in checked.json()
     # The claim rule (1 per sub) never applies; the plain rule (3) does, token or not.
     bearer = token(sub="zed", path="/open")
     assert codes(gateway, bearer, OPEN_PLAIN + 1, "/open") == [200] * OPEN_PLAIN + [429]
