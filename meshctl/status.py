@@ -56,6 +56,10 @@ class ClusterStatus:
     def compile_errors(self) -> dict[str, str]:
         return {str(k): str(v) for k, v in (self.body.get("compileErrors") or {}).items()}
 
+    def policy_errors(self) -> list[str]:
+        """What compiles but cannot be enforced as written (the server's messages)."""
+        return [str(e.get("message", "")) for e in self.body.get("policyErrors") or []]
+
 
 def instance_state(instance: Mapping[str, Any]) -> str:
     """STALE, DISCONNECTED, NACK, ACK or APPLYING, the worst first."""
@@ -112,6 +116,8 @@ def render_table(clusters: Sequence[ClusterStatus], kinds: Iterable[str], now: d
     for cluster in clusters:
         for kind, error in cluster.compile_errors().items():
             out += f"{cluster.name}: the {kind} snapshot does not compile: {error}\n"
+        for message in cluster.policy_errors():
+            out += f"{cluster.name}: not enforced as written: {message}\n"
     return out
 
 

@@ -96,3 +96,12 @@ def test_unknown_kinds_and_bad_cluster_names_are_usage_errors() -> None:
     assert status.check_kinds(["ratelimit"]) == ("ratelimit",)
     with pytest.raises(status.MeshctlError, match="--kind must be one of"):
         status.check_kinds(["sidecars"])
+
+
+def test_policy_errors_are_shown_and_do_not_fail_the_exit_code() -> None:
+    message = "p selects on JWT claims (sub) for httproute/default/open, which ..."
+    errors = [{"policy": "p", "route": "httproute/default/open", "message": message}]
+    body = cluster(instance(), policyErrors=errors)
+    text = status.render_table([body], status.INSTANCE_KINDS, NOW)
+    assert text.splitlines()[-1] == f"o/c: not enforced as written: {message}"
+    assert status.failing([body], status.INSTANCE_KINDS) is False
