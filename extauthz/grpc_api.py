@@ -173,7 +173,7 @@ ENCODED_ALLOWS = 1024
 def _encoded_allow(decision: Decision) -> bytes:
     """The serialized allow: the engine caches a token's allow decision, so
     the same value comes back for every request with that token, and building
-    the protobuf (about 9 us with two claims) is paid once, not per call."""
+    the protobuf (about 5 us with two claims) is paid once, not per call."""
     return bytes(response_for(decision).SerializeToString())
 
 
