@@ -1,0 +1,279 @@
+"""Decision logs: one JSON line per refused (or sampled) request, off the hot path.
+
+Both Envoy-side services answer "why was this request refused?" with a
+line an operator can find from the response alone: the caller gets an
+``x-decision-id`` header, the same id is in the line, and the line carries
+the W3C trace id so the trace is one more lookup away.
+
+Split as the project's layers ask:
+
+* pure logic (:func:`parse_traceparent`, :func:`mask`, :func:`sampled`,
+  :func:`rfc3339`, :func:`new_decision_id`) takes its inputs (clock value,
+  random draw, salt) as arguments, so it is table-tested;
+* :class:`DecisionLog` is the adapter: a bounded queue drained by one
+  daemon thread that writes lines through a dedicated logger with the
+  services' :class:`~meshplane.logging.JsonFormatter`. The request path only
+  does ``put_nowait``; when the queue is full the line is dropped and counted
+  in ``<service>_decision_log_dropped_total``, because a slow disk must never
+  slow a Check. :meth:`DecisionLog.close` flushes what is queued (drain).
+
+Masking: a principal or descriptor value is replaced by ``h:`` plus the first
+16 hex digits of HMAC-SHA256 under a salt (per process unless configured), so
+lines about one caller can be grouped without storing who it is. Nothing a
+caller sends as a credential is ever passed here; callers hand over only
+the fields named in :data:`FIELDS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import hashlib
+import hmac
+import logging
+import queue
+import re
+import secrets
+import sys
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from prometheus_client import Counter
+
+from meshplane.logging import JsonFormatter
+
+DECISION_ID_HEADER = "x-decision-id"
+MASK_PREFIX = "h:"
+DEFAULT_QUEUE_LINES = 10_000
+MAX_FIELD_CHARS = 1024  # a path or value longer than this is cut: lines stay bounded
+
+# The only keys a decision line may carry besides the formatter's own.
+FIELDS = frozenset(
+    {
+        "decision_id",
+        "trace_id",
+        "time",
+        "decision",
+        "policy",
+        "reason",
+        "method",
+        "path",
+        "principal",
+        "domain",
+        "descriptors",
+        "limit",
+        "shadow",
+    }
+)
+
+_TRACEPARENT = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$")
+_ZERO_TRACE = "0" * 32
+_ZERO_SPAN = "0" * 16
+
+
+def parse_traceparent(value: str | None) -> str | None:
+    """The trace id of a W3C ``traceparent`` header, or None when absent or invalid.
+
+    The one parser the services share (W3C Trace Context, level 1): version
+    ``ff`` and all-zero ids are invalid; a future version may carry more
+    fields after the four known ones.
+    """
+    if not value or len(value) > 512:
+        return None
+    match = _TRACEPARENT.match(value.strip())
+    if match is None:
+        return None
+    version, trace_id, span_id, _flags, rest = match.groups()
+    if version == "ff" or trace_id == _ZERO_TRACE or span_id == _ZERO_SPAN:
+        return None
+    if version == "00" and rest:
+        return None
+    return trace_id
+
+
+def mask(value: str, salt: bytes) -> str:
+    """``h:`` + 16 hex digits of HMAC-SHA256(salt, value): groupable, not reversible."""
+    digest = hmac.new(salt, value.encode("utf-8", "replace"), hashlib.sha256).hexdigest()
+    return MASK_PREFIX + digest[:16]
+
+
+def sampled(rate: float, draw: float) -> bool:
+    """Whether a line with sample ``rate`` is kept, given a uniform ``draw`` in [0, 1)."""
+    return rate > 0.0 and draw < rate
+
+
+def rfc3339(now: float) -> str:
+    """``now`` (seconds since the epoch) as RFC 3339 UTC with milliseconds."""
+    moment = _dt.datetime.fromtimestamp(now, tz=_dt.UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def new_decision_id() -> str:
+    """128 random bits as 32 hex digits: unguessable and unique across workers."""
+    return secrets.token_hex(16)
+
+
+def clip(value: str) -> str:
+    """``value`` cut to :data:`MAX_FIELD_CHARS` so one line stays bounded."""
+    return value if len(value) <= MAX_FIELD_CHARS else value[:MAX_FIELD_CHARS] + "..."
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionLogSettings:
+    """Where and what to log; validated by the services' settings loaders."""
+
+    path: str | None = None  # None: stderr
+    allow_sample: float = 0.0
+    show_principal: bool = False
+    show_values: bool = False
+    salt: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
+    queue_lines: int = DEFAULT_QUEUE_LINES
+    enabled: bool = True
+
+    def shown(self, value: str, show: bool) -> str:
+        """``value`` as the line shows it: clipped, and masked unless ``show``."""
+        return clip(value) if show else mask(value, self.salt)
+
+
+_DROPPED: dict[str, Counter] = {}
+
+
+def dropped_counter(service: str) -> Counter:
+    """``<service>_decision_log_dropped_total``, declared once per process."""
+    counter = _DROPPED.get(service)
+    if counter is None:
+        counter = _DROPPED[service] = Counter(
+            f"{service}_decision_log_dropped",
+            "Decision log lines dropped because the writer's queue was full",
+        )
+    return counter
+
+
+_STOP = object()
+
+
+class DecisionLog:
+    """A non-blocking writer of decision lines (see the module docstring)."""
+
+    def __init__(
+        self,
+        service: str,
+        settings: DecisionLogSettings,
+        *,
+        stream: IO[str] | None = None,
+        sinks: tuple[Callable[[Mapping[str, Any]], None], ...] = (),
+    ) -> None:
+        self.settings = settings
+        self._dropped = dropped_counter(service)
+        self._queue: queue.Queue[object] = queue.Queue(maxsize=settings.queue_lines)
+        self._sinks = sinks
+        self._logger = logging.getLogger(f"meshplane.decisions.{service}.{id(self)}")
+        self._logger.propagate = False
+        self._logger.setLevel(logging.INFO)
+        handler: logging.Handler
+        if settings.path is not None:
+            handler = logging.FileHandler(settings.path, encoding="utf-8")
+        else:
+            handler = logging.StreamHandler(stream or sys.stderr)
+        handler.setFormatter(JsonFormatter(service))
+        self._handler = handler
+        self._logger.handlers[:] = [handler]
+        self._thread = threading.Thread(target=self._run, name="decision-log", daemon=True)
+        self._thread.start()
+
+    def submit(self, line: Mapping[str, Any]) -> bool:
+        """Queue one line; never blocks. False (and counted) when it was dropped."""
+        try:
+            self._queue.put_nowait(line)
+        except queue.Full:
+            self._dropped.inc()
+            return False
+        return True
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                return
+            assert isinstance(item, Mapping)
+            try:
+                self._logger.info("decision", extra=dict(item))
+                for sink in self._sinks:
+                    sink(item)
+            except Exception:  # a broken sink must not stop the writer
+                logging.getLogger(__name__).exception("writing a decision line failed")
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Write what is queued, then stop the writer (called on drain)."""
+        try:
+            self._queue.put(_STOP, timeout=timeout)
+        except queue.Full:
+            self._dropped.inc()
+        self._thread.join(timeout)
+        self._handler.flush()
+        self._handler.close()
+
+
+def add_arguments(parser: argparse.ArgumentParser, *, values_noun: str) -> None:
+    """The decision-log flags every service's ``serve`` shares."""
+    group = parser.add_argument_group("decision log")
+    group.add_argument(
+        "--decision-log",
+        metavar="PATH",
+        help="append decision lines to PATH (default: stderr); 'off' disables them",
+    )
+    group.add_argument(
+        "--decision-log-allow-sample",
+        type=float,
+        default=0.0,
+        metavar="RATE",
+        help="fraction of allows also logged, 0..1 (default 0: denies only)",
+    )
+    group.add_argument(
+        "--decision-log-show",
+        action="store_true",
+        help=f"log {values_noun} in clear instead of an HMAC-SHA256 hash",
+    )
+    group.add_argument(
+        "--decision-log-salt-file",
+        metavar="PATH",
+        help="file holding the masking salt (default: random per process start)",
+    )
+    group.add_argument(
+        "--decision-log-queue",
+        type=int,
+        default=DEFAULT_QUEUE_LINES,
+        metavar="LINES",
+        help=f"lines queued before new ones are dropped (default {DEFAULT_QUEUE_LINES})",
+    )
+
+
+def settings_from_args(args: argparse.Namespace) -> DecisionLogSettings:
+    """Validated settings from :func:`add_arguments`' flags; ValueError names the flag."""
+    rate = args.decision_log_allow_sample
+    if not 0.0 <= rate <= 1.0:
+        raise ValueError(f"--decision-log-allow-sample: {rate} is not between 0 and 1")
+    lines = args.decision_log_queue
+    if not 1 <= lines <= 1_000_000:
+        raise ValueError(f"--decision-log-queue: {lines} is not between 1 and 1000000")
+    salt = secrets.token_bytes(32)
+    if args.decision_log_salt_file:
+        try:
+            salt = Path(args.decision_log_salt_file).read_bytes().strip()
+        except OSError as exc:
+            raise ValueError(f"--decision-log-salt-file: cannot read ({exc.strerror})") from None
+        if len(salt) < 16:
+            raise ValueError("--decision-log-salt-file: the salt must be at least 16 bytes")
+    path = args.decision_log
+    return DecisionLogSettings(
+        path=None if path in (None, "-", "off") else path,
+        allow_sample=rate,
+        show_principal=args.decision_log_show,
+        show_values=args.decision_log_show,
+        salt=salt,
+        queue_lines=lines,
+        enabled=path != "off",
+    )
