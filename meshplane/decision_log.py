@@ -36,13 +36,14 @@ import re
 import secrets
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 from prometheus_client import Counter
 
+from meshplane.decision_otlp import OtlpLogExporter
 from meshplane.logging import JsonFormatter
 
 DECISION_ID_HEADER = "x-decision-id"
@@ -132,6 +133,7 @@ class DecisionLogSettings:
     salt: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
     queue_lines: int = DEFAULT_QUEUE_LINES
     enabled: bool = True
+    otlp_endpoint: str | None = None  # HOST:PORT of an OTLP/gRPC logs receiver
 
     def shown(self, value: str, show: bool) -> str:
         """``value`` as the line shows it: clipped, and masked unless ``show``."""
@@ -139,15 +141,21 @@ class DecisionLogSettings:
 
 
 _DROPPED: dict[str, Counter] = {}
+_BATCH_LINES = 512  # lines per OTLP export (and per wake-up of the writer)
 
 
 def dropped_counter(service: str) -> Counter:
-    """``<service>_decision_log_dropped_total``, declared once per process."""
+    """``<service>_decision_log_dropped_total{cause}``, declared once per process.
+
+    ``cause`` is ``queue_full`` (the line never reached any sink) or
+    ``export_failed`` (written locally, but the OTLP collector did not take it).
+    """
     counter = _DROPPED.get(service)
     if counter is None:
         counter = _DROPPED[service] = Counter(
             f"{service}_decision_log_dropped",
-            "Decision log lines dropped because the writer's queue was full",
+            "Decision log lines dropped: writer queue full, or OTLP export failed",
+            ["cause"],
         )
     return counter
 
@@ -159,17 +167,16 @@ class DecisionLog:
     """A non-blocking writer of decision lines (see the module docstring)."""
 
     def __init__(
-        self,
-        service: str,
-        settings: DecisionLogSettings,
-        *,
-        stream: IO[str] | None = None,
-        sinks: tuple[Callable[[Mapping[str, Any]], None], ...] = (),
+        self, service: str, settings: DecisionLogSettings, *, stream: IO[str] | None = None
     ) -> None:
         self.settings = settings
-        self._dropped = dropped_counter(service)
+        dropped = dropped_counter(service)
+        self._queue_full = dropped.labels("queue_full")
+        self._export_failed = dropped.labels("export_failed")
         self._queue: queue.Queue[object] = queue.Queue(maxsize=settings.queue_lines)
-        self._sinks = sinks
+        self._exporter = (
+            OtlpLogExporter(service, settings.otlp_endpoint) if settings.otlp_endpoint else None
+        )
         self._logger = logging.getLogger(f"meshplane.decisions.{service}.{id(self)}")
         self._logger.propagate = False
         self._logger.setLevel(logging.INFO)
@@ -189,32 +196,51 @@ class DecisionLog:
         try:
             self._queue.put_nowait(line)
         except queue.Full:
-            self._dropped.inc()
+            self._queue_full.inc()
             return False
         return True
 
     def _run(self) -> None:
+        """Take what is queued (up to a batch), write it, export it; until stopped."""
         while True:
-            item = self._queue.get()
-            if item is _STOP:
+            batch = [self._queue.get()]
+            while len(batch) < _BATCH_LINES:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            lines = [item for item in batch if isinstance(item, Mapping)]
+            self._write(lines)
+            if len(lines) != len(batch):  # _STOP was among them
                 return
-            assert isinstance(item, Mapping)
+
+    def _write(self, lines: list[Mapping[str, Any]]) -> None:
+        for line in lines:
             try:
-                self._logger.info("decision", extra=dict(item))
-                for sink in self._sinks:
-                    sink(item)
-            except Exception:  # a broken sink must not stop the writer
+                self._logger.info("decision", extra=dict(line))
+            except Exception:  # a full disk must not stop the writer
                 logging.getLogger(__name__).exception("writing a decision line failed")
+        if self._exporter is None or not lines:
+            return
+        try:
+            self._exporter.export(lines)
+        except Exception as exc:  # the message could quote the endpoint's answer: type only
+            self._export_failed.inc(len(lines))
+            logging.getLogger(__name__).warning(
+                "OTLP export of decision lines failed", extra={"error": type(exc).__name__}
+            )
 
     def close(self, timeout: float = 5.0) -> None:
-        """Write what is queued, then stop the writer (called on drain)."""
+        """Write (and export) what is queued, then stop the writer (called on drain)."""
         try:
             self._queue.put(_STOP, timeout=timeout)
         except queue.Full:
-            self._dropped.inc()
-        self._thread.join(timeout)
+            self._queue_full.inc()
+        self._thread.join(timeout + 5.0)
         self._handler.flush()
         self._handler.close()
+        if self._exporter is not None:
+            self._exporter.close()
 
 
 def add_arguments(parser: argparse.ArgumentParser, *, values_noun: str) -> None:
@@ -249,6 +275,11 @@ def add_arguments(parser: argparse.ArgumentParser, *, values_noun: str) -> None:
         metavar="LINES",
         help=f"lines queued before new ones are dropped (default {DEFAULT_QUEUE_LINES})",
     )
+    group.add_argument(
+        "--decision-log-otlp",
+        metavar="HOST:PORT",
+        help="also export decision lines as OTLP logs to this gRPC endpoint (plaintext)",
+    )
 
 
 def settings_from_args(args: argparse.Namespace) -> DecisionLogSettings:
@@ -267,6 +298,11 @@ def settings_from_args(args: argparse.Namespace) -> DecisionLogSettings:
             raise ValueError(f"--decision-log-salt-file: cannot read ({exc.strerror})") from None
         if len(salt) < 16:
             raise ValueError("--decision-log-salt-file: the salt must be at least 16 bytes")
+    otlp = args.decision_log_otlp
+    if otlp is not None:
+        host, _, port = otlp.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"--decision-log-otlp: {otlp!r} is not HOST:PORT")
     path = args.decision_log
     return DecisionLogSettings(
         path=None if path in (None, "-", "off") else path,
@@ -276,4 +312,5 @@ def settings_from_args(args: argparse.Namespace) -> DecisionLogSettings:
         salt=salt,
         queue_lines=lines,
         enabled=path != "off",
+        otlp_endpoint=otlp,
     )

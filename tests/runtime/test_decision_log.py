@@ -34,6 +34,7 @@ from ratelimit.config import RateLimit
 from ratelimit.decisions import header_entry, hits
 from ratelimit.plan import DescriptorPlan, Plan
 from ratelimit.store import Outcome
+from tests.support.otlp_logs_receiver import OtlpLogsReceiver
 
 SALT = b"0123456789abcdef0123456789abcdef"
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -223,7 +224,7 @@ def test_the_writer_writes_json_lines_drops_when_full_and_flushes_on_close() -> 
     ]
     assert written[0]["service"] == "test" and written[0]["msg"] == "decision"
     assert not all(submitted)  # a one-line queue under 2000 puts must drop some
-    dropped = REGISTRY.get_sample_value("test_decision_log_dropped_total")
+    dropped = REGISTRY.get_sample_value("test_decision_log_dropped_total", {"cause": "queue_full"})
     assert dropped == submitted.count(False)
 
 
@@ -248,3 +249,38 @@ def test_flags_off_and_path() -> None:
     assert not settings_from_args(parser.parse_args(["--decision-log", "off"])).enabled
     settings = settings_from_args(parser.parse_args(["--decision-log", "/tmp/d.log"]))
     assert settings.path == "/tmp/d.log" and settings.enabled and not settings.show_values
+
+
+def test_lines_are_exported_as_otlp_logs_to_a_real_receiver() -> None:
+    with OtlpLogsReceiver() as receiver:
+        settings = DecisionLogSettings(
+            salt=SALT, otlp_endpoint=receiver.endpoint, path=None, queue_lines=100
+        )
+        log = DecisionLog("otlptest", settings, stream=io.StringIO())
+        line = {"decision_id": "d-1", "trace_id": TRACE, "principal": None, "reason": "expired"}
+        assert log.submit(line)
+        log.close()  # drain: flushes the export too
+        ((service, record),) = receiver.records()
+    assert service == "otlptest"
+    assert record.trace_id.hex() == TRACE
+    body = {kv.key: kv.value.string_value for kv in record.body.kvlist_value.values}
+    assert body["decision_id"] == "d-1" and body["reason"] == "expired"
+    assert REGISTRY.get_sample_value(
+        "otlptest_decision_log_dropped_total", {"cause": "export_failed"}
+    ) in (None, 0.0)
+
+
+def test_a_failed_export_is_counted_and_the_line_still_written() -> None:
+    with OtlpLogsReceiver() as receiver:
+        endpoint = receiver.endpoint  # a port nothing listens on once the block ends
+    stream = io.StringIO()
+    log = DecisionLog(
+        "otlpdown", DecisionLogSettings(salt=SALT, otlp_endpoint=endpoint), stream=stream
+    )
+    log.submit({"decision_id": "d-2"})
+    log.close()
+    assert json.loads(stream.getvalue())["decision_id"] == "d-2"
+    assert (
+        REGISTRY.get_sample_value("otlpdown_decision_log_dropped_total", {"cause": "export_failed"})
+        == 1.0
+    )
