@@ -37,7 +37,7 @@ import secrets
 import sys
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -45,10 +45,13 @@ from prometheus_client import Counter
 
 from meshplane.decision_otlp import OtlpLogExporter
 from meshplane.logging import JsonFormatter
+from meshplane.validate import Node
 
 DECISION_ID_HEADER = "x-decision-id"
 MASK_PREFIX = "h:"
 DEFAULT_QUEUE_LINES = 10_000
+MAX_QUEUE_LINES = 1_000_000
+MIN_SALT_BYTES = 16
 MAX_FIELD_CHARS = 1024  # a path or value longer than this is cut: lines stay bounded
 
 # The only keys a decision line may carry besides the formatter's own.
@@ -254,13 +257,13 @@ def add_arguments(parser: argparse.ArgumentParser, *, values_noun: str) -> None:
     group.add_argument(
         "--decision-log-allow-sample",
         type=float,
-        default=0.0,
         metavar="RATE",
         help="fraction of allows also logged, 0..1 (default 0: denies only)",
     )
     group.add_argument(
         "--decision-log-show",
         action="store_true",
+        default=None,
         help=f"log {values_noun} in clear instead of an HMAC-SHA256 hash",
     )
     group.add_argument(
@@ -271,7 +274,6 @@ def add_arguments(parser: argparse.ArgumentParser, *, values_noun: str) -> None:
     group.add_argument(
         "--decision-log-queue",
         type=int,
-        default=DEFAULT_QUEUE_LINES,
         metavar="LINES",
         help=f"lines queued before new ones are dropped (default {DEFAULT_QUEUE_LINES})",
     )
@@ -282,35 +284,90 @@ def add_arguments(parser: argparse.ArgumentParser, *, values_noun: str) -> None:
     )
 
 
-def settings_from_args(args: argparse.Namespace) -> DecisionLogSettings:
-    """Validated settings from :func:`add_arguments`' flags; ValueError names the flag."""
-    rate = args.decision_log_allow_sample
+def _check_rate(rate: float, where: str) -> None:
     if not 0.0 <= rate <= 1.0:
-        raise ValueError(f"--decision-log-allow-sample: {rate} is not between 0 and 1")
-    lines = args.decision_log_queue
-    if not 1 <= lines <= 1_000_000:
-        raise ValueError(f"--decision-log-queue: {lines} is not between 1 and 1000000")
+        raise ValueError(f"{where}: {rate} is not between 0 and 1")
+
+
+def _check_queue(lines: int, where: str) -> None:
+    if not 1 <= lines <= MAX_QUEUE_LINES:
+        raise ValueError(f"{where}: {lines} is not between 1 and {MAX_QUEUE_LINES}")
+
+
+def _check_endpoint(endpoint: str, where: str) -> None:
+    host, _, port = endpoint.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{where}: {endpoint!r} is not HOST:PORT")
+
+
+def _read_salt(path: str, where: str) -> bytes:
+    try:
+        salt = Path(path).read_bytes().strip()
+    except OSError as exc:
+        raise ValueError(f"{where}: cannot read ({exc.strerror})") from None
+    if len(salt) < MIN_SALT_BYTES:
+        raise ValueError(f"{where}: the salt must be at least {MIN_SALT_BYTES} bytes")
+    return salt
+
+
+def parse_section(node: Node) -> DecisionLogSettings:
+    """The ``decisionLog`` section of a service's settings file (located errors).
+
+    Keys: ``path`` (a file, ``-`` for stderr, ``off``), ``allowSample`` (0..1),
+    ``show`` (log principals / descriptor values in clear), ``queueLines``,
+    ``otlpEndpoint`` (HOST:PORT), ``saltFile``.
+    """
+    fields = node.fields(
+        optional=("path", "allowSample", "show", "queueLines", "otlpEndpoint", "saltFile")
+    )
+    path_node = fields.optional("path")
+    path = path_node.string() if path_node is not None else None
+    otlp_node = fields.optional("otlpEndpoint")
+    otlp = otlp_node.string(strip=True) if otlp_node is not None else None
     salt = secrets.token_bytes(32)
-    if args.decision_log_salt_file:
-        try:
-            salt = Path(args.decision_log_salt_file).read_bytes().strip()
-        except OSError as exc:
-            raise ValueError(f"--decision-log-salt-file: cannot read ({exc.strerror})") from None
-        if len(salt) < 16:
-            raise ValueError("--decision-log-salt-file: the salt must be at least 16 bytes")
-    otlp = args.decision_log_otlp
-    if otlp is not None:
-        host, _, port = otlp.rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"--decision-log-otlp: {otlp!r} is not HOST:PORT")
-    path = args.decision_log
+    try:
+        if otlp is not None:
+            _check_endpoint(otlp, "otlpEndpoint")
+        salt_node = fields.optional("saltFile")
+        if salt_node is not None:
+            salt = _read_salt(salt_node.string(), "saltFile")
+    except ValueError as exc:
+        raise node.error(str(exc)) from None
+    show = fields.boolean("show")
     return DecisionLogSettings(
         path=None if path in (None, "-", "off") else path,
-        allow_sample=rate,
-        show_principal=args.decision_log_show,
-        show_values=args.decision_log_show,
+        allow_sample=fields.number("allowSample", 0.0, lo=0.0, hi=1.0),
+        show_principal=show,
+        show_values=show,
         salt=salt,
-        queue_lines=lines,
+        queue_lines=fields.integer("queueLines", DEFAULT_QUEUE_LINES, lo=1, hi=MAX_QUEUE_LINES),
         enabled=path != "off",
         otlp_endpoint=otlp,
     )
+
+
+def settings_from_args(
+    args: argparse.Namespace, base: DecisionLogSettings | None = None
+) -> DecisionLogSettings:
+    """:func:`add_arguments`' flags over ``base`` (a settings file's section, else
+    the defaults); ValueError names the flag."""
+    settings = base or DecisionLogSettings()
+    changes: dict[str, Any] = {}
+    if args.decision_log_allow_sample is not None:
+        _check_rate(args.decision_log_allow_sample, "--decision-log-allow-sample")
+        changes["allow_sample"] = args.decision_log_allow_sample
+    if args.decision_log_queue is not None:
+        _check_queue(args.decision_log_queue, "--decision-log-queue")
+        changes["queue_lines"] = args.decision_log_queue
+    if args.decision_log_salt_file:
+        changes["salt"] = _read_salt(args.decision_log_salt_file, "--decision-log-salt-file")
+    if args.decision_log_show:
+        changes["show_principal"] = changes["show_values"] = True
+    if args.decision_log_otlp is not None:
+        _check_endpoint(args.decision_log_otlp, "--decision-log-otlp")
+        changes["otlp_endpoint"] = args.decision_log_otlp
+    path = args.decision_log
+    if path is not None:
+        changes["path"] = None if path in ("-", "off") else path
+        changes["enabled"] = path != "off"
+    return replace(settings, **changes)

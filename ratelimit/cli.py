@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             "would admit N times the limit"
         )
     try:
-        decisions = decision_log.settings_from_args(args)
+        decisions = decision_log.settings_from_args(args, settings.decision_log)
     except ValueError as exc:
         return _fail(str(exc))
     options = AppOptions(

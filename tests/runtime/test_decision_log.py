@@ -11,6 +11,7 @@ import argparse
 import base64
 import io
 import json
+from typing import Any
 
 import pytest
 from envoy.service.auth.v3 import external_auth_pb2
@@ -20,6 +21,7 @@ from prometheus_client import REGISTRY
 from extauthz.decisions import DecisionRecorder as AuthzRecorder
 from extauthz.decisions import claimed_subject, decision_line
 from extauthz.reasons import Decision, Reason, deny
+from meshplane.config_error import ConfigError
 from meshplane.decision_log import (
     DecisionLog,
     DecisionLogSettings,
@@ -33,6 +35,7 @@ from meshplane.decision_log import (
 from ratelimit.config import RateLimit
 from ratelimit.decisions import header_entry, hits
 from ratelimit.plan import DescriptorPlan, Plan
+from ratelimit.settings import parse_settings
 from ratelimit.store import Outcome
 from tests.support.otlp_logs_receiver import OtlpLogsReceiver
 
@@ -233,6 +236,7 @@ def test_the_writer_writes_json_lines_drops_when_full_and_flushes_on_close() -> 
     [
         (["--decision-log-allow-sample", "1.5"], "--decision-log-allow-sample"),
         (["--decision-log-queue", "0"], "--decision-log-queue"),
+        (["--decision-log-otlp", "nohost"], "--decision-log-otlp"),
         (["--decision-log-salt-file", "/nonexistent/salt"], "--decision-log-salt-file"),
     ],
 )
@@ -284,3 +288,38 @@ def test_a_failed_export_is_counted_and_the_line_still_written() -> None:
         REGISTRY.get_sample_value("otlpdown_decision_log_dropped_total", {"cause": "export_failed"})
         == 1.0
     )
+
+
+@pytest.mark.parametrize(
+    ("doc", "field"),
+    [
+        ({"decisionLog": {"allowSample": 2}}, "decisionLog.allowSample"),
+        ({"decisionLog": {"show": "yes"}}, "decisionLog.show"),
+        ({"decisionLog": {"queueLines": 0}}, "decisionLog.queueLines"),
+        ({"decisionLog": {"otlpEndpoint": "nohost"}}, "decisionLog"),
+        ({"decisionLog": {"pth": "/x"}}, "decisionLog"),
+    ],
+)
+def test_a_bad_settings_section_is_a_located_error(doc: dict[str, Any], field: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_settings(doc, "settings.yaml")
+    assert caught.value.field is not None and caught.value.field.startswith(field)
+    assert "settings.yaml" in str(caught.value)
+
+
+def test_flags_override_the_settings_file() -> None:
+    doc = {"decisionLog": {"path": "/var/log/d.log", "allowSample": 0.5, "show": True}}
+    from_file = parse_settings(doc, "settings.yaml").decision_log
+    assert from_file is not None
+    assert (from_file.path, from_file.allow_sample, from_file.show_values) == (
+        "/var/log/d.log",
+        0.5,
+        True,
+    )
+    parser = argparse.ArgumentParser()
+    add_arguments(parser, values_noun="values")
+    merged = settings_from_args(
+        parser.parse_args(["--decision-log-allow-sample", "0.1"]), from_file
+    )
+    assert (merged.path, merged.allow_sample, merged.show_values) == ("/var/log/d.log", 0.1, True)
+    assert merged.salt == from_file.salt
