@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 import random
 import time
@@ -31,6 +32,7 @@ from extauthz.reasons import Decision
 from meshplane.decision_log import (
     DECISION_ID_HEADER,
     DecisionLog,
+    DecisionLogSettings,
     clip,
     new_decision_id,
     parse_traceparent,
@@ -87,6 +89,31 @@ def decision_line(
     }
 
 
+def _build(
+    decision: Decision,
+    decision_id: str,
+    now: float,
+    *,
+    method: str,
+    path: str,
+    traceparent: str | None,
+    authorization: tuple[str, ...],
+    settings: DecisionLogSettings,
+) -> dict[str, object]:
+    """The line of a queued Check (run by the writer thread)."""
+    return decision_line(
+        decision,
+        decision_id,
+        now,
+        method=method,
+        path=path,
+        traceparent=traceparent,
+        subject=claimed_subject(authorization),
+        show_principal=settings.show_principal,
+        salt_mask=settings.shown,
+    )
+
+
 class DecisionRecorder:
     """Decides whether a Check is logged, submits its line, and returns its id."""
 
@@ -113,34 +140,51 @@ class DecisionRecorder:
             return None
         http = request.attributes.request.http
         decision_id = new_decision_id()
-        line = decision_line(
-            decision,
-            decision_id,
-            self._clock(),
-            method=http.method,
-            path=http.path or http.headers.get(":path", ""),
-            traceparent=http.headers.get("traceparent"),
-            subject=claimed_subject(authorization),
-            show_principal=self._settings.show_principal,
-            salt_mask=self._settings.shown,
+        # Only the reads of the request happen here; the line (the trace id,
+        # the subject and its hash) is built in the writer thread.
+        self._log.submit(
+            functools.partial(
+                _build,
+                decision,
+                decision_id,
+                self._clock(),
+                method=http.method,
+                path=http.path or http.headers.get(":path", ""),
+                traceparent=http.headers.get("traceparent"),
+                authorization=authorization,
+                settings=self._settings,
+            )
         )
-        self._log.submit(line)
         return decision_id
 
     def close(self) -> None:
         self._log.close()
 
 
-def with_decision_id(
-    response: external_auth_pb2.CheckResponse, decision_id: str
-) -> external_auth_pb2.CheckResponse:
-    """A copy of a deny response that also sends ``x-decision-id`` to the caller."""
-    copy = external_auth_pb2.CheckResponse()
-    copy.CopyFrom(response)
-    copy.denied_response.headers.append(
-        base_pb2.HeaderValueOption(
-            header=base_pb2.HeaderValue(key=DECISION_ID_HEADER, value=decision_id),
-            append_action=_OVERWRITE,
-        )
+_ID_SAMPLE = "0" * 32
+_ID_FRAGMENT: bytes = external_auth_pb2.CheckResponse(
+    denied_response=external_auth_pb2.DeniedHttpResponse(
+        headers=[
+            base_pb2.HeaderValueOption(
+                header=base_pb2.HeaderValue(key=DECISION_ID_HEADER, value=_ID_SAMPLE),
+                append_action=_OVERWRITE,
+            )
+        ]
     )
-    return copy
+).SerializeToString()
+_ID_FRAGMENT = bytes(_ID_FRAGMENT)
+_ID_AT = _ID_FRAGMENT.index(_ID_SAMPLE.encode())
+_ID_HEAD, _ID_TAIL = _ID_FRAGMENT[:_ID_AT], _ID_FRAGMENT[_ID_AT + len(_ID_SAMPLE) :]
+
+
+def with_decision_id(deny: bytes, decision_id: str) -> bytes:
+    """A serialized deny that also sends ``x-decision-id`` to the caller.
+
+    Protobuf merges a repeated embedded message field: a second
+    ``denied_response`` holding one header appends that header to the first
+    one's, so the prebuilt deny bytes are reused and only the id is spliced
+    into a prebuilt fragment (an id is always 32 hex digits).
+    """
+    if len(decision_id) != len(_ID_SAMPLE):
+        raise ValueError("a decision id is 32 characters")
+    return deny + _ID_HEAD + decision_id.encode() + _ID_TAIL

@@ -184,8 +184,7 @@ class CheckHandler:
         decision_id = self._recorder.record(request, decision, attrs.authorization)
         if decision_id is None or decision.allowed:
             return encode_response(decision)
-        denied = _DENIES.get(decision.reason, _LAST_RESORT)
-        return bytes(with_decision_id(denied, decision_id).SerializeToString())
+        return with_decision_id(_DENY_BYTES.get(decision.reason, _LAST_RESORT_BYTES), decision_id)
 
 
 def register(

@@ -15,6 +15,7 @@ the config, and are logged as they are.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Sequence
 
@@ -92,6 +93,20 @@ def header_entry(decision_id: str) -> bytes:
     return b"\x1a" + bytes([len(entry)]) + entry
 
 
+def _build(  # noqa: PLR0917 - a queued line's materials, in order
+    plan: Plan,
+    raw_request: bytes,
+    found: Sequence[tuple[int, bool]],
+    decision_id: str,
+    now: float,
+    over: bool,
+    shown: Callable[[str], str],
+) -> dict[str, object]:
+    """The line of a queued hit (run by the writer thread)."""
+    entries = request_entries(raw_request)
+    return decision_line(plan, entries, found, decision_id, now, over=over, shown=shown)
+
+
 class DecisionRecorder:
     """Logs over-limit and shadow hits; returns bytes to append to the response."""
 
@@ -110,16 +125,13 @@ class DecisionRecorder:
             return b""
         decision_id = new_decision_id()
         over = not outcome.allowed
-        line = decision_line(
-            plan,
-            request_entries(raw_request),
-            found,
-            decision_id,
-            self._clock(),
-            over=over,
-            shown=self._shown,
+        # The request is parsed again and its values masked in the writer
+        # thread, not here: a flood of 429s costs the hot path little.
+        self._log.submit(
+            functools.partial(
+                _build, plan, raw_request, found, decision_id, self._clock(), over, self._shown
+            )
         )
-        self._log.submit(line)
         return header_entry(decision_id) if over else b""
 
     def close(self) -> None:
