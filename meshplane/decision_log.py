@@ -232,10 +232,10 @@ class DecisionLog:
                 logging.getLogger(__name__).exception("building a decision line failed")
         return batch
 
-    def _render(self, line: Mapping[str, Any], now: float) -> str:
+    def _render(self, line: Mapping[str, Any], ts: str) -> str:
         """One line in the services' log format (meshplane.logging's keys)."""
         entry: dict[str, Any] = {
-            "ts": _dt.datetime.fromtimestamp(now, tz=_dt.UTC).isoformat(timespec="milliseconds"),
+            "ts": ts,
             "level": "info",
             "service": self._service,
             "pid": self._pid,
@@ -248,9 +248,10 @@ class DecisionLog:
     def _write(self, lines: list[Mapping[str, Any]]) -> None:
         if not lines:
             return
-        now = time.time()
+        # One write time per batch; each line's own decision time is its ``time``.
+        ts = _dt.datetime.fromtimestamp(time.time(), tz=_dt.UTC).isoformat(timespec="milliseconds")
         try:
-            self._stream.write("".join(self._render(line, now) + "\n" for line in lines))
+            self._stream.write("".join(self._render(line, ts) + "\n" for line in lines))
             self._stream.flush()
         except Exception:  # a full disk must not stop the writer
             logging.getLogger(__name__).exception("writing decision lines failed")
