@@ -41,6 +41,7 @@ from meshplane.decision_log import (
 )
 
 _MAX_TOKEN_CHARS = 16 << 10  # matches the engine's own cap order of magnitude
+_HELD_OVERHEAD = 512  # a queued builder's own objects, roughly, for the byte bound
 _OVERWRITE = base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
 
 
@@ -139,6 +140,8 @@ class DecisionRecorder:
         if decision.allowed and not sampled(self._settings.allow_sample, self._draw()):
             return None
         http = request.attributes.request.http
+        path = http.path or http.headers.get(":path", "")
+        traceparent = http.headers.get("traceparent")
         decision_id = new_decision_id()
         # Only the reads of the request happen here; the line (the trace id,
         # the subject and its hash) is built in the writer thread.
@@ -149,11 +152,16 @@ class DecisionRecorder:
                 decision_id,
                 self._clock(),
                 method=http.method,
-                path=http.path or http.headers.get(":path", ""),
-                traceparent=http.headers.get("traceparent"),
+                path=path,
+                traceparent=traceparent,
                 authorization=authorization,
                 settings=self._settings,
-            )
+            ),
+            _HELD_OVERHEAD
+            + len(path)
+            + len(http.method)
+            + len(traceparent or "")
+            + sum(len(a) for a in authorization),
         )
         return decision_id
 

@@ -54,6 +54,7 @@ DECISION_ID_HEADER = "x-decision-id"
 MASK_PREFIX = "h:"
 DEFAULT_QUEUE_LINES = 10_000
 MAX_QUEUE_LINES = 1_000_000
+DEFAULT_QUEUE_BYTES = 16 << 20  # request material held by queued line builders
 MIN_SALT_BYTES = 16
 MAX_FIELD_CHARS = 1024  # a path or value longer than this is cut: lines stay bounded
 
@@ -138,6 +139,7 @@ class DecisionLogSettings:
     show_values: bool = False
     salt: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
     queue_lines: int = DEFAULT_QUEUE_LINES
+    queue_bytes: int = DEFAULT_QUEUE_BYTES
     enabled: bool = True
     otlp_endpoint: str | None = None  # HOST:PORT of an OTLP/gRPC logs receiver
 
@@ -190,7 +192,12 @@ class DecisionLog:
         self._queue_full = dropped.labels("queue_full")
         self._export_failed = dropped.labels("export_failed")
         self._limit = settings.queue_lines
-        self._queue: collections.deque[Pending] = collections.deque()
+        self._queue: collections.deque[tuple[Pending, int]] = collections.deque()
+        # Bytes held by queued items (request material a builder keeps until it
+        # runs), so the queue is bounded in bytes too, not only in lines.
+        self._byte_limit = settings.queue_bytes
+        self._held = 0
+        self._held_lock = threading.Lock()  # submit may run on several server threads
         self._stopping = threading.Event()
         self._exporter = (
             OtlpLogExporter(service, settings.otlp_endpoint) if settings.otlp_endpoint else None
@@ -203,14 +210,19 @@ class DecisionLog:
         self._thread = threading.Thread(target=self._run, name="decision-log", daemon=True)
         self._thread.start()
 
-    def submit(self, line: Pending) -> bool:
-        """Queue one line (or its builder); never blocks. False (and counted) when dropped."""
-        queued = self._queue
-        if len(queued) >= self._limit:
+    def submit(self, line: Pending, size: int = 0) -> bool:
+        """Queue one line (or its builder holding about ``size`` bytes of request
+        material); never blocks. False (and counted) when the queue is full."""
+        with self._held_lock:
+            if len(self._queue) >= self._limit or self._held + size > self._byte_limit:
+                full = True
+            else:
+                full = False
+                self._held += size
+                self._queue.append((line, size))
+        if full:
             self._queue_full.inc()
-            return False
-        queued.append(line)
-        return True
+        return not full
 
     def _run(self) -> None:
         """Take what is queued (in batches), write it, export it; until stopped and empty."""
@@ -225,7 +237,9 @@ class DecisionLog:
         batch: list[Mapping[str, Any]] = []
         queued = self._queue
         while queued and len(batch) < _BATCH_LINES:
-            item = queued.popleft()
+            item, size = queued.popleft()
+            with self._held_lock:
+                self._held -= size
             try:
                 batch.append(item() if callable(item) else item)
             except Exception:  # one bad line must not stop the writer

@@ -31,6 +31,7 @@ from meshplane.decision_log import (
 from ratelimit.plan import Plan
 from ratelimit.store import Outcome
 
+_HELD_OVERHEAD = 512  # a queued builder's own objects, roughly, for the byte bound
 _HEADER_NAME = b"\x0a" + bytes([len(DECISION_ID_HEADER)]) + DECISION_ID_HEADER.encode()
 
 
@@ -130,7 +131,8 @@ class DecisionRecorder:
         self._log.submit(
             functools.partial(
                 _build, plan, raw_request, found, decision_id, self._clock(), over, self._shown
-            )
+            ),
+            _HELD_OVERHEAD + len(raw_request),
         )
         return header_entry(decision_id) if over else b""
 

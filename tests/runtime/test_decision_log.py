@@ -11,6 +11,7 @@ import argparse
 import base64
 import io
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -151,7 +152,7 @@ class _Capture:
         self.settings = settings
         self.lines: list[object] = []
 
-    def submit(self, line: object) -> bool:
+    def submit(self, line: object, size: int = 0) -> bool:
         self.lines.append(line)
         return True
 
@@ -323,3 +324,26 @@ def test_flags_override_the_settings_file() -> None:
     )
     assert (merged.path, merged.allow_sample, merged.show_values) == ("/var/log/d.log", 0.1, True)
     assert merged.salt == from_file.salt
+
+
+def test_lines_go_to_the_configured_file(tmp_path: Path) -> None:
+    target = tmp_path / "decisions.log"
+    log = DecisionLog("filetest", DecisionLogSettings(path=str(target), salt=SALT))
+    log.submit(lambda: {"decision_id": "built-in-the-writer"})
+    log.close()
+    (line,) = target.read_text().splitlines()
+    assert json.loads(line)["decision_id"] == "built-in-the-writer"
+
+
+def test_the_queue_is_bounded_in_bytes_too() -> None:
+    stream = io.StringIO()
+    settings = DecisionLogSettings(salt=SALT, queue_lines=100, queue_bytes=1000)
+    log = DecisionLog("bytestest", settings, stream=stream)
+    kept = [log.submit({"decision_id": "small"}, 400), log.submit({"decision_id": "big"}, 1001)]
+    log.close()
+    assert kept == [True, False]  # 1001 bytes could never fit in 1000, whatever is queued
+    assert [json.loads(x)["decision_id"] for x in stream.getvalue().splitlines()] == ["small"]
+    dropped = REGISTRY.get_sample_value(
+        "bytestest_decision_log_dropped_total", {"cause": "queue_full"}
+    )
+    assert dropped == 1.0
