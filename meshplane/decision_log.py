@@ -175,9 +175,9 @@ _POLL_SECONDS = 0.05  # how often an idle writer looks at its queue
 class DecisionLog:
     """A non-blocking writer of decision lines (see the module docstring).
 
-    The queue is a bounded ``deque``: appending is one atomic operation under
-    the GIL, with no lock or condition to signal, so a request pays well under
-    a microsecond for it. The writer thread polls every 50 ms (negligible when
+    The queue is a bounded ``deque`` with one short lock for its line and
+    byte counts and no condition to signal, so a request pays well under a
+    microsecond for it. The writer thread polls every 50 ms (negligible when
     idle) and takes everything queued at once. A submitted item may be a
     callable that builds the line: the building (JSON, masking, parsing the
     trace header) then happens in the writer thread, off the request path.
