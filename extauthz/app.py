@@ -27,6 +27,7 @@ from typing import Any
 
 from extauthz import grpc_api, metrics
 from extauthz.config import ExtAuthzConfig, JwksUriConfig, load_config
+from extauthz.decisions import DecisionRecorder
 from extauthz.http_api import HttpCheckApp
 from extauthz.jwks_remote import RemoteJwks
 from extauthz.jwt_policy import Engine
@@ -34,6 +35,7 @@ from extauthz.keyring import RemoteKeys
 from extauthz.service import AuthorizationService
 from meshplane.config_error import ConfigError
 from meshplane.config_source import FileSource, Fingerprint, fingerprint
+from meshplane.decision_log import DecisionLog, DecisionLogSettings
 from meshplane.server_contract import ASGIApp, WorkerContext
 
 log = logging.getLogger(__name__)
@@ -48,7 +50,10 @@ class ExtAuthzApp:
         *,
         reload_interval: float = 1.0,
         clock: Callable[[], float] = time.time,
+        decision_log: DecisionLogSettings | None = None,
     ) -> None:
+        self._decision_log = decision_log
+        self._recorder: DecisionRecorder | None = None
         self.source = FileSource(
             config_path, load_config, name="extauthz", interval=reload_interval
         )
@@ -95,7 +100,9 @@ class ExtAuthzApp:
             await remote.close()
 
     async def start(self, ctx: WorkerContext) -> None:
-        grpc_api.register(self.service, ctx)
+        if self._decision_log is not None and self._decision_log.enabled:
+            self._recorder = DecisionRecorder(DecisionLog("extauthz", self._decision_log))
+        grpc_api.register(self.service, ctx, self._recorder)
         await self._activate(self._initial_sources)
         self.source.add_listener(self._on_config)
         self._spawn(self.source.watch())
@@ -176,6 +183,8 @@ class ExtAuthzApp:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self._retire({})
+        if self._recorder is not None:
+            self._recorder.close()  # drain: write every queued decision line
         metrics.flush()
 
 
@@ -183,11 +192,15 @@ def _key_fingerprints(config: ExtAuthzConfig) -> tuple[Fingerprint, ...]:
     return tuple(fingerprint(path) for path in config.key_files)
 
 
-def make_app(config_path: str, reload_interval: float = 1.0) -> ExtAuthzApp:
+def make_app(
+    config_path: str,
+    reload_interval: float = 1.0,
+    decision_log: DecisionLogSettings | None = None,
+) -> ExtAuthzApp:
     """Picklable app factory for ``meshplane.server.serve`` (a module-level function).
 
     ``reload_interval`` is short (0.1 s) under ``--control-plane``: the
     snapshot directory is swapped atomically, and propagation time is the
     product's promise.
     """
-    return ExtAuthzApp(config_path, reload_interval=reload_interval)
+    return ExtAuthzApp(config_path, reload_interval=reload_interval, decision_log=decision_log)

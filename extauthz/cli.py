@@ -36,7 +36,7 @@ from envoy.service.auth.v3 import external_auth_pb2_grpc
 from extauthz.app import make_app
 from extauthz.config import POLICY_CONTEXT_KEY, ExtAuthzConfig, load_config
 from extauthz.keys import KeyFamily
-from meshplane import cli_args, control_plane
+from meshplane import cli_args, control_plane, decision_log
 from meshplane.check_request import (
     HttpCall,
     PairError,
@@ -61,6 +61,7 @@ def _parser() -> argparse.ArgumentParser:
         workers_help="worker processes (SO_REUSEPORT)",
     )
     srv.add_argument("--http-listen", help="HOST:PORT for Envoy's http_service mode")
+    decision_log.add_arguments(srv, values_noun="the principal (the token's sub)")
     chk = sub.add_parser("check", help="validate a policy file, or send one Check to a server")
     target = chk.add_mutually_exclusive_group(required=True)
     target.add_argument("--config", help="validate this policy file and exit")
@@ -170,6 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     problem = cli_args.serve_arguments_error(args, args.http_listen)
     if problem:
         return _fail(problem)
+    try:
+        decisions = decision_log.settings_from_args(args)
+    except ValueError as exc:
+        return _fail(str(exc))
     return serve(
         functools.partial(
             make_app,
@@ -177,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
             # is swapped on every snapshot, and resolving it would pin one.
             str(Path(args.config).absolute() if streamed else Path(args.config).resolve()),
             control_plane.RELOAD_INTERVAL if streamed is not None else 1.0,
+            decisions,
         ),
         cli_args.serve_options(args, http_listen=args.http_listen),
         service=SERVICE,

@@ -33,6 +33,7 @@ from google.rpc import status_pb2
 
 from extauthz import claim_metadata, metrics
 from extauthz.config import POLICY_CONTEXT_KEY
+from extauthz.decisions import DecisionRecorder, with_decision_id
 from extauthz.jwt_policy import CheckAttributes
 from extauthz.reasons import Decision, Reason
 from extauthz.responses import DENY_STATUS, JSON_CONTENT_TYPE, REASON_HEADER, deny_body
@@ -189,12 +190,16 @@ def encode_response(decision: Decision) -> bytes:
 class CheckHandler:
     """The Check RPC on wire bytes; see the module docstring for the fail-closed contract."""
 
-    def __init__(self, service: AuthorizationService) -> None:
+    def __init__(
+        self, service: AuthorizationService, recorder: DecisionRecorder | None = None
+    ) -> None:
         self._service = service
+        self._recorder = recorder
 
     async def __call__(self, raw: bytes) -> bytes:
         try:
-            attrs = attributes_from_check(_CheckRequest.FromString(raw), raw)
+            request = _CheckRequest.FromString(raw)
+            attrs = attributes_from_check(request, raw)
         except Exception as exc:
             log.error("unreadable CheckRequest; denying", extra={"error": type(exc).__name__})
             metrics.record_check("grpc", INTERNAL_ERROR, 0.0)
@@ -203,12 +208,26 @@ class CheckHandler:
         if decision is None:  # a key-id miss that a JWKS refetch may cure: wait for it
             decision = await self._service.check(attrs, "grpc")
         try:
+            if self._recorder is not None:
+                return self._logged(request, attrs, decision)
             return encode_response(decision)
         except Exception as exc:
             log.error("building CheckResponse failed; denying", extra={"error": type(exc).__name__})
             return _LAST_RESORT_BYTES
 
+    def _logged(
+        self, request: external_auth_pb2.CheckRequest, attrs: CheckAttributes, decision: Decision
+    ) -> bytes:
+        """The response, after the decision line (denies carry ``x-decision-id``)."""
+        assert self._recorder is not None
+        decision_id = self._recorder.record(request, decision, attrs.authorization)
+        if decision_id is None or decision.allowed:
+            return encode_response(decision)
+        return with_decision_id(_DENY_BYTES.get(decision.reason, _LAST_RESORT_BYTES), decision_id)
 
-def register(service: AuthorizationService, ctx: WorkerContext) -> None:
-    """Serve Check in a worker (either server)."""
-    ctx.add_unary(SERVICE_NAME, "Check", CheckHandler(service))
+
+def register(
+    service: AuthorizationService, ctx: WorkerContext, recorder: DecisionRecorder | None = None
+) -> None:
+    """Serve Check in a worker (either server); ``recorder`` writes decision lines."""
+    ctx.add_unary(SERVICE_NAME, "Check", CheckHandler(service, recorder))

@@ -21,10 +21,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from meshplane.config_source import FileSource, resolve_once
+from meshplane.decision_log import DecisionLog, DecisionLogSettings
 from meshplane.server_contract import ASGIApp, WorkerContext
 from ratelimit import metrics
 from ratelimit.breaker import CircuitBreaker
 from ratelimit.config import RateLimitConfig, load_config
+from ratelimit.decisions import DecisionRecorder
 from ratelimit.grpc_api import SERVICE_NAME, register
 from ratelimit.redis_url import parse_redis_url, redact
 from ratelimit.service import RateLimitService
@@ -48,6 +50,7 @@ class AppOptions:
     settings: Settings = field(default_factory=Settings)
     reload_interval: float = 1.0
     probe_interval: float = 0.5
+    decision_log: DecisionLogSettings | None = None
 
 
 @dataclass(frozen=True)
@@ -160,8 +163,17 @@ class RateLimitApp:
         self.choice = choose_store(self.options, snapshot.switches)
         store, self._redis = build_store(self.options.settings, self.choice.redis_url)
         settings = replace(self.options.settings, failure_mode=self.choice.failure_mode)
+        decisions = self.options.decision_log
         self.service = RateLimitService(
-            lambda: self.source.current.config, store, settings, clock=self._clock
+            lambda: self.source.current.config,
+            store,
+            settings,
+            clock=self._clock,
+            decisions=(
+                DecisionRecorder(DecisionLog("ratelimit", decisions))
+                if decisions is not None and decisions.enabled
+                else None
+            ),
         )
         register(self.service, ctx)
         self.source.add_listener(self._on_snapshot)

@@ -19,7 +19,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from meshplane import cli_args, control_plane
+from meshplane import cli_args, control_plane, decision_log
 from meshplane.config_error import ConfigError
 from meshplane.server import serve
 from ratelimit.app import AppOptions, build_app, load_snapshot
@@ -45,6 +45,7 @@ def _parser() -> argparse.ArgumentParser:
     srv.add_argument("--failure-mode", choices=FAILURE_MODES, help="when Redis cannot answer")
     srv.add_argument("--store-timeout-ms", type=float, help="how long a decision waits for Redis")
     srv.add_argument("--no-headers", action="store_true", help="do not add x-ratelimit-* headers")
+    decision_log.add_arguments(srv, values_noun="descriptor values")
     chk = sub.add_parser("check", help="validate a config (and settings) and exit")
     chk.add_argument("--config", required=True)
     chk.add_argument("--settings")
@@ -111,7 +112,13 @@ def main(argv: list[str] | None = None) -> int:
             "--workers > 1 needs Redis: in-memory counters are per process, so N workers "
             "would admit N times the limit"
         )
-    options = AppOptions(config_path=args.config, redis_url=redis_url, settings=settings)
+    try:
+        decisions = decision_log.settings_from_args(args, settings.decision_log)
+    except ValueError as exc:
+        return _fail(str(exc))
+    options = AppOptions(
+        config_path=args.config, redis_url=redis_url, settings=settings, decision_log=decisions
+    )
     if streamed is not None:
         options = replace(options, reload_interval=control_plane.RELOAD_INTERVAL)
     return serve(

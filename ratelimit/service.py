@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 from ratelimit import metrics
 from ratelimit.config import RateLimitConfig
+from ratelimit.decisions import DecisionRecorder
 from ratelimit.plan import InvalidRequest, Plan, PlanBounds, plan_request
 from ratelimit.response import can_deny, encode_response, failure_response
 from ratelimit.settings import FailureMode, Settings
@@ -41,8 +42,10 @@ class RateLimitService:
         settings: Settings,
         *,
         clock: Callable[[], float] = time.time,
+        decisions: DecisionRecorder | None = None,
     ) -> None:
         self._config = config
+        self._decisions = decisions
         self._store = store
         self._settings = settings
         self._clock = clock
@@ -98,6 +101,8 @@ class RateLimitService:
                     return self._store_failed(plan, exc, now)
                 self._count(plan, outcome)
             response = encode_response(plan, outcome, now, headers=self._headers)
+            if self._decisions is not None and outcome is not None and not all(outcome.fits):
+                response += self._logged(plan, outcome, raw_request)
             over = outcome is not None and not outcome.allowed
             metrics.add(metrics.DECIDED_OVER if over else metrics.DECIDED_OK)
             return response
@@ -105,8 +110,20 @@ class RateLimitService:
             metrics.observe_latency(time.perf_counter() - started)
             metrics.schedule_flush()
 
+    def _logged(self, plan: Plan, outcome: Outcome, raw_request: bytes) -> bytes:
+        """The decision line of a hit, and the ``x-decision-id`` entry on a 429.
+        Never raises: a logging failure must not turn a decision into an error."""
+        assert self._decisions is not None
+        try:
+            return self._decisions.record(plan, outcome, raw_request)
+        except Exception as exc:
+            log.error("writing a decision line failed", extra={"error": type(exc).__name__})
+            return b""
+
     async def close(self) -> None:
-        """Flush the aggregated metrics and release the store."""
+        """Flush the aggregated metrics and release the store (and the decision log)."""
+        if self._decisions is not None:
+            self._decisions.close()
         metrics.flush()
         await self._store.close()
         metrics.flush()

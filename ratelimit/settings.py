@@ -12,7 +12,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, cast
 
+from meshplane import decision_log
 from meshplane.config_error import ConfigError
+from meshplane.decision_log import DecisionLogSettings
 from meshplane.validate import Fields, Node
 from meshplane.yamlconf import load_yaml
 from ratelimit.headers import HeaderNames
@@ -56,6 +58,8 @@ class Settings:
     max_value_bytes: int = _BOUNDS.max_value_bytes
     plan_cache_bytes: int = _BOUNDS.cache_bytes
     plan_cache_entry_bytes: int = _BOUNDS.cache_entry_bytes
+    # The ``decisionLog`` section (None: absent; flags and defaults apply).
+    decision_log: DecisionLogSettings | None = None
 
 
 @dataclass(frozen=True)
@@ -91,7 +95,9 @@ _SECTION_KEYS: dict[str, list[str]] = {}
 for _path in _NUMBERS:
     if len(_path) == 2:
         _SECTION_KEYS.setdefault(_path[0], []).append(_path[1])
-_TOP_KEYS = sorted({path[0] for path in _NUMBERS} | {"failureMode", "keyPrefix", "headers"})
+_TOP_KEYS = sorted(
+    {path[0] for path in _NUMBERS} | {"failureMode", "keyPrefix", "headers", "decisionLog"}
+)
 
 
 def _read_number(node: Node, spec: _Number) -> float | int:
@@ -135,6 +141,9 @@ def parse_settings(doc: Any, source: str, base: Settings | None = None) -> Setti
     headers = fields.optional("headers")
     if headers is not None:
         changes.update(_headers(headers, settings))
+    decisions = fields.optional("decisionLog")
+    if decisions is not None:
+        changes["decision_log"] = decision_log.parse_section(decisions)
     result = replace(settings, **changes)
     _check_together(result, root, fields)
     return result

@@ -12,11 +12,15 @@ and ``default.slow`` (``/slow``), in a namespace nothing selects.
 
 from __future__ import annotations
 
+import base64
 import concurrent.futures
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import jwt
 import pytest
 
 from extauthz.cli import mint_demo_token
@@ -154,3 +158,62 @@ def test_an_upstream_that_cannot_keep_up_gives_503_not_429(
     stack.cluster_spec(circuitBreakers=None)
     stack.converged()
     wait_until(lambda: gateway.get("/open").status_code == 200, 30, "the gateway to serve again")
+
+
+def _decision_lines(stack: GatewayStack, service: str, decision_id: str) -> list[dict[str, Any]]:
+    """The decision lines carrying ``decision_id`` in ``service``'s stderr (its default sink)."""
+    lines = (stack.tmp / f"{service}.log").read_text(errors="replace").splitlines()
+    found = []
+    for line in lines:
+        if decision_id in line:
+            entry = json.loads(line)
+            if entry.get("decision_id") == decision_id:
+                found.append(entry)
+    return found
+
+
+def _one_line(stack: GatewayStack, service: str, decision_id: str) -> dict[str, Any]:
+    """Wait (the writer is asynchronous) for the line; then there must be exactly one."""
+    wait_until(lambda: _decision_lines(stack, service, decision_id), 30, f"{service}'s line")
+    found = _decision_lines(stack, service, decision_id)
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_a_403_names_its_decision_line_which_holds_no_token(
+    stack: GatewayStack, gateway: Gateway
+) -> None:
+    now = int(time.time())
+    # A well-signed token for another path: denied after verification, sub known.
+    claims = {"path": base64.b64encode(b"/admin").decode(), "sub": "alice@example.com"}
+    bad = jwt.encode({**claims, "nbf": now, "exp": now + 600}, SECRET, algorithm="HS256")
+    traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    denied = gateway.get("/headers", bad, headers={"traceparent": traceparent})
+    assert denied.status_code == 403
+    decision_id = denied.headers["x-decision-id"]
+    line = _one_line(stack, "extauthz", decision_id)
+    assert line["reason"] == "path_not_allowed"
+    assert line["trace_id"] == "4bf92f3577b34da6a3ce929d0e0e4736"
+    assert (line["method"], line["path"], line["decision"]) == ("GET", "/headers", "deny")
+    assert line["principal"].startswith("h:")
+    text = json.dumps(line)
+    for secret in (bad, bad.split(".")[2], SECRET, "alice@example.com"):
+        assert secret not in text
+
+
+def test_a_429_names_its_decision_line(stack: GatewayStack, gateway: Gateway) -> None:
+    fresh_minute(stack)
+    good = token()
+    codes = [gateway.get("/headers", good).status_code for _ in range(3)]
+    assert codes == [200, 200, 200]
+    over = gateway.get("/headers", good)
+    assert over.status_code == 429
+    decision_id = over.headers["x-decision-id"]
+    line = _one_line(stack, "ratelimit", decision_id)
+    assert line["decision"] == "over_limit"
+    (hit,) = line["descriptors"]
+    assert hit["limit"]["requests_per_unit"] == 3
+    assert hit["limit"]["unit"].lower() == "minute"
+    assert all(e["value"].startswith("h:") for e in hit["entries"]), hit
+    text = json.dumps(line)
+    assert good not in text and SECRET not in text
