@@ -35,6 +35,7 @@ from extauthz.service import AuthorizationService
 from meshplane.config_error import ConfigError
 from meshplane.config_source import FileSource, Fingerprint, fingerprint
 from meshplane.server_contract import ASGIApp, WorkerContext
+from meshplane.tracing import TraceSettings, Tracing, start_tracing
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,10 @@ class ExtAuthzApp:
         *,
         reload_interval: float = 1.0,
         clock: Callable[[], float] = time.time,
+        tracing: TraceSettings | None = None,
     ) -> None:
+        self._trace_settings = tracing
+        self.tracing: Tracing | None = None
         self.source = FileSource(
             config_path, load_config, name="extauthz", interval=reload_interval
         )
@@ -95,7 +99,9 @@ class ExtAuthzApp:
             await remote.close()
 
     async def start(self, ctx: WorkerContext) -> None:
-        grpc_api.register(self.service, ctx)
+        self.tracing = start_tracing(self._trace_settings)
+        tracer = None if self.tracing is None else self.tracing.tracer
+        grpc_api.register(self.service, ctx, tracer)
         await self._activate(self._initial_sources)
         self.source.add_listener(self._on_config)
         self._spawn(self.source.watch())
@@ -177,17 +183,21 @@ class ExtAuthzApp:
                 await task
         await self._retire({})
         metrics.flush()
+        if self.tracing is not None:  # export what is queued before the worker exits
+            await asyncio.to_thread(self.tracing.shutdown)
 
 
 def _key_fingerprints(config: ExtAuthzConfig) -> tuple[Fingerprint, ...]:
     return tuple(fingerprint(path) for path in config.key_files)
 
 
-def make_app(config_path: str, reload_interval: float = 1.0) -> ExtAuthzApp:
+def make_app(
+    config_path: str, reload_interval: float = 1.0, tracing: TraceSettings | None = None
+) -> ExtAuthzApp:
     """Picklable app factory for ``meshplane.server.serve`` (a module-level function).
 
     ``reload_interval`` is short (0.1 s) under ``--control-plane``: the
     snapshot directory is swapped atomically, and propagation time is the
     product's promise.
     """
-    return ExtAuthzApp(config_path, reload_interval=reload_interval)
+    return ExtAuthzApp(config_path, reload_interval=reload_interval, tracing=tracing)

@@ -28,6 +28,7 @@ from envoy.config.core.v3 import base_pb2
 from envoy.service.auth.v3 import external_auth_pb2
 from envoy.type.v3 import http_status_pb2
 from google.rpc import status_pb2
+from opentelemetry.trace import Span, SpanKind, Tracer
 
 from extauthz import metrics
 from extauthz.config import POLICY_CONTEXT_KEY
@@ -36,6 +37,7 @@ from extauthz.reasons import Decision, Reason
 from extauthz.responses import DENY_STATUS, JSON_CONTENT_TYPE, REASON_HEADER, deny_body
 from extauthz.service import INTERNAL_ERROR, AuthorizationService
 from meshplane.server_contract import WorkerContext
+from meshplane.tracing import parent_context
 
 log = logging.getLogger(__name__)
 
@@ -148,28 +150,74 @@ def encode_response(decision: Decision) -> bytes:
 
 
 class CheckHandler:
-    """The Check RPC on wire bytes; see the module docstring for the fail-closed contract."""
+    """The Check RPC on wire bytes; see the module docstring for the fail-closed contract.
 
-    def __init__(self, service: AuthorizationService) -> None:
+    With a tracer (tracing on), each call is one span continuing the W3C
+    context Envoy put in the request's headers; without one (the default),
+    the untraced path runs and no span object is made.
+    """
+
+    def __init__(self, service: AuthorizationService, tracer: Tracer | None = None) -> None:
         self._service = service
+        self._tracer = tracer
 
     async def __call__(self, raw: bytes) -> bytes:
+        if self._tracer is not None:
+            return await self._traced(self._tracer, raw)
         try:
             attrs = attributes_from_check(_CheckRequest.FromString(raw), raw)
         except Exception as exc:
-            log.error("unreadable CheckRequest; denying", extra={"error": type(exc).__name__})
-            metrics.record_check("grpc", INTERNAL_ERROR, 0.0)
-            return _LAST_RESORT_BYTES
+            return _unreadable(exc)
+        return await self._answer(attrs)
+
+    async def _answer(self, attrs: CheckAttributes, span: Span | None = None) -> bytes:
         decision = self._service.check_now(attrs, "grpc")
         if decision is None:  # a key-id miss that a JWKS refetch may cure: wait for it
             decision = await self._service.check(attrs, "grpc")
+        if span is not None:
+            _annotate(span, decision)
         try:
             return encode_response(decision)
         except Exception as exc:
             log.error("building CheckResponse failed; denying", extra={"error": type(exc).__name__})
             return _LAST_RESORT_BYTES
 
+    async def _traced(self, tracer: Tracer, raw: bytes) -> bytes:
+        try:
+            request = _CheckRequest.FromString(raw)
+            attrs = attributes_from_check(request, raw)
+        except Exception as exc:
+            with tracer.start_as_current_span(SPAN_NAME, kind=SpanKind.SERVER) as span:
+                span.set_attributes({"meshplane.decision": "deny", "meshplane.reason": "internal"})
+                return _unreadable(exc)
+        headers = request.attributes.request.http.headers
+        parent = parent_context(headers.get("traceparent"), headers.get("tracestate"))
+        with tracer.start_as_current_span(SPAN_NAME, context=parent, kind=SpanKind.SERVER) as span:
+            return await self._answer(attrs, span)
 
-def register(service: AuthorizationService, ctx: WorkerContext) -> None:
+
+SPAN_NAME = "extauthz Check"
+
+
+def _annotate(span: Span, decision: Decision) -> None:
+    """Decision, reason and policy: never a header, a token or a claim value."""
+    span.set_attributes(
+        {
+            "meshplane.decision": "allow" if decision.allowed else "deny",
+            "meshplane.reason": decision.reason.value,
+            "meshplane.policy": decision.policy,
+        }
+    )
+
+
+def _unreadable(exc: Exception) -> bytes:
+    log.error("unreadable CheckRequest; denying", extra={"error": type(exc).__name__})
+    metrics.record_check("grpc", INTERNAL_ERROR, 0.0)
+    return _LAST_RESORT_BYTES
+
+
+def register(
+    service: AuthorizationService, ctx: WorkerContext, tracer: Tracer | None = None
+) -> None:
     """Serve Check in a worker (either server)."""
-    ctx.add_unary(SERVICE_NAME, "Check", CheckHandler(service))
+    ctx.add_unary(SERVICE_NAME, "Check", CheckHandler(service, tracer))

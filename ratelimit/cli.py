@@ -19,7 +19,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from meshplane import cli_args, control_plane
+from meshplane import cli_args, control_plane, tracing
 from meshplane.config_error import ConfigError
 from meshplane.server import serve
 from ratelimit.app import AppOptions, build_app, load_snapshot
@@ -111,7 +111,13 @@ def main(argv: list[str] | None = None) -> int:
             "--workers > 1 needs Redis: in-memory counters are per process, so N workers "
             "would admit N times the limit"
         )
-    options = AppOptions(config_path=args.config, redis_url=redis_url, settings=settings)
+    try:
+        trace_settings = tracing.settings_from_args(args, os.environ, SERVICE)
+    except ConfigError as exc:
+        return _fail(str(exc))
+    options = AppOptions(
+        config_path=args.config, redis_url=redis_url, settings=settings, tracing=trace_settings
+    )
     if streamed is not None:
         options = replace(options, reload_interval=control_plane.RELOAD_INTERVAL)
     return serve(
