@@ -36,6 +36,7 @@ from extauthz.jwt_policy import CheckAttributes
 from extauthz.reasons import Decision, Reason
 from extauthz.responses import DENY_STATUS, JSON_CONTENT_TYPE, REASON_HEADER, deny_body
 from extauthz.service import INTERNAL_ERROR, AuthorizationService
+from meshplane.rpc import incoming_trace_context
 from meshplane.server_contract import WorkerContext
 from meshplane.tracing import parent_context
 
@@ -160,6 +161,8 @@ class CheckHandler:
     def __init__(self, service: AuthorizationService, tracer: Tracer | None = None) -> None:
         self._service = service
         self._tracer = tracer
+        # Tracing on: the server hands over the call's traceparent metadata.
+        self.wants_trace_context = tracer is not None
 
     async def __call__(self, raw: bytes) -> bytes:
         if self._tracer is not None:
@@ -190,8 +193,13 @@ class CheckHandler:
             with tracer.start_as_current_span(SPAN_NAME, kind=SpanKind.SERVER) as span:
                 span.set_attributes({"meshplane.decision": "deny", "meshplane.reason": "internal"})
                 return _unreadable(exc)
-        headers = request.attributes.request.http.headers
-        parent = parent_context(headers.get("traceparent"), headers.get("tracestate"))
+        # Envoy's tracer puts its ext_authz client span in the call's metadata;
+        # without one (a caller that is not traced), the request's own headers.
+        traceparent, tracestate = incoming_trace_context()
+        if traceparent is None:
+            headers = request.attributes.request.http.headers
+            traceparent, tracestate = headers.get("traceparent"), headers.get("tracestate")
+        parent = parent_context(traceparent, tracestate)
         with tracer.start_as_current_span(SPAN_NAME, context=parent, kind=SpanKind.SERVER) as span:
             return await self._answer(attrs, span)
 
