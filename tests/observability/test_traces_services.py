@@ -29,6 +29,7 @@ from ratelimit.service import RateLimitService
 from ratelimit.settings import Settings
 from ratelimit.store.memory import MemoryStore
 from tests.extauthz.support import GrpcClient, ServerThread, check_request
+from tests.mgmt_api.harness import MgmtServer, ok
 from tests.ratelimit.conftest import T0, descriptor, request, write_config
 from tests.support.otlp_receiver import OtlpGrpcReceiver, OtlpHttpReceiver
 
@@ -275,3 +276,26 @@ def test_ratelimit_sampling_zero_makes_no_span(tmp_path: Path, span_objects: lis
 
     asyncio.run(once())
     assert tracing is None and span_objects == []
+
+
+def test_mgmt_api_rest_requests_are_spans_named_by_route_template(
+    grpc_receiver: OtlpGrpcReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", grpc_receiver.endpoint)
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "200")  # the SDK's batch delay, ms
+    server = MgmtServer().start()
+    try:
+        admin = server.admin()
+        ok(admin.post("/v2/organizations", json={"name": "traced-org", "organization": {}}))
+        ok(admin.get("/v2/organizations/traced-org", headers={"traceparent": TRACEPARENT}))
+        admin.close()
+        spans = grpc_receiver.wait_for_spans(
+            lambda got: any(s.service == "mgmt-api" and s.parent_span_id == PARENT_ID for s in got)
+        )
+    finally:
+        server.close()
+    (get,) = [s for s in spans if s.service == "mgmt-api" and s.parent_span_id == PARENT_ID]
+    assert get.trace_id == TRACE_ID
+    assert get.attributes["http.response.status_code"] == 200
+    assert get.name == f"GET {get.attributes['http.route']}"
+    assert "traced-org" not in get.name  # the template, not the raw path
