@@ -37,6 +37,7 @@ from meshplane.config_error import ConfigError
 from meshplane.config_source import FileSource, Fingerprint, fingerprint
 from meshplane.decision_log import DecisionLog, DecisionLogSettings
 from meshplane.server_contract import ASGIApp, WorkerContext
+from meshplane.tracing import TraceSettings, Tracing, start_tracing
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +52,12 @@ class ExtAuthzApp:
         reload_interval: float = 1.0,
         clock: Callable[[], float] = time.time,
         decision_log: DecisionLogSettings | None = None,
+        tracing: TraceSettings | None = None,
     ) -> None:
         self._decision_log = decision_log
         self._recorder: DecisionRecorder | None = None
+        self._trace_settings = tracing
+        self.tracing: Tracing | None = None
         self.source = FileSource(
             config_path, load_config, name="extauthz", interval=reload_interval
         )
@@ -102,7 +106,9 @@ class ExtAuthzApp:
     async def start(self, ctx: WorkerContext) -> None:
         if self._decision_log is not None and self._decision_log.enabled:
             self._recorder = DecisionRecorder(DecisionLog("extauthz", self._decision_log))
-        grpc_api.register(self.service, ctx, self._recorder)
+        self.tracing = start_tracing(self._trace_settings)
+        tracer = None if self.tracing is None else self.tracing.tracer
+        grpc_api.register(self.service, ctx, tracer, self._recorder)
         await self._activate(self._initial_sources)
         self.source.add_listener(self._on_config)
         self._spawn(self.source.watch())
@@ -186,6 +192,8 @@ class ExtAuthzApp:
         if self._recorder is not None:
             self._recorder.close()  # drain: write every queued decision line
         metrics.flush()
+        if self.tracing is not None:  # export what is queued before the worker exits
+            await asyncio.to_thread(self.tracing.shutdown)
 
 
 def _key_fingerprints(config: ExtAuthzConfig) -> tuple[Fingerprint, ...]:
@@ -196,6 +204,7 @@ def make_app(
     config_path: str,
     reload_interval: float = 1.0,
     decision_log: DecisionLogSettings | None = None,
+    tracing: TraceSettings | None = None,
 ) -> ExtAuthzApp:
     """Picklable app factory for ``meshplane.server.serve`` (a module-level function).
 
@@ -203,4 +212,6 @@ def make_app(
     snapshot directory is swapped atomically, and propagation time is the
     product's promise.
     """
-    return ExtAuthzApp(config_path, reload_interval=reload_interval, decision_log=decision_log)
+    return ExtAuthzApp(
+        config_path, reload_interval=reload_interval, decision_log=decision_log, tracing=tracing
+    )

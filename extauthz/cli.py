@@ -24,6 +24,7 @@ import argparse
 import base64
 import functools
 import json
+import os
 import sys
 import time
 import warnings
@@ -36,7 +37,7 @@ from envoy.service.auth.v3 import external_auth_pb2_grpc
 from extauthz.app import make_app
 from extauthz.config import POLICY_CONTEXT_KEY, ExtAuthzConfig, load_config
 from extauthz.keys import KeyFamily
-from meshplane import cli_args, control_plane, decision_log
+from meshplane import cli_args, control_plane, decision_log, tracing
 from meshplane.check_request import (
     HttpCall,
     PairError,
@@ -168,6 +169,10 @@ def main(argv: list[str] | None = None) -> int:
         summary = {"defaultPolicy": config.default_policy, "policies": sorted(config.policies)}
         print("ok: " + json.dumps(summary))
         return 0
+    try:
+        trace_settings = tracing.settings_from_args(args, os.environ, SERVICE)
+    except ConfigError as exc:
+        return _fail(str(exc))
     problem = cli_args.serve_arguments_error(args, args.http_listen)
     if problem:
         return _fail(problem)
@@ -183,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
             str(Path(args.config).absolute() if streamed else Path(args.config).resolve()),
             control_plane.RELOAD_INTERVAL if streamed is not None else 1.0,
             decisions,
+            trace_settings,
         ),
         cli_args.serve_options(args, http_listen=args.http_listen),
         service=SERVICE,

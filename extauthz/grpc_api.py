@@ -30,6 +30,7 @@ from envoy.service.auth.v3 import external_auth_pb2
 from envoy.type.v3 import http_status_pb2
 from google.protobuf import struct_pb2
 from google.rpc import status_pb2
+from opentelemetry.trace import Span, SpanKind, Tracer
 
 from extauthz import claim_metadata, metrics
 from extauthz.config import POLICY_CONTEXT_KEY
@@ -38,7 +39,9 @@ from extauthz.jwt_policy import CheckAttributes
 from extauthz.reasons import Decision, Reason
 from extauthz.responses import DENY_STATUS, JSON_CONTENT_TYPE, REASON_HEADER, deny_body
 from extauthz.service import INTERNAL_ERROR, AuthorizationService
+from meshplane.rpc import incoming_trace_context
 from meshplane.server_contract import WorkerContext
+from meshplane.tracing import parent_context
 
 log = logging.getLogger(__name__)
 
@@ -188,25 +191,46 @@ def encode_response(decision: Decision) -> bytes:
 
 
 class CheckHandler:
-    """The Check RPC on wire bytes; see the module docstring for the fail-closed contract."""
+    """The Check RPC on wire bytes; see the module docstring for the fail-closed contract.
+
+    With a tracer (tracing on), each call is one span continuing the W3C
+    context Envoy put in the request's headers; without one (the default),
+    the untraced path runs and no span object is made.
+    """
 
     def __init__(
-        self, service: AuthorizationService, recorder: DecisionRecorder | None = None
+        self,
+        service: AuthorizationService,
+        tracer: Tracer | None = None,
+        recorder: DecisionRecorder | None = None,
     ) -> None:
         self._service = service
+        self._tracer = tracer
         self._recorder = recorder
+        # Tracing on: the server hands over the call's traceparent metadata.
+        self.wants_trace_context = tracer is not None
 
     async def __call__(self, raw: bytes) -> bytes:
+        if self._tracer is not None:
+            return await self._traced(self._tracer, raw)
         try:
             request = _CheckRequest.FromString(raw)
             attrs = attributes_from_check(request, raw)
         except Exception as exc:
-            log.error("unreadable CheckRequest; denying", extra={"error": type(exc).__name__})
-            metrics.record_check("grpc", INTERNAL_ERROR, 0.0)
-            return _LAST_RESORT_BYTES
+            return _unreadable(exc)
+        return await self._answer(request, attrs)
+
+    async def _answer(
+        self,
+        request: external_auth_pb2.CheckRequest,
+        attrs: CheckAttributes,
+        span: Span | None = None,
+    ) -> bytes:
         decision = self._service.check_now(attrs, "grpc")
         if decision is None:  # a key-id miss that a JWKS refetch may cure: wait for it
             decision = await self._service.check(attrs, "grpc")
+        if span is not None:
+            _annotate(span, decision)
         try:
             if self._recorder is not None:
                 return self._logged(request, attrs, decision)
@@ -225,9 +249,50 @@ class CheckHandler:
             return encode_response(decision)
         return with_decision_id(_DENY_BYTES.get(decision.reason, _LAST_RESORT_BYTES), decision_id)
 
+    async def _traced(self, tracer: Tracer, raw: bytes) -> bytes:
+        try:
+            request = _CheckRequest.FromString(raw)
+            attrs = attributes_from_check(request, raw)
+        except Exception as exc:
+            with tracer.start_as_current_span(SPAN_NAME, kind=SpanKind.SERVER) as span:
+                span.set_attributes({"meshplane.decision": "deny", "meshplane.reason": "internal"})
+                return _unreadable(exc)
+        # Envoy's tracer puts its ext_authz client span in the call's metadata;
+        # without one (a caller that is not traced), the request's own headers.
+        traceparent, tracestate = incoming_trace_context()
+        if traceparent is None:
+            headers = request.attributes.request.http.headers
+            traceparent, tracestate = headers.get("traceparent"), headers.get("tracestate")
+        parent = parent_context(traceparent, tracestate)
+        with tracer.start_as_current_span(SPAN_NAME, context=parent, kind=SpanKind.SERVER) as span:
+            return await self._answer(request, attrs, span)
+
+
+SPAN_NAME = "extauthz Check"
+
+
+def _annotate(span: Span, decision: Decision) -> None:
+    """Decision, reason and policy: never a header, a token or a claim value."""
+    span.set_attributes(
+        {
+            "meshplane.decision": "allow" if decision.allowed else "deny",
+            "meshplane.reason": decision.reason.value,
+            "meshplane.policy": decision.policy,
+        }
+    )
+
+
+def _unreadable(exc: Exception) -> bytes:
+    log.error("unreadable CheckRequest; denying", extra={"error": type(exc).__name__})
+    metrics.record_check("grpc", INTERNAL_ERROR, 0.0)
+    return _LAST_RESORT_BYTES
+
 
 def register(
-    service: AuthorizationService, ctx: WorkerContext, recorder: DecisionRecorder | None = None
+    service: AuthorizationService,
+    ctx: WorkerContext,
+    tracer: Tracer | None = None,
+    recorder: DecisionRecorder | None = None,
 ) -> None:
     """Serve Check in a worker (either server); ``recorder`` writes decision lines."""
-    ctx.add_unary(SERVICE_NAME, "Check", CheckHandler(service, recorder))
+    ctx.add_unary(SERVICE_NAME, "Check", CheckHandler(service, tracer, recorder))

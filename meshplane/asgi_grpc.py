@@ -63,7 +63,7 @@ from meshplane.grpc_wire import (
     parse_timeout,
     status_headers,
 )
-from meshplane.rpc import HealthState, Services, UnaryHandler
+from meshplane.rpc import HealthState, Services, UnaryHandler, note_trace_header
 
 log = logging.getLogger(__name__)
 
@@ -262,6 +262,8 @@ class GrpcAsgiApp:
                 encoding = value
             elif name == b"grpc-timeout":
                 timeout_header = value
+            elif name == b"traceparent" or name == b"tracestate":  # noqa: PLR1714 - hot path
+                note_trace_header(name, value)  # only a traced call pays for this
         if scope["method"] != "POST" or (
             content_type != b"application/grpc"
             and (content_type is None or not is_grpc_content_type(content_type.decode("latin-1")))
@@ -269,8 +271,7 @@ class GrpcAsgiApp:
             await send(_UNSUPPORTED_MEDIA)
             await send(_EMPTY_BODY)
             return
-        path: str = scope["path"]
-        handler = self._unary.get(path)
+        handler = self._unary.get(path := scope["path"])
         in_flight = self.in_flight
         in_flight.count += 1
         try:

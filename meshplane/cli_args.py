@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from meshplane import control_plane
+from meshplane import control_plane, tracing
 from meshplane.logging import configure_logging
 from meshplane.netaddr import check_serve_listen, parse_listen
 from meshplane.server_contract import SERVER_KINDS, ServeOptions
@@ -49,6 +49,7 @@ def add_serve_arguments(
         help="require client certificates signed by this PEM CA (mutual TLS)",
     )
     control_plane.add_arguments(parser)
+    tracing.add_arguments(parser)
 
 
 def service_parser(

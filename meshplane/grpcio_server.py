@@ -31,7 +31,7 @@ from grpc_reflection.v1alpha import reflection
 
 from meshplane.grpc_wire import RpcError
 from meshplane.logging import configure_logging
-from meshplane.rpc import Serving, UnaryHandler
+from meshplane.rpc import Serving, UnaryHandler, set_trace_context
 from meshplane.server_contract import (
     GrpcApp,
     ServeOptions,
@@ -63,7 +63,18 @@ def _grpcio_method(handler: UnaryHandler) -> grpc.RpcMethodHandler[bytes, bytes]
             await context.abort(grpc.StatusCode[exc.code.name], exc.message)
             raise  # unreachable: abort raises
 
-    return grpc.unary_unary_rpc_method_handler(call)
+    async def traced_call(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+        metadata = dict(context.invocation_metadata() or ())
+        traceparent, tracestate = metadata.get("traceparent"), metadata.get("tracestate")
+        set_trace_context(
+            None if traceparent is None else str(traceparent),
+            None if tracestate is None else str(tracestate),
+        )
+        return await call(request, context)
+
+    # Reading metadata costs on every call: only a handler that uses it pays.
+    wants = getattr(handler, "wants_trace_context", False)
+    return grpc.unary_unary_rpc_method_handler(traced_call if wants else call)
 
 
 class _Worker:

@@ -13,9 +13,48 @@ from __future__ import annotations
 import asyncio
 import enum
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 UnaryHandler = Callable[[bytes], Awaitable[bytes]]
+
+#: The W3C ``(traceparent, tracestate)`` gRPC metadata of the call being
+#: handled, for handlers whose request does not carry them (ShouldRateLimit:
+#: Envoy's tracer puts them in the call's headers). Set by the servers only
+#: when the call has a ``traceparent`` (grpcio: only for a handler with a true
+#: ``wants_trace_context`` attribute), so an untraced call pays nothing.
+_NO_TRACE_CONTEXT: tuple[str | None, str | None] = (None, None)
+_TRACE_CONTEXT: ContextVar[tuple[str | None, str | None]] = ContextVar(
+    "meshplane_trace_context", default=_NO_TRACE_CONTEXT
+)
+_MAX_TRACE_HEADER = 8192
+
+
+def set_trace_context(traceparent: str | None, tracestate: str | None) -> None:
+    """Record the current call's trace headers (servers call this; capped in size)."""
+    if traceparent is not None and len(traceparent) + len(tracestate or "") <= _MAX_TRACE_HEADER:
+        _TRACE_CONTEXT.set((traceparent, tracestate))
+
+
+def note_trace_header(name: bytes, value: bytes) -> None:
+    """One ``traceparent`` or ``tracestate`` header of the current call (HTTP/2 servers)."""
+    traceparent, tracestate = _TRACE_CONTEXT.get()
+    text = value.decode("latin-1")
+    if name == b"traceparent":
+        traceparent = text
+    else:
+        tracestate = text
+    if len(text) <= _MAX_TRACE_HEADER:
+        _TRACE_CONTEXT.set((traceparent, tracestate))
+
+
+def incoming_trace_context() -> tuple[str | None, str | None]:
+    """The current call's trace headers, consumed: a later call in the same
+    context (a server that reuses one) never sees a previous call's."""
+    value = _TRACE_CONTEXT.get()
+    if value is not _NO_TRACE_CONTEXT:
+        _TRACE_CONTEXT.set(_NO_TRACE_CONTEXT)
+    return value
 
 
 @dataclass

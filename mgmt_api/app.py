@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy.engine import Engine
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from mgmt_api import console
+from mgmt_api import console, trace_middleware
 from mgmt_api.distribution.hub import Distribution, tls_from
 from mgmt_api.distribution.metrics import DistributionCollector
 from mgmt_api.distribution.tunnel import tunnel_servicer
@@ -288,6 +288,10 @@ def _install_middleware(app: FastAPI, settings: Settings, registry: CollectorReg
         trusted=parse_trusted_proxies(settings.trusted_proxies),
         header=parse_forwarded_header(settings.forwarded_header),
     )
+    tracing = trace_middleware.start_from_env()
+    if tracing is not None:  # off: not installed at all
+        app.state.tracing = tracing
+        app.add_middleware(trace_middleware.Traces, tracer=tracing.tracer)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

@@ -23,6 +23,7 @@ from pathlib import Path
 from meshplane.config_source import FileSource, resolve_once
 from meshplane.decision_log import DecisionLog, DecisionLogSettings
 from meshplane.server_contract import ASGIApp, WorkerContext
+from meshplane.tracing import TraceSettings, Tracing, start_tracing
 from ratelimit import metrics
 from ratelimit.breaker import CircuitBreaker
 from ratelimit.config import RateLimitConfig, load_config
@@ -51,6 +52,7 @@ class AppOptions:
     reload_interval: float = 1.0
     probe_interval: float = 0.5
     decision_log: DecisionLogSettings | None = None
+    tracing: TraceSettings | None = None
 
 
 @dataclass(frozen=True)
@@ -156,6 +158,7 @@ class RateLimitApp:
         self._probe_task: asyncio.Task[None] | None = None
         self._ctx: WorkerContext | None = None
         self.choice: StoreChoice | None = None
+        self.tracing: Tracing | None = None
 
     async def start(self, ctx: WorkerContext) -> None:
         self._ctx = ctx
@@ -164,6 +167,7 @@ class RateLimitApp:
         store, self._redis = build_store(self.options.settings, self.choice.redis_url)
         settings = replace(self.options.settings, failure_mode=self.choice.failure_mode)
         decisions = self.options.decision_log
+        self.tracing = start_tracing(self.options.tracing)
         self.service = RateLimitService(
             lambda: self.source.current.config,
             store,
@@ -174,6 +178,7 @@ class RateLimitApp:
                 if decisions is not None and decisions.enabled
                 else None
             ),
+            tracer=None if self.tracing is None else self.tracing.tracer,
         )
         register(self.service, ctx)
         self.source.add_listener(self._on_snapshot)
@@ -289,6 +294,8 @@ class RateLimitApp:
         self._tasks.clear()
         if self.service is not None:
             await self.service.close()  # flushes the aggregated metrics too
+        if self.tracing is not None:  # export what is queued before the worker exits
+            await asyncio.to_thread(self.tracing.shutdown)
 
 
 def build_app(options: AppOptions) -> RateLimitApp:

@@ -19,7 +19,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from meshplane import cli_args, control_plane, decision_log
+from meshplane import cli_args, control_plane, decision_log, tracing
 from meshplane.config_error import ConfigError
 from meshplane.server import serve
 from ratelimit.app import AppOptions, build_app, load_snapshot
@@ -114,10 +114,15 @@ def main(argv: list[str] | None = None) -> int:
         )
     try:
         decisions = decision_log.settings_from_args(args, settings.decision_log)
-    except ValueError as exc:
+        trace_settings = tracing.settings_from_args(args, os.environ, SERVICE)
+    except (ValueError, ConfigError) as exc:
         return _fail(str(exc))
     options = AppOptions(
-        config_path=args.config, redis_url=redis_url, settings=settings, decision_log=decisions
+        config_path=args.config,
+        redis_url=redis_url,
+        settings=settings,
+        decision_log=decisions,
+        tracing=trace_settings,
     )
     if streamed is not None:
         options = replace(options, reload_interval=control_plane.RELOAD_INTERVAL)

@@ -29,6 +29,8 @@ class ShouldRateLimitHandler:
 
     def __init__(self, service: RateLimitService) -> None:
         self._decide = service.decide
+        # Tracing on: the server hands over the call's traceparent metadata.
+        self.wants_trace_context = service.traced
 
     async def __call__(self, request: bytes) -> bytes:
         try:

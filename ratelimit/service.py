@@ -19,6 +19,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import NamedTuple
 
+from opentelemetry.trace import Span, SpanKind, Tracer
+
+from meshplane.rpc import incoming_trace_context
+from meshplane.tracing import parent_context
 from ratelimit import metrics
 from ratelimit.config import RateLimitConfig
 from ratelimit.decisions import DecisionRecorder
@@ -43,9 +47,11 @@ class RateLimitService:
         *,
         clock: Callable[[], float] = time.time,
         decisions: DecisionRecorder | None = None,
+        tracer: Tracer | None = None,
     ) -> None:
         self._config = config
         self._decisions = decisions
+        self._tracer = tracer
         self._store = store
         self._settings = settings
         self._clock = clock
@@ -55,6 +61,10 @@ class RateLimitService:
         self._rule_metrics: dict[tuple[str, str], metrics.RuleCounters] = {}
         # This service's rows of a plan, in the plan's memo (see _rows).
         self._rows_key = object()
+
+    @property
+    def traced(self) -> bool:
+        return self._tracer is not None
 
     @property
     def store(self) -> CounterStore:
@@ -74,6 +84,22 @@ class RateLimitService:
     async def decide(self, raw_request: bytes) -> bytes:
         """Answer one serialized RateLimitRequest with a serialized
         RateLimitResponse. Raises InvalidRequest or StoreUnavailable."""
+        if self._tracer is not None:
+            return await self._traced(self._tracer, raw_request)
+        return await self._decide(raw_request, None)
+
+    async def _traced(self, tracer: Tracer, raw_request: bytes) -> bytes:
+        """:meth:`decide` in a span continuing the caller's W3C context
+        (the ``traceparent`` gRPC metadata Envoy's tracer sends), with a
+        child span for the store's round trip."""
+        parent = parent_context(*incoming_trace_context())
+        with tracer.start_as_current_span(
+            "ratelimit ShouldRateLimit", context=parent, kind=SpanKind.SERVER
+        ) as span:
+            return await self._decide(raw_request, span)
+
+    async def _decide(self, raw_request: bytes, span: Span | None) -> bytes:
+        """The decision; ``span`` (tracing on) gets its attributes and a store child."""
         # One coroutine for the whole decision (no nested awaits but the
         # store's): every extra frame costs on each of thousands of calls a second.
         started = time.perf_counter()
@@ -92,11 +118,16 @@ class RateLimitService:
                 raise
             if not plan.domain_known:
                 self._unknown_domain(plan.domain)
+                if span is not None:
+                    span.set_attributes({"meshplane.domain": plan.domain, **_UNKNOWN})
                 return encode_response(plan, None, now, headers=self._headers)
             outcome: Outcome | None = None
             if plan.buckets:
                 try:
-                    outcome = await self._store.apply(plan.buckets, now)
+                    if span is None:
+                        outcome = await self._store.apply(plan.buckets, now)
+                    else:
+                        outcome = await self._traced_apply(plan, now)
                 except StoreUnavailable as exc:
                     return self._store_failed(plan, exc, now)
                 self._count(plan, outcome)
@@ -104,6 +135,8 @@ class RateLimitService:
             if self._decisions is not None and outcome is not None and not all(outcome.fits):
                 response += self._logged(plan, outcome, raw_request)
             over = outcome is not None and not outcome.allowed
+            if span is not None:
+                _annotate(span, plan, over)
             metrics.add(metrics.DECIDED_OVER if over else metrics.DECIDED_OK)
             return response
         finally:
@@ -119,6 +152,19 @@ class RateLimitService:
         except Exception as exc:
             log.error("writing a decision line failed", extra={"error": type(exc).__name__})
             return b""
+
+    async def _traced_apply(self, plan: Plan, now: float) -> Outcome:
+        """The store's round trip as a child span of the current one."""
+        assert self._tracer is not None
+        with self._tracer.start_as_current_span(
+            f"ratelimit store {self._store_kind}", kind=SpanKind.CLIENT
+        ) as child:
+            child.set_attribute("meshplane.buckets", len(plan.buckets))
+            return await self._store.apply(plan.buckets, now)
+
+    @property
+    def _store_kind(self) -> str:
+        return "redis" if "redis" in type(self._store).__name__.lower() else "memory"
 
     async def close(self) -> None:
         """Flush the aggregated metrics and release the store (and the decision log)."""
@@ -200,6 +246,23 @@ class RateLimitService:
             )
         result = plan.memo[self._rows_key] = tuple(rows)
         return result
+
+
+_UNKNOWN = {"meshplane.decision": "allow", "meshplane.reason": "unknown_domain"}
+
+
+def _annotate(span: Span, plan: Plan, over: bool) -> None:
+    """Decision, reason and the rules that applied: never a descriptor value
+    (values may be user ids or API keys)."""
+    rules = sorted({d.limit.rule_id for d in plan.descriptors if d.limit is not None})
+    span.set_attributes(
+        {
+            "meshplane.decision": "deny" if over else "allow",
+            "meshplane.reason": "over_limit" if over else "within_limit",
+            "meshplane.domain": plan.domain,
+            "meshplane.policy": rules,
+        }
+    )
 
 
 def plan_bounds(settings: Settings) -> PlanBounds:

@@ -44,6 +44,7 @@ from google.rpc import status_pb2
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import h2grpc
+import tracing_cases
 from h2grpc import BIN, ROOT, Run, Target, asgi_noop, envoy_direct
 
 METHOD = "/envoy.service.auth.v3.Authorization/Check"
@@ -140,12 +141,12 @@ def expect_status(port: int, body: Path, code: int) -> None:
 
 
 def ours(
-    config: Path, workers: int, server: str, threads: int = 1
+    config: Path, workers: int, server: str, threads: int = 1, extra: tuple[str, ...] = ()
 ) -> contextlib.AbstractContextManager[h2grpc.Server]:
     return h2grpc.listening(
         f"ours-{server}",
         [str(BIN / "extauthz"), "serve", "--config", str(config), "--workers", str(workers),
-         "--server", server, "--envoy-threads", str(threads)],
+         "--server", server, "--envoy-threads", str(threads), *extra],
     )  # fmt: skip
 
 
@@ -186,7 +187,18 @@ def bench_workers(workers: int, workdir: Path, args: argparse.Namespace) -> list
         ]
         if threaded is not None:
             targets.append(Target("hs256-2threads", threaded, METHOD, bodies["hs256"], False))
+        if args.tracing:
+            # Only the floors and hs256 off / 1% / 100% (issue 27's three cases).
+            targets = [*targets[:4]]
+            sink = stack.enter_context(tracing_cases.receiver())
+            for case, ratio in tracing_cases.RATIOS.items():
+                extra = tuple(tracing_cases.flags(sink, ratio))
+                server = stack.enter_context(ours(config, workers, "envoy", extra=extra))
+                expect_status(server.port, bodies["hs256"], 0)
+                targets.append(Target(f"hs256-{case}", server, METHOD, bodies["hs256"], False))
         results = h2grpc.rounds(targets, workers, args, workdir)
+        if args.tracing:
+            print(f"  {tracing_cases.exported(sink)}", flush=True)
     return results
 
 
@@ -198,6 +210,11 @@ def main() -> int:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="at 1 worker, also ours with 2 Envoy threads (threads vs processes)",
+    )
+    parser.add_argument(
+        "--tracing",
+        action="store_true",
+        help="only the floors and hs256 with tracing off, at 1%% and at 100%% (issue 27)",
     )
     args = parser.parse_args()
     return h2grpc.run_bench(

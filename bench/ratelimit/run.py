@@ -38,6 +38,7 @@ from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import h2grpc
+import tracing_cases
 from h2grpc import BIN, ROOT, Run, Target, asgi_noop, envoy_direct
 
 from tests.support.redis_server import RedisServer, redis_server
@@ -111,12 +112,12 @@ def commands_per_call(redis: RedisServer, port: int, body: Path, calls: int = 20
 
 
 def ours(
-    config: Path, redis: RedisServer, workers: int, server: str
+    config: Path, redis: RedisServer, workers: int, server: str, extra: tuple[str, ...] = ()
 ) -> contextlib.AbstractContextManager[h2grpc.Server]:
     return h2grpc.listening(
         f"ours-{server}",
         [str(BIN / "ratelimit"), "serve", "--config", str(config), "--workers", str(workers),
-         "--server", server, "--redis-url", redis.url],
+         "--server", server, "--redis-url", redis.url, *extra],
     )  # fmt: skip
 
 
@@ -154,7 +155,19 @@ def bench_workers(
             Target("over-limit", envoy, PATH, bodies["over-limit"], latency=False),
             Target("redis-2-grpcio", grpcio, PATH, bodies["redis-2"], latency=False),
         ]
+        if args.tracing:
+            # Only the floors and redis-2 off / 1% / 100% (issue 27's three cases).
+            targets = [*targets[:4]]
+            sink = stack.enter_context(tracing_cases.receiver())
+            for case, ratio in tracing_cases.RATIOS.items():
+                extra = tuple(tracing_cases.flags(sink, ratio))
+                server = stack.enter_context(ours(config, redis, workers, "envoy", extra))
+                check_answer(server.port, "redis-2")
+                targets.append(Target(f"redis-2-{case}", server, PATH, bodies["redis-2"], False))
         results = h2grpc.rounds(targets, workers, args, workdir)
+        if args.tracing:
+            print(f"  {tracing_cases.exported(sink)}", flush=True)
+            return results
         for case in ("redis-2", "over-limit"):
             per_call = commands_per_call(redis, envoy.port, bodies[case])
             print(f"  {case:<22} Redis commands per call: {per_call:.2f}", flush=True)
@@ -164,6 +177,11 @@ def bench_workers(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     h2grpc.add_arguments(parser)
+    parser.add_argument(
+        "--tracing",
+        action="store_true",
+        help="only the floors and redis-2 with tracing off, at 1%% and at 100%% (issue 27)",
+    )
     args = parser.parse_args()
     with redis_server() as redis:
         return h2grpc.run_bench(

@@ -59,6 +59,7 @@ from typing import Any
 
 from extauthz.contract import POLICY_CONTEXT_KEY
 from meshplane.netaddr import ServiceAddress, parse_service_uri
+from mgmt_api.compiler import tracing
 from mgmt_api.compiler.ratelimit import route_key, route_rate_limits
 from mgmt_api.compiler.traffic_policy import BackendTrafficPolicy
 
@@ -83,7 +84,7 @@ CIRCUIT_BREAKER_FIELDS = ("maxConnections", "maxPendingRequests", "maxRequests",
 #: A threshold is a ``UInt32Value``; the API caps it at the largest signed 32-bit integer.
 MAX_THRESHOLD = 2**31 - 1
 #: The Cluster spec keys :func:`gateway_settings` reads.
-GATEWAY_SPEC_KEYS = ("rateLimit", "extAuthz", "circuitBreakers")
+GATEWAY_SPEC_KEYS = ("rateLimit", "extAuthz", "circuitBreakers", tracing.SPEC_KEY)
 #: The protojson duration form as the API stores it (``"0.1s"``, ``"60s"``).
 _STORED_DURATION = re.compile(r"(\d+(?:\.\d{1,3})?)s")
 
@@ -121,6 +122,7 @@ class GatewaySettings:
     ext_authz_timeout: str = "0.200s"
     ext_authz_failure_mode_allow: bool = False
     circuit_breakers: JsonDict | None = None
+    tracing: tracing.TracingSettings | None = None  # Envoy's tracer: mgmt_api.compiler.tracing
 
 
 def _stored_timeout(value: Any, field: str, default: str) -> str:
@@ -186,6 +188,7 @@ def gateway_settings(cluster_spec: Mapping[str, Any]) -> GatewaySettings:
             ext_authz.get("failureModeAllow"), "extAuthz.failureModeAllow"
         ),
         circuit_breakers=circuit_breakers(cluster_spec.get("circuitBreakers")),
+        tracing=tracing.settings_of(cluster_spec),
     )
 
 
@@ -366,8 +369,12 @@ def render(policies: EnvoyConfigInput) -> JsonDict:
         for key, count in sorted(targets.items())
         if count > 1
     )
+    traced = policies.gateway.tracing
+    if traced is not None:
+        clusters.append(tracing.collector_cluster(traced))
     return {
         "cluster": policies.cluster_fqn,
+        "tracing": tracing.document_section(traced),
         "httpFilters": filters,
         "routes": routes,
         "clusters": clusters,

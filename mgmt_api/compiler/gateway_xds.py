@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from meshplane.gateway_contract import GatewayNode
-from mgmt_api.compiler import envoy_config
+from mgmt_api.compiler import envoy_config, tracing
 from mgmt_api.compiler.http_route import Backend, BackendRef, HTTPRoute, RouteRule
 
 JsonDict = dict[str, Any]
@@ -107,9 +107,13 @@ def _socket(host: str, port: int) -> JsonDict:
     return {"socketAddress": {"address": host, "portValue": port}}
 
 
-def listener(node: GatewayNode, http_filters: list[JsonDict]) -> JsonDict:
+def listener(
+    node: GatewayNode,
+    http_filters: list[JsonDict],
+    traced: tracing.TracingSettings | None = None,
+) -> JsonDict:
     """The gateway's one HTTP listener; routes come over RDS (see the module docstring)."""
-    manager = {
+    manager: JsonDict = {
         "@type": _HCM,
         "statPrefix": "gateway",
         # Host headers carry ports; virtual hosts name bare hostnames.
@@ -123,6 +127,8 @@ def listener(node: GatewayNode, http_filters: list[JsonDict]) -> JsonDict:
             {"name": ROUTER_FILTER, "typedConfig": {"@type": _ROUTER}},
         ],
     }
+    if traced is not None:
+        manager["tracing"] = tracing.hcm_tracing(traced, node.gateway_name)
     return {
         "name": LISTENER_NAME,
         "address": _socket(node.listen_host, node.listen_port),
@@ -317,7 +323,7 @@ def compile_gateway(inp: GatewayInput, node: GatewayNode) -> GatewayResources:
     }
     clusters = [*document["clusters"], *upstreams]
     return GatewayResources(
-        listeners=(listener(node, document["httpFilters"]),),
+        listeners=(listener(node, document["httpFilters"], inp.policies.gateway.tracing),),
         route_configurations=(route_configuration,),
         clusters=tuple(clusters),
         warnings=tuple(warnings),

@@ -37,6 +37,7 @@ from meshplane.control_plane import ServiceAccountKey
 from meshplane.kinds_contract import Kind
 from mgmt_api import fqn as fqnmod
 from mgmt_api.auth import keys as keymod
+from mgmt_api.compiler import tracing
 from mgmt_api.compiler.envoy_config import MAX_TIMEOUT_SECONDS, MIN_TIMEOUT_SECONDS
 from mgmt_api.domain import inventory
 from mgmt_api.domain.durations import format_duration, parse_duration
@@ -62,6 +63,7 @@ from mgmt_api.schemas.resources import (
     CircuitBreakers,
     ClusterExtAuthz,
     ClusterRateLimit,
+    ClusterTracing,
     ConfigGenerationMetadata,
     InstallTemplate,
     Locality,
@@ -133,6 +135,7 @@ class Cluster(Meta):
     rate_limit: ClusterRateLimit | None = None
     ext_authz: ClusterExtAuthz | None = None
     circuit_breakers: CircuitBreakers | None = None
+    tracing: ClusterTracing | None = None
     namespaces: list[dict[str, Any]] | None = Field(
         default=None, description="Output only (agents)."
     )
@@ -344,6 +347,10 @@ class ClusterBehaviour(Behaviour):
         _rate_limit(f"{write.prefix}.rateLimit", spec.get("rateLimit"))
         filter_timeout(spec.get("rateLimit"), f"{write.prefix}.rateLimit.timeout")
         filter_timeout(spec.get("extAuthz"), f"{write.prefix}.extAuthz.timeout")
+        problem = tracing.validate(spec.get("tracing"), f"{write.prefix}.tracing")
+        if problem is not None:
+            field, _, message = problem.partition(": ")
+            raise invalid(field, message)
         ttl = spec.get("tokenTtl")
         seconds = parse_duration(ttl, f"{write.prefix}.tokenTtl") if ttl is not None else 3600.0
         spec["tokenTtl"] = format_duration(seconds)

@@ -158,6 +158,16 @@ class CircuitBreakers(ApiModel):
     max_retries: int | None = Field(default=None, ge=1, le=_MAX_THRESHOLD)
 
 
+class ClusterTracing(ApiModel):
+    """Envoy's OpenTelemetry tracer on the cluster's gateways (and sidecars):
+    spans go over OTLP/gRPC to ``collector``; ``samplingPercentage`` (0-100,
+    default 1) of requests arriving without a sampling decision are traced.
+    See mgmt_api/compiler/tracing.py and docs/observability.md."""
+
+    collector: str = Field(description="grpc://host:port or unix:///path of an OTLP collector")
+    sampling_percentage: float = Field(default=1.0, ge=0, le=100)
+
+
 class ResourceType(ApiModel):
     api_group: str = "api.meshplane.io/v2"
     kinds: list[str] | None = None
@@ -182,6 +192,7 @@ class ClusterConfig(ApiModel):
     rate_limit: ClusterRateLimit | None = None
     ext_authz: ClusterExtAuthz | None = None
     circuit_breakers: CircuitBreakers | None = None
+    tracing: ClusterTracing | None = None
     revision: int = Field(description="Store revision this config was read at.")
 
 

@@ -30,6 +30,7 @@ SYNCED = (
     "rateLimit",
     "extAuthz",
     "circuitBreakers",
+    "tracing",
 )
 
 

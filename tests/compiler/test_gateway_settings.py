@@ -32,6 +32,7 @@ def test_defaults_are_explicit_and_closed_for_authorization() -> None:
         "ext_authz_timeout": "0.200s",
         "ext_authz_failure_mode_allow": False,
         "circuit_breakers": None,
+        "tracing": None,  # Envoy's tracer: off unless the Cluster sets tracing
     }
     assert gateway_settings({}) == DEFAULTS
 

@@ -126,7 +126,13 @@ class Gateway:
 class GatewayStack:
     """mgmt-api, redis, ratelimit, extauthz, the upstream and gateways (see the module)."""
 
-    def __init__(self, tmp: Path, database_url: str | None = None, transport: str = "tcp") -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        database_url: str | None = None,
+        transport: str = "tcp",
+        service_args: tuple[str, ...] = (),
+    ) -> None:
         """With ``database_url`` (PostgreSQL), two mgmt-api replicas share it: REST goes to
         ``mgmt`` (replica A), and the services and gateways attach to ``attach`` (B).
         ``transport="uds"``: ratelimit and extauthz listen on Unix sockets in ``tmp``,
@@ -134,6 +140,7 @@ class GatewayStack:
         self.tmp = tmp
         self.database_url = database_url
         self.transport = transport
+        self.service_args = service_args  # extra ``serve`` flags for ratelimit and extauthz
         self.services: list[Service] = []
         self.gateways: list[Gateway] = []
         self.mgmt: MgmtServer | None = None
@@ -209,6 +216,7 @@ class GatewayStack:
             str(self.credentials),
             "--cache-dir",
             str(self.tmp / f"{kind}-cache"),
+            *self.service_args,
         ]
         self.services.append(Service(args, path or port, self.tmp / f"{kind}.log").start())
 

@@ -1,0 +1,301 @@
+"""Traces from ext_authz and ratelimit without a gateway: the settings table,
+both OTLP exporters against real receivers, the spans' parenting and
+attributes, and "off / sampling 0 = nothing exported, no span object".
+
+ext_authz runs in-process on the grpcio server (real sockets, the official
+protos); the W3C context arrives in the CheckRequest's headers as Envoy puts
+it there. The one-trace test through a real gateway is test_traces_gateway.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from envoy.service.ratelimit.v3 import rls_pb2
+from opentelemetry import trace as trace_api
+from opentelemetry.sdk import trace as sdk_trace
+
+from extauthz.app import ExtAuthzApp
+from extauthz.cli import mint_demo_token
+from meshplane.config_error import ConfigError
+from meshplane.rpc import set_trace_context
+from meshplane.tracing import TraceSettings, settings_from, start_tracing
+from ratelimit.config import load_config
+from ratelimit.service import RateLimitService
+from ratelimit.settings import Settings
+from ratelimit.store.memory import MemoryStore
+from tests.extauthz.support import GrpcClient, ServerThread, check_request
+from tests.mgmt_api.harness import MgmtServer, ok
+from tests.ratelimit.conftest import T0, descriptor, request, write_config
+from tests.support.otlp_receiver import OtlpGrpcReceiver, OtlpHttpReceiver
+
+SECRET = "traces-test-secret-0123456789abcdef"
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+PARENT_ID = "00f067aa0ba902b7"
+TRACEPARENT = f"00-{TRACE_ID}-{PARENT_ID}-01"
+POLICY = f"""
+defaultPolicy: jwt
+policies:
+  - name: jwt
+    jwt:
+      algorithms: [HS256]
+      keys:
+        - hmacSecret: {{value: "{SECRET}"}}
+    pathClaim: {{name: path, match: PREFIX}}
+"""
+LIMITS = """\
+domain: traced
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 1}
+"""
+
+ENV = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4317"}
+
+
+@pytest.mark.parametrize(
+    ("env", "flags", "expected"),
+    [
+        ({}, {}, TraceSettings(service_name="extauthz")),
+        (
+            ENV,
+            {},
+            TraceSettings(endpoint="http://collector:4317", service_name="extauthz"),
+        ),
+        (
+            {
+                **ENV,
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+                "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+                "OTEL_TRACES_SAMPLER_ARG": "0.25",
+                "OTEL_SERVICE_NAME": "edge-authz",
+            },
+            {},
+            TraceSettings(
+                "http://collector:4317",
+                "http/protobuf",
+                "parentbased_traceidratio",
+                0.25,
+                "edge-authz",
+            ),
+        ),
+        (
+            {**ENV, "OTEL_TRACES_SAMPLER": "always_off"},
+            {},
+            TraceSettings("http://collector:4317", sampler="always_off", service_name="extauthz"),
+        ),
+        (
+            ENV,
+            {"endpoint": "https://other:4317/", "sampling": 0.01, "protocol": "grpc"},
+            TraceSettings(
+                "https://other:4317", "grpc", "parentbased_traceidratio", 0.01, "extauthz"
+            ),
+        ),
+    ],
+)
+def test_settings_from_env_and_flags(
+    env: dict[str, str], flags: dict[str, Any], expected: TraceSettings
+) -> None:
+    assert settings_from(env, service="extauthz", **flags) == expected
+
+
+@pytest.mark.parametrize(
+    ("env", "flags", "field"),
+    [
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4317"}, {}, "OTEL_EXPORTER_OTLP_ENDPOINT"),
+        ({}, {"endpoint": "ftp://x"}, "--otlp-endpoint"),
+        ({**ENV, "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, {}, "OTEL_EXPORTER_OTLP_PROTOCOL"),
+        ({**ENV, "OTEL_TRACES_SAMPLER": "jaeger_remote"}, {}, "OTEL_TRACES_SAMPLER"),
+        (
+            {**ENV, "OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "1.5"},
+            {},
+            "OTEL_TRACES_SAMPLER_ARG",
+        ),
+        (ENV, {"sampling": float("nan")}, "--trace-sampling"),
+        (
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://" + "a" * 3000},
+            {},
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+        ),
+    ],
+)
+def test_bad_settings_name_the_variable_or_flag(
+    env: dict[str, str], flags: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        settings_from(env, service="x", **flags)
+    assert caught.value.field == field
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        None,
+        TraceSettings(),  # no endpoint: the default
+        TraceSettings("http://127.0.0.1:1", sampler="always_off"),
+        TraceSettings("http://127.0.0.1:1", sampler="parentbased_traceidratio", ratio=0.0),
+    ],
+)
+def test_off_and_sampling_zero_start_nothing(settings: TraceSettings | None) -> None:
+    assert start_tracing(settings) is None
+
+
+@pytest.fixture
+def span_objects(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Every span object constructed (SDK or non-recording), counted by wrapping
+    the real constructors: the behaviour is unchanged."""
+    made: list[object] = []
+    for cls in (sdk_trace.Span, trace_api.NonRecordingSpan):
+        original = cls.__init__
+
+        def counting(self: Any, *args: Any, _original: Any = original, **kw: Any) -> None:
+            made.append(self)
+            _original(self, *args, **kw)
+
+        monkeypatch.setattr(cls, "__init__", counting)
+    return made
+
+
+@pytest.fixture(scope="module")
+def grpc_receiver() -> Iterator[OtlpGrpcReceiver]:
+    with OtlpGrpcReceiver() as receiver:
+        yield receiver
+
+
+def _policy(tmp_path: Path) -> Path:
+    path = tmp_path / "policy.yaml"
+    path.write_text(POLICY)
+    return path
+
+
+def test_extauthz_sampling_zero_exports_nothing_and_makes_no_span(
+    tmp_path: Path, grpc_receiver: OtlpGrpcReceiver, span_objects: list[object]
+) -> None:
+    settings = TraceSettings(grpc_receiver.endpoint, sampler="traceidratio", ratio=0.0)
+    token = mint_demo_token(SECRET, "/", 600)
+    app: ExtAuthzApp | None = None
+
+    def factory() -> ExtAuthzApp:
+        nonlocal app
+        app = ExtAuthzApp(_policy(tmp_path), tracing=settings)
+        return app
+
+    before = len(grpc_receiver.spans())
+    with ServerThread(factory) as server:
+        client = GrpcClient(server.port)
+        for headers in ({"traceparent": TRACEPARENT}, {"authorization": f"Bearer {token}"}):
+            client.check(check_request("/x", headers))
+        client.close()
+        assert app is not None and app.tracing is None
+    assert span_objects == []
+    assert len(grpc_receiver.spans()) == before
+
+
+def test_extauthz_check_continues_envoys_trace(
+    tmp_path: Path, grpc_receiver: OtlpGrpcReceiver
+) -> None:
+    """One span per Check, child of the traceparent in the request headers,
+    with decision, reason and policy, and never the token."""
+    settings = TraceSettings(grpc_receiver.endpoint, service_name="extauthz")
+    token = mint_demo_token(SECRET, "/allowed", 600)
+    with ServerThread(lambda: ExtAuthzApp(_policy(tmp_path), tracing=settings)) as server:
+        client = GrpcClient(server.port)
+        auth = {"traceparent": TRACEPARENT, "authorization": f"Bearer {token}"}
+        client.check(check_request("/allowed/a", auth))
+        client.check(check_request("/denied", auth))
+        client.close()
+    # The worker's stop() flushed the batch processor (the SIGTERM drain path).
+    mine = [s for s in grpc_receiver.spans() if s.trace_id == TRACE_ID]
+    assert len(mine) == 2
+    assert {s.parent_span_id for s in mine} == {PARENT_ID}
+    assert all(s.service == "extauthz" and s.name == "extauthz Check" for s in mine)
+    decisions = sorted(
+        (s.attributes["meshplane.decision"], s.attributes["meshplane.reason"]) for s in mine
+    )
+    assert decisions[0][0] == "allow" and decisions[1][0] == "deny"
+    assert {s.attributes["meshplane.policy"] for s in mine} == {"jwt"}
+    assert token not in repr(mine) and SECRET not in repr(mine)
+
+
+def test_ratelimit_span_with_store_child_over_http_exporter(tmp_path: Path) -> None:
+    config = load_config(write_config(tmp_path, "traced.yaml", LIMITS))
+    with OtlpHttpReceiver() as receiver:
+        tracing = start_tracing(
+            TraceSettings(receiver.endpoint, "http/protobuf", service_name="ratelimit")
+        )
+        assert tracing is not None
+        service = RateLimitService(
+            lambda: config, MemoryStore(), Settings(), clock=lambda: T0, tracer=tracing.tracer
+        )
+        raw = request("traced", descriptor(("user", "secret-api-key"))).SerializeToString()
+
+        async def twice() -> list[int]:
+            codes = []
+            for _ in range(2):
+                set_trace_context(TRACEPARENT, None)  # as the server does from the metadata
+                codes.append(
+                    rls_pb2.RateLimitResponse.FromString(await service.decide(raw)).overall_code
+                )
+            await service.close()
+            return codes
+
+        codes = asyncio.run(twice())
+        assert codes == [rls_pb2.RateLimitResponse.OK, rls_pb2.RateLimitResponse.OVER_LIMIT]
+        tracing.shutdown()
+        spans = receiver.wait_for_spans(lambda got: len(got) >= 4)
+    calls = [s for s in spans if s.name == "ratelimit ShouldRateLimit"]
+    stores = [s for s in spans if s.name == "ratelimit store memory"]
+    assert len(calls) == 2 and len(stores) == 2
+    assert {s.parent_span_id for s in calls} == {PARENT_ID}
+    assert {s.parent_span_id for s in stores} == {s.span_id for s in calls}
+    assert sorted(s.attributes["meshplane.decision"] for s in calls) == ["allow", "deny"]
+    assert all(s.attributes["meshplane.policy"] == ["user"] for s in calls)
+    assert "secret-api-key" not in repr(spans)
+
+
+def test_ratelimit_sampling_zero_makes_no_span(tmp_path: Path, span_objects: list[object]) -> None:
+    config = load_config(write_config(tmp_path, "traced.yaml", LIMITS))
+    tracing = start_tracing(TraceSettings("http://127.0.0.1:1", sampler="traceidratio", ratio=0))
+    service = RateLimitService(
+        lambda: config,
+        MemoryStore(),
+        Settings(),
+        clock=lambda: T0,
+        tracer=None if tracing is None else tracing.tracer,
+    )
+    raw = request("traced", descriptor(("user", "u"))).SerializeToString()
+
+    async def once() -> None:
+        set_trace_context(TRACEPARENT, None)
+        await service.decide(raw)
+        await service.close()
+
+    asyncio.run(once())
+    assert tracing is None and span_objects == []
+
+
+def test_mgmt_api_rest_requests_are_spans_named_by_route_template(
+    grpc_receiver: OtlpGrpcReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", grpc_receiver.endpoint)
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "200")  # the SDK's batch delay, ms
+    server = MgmtServer().start()
+    try:
+        admin = server.admin()
+        ok(admin.post("/v2/organizations", json={"name": "traced-org", "organization": {}}))
+        ok(admin.get("/v2/organizations/traced-org", headers={"traceparent": TRACEPARENT}))
+        admin.close()
+        spans = grpc_receiver.wait_for_spans(
+            lambda got: any(s.service == "mgmt-api" and s.parent_span_id == PARENT_ID for s in got)
+        )
+    finally:
+        server.close()
+    (get,) = [s for s in spans if s.service == "mgmt-api" and s.parent_span_id == PARENT_ID]
+    assert get.trace_id == TRACE_ID
+    assert get.attributes["http.response.status_code"] == 200
+    assert get.name == f"GET {get.attributes['http.route']}"
+    assert "traced-org" not in get.name  # the template, not the raw path
