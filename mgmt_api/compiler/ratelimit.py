@@ -121,6 +121,15 @@ def _rule_entries(index: int, rule: RateLimitRule) -> list[_Entry]:
     return entries
 
 
+def _rate_limit(rule: RateLimitRule) -> JsonDict:
+    """A rule's ``rate_limit``; ``unit_multiplier`` only when not one, so
+    one-unit rules compile exactly as an operator would write them."""
+    out: JsonDict = {"unit": rule.limit.unit.rls_unit, "requests_per_unit": rule.limit.requests}
+    if rule.limit.multiplier != 1:
+        out["unit_multiplier"] = rule.limit.multiplier
+    return out
+
+
 def compile_policy(cluster: str, policy: BackendTrafficPolicy) -> JsonDict:
     """The envoyproxy/ratelimit YAML document (as a dict) for one policy."""
     route = route_key(policy)
@@ -134,10 +143,7 @@ def compile_policy(cluster: str, policy: BackendTrafficPolicy) -> JsonDict:
             if rule.shadow_mode:
                 node["shadow_mode"] = True
             if leaf is None:
-                node["rate_limit"] = {
-                    "unit": rule.limit.unit.rls_unit,
-                    "requests_per_unit": rule.limit.requests,
-                }
+                node["rate_limit"] = _rate_limit(rule)
             else:
                 node["descriptors"] = [leaf]
             leaf = node

@@ -57,6 +57,10 @@ descriptors:
       unit: minute
       requests_per_unit: 2
       replaces: [{name: banned_limit}]
+  - key: thirty
+    rate_limit: {unit: second, unit_multiplier: 30, requests_per_unit: 5}
+  - key: five_min
+    rate_limit: {unit: minute, unit_multiplier: 5, requests_per_unit: 2}
 """
 
 
@@ -262,8 +266,9 @@ async def test_every_key_has_a_ttl_ending_with_its_window(svc: Harness, redis: R
     await svc.call(request("api", [("client", "ivy")], [("route", "checkout")]))
     await svc.call(request("api", [("shadow", "s")], hits=2))
     await svc.call(request("api", [("override", "o")]))
+    await svc.call(request("api", [("five_min", "f")]))
     keys = redis.command("--scan").split()
-    assert len(keys) == 4
+    assert len(keys) == 5
     windows = set()
     for key in keys:
         match = re.search(r"\}:(\d+):(\d+):", key)
@@ -275,7 +280,40 @@ async def test_every_key_has_a_ttl_ending_with_its_window(svc: Harness, redis: R
         expected_ms = (start + window - T0) * 1000
         assert expected_ms - elapsed_ms - 1 <= ttl_ms <= expected_ms, (key, ttl_ms, expected_ms)
         assert key.startswith("rl:{")
-    assert windows == {60, 3600}
+    assert windows == {60, 300, 3600}
+
+
+async def test_multi_unit_window_headers_and_reset_across_its_edge(
+    svc: Harness, clock: FakeClock
+) -> None:
+    """A 30-second window (unit second, unit_multiplier 30) is aligned to
+    multiples of 30 s: T0 is 10 s into one, so it resets in 20 s, and the
+    headers name the real window, not the unit."""
+    thirty = request("api", [("thirty", "t")])
+    for expected in (4, 3, 2, 1, 0):
+        resp = await svc.call(thirty)
+        assert statuses(resp) == [(OK, expected)]
+    assert headers_of(resp) == {
+        "x-ratelimit-limit": "5, 5;w=30",
+        "x-ratelimit-remaining": "0",
+        "x-ratelimit-reset": "20",
+    }
+    assert resp.statuses[0].duration_until_reset.seconds == 20
+    clock.advance(19.9)
+    denied = await svc.call(thirty)
+    assert denied.overall_code == OVER
+    assert headers_of(denied)["x-ratelimit-reset"] == "1"
+    clock.advance(0.2)  # the 30-second window turned: full again, a whole window to go
+    resp = await svc.call(thirty)
+    assert statuses(resp) == [(OK, 4)]
+    assert headers_of(resp)["x-ratelimit-reset"] == "30"
+    # Five minutes: T0 is 10 s into a 300-second window.
+    both = await svc.call(request("api", [("five_min", "m")], [("client", "m")]))
+    assert headers_of(both) == {
+        "x-ratelimit-limit": "2, 2;w=300, 5;w=60",
+        "x-ratelimit-remaining": "1",
+        "x-ratelimit-reset": "270",
+    }
 
 
 @pytest.mark.parametrize("local_cache", [True], ids=["local-cache"])
