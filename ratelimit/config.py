@@ -48,8 +48,10 @@ _DESCRIPTOR_KEYS = frozenset(
     }
 )
 _RATE_LIMIT_KEYS = frozenset(
-    {"requests_per_unit", "unit", "unit_multiplier", "unlimited", "name", "replaces"}
+    {"requests_per_unit", "unit", "unit_multiplier", "algorithm", "unlimited", "name", "replaces"}
 )
+#: ``rate_limit.algorithm`` values; fixed_window (spec 4.10.2) is the default.
+ALGORITHMS = ("fixed_window", "sliding_window")
 _TOP_KEYS = frozenset({"domain", "descriptors"})
 _REPLACES_KEYS = frozenset({"name"})
 
@@ -71,6 +73,8 @@ class RateLimit:
     shadow_mode: bool
     domain: str
     rule_id: str
+    #: The weighted two-window count instead of fixed windows (docs/ratelimit.md).
+    sliding: bool = False
 
     @property
     def proto_unit(self) -> int:
@@ -279,7 +283,18 @@ def _rate_limit(node: Node, *, domain: str, rule_id: str, shadow: bool) -> RateL
         shadow_mode=shadow,
         domain=domain,
         rule_id=rule_id,
+        sliding=_algorithm(f, unlimited) == "sliding_window",
     )
+
+
+def _algorithm(f: Fields, unlimited: bool) -> str:
+    """``algorithm``: fixed_window (absent or null) or sliding_window."""
+    node = f.present("algorithm")
+    if node is None:
+        return "fixed_window"
+    if unlimited:
+        raise node.error("should not specify algorithm when unlimited")
+    return node.choice(ALGORITHMS)
 
 
 def _multiplier(f: Fields, unit: str, unlimited: bool) -> int:

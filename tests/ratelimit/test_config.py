@@ -39,6 +39,10 @@ descriptors:
     rate_limit: {unit: minute, unit_multiplier: 5, requests_per_unit: 5}
   - key: one
     rate_limit: {unit: hour, unit_multiplier: null, requests_per_unit: 5}
+  - key: slide
+    rate_limit: {unit: minute, requests_per_unit: 5, algorithm: sliding_window}
+  - key: fixed
+    rate_limit: {unit: minute, requests_per_unit: 5, algorithm: fixed_window}
 """
 
 
@@ -69,6 +73,13 @@ def test_loads_the_reference_format(tmp_path: Path) -> None:
         "thirty": ("SECOND", 30),
         "five_min": ("MINUTE", 300),
         "one": ("HOUR", 3600),
+    }
+    # algorithm: fixed_window unless sliding_window is asked for.
+    sliding = {k: root.defaults[k].limit for k in ("slide", "fixed", "one")}
+    assert {k: v.sliding for k, v in sliding.items() if v} == {
+        "slide": True,
+        "fixed": False,
+        "one": False,
     }
 
 
@@ -175,6 +186,13 @@ def test_loads_the_reference_format(tmp_path: Path) -> None:
             4,
             "descriptors[0].rate_limit.unit_multiplier",
             "should not specify unit_multiplier when unlimited",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: minute, "
+            "requests_per_unit: 1, algorithm: leaky_bucket}\n",
+            4,
+            "descriptors[0].rate_limit.algorithm",
+            "must be fixed_window or sliding_window, got 'leaky_bucket'",
         ),
         ("domain: d\ndescriptors: [\n", None, None, "invalid YAML"),
     ],

@@ -61,6 +61,8 @@ descriptors:
     rate_limit: {unit: second, unit_multiplier: 30, requests_per_unit: 5}
   - key: five_min
     rate_limit: {unit: minute, unit_multiplier: 5, requests_per_unit: 2}
+  - key: sliding
+    rate_limit: {unit: minute, requests_per_unit: 4, algorithm: sliding_window}
 """
 
 
@@ -358,3 +360,33 @@ async def _concurrent_calls(svc: Harness) -> None:
     assert sent == 200
     # Script calls queued while others were out went to Redis together.
     assert written < sent
+
+
+async def test_sliding_window_weighs_the_previous_window_in(
+    svc: Harness, clock: FakeClock, redis: RedisServer
+) -> None:
+    """4 a minute, sliding: the previous minute's count weighs in by the part
+    of it the last 60 s still cover (rounded up), so the turn of the minute
+    frees nothing at once; remaining is what the next request may take, and
+    the reset is when the bucket is full again: the end of the next minute."""
+    sliding = request("api", [("sliding", "s")])
+    for expected in (3, 2, 1, 0):
+        resp = await svc.call(sliding)
+        assert statuses(resp) == [(OK, expected)]
+    assert headers_of(resp) == {
+        "x-ratelimit-limit": "4, 4;w=60",
+        "x-ratelimit-remaining": "0",
+        "x-ratelimit-reset": "110",
+    }
+    [key] = [k for k in redis.command("--scan").split() if ":60s:" in k]
+    # The counter outlives its minute: it is the next minute's previous count.
+    assert 109_000 <= int(redis.command("pttl", key)) <= 110_000
+    clock.advance(50)  # the minute turned: the previous 4 still weigh 4
+    assert statuses(await svc.call(sliding)) == [(OVER, 0)]
+    clock.advance(15)  # a quarter in: ceil(4 * 3/4) = 3 seen, one more fits
+    assert statuses(await svc.call(sliding)) == [(OK, 0)]
+    assert statuses(await svc.call(sliding)) == [(OVER, 0)]
+    clock.advance(15)  # halfway: ceil(4 * 1/2) + 1 = 3 seen, one more fits
+    resp = await svc.call(sliding)
+    assert statuses(resp) == [(OK, 0)]
+    assert headers_of(resp)["x-ratelimit-reset"] == "90"
