@@ -39,6 +39,7 @@ import yaml
 from mgmt_api.compiler.traffic_policy import (
     BackendTrafficPolicy,
     MatchType,
+    RateLimitAlgorithm,
     RateLimitRule,
     SourceMatchType,
 )
@@ -127,6 +128,8 @@ def _rate_limit(rule: RateLimitRule) -> JsonDict:
     out: JsonDict = {"unit": rule.limit.unit.rls_unit, "requests_per_unit": rule.limit.requests}
     if rule.limit.multiplier != 1:
         out["unit_multiplier"] = rule.limit.multiplier
+    if rule.algorithm is RateLimitAlgorithm.SLIDING_WINDOW:
+        out["algorithm"] = "sliding_window"
     return out
 
 

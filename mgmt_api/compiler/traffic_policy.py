@@ -75,6 +75,14 @@ _UNIT_SECONDS = {
 MAX_WINDOW_SECONDS = 365 * 86400
 
 
+class RateLimitAlgorithm(StrEnum):
+    """How a rule counts: fixed windows (spec 4.10.2, the default) or the
+    weighted two-window sliding count (docs/ratelimit.md, "Algorithms")."""
+
+    FIXED_WINDOW = "FixedWindow"
+    SLIDING_WINDOW = "SlidingWindow"
+
+
 class MatchType(StrEnum):
     EXACT = "Exact"
     REGULAR_EXPRESSION = "RegularExpression"
@@ -215,6 +223,8 @@ class RateLimitRule(_Model):
     limit: RateLimitValue
     cost: RateLimitCost | None = None
     shadow_mode: StrictBool = Field(default=False, alias="shadowMode")
+    # None (absent) means FixedWindow, and keeps stored policies' shape.
+    algorithm: RateLimitAlgorithm | None = None
 
 
 class GlobalRateLimit(_Model):
