@@ -87,7 +87,7 @@ async def _round(count: int, redis_url: str, redis_pid: int) -> dict[str, float]
             raw = request.SerializeToString()
             store, _ = build_store(settings, url)
             service = RateLimitService(lambda: config, store, settings)
-            ours, theirs = await _per_call(lambda s=service: s.decide(raw), count, pid)  # type: ignore[misc]
+            ours, theirs = await _per_call(lambda s=service, r=raw: s.decide(r), count, pid)  # type: ignore[misc]
             await service.close()
             results[f"{store_name} {algorithm}: service"] = ours
             if pid:
