@@ -8,7 +8,7 @@ per bucket; in Redis, one more GET in the script. The target (issue 26) is at
 most 1.3x the CPU of a fixed window per call. This runs the real service
 (``RateLimitService`` over the store stack ``build_store`` makes) in a
 sequential loop, once with a fixed-window rule and once with the same rule
-sliding, alternating within each round:
+sliding, in turn within each round (which goes first alternates):
 
 - in memory: the process CPU per decision;
 - on a real redis-server this script starts: the process CPU per decision,
@@ -51,6 +51,7 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 4000000000, algorithm: sliding_window}
 """
 _TICKS = os.sysconf("SC_CLK_TCK")
+ALGORITHMS = ("fixed_window", "sliding_window")
 
 
 def _cpu_of(pid: int) -> float:
@@ -74,14 +75,16 @@ async def _per_call(
     return ours, theirs
 
 
-async def _round(count: int, redis_url: str, redis_pid: int) -> dict[str, float]:
+async def _round(count: int, redis_url: str, redis_pid: int, flip: bool) -> dict[str, float]:
     directory = Path(tempfile.mkdtemp(prefix="rl-sliding-cost-"))
     (directory / "bench.yaml").write_text(_CONFIG)
     config = load_config(directory)
     settings = Settings(store_timeout=1.0)  # a loaded machine can hold a call past 10 ms
     results: dict[str, float] = {}
     for store_name, url, pid in (("memory", None, None), ("redis", redis_url, redis_pid)):
-        for algorithm in ("fixed_window", "sliding_window"):
+        # Which goes first alternates between rounds, so drift in the
+        # machine's load does not favour one.
+        for algorithm in ALGORITHMS[::-1] if flip else ALGORITHMS:
             request = rls_pb2.RateLimitRequest(domain="bench")
             request.descriptors.add().entries.add(key=algorithm, value="c1")
             raw = request.SerializeToString()
@@ -103,12 +106,13 @@ def main() -> int:
     args = parser.parse_args()
     with redis_server() as server:
         rounds = [
-            asyncio.run(_round(args.count, server.url, server.pid)) for _ in range(args.rounds)
+            asyncio.run(_round(args.count, server.url, server.pid, flip=i % 2 == 1))
+            for i in range(args.rounds)
         ]
     median = {name: statistics.median(r[name] for r in rounds) for name in rounds[0]}
     print(f"load average: {os.getloadavg()[0]:.2f}")
     print(f"{'case':<40} {'CPU µs/decision':>16} {'sliding/fixed':>14}")
-    for name, value in median.items():
+    for name, value in sorted(median.items()):
         ratio = ""
         if "sliding_window" in name:
             ratio = f"{value / median[name.replace('sliding_window', 'fixed_window')]:.2f}x"
