@@ -78,24 +78,49 @@ _CACHED_PATH_CHARS = 256
 _cached_bucket_id = functools.lru_cache(maxsize=_CACHED_IDS)(_bucket_id)
 
 
-def bucket_key(prefix: str, domain: str, path: Sequence[tuple[str, str]], window: Window) -> str:
-    """The store key of a bucket's counter in ``window``."""
+def bucket_key(
+    prefix: str,
+    domain: str,
+    path: Sequence[tuple[str, str]],
+    window: Window,
+    *,
+    sliding: bool = False,
+) -> str:
+    """The store key of a bucket's counter in ``window``.
+
+    A sliding window's counters are marked (``<seconds>s``): they live twice
+    as long, and a fixed and a sliding rule on the same path must never share
+    a counter.
+    """
     key_path = tuple(path)
     if len(domain) + sum(len(k) + len(v) for k, v in key_path) <= _CACHED_PATH_CHARS:
         head, digest = _cached_bucket_id(prefix, domain, key_path)
     else:
         head, digest = _bucket_id(prefix, domain, key_path)
-    return f"{head}:{window.seconds}:{window.start}:{digest}"
+    mark = "s" if sliding else ""
+    return f"{head}:{window.seconds}{mark}:{window.start}:{digest}"
 
 
 class Bucket(NamedTuple):
-    """What a store needs to decide on one counter."""
+    """What a store needs to decide on one counter.
+
+    ``prev_key`` is set for a sliding window: the counter of the window
+    before, weighted by how much of it the sliding window still covers
+    (see :func:`ratelimit.store.weighted`). Empty for a fixed window.
+    """
 
     key: str
     limit: int
     cost: int
     window: Window
     shadow: bool
+    prev_key: str = ""
+
+    @property
+    def expires(self) -> int:
+        """When the counter may be forgotten: its window's end, or a window
+        later for a sliding window (it is the next window's previous count)."""
+        return self.window.end + self.window.seconds if self.prev_key else self.window.end
 
     @property
     def need(self) -> int:

@@ -30,6 +30,9 @@ from ratelimit.units import PROTO_UNIT, WINDOW_SECONDS
 
 _MAX_UINT32 = 2**32 - 1
 
+#: The longest window a limit may have (unit times unit_multiplier): 365 days.
+MAX_WINDOW_SECONDS = WINDOW_SECONDS["YEAR"]
+
 _DESCRIPTOR_KEYS = frozenset(
     {
         "key",
@@ -44,7 +47,11 @@ _DESCRIPTOR_KEYS = frozenset(
         "quota_mode",
     }
 )
-_RATE_LIMIT_KEYS = frozenset({"requests_per_unit", "unit", "unlimited", "name", "replaces"})
+_RATE_LIMIT_KEYS = frozenset(
+    {"requests_per_unit", "unit", "unit_multiplier", "algorithm", "unlimited", "name", "replaces"}
+)
+#: ``rate_limit.algorithm`` values; fixed_window (spec 4.10.2) is the default.
+ALGORITHMS = ("fixed_window", "sliding_window")
 _TOP_KEYS = frozenset({"domain", "descriptors"})
 _REPLACES_KEYS = frozenset({"name"})
 
@@ -66,6 +73,8 @@ class RateLimit:
     shadow_mode: bool
     domain: str
     rule_id: str
+    #: The weighted two-window count instead of fixed windows (docs/ratelimit.md).
+    sliding: bool = False
 
     @property
     def proto_unit(self) -> int:
@@ -267,14 +276,47 @@ def _rate_limit(node: Node, *, domain: str, rule_id: str, shadow: bool) -> RateL
     return RateLimit(
         requests_per_unit=rpu.integer(0, _MAX_UINT32) if rpu is not None else 0,
         unit=unit,
-        window_seconds=WINDOW_SECONDS[unit],
+        window_seconds=WINDOW_SECONDS[unit] * _multiplier(f, unit, unlimited),
         name=name,
         unlimited=unlimited,
         replaces=_replaces(f.present("replaces"), name),
         shadow_mode=shadow,
         domain=domain,
         rule_id=rule_id,
+        sliding=_algorithm(f, unlimited) == "sliding_window",
     )
+
+
+def _algorithm(f: Fields, unlimited: bool) -> str:
+    """``algorithm``: fixed_window (absent or null) or sliding_window."""
+    node = f.present("algorithm")
+    if node is None:
+        return "fixed_window"
+    if unlimited:
+        raise node.error("should not specify algorithm when unlimited")
+    return node.choice(ALGORITHMS)
+
+
+def _multiplier(f: Fields, unit: str, unlimited: bool) -> int:
+    """``unit_multiplier``: the window is that many units (absent or null: one).
+
+    It is capped so that no window is longer than :data:`MAX_WINDOW_SECONDS`:
+    a longer one would keep a counter (and its TTL) for more than a year,
+    which is a typo far more often than a policy.
+    """
+    node = f.present("unit_multiplier")
+    if node is None:
+        return 1
+    if unlimited:
+        raise node.error("should not specify unit_multiplier when unlimited")
+    most = MAX_WINDOW_SECONDS // WINDOW_SECONDS[unit]
+    value = node.value
+    if isinstance(value, int) and not isinstance(value, bool) and value > most:
+        raise node.error(
+            f"a window of {value} {unit.lower()}s is longer than 365 days;"
+            f" at most {most} are allowed with unit {unit.lower()}"
+        )
+    return node.integer(1, most)
 
 
 def _replaces(node: Node | None, name: str | None) -> frozenset[str]:

@@ -307,11 +307,18 @@ def _assemble(
             plans.append(DescriptorPlan(limit, None, cost))
             continue
         window = window_at(limit.window_seconds, now)
-        key = bucket_key(key_prefix, domain, match.bucket_path, window)
+        sliding = limit.sliding
+        key = bucket_key(key_prefix, domain, match.bucket_path, window, sliding=sliding)
         existing = index_of.get(key)
         if existing is None:
             index_of[key] = len(merged)
-            merged.append(Bucket(key, limit.requests_per_unit, cost, window, limit.shadow_mode))
+            prev_key = ""
+            if sliding:
+                prev = window._replace(start=window.start - window.seconds)
+                prev_key = bucket_key(key_prefix, domain, match.bucket_path, prev, sliding=True)
+            merged.append(
+                Bucket(key, limit.requests_per_unit, cost, window, limit.shadow_mode, prev_key)
+            )
             plans.append(DescriptorPlan(limit, len(merged) - 1, cost))
         else:
             old = merged[existing]
@@ -322,6 +329,7 @@ def _assemble(
                 old.cost + cost,
                 window,
                 old.shadow and limit.shadow_mode,
+                old.prev_key,
             )
             plans.append(DescriptorPlan(limit, existing, cost))
     return Plan(domain, True, tuple(plans), tuple(merged), {})

@@ -211,6 +211,12 @@ def _template(plan: Plan, headers: HeaderNames | None) -> _Template:
         else:
             bucket = plan.buckets[desc.bucket]
             current = _current_limit(limit)
+            # The reset is when the bucket is full again with no more traffic:
+            # a fixed window's end; a sliding window's count is only gone
+            # once the next window has passed too.
+            reset_at, longest = bucket.window.end, bucket.window.seconds
+            if bucket.prev_key:
+                reset_at, longest = bucket.expires, 2 * bucket.window.seconds
             statuses.append(
                 _Limited(
                     desc.bucket,
@@ -218,8 +224,8 @@ def _template(plan: Plan, headers: HeaderNames | None) -> _Template:
                     limit.shadow_mode,
                     _CODE_OK + current,
                     _CODE_OVER + current,
-                    bucket.window.end,
-                    bucket.window.seconds,
+                    reset_at,
+                    longest,
                     len(limits),
                 )
             )

@@ -40,6 +40,7 @@ from mgmt_api.compiler.jwt_claims import ClaimMatchType, claim_action
 from mgmt_api.compiler.traffic_policy import (
     BackendTrafficPolicy,
     MatchType,
+    RateLimitAlgorithm,
     RateLimitRule,
     SourceMatchType,
 )
@@ -127,6 +128,17 @@ def _rule_entries(index: int, rule: RateLimitRule) -> list[_Entry]:
     return entries
 
 
+def _rate_limit(rule: RateLimitRule) -> JsonDict:
+    """A rule's ``rate_limit``; ``unit_multiplier`` only when not one, so
+    one-unit rules compile exactly as an operator would write them."""
+    out: JsonDict = {"unit": rule.limit.unit.rls_unit, "requests_per_unit": rule.limit.requests}
+    if rule.limit.multiplier != 1:
+        out["unit_multiplier"] = rule.limit.multiplier
+    if rule.algorithm is RateLimitAlgorithm.SLIDING_WINDOW:
+        out["algorithm"] = "sliding_window"
+    return out
+
+
 def compile_policy(cluster: str, policy: BackendTrafficPolicy) -> JsonDict:
     """The envoyproxy/ratelimit YAML document (as a dict) for one policy."""
     route = route_key(policy)
@@ -140,10 +152,7 @@ def compile_policy(cluster: str, policy: BackendTrafficPolicy) -> JsonDict:
             if rule.shadow_mode:
                 node["shadow_mode"] = True
             if leaf is None:
-                node["rate_limit"] = {
-                    "unit": rule.limit.unit.rls_unit,
-                    "requests_per_unit": rule.limit.requests,
-                }
+                node["rate_limit"] = _rate_limit(rule)
             else:
                 node["descriptors"] = [leaf]
             leaf = node

@@ -65,6 +65,28 @@ class RateLimitUnit(StrEnum):
         """The unit as envoyproxy/ratelimit's YAML spells it."""
         return self.value.upper()
 
+    @property
+    def seconds(self) -> int:
+        return _UNIT_SECONDS[self]
+
+
+_UNIT_SECONDS = {
+    RateLimitUnit.SECOND: 1,
+    RateLimitUnit.MINUTE: 60,
+    RateLimitUnit.HOUR: 3600,
+    RateLimitUnit.DAY: 86400,
+}
+#: The longest window a rule may have (unit times unitMultiplier): 365 days.
+MAX_WINDOW_SECONDS = 365 * 86400
+
+
+class RateLimitAlgorithm(StrEnum):
+    """How a rule counts: fixed windows (spec 4.10.2, the default) or the
+    weighted two-window sliding count (docs/ratelimit.md, "Algorithms")."""
+
+    FIXED_WINDOW = "FixedWindow"
+    SLIDING_WINDOW = "SlidingWindow"
+
 
 class MatchType(StrEnum):
     EXACT = "Exact"
@@ -145,8 +167,31 @@ class RateLimitSelectCondition(_Model):
 
 
 class RateLimitValue(_Model):
+    """``requests`` per window of ``unitMultiplier`` units (default one unit).
+
+    The window is capped at 365 days, as the service caps ``unit_multiplier``
+    (ratelimit/config.py): a longer one is a typo far more often than a policy.
+    """
+
     requests: StrictInt = Field(ge=0, le=4294967295)
     unit: RateLimitUnit
+    # None (absent) rather than 1, so stored policies that never set it keep their shape.
+    unit_multiplier: StrictInt | None = Field(default=None, ge=1, alias="unitMultiplier")
+
+    @property
+    def multiplier(self) -> int:
+        """How many units the window is (absent: one)."""
+        return self.unit_multiplier or 1
+
+    @model_validator(mode="after")
+    def _window_cap(self) -> RateLimitValue:
+        most = MAX_WINDOW_SECONDS // self.unit.seconds
+        if self.multiplier > most:
+            raise ValueError(
+                f"unitMultiplier {self.unit_multiplier} makes a window longer than 365 days;"
+                f" at most {most} with unit {self.unit.value}"
+            )
+        return self
 
 
 class RateLimitCostSpecifier(_Model):
@@ -186,6 +231,8 @@ class RateLimitRule(_Model):
     limit: RateLimitValue
     cost: RateLimitCost | None = None
     shadow_mode: StrictBool = Field(default=False, alias="shadowMode")
+    # None (absent) means FixedWindow, and keeps stored policies' shape.
+    algorithm: RateLimitAlgorithm | None = None
 
 
 class GlobalRateLimit(_Model):

@@ -9,6 +9,7 @@ rule here in pure form lets the tests pin it once and compare both stores.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
@@ -40,13 +41,38 @@ class Outcome(NamedTuple):
         return tuple(max(0, b.limit - c) for b, c in zip(buckets, self.counts, strict=True))
 
 
+def weighted(
+    buckets: Sequence[Bucket], before: Sequence[int], previous: Sequence[int], now: float
+) -> list[int]:
+    """Each bucket's count as the decision sees it: for a sliding window, its
+    own window's counter plus the previous window's, weighted by the part of
+    the previous window the sliding window (``now - length .. now``) still
+    covers, rounded up (so rounding never admits more).
+
+    ``previous`` holds the previous counters of the sliding buckets only, in
+    order. The arithmetic is the Lua script's, operation for operation in
+    doubles, on the clock in whole milliseconds, so both give equal counts.
+    """
+    now_ms = math.floor(now * 1000)
+    counts = list(before)
+    j = 0
+    for i, b in enumerate(buckets):
+        if b.prev_key:
+            left = float(b.window.end * 1000 - now_ms)
+            counts[i] += math.ceil(float(previous[j]) * left / float(b.window.seconds * 1000))
+            j += 1
+    return counts
+
+
 def decide(buckets: Sequence[Bucket], before: Sequence[int]) -> Outcome:
-    """The decision rule, given each bucket's counter before the request.
+    """The decision rule, given each bucket's counter before the request
+    (for a sliding window, its :func:`weighted` count).
 
     A bucket fits when ``limit - count >= max(cost, 1)``. The request is
     allowed when every non-shadow bucket fits; then each fitting bucket is
     charged its cost (a shadow bucket that would not fit is left as is, so no
     counter ever exceeds its limit). A denied request charges nothing.
+    A store charges a sliding bucket's own window's counter only.
     """
     fits: list[bool] = []
     after: list[int] = []

@@ -13,8 +13,10 @@ statuses of a locally denied request still carry a plausible
 instances consumed since; the header values come from the empty bucket and
 are exact).
 
-Entries are keyed by (key, limit): raising a limit in the config takes effect
-at once instead of waiting for the window to end. The cache is a bounded LRU.
+Sliding windows are never cached: their count falls as the previous window
+weighs less, so an empty one does not stay empty. Entries are keyed by
+(key, limit): raising a limit in the config takes effect at once instead of
+waiting for the window to end. The cache is a bounded LRU.
 """
 
 from __future__ import annotations
@@ -73,6 +75,8 @@ class LocalCacheStore:
         outcome = await self._inner.apply(buckets, now)
         move_to_end = seen.move_to_end
         for b, entry_key, count in zip(buckets, keys, outcome.counts, strict=True):
+            if b.prev_key:  # a sliding count falls as time passes: never known empty
+                continue
             seen[entry_key] = (b.window.end, count)
             move_to_end(entry_key)
         while len(seen) > self._max:

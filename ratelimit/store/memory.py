@@ -11,13 +11,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ratelimit.buckets import Bucket
-from ratelimit.store import Outcome, decide
+from ratelimit.store import Outcome, decide, weighted
 
 _SWEEP_EVERY = 4096
 
 
 class MemoryStore:
-    """A dict of ``key -> (count, window end)``, decided with :func:`decide`."""
+    """A dict of ``key -> (count, expiry)``, decided with :func:`decide`.
+
+    Per key: one dict entry (about 200 bytes with its key string); a sliding
+    window keeps two live keys per bucket (this window's and the previous).
+    """
 
     is_global = False
 
@@ -33,16 +37,20 @@ class MemoryStore:
         self._calls += 1
         if self._calls % _SWEEP_EVERY == 0:
             self.sweep(now)
-        before = []
-        for b in buckets:
-            entry = self._counters.get(b.key)
-            before.append(entry[0] if entry is not None and entry[1] > now else 0)
-        outcome = decide(buckets, before)
+        counters = self._counters
+        before = [self._count(b.key, now) for b in buckets]
+        previous = [self._count(b.prev_key, now) for b in buckets if b.prev_key]
+        seen = weighted(buckets, before, previous, now) if previous else before
+        outcome = decide(buckets, seen)
         if outcome.allowed:
-            for b, old, new in zip(buckets, before, outcome.counts, strict=True):
-                if new != old:
-                    self._counters[b.key] = (new, b.window.end)
+            for b, old, fit in zip(buckets, before, outcome.fits, strict=True):
+                if fit and b.cost > 0:
+                    counters[b.key] = (old + b.cost, b.expires)
         return outcome
+
+    def _count(self, key: str, now: float) -> int:
+        entry = self._counters.get(key)
+        return entry[0] if entry is not None and entry[1] > now else 0
 
     def sweep(self, now: float) -> None:
         """Forget counters whose window has ended."""

@@ -44,7 +44,7 @@ import hiredis
 from ratelimit import metrics
 from ratelimit.breaker import CircuitBreaker
 from ratelimit.buckets import Bucket
-from ratelimit.store import Outcome, StoreUnavailable, decide
+from ratelimit.store import Outcome, StoreUnavailable, decide, weighted
 from ratelimit.store.resp import (
     KeyedClient,
     RedisConnectionError,
@@ -55,34 +55,50 @@ from ratelimit.store.resp import (
 
 log = logging.getLogger(__name__)
 
-#: KEYS: the request's distinct bucket keys.
-#: ARGV: per key, 4 values: limit, cost, window end (epoch ms), shadow (1/0);
-#: then the caller's clock (epoch ms). A new key lives until its window's end
-#: by the caller's clock, as a TTL relative to now, so a skew between our
-#: clock and Redis's cannot stretch or cut a window.
-#: Returns {allowed, count_before_1, ..., count_before_n}.
+#: KEYS: the request's distinct bucket keys, then the previous window's key of
+#: each sliding-window bucket, in the same order.
+#: ARGV: per bucket, 5 values: limit, cost, window end (epoch ms), shadow (1/0),
+#: window length in ms for a sliding window (0: fixed); then the caller's clock
+#: (epoch ms). A new key lives until its window's end by the caller's clock (a
+#: window later for a sliding window, whose counter is then the previous one),
+#: as a TTL relative to now, so a skew between our clock and Redis's cannot
+#: stretch or cut a window. A sliding bucket's count is its counter plus the
+#: previous counter weighted by the part of the previous window still covered,
+#: rounded up, computed as ratelimit.store.weighted does.
+#: Returns {allowed, count_before_1, ..., count_before_n, previous_1, ...}.
 DECIDE_SCRIPT = """
-local n = #KEYS
-local now = tonumber(ARGV[n * 4 + 1])
+local n = (#ARGV - 1) / 5
+local now = tonumber(ARGV[#ARGV])
 local before = {}
+local seen = {}
+local previous = {}
 local allowed = 1
+local j = n
 for i = 1, n do
-  local a = (i - 1) * 4
+  local a = (i - 1) * 5
   local c = tonumber(redis.call('GET', KEYS[i]) or '0')
   before[i] = c
+  local len = tonumber(ARGV[a + 5])
+  if len > 0 then
+    j = j + 1
+    local p = tonumber(redis.call('GET', KEYS[j]) or '0')
+    previous[#previous + 1] = p
+    c = c + math.ceil(p * (tonumber(ARGV[a + 3]) - now) / len)
+  end
+  seen[i] = c
   local need = tonumber(ARGV[a + 2])
   if need < 1 then need = 1 end
   if tonumber(ARGV[a + 1]) - c < need and ARGV[a + 4] == '0' then allowed = 0 end
 end
 if allowed == 1 then
   for i = 1, n do
-    local a = (i - 1) * 4
+    local a = (i - 1) * 5
     local cost = tonumber(ARGV[a + 2])
     local need = cost
     if need < 1 then need = 1 end
-    if cost > 0 and tonumber(ARGV[a + 1]) - before[i] >= need then
+    if cost > 0 and tonumber(ARGV[a + 1]) - seen[i] >= need then
       if redis.call('INCRBY', KEYS[i], cost) == cost then
-        local ttl = tonumber(ARGV[a + 3]) - now
+        local ttl = tonumber(ARGV[a + 3]) + tonumber(ARGV[a + 5]) - now
         if ttl < 1 then ttl = 1 end
         redis.call('PEXPIRE', KEYS[i], ttl)
       end
@@ -90,6 +106,7 @@ if allowed == 1 then
   end
 end
 table.insert(before, 1, allowed)
+for k = 1, #previous do before[#before + 1] = previous[k] end
 return before
 """
 DECIDE_SHA = hashlib.sha1(DECIDE_SCRIPT.encode(), usedforsecurity=False).hexdigest()
@@ -102,17 +119,28 @@ def _script_body(buckets: Sequence[Bucket]) -> bytes:
     request until its window turns, so :class:`RedisStore` packs them once
     per plan rather than once per call.
     """
-    count = b"%d" % len(buckets)
+    count = b"%d" % _key_count(buckets)
     parts = [b"$%d\r\n%b\r\n" % (len(count), count)]
     append = parts.append
-    for b in buckets:
-        key = b.key.encode()
+    for key_text in [b.key for b in buckets] + [b.prev_key for b in buckets if b.prev_key]:
+        key = key_text.encode()
         append(b"$%d\r\n%b\r\n" % (len(key), key))
     for b in buckets:
-        for value in (b.limit, b.cost, b.window.end * 1000, 1 if b.shadow else 0):
+        sliding_ms = b.window.seconds * 1000 if b.prev_key else 0
+        for value in (b.limit, b.cost, b.window.end * 1000, 1 if b.shadow else 0, sliding_ms):
             raw = b"%d" % value
             append(b"$%d\r\n%b\r\n" % (len(raw), raw))
     return b"".join(parts)
+
+
+def _key_count(buckets: Sequence[Bucket]) -> int:
+    """The script's KEYS: every bucket's, and the previous one of each sliding bucket."""
+    return len(buckets) + sum(1 for b in buckets if b.prev_key)
+
+
+def _arity(buckets: Sequence[Bucket]) -> int:
+    """The packed call's array length: command, sha, numkeys, KEYS, ARGV."""
+    return 4 + _key_count(buckets) + 5 * len(buckets)
 
 
 def _script_call(head: bytes, buckets: Sequence[Bucket], now: float, body: bytes = b"") -> bytes:
@@ -126,7 +154,7 @@ def _script_call(head: bytes, buckets: Sequence[Bucket], now: float, body: bytes
     now_ms = b"%d" % math.floor(now * 1000)
     return b"".join(
         (
-            b"*%d\r\n" % (4 + 5 * len(buckets)),
+            b"*%d\r\n" % _arity(buckets),
             head,
             body or _script_body(buckets),
             b"$%d\r\n%b\r\n" % (len(now_ms), now_ms),
@@ -212,7 +240,11 @@ class RedisStore:
             self._failed()
             raise StoreUnavailable("redis_error", str(exc)) from exc
         breaker.record_success()
-        outcome = decide(buckets, [int(c) for c in reply[1:]])
+        n = len(buckets)
+        before = [int(c) for c in reply[1 : n + 1]]
+        if len(reply) > n + 1:  # sliding windows: weigh the previous counters in
+            before = weighted(buckets, before, [int(c) for c in reply[n + 1 :]], now)
+        outcome = decide(buckets, before)
         if outcome.allowed != bool(reply[0]):  # pragma: no cover - script and decide() disagree
             raise StoreUnavailable("script_mismatch")
         return outcome
@@ -252,7 +284,7 @@ class RedisStore:
         plan hands in the same buckets tuple on every call of its window)."""
         entry = self._commands.get(id(buckets))
         if entry is None or entry[0] is not buckets:
-            head = b"*%d\r\n%b%b" % (4 + 5 * len(buckets), _EVALSHA_HEAD, _script_body(buckets))
+            head = b"*%d\r\n%b%b" % (_arity(buckets), _EVALSHA_HEAD, _script_body(buckets))
             entry = (buckets, head)
             size = len(head) + _BUCKET_BYTES * len(buckets)
             if self._commands_size + size > self._max_command_bytes:

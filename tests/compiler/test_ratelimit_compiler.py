@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from mgmt_api.compiler.ratelimit import compile_policy, render_rls_files, route_rate_limits
 from mgmt_api.compiler.traffic_policy import BackendTrafficPolicy
+from ratelimit.config import parse_domain
 
 
 def _policy(*rules: dict[str, Any], name: str = "api-limits") -> BackendTrafficPolicy:
@@ -50,6 +51,33 @@ def test_a_rule_without_selectors_limits_the_whole_route() -> None:
             }
         ],
     }
+
+
+def test_unit_multiplier_compiles_beside_the_unit_and_loads_as_that_window() -> None:
+    limit = {"requests": 5, "unit": "Second", "unitMultiplier": 30}
+    doc = compile_policy("east", _policy({"limit": limit}))
+    leaf = doc["descriptors"][0]["descriptors"][0]
+    assert leaf["rate_limit"] == {"unit": "SECOND", "requests_per_unit": 5, "unit_multiplier": 30}
+    loaded = parse_domain(yaml.safe_dump(doc), "compiled")
+    route = doc["descriptors"][0]["key"]
+    node = loaded.root.exact[(route, route)].children.exact[(leaf["key"], leaf["value"])]
+    assert node.limit is not None and node.limit.window_seconds == 30
+    assert not node.limit.sliding
+
+
+def test_sliding_window_rules_compile_to_the_services_algorithm() -> None:
+    rules = [
+        {"limit": {"requests": 5, "unit": "Minute"}, "algorithm": "SlidingWindow"},
+        {"limit": {"requests": 5, "unit": "Minute"}, "algorithm": "FixedWindow"},
+    ]
+    doc = compile_policy("east", _policy(*rules))
+    leaves = doc["descriptors"][0]["descriptors"]
+    assert [leaf["rate_limit"].get("algorithm") for leaf in leaves] == ["sliding_window", None]
+    loaded = parse_domain(yaml.safe_dump(doc), "compiled")
+    route = doc["descriptors"][0]["key"]
+    children = loaded.root.exact[(route, route)].children.exact
+    limits = [children[(leaf["key"], leaf["value"])].limit for leaf in leaves]
+    assert [limit.sliding for limit in limits if limit] == [True, False]
 
 
 def test_header_and_cidr_selectors_become_one_chain_with_the_limit_at_the_leaf() -> None:
@@ -137,6 +165,13 @@ def test_rls_files_are_valid_yaml_one_per_policy_in_stable_order() -> None:
     [
         ({"limit": {"requests": -1, "unit": "Second"}}, "requests"),
         ({"limit": {"requests": 1, "unit": "Week"}}, "unit"),
+        ({"limit": {"requests": 1, "unit": "Second"}, "algorithm": "TokenBucket"}, "algorithm"),
+        ({"limit": {"requests": 1, "unit": "Second", "unitMultiplier": 0}}, "unitMultiplier"),
+        ({"limit": {"requests": 1, "unit": "Minute", "unitMultiplier": "5"}}, "unitMultiplier"),
+        (
+            {"limit": {"requests": 1, "unit": "Day", "unitMultiplier": 366}},
+            "makes a window longer than 365 days; at most 365 with unit Day",
+        ),
         ({"limit": {"requests": 1, "unit": "Second"}, "burst": 3}, "burst"),
         ({"limit": {"requests": 1, "unit": "Second"}, "clientSelectors": [{}]}, "clientSelectors"),
         (

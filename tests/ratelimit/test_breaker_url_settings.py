@@ -216,14 +216,21 @@ def test_script_calls_are_packed_like_any_command() -> None:
     buckets = [
         Bucket("rl:{t}:60:a", 5, 2, window_at(60, now), False),
         Bucket("rl:{t}:3600:b", 3, 0, window_at(3600, now), True),
+        Bucket("rl:{t}:30s:c", 4, 1, window_at(30, now), False, "rl:{t}:30s:p"),
     ]
-    # Per key: limit, cost, window end (epoch ms), shadow; then now (epoch ms).
-    args = [5, 2, 1_800_000_060_000, 0, 3, 0, 1_800_003_600_000, 1, 1_800_000_010_250]
-    keys = [b.key for b in buckets]
+    # Per key: limit, cost, window end (epoch ms), shadow, sliding window (ms);
+    # then now (epoch ms). The previous window's keys follow the buckets' keys.
+    args = [
+        *(5, 2, 1_800_000_060_000, 0, 0),
+        *(3, 0, 1_800_003_600_000, 1, 0),
+        *(4, 1, 1_800_000_030_000, 0, 30_000),
+        1_800_000_010_250,
+    ]
+    keys = [*(b.key for b in buckets), "rl:{t}:30s:p"]
     assert _script_call(_EVALSHA_HEAD, buckets, now) == pack(
-        ["EVALSHA", DECIDE_SHA, 2, *keys, *args]
+        ["EVALSHA", DECIDE_SHA, 4, *keys, *args]
     )
     assert _script_call(_EVALSHA_HEAD, buckets, now, _script_body(buckets)) == pack(
-        ["EVALSHA", DECIDE_SHA, 2, *keys, *args]
+        ["EVALSHA", DECIDE_SHA, 4, *keys, *args]
     )
-    assert _script_call(_EVAL_HEAD, buckets, now) == pack(["EVAL", DECIDE_SCRIPT, 2, *keys, *args])
+    assert _script_call(_EVAL_HEAD, buckets, now) == pack(["EVAL", DECIDE_SCRIPT, 4, *keys, *args])

@@ -33,6 +33,16 @@ descriptors:
   - key: week
     detailed_metric: true
     rate_limit: {unit: week, requests_per_unit: 1}
+  - key: thirty
+    rate_limit: {unit: second, unit_multiplier: 30, requests_per_unit: 5}
+  - key: five_min
+    rate_limit: {unit: minute, unit_multiplier: 5, requests_per_unit: 5}
+  - key: one
+    rate_limit: {unit: hour, unit_multiplier: null, requests_per_unit: 5}
+  - key: slide
+    rate_limit: {unit: minute, requests_per_unit: 5, algorithm: sliding_window}
+  - key: fixed
+    rate_limit: {unit: minute, requests_per_unit: 5, algorithm: fixed_window}
 """
 
 
@@ -57,6 +67,20 @@ def test_loads_the_reference_format(tmp_path: Path) -> None:
     assert root.exact[("allow", "listed")].limit is None
     week = root.defaults["week"].limit
     assert week is not None and week.window_seconds == 604800
+    # unit_multiplier: the window is that many units; absent or null, one.
+    windows = {k: root.defaults[k].limit for k in ("thirty", "five_min", "one")}
+    assert {k: (v.unit, v.window_seconds) for k, v in windows.items() if v} == {
+        "thirty": ("SECOND", 30),
+        "five_min": ("MINUTE", 300),
+        "one": ("HOUR", 3600),
+    }
+    # algorithm: fixed_window unless sliding_window is asked for.
+    sliding = {k: root.defaults[k].limit for k in ("slide", "fixed", "one")}
+    assert {k: v.sliding for k, v in sliding.items() if v} == {
+        "slide": True,
+        "fixed": False,
+        "one": False,
+    }
 
 
 @pytest.mark.parametrize(
@@ -134,6 +158,41 @@ def test_loads_the_reference_format(tmp_path: Path) -> None:
             4,
             "descriptors[0].quota_mode",
             "quota_mode is not supported",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: day, "
+            "requests_per_unit: 1, unit_multiplier: 366}\n",
+            4,
+            "descriptors[0].rate_limit.unit_multiplier",
+            "a window of 366 days is longer than 365 days; at most 365 are allowed",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, "
+            "requests_per_unit: 1, unit_multiplier: 0}\n",
+            4,
+            "descriptors[0].rate_limit.unit_multiplier",
+            "must be an integer from 1 to 31536000, got 0",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: minute, "
+            "requests_per_unit: 1, unit_multiplier: '5'}\n",
+            4,
+            "descriptors[0].rate_limit.unit_multiplier",
+            "must be an integer from 1 to 525600",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unlimited: true, "
+            "unit_multiplier: 2}\n",
+            4,
+            "descriptors[0].rate_limit.unit_multiplier",
+            "should not specify unit_multiplier when unlimited",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: minute, "
+            "requests_per_unit: 1, algorithm: leaky_bucket}\n",
+            4,
+            "descriptors[0].rate_limit.algorithm",
+            "must be fixed_window or sliding_window, got 'leaky_bucket'",
         ),
         ("domain: d\ndescriptors: [\n", None, None, "invalid YAML"),
     ],

@@ -57,6 +57,12 @@ descriptors:
       unit: minute
       requests_per_unit: 2
       replaces: [{name: banned_limit}]
+  - key: thirty
+    rate_limit: {unit: second, unit_multiplier: 30, requests_per_unit: 5}
+  - key: five_min
+    rate_limit: {unit: minute, unit_multiplier: 5, requests_per_unit: 2}
+  - key: sliding
+    rate_limit: {unit: minute, requests_per_unit: 4, algorithm: sliding_window}
 """
 
 
@@ -262,8 +268,9 @@ async def test_every_key_has_a_ttl_ending_with_its_window(svc: Harness, redis: R
     await svc.call(request("api", [("client", "ivy")], [("route", "checkout")]))
     await svc.call(request("api", [("shadow", "s")], hits=2))
     await svc.call(request("api", [("override", "o")]))
+    await svc.call(request("api", [("five_min", "f")]))
     keys = redis.command("--scan").split()
-    assert len(keys) == 4
+    assert len(keys) == 5
     windows = set()
     for key in keys:
         match = re.search(r"\}:(\d+):(\d+):", key)
@@ -275,7 +282,40 @@ async def test_every_key_has_a_ttl_ending_with_its_window(svc: Harness, redis: R
         expected_ms = (start + window - T0) * 1000
         assert expected_ms - elapsed_ms - 1 <= ttl_ms <= expected_ms, (key, ttl_ms, expected_ms)
         assert key.startswith("rl:{")
-    assert windows == {60, 3600}
+    assert windows == {60, 300, 3600}
+
+
+async def test_multi_unit_window_headers_and_reset_across_its_edge(
+    svc: Harness, clock: FakeClock
+) -> None:
+    """A 30-second window (unit second, unit_multiplier 30) is aligned to
+    multiples of 30 s: T0 is 10 s into one, so it resets in 20 s, and the
+    headers name the real window, not the unit."""
+    thirty = request("api", [("thirty", "t")])
+    for expected in (4, 3, 2, 1, 0):
+        resp = await svc.call(thirty)
+        assert statuses(resp) == [(OK, expected)]
+    assert headers_of(resp) == {
+        "x-ratelimit-limit": "5, 5;w=30",
+        "x-ratelimit-remaining": "0",
+        "x-ratelimit-reset": "20",
+    }
+    assert resp.statuses[0].duration_until_reset.seconds == 20
+    clock.advance(19.9)
+    denied = await svc.call(thirty)
+    assert denied.overall_code == OVER
+    assert headers_of(denied)["x-ratelimit-reset"] == "1"
+    clock.advance(0.2)  # the 30-second window turned: full again, a whole window to go
+    resp = await svc.call(thirty)
+    assert statuses(resp) == [(OK, 4)]
+    assert headers_of(resp)["x-ratelimit-reset"] == "30"
+    # Five minutes: T0 is 10 s into a 300-second window.
+    both = await svc.call(request("api", [("five_min", "m")], [("client", "m")]))
+    assert headers_of(both) == {
+        "x-ratelimit-limit": "2, 2;w=300, 5;w=60",
+        "x-ratelimit-remaining": "1",
+        "x-ratelimit-reset": "270",
+    }
 
 
 @pytest.mark.parametrize("local_cache", [True], ids=["local-cache"])
@@ -320,3 +360,33 @@ async def _concurrent_calls(svc: Harness) -> None:
     assert sent == 200
     # Script calls queued while others were out went to Redis together.
     assert written < sent
+
+
+async def test_sliding_window_weighs_the_previous_window_in(
+    svc: Harness, clock: FakeClock, redis: RedisServer
+) -> None:
+    """4 a minute, sliding: the previous minute's count weighs in by the part
+    of it the last 60 s still cover (rounded up), so the turn of the minute
+    frees nothing at once; remaining is what the next request may take, and
+    the reset is when the bucket is full again: the end of the next minute."""
+    sliding = request("api", [("sliding", "s")])
+    for expected in (3, 2, 1, 0):
+        resp = await svc.call(sliding)
+        assert statuses(resp) == [(OK, expected)]
+    assert headers_of(resp) == {
+        "x-ratelimit-limit": "4, 4;w=60",
+        "x-ratelimit-remaining": "0",
+        "x-ratelimit-reset": "110",
+    }
+    [key] = [k for k in redis.command("--scan").split() if ":60s:" in k]
+    # The counter outlives its minute: it is the next minute's previous count.
+    assert 109_000 <= int(redis.command("pttl", key)) <= 110_000
+    clock.advance(50)  # the minute turned: the previous 4 still weigh 4
+    assert statuses(await svc.call(sliding)) == [(OVER, 0)]
+    clock.advance(15)  # a quarter in: ceil(4 * 3/4) = 3 seen, one more fits
+    assert statuses(await svc.call(sliding)) == [(OK, 0)]
+    assert statuses(await svc.call(sliding)) == [(OVER, 0)]
+    clock.advance(15)  # halfway: ceil(4 * 1/2) + 1 = 3 seen, one more fits
+    resp = await svc.call(sliding)
+    assert statuses(resp) == [(OK, 0)]
+    assert headers_of(resp)["x-ratelimit-reset"] == "90"
