@@ -118,6 +118,13 @@ def listener(
         "statPrefix": "gateway",
         # Host headers carry ports; virtual hosts name bare hostnames.
         "stripAnyHostPort": True,
+        # Route matching, RBAC path rules and ext_authz all see the normalized
+        # path, so `/a/../admin`, `%2e%2e` or `//admin` cannot slip past a rule
+        # written for `/admin`; an escaped slash is unescaped by a redirect so
+        # the client and Envoy agree on the path.
+        "normalizePath": True,
+        "mergeSlashes": True,
+        "pathWithEscapedSlashesAction": "UNESCAPE_AND_REDIRECT",
         "rds": {
             "routeConfigName": ROUTE_CONFIG_NAME,
             "configSource": {"ads": {}, "resourceApiVersion": "V3"},

@@ -13,7 +13,7 @@ config read. ``mode: DISABLED`` renders routes that skip ext_authz.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -44,8 +44,64 @@ class ExternalAuthorization(ApiModel):
     include_request_headers_in_check: list[str] | None = None
 
 
+_CLAIM = r"^[A-Za-z0-9_.:-]{1,128}$"
+_METHOD = r"^(GET|HEAD|POST|PUT|DELETE|PATCH|OPTIONS|CONNECT|TRACE)$"
+
+
+class LocalJwtMatch(ApiModel):
+    """Claims a verified token must carry; every given one must match exactly."""
+
+    iss: str | None = Field(default=None, min_length=1, max_length=512)
+    sub: str | None = Field(default=None, min_length=1, max_length=512)
+    other: dict[str, str] | None = Field(
+        default=None,
+        max_length=16,
+        description="Further claims, name -> exact string value (names: [A-Za-z0-9_.:-]).",
+    )
+
+
+class LocalJwtSource(ApiModel):
+    jwt: LocalJwtMatch
+
+
+class LocalJwtTarget(ApiModel):
+    # Paths are matched after Envoy's normalization, so only absolute paths
+    # make sense; ``/x/*`` is a prefix, anything else exact.
+    paths: list[str] | None = Field(default=None, max_length=64)
+    methods: list[str] | None = Field(default=None, max_length=9)
+
+
+class LocalJwtRule(ApiModel):
+    """Allow when any ``from`` entry matches AND any ``to`` entry matches."""
+
+    from_: list[LocalJwtSource] = Field(alias="from", min_length=1, max_length=32)
+    to: list[LocalJwtTarget] | None = Field(default=None, max_length=32)
+
+
+class LocalJwks(ApiModel):
+    value: str | None = Field(default=None, max_length=65536)
+    uri: str | None = Field(default=None, max_length=2048)
+
+
+class LocalJwtKeys(ApiModel):
+    """The keys tokens must verify with: an inline JWKS, a PEM public key, or a
+    remote JWKS the proxy fetches itself (no key material passes through us)."""
+
+    jwks: LocalJwks | None = None
+    pem: str | None = Field(default=None, max_length=65536)
+
+
+class LocalAuthorization(ApiModel):
+    rules: list[LocalJwtRule] = Field(min_length=1, max_length=64)
+    keys: LocalJwtKeys
+    clock_skew: int = Field(
+        default=0, ge=0, le=300, description="Seconds of exp/nbf leeway (default 0)."
+    )
+
+
 class HttpAuthorization(ApiModel):
     external: ExternalAuthorization | None = None
+    local: LocalAuthorization | None = None
 
 
 class AuthorizationSettings(ApiModel):
@@ -76,6 +132,9 @@ class SecuritySettingBehaviour(Behaviour):
                 fqnmod.validate_name(
                     external["policy"], f"{prefix}.authorization.http.external.policy"
                 )
+        local = (authz.get("http") or {}).get("local")
+        if local is not None:
+            _validate_local(f"{prefix}.authorization.http.local", local)
         accounts = authz.get("serviceAccounts")
         field = f"{prefix}.authorization.serviceAccounts"
         if authz.get("mode") == "CUSTOM":
@@ -93,6 +152,41 @@ class SecuritySettingBehaviour(Behaviour):
             if account in seen:
                 raise invalid(f"{field}[{i}]", f"{account!r} is listed twice")
             seen.add(account)
+
+
+def _validate_local(field: str, local: dict[str, Any]) -> None:
+    """What pydantic's shapes cannot say: one key source, sane names and paths.
+
+    Checked here rather than coerced later so a bad rule is a 400 naming the
+    field, never a rule that silently matches nothing (or everything)."""
+    keys = local.get("keys") or {}
+    jwks = keys.get("jwks") or {}
+    sources = [k for k in ("value", "uri") if jwks.get(k) is not None]
+    if keys.get("pem") is not None:
+        sources.append("pem")
+    if len(sources) != 1:
+        raise invalid(f"{field}.keys", "give exactly one of jwks.value, jwks.uri or pem")
+    uri = jwks.get("uri")
+    if uri is not None and not re.match(r"^https?://[^/\s]+(/\S*)?$", uri):
+        raise invalid(f"{field}.keys.jwks.uri", f"{uri!r} is not an http(s) URL")
+    rules = local.get("rules") or []
+    for i, rule in enumerate(rules):
+        for j, source in enumerate(rule.get("from") or []):
+            jwt = source.get("jwt") or {}
+            where = f"{field}.rules[{i}].from[{j}].jwt"
+            if not any(jwt.get(k) for k in ("iss", "sub", "other")):
+                raise invalid(where, "needs at least one of iss, sub, other")
+            for name in jwt.get("other") or {}:
+                if not re.match(_CLAIM, name):
+                    raise invalid(f"{where}.other", f"{name!r} is not a claim name")
+        for j, target in enumerate(rule.get("to") or []):
+            where = f"{field}.rules[{i}].to[{j}]"
+            for k, path in enumerate(target.get("paths") or []):
+                if not path.startswith("/") or len(path) > 1024:
+                    raise invalid(f"{where}.paths[{k}]", f"{path!r} must start with /")
+            for k, method in enumerate(target.get("methods") or []):
+                if not re.match(_METHOD, method):
+                    raise invalid(f"{where}.methods[{k}]", f"{method!r} is not an HTTP method")
 
 
 KIND = KindDef(Kind.SECURITY_SETTING, SecuritySetting, behaviour=SecuritySettingBehaviour())

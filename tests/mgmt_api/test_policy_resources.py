@@ -242,6 +242,29 @@ def test_security_setting_and_extauthz_policy(admin: httpx.Client, group: str) -
     assert policy["jwt"]["algorithms"] == ["HS256"]
 
 
+LOCAL_RULES: list[dict[str, Any]] = [
+    {
+        "from": [{"jwt": {"iss": "https://idp", "sub": "alice", "other": {"team": "ops"}}}],
+        "to": [{"paths": ["/admin/*"], "methods": ["GET", "POST"]}],
+    }
+]
+
+
+def _local(**overrides: Any) -> dict[str, Any]:
+    """A SecuritySetting with local JWT rules, with some keys of ``local`` replaced."""
+    local = {"rules": LOCAL_RULES, "keys": {"jwks": {"uri": "https://idp/jwks"}}, **overrides}
+    return {"authorization": {"http": {"local": local}}}
+
+
+def test_local_jwt_rules_round_trip(admin: httpx.Client, group: str) -> None:
+    """Local rules in the reference's shape are stored and read back as given."""
+    setting = _local(clockSkew=30)
+    created = ok(admin.post(f"{group}/settings", json={"name": "l", "securitySetting": setting}))
+    local = created["authorization"]["http"]["local"]
+    assert local["rules"] == LOCAL_RULES
+    assert local["clockSkew"] == 30
+
+
 def test_custom_mode_is_an_explicit_service_account_list(admin: httpx.Client, group: str) -> None:
     """Reference: ``CUSTOM`` = explicit ``serviceAccounts`` (``ns/sa``, ``ns/*``, ``./*``);
     it needs no ext_authz server, and may have one."""
@@ -294,6 +317,28 @@ def test_custom_mode_is_an_explicit_service_account_list(admin: httpx.Client, gr
             "securitySetting.authorization.serviceAccounts",
         ),
         ({"authorization": {"mode": "SOMETIMES"}}, "securitySetting.authorization.mode"),
+        (
+            _local(keys={"jwks": {"value": "{}", "uri": "https://idp/jwks"}}),
+            "securitySetting.authorization.http.local.keys",
+        ),
+        (
+            _local(keys={"jwks": {"uri": "file:///etc/jwks"}}),
+            "securitySetting.authorization.http.local.keys.jwks.uri",
+        ),
+        (
+            _local(rules=[{"from": [{"jwt": {}}]}]),
+            "securitySetting.authorization.http.local.rules[0].from[0].jwt",
+        ),
+        (
+            _local(rules=[{"from": [{"jwt": {"iss": "i"}}], "to": [{"paths": ["admin"]}]}]),
+            "securitySetting.authorization.http.local.rules[0].to[0].paths[0]",
+        ),
+        (
+            _local(rules=[{"from": [{"jwt": {"iss": "i"}}], "to": [{"methods": ["get"]}]}]),
+            "securitySetting.authorization.http.local.rules[0].to[0].methods[0]",
+        ),
+        (_local(clockSkew=3600), "securitySetting.authorization.http.local.clockSkew"),
+        (_local(clockSkew="30"), "securitySetting.authorization.http.local.clockSkew"),
     ],
 )
 def test_security_setting_rejections(
