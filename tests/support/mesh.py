@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from meshctl import sidecar as sidecar_cli
 from meshplane import sidecar_contract as sc
 from tests.support.envoy import EnvoyProcess
 from tests.support.gateway import CLUSTER, ORG, GatewayStack
@@ -70,11 +71,20 @@ class Workload:
         self.stack = stack
 
     def start(self) -> Workload:
-        doc = sc.bootstrap(
-            self.node,
+        # What `meshctl sidecar bootstrap` prints, from the cluster's credentials.
+        node = self.node
+        doc = sidecar_cli.render(
+            cluster=node.node_cluster,
+            credentials=self.stack.credentials,
             ads=f"grpc://127.0.0.1:{self.stack.attach.grpc_port}",
-            token=self.stack.gateway_token(),
-            admin=("127.0.0.1", 0),
+            namespace=node.namespace,
+            service_account=node.service_account,
+            service=node.service,
+            app_port=node.app_port,
+            node_id=node.instance,
+            inbound=f"{node.inbound_host}:{node.inbound_port}",
+            outbound_port=node.outbound_port,
+            admin=f"127.0.0.1:{free_port()}",
         )
         self.envoy = EnvoyProcess(doc, directory=self.stack.tmp / self.node.instance).start()
         return self
