@@ -30,6 +30,7 @@ from meshctl import diag as diag_mod
 from meshctl import gateway as gateway_mod
 from meshctl import login as login_mod
 from meshctl import proxy as proxy_mod
+from meshctl import sidecar as sidecar_mod
 from meshctl import status as status_mod
 from meshctl.client import ApiClient
 from meshctl.config import Profile, load_config
@@ -74,6 +75,7 @@ app.add_typer(clusters_app, name="clusters")
 app.add_typer(approvals_mod.app, name="approvals")
 app.add_typer(diag_mod.app, name="diag")
 app.add_typer(gateway_mod.app, name="gateway")
+app.add_typer(sidecar_mod.app, name="sidecar")
 app.add_typer(proxy_mod.app, name="proxy")
 
 

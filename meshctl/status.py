@@ -32,9 +32,10 @@ from meshctl.ops import list_objects, refine
 from meshctl.output import age, table
 from meshplane.distribution_contract import SERVICE_KINDS
 from meshplane.gateway_contract import GATEWAY_KIND
+from meshplane.sidecar_contract import SIDECAR_KIND
 
 #: The instance kinds a cluster's status lists (the contracts own the words).
-INSTANCE_KINDS: tuple[str, ...] = (GATEWAY_KIND, *SERVICE_KINDS)
+INSTANCE_KINDS: tuple[str, ...] = (GATEWAY_KIND, SIDECAR_KIND, *SERVICE_KINDS)
 UNHEALTHY = 7  # exit code: an instance NACKs, is stale or gone, or nothing compiles
 FORMATS = ("table", "yaml", "json")
 HEADERS = ("CLUSTER", "KIND", "INSTANCE", "STATE", "APPLIED", "WANTED", "LAST CONTACT", "ERROR")

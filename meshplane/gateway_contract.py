@@ -34,7 +34,7 @@ import ipaddress
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import yaml
@@ -62,6 +62,16 @@ DEFAULT_GATEWAY_NAME = "gateway"
 DEFAULT_RATELIMIT_SERVICE = "grpc://ratelimit:8081"
 DEFAULT_ADMIN = ("127.0.0.1", 9901)
 _TYPE = "type.googleapis.com/"
+
+
+class BootNode(Protocol):
+    """What a bootstrap needs of a node: gateways and sidecars (meshplane.sidecar_contract)."""
+
+    @property
+    def instance(self) -> str: ...
+    @property
+    def node_cluster(self) -> str: ...
+    def metadata(self) -> dict[str, Any]: ...
 
 
 class NodeError(ValueError):
@@ -229,7 +239,7 @@ def xds_cluster(
 
 
 def bootstrap(
-    node: GatewayNode,
+    node: BootNode,
     *,
     ads: str,
     token: str,

@@ -62,10 +62,13 @@ from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 from google.protobuf import any_pb2, json_format
 from google.protobuf.message import Message
 
+from meshplane import sidecar_contract
 from meshplane.distribution_contract import NodeIdentity
 from meshplane.gateway_contract import GATEWAY_KIND, GatewayNode, NodeError, parse_node
+from meshplane.sidecar_contract import SIDECAR_KIND, SidecarNode
 from mgmt_api.compiler import gateway_xds
 from mgmt_api.distribution.feed import ChangeFeed, SharedBuilds
+from mgmt_api.distribution.sidecar_ads import SidecarStreams
 from mgmt_api.distribution.streams import (
     Admitted,
     StillAdmitted,
@@ -75,6 +78,7 @@ from mgmt_api.distribution.streams import (
 )
 from mgmt_api.service.enforcement import UnknownCluster
 from mgmt_api.service.instances import SubscriberRegistry
+from mgmt_api.service.sidecars import DirectoryFull
 
 log = logging.getLogger(__name__)
 
@@ -115,12 +119,15 @@ class _Compiled:
 
 
 def compile_for(inp: gateway_xds.GatewayInput, node: GatewayNode) -> _Compiled:
-    compiled = gateway_xds.compile_gateway(inp, node)
+    return packed(inp.version(), gateway_xds.compile_gateway(inp, node))
+
+
+def packed(version: str, compiled: gateway_xds.GatewayResources) -> _Compiled:
     resources = {
         type_url: [(r["name"], pack(type_url, r)) for r in items]
         for type_url, items in compiled.by_type().items()
     }
-    return _Compiled(inp.version(), resources, compiled.warnings)
+    return _Compiled(version, resources, compiled.warnings)
 
 
 @dataclass
@@ -128,7 +135,7 @@ class _Stream:
     """What one gateway has been sent and has accepted, per type."""
 
     identity: NodeIdentity
-    node: GatewayNode
+    node: GatewayNode | SidecarNode
     subscribed: dict[str, tuple[str, ...]] = field(default_factory=dict)  # type → names
     sent: dict[str, tuple[str, str]] = field(default_factory=dict)  # type → (nonce, version)
     acked: dict[str, str] = field(default_factory=dict)  # type → version
@@ -152,8 +159,11 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
         still_admitted: StillAdmitted | None = None,
         clock: Callable[[], float] = time.time,
         heartbeat: float = 30.0,
+        sidecars: SidecarStreams | None = None,
     ) -> None:
+        """``sidecars``: serve sidecar nodes too (docs/mesh.md); without, they are refused."""
         self._authenticate = authenticate
+        self._sidecars = sidecars
         self._plane = StreamPlane(feed, registry, still_admitted, clock, heartbeat)
         self._nonces = itertools.count(1)
         self._builds: SharedBuilds[tuple[str, str], gateway_xds.GatewayInput] = SharedBuilds(
@@ -164,13 +174,20 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
         self,
         first: discovery_pb2.DiscoveryRequest,
         context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
-    ) -> tuple[GatewayNode, NodeIdentity, str]:
+    ) -> tuple[GatewayNode | SidecarNode, NodeIdentity, str]:
         metadata = json_format.MessageToDict(first.node.metadata)
+        node: GatewayNode | SidecarNode
         try:
-            node = parse_node(first.node.id, first.node.cluster, metadata)
+            if sidecar_contract.is_sidecar(metadata):
+                if self._sidecars is None:
+                    raise NodeError("this ADS server does not serve sidecars")
+                node = sidecar_contract.parse_node(first.node.id, first.node.cluster, metadata)
+            else:
+                node = parse_node(first.node.id, first.node.cluster, metadata)
         except NodeError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        identity = NodeIdentity(GATEWAY_KIND, node.organization, node.cluster, node.instance)
+        kind = SIDECAR_KIND if isinstance(node, SidecarNode) else GATEWAY_KIND
+        identity = NodeIdentity(kind, node.organization, node.cluster, node.instance)
         grant = await admit_bearer(context, lambda token: self._authenticate(token, identity))
         return node, identity, grant
 
@@ -246,19 +263,36 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
             return
         node, identity, grant = await self._admit(first, context)
         stream = _Stream(identity, node)
+        plane = self._plane
+        build: Callable[[int], Awaitable[_Compiled | None]]
+        handle = 0
+        if isinstance(node, SidecarNode):
+            assert self._sidecars is not None  # _admit refuses sidecars otherwise
+            plane = self._sidecars.plane
+            build = functools.partial(self._compile_sidecar, node)
+            try:
+                handle = self._sidecars.directory.join(node)
+            except DirectoryFull as exc:
+                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
+        else:
+            build = functools.partial(self._compile, node)
         responses = follow(
-            self._plane,
+            plane,
             Admitted(identity, grant, context),
             requests,
             version="",
-            build=lambda revision: self._compile(node, revision),
+            build=build,
             on_build=functools.partial(self._built, stream),
             on_request=functools.partial(self._requested, stream),
             queued=(first,),
         )
-        async with contextlib.aclosing(responses):
-            async for response in responses:
-                yield response
+        try:
+            async with contextlib.aclosing(responses):
+                async for response in responses:
+                    yield response
+        finally:
+            if isinstance(node, SidecarNode) and self._sidecars is not None:
+                self._sidecars.directory.leave(node, handle)
 
     def _built(
         self, stream: _Stream, latest: _Compiled | None
@@ -287,6 +321,11 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
         assert stream.compiled is not None  # requests wait for the first build
         response = self._answer(stream, stream.compiled, request)
         return () if response is None else (response,)
+
+    async def _compile_sidecar(self, node: SidecarNode, revision: int) -> _Compiled | None:
+        assert self._sidecars is not None
+        compiled = await self._sidecars.compile(node, revision)
+        return None if compiled is None else packed(*compiled)
 
     async def _compile(self, node: GatewayNode, revision: int) -> _Compiled | None:
         """This gateway's resources at ``revision``; None when they cannot be compiled.

@@ -49,9 +49,11 @@ from meshplane.proto.distribution.v1 import distribution_pb2_grpc as pb_grpc
 from meshplane.tls import ListenerTlsFiles, grpcio_credentials, tls_files_from
 from mgmt_api.auth import tokens
 from mgmt_api.compiler.gateway_xds import GatewayInput
+from mgmt_api.compiler.sidecar_xds import SidecarInput
 from mgmt_api.distribution.ads import AggregatedDiscoveryServicer
 from mgmt_api.distribution.feed import ChangeFeed
 from mgmt_api.distribution.server import DistributionServicer
+from mgmt_api.distribution.sidecar_ads import SidecarStreams
 from mgmt_api.service.enforcement import EnforcementService, Snapshot
 from mgmt_api.service.instances import SubscriberRegistry
 from mgmt_api.service.stream_auth import Revocation, StreamAuth
@@ -141,6 +143,24 @@ class Distribution:
     async def _build_gateway(self, key: tuple[str, str]) -> GatewayInput:
         return await self.enforcement.gateway_async(*key)
 
+    async def _build_sidecar(self, key: tuple[str, str]) -> SidecarInput:
+        return await self.enforcement.sidecar_async(*key)
+
+    def _sidecar_streams(self, feed: ChangeFeed) -> SidecarStreams | None:
+        """The sidecar half of ADS, when the enforcement service has a sidecar directory."""
+        if self.enforcement.sidecars is None:
+            return None
+        sidecars = SidecarStreams(
+            self._build_sidecar,
+            self.enforcement.sidecars,
+            feed,
+            self.registry,
+            heartbeat=REVALIDATE_SECONDS,
+            still_admitted=self._still_admitted,
+        )
+        self._tasks.append(sidecars.start())
+        return sidecars
+
     async def _still_admitted(self, key_id: str, node: NodeIdentity) -> Revocation | None:
         return await self.stream_auth.still_admitted_async(key_id, node.organization, node.cluster)
 
@@ -167,6 +187,7 @@ class Distribution:
             self.registry,
             heartbeat=REVALIDATE_SECONDS,
             still_admitted=self._still_admitted,
+            sidecars=self._sidecar_streams(feed),
         )
         ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(gateways, server)
         for add in self.servicers:

@@ -32,6 +32,7 @@ from mgmt_api.service.proxytools import ProxyTools
 from mgmt_api.service.replicas import ReplicaPeers
 from mgmt_api.service.resources import ResourceService
 from mgmt_api.service.service_accounts import ServiceAccountService
+from mgmt_api.service.sidecars import SidecarDirectory
 from mgmt_api.service.status import StatusService
 from mgmt_api.service.stream_auth import StreamAuth
 from mgmt_api.service.tunnel_hub import TunnelHub
@@ -80,17 +81,18 @@ class Services:
             grpc_listen=settings.grpc_listen,
             grpc_tls=settings.grpc_tls_cert is not None,
         )
-        registry = proxytools = None
+        registry = proxytools = sidecars = None
         if settings.grpc_listen:
             stale_after = parse_duration(
                 settings.distribution_stale_after, "MESHPLANE_DISTRIBUTION_STALE_AFTER"
             )
             registry = SubscriberRegistry(stale_after=stale_after)
+            sidecars = SidecarDirectory()
             timeout = parse_duration(settings.proxytools_timeout, "MESHPLANE_PROXYTOOLS_TIMEOUT")
             proxytools = ProxyTools(uow, TunnelHub(), timeout)
             if settings.replica_secret and settings.replica_address:
                 proxytools.peers = _peers(uow, proxytools.hub, settings)
-        enforcement = EnforcementService(uow)
+        enforcement = EnforcementService(uow, sidecars)
         return cls(
             settings=settings,
             uow=uow,

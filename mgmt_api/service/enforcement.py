@@ -37,10 +37,11 @@ from sqlalchemy.engine import Connection
 from extauthz import contract as extauthz_contract
 from meshplane.gateway_contract import GATEWAY_KIND, GatewayNode
 from meshplane.kinds_contract import Kind
+from meshplane.sidecar_contract import SIDECAR_KIND
 from mgmt_api import access
 from mgmt_api import fqn as fqnmod
 from mgmt_api.access import CallContext
-from mgmt_api.compiler import envoy_config, gateway_xds
+from mgmt_api.compiler import envoy_config, gateway_xds, sidecar_xds
 from mgmt_api.compiler import extauthz as extauthz_compiler
 from mgmt_api.compiler.http_route import Backend, HTTPRoute
 from mgmt_api.compiler.identity_limits import ClaimLimits, compile_claim_limits
@@ -50,6 +51,7 @@ from mgmt_api.domain import rbac
 from mgmt_api.domain.uris import check_grpc_uri
 from mgmt_api.errors import not_found
 from mgmt_api.kinds.security_setting import AuthorizationSettings, SecuritySetting
+from mgmt_api.service.sidecars import SidecarDirectory
 from mgmt_api.store import repo
 from mgmt_api.store.uow import UnitOfWork
 from ratelimit import contract as ratelimit_contract
@@ -320,13 +322,16 @@ class UnknownCluster(LookupError):
 class EnforcementService:
     """Compiles what clusters must enforce; every reader of the read model goes through it."""
 
-    def __init__(self, uow: UnitOfWork) -> None:
+    def __init__(self, uow: UnitOfWork, sidecars: SidecarDirectory | None = None) -> None:
         self.uow = uow
+        self.sidecars = sidecars
         # kind → (organization, cluster) → the version its instances should run.
         self._versions: dict[str, Callable[[str, str], str]] = {
             **{kind: functools.partial(self._snapshot_version, kind) for kind in SNAPSHOTS},
             GATEWAY_KIND: self._gateway_version,
         }
+        if sidecars is not None:  # sidecars are served where the ADS server runs
+            self._versions[SIDECAR_KIND] = self._sidecar_version
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -371,6 +376,21 @@ class EnforcementService:
             tuple(policies.http_routes()),
             tuple(policies.backends()),
         )
+
+    def _sidecar_version(self, organization: str, cluster: str) -> str:
+        return self.sidecar(organization, cluster).version()
+
+    def sidecar(self, organization: str, cluster: str) -> sidecar_xds.SidecarInput:
+        """What the cluster's sidecar Envoys are configured from (ADS)."""
+        with self.uow.read() as conn:
+            policies = read_cluster(conn, organization, cluster)
+        if policies is None:
+            raise UnknownCluster(fqnmod.cluster_fqn(organization, cluster))
+        endpoints = self.sidecars.endpoints(organization, cluster) if self.sidecars else ()
+        return sidecar_xds.SidecarInput(cluster, endpoints)
+
+    async def sidecar_async(self, organization: str, cluster: str) -> sidecar_xds.SidecarInput:
+        return await asyncio.to_thread(self.sidecar, organization, cluster)
 
     async def gateway_async(self, organization: str, cluster: str) -> gateway_xds.GatewayInput:
         return await asyncio.to_thread(self.gateway, organization, cluster)

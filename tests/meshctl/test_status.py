@@ -113,7 +113,7 @@ def test_every_cluster_of_the_organization_and_a_cluster_without_instances(
 
 
 def test_usage_errors_name_what_is_missing(ctl: Meshctl) -> None:
-    assert "--kind must be one of gateway, ratelimit, extauthz" in ctl.fails(
+    assert "--kind must be one of gateway, sidecar, ratelimit, extauthz" in ctl.fails(
         2, "status", "--cluster", TARGET, "--kind", "proxy"
     )
     assert "--cluster must be ORG/CLUSTER" in ctl.fails(2, "status", "--cluster", "a/b/c")

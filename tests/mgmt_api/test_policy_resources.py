@@ -458,7 +458,7 @@ def test_traffic_policy_needs_create_permission(
 def test_cluster_status_lists_desired_versions(admin: httpx.Client, cluster: str) -> None:
     status = ok(admin.get(f"{cluster}/status"))
     assert status["cluster"] == cluster.removeprefix("/v2/")
-    assert set(status["desiredVersions"]) == {"ratelimit", "extauthz", "gateway"}
+    assert set(status["desiredVersions"]) == {"ratelimit", "extauthz", "gateway", "sidecar"}
     assert status["instances"] == []
     before = status["desiredVersions"]["ratelimit"]
     ok(

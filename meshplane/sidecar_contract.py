@@ -1,0 +1,149 @@
+"""A workload sidecar's contract with the management plane's ADS server, and its bootstrap.
+
+A sidecar is an Envoy beside one workload. It boots, like a gateway, from a
+minimal bootstrap (:func:`bootstrap`: node, admin, the ADS cluster) and takes
+everything else from mgmt-api's ADS server on the policy stream's gRPC port.
+What makes the node a sidecar is :data:`SIDECAR_KEY` in ``node.metadata``:
+
+- ``namespace``, ``serviceAccount``: the workload's identity;
+- ``service``: the service name other sidecars route to (``SERVICE.NAMESPACE``);
+- ``appPort``: where the app listens on loopback (the inbound listener's target);
+- ``inbound``: ``{address, port}`` the sidecar accepts calls on; it is also the
+  endpoint other sidecars reach this instance at, so it must be routable from
+  them (the pod IP, or 127.0.0.1 when everything runs on one host);
+- ``outboundPort``: the loopback port the app sends its outbound calls to.
+
+``node.cluster`` is ``ORGANIZATION/CLUSTER`` and ``node.id`` the instance, as
+for gateways, and the sidecar authenticates the same way: a bearer token with
+the :data:`~meshplane.gateway_contract.XDS_AUDIENCE` audience signed with the
+cluster's agent key (docs/mesh.md says why no per-workload credential yet).
+
+Nothing here imports a server package.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from meshplane import gateway_contract
+from meshplane.gateway_contract import NodeError
+
+#: The ``kind`` sidecars show with in the cluster status.
+SIDECAR_KIND = "sidecar"
+#: The node.metadata key that makes a node a sidecar.
+SIDECAR_KEY = "meshplane.sidecar"
+DEFAULT_OUTBOUND_PORT = 15001
+DEFAULT_INBOUND_PORT = 15006
+DEFAULT_ADMIN = ("127.0.0.1", 15000)
+
+# DNS-1123 labels: namespaces, service accounts, services.
+_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+@dataclass(frozen=True)
+class SidecarNode:
+    """One sidecar Envoy, as its bootstrap's ``node`` describes it."""
+
+    organization: str
+    cluster: str
+    instance: str
+    namespace: str
+    service_account: str
+    service: str
+    app_port: int
+    inbound_host: str = "127.0.0.1"
+    inbound_port: int = DEFAULT_INBOUND_PORT
+    outbound_port: int = DEFAULT_OUTBOUND_PORT
+
+    @property
+    def node_cluster(self) -> str:
+        return f"{self.organization}/{self.cluster}"
+
+    def metadata(self) -> dict[str, Any]:
+        return {
+            SIDECAR_KEY: {
+                "namespace": self.namespace,
+                "serviceAccount": self.service_account,
+                "service": self.service,
+                "appPort": self.app_port,
+                "inbound": {"address": self.inbound_host, "port": self.inbound_port},
+                "outboundPort": self.outbound_port,
+            }
+        }
+
+
+def is_sidecar(metadata: Mapping[str, Any]) -> bool:
+    """Whether an Envoy node's metadata (as a dict) announces a sidecar."""
+    return SIDECAR_KEY in metadata
+
+
+def _port(value: Any, what: str) -> int:
+    if isinstance(value, float) and value.is_integer():  # protobuf Struct numbers are doubles
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 < value < 65536:
+        raise NodeError(f"node.metadata[{SIDECAR_KEY!r}].{what} must be a port 1-65535")
+    return value
+
+
+def _label(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not _LABEL.match(value):
+        raise NodeError(
+            f"node.metadata[{SIDECAR_KEY!r}].{what} must be a DNS-1123 label, not {value!r}"
+        )
+    return value
+
+
+def parse_node(node_id: str, node_cluster: str, metadata: Mapping[str, Any]) -> SidecarNode:
+    """The :class:`SidecarNode` of an Envoy ``Node``; :class:`NodeError` names the bad field."""
+    base = gateway_contract.parse_node(node_id, node_cluster, {})
+    meta = metadata.get(SIDECAR_KEY)
+    if not isinstance(meta, Mapping):
+        raise NodeError(f"node.metadata[{SIDECAR_KEY!r}] must be an object")
+    inbound = meta.get("inbound", {})
+    if not isinstance(inbound, Mapping):
+        raise NodeError(f"node.metadata[{SIDECAR_KEY!r}].inbound must be {{address, port}}")
+    host = inbound.get("address", "127.0.0.1")
+    try:
+        ipaddress.ip_address(host)
+    except (ValueError, TypeError):
+        raise NodeError(
+            f"node.metadata[{SIDECAR_KEY!r}].inbound.address must be an IP address, not {host!r}"
+        ) from None
+    node = SidecarNode(
+        base.organization,
+        base.cluster,
+        node_id,
+        namespace=_label(meta.get("namespace"), "namespace"),
+        service_account=_label(meta.get("serviceAccount"), "serviceAccount"),
+        service=_label(meta.get("service"), "service"),
+        app_port=_port(meta.get("appPort"), "appPort"),
+        inbound_host=host,
+        inbound_port=_port(inbound.get("port", DEFAULT_INBOUND_PORT), "inbound.port"),
+        outbound_port=_port(meta.get("outboundPort", DEFAULT_OUTBOUND_PORT), "outboundPort"),
+    )
+    ports = {node.app_port, node.inbound_port, node.outbound_port}
+    if len(ports) != 3:
+        raise NodeError(
+            f"node.metadata[{SIDECAR_KEY!r}]: appPort, inbound.port and outboundPort must differ"
+        )
+    return node
+
+
+def bootstrap(
+    node: SidecarNode,
+    *,
+    ads: str,
+    token: str,
+    admin: tuple[str, int] = DEFAULT_ADMIN,
+    ca_file: str | None = None,
+) -> dict[str, Any]:
+    """A sidecar's whole bootstrap: the gateway's shape with the sidecar's node.
+
+    Listeners, routes, clusters and (with workload identity) secrets all come
+    over ADS; the sidecar keeps its last configuration while mgmt-api is away.
+    """
+    return gateway_contract.bootstrap(node, ads=ads, token=token, admin=admin, ca_file=ca_file)

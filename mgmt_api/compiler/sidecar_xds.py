@@ -1,0 +1,204 @@
+"""A workload sidecar's whole Envoy configuration, as the xDS resources of mgmt-api's ADS.
+
+The shape (docs/mesh.md):
+
+- **inbound listener** (``inbound``) on the address the sidecar's node names:
+  an HTTP connection manager whose one route sends everything to the app on
+  loopback (cluster ``inbound/app``). The authorization filters of the
+  workload's namespace go in front of the router (:func:`inbound_http_filters`,
+  the extension point where local JWT rules and tracing plug in);
+- **outbound listener** (``outbound``) on ``127.0.0.1:outboundPort``: ONE local
+  listener, its routes over RDS (``outbound``) so a new service reaches open
+  connections too, with a virtual host per service of the cluster named
+  ``SERVICE.NAMESPACE`` (and ``SERVICE.NAMESPACE.svc.cluster.local``; bare
+  ``SERVICE`` for the sidecar's own namespace). The app calls
+  ``http://127.0.0.1:OUTBOUND/`` with that ``Host``; an unknown name is 404;
+- **clusters**: ``inbound/app`` and one ``outbound/NAMESPACE/SERVICE`` per
+  service, whose endpoints are the inbound addresses of that service's
+  connected sidecars (what their nodes announced). Endpoints are carried in the
+  cluster (STATIC); an instance joining or leaving changes the version, so
+  every sidecar of the cluster gets new clusters.
+
+Pure: no store, no clock. :meth:`SidecarInput.version` is the digest of the
+cluster-wide input; what differs between sidecars is fixed for a stream.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+from meshplane.sidecar_contract import SidecarNode
+from mgmt_api.compiler.gateway_xds import (
+    HCM_FILTER,
+    ROUTER_FILTER,
+    UPSTREAM_CONNECT_TIMEOUT,
+    GatewayResources,
+    JsonDict,
+)
+
+INBOUND_LISTENER = "inbound"
+OUTBOUND_LISTENER = "outbound"
+OUTBOUND_ROUTES = "outbound"
+APP_CLUSTER = "inbound/app"
+_TYPE = "type.googleapis.com/"
+_HCM = _TYPE + "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
+_ROUTER = _TYPE + "envoy.extensions.filters.http.router.v3.Router"
+
+
+@dataclass(frozen=True, order=True)
+class SidecarEndpoint:
+    """One connected sidecar, as the others reach it."""
+
+    namespace: str
+    service: str
+    host: str
+    port: int
+
+
+@dataclass(frozen=True)
+class SidecarInput:
+    """What a cluster's sidecars are configured from."""
+
+    cluster: str
+    endpoints: tuple[SidecarEndpoint, ...] = ()  # sorted
+
+    def version(self) -> str:
+        """Digest of everything cluster-wide a sidecar's resources depend on."""
+        content = {
+            "cluster": self.cluster,
+            "endpoints": [[e.namespace, e.service, e.host, e.port] for e in self.endpoints],
+        }
+        encoded = json.dumps(content, sort_keys=True, separators=(",", ":")).encode()
+        return hashlib.sha256(encoded).hexdigest()[:20]
+
+    def services(self) -> dict[tuple[str, str], list[SidecarEndpoint]]:
+        """(namespace, service) → its endpoints, in order."""
+        out: dict[tuple[str, str], list[SidecarEndpoint]] = {}
+        for endpoint in self.endpoints:
+            out.setdefault((endpoint.namespace, endpoint.service), []).append(endpoint)
+        return out
+
+
+def _socket(host: str, port: int) -> JsonDict:
+    return {"socketAddress": {"address": host, "portValue": port}}
+
+
+def _router() -> JsonDict:
+    return {"name": ROUTER_FILTER, "typedConfig": {"@type": _ROUTER}}
+
+
+def _static_cluster(name: str, endpoints: list[tuple[str, int]]) -> JsonDict:
+    return {
+        "name": name,
+        "type": "STATIC",
+        "connectTimeout": UPSTREAM_CONNECT_TIMEOUT,
+        "loadAssignment": {
+            "clusterName": name,
+            "endpoints": [
+                {"lbEndpoints": [{"endpoint": {"address": _socket(h, p)}} for h, p in endpoints]}
+            ],
+        },
+    }
+
+
+def outbound_cluster_name(namespace: str, service: str) -> str:
+    return f"outbound/{namespace}/{service}"
+
+
+def inbound_http_filters(inp: SidecarInput, node: SidecarNode) -> list[JsonDict]:
+    """The HTTP filters before the router on the inbound listener.
+
+    The extension point for what a workload's SecuritySetting compiles into
+    (authorization, ext_authz, local JWT rules) and for tracing: each appends
+    its filters here, in that order.
+    """
+    del inp, node
+    return []
+
+
+def inbound_listener(inp: SidecarInput, node: SidecarNode) -> JsonDict:
+    """The listener in front of the app (see the module docstring)."""
+    manager = {
+        "@type": _HCM,
+        "statPrefix": "inbound",
+        "routeConfig": {
+            "name": "inbound",
+            "virtualHosts": [
+                {
+                    "name": "app",
+                    "domains": ["*"],
+                    "routes": [{"match": {"prefix": "/"}, "route": {"cluster": APP_CLUSTER}}],
+                }
+            ],
+        },
+        "httpFilters": [*inbound_http_filters(inp, node), _router()],
+    }
+    return {
+        "name": INBOUND_LISTENER,
+        "address": _socket(node.inbound_host, node.inbound_port),
+        "filterChains": [{"filters": [{"name": HCM_FILTER, "typedConfig": manager}]}],
+    }
+
+
+def outbound_listener(node: SidecarNode) -> JsonDict:
+    """The app's one local listener for every outbound call."""
+    manager = {
+        "@type": _HCM,
+        "statPrefix": "outbound",
+        "stripAnyHostPort": True,
+        "rds": {
+            "routeConfigName": OUTBOUND_ROUTES,
+            "configSource": {"ads": {}, "resourceApiVersion": "V3"},
+        },
+        "httpFilters": [_router()],
+    }
+    return {
+        "name": OUTBOUND_LISTENER,
+        "address": _socket("127.0.0.1", node.outbound_port),
+        "filterChains": [{"filters": [{"name": HCM_FILTER, "typedConfig": manager}]}],
+    }
+
+
+def _domains(namespace: str, service: str, node: SidecarNode) -> list[str]:
+    names = [f"{service}.{namespace}", f"{service}.{namespace}.svc.cluster.local"]
+    if namespace == node.namespace:
+        names.append(service)
+    return names
+
+
+def outbound_routes(inp: SidecarInput, node: SidecarNode) -> JsonDict:
+    """A virtual host per service by name; anything else is Envoy's 404."""
+    virtual_hosts = [
+        {
+            "name": f"{service}.{namespace}",
+            "domains": _domains(namespace, service, node),
+            "routes": [
+                {
+                    "match": {"prefix": "/"},
+                    "route": {"cluster": outbound_cluster_name(namespace, service)},
+                }
+            ],
+        }
+        for namespace, service in sorted(inp.services())
+    ]
+    virtual_hosts.append({"name": "unknown", "domains": ["*"], "routes": []})
+    return {"name": OUTBOUND_ROUTES, "virtualHosts": virtual_hosts, "validateClusters": False}
+
+
+def compile_sidecar(inp: SidecarInput, node: SidecarNode) -> GatewayResources:
+    """The listeners, outbound routes and clusters of one sidecar."""
+    clusters = [_static_cluster(APP_CLUSTER, [("127.0.0.1", node.app_port)])]
+    for (namespace, service), endpoints in sorted(inp.services().items()):
+        clusters.append(
+            _static_cluster(
+                outbound_cluster_name(namespace, service), [(e.host, e.port) for e in endpoints]
+            )
+        )
+    return GatewayResources(
+        listeners=(inbound_listener(inp, node), outbound_listener(node)),
+        route_configurations=(outbound_routes(inp, node),),
+        clusters=tuple(clusters),
+        warnings=(),
+    )

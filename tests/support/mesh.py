@@ -1,0 +1,137 @@
+"""A mesh on loopback: workloads (tiny HTTP apps) behind real sidecar Envoys over ADS.
+
+:class:`MeshStack` extends the gateway stack (mgmt-api, redis, ratelimit,
+extauthz) with apps served by one in-process HTTP server per workload (real
+sockets; each answers with its own name and the headers the sidecar passed)
+and a sidecar Envoy per workload booted from
+:func:`meshplane.sidecar_contract.bootstrap`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from meshctl import sidecar as sidecar_cli
+from meshplane import sidecar_contract as sc
+from tests.support.envoy import EnvoyProcess
+from tests.support.gateway import CLUSTER, ORG, GatewayStack
+from tests.support.net import free_port
+from tests.support.processes import wait_until
+
+
+class _App(BaseHTTPRequestHandler):
+    """Answers every GET with {"app": NAME, "headers": {...}}."""
+
+    def do_GET(self) -> None:
+        body = json.dumps(
+            {"app": self.server.app_name, "headers": dict(self.headers.items())}  # type: ignore[attr-defined]
+        ).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        del format, args
+
+
+class Workload:
+    """One app, its sidecar and a client of the sidecar's outbound listener."""
+
+    def __init__(self, stack: MeshStack, name: str, namespace: str, account: str) -> None:
+        self.name, self.namespace, self.account = name, namespace, account
+        self.app = ThreadingHTTPServer(("127.0.0.1", 0), _App)
+        self.app.app_name = name  # type: ignore[attr-defined]
+        self.app.daemon_threads = True
+        self._thread = threading.Thread(target=self.app.serve_forever, daemon=True)
+        self._thread.start()
+        self.node = sc.SidecarNode(
+            ORG,
+            CLUSTER,
+            f"{namespace}-{name}",
+            namespace,
+            account,
+            name,
+            self.app.server_address[1],
+            "127.0.0.1",
+            free_port(),
+            free_port(),
+        )
+        self.envoy: EnvoyProcess | None = None
+        self.client = httpx.Client(
+            base_url=f"http://127.0.0.1:{self.node.outbound_port}", timeout=10
+        )
+        self.stack = stack
+
+    def start(self) -> Workload:
+        # What `meshctl sidecar bootstrap` prints, from the cluster's credentials.
+        node = self.node
+        doc = sidecar_cli.render(
+            cluster=node.node_cluster,
+            credentials=self.stack.credentials,
+            ads=f"grpc://127.0.0.1:{self.stack.attach.grpc_port}",
+            namespace=node.namespace,
+            service_account=node.service_account,
+            service=node.service,
+            app_port=node.app_port,
+            node_id=node.instance,
+            inbound=f"{node.inbound_host}:{node.inbound_port}",
+            outbound_port=node.outbound_port,
+            admin=f"127.0.0.1:{free_port()}",
+        )
+        self.envoy = EnvoyProcess(doc, directory=self.stack.tmp / self.node.instance).start()
+        return self
+
+    def call(self, target: Workload, path: str = "/", **kw: Any) -> httpx.Response:
+        """GET ``path`` of ``target`` by its service name, through this sidecar."""
+        headers = {"host": f"{target.name}.{target.namespace}", **kw.pop("headers", {})}
+        return self.client.get(path, headers=headers, **kw)
+
+    def stop(self) -> None:
+        self.client.close()
+        if self.envoy is not None:
+            self.envoy.stop()
+        self.app.shutdown()
+        self.app.server_close()
+
+
+class MeshStack(GatewayStack):
+    """The gateway stack plus workloads behind sidecars."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.workloads: list[Workload] = []
+        super().__init__(tmp)
+
+    def workload(self, name: str, namespace: str, account: str = "default") -> Workload:
+        workload = Workload(self, name, namespace, account)
+        self.workloads.append(workload)
+        return workload.start()
+
+    def sidecars_converged(self, timeout: float = 60) -> dict[str, Any]:
+        """Every workload's sidecar is connected and ACKed the desired sidecar version."""
+
+        def done() -> dict[str, Any] | None:
+            status = self.status()
+            desired = status["desiredVersions"].get(sc.SIDECAR_KIND)
+            sidecars = [
+                i for i in status["instances"] if i["kind"] == sc.SIDECAR_KIND and i["connected"]
+            ]
+            if len(sidecars) != len([w for w in self.workloads if w.envoy is not None]):
+                return None
+            if all(i["appliedVersion"] == desired and i["lastResult"] == "ACK" for i in sidecars):
+                return status
+            return None
+
+        return wait_until(done, timeout, "every sidecar to ACK the desired version")
+
+    def close(self) -> None:
+        for workload in self.workloads:
+            workload.stop()
+        super().close()
