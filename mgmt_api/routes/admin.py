@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Body, Query, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -22,14 +22,14 @@ router = APIRouter()
 
 
 def _global_policy(path: str, fqn: str, what: str) -> None:
-    def get_policy(request: Request, ctx: Ctx) -> dict[str, Any]:
+    def get_policy(request: Request, ctx: Ctx) -> m.AccessPolicy:
         return services(request).policies.get(ctx, fqn)
 
     def put_policy(
         request: Request, ctx: Ctx, body: Annotated[m.SetAccessPolicyRequest, Body()]
-    ) -> dict[str, Any]:
+    ) -> Empty:
         put_access_policy(request, ctx, fqn, body)
-        return {}
+        return Empty()
 
     router.add_api_route(
         path,
@@ -59,14 +59,16 @@ _global_policy("/v2/admin/rbac/policy", fqnmod.RBAC, "Rbac")
 @router.post(
     "/v2/auth/token", response_model=m.TokenResponse, tags=["Auth"], operation_id="CreateToken"
 )
-def create_token(request: Request) -> dict[str, Any]:
+def create_token(request: Request) -> m.TokenResponse:
     """Exchange HTTP Basic credentials for a bearer session token (1 hour)."""
     header = request.headers.get("authorization") or ""
     if not header.lower().startswith("basic "):
         raise unauthenticated("Basic credentials required to obtain a token")
     principal = call_context(request).principal  # checked once, by the middleware
     token, ttl = services(request).authn.mint(principal)
-    return {"accessToken": token, "tokenType": "Bearer", "expiresIn": ttl, "subject": principal.fqn}
+    return m.TokenResponse.model_validate(
+        {"accessToken": token, "tokenType": "Bearer", "expiresIn": ttl, "subject": principal.fqn}
+    )
 
 
 @router.get(
@@ -86,7 +88,7 @@ def list_audit_logs(
     operation: Annotated[str, Query(max_length=64, pattern=r"^[A-Z_]*$")] = "",
     triggered_by: Annotated[str, Query(alias="triggeredBy", max_length=512)] = "",
     fqn_prefix: Annotated[str, Query(alias="fqnPrefix", max_length=1024)] = "",
-) -> dict[str, Any]:
+) -> m.AuditLogList:
     """Who did what to which FQN and when, newest first (needs READ on the organization).
 
     Filters (all optional, combined): ``kind``, ``operation``, ``triggeredBy``

@@ -45,10 +45,10 @@ def _transition_endpoint(name: str, resource_type: Any) -> Callable[..., Any]:
             ctx: Ctx,
             resource: resource_type,
             body: Annotated[s.ResourceAndSubject, Body()],
-        ) -> dict[str, Any]:
+        ) -> Empty:
             same_resource(body.resource, resource, "resource")
             approvals.transition(ctx, resource, name, ap.access(body.subject, ()))
-            return {}
+            return Empty()
 
         by_subject.__doc__ = doc
         return by_subject
@@ -58,9 +58,9 @@ def _transition_endpoint(name: str, resource_type: Any) -> Callable[..., Any]:
         ctx: Ctx,
         resource: resource_type,
         body: Annotated[s.AccessRequest, Body()],
-    ) -> dict[str, Any]:
+    ) -> Empty:
         approvals.transition(ctx, resource, name, _access(body, resource))
-        return {}
+        return Empty()
 
     with_access.__doc__ = doc
     return with_access
@@ -73,7 +73,7 @@ _EMPTY: dict[str, Any] = {"response_model": Empty}
 def _policy_routes(resource_type: Any) -> list[_Route]:
     """Read, set and delete the approval policy of a ``resource_type``."""
 
-    def get_policy(approvals: Approvals, ctx: Ctx, resource: resource_type) -> dict[str, Any]:
+    def get_policy(approvals: Approvals, ctx: Ctx, resource: resource_type) -> s.ApprovalPolicy:
         """The approval policy (ReadApprovalPolicy)."""
         return approvals.get(ctx, resource)
 
@@ -82,7 +82,7 @@ def _policy_routes(resource_type: Any) -> list[_Route]:
         ctx: Ctx,
         resource: resource_type,
         body: Annotated[s.SetApprovalPolicyRequest, Body()],
-    ) -> dict[str, Any]:
+    ) -> Empty:
         """Enable checks, setting the mode and metadata (Create/WriteApprovalPolicy)."""
         same_resource(body.resource, resource, "resource")
         for field in ("requested", "approved"):
@@ -97,7 +97,7 @@ def _policy_routes(resource_type: Any) -> list[_Route]:
             else None,
             etag=body.etag,
         )
-        return {}
+        return Empty()
 
     def delete_policy(
         approvals: Approvals,
@@ -106,10 +106,10 @@ def _policy_routes(resource_type: Any) -> list[_Route]:
         force: Annotated[
             QueryBool, Query(description="Accepted; no protected internals exist.")
         ] = False,
-    ) -> dict[str, Any]:
+    ) -> Empty:
         """Stop checks and revoke every approval (DeleteApprovalPolicy)."""
         approvals.delete_policy(ctx, resource, force=force)
-        return {}
+        return Empty()
 
     return [
         ("", "GET", get_policy, "GetPolicy", {"response_model": s.ApprovalPolicy}),
@@ -126,7 +126,7 @@ def _query_routes(resource_type: Any) -> list[_Route]:
         ctx: Ctx,
         resource: resource_type,
         body: Annotated[s.QueryPoliciesRequest, Body()],
-    ) -> dict[str, Any]:
+    ) -> s.QueryPoliciesResponse:
         """Approval policies here and (for an organization) on its clusters (ReadApprovalPolicy)."""
         same_resource(body.parent, resource, "parent")
         policies = approvals.query(
@@ -136,14 +136,14 @@ def _query_routes(resource_type: Any) -> list[_Route]:
             details=body.include_details,
             permissions=body.include_permissions,
         )
-        return {"policies": policies}
+        return s.QueryPoliciesResponse(policies=policies)
 
     def check(
         approvals: Approvals,
         ctx: Ctx,
         resource: resource_type,
         body: Annotated[s.AccessCheckRequest, Body()],
-    ) -> dict[str, Any]:
+    ) -> s.AccessCheckResponse:
         """Is the subject allowed the permission? (CheckApprovalPolicyAccess)"""
         return approvals.check(ctx, resource, body.subject, body.permission)
 

@@ -21,6 +21,10 @@ from mgmt_api.routes.deps import Ctx, Name, NamespacedName, SecurityGroupFqn, St
 
 router = APIRouter()
 
+# The services return TypedDicts (mgmt_api.service.status); the routes hand them on
+# as plain dicts so FastAPI serializes them as before (no response model: same
+# OpenAPI document, same key order).
+
 GROUP = (
     "/v2/organizations/{organization}/tenants/{tenant}/workspaces/{workspace}"
     "/securitygroups/{group}"
@@ -34,7 +38,7 @@ GROUP = (
     summary="Distribution status of the cluster's ratelimit, extauthz and gateway instances",
 )
 def cluster_status(ctx: Ctx, organization: Name, cluster: Name, status: Status) -> dict[str, Any]:
-    return status.cluster(ctx, organization, cluster)
+    return dict(status.cluster(ctx, organization, cluster))
 
 
 @router.get(
@@ -47,7 +51,7 @@ def traffic_policy_status(
     ctx: Ctx, organization: Name, cluster: Name, policy: NamespacedName, status: Status
 ) -> dict[str, Any]:
     fqn = f"{fqnmod.cluster_fqn(organization, cluster)}/backendtrafficpolicies/{policy}"
-    return status.traffic_policy(ctx, fqn)
+    return dict(status.traffic_policy(ctx, fqn))
 
 
 @router.get(
@@ -59,7 +63,7 @@ def traffic_policy_status(
 def extauthz_policy_status(
     ctx: Ctx, group: SecurityGroupFqn, policy: Name, status: Status
 ) -> dict[str, Any]:
-    return status.ext_authz_policy(ctx, f"{group}/extauthzpolicies/{policy}")
+    return dict(status.ext_authz_policy(ctx, f"{group}/extauthzpolicies/{policy}"))
 
 
 @router.get(
@@ -71,4 +75,4 @@ def extauthz_policy_status(
 def security_setting_status(
     ctx: Ctx, group: SecurityGroupFqn, setting: Name, status: Status
 ) -> dict[str, Any]:
-    return status.group_object(ctx, f"{group}/settings/{setting}")
+    return dict(status.group_object(ctx, f"{group}/settings/{setting}"))

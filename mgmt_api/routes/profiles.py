@@ -5,10 +5,9 @@ organizations and clusters; both are also served on tenants and workspaces,
 where profiles are attached too (docs/api.md, "Profiles and blame").
 """
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends
-from pydantic import Field
 
 from meshplane.kinds_contract import Kind
 from mgmt_api.routes.deps import (
@@ -20,45 +19,9 @@ from mgmt_api.routes.deps import (
     tenant_fqn,
     workspace_fqn,
 )
-from mgmt_api.schemas.base import ApiModel
+from mgmt_api.schemas.profiles import BlameResponse, ListAvailableProfilesResponse
 
 router = APIRouter()
-
-
-class AvailableProfile(ApiModel):
-    fqn: str
-    display_name: str
-    description: str
-    level: str = Field(description="ORGANIZATION, TENANT or WORKSPACE: where it was created.")
-
-
-class ListAvailableProfilesResponse(ApiModel):
-    profiles: list[AvailableProfile]
-
-
-class BlameSource(ApiModel):
-    fqn: str = Field(description="The profile or the object that set the value.")
-    kind: str = Field(description="PROFILE or RESOURCE.")
-    section: str = Field(description="DEFAULTS, MANDATES (profiles) or OWN (the object).")
-
-
-class Shadowed(ApiModel):
-    value: Any
-    source: BlameSource
-
-
-class BlameEntry(ApiModel):
-    path: str = Field(description="Dot-joined setting path.")
-    value: Any
-    source: BlameSource
-    shadowed: list[Shadowed] = Field(description="Values that lost to this one, oldest first.")
-
-
-class BlameResponse(ApiModel):
-    fqn: str
-    profiles: list[str] = Field(description="The profiles applied, in order.")
-    missing_profiles: list[str] = Field(description="Attached profiles that no longer exist.")
-    entries: list[BlameEntry]
 
 
 LEVELS: list[tuple[str, FqnOf, str]] = [
@@ -76,7 +39,7 @@ CLUSTER = ("/v2/organizations/{organization}/clusters/{cluster}", cluster_fqn, K
 def _add(prefix: str, fqn_of: FqnOf, kind: str, *, available: bool) -> None:
     Target = Annotated[str, Depends(fqn_of)]
 
-    def blame(ctx: Ctx, fqn: Target, profiles: Profiles) -> dict[str, Any]:
+    def blame(ctx: Ctx, fqn: Target, profiles: Profiles) -> BlameResponse:
         return profiles.blame(ctx, fqn)
 
     router.add_api_route(
@@ -91,8 +54,10 @@ def _add(prefix: str, fqn_of: FqnOf, kind: str, *, available: bool) -> None:
     if not available:
         return
 
-    def available_profiles(ctx: Ctx, fqn: Target, profiles: Profiles) -> dict[str, Any]:
-        return {"profiles": profiles.available(ctx, fqn)}
+    def available_profiles(
+        ctx: Ctx, fqn: Target, profiles: Profiles
+    ) -> ListAvailableProfilesResponse:
+        return ListAvailableProfilesResponse(profiles=profiles.available(ctx, fqn))
 
     router.add_api_route(
         f"{prefix}/availableprofiles",

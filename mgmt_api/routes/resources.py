@@ -154,9 +154,9 @@ def _add_item(mount: t.Mount, kdef: KindDef, tpl: str) -> None:
         updated = services(request).resources.update(call_context(request), item.fqn, body)
         return t.json_response(updated)
 
-    def delete(request: Request, item: Item, force: Force = False) -> dict[str, Any]:
+    def delete(request: Request, item: Item, force: Force = False) -> Empty:
         services(request).resources.delete(call_context(request), item.fqn, force=force)
-        return {}
+        return Empty()
 
     mount.add("", "GET", get, name=f"Get{kind}", model=kdef.model, summary=f"Get a {kind}")
     mount.add(
@@ -180,18 +180,19 @@ def _add_item(mount: t.Mount, kdef: KindDef, tpl: str) -> None:
 def _add_policy(mount: t.Mount, kind: str, tpl: str) -> None:
     Item = Annotated[t.ObjectRef, Depends(t.path_ref(tpl))]
 
-    def get_policy(request: Request, item: Item) -> dict[str, Any]:
+    def get_policy(request: Request, item: Item) -> m.AccessPolicy:
         return services(request).policies.get(call_context(request), item.fqn)
 
     def put_policy(
         request: Request, item: Item, body: Annotated[m.SetAccessPolicyRequest, Body()]
-    ) -> dict[str, Any]:
+    ) -> Empty:
         put_access_policy(request, call_context(request), item.fqn, body)
-        return {}
+        return Empty()
 
-    def permissions(request: Request, item: Item) -> dict[str, Any]:
+    def permissions(request: Request, item: Item) -> m.ResourcePermissions:
         perms = services(request).policies.permissions(call_context(request), item.fqn)
-        return {"fqn": item.fqn, "rules": [{"permissions": perms}] if perms else []}
+        rules = [{"permissions": perms}] if perms else []
+        return m.ResourcePermissions.model_validate({"fqn": item.fqn, "rules": rules})
 
     mount.add(
         "/policy",
@@ -222,8 +223,7 @@ def _add_policy(mount: t.Mount, kind: str, tpl: str) -> None:
 def put_access_policy(
     request: Request, ctx: CallContext, fqn: str, body: m.SetAccessPolicyRequest
 ) -> None:
-    allow = [b.model_dump(by_alias=True, exclude_none=True) for b in body.allow]
-    services(request).policies.put(ctx, fqn, allow, body.description or "", body.etag)
+    services(request).policies.put(ctx, fqn, body.allow, body.description or "", body.etag)
 
 
 def add_routes(router: APIRouter) -> None:

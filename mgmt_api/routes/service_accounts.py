@@ -30,16 +30,17 @@ def _add(router: APIRouter, tpl: str) -> None:
     mount = t.Mount(router, "/v2/" + tpl, Kind.SERVICE_ACCOUNT)
     Account = Annotated[t.ObjectRef, Depends(t.path_ref(tpl))]
 
-    def jwks(request: Request, account: Account) -> dict[str, Any]:
-        return {"keys": services(request).service_accounts.jwks(call_context(request), account.fqn)}
+    def jwks(request: Request, account: Account) -> m.Jwks:
+        accounts = services(request).service_accounts
+        return m.Jwks(keys=accounts.jwks(call_context(request), account.fqn))
 
     def generate(request: Request, account: Account, options: KeyEncodingOption) -> dict[str, Any]:
         accounts = services(request).service_accounts
         return accounts.generate_key(call_context(request), account.fqn, options[KEY_ENCODING.name])
 
-    def delete_key(request: Request, account: Account, key_id: KeyId) -> dict[str, Any]:
+    def delete_key(request: Request, account: Account, key_id: KeyId) -> Empty:
         services(request).service_accounts.delete_key(call_context(request), account.fqn, key_id)
-        return {}
+        return Empty()
 
     mount.add(
         "/jwks",

@@ -26,6 +26,7 @@ from mgmt_api.domain import approvals as ap
 from mgmt_api.domain import rbac
 from mgmt_api.domain.times import rfc3339
 from mgmt_api.errors import ApiError, Code, invalid, not_found, permission_denied
+from mgmt_api.schemas.approvals import AccessCheckResponse, ApprovalPolicy
 from mgmt_api.store import repo
 from mgmt_api.store.uow import Tx, UnitOfWork
 
@@ -108,14 +109,15 @@ def _require(conn: Connection, ctx: CallContext, resource: str, op: Operation) -
         raise permission_denied(op.name, resource, op.kind)
 
 
-def _render(res: repo.Resource, resource: str, *, details: bool = True) -> dict[str, Any]:
+def _render(res: repo.Resource, resource: str, *, details: bool = True) -> ApprovalPolicy:
+    """The stored policy as the API shows it (validated as the response model was)."""
     out: dict[str, Any] = {"resource": resource, "mode": res.spec["mode"]}
     if details:
         out.update({k: v for k, v in res.spec.items() if k != "mode"})
     out.update(
         etag=res.etag, createTime=rfc3339(res.create_time), updateTime=rfc3339(res.update_time)
     )
-    return out
+    return ApprovalPolicy.model_validate(out)
 
 
 def same_resource(given: str | None, resource: str, field: str) -> None:
@@ -178,7 +180,7 @@ class ApprovalService:
 
     # ---- policy --------------------------------------------------------
 
-    def get(self, ctx: CallContext, resource: str) -> dict[str, Any]:
+    def get(self, ctx: CallContext, resource: str) -> ApprovalPolicy:
         with self.uow.read() as conn:
             _require(conn, ctx, resource, READ_POLICY)
             self._target(conn, resource)
@@ -308,7 +310,7 @@ class ApprovalService:
 
     def check(
         self, ctx: CallContext, resource: str, subject: str, permission: str
-    ) -> dict[str, Any]:
+    ) -> AccessCheckResponse:
         with self.uow.read() as conn:
             _require(conn, ctx, resource, CHECK_ACCESS)
             self._target(conn, resource)
@@ -317,11 +319,9 @@ class ApprovalService:
                 raise not_found(f"{resource} approval policy")
             policy = ap.Policy.from_json(res.spec)
             decision = ap.check(policy, subject, permission)
-            return {
-                "allowed": decision.allowed,
-                "mode": policy.mode.value,
-                "reason": decision.reason,
-            }
+            return AccessCheckResponse.model_validate(
+                {"allowed": decision.allowed, "mode": policy.mode.value, "reason": decision.reason}
+            )
 
     def query(
         self,
@@ -331,7 +331,7 @@ class ApprovalService:
         types: list[str],
         details: bool,
         permissions: bool,
-    ) -> list[dict[str, Any]]:
+    ) -> list[ApprovalPolicy]:
         """The policies of ``resource`` and, for an organization, of its clusters,
         that the caller may read (ReadApprovalPolicy).
 
@@ -356,14 +356,14 @@ class ApprovalService:
                 and READ_POLICY.permission in allowed[t][READ_POLICY.kind]
             ]
             stored = repo.get_many(conn, [policy_fqn(t) for t in readable])
-            out: list[dict[str, Any]] = []
+            out: list[ApprovalPolicy] = []
             for target in readable:
                 res = stored.get(policy_fqn(target))
                 if res is None:
                     continue
                 item = _render(res, target, details=details)
                 if permissions:
-                    item["allowedOperations"] = [
+                    item.allowed_operations = [
                         op.name for op in OPERATIONS if op.permission in allowed[target][op.kind]
                     ]
                 out.append(item)

@@ -8,7 +8,6 @@ object written, so this view is exactly the organization's history.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from meshplane import kinds_contract
 from meshplane.kinds_contract import Kind
@@ -18,6 +17,7 @@ from mgmt_api.access import CallContext
 from mgmt_api.domain import rbac
 from mgmt_api.domain.times import rfc3339
 from mgmt_api.errors import invalid, not_found
+from mgmt_api.schemas.resources import AuditLog, AuditLogList
 from mgmt_api.store import repo
 from mgmt_api.store.uow import UnitOfWork
 
@@ -57,7 +57,7 @@ class AuditService:
         page_size: int,
         page_token: str,
         filters: AuditFilters | None = None,
-    ) -> dict[str, Any]:
+    ) -> AuditLogList:
         """Newest first (needs READ on the organization)."""
         org_fqn = fqnmod.organization_fqn(organization)
         before: int | None = None
@@ -73,19 +73,19 @@ class AuditService:
             records = repo.list_audit(conn, organization, before, page_size + 1, wanted)
         more = len(records) > page_size
         records = records[:page_size]
-        return {
-            "auditLogs": [
-                {
-                    "id": str(r.id),
-                    "createTime": rfc3339(r.time),
-                    "kind": r.kind,
-                    "operation": r.operation,
-                    "fqn": r.fqn,
-                    "triggeredBy": r.actor,
-                    "message": r.message,
-                    "properties": r.properties,
-                }
+        return AuditLogList(
+            audit_logs=[
+                AuditLog(
+                    id=str(r.id),
+                    create_time=rfc3339(r.time),
+                    kind=r.kind,
+                    operation=r.operation,
+                    fqn=r.fqn,
+                    triggered_by=r.actor,
+                    message=r.message,
+                    properties=r.properties,
+                )
                 for r in records
             ],
-            "nextPageToken": str(records[-1].id) if more else "",
-        }
+            next_page_token=str(records[-1].id) if more else "",
+        )

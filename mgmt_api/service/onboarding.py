@@ -7,8 +7,6 @@ reports; this reads them with the cluster's sync time.
 
 from __future__ import annotations
 
-from typing import Any
-
 from meshplane.kinds_contract import Kind
 from mgmt_api import access as authz
 from mgmt_api.access import CallContext
@@ -19,6 +17,7 @@ from mgmt_api.errors import not_found
 from mgmt_api.fqn import parse
 from mgmt_api.kinds import KindSettings
 from mgmt_api.kinds.onboarding import config_of
+from mgmt_api.schemas.onboarding import ClusterOnboardingStatus, NamespaceStatus
 from mgmt_api.store import repo
 from mgmt_api.store.uow import UnitOfWork
 
@@ -28,7 +27,7 @@ class OnboardingService:
         self.uow = uow
         self.settings = settings
 
-    def status(self, ctx: CallContext, cluster_fqn: str) -> dict[str, Any]:
+    def status(self, ctx: CallContext, cluster_fqn: str) -> ClusterOnboardingStatus:
         """Needs READ on ClusterOnboardingConfig at the cluster (inherited from it)."""
         organization = parse(cluster_fqn).parent
         with self.uow.read() as conn:
@@ -39,30 +38,30 @@ class OnboardingService:
             if cluster is None:
                 raise not_found(cluster_fqn)
             config = config_of(conn, cluster_fqn)
-        out: dict[str, Any] = {
-            "cluster": cluster_fqn,
-            "tenant": self.settings.onboarding_tenant_fqn(organization),
-            "workspace": self.settings.onboarding_workspace_fqn(organization),
-            "namespaces": [],
-        }
+        out = ClusterOnboardingStatus(
+            cluster=cluster_fqn,
+            tenant=self.settings.onboarding_tenant_fqn(organization),
+            workspace=self.settings.onboarding_workspace_fqn(organization),
+            namespaces=[],
+        )
         if "syncTimeUs" in cluster.status:
             state = inv.state_view(cluster.status, repo.now_us(), self.settings.stale_after_seconds)
-            out["lastSyncTime"] = state["lastSyncTime"]
-            out["stale"] = state["stale"]
+            out.last_sync_time = state["lastSyncTime"]
+            out.stale = state["stale"]
         if config is None:
             return out
-        out["fqn"] = config.fqn
+        out.fqn = config.fqn
         states = config.status.get("namespaces") or {}
         for ns in config.spec.get("namespaces") or []:
             st = states.get(ns["name"]) or {}
-            entry = {
-                "name": ns["name"],
-                "desiredState": ns["desiredState"],
-                "currentState": st.get("currentState", "PENDING"),
-            }
-            if st.get("message"):
-                entry["message"] = st["message"]
-            if "lastTransitionTime" in st:
-                entry["lastTransitionTime"] = rfc3339(int(st["lastTransitionTime"]))
-            out["namespaces"].append(entry)
+            transition = st.get("lastTransitionTime")
+            out.namespaces.append(
+                NamespaceStatus(
+                    name=ns["name"],
+                    desired_state=ns["desiredState"],
+                    current_state=st.get("currentState", "PENDING"),
+                    message=st.get("message") or None,
+                    last_transition_time=None if transition is None else rfc3339(int(transition)),
+                )
+            )
         return out

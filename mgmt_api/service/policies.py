@@ -15,6 +15,7 @@ from mgmt_api import fqn as fqnmod
 from mgmt_api.access import CallContext
 from mgmt_api.domain import rbac
 from mgmt_api.errors import ApiError, Code, invalid, not_found
+from mgmt_api.schemas.resources import AccessPolicy, Binding
 from mgmt_api.store import repo
 from mgmt_api.store.uow import UnitOfWork
 
@@ -43,7 +44,7 @@ class PolicyService:
     def __init__(self, uow: UnitOfWork) -> None:
         self.uow = uow
 
-    def get(self, ctx: CallContext, fqn: str) -> dict[str, Any]:
+    def get(self, ctx: CallContext, fqn: str) -> AccessPolicy:
         kind = authz.node_kind(fqn)
         # Reading who has access to an object is as sensitive as changing it
         # for the global policies; per-object policies need READ.
@@ -53,20 +54,28 @@ class PolicyService:
             policy = repo.get_policies(conn, [fqn]).get(fqn)
             if policy is None:
                 raise not_found(f"{fqn or 'root'} policy")
-            out: dict[str, Any] = {"fqn": fqn, "etag": policy.etag, "allow": policy.allow}
-            if policy.description:
-                out["description"] = policy.description
-            return out
+            # The stored bindings went through Binding on the way in; validating them
+            # here is what the response model did with the dict this used to return.
+            return AccessPolicy.model_validate(
+                {
+                    "fqn": fqn,
+                    "etag": policy.etag,
+                    "allow": policy.allow,
+                    "description": policy.description or None,
+                }
+            )
 
     def put(
         self,
         ctx: CallContext,
         fqn: str,
-        allow: list[dict[str, Any]],
+        bindings: list[Binding],
         description: str,
         etag: str,
     ) -> None:
         kind = authz.node_kind(fqn)
+        # Stored (and audited) as the JSON the API speaks: camelCase, no nulls.
+        allow = [b.model_dump(by_alias=True, exclude_none=True) for b in bindings]
         if not etag:
             raise invalid("etag", "is required on update; GET the policy and send its etag")
         if fqn == fqnmod.ROOT and not rbac.keeps_an_admin(allow):

@@ -10,7 +10,6 @@ disagree about which mandate wins.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy.engine import Connection
 
@@ -21,6 +20,7 @@ from mgmt_api.access import CallContext
 from mgmt_api.domain import blame as blamemod
 from mgmt_api.domain import rbac
 from mgmt_api.errors import not_found
+from mgmt_api.schemas.profiles import AvailableProfile, BlameEntry, BlameResponse
 from mgmt_api.store import repo
 from mgmt_api.store.uow import UnitOfWork
 
@@ -36,13 +36,13 @@ def _levels(target: str) -> list[str]:
     return [a for a in fqnmod.ancestors(target) if a and fqnmod.parse(a).kind in PROFILE_LEVELS]
 
 
-def _profile_view(res: repo.Resource) -> dict[str, Any]:
-    return {
-        "fqn": res.fqn,
-        "displayName": res.spec.get("displayName", ""),
-        "description": res.spec.get("description", ""),
-        "level": fqnmod.parse(res.parent).kind.upper(),
-    }
+def _profile_view(res: repo.Resource) -> AvailableProfile:
+    return AvailableProfile(
+        fqn=res.fqn,
+        display_name=res.spec.get("displayName", ""),
+        description=res.spec.get("description", ""),
+        level=fqnmod.parse(res.parent).kind.upper(),
+    )
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ class ProfileService:
             raise not_found(fqn)
         return res
 
-    def available(self, ctx: CallContext, fqn: str) -> list[dict[str, Any]]:
+    def available(self, ctx: CallContext, fqn: str) -> list[AvailableProfile]:
         """Metadata of every profile usable at ``fqn``: its own and its ancestors'."""
         with self.uow.read() as conn:
             self._read(conn, ctx, fqn)
@@ -98,13 +98,13 @@ class ProfileService:
                 for p in repo.all_children(conn, level, Kind.PROFILE)
             ]
 
-    def blame(self, ctx: CallContext, fqn: str) -> dict[str, Any]:
+    def blame(self, ctx: CallContext, fqn: str) -> BlameResponse:
         """Effective settings of ``fqn`` with provenance (see :func:`settings_layers`)."""
         with self.uow.read() as conn:
             found = settings_layers(conn, self._read(conn, ctx, fqn))
-        return {
-            "fqn": fqn,
-            "profiles": found.refs,
-            "missingProfiles": found.missing,
-            "entries": [e.to_json() for e in blamemod.blame(found.layers)],
-        }
+        return BlameResponse(
+            fqn=fqn,
+            profiles=found.refs,
+            missing_profiles=found.missing,
+            entries=[BlameEntry.model_validate(e.to_json()) for e in blamemod.blame(found.layers)],
+        )

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from mgmt_api import access
 from mgmt_api import fqn as fqnmod
@@ -36,6 +36,55 @@ from mgmt_api.store import repo
 from mgmt_api.store.uow import UnitOfWork
 
 log = logging.getLogger(__name__)
+
+# The views are TypedDicts rather than response models: the routes return them
+# as they are, so the JSON keeps the order built here (a model would reorder
+# inherited fields) and the OpenAPI document stays as it was.
+InstanceView = dict[str, object]  # InstanceStatus.to_json plus "upToDate"
+
+
+class ClusterStatusView(TypedDict):
+    """``GET .../clusters/{cluster}/status``."""
+
+    cluster: str
+    desiredVersions: dict[str, str]
+    instances: list[InstanceView]
+    compileErrors: NotRequired[dict[str, str]]
+    policyErrors: NotRequired[list[dict[str, Any]]]
+
+
+class ReachView(TypedDict):
+    """One cluster as a policy sees it (see :meth:`StatusService._reach_view`)."""
+
+    cluster: str
+    desiredVersion: str
+    desiredVersions: dict[str, str]
+    instances: list[InstanceView]
+    compileErrors: NotRequired[dict[str, str]]
+    compileError: NotRequired[str]
+
+
+class PolicyStatusView(TypedDict):
+    """A BackendTrafficPolicy's status: its cluster's :class:`ReachView`, after these keys."""
+
+    fqn: str
+    reaches: list[str]
+    cluster: str
+    desiredVersion: str
+    desiredVersions: dict[str, str]
+    instances: list[InstanceView]
+    compileErrors: NotRequired[dict[str, str]]
+    compileError: NotRequired[str]
+    policyErrors: NotRequired[list[dict[str, Any]]]
+
+
+class GroupObjectStatusView(TypedDict):
+    """A security group's object: every cluster the group reaches."""
+
+    fqn: str
+    reaches: list[str]
+    clusters: list[ReachView]
+    policyName: NotRequired[str]  # ExtAuthzPolicy only
 
 
 class StatusService:
@@ -85,7 +134,7 @@ class StatusService:
         cluster: str,
         desired: dict[str, str],
         kinds: Sequence[str] | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[InstanceView]:
         """The cluster's instances of ``kinds`` in that order (default: every kind
         ``desired`` names, by kind name)."""
         now = time.time()
@@ -104,9 +153,9 @@ class StatusService:
 
     def _cluster_view(
         self, registry: SubscriberRegistry, organization: str, cluster: str
-    ) -> dict[str, Any]:
+    ) -> ClusterStatusView:
         desired, errors = self._desired(organization, cluster)
-        out: dict[str, Any] = {
+        out: ClusterStatusView = {
             "cluster": fqnmod.cluster_fqn(organization, cluster),
             "desiredVersions": desired,
             "instances": self._instances(registry, organization, cluster, desired),
@@ -129,13 +178,13 @@ class StatusService:
 
     def _reach_view(
         self, registry: SubscriberRegistry, organization: str, cluster: str, kinds: Sequence[str]
-    ) -> dict[str, Any]:
+    ) -> ReachView:
         """One cluster as a policy sees it: the instances of every kind that carries it.
 
         ``desiredVersion`` and ``compileError`` are the first kind's (the
         service's snapshot), as before the gateways were listed here."""
         desired, errors = self._desired(organization, cluster)
-        out: dict[str, Any] = {
+        out: ReachView = {
             "cluster": fqnmod.cluster_fqn(organization, cluster),
             "desiredVersion": desired[kinds[0]],
             "desiredVersions": {kind: desired[kind] for kind in kinds},
@@ -147,11 +196,11 @@ class StatusService:
             out["compileError"] = next(iter(own.values()))
         return out
 
-    def cluster(self, ctx: CallContext, organization: str, cluster: str) -> dict[str, Any]:
+    def cluster(self, ctx: CallContext, organization: str, cluster: str) -> ClusterStatusView:
         registry = self._readable(ctx, fqnmod.cluster_fqn(organization, cluster))
         return self._cluster_view(registry, organization, cluster)
 
-    def traffic_policy(self, ctx: CallContext, fqn: str) -> dict[str, Any]:
+    def traffic_policy(self, ctx: CallContext, fqn: str) -> PolicyStatusView:
         """A snapshot holds all of the cluster's policies, so "applied" means "this
         policy's current content is live there"."""
         registry = self._readable(ctx, fqn)
@@ -159,15 +208,17 @@ class StatusService:
         organization = parsed.name_in("organizations") or ""
         cluster = parsed.name_in("clusters") or ""
         kinds = POLICY_REACH[parsed.kind]
-        view = {"fqn": fqn, "reaches": list(kinds)} | self._reach_view(
-            registry, organization, cluster, kinds
-        )
+        view: PolicyStatusView = {
+            "fqn": fqn,
+            "reaches": list(kinds),
+            **self._reach_view(registry, organization, cluster, kinds),
+        }
         own = [e for e in self._policy_errors(organization, cluster) if e["policy"] == fqn]
         if own:
             view["policyErrors"] = own
         return view
 
-    def group_object(self, ctx: CallContext, fqn: str) -> dict[str, Any]:
+    def group_object(self, ctx: CallContext, fqn: str) -> GroupObjectStatusView:
         """An object of a security group (a SecuritySetting, an ExtAuthzPolicy): every
         cluster the group reaches, with the instances that carry the object there."""
         registry = self._readable(ctx, fqn)
@@ -181,7 +232,7 @@ class StatusService:
             "clusters": [self._reach_view(registry, organization, c, kinds) for c in clusters],
         }
 
-    def ext_authz_policy(self, ctx: CallContext, fqn: str) -> dict[str, Any]:
+    def ext_authz_policy(self, ctx: CallContext, fqn: str) -> GroupObjectStatusView:
         """:meth:`group_object`, plus the name the ext_authz file gives the policy
         (what a route's ``meshplane.policy`` context extension must say)."""
         view = self.group_object(ctx, fqn)
