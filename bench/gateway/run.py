@@ -193,7 +193,7 @@ def main() -> int:
         try:
             for i, transport in enumerate(transports):
                 (Path(tmp) / transport).mkdir()
-                stacks[transport] = stack = GatewayStack(Path(tmp) / transport, transport)
+                stacks[transport] = stack = GatewayStack(Path(tmp) / transport, transport=transport)
                 setup(stack, args.gateways if i == 0 else 1)
             stack = stacks[transports[0]]
             token = mint_demo_token(SECRET, "/on", 3600)
