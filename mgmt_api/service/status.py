@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from typing import NotRequired, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from mgmt_api import access
 from mgmt_api import fqn as fqnmod
@@ -62,6 +62,8 @@ class ReachView(TypedDict):
     instances: list[InstanceView]
     compileErrors: NotRequired[dict[str, str]]
     compileError: NotRequired[str]
+    # Set only in a policy's own view (PolicyStatusView), after the spread.
+    policyErrors: NotRequired[list[dict[str, Any]]]
 
 
 class PolicyStatusView(TypedDict):
