@@ -59,7 +59,7 @@ from typing import Any
 
 from extauthz.contract import POLICY_CONTEXT_KEY
 from meshplane.netaddr import ServiceAddress, parse_service_uri
-from mgmt_api.compiler import tracing
+from mgmt_api.compiler import local_jwt, tracing
 from mgmt_api.compiler.ratelimit import route_key, route_rate_limits
 from mgmt_api.compiler.traffic_policy import BackendTrafficPolicy
 
@@ -208,6 +208,19 @@ class ExtAuthzRoute:
     uri: str
     policy: str | None
     disabled: bool = False
+    #: ``authorization.http.local`` (JSON, validated): local JWT rules, which
+    #: Envoy's own jwt_authn and rbac filters enforce instead of an ext_authz call.
+    local: Mapping[str, Any] | None = None
+
+    @property
+    def skips_ext_authz(self) -> bool:
+        """No ext_authz call on its routes: mode DISABLED, or local rules instead."""
+        return self.disabled or self.local is not None
+
+    @property
+    def local_name(self) -> str:
+        """The jwt_authn provider and requirement name of its local rules."""
+        return f"local:{self.setting}"
 
 
 @dataclass(frozen=True)
@@ -318,19 +331,26 @@ def render(policies: EnvoyConfigInput) -> JsonDict:
     routes: list[JsonDict] = []
     warnings: list[str] = list(policies.notes)
 
-    uris = sorted({e.uri for e in policies.ext_authz if not e.disabled})
+    entries = sorted(policies.ext_authz, key=lambda e: e.setting)
+    local = local_jwt.compile_listener(
+        [(e.local_name, dict(e.local)) for e in entries if e.local is not None]
+    )
+    filters.extend(local.http_filters)
+    clusters.extend(local.clusters)
+    uris = sorted({e.uri for e in policies.ext_authz if not e.skips_ext_authz})
     names = _ext_authz_names(uris)
     for uri in uris:
         filter_name, cluster_name = names[uri]
         filters.append(ext_authz_filter(filter_name, cluster_name, policies.gateway))
         clusters.append(grpc_cluster(cluster_name, uri))
     disabled = {"@type": _EXT_AUTHZ_PER_ROUTE, "disabled": True}
-    for entry in sorted(policies.ext_authz, key=lambda e: e.setting):
-        own = None if entry.disabled else names[entry.uri][0]
+    for entry in entries:
+        own = None if entry.skips_ext_authz else names[entry.uri][0]
         per_filter = {
             filter_name: _ext_authz_per_route(entry) if filter_name == own else disabled
             for filter_name, _ in names.values()
         }
+        per_filter.update(local.per_route.get(entry.local_name, {}))
         if not per_filter:  # DISABLED with no ext_authz filter in the cluster
             continue
         routes.append(

@@ -93,7 +93,7 @@ def _checking_policy(namespace: str, settings: Sequence[ExtAuthzRoute]) -> str |
     """The ext_authz policy that checks a route in ``namespace``, or None if none does."""
     for setting in settings:  # sorted by setting, as the gateway picks the first
         if "*" in setting.namespaces or namespace in setting.namespaces:
-            return None if setting.disabled else setting.policy
+            return None if setting.skips_ext_authz else setting.policy
     return None
 
 

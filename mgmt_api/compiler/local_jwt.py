@@ -164,3 +164,37 @@ def _path(path: str) -> JsonDict:
     if path.endswith("/*"):
         return {"prefix": path[:-1]}
     return {"exact": path}
+
+
+@dataclass(frozen=True)
+class LocalJwtListener:
+    """Every local-rules setting of one listener, merged: one ``jwt_authn`` and
+    one ``rbac`` filter for all of them (a filter name appears once in a chain),
+    each setting's per-route config by its name, and the JWKS clusters."""
+
+    http_filters: list[JsonDict]
+    per_route: dict[str, JsonDict]
+    clusters: list[JsonDict]
+
+
+def compile_listener(settings: list[tuple[str, JsonDict]]) -> LocalJwtListener:
+    """``[(name, local)]`` -> the merged filters; no filters for no settings."""
+    if not settings:
+        return LocalJwtListener([], {}, [])
+    providers: JsonDict = {}
+    requirements: JsonDict = {}
+    per_route: dict[str, JsonDict] = {}
+    clusters: list[JsonDict] = []
+    for name, local in settings:
+        one = compile_local_jwt(name, local)
+        jwt_authn = one.http_filters[0]["typedConfig"]
+        providers.update(jwt_authn["providers"])
+        requirements.update(jwt_authn["requirementMap"])
+        per_route[name] = one.per_route
+        clusters.extend(one.clusters)
+    merged = {"@type": _JWT_AUTHN, "providers": providers, "requirementMap": requirements}
+    filters = [
+        {"name": JWT_AUTHN_FILTER, "typedConfig": merged},
+        {"name": RBAC_FILTER, "typedConfig": {"@type": _RBAC}},
+    ]
+    return LocalJwtListener(filters, per_route, clusters)

@@ -52,11 +52,14 @@ from envoy.config.trace.v3 import opentelemetry_pb2  # noqa: F401 - the tracer's
 
 # Imported for their descriptors: typed configs inside the resources name them.
 from envoy.extensions.filters.http.ext_authz.v3 import ext_authz_pb2  # noqa: F401
+from envoy.extensions.filters.http.jwt_authn.v3 import config_pb2  # noqa: F401 - local JWT rules
 from envoy.extensions.filters.http.ratelimit.v3 import rate_limit_pb2  # noqa: F401
+from envoy.extensions.filters.http.rbac.v3 import rbac_pb2  # noqa: F401 - local JWT rules
 from envoy.extensions.filters.http.router.v3 import router_pb2  # noqa: F401
 from envoy.extensions.filters.network.http_connection_manager.v3 import (  # noqa: F401
     http_connection_manager_pb2,
 )
+from envoy.extensions.transport_sockets.tls.v3 import tls_pb2  # noqa: F401 - remote JWKS
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2  # noqa: F401
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 from google.protobuf import any_pb2, json_format

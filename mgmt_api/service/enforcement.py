@@ -214,8 +214,15 @@ def _ext_authz(
             )
             external = authorization.http.external if authorization.http else None
             disabled = authorization.mode == "DISABLED"
-            if external is None and not disabled:
+            # Mode DISABLED checks nothing, local rules included.
+            local = None if disabled or not authorization.http else authorization.http.local
+            if external is None and local is None and not disabled:
                 continue
+            if external is not None and local is not None:
+                notes.append(
+                    f"{setting.fqn} has both local JWT rules and an external ext_authz "
+                    "server: the local rules apply and ext_authz is not called"
+                )
             name = external.policy if external else None
             if name and not repo.exists(conn, f"{group.fqn}/extauthzpolicies/{name}"):
                 notes.append(
@@ -230,6 +237,11 @@ def _ext_authz(
                     uri=external.uri if external else "",
                     policy=extauthz_compiler.policy_name(group.fqn, name) if name else None,
                     disabled=disabled,
+                    local=(
+                        None
+                        if local is None
+                        else local.model_dump(mode="json", by_alias=True, exclude_none=True)
+                    ),
                 )
             )
     return policies, routes, notes

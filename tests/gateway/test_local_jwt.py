@@ -1,0 +1,164 @@
+"""Local JWT rules (issue 24, item 6; spec 4.11.8) through a real gateway Envoy.
+
+The security group's SecuritySetting carries ``authorization.http.local``
+(rules on verified claims, paths and methods, and an inline JWKS) and no
+ext_authz server, so mgmt-api compiles it into Envoy's own ``jwt_authn`` and
+``rbac`` filters over ADS and the gateway decides alone: a missing or invalid
+token is 401, a verified token that no rule allows is 403.
+
+Routes: ``secure.web`` (every path, namespace ``secure``, which the setting
+selects) and ``default.open`` (``/open``, which no setting selects).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jwt
+import pytest
+from cryptography.hazmat.primitives.asymmetric import rsa
+from jwt.algorithms import RSAAlgorithm
+
+from tests.support.gateway import GROUP_PATH, Gateway, GatewayStack
+
+ISSUER = "https://idp.test"
+KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+OTHER_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+RULES = [
+    {
+        "from": [{"jwt": {"iss": ISSUER, "sub": "alice"}}],
+        "to": [{"paths": ["/api/*"], "methods": ["GET"]}],
+    },
+    {
+        "from": [{"jwt": {"iss": ISSUER, "other": {"role": "admin"}}}],
+        "to": [{"paths": ["/admin", "/admin/*"]}],
+    },
+]
+
+
+def jwks() -> str:
+    public = json.loads(RSAAlgorithm.to_jwk(KEY.public_key()))
+    return json.dumps({"keys": [{**public, "kid": "k1", "alg": "RS256", "use": "sig"}]})
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayStack]:
+    st = GatewayStack(Path(tmp_path_factory.mktemp("localjwt")))
+    try:
+        st.backend("default.app")
+        st.route("secure.web", "/")
+        st.route("default.open", "/open")
+        st.jwt_security("local-jwt-test-unused-hmac-secret-0123")
+        local = {"rules": RULES, "keys": {"jwks": {"value": jwks()}}}
+        setting = {"authorization": {"mode": "CLUSTER", "http": {"local": local}}}
+        st.put(f"{GROUP_PATH}/settings", "s", "securitySetting", setting)
+        st.gateway()
+        st.converged()
+        yield st
+    finally:
+        st.close()
+
+
+@pytest.fixture(scope="module")
+def gateway(stack: GatewayStack) -> Gateway:
+    return stack.gateways[0]
+
+
+def token(key: Any = KEY, ttl: int = 600, nbf_in: int = 0, **claims: Any) -> str:
+    now = int(time.time())
+    payload = {"iss": ISSUER, "nbf": now + nbf_in, "exp": now + ttl, **claims}
+    return jwt.encode(payload, key, algorithm="RS256", headers={"kid": "k1"})
+
+
+def unsigned(**claims: Any) -> str:
+    now = int(time.time())
+    payload = {"iss": ISSUER, "nbf": now, "exp": now + 600, **claims}
+
+    def part(obj: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(obj).encode()).rstrip(b"=").decode()
+
+    return f"{part({'alg': 'none', 'typ': 'JWT', 'kid': 'k1'})}.{part(payload)}."
+
+
+def raw_status(gateway: Gateway, method: str, target: str, bearer: str | None) -> int:
+    """The status of a request sent byte for byte (httpx would normalize the path)."""
+    auth = f"Authorization: Bearer {bearer}\r\n" if bearer else ""
+    request = f"{method} {target} HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as conn:
+        conn.sendall(request.encode())
+        head = b""
+        while b"\r\n" not in head:
+            chunk = conn.recv(4096)
+            if not chunk:
+                break
+            head += chunk
+    return int(head.split(b" ", 2)[1])
+
+
+ALICE = {"sub": "alice"}
+ADMIN = {"sub": "bob", "role": "admin"}
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "claims", "expected"),
+    [
+        ("GET", "/api/items", ALICE, 200),  # rule 0: iss + sub, GET under /api/
+        ("POST", "/api/items", ALICE, 403),  # rule 0 allows GET only
+        ("GET", "/admin", ALICE, 403),  # alice has no admin rule
+        ("GET", "/admin/panel", ADMIN, 200),  # rule 1: the role claim
+        ("DELETE", "/admin", ADMIN, 200),  # rule 1 names no method
+        ("GET", "/api/items", ADMIN, 403),  # bob is not alice
+        ("GET", "/api/items", {"sub": "alice", "iss": "https://evil.test"}, 403),
+        ("GET", "/api/items", {"sub": "bob", "role": "user"}, 403),
+        ("GET", "/elsewhere", ADMIN, 403),  # no rule covers the path
+    ],
+)
+def test_the_rules_table(
+    gateway: Gateway, method: str, path: str, claims: dict[str, str], expected: int
+) -> None:
+    assert raw_status(gateway, method, path, token(**claims)) == expected
+
+
+@pytest.mark.parametrize(
+    ("bearer", "why"),
+    [
+        (None, "no token"),
+        ("not-a-jwt", "garbage"),
+        (unsigned(**ALICE), "alg none"),
+        (token(OTHER_KEY, **ALICE), "a key not in the set"),
+        (token(ttl=-60, **ALICE), "expired"),
+        (token(nbf_in=300, **ALICE), "not yet valid"),
+    ],
+)
+def test_a_missing_or_unverifiable_token_is_401(
+    gateway: Gateway, bearer: str | None, why: str
+) -> None:
+    response = gateway.get("/api/items", bearer)
+    assert response.status_code == 401, why
+    assert "www-authenticate" in {k.lower() for k in response.headers}, why
+
+
+@pytest.mark.parametrize(
+    "target", ["/api/../admin", "/api/%2e%2e/admin", "/api/%2E%2E/admin", "//admin"]
+)
+def test_path_tricks_cannot_reach_a_path_no_rule_allows(gateway: Gateway, target: str) -> None:
+    """Each is ``/admin`` once normalized, which alice's rule does not allow."""
+    assert raw_status(gateway, "GET", target, token(**ALICE)) == 403
+
+
+def test_an_unselected_namespace_is_not_checked(gateway: Gateway) -> None:
+    assert gateway.get("/open/x").status_code == 200
+
+
+def test_no_ext_authz_filter_is_configured_for_local_rules(gateway: Gateway) -> None:
+    """The gateway decides alone: its listener has jwt_authn and rbac, no ext_authz."""
+    dump = gateway.envoy.admin("GET", "/config_dump?resource=dynamic_listeners").text
+    assert "envoy.filters.http.jwt_authn" in dump
+    assert "envoy.filters.http.rbac" in dump
+    assert "envoy.filters.http.ext_authz" not in dump
