@@ -62,22 +62,16 @@ class ReachView(TypedDict):
     instances: list[InstanceView]
     compileErrors: NotRequired[dict[str, str]]
     compileError: NotRequired[str]
-    # Set only in a policy's own view (PolicyStatusView), after the spread.
+    # Set only in a policy's own view (PolicyStatusView).
     policyErrors: NotRequired[list[dict[str, Any]]]
 
 
-class PolicyStatusView(TypedDict):
-    """A BackendTrafficPolicy's status: its cluster's :class:`ReachView`, after these keys."""
+class PolicyStatusView(ReachView):
+    """A BackendTrafficPolicy's status: these keys, then its cluster's
+    :class:`ReachView` (the JSON keeps the order the view is built in)."""
 
     fqn: str
     reaches: list[str]
-    cluster: str
-    desiredVersion: str
-    desiredVersions: dict[str, str]
-    instances: list[InstanceView]
-    compileErrors: NotRequired[dict[str, str]]
-    compileError: NotRequired[str]
-    policyErrors: NotRequired[list[dict[str, Any]]]
 
 
 class GroupObjectStatusView(TypedDict):
