@@ -276,25 +276,37 @@ class Metrics:
             await self.app(scope, receive, send)
             return
         start = time.perf_counter()
-        status = 500
-
-        async def capture(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-            await send(message)
-
+        status = StatusCapture(send)
         try:
-            await self.app(scope, receive, capture)
+            await self.app(scope, receive, status)
         finally:
-            route: Any = scope.get("route")
-            template = getattr(route, "path", None) or "<unmatched>"
+            template = route_template(scope)
             method = scope["method"] if scope["method"] in _METHODS else "OTHER"
-            self.requests.labels(method, template, str(status)).inc()
+            self.requests.labels(method, template, str(status.code)).inc()
             self.latency.labels(method, template).observe(time.perf_counter() - start)
 
 
 _METHODS = frozenset({"GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"})
+
+
+class StatusCapture:
+    """An ASGI ``send`` that remembers the response status (500 until one is
+    sent, so an exception before the response counts as the error it becomes)."""
+
+    def __init__(self, send: Send) -> None:
+        self.code = 500
+        self._send = send
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.code = int(message["status"])
+        await self._send(message)
+
+
+def route_template(scope: Scope) -> str:
+    """The matched route's path template (bounded label values), or ``<unmatched>``."""
+    route: Any = scope.get("route")
+    return getattr(route, "path", None) or "<unmatched>"
 
 
 class ClientAddress:

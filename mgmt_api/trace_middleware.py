@@ -9,12 +9,12 @@ installed, so an untraced mgmt-api pays nothing.
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from opentelemetry.trace import SpanKind, Tracer
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from meshplane.tracing import Tracing, parent_context, settings_from, start_tracing
+from mgmt_api.middleware import StatusCapture, route_template
 
 SERVICE = "mgmt-api"
 
@@ -47,24 +47,16 @@ class Traces:
         with self.tracer.start_as_current_span(
             f"{method} mgmt-api", context=parent, kind=SpanKind.SERVER
         ) as span:
-            status = 500
-
-            async def capture(message: Message) -> None:
-                nonlocal status
-                if message["type"] == "http.response.start":
-                    status = int(message["status"])
-                await send(message)
-
+            status = StatusCapture(send)
             try:
-                await self.app(scope, receive, capture)
+                await self.app(scope, receive, status)
             finally:
-                route: Any = scope.get("route")
-                template = getattr(route, "path", None) or "<unmatched>"
+                template = route_template(scope)
                 span.update_name(f"{method} {template}")
                 span.set_attributes(
                     {
                         "http.request.method": method,
                         "http.route": template,
-                        "http.response.status_code": status,
+                        "http.response.status_code": status.code,
                     }
                 )
