@@ -74,7 +74,8 @@ def _provider(name: str, local: JsonDict) -> tuple[JsonDict, list[JsonDict]]:
     provider: JsonDict = {
         "forward": False,
         "payloadInMetadata": PAYLOAD_KEY,
-        "clockSkewSeconds": int(local.get("clockSkew", 0)),
+        # Envoy reads 0 (proto3's unset) as its default of 60 s: "no skew" is 1 s.
+        "clockSkewSeconds": max(1, int(local.get("clockSkew", 0))),
     }
     jwks = keys.get("jwks") or {}
     if jwks.get("uri") is None:
