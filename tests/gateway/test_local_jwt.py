@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import base64
 import json
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -86,21 +85,6 @@ def unsigned(**claims: Any) -> str:
     return f"{part({'alg': 'none', 'typ': 'JWT', 'kid': 'k1'})}.{part(payload)}."
 
 
-def raw_status(gateway: Gateway, method: str, target: str, bearer: str | None) -> int:
-    """The status of a request sent byte for byte (httpx would normalize the path)."""
-    auth = f"Authorization: Bearer {bearer}\r\n" if bearer else ""
-    request = f"{method} {target} HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n"
-    with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as conn:
-        conn.sendall(request.encode())
-        head = b""
-        while b"\r\n" not in head:
-            chunk = conn.recv(4096)
-            if not chunk:
-                break
-            head += chunk
-    return int(head.split(b" ", 2)[1])
-
-
 ALICE = {"sub": "alice"}
 ADMIN = {"sub": "bob", "role": "admin"}
 
@@ -122,7 +106,7 @@ ADMIN = {"sub": "bob", "role": "admin"}
 def test_the_rules_table(
     gateway: Gateway, method: str, path: str, claims: dict[str, str], expected: int
 ) -> None:
-    assert raw_status(gateway, method, path, token(**claims)) == expected
+    assert gateway.raw_status(path, method, token(**claims)) == expected
 
 
 #: Built when the test runs, not at collection: a suite runs for minutes, and a
@@ -149,7 +133,7 @@ def test_a_missing_or_unverifiable_token_is_401(gateway: Gateway, why: str) -> N
 )
 def test_path_tricks_cannot_reach_a_path_no_rule_allows(gateway: Gateway, target: str) -> None:
     """Each is ``/admin`` once normalized, which alice's rule does not allow."""
-    assert raw_status(gateway, "GET", target, token(**ALICE)) == 403
+    assert gateway.raw_status(target, "GET", token(**ALICE)) == 403
 
 
 def test_an_unselected_namespace_is_not_checked(gateway: Gateway) -> None:

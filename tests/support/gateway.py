@@ -15,6 +15,7 @@ overflowed without a Python server in the way.
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +118,20 @@ class Gateway:
         if token is not None:
             headers["authorization"] = f"Bearer {token}"
         return self.client.get(path, headers=headers, **kw)
+
+    def raw_status(self, target: str, method: str = "GET", token: str | None = None) -> int:
+        """The status of a request sent byte for byte (httpx would normalize the path)."""
+        auth = f"Authorization: Bearer {token}\r\n" if token else ""
+        request = f"{method} {target} HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n"
+        with socket.create_connection(("127.0.0.1", self.port), timeout=10) as conn:
+            conn.sendall(request.encode())
+            head = b""
+            while b"\r\n" not in head:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    break
+                head += chunk
+        return int(head.split(b" ", 2)[1])
 
     def stop(self) -> None:
         self.client.close()
