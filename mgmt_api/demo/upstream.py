@@ -51,7 +51,7 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         url = urlsplit(self.path)
         if url.path == "/headers":
-            self._send(200, {"headers": dict(self.headers.items())})
+            self._send(200, {"app": self.server.app_name, "headers": dict(self.headers.items())})  # type: ignore[attr-defined]
             return
         match = _STATUS.match(url.path)
         if match and 200 <= int(match.group(1)) <= 599:
@@ -67,7 +67,8 @@ class Handler(BaseHTTPRequestHandler):
             self._send(200, {"slept": seconds})
             return
         if url.path == "/":
-            self._send_text(200, "meshplane demo upstream: try /headers, /status/418, /slow\n")
+            name = self.server.app_name  # type: ignore[attr-defined]
+            self._send_text(200, f"meshplane demo {name}: try /headers, /status/418, /slow\n")
             return
         self._send(404, {"error": f"no such path: {url.path}"})
 
@@ -102,6 +103,8 @@ class Handler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True  # a request still sleeping in /slow does not hold up the exit
+    #: Who answers (``--name``): the mesh tour's workloads say which one a call reached.
+    app_name = "upstream"
 
 
 class _Server6(_Server):
@@ -122,6 +125,9 @@ def _seconds(text: str) -> float | None:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m mgmt_api.demo.upstream", description=__doc__)
     parser.add_argument("--listen", default="127.0.0.1:8000", help="HOST:PORT to serve on")
+    parser.add_argument(
+        "--name", default="upstream", help="the app's name in its answers (the mesh workloads)"
+    )
     return parser
 
 
@@ -134,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{SERVICE}: error: {exc}", file=sys.stderr)
         return 2
     server = (_Server6 if ":" in host else _Server)((host, port), Handler)
+    server.app_name = args.name
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:

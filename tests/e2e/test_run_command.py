@@ -34,6 +34,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from mgmt_api.demo import mesh
 from mgmt_api.demo.stack import BURST, PORT_ROLES, port_flag
 from mgmt_api.demo.stack import RAISED_REQUESTS as RAISED
 from tests.support.net import free_port
@@ -42,6 +43,8 @@ from tests.support.processes import wait_until
 PORT_FLAGS = tuple(port_flag(name) for name in PORT_ROLES)
 CLUSTER_PATH = "/v2/organizations/demo/clusters/demo"
 DEMO_REQUESTS = 3  # the demo limit, per minute
+#: The mesh part of the tour, after the gateway's (what each printed command holds).
+MESH_KINDS = ("-H 'host: payments.billing' http://",)
 # org, cluster, Backend, 2 HTTPRoutes, the limit, tenant, workspace, group, JWT policy, setting
 SEEDED = 11
 
@@ -167,7 +170,16 @@ def test_run_command_brings_up_the_gateway_and_the_tour_through_it_holds(
     assert orchestrator.ready.wait(240), orchestrator.output
     assert any(line.startswith("ready:") for line in orchestrator.lines), orchestrator.output
     pids = orchestrator.child_pids()
-    assert set(pids) == {"mgmt-api", "ratelimit", "extauthz", "upstream", "gateway", "agent"}
+    workloads = {f"{w.name}-{part}" for w in mesh.WORKLOADS for part in ("app", "sidecar")}
+    assert set(pids) == {
+        "mgmt-api",
+        "ratelimit",
+        "extauthz",
+        "upstream",
+        "gateway",
+        "agent",
+        *workloads,
+    }
 
     output = orchestrator.output
     gateway = _banner_value(output, r"gateway\s+(http://\S+)")
@@ -187,6 +199,7 @@ def test_run_command_brings_up_the_gateway_and_the_tour_through_it_holds(
         f'curl -i --retry 5 --retry-delay 1 -H "authorization: Bearer $TOKEN" {gateway}/headers',
         "/status",
         "/proxytools/loggerlevels",
+        *MESH_KINDS,
     ]
     assert len(commands) == len(kinds), commands
     assert all(kind in command for kind, command in zip(kinds, commands, strict=True)), commands
@@ -253,6 +266,8 @@ def test_run_command_brings_up_the_gateway_and_the_tour_through_it_holds(
         assert instance["instance"] == "demo-gateway", text
         assert instance["levels"]["admin"] in {"trace", "debug", "info", "warning", "error"}
 
+    check_mesh_tour(commands[len(kinds) - len(MESH_KINDS) :])
+
     orchestrator.proc.send_signal(signal.SIGTERM)
     assert orchestrator.proc.wait(timeout=60) == 0, orchestrator.output
     orchestrator.reader.join(timeout=10)
@@ -262,6 +277,13 @@ def test_run_command_brings_up_the_gateway_and_the_tour_through_it_holds(
     gateway_log = (orchestrator.state / "logs" / "gateway.log").read_text().splitlines()
     assert gateway_log
     assert {json.loads(line)["service"] for line in gateway_log if line.strip()} == {"gateway"}
+
+
+def check_mesh_tour(commands: list[str]) -> None:
+    """The mesh calls, run as printed: web reaches payments by name through both sidecars."""
+    ((code, text),) = run_printed(commands[:1])
+    assert code == 0, text
+    assert json.loads(text)["app"] == "payments", text
 
 
 def test_a_second_run_on_the_same_state_reuses_the_seed(tmp_path: Path) -> None:
