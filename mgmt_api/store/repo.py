@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from mgmt_api import fqn as fqnmod
+from mgmt_api.auth.keys import PublicJwk
 from mgmt_api.domain import etags
 from mgmt_api.fqn import subtree_bounds
 from mgmt_api.store.tables import (
@@ -534,7 +535,7 @@ def policies_naming(conn: Connection, subject: str) -> list[str]:
 # ---- service-account keys ----------------------------------------------------
 
 
-def add_key(conn: Connection, key_id: str, owner: str, public_jwk: dict[str, Any]) -> None:
+def add_key(conn: Connection, key_id: str, owner: str, public_jwk: PublicJwk) -> None:
     conn.execute(
         sa.insert(sa_keys).values(
             id=key_id, owner=owner, public_jwk=dumps(public_jwk), create_time=now_us()
@@ -542,12 +543,12 @@ def add_key(conn: Connection, key_id: str, owner: str, public_jwk: dict[str, Any
     )
 
 
-def get_key(conn: Connection, key_id: str) -> tuple[str, dict[str, Any]] | None:
+def get_key(conn: Connection, key_id: str) -> tuple[str, PublicJwk] | None:
     row = conn.execute(_KEY, {"id": key_id}).first()
     return (str(row.owner), json.loads(row.public_jwk)) if row else None
 
 
-def keys_of(conn: Connection, owner: str) -> list[tuple[str, dict[str, Any], int]]:
+def keys_of(conn: Connection, owner: str) -> list[tuple[str, PublicJwk, int]]:
     rows = conn.execute(
         sa.select(sa_keys)
         .where(sa_keys.c.owner == owner)
