@@ -36,7 +36,9 @@ def _add(router: APIRouter, tpl: str) -> None:
 
     def generate(request: Request, account: Account, options: KeyEncodingOption) -> KeyView:
         accounts = services(request).service_accounts
-        return accounts.generate_key(call_context(request), account.fqn, options[KEY_ENCODING.name])
+        return accounts.generate_key(
+            call_context(request), account.fqn, str(options[KEY_ENCODING.name])
+        )
 
     def delete_key(request: Request, account: Account, key_id: KeyId) -> Empty:
         services(request).service_accounts.delete_key(call_context(request), account.fqn, key_id)

@@ -99,8 +99,9 @@ def path_ref(template: str) -> Callable[..., Awaitable[ObjectRef]]:
     return ref
 
 
-#: The values of a kind's extra query parameters (its ``route_params``), by name.
-QueryOptions = dict[str, Any]
+#: The values of a kind's extra query parameters (its ``route_params``), by name:
+#: each is a ``QueryBool`` or a string enumeration (``keyEncoding``).
+QueryOptions = dict[str, bool | str]
 
 
 def query_options(params: Iterable[RouteParam]) -> Callable[..., Awaitable[QueryOptions]]:
