@@ -39,7 +39,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,7 +101,7 @@ def add_arguments(
 class ServiceAccountKey:
     """The private key a cluster's agent account signs its tokens with."""
 
-    private_jwk: dict[str, Any]
+    private_jwk: Mapping[str, Any]
     subject: str | None = None
     cluster_fqn: str | None = None
 
@@ -121,7 +121,7 @@ class ServiceAccountKey:
         claims: dict[str, Any] = {"iat": int(now), "exp": int(now) + ttl, "aud": audience}
         if self.subject:
             claims["sub"] = self.subject
-        key = jwt.PyJWK.from_dict(self.private_jwk)
+        key = jwt.PyJWK.from_dict(dict(self.private_jwk))
         return jwt.encode(claims, key.key, algorithm="ES256", headers={"kid": self.key_id})
 
 

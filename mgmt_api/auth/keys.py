@@ -11,7 +11,7 @@ import base64
 import json
 import secrets
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -24,11 +24,29 @@ def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).decode().rstrip("=")
 
 
+class PublicJwk(TypedDict):
+    """A P-256 public key as a JWK (RFC 7518 6.2.1), the form stored and served in a JWKS."""
+
+    kty: str
+    crv: str
+    x: str
+    y: str
+    kid: str
+    alg: str
+    use: str
+
+
+class PrivateJwk(PublicJwk):
+    """The same key with its private value ``d``: leaves the server once, never stored."""
+
+    d: str
+
+
 @dataclass(frozen=True, slots=True)
 class KeyPair:
     id: str
-    public_jwk: dict[str, Any]
-    private_jwk: dict[str, Any]
+    public_jwk: PublicJwk
+    private_jwk: PrivateJwk
     public_pem: str
     private_pem: str
 
@@ -38,7 +56,7 @@ def generate() -> KeyPair:
     numbers = key.private_numbers()
     pub = numbers.public_numbers
     kid = secrets.token_hex(12)
-    public_jwk = {
+    public_jwk: PublicJwk = {
         "kty": "EC",
         "crv": "P-256",
         "x": _b64(pub.x.to_bytes(32, "big")),
@@ -47,7 +65,7 @@ def generate() -> KeyPair:
         "alg": ALGORITHM,
         "use": "sig",
     }
-    private_jwk = {**public_jwk, "d": _b64(numbers.private_value.to_bytes(32, "big"))}
+    private_jwk: PrivateJwk = {**public_jwk, "d": _b64(numbers.private_value.to_bytes(32, "big"))}
     private_pem = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     ).decode()
@@ -59,7 +77,7 @@ def generate() -> KeyPair:
     return KeyPair(kid, public_jwk, private_jwk, public_pem, private_pem)
 
 
-def public_pem_of(public_jwk: dict[str, Any]) -> str:
+def public_pem_of(public_jwk: PublicJwk) -> str:
     key = ECAlgorithm.from_jwk(json.dumps(public_jwk))
     assert isinstance(key, ec.EllipticCurvePublicKey)
     return key.public_bytes(
@@ -67,6 +85,6 @@ def public_pem_of(public_jwk: dict[str, Any]) -> str:
     ).decode()
 
 
-def encode_jwk(jwk: dict[str, Any]) -> str:
+def encode_jwk(jwk: PrivateJwk) -> str:
     """The ``encodedJwk`` form of an install template: base64 of the JWK JSON."""
     return base64.b64encode(json.dumps(jwk, separators=(",", ":")).encode()).decode()

@@ -29,6 +29,7 @@ import jwt
 from agent.contract import TUNNEL_AUDIENCE
 from meshplane.distribution_contract import TOKEN_AUDIENCE
 from meshplane.gateway_contract import XDS_AUDIENCE
+from mgmt_api.auth.keys import PrivateJwk, PublicJwk
 
 SESSION_KID = "meshplane-session"
 ISSUER = "meshplane"
@@ -143,7 +144,7 @@ def _audiences(claims: dict[str, Any]) -> list[str]:
 
 
 def verify_service_account(
-    public_jwk: dict[str, Any],
+    public_jwk: PublicJwk,
     token: str,
     now: float,
     max_ttl: float,
@@ -190,7 +191,7 @@ def verify_service_account(
     return ServiceAccountClaims(str(sub) if sub is not None else None, iat, exp)
 
 
-def sign_service_account(private_jwk: dict[str, Any], subject: str, now: float, ttl: float) -> str:
+def sign_service_account(private_jwk: PrivateJwk, subject: str, now: float, ttl: float) -> str:
     """What an agent does with its API key; used by tests, benches and meshctl."""
     key = jwt.PyJWK.from_json(json.dumps(private_jwk))
     claims = {"sub": subject, "iat": int(now), "exp": int(now + ttl)}

@@ -102,7 +102,7 @@ async def _act(me: User, org: str, cluster: str | None, action: str) -> Response
             await me.api.call("POST", api + "/approvals/requested:add", body={"access": access})
         elif action == "policy":
             # SetPolicy sets the mode (and metadata) only; the lists have their own calls.
-            body: dict[str, Any] = {"mode": form.get("mode", "")}
+            body: dict[str, str] = {"mode": form.get("mode", "")}
             if form.get("etag"):
                 body["etag"] = form["etag"]
             await me.api.call("POST", api + "/approvals", body=body)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 LEVELS = ("trace", "debug", "info", "warning", "error", "critical", "off")
 MAX_FIELD = 256  # the longest value the page sends for one field
@@ -45,7 +44,7 @@ def workload(query: Mapping[str, str]) -> dict[str, str] | None:
     return {k: v for k, v in picked.items() if v}
 
 
-def request_body(view: View, query: Mapping[str, str]) -> dict[str, Any] | None:
+def request_body(view: View, query: Mapping[str, str]) -> dict[str, str] | None:
     """The JSON body of ``view``'s API call from the form, or None when no workload is chosen."""
     selected = workload(query)
     if selected is None:
@@ -54,7 +53,7 @@ def request_body(view: View, query: Mapping[str, str]) -> dict[str, Any] | None:
     return {**selected, **{k: v for k, v in extra.items() if v}}
 
 
-def set_levels_body(form: Mapping[str, str]) -> dict[str, Any] | None:
+def set_levels_body(form: Mapping[str, str]) -> dict[str, str | dict[str, str]] | None:
     """``PUT …/loggerlevels``: one level for every logger, or one logger's level."""
     selected = workload(form)
     level = form.get("level", "")

@@ -49,7 +49,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import httpx
 
@@ -756,8 +755,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    fields: dict[str, Any] = {k: getattr(args, k) for k in Ports.__dataclass_fields__}
-    ports = Ports(**fields)
+    ports = Ports(**{k: getattr(args, k) for k in Ports.__dataclass_fields__})
     busy = busy_ports(ports)
     if busy:
         for problem in busy:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 
 class Mode(enum.StrEnum):
@@ -47,12 +47,26 @@ def _unique(permissions: Iterable[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(permissions))
 
 
+class AccessJson(TypedDict):
+    subject: str
+    permissions: list[str]
+
+
+class PolicyJson(TypedDict):
+    """An approval policy as stored (its resource's spec)."""
+
+    mode: str
+    requested: list[AccessJson]
+    approved: list[AccessJson]
+    metadata: NotRequired[dict[str, Any]]  # the client's, as it sent it
+
+
 @dataclass(frozen=True, slots=True)
 class Access:
     subject: str
     permissions: tuple[str, ...]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> AccessJson:
         return {"subject": self.subject, "permissions": list(self.permissions)}
 
     @classmethod
@@ -71,8 +85,8 @@ class Policy:
     approved: tuple[Access, ...] = ()
     metadata: Mapping[str, Any] | None = field(default=None)
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def to_json(self) -> PolicyJson:
+        out: PolicyJson = {
             "mode": self.mode.value,
             "requested": [a.to_json() for a in self.requested],
             "approved": [a.to_json() for a in self.approved],

@@ -21,7 +21,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from mgmt_api import fqn as fqnmod
 
@@ -32,13 +32,33 @@ class Section(enum.StrEnum):
     OWN = "OWN"
 
 
+class SourceJson(TypedDict):
+    fqn: str
+    kind: str
+    section: str
+
+
+class ShadowedJson(TypedDict):
+    value: Any  # a setting's value: any JSON
+    source: SourceJson
+
+
+class EntryJson(TypedDict):
+    """One setting of a blame answer: where its value comes from and what it shadows."""
+
+    path: str
+    value: Any  # a setting's value: any JSON
+    source: SourceJson
+    shadowed: list[ShadowedJson]
+
+
 @dataclass(frozen=True, slots=True)
 class Source:
     fqn: str
     kind: str  # "PROFILE" or "RESOURCE"
     section: Section
 
-    def to_json(self) -> dict[str, str]:
+    def to_json(self) -> SourceJson:
         return {"fqn": self.fqn, "kind": self.kind, "section": self.section.value}
 
 
@@ -59,7 +79,7 @@ class Entry:
     def mandated(self) -> bool:
         return self.source.section is Section.MANDATES
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> EntryJson:
         return {
             "path": self.path,
             "value": self.value,

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NotRequired, TypedDict
 
 NamespaceDesiredState = Literal["DESIRED_ONBOARDED", "DESIRED_OFFBOARDED"]
 DESIRED_ONBOARDED = "DESIRED_ONBOARDED"
@@ -121,26 +121,36 @@ def _current(desired: str, name: str, report: Report | None, since: int) -> tupl
     return FAILED, "desired offboarded, but the agent still reports the namespace onboarded"
 
 
+class StoredNamespaceStatus(TypedDict):
+    """One namespace's entry of a config's stored status (times in microseconds)."""
+
+    desiredState: str
+    desiredSince: int
+    currentState: str
+    lastTransitionTime: int
+    message: NotRequired[str]
+
+
 def statuses(
     spec: Mapping[str, Any],
     previous: Mapping[str, Mapping[str, Any]],
     report: Report | None,
     now_us: int,
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, StoredNamespaceStatus]:
     """Per-namespace status of a config after a config write or a report.
 
     ``previous`` is the stored result of the last call (name -> status); a
     namespace keeps ``desiredSince`` while its desired state is unchanged, and
     ``lastTransitionTime`` while its current state is.
     """
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, StoredNamespaceStatus] = {}
     for ns in spec.get("namespaces") or []:
         name, desired = ns["name"], ns["desiredState"]
         prev = previous.get(name) or {}
         since = prev["desiredSince"] if prev.get("desiredState") == desired else now_us
         current, message = _current(desired, name, report, since)
         changed = prev.get("currentState") != current
-        entry: dict[str, Any] = {
+        entry: StoredNamespaceStatus = {
             "desiredState": desired,
             "desiredSince": since,
             "currentState": current,

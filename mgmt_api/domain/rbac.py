@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 READ = "READ"
 WRITE = "WRITE"
@@ -117,7 +117,15 @@ def sorted_permissions(perms: Iterable[str]) -> list[str]:
     return sorted(set(perms), key=lambda p: order.get(p, 99))
 
 
-def admin_binding(subject_kind: str, subject_fqn: str) -> dict[str, Any]:
+class StoredBinding(TypedDict):
+    """One binding of a stored policy's ``allow``: a role and the subjects holding it,
+    each ``{kind field: FQN}`` (``{"user": "organizations/o/users/a"}``)."""
+
+    role: str
+    subjects: list[dict[str, str]]
+
+
+def admin_binding(subject_kind: str, subject_fqn: str) -> StoredBinding:
     """The binding a creator receives on what it creates."""
     return {"role": ADMIN_ROLE, "subjects": [{subject_kind: subject_fqn}]}
 
@@ -133,20 +141,18 @@ def subject_fqns(allow: Sequence[Mapping[str, Any]]) -> set[str]:
     }
 
 
-def without_subjects(
-    allow: Sequence[Mapping[str, Any]], gone: Collection[str]
-) -> list[dict[str, Any]]:
+def without_subjects(allow: Sequence[StoredBinding], gone: Collection[str]) -> list[StoredBinding]:
     """``allow`` minus every subject naming an FQN in ``gone``.
 
     A binding that named only such subjects goes too: it granted nobody
     who exists, and would grant the next object created under the name.
     """
-    out: list[dict[str, Any]] = []
+    out: list[StoredBinding] = []
     for binding in allow:
         subjects = binding.get("subjects") or []
         kept = [s for s in subjects if not any(v in gone for v in s.values() if v)]
         if len(kept) == len(subjects):
-            out.append(dict(binding))
+            out.append(binding.copy())
         elif kept:
             out.append({**binding, "subjects": kept})
     return out

@@ -11,15 +11,47 @@ provider outage.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from mgmt_api.identity.config import IdentityProviderConfig, OidcConfig
 from mgmt_api.identity.discovery import ProviderMetadata
 
 
-def _one(config: OidcConfig, metadata: ProviderMetadata | None, *, default: bool) -> dict[str, Any]:
+class OidcLogin(TypedDict):
+    """One configuration's entry; the discovered endpoints only while discovery answers."""
+
+    name: str
+    clientId: str
+    scopes: list[str]
+    loginUrl: str
+    callbackUrl: str
+    deviceCodeSupported: bool
+    tokenExchangeSupported: bool
+    deviceCodeClientId: NotRequired[str]
+    tokenExchangeClientId: NotRequired[str]
+    issuer: NotRequired[str]
+    tokenEndpoint: NotRequired[str]
+    deviceAuthorizationEndpoint: NotRequired[str]
+
+
+class OidcDisabled(TypedDict):
+    enabled: bool  # False
+    configurations: list[OidcLogin]  # empty
+
+
+class OidcEnabled(OidcLogin):
+    """The default (first) configuration's entry at the top level, and every entry."""
+
+    enabled: bool  # True
+    configurations: list[OidcLogin]
+
+
+OidcConfiguration = OidcDisabled | OidcEnabled
+
+
+def _one(config: OidcConfig, metadata: ProviderMetadata | None, *, default: bool) -> OidcLogin:
     prefix = "/v2/oidc" if default else f"/v2/oidc/{config.name}"
-    body: dict[str, Any] = {
+    body: OidcLogin = {
         "name": config.name,
         "clientId": config.client_id,
         "scopes": list(config.request_scopes),
@@ -42,7 +74,7 @@ def _one(config: OidcConfig, metadata: ProviderMetadata | None, *, default: bool
 
 def configuration_response(
     config: IdentityProviderConfig, metadata: Mapping[str, ProviderMetadata | None]
-) -> dict[str, Any]:
+) -> OidcConfiguration:
     """``metadata`` maps configuration names to their discovery (``None`` when unavailable).
 
     The top level describes the default (first) configuration, the shape the

@@ -23,7 +23,7 @@ from mgmt_api.identity.errors import ProviderError
 from mgmt_api.identity.jwks import ProviderKeys
 from mgmt_api.identity.login_state import LoginStateStore
 from mgmt_api.identity.oidc import OidcLogin
-from mgmt_api.identity.public_config import configuration_response
+from mgmt_api.identity.public_config import OidcConfiguration, configuration_response
 from mgmt_api.identity.sync.graph import GraphSource
 from mgmt_api.identity.sync.ldap import LdapSource
 from mgmt_api.identity.sync.runner import DirectorySource, DirectorySync
@@ -69,7 +69,7 @@ class IdentityService:
         oidc = self.config.oidc_named(name)
         return self._exchangers[oidc.name] if oidc is not None else None
 
-    async def configuration(self) -> dict[str, Any]:
+    async def configuration(self) -> OidcConfiguration:
         metadata: dict[str, ProviderMetadata | None] = {}
         for oidc in self.config.oidc:
             try:

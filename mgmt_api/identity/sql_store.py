@@ -32,7 +32,7 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import asdict
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -47,8 +47,11 @@ from mgmt_api.identity.login_state import (
 )
 from mgmt_api.identity.sync.model import DirectoryTeam, DirectoryUser
 from mgmt_api.identity.sync.reconcile import Membership
+from mgmt_api.identity.sync.runner import SyncResultJson
 from mgmt_api.identity.user_mapping import LoginScope, match_kind
 from mgmt_api.kinds.base import KindSettings, WriteEnv
+from mgmt_api.kinds.team import Team
+from mgmt_api.kinds.user import SourceType, User
 from mgmt_api.service import resources
 from mgmt_api.store import repo
 from mgmt_api.store.tables import (
@@ -202,25 +205,25 @@ class UsedTokenCache:
 # ---- directory users and teams -------------------------------------------------------------
 
 
-def _user_spec(user: DirectoryUser, source: str) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "loginName": user.login_name,
-        "email": user.email,
-        "displayName": user.display_name[:256] if user.display_name else None,
-        "description": user.description[:4096] if user.description else None,
-        "sourceType": source,
-    }
-    return {k: v for k, v in spec.items() if v is not None}
+def _user_fields(user: DirectoryUser, source: str) -> User:
+    """The fields the directory owns of a user (None: left out); the model checks ``source``."""
+    return User(
+        login_name=user.login_name,
+        email=user.email,
+        display_name=user.display_name[:256] if user.display_name else None,
+        description=user.description[:4096] if user.description else None,
+        source_type=cast(SourceType, source),
+    )
 
 
-def _team_spec(team: DirectoryTeam, source: str, members: list[str]) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "displayName": team.display_name[:256] if team.display_name else None,
-        "description": team.description[:4096] if team.description else None,
-        "members": members,
-        "sourceType": source,
-    }
-    return {k: v for k, v in spec.items() if v is not None}
+def _team_fields(team: DirectoryTeam, source: str, members: list[str]) -> Team:
+    """The fields the directory owns of a team (None: left out); the model checks ``source``."""
+    return Team(
+        display_name=team.display_name[:256] if team.display_name else None,
+        description=team.description[:4096] if team.description else None,
+        members=members,
+        source_type=cast(SourceType, source),
+    )
 
 
 def _children(conn: Connection, parent: str, kind: str) -> list[repo.Resource]:
@@ -304,9 +307,9 @@ class SqlDirectoryStore:
 
     async def create_user(self, org: str, source: str, user: DirectoryUser) -> None:
         fqn = f"{fqnmod.organization_fqn(org)}/users/{user.id}"
-        spec = _user_spec(user, source)
+        fields = _user_fields(user, source)
         await self._run(
-            lambda env: resources.system_create(env, Kind.USER, fqn, spec, why=_why(source))
+            lambda env: resources.system_create(env, Kind.USER, fqn, fields, why=_why(source))
         )
 
     async def update_user(self, org: str, source: str, user: DirectoryUser) -> None:
@@ -314,8 +317,7 @@ class SqlDirectoryStore:
 
         def op(env: WriteEnv) -> None:
             res = self._owned(env.tx.conn, fqn, source)
-            spec = {**res.spec, **_user_spec(user, source)}
-            resources.system_update(env, res, spec, why=_why(source))
+            resources.system_update(env, res, _user_fields(user, source), why=_why(source))
 
         await self._run(op)
 
@@ -334,9 +336,9 @@ class SqlDirectoryStore:
 
     async def create_team(self, org: str, source: str, team: DirectoryTeam) -> None:
         fqn = f"{fqnmod.organization_fqn(org)}/teams/{team.id}"
-        spec = _team_spec(team, source, [])
+        fields = _team_fields(team, source, [])
         await self._run(
-            lambda env: resources.system_create(env, Kind.TEAM, fqn, spec, why=_why(source))
+            lambda env: resources.system_create(env, Kind.TEAM, fqn, fields, why=_why(source))
         )
 
     async def update_team(self, org: str, source: str, team: DirectoryTeam) -> None:
@@ -345,8 +347,8 @@ class SqlDirectoryStore:
         def op(env: WriteEnv) -> None:
             res = self._owned(env.tx.conn, fqn, source)
             members = list(res.spec.get("members") or [])
-            spec = {**res.spec, **_team_spec(team, source, members)}
-            resources.system_update(env, res, spec, why=_why(source))
+            fields = _team_fields(team, source, members)
+            resources.system_update(env, res, fields, why=_why(source))
 
         await self._run(op)
 
@@ -361,7 +363,7 @@ class SqlDirectoryStore:
         def op(env: WriteEnv) -> None:
             res = self._owned(env.tx.conn, fqn, source)
             why = f": set its members from the {source} directory"
-            res = resources.system_update(env, res, {**res.spec, "members": users}, why=why)
+            res = resources.system_update(env, res, Team(members=users), why=why)
             # Nested teams are server-owned status (no client writes them).
             repo.set_status(env.tx.conn, fqn, {**res.status, "memberTeams": teams}, res.etag)
 
@@ -375,16 +377,23 @@ def _why(source: str) -> str:
 # ---- last sync results ----------------------------------------------------------------------
 
 
+class SyncRuns(TypedDict):
+    """What ``GET .../directorySync`` shows of the log: the last run and the last good one."""
+
+    lastResult: SyncResultJson | None
+    lastSuccess: SyncResultJson | None
+
+
 class SyncRunLog:
     """The last ``:sync`` body of each organization, and the last successful one."""
 
     def __init__(self, uow: UnitOfWork) -> None:
         self._uow = uow
 
-    def record(self, org: str, result: dict[str, Any]) -> None:
+    def record(self, org: str, result: SyncResultJson) -> None:
         body = json.dumps(result)
-        values: dict[str, Any] = {"last_result": body, "update_time": repo.now_us()}
-        if result.get("ok"):
+        values: dict[str, str | int] = {"last_result": body, "update_time": repo.now_us()}
+        if result["ok"]:
             values["last_success"] = body
         with self._uow.write_rows() as conn:
             updated = conn.execute(
@@ -395,7 +404,7 @@ class SyncRunLog:
             if not updated:
                 conn.execute(sa.insert(directory_sync_runs).values(organization=org, **values))
 
-    def get(self, org: str) -> dict[str, Any]:
+    def get(self, org: str) -> SyncRuns:
         with self._uow.read() as conn:
             row = conn.execute(
                 sa.select(directory_sync_runs).where(directory_sync_runs.c.organization == org)

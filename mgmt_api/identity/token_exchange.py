@@ -35,7 +35,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NotRequired, TypedDict, TypeVar
 
 import httpx
 
@@ -183,7 +183,17 @@ class IssuedToken:
     expires_in: int
 
 
-def token_exchange_response(issued: IssuedToken) -> dict[str, Any]:
+class TokenBody(TypedDict):
+    """A platform token as the token endpoint answers it (RFC 6749 5.1; RFC 8693 2.2.1
+    adds ``issued_token_type``)."""
+
+    access_token: str
+    issued_token_type: NotRequired[str]
+    token_type: str
+    expires_in: int
+
+
+def token_exchange_response(issued: IssuedToken) -> TokenBody:
     """The RFC 8693 2.2.1 success body."""
     return {
         "access_token": issued.access_token,
@@ -245,7 +255,7 @@ class TokenExchanger(Generic[P]):
         *,
         find_user: Callable[[str], Awaitable[P | None]],
         mint: Callable[[P, ExchangeSubject], Awaitable[IssuedToken]],
-    ) -> dict[str, Any]:
+    ) -> TokenBody:
         """The whole exchange: parse, verify, look the user up (rule 5), mint."""
         request = parse_token_exchange_request(form)
         subject = await self.verify(request.subject_token)

@@ -322,8 +322,8 @@ class Behaviour:
         """Side effects in the write's transaction; returns fields only the response has."""
         return {}
 
-    def audit_properties(self, write: Write) -> dict[str, Any]:
-        """Extra properties of the write's audit record."""
+    def audit_properties(self, write: Write) -> dict[str, bool]:
+        """Extra properties of the write's audit record (flags: what changed, never a value)."""
         return {}
 
     def before_delete(self, env: WriteEnv, fqn: str) -> None:

@@ -13,7 +13,7 @@ agent's key is the organization admins' to hand out).
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
 from fastapi import Query
 from pydantic import Field
@@ -73,9 +73,18 @@ def new_key(conn: Connection, owner: str) -> keymod.KeyPair:
     return pair
 
 
+class KeyView(TypedDict):
+    """A key as the API shows it (the ``KeyPair`` schema); ``privateKey`` only once."""
+
+    id: str
+    publicKey: str
+    encoding: str
+    privateKey: NotRequired[str]
+
+
 def key_view(
-    key_id: str, jwk: dict[str, Any], encoding: str, private: keymod.KeyPair | None = None
-) -> dict[str, Any]:
+    key_id: str, jwk: keymod.PublicJwk, encoding: str, private: keymod.KeyPair | None = None
+) -> KeyView:
     """A key as the API shows it; with ``private``, the one response that carries it."""
     if encoding == "JWK":
         public = json.dumps(jwk, separators=(",", ":"))
@@ -83,7 +92,7 @@ def key_view(
     else:
         public = keymod.public_pem_of(jwk)
         secret = private.private_pem if private else None
-    view: dict[str, Any] = {"id": key_id, "publicKey": public, "encoding": encoding}
+    view: KeyView = {"id": key_id, "publicKey": public, "encoding": encoding}
     if secret is not None:
         view["privateKey"] = secret
     return view

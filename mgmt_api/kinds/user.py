@@ -102,7 +102,7 @@ class UserBehaviour(Behaviour):
             repo.set_password_hash(env.tx.conn, res.fqn, passwords.hash_password(password))
         return {}
 
-    def audit_properties(self, write: Write) -> dict[str, Any]:
+    def audit_properties(self, write: Write) -> dict[str, bool]:
         return {} if write.creating else {"passwordChanged": _password(write) is not None}
 
 

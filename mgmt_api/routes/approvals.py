@@ -14,7 +14,7 @@ from mgmt_api.domain import approvals as ap
 from mgmt_api.errors import invalid
 from mgmt_api.routes.deps import Approvals, Ctx, FqnOf, cluster_fqn, organization_fqn
 from mgmt_api.schemas import approvals as s
-from mgmt_api.schemas.base import Empty, QueryBool
+from mgmt_api.schemas.base import ApiModel, Empty, QueryBool
 from mgmt_api.service.approvals import TRANSITIONS, same_resource
 
 router = APIRouter()
@@ -66,8 +66,8 @@ def _transition_endpoint(name: str, resource_type: Any) -> Callable[..., Any]:
     return with_access
 
 
-_Route = tuple[str, str, Callable[..., Any], str, dict[str, Any]]
-_EMPTY: dict[str, Any] = {"response_model": Empty}
+#: Path suffix, method, endpoint, operation name and response model of one route.
+_Route = tuple[str, str, Callable[..., Any], str, type[ApiModel]]
 
 
 def _policy_routes(resource_type: Any) -> list[_Route]:
@@ -112,9 +112,9 @@ def _policy_routes(resource_type: Any) -> list[_Route]:
         return Empty()
 
     return [
-        ("", "GET", get_policy, "GetPolicy", {"response_model": s.ApprovalPolicy}),
-        ("", "POST", set_policy, "SetPolicy", _EMPTY),
-        ("", "DELETE", delete_policy, "DeletePolicy", _EMPTY),
+        ("", "GET", get_policy, "GetPolicy", s.ApprovalPolicy),
+        ("", "POST", set_policy, "SetPolicy", Empty),
+        ("", "DELETE", delete_policy, "DeletePolicy", Empty),
     ]
 
 
@@ -148,8 +148,8 @@ def _query_routes(resource_type: Any) -> list[_Route]:
         return approvals.check(ctx, resource, body.subject, body.permission)
 
     return [
-        ("/query", "POST", query, "QueryPolicies", {"response_model": s.QueryPoliciesResponse}),
-        (":check", "POST", check, "CheckAccess", {"response_model": s.AccessCheckResponse}),
+        ("/query", "POST", query, "QueryPolicies", s.QueryPoliciesResponse),
+        (":check", "POST", check, "CheckAccess", s.AccessCheckResponse),
     ]
 
 
@@ -158,10 +158,10 @@ def _add_variant(prefix: str, resource_of: FqnOf, variant: str) -> None:
     Resource = Annotated[str, Depends(resource_of)]
     routes = [*_policy_routes(Resource), *_query_routes(Resource)]
     routes += [
-        (f"/{name}", "POST", _transition_endpoint(name, Resource), op, _EMPTY)
+        (f"/{name}", "POST", _transition_endpoint(name, Resource), op, Empty)
         for name, (op, _) in TRANSITION_ROUTES.items()
     ]
-    for suffix, method, fn, op, extra in routes:
+    for suffix, method, fn, op, model in routes:
         router.add_api_route(
             prefix + suffix,
             fn,
@@ -169,8 +169,8 @@ def _add_variant(prefix: str, resource_of: FqnOf, variant: str) -> None:
             operation_id=f"{variant}Approvals_{op}",
             tags=["Approvals"],
             summary=(fn.__doc__ or "").strip().splitlines()[0],
+            response_model=model,
             response_model_exclude_none=True,
-            **extra,
         )
 
 

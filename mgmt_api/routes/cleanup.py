@@ -1,39 +1,14 @@
 """``POST /v2/organizations/{organization}/cleanupresources``."""
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Body
-from pydantic import Field
 
 from meshplane.kinds_contract import Kind
 from mgmt_api.routes.deps import Cleanup, Ctx, OrganizationFqn
-from mgmt_api.schemas.base import ApiModel
+from mgmt_api.schemas.cleanup import CleanupResourcesRequest, CleanupResourcesResponse
 
 router = APIRouter()
-
-
-class CleanupResourcesRequest(ApiModel):
-    apply: bool = Field(default=False, description="false: dry run, nothing changes.")
-
-
-class CleanupItem(ApiModel):
-    fqn: str
-    kind: str
-    reason: str
-
-
-class CleanupResourcesResponse(ApiModel):
-    apply: bool
-    changes: list[CleanupItem] = Field(
-        description="Deletions, and deleted principals removed from the bindings and teams "
-        "still naming them: would be applied (dry run) or were applied (apply)."
-    )
-    skipped: list[CleanupItem] = Field(
-        description=(
-            "Unused but protected (itself or below), still holding objects, or (security "
-            "groups) selecting clusters whose agents never reported or are stale."
-        )
-    )
 
 
 @router.post(
@@ -48,5 +23,5 @@ def cleanup_resources(
     organization: OrganizationFqn,
     body: Annotated[CleanupResourcesRequest, Body()],
     cleanup: Cleanup,
-) -> dict[str, Any]:
+) -> CleanupResourcesResponse:
     return cleanup.run(ctx, organization, apply=body.apply)

@@ -5,7 +5,7 @@ this cluster's agent service account (``.../clusters/{cluster}/serviceaccounts/a
 is accepted, the same credential the policy distribution admits.
 """
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Body
 
@@ -29,5 +29,5 @@ def report_inventory(
     cluster: ClusterFqn,
     body: Annotated[InventoryReport, Body()],
     inventory: Inventory,
-) -> dict[str, Any]:
+) -> ClusterStateView:
     return inventory.report(ctx, cluster, body)

@@ -1,6 +1,6 @@
 """``POST /v2/lookup/services``: services a namespace selector would hit."""
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Body
 
@@ -20,7 +20,7 @@ router = APIRouter()
 )
 def lookup_services(
     ctx: Ctx, body: Annotated[ServiceLookupRequest, Body()], inventory: Inventory
-) -> dict[str, Any]:
+) -> ServiceLookupResponse:
     services, next_token = inventory.lookup_services(
         ctx,
         body.parent,
@@ -28,4 +28,4 @@ def lookup_services(
         page_size=body.page_size,
         page_token=body.page_token,
     )
-    return {"services": services, "nextPageToken": next_token}
+    return ServiceLookupResponse(services=services, next_page_token=next_token)

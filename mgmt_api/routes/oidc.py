@@ -50,6 +50,7 @@ from mgmt_api.identity.runtime import IdentityRuntime, provider_token_id
 from mgmt_api.identity.service import IdentityService
 from mgmt_api.identity.token_exchange import (
     ID_TOKEN_TYPE,
+    TokenBody,
     TokenExchanger,
     TokenExchangeRequestError,
     parse_token_exchange_request,
@@ -125,7 +126,8 @@ async def oidc_configuration(request: Request) -> dict[str, Any]:
     service = runtime(request).service
     if service is None:
         return {"enabled": False}
-    return await service.configuration()
+    # A plain dict: the OpenAPI documents this body as a free-form object.
+    return dict(await service.configuration())
 
 
 # ---- authorization-code login ----------------------------------------------------------------
@@ -321,7 +323,7 @@ async def _form(request: Request) -> dict[str, str]:
     return form
 
 
-async def _token(request: Request, name: str | None) -> dict[str, Any]:
+async def _token(request: Request, name: str | None) -> TokenBody:
     rt, service = _service(request)
     login = _login(service, name)
     exchanger: TokenExchanger[Any] | None = service.exchanger(name)

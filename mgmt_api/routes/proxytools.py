@@ -49,6 +49,7 @@ from mgmt_api.schemas.proxytools import (
     LogLine,
     SetLoggerLevelsRequest,
     StreamLogsRequest,
+    WorkloadSelector,
 )
 from mgmt_api.service.proxytools import ProxyTools, check_fields, levels_request
 from mgmt_api.service.replicas import FORWARD_PATH, MAX_FORWARD_BODY_BYTES
@@ -82,18 +83,17 @@ async def _authorized(
     return tools, await run_in_threadpool(check)
 
 
-def _selector(body: Any) -> dict[str, Any]:
-    out: dict[str, Any] = body.model_dump(by_alias=True)
-    return out
-
-
 async def _read(
-    request: Request, organization: str, cluster: str, body: Any, fill: Callable[[pb.Call], object]
+    request: Request,
+    organization: str,
+    cluster: str,
+    body: WorkloadSelector,
+    fill: Callable[[pb.Call], object],
 ) -> JSONResponse:
     """One read-only call to the workload's proxies: READ on the cluster, the
     selector from ``body``, the operation set by ``fill``, the agents' answers."""
     tools, principal = await _authorized(request, organization, cluster, rbac.READ)
-    call = tools.new_call(_selector(body))
+    call = tools.new_call(body)
     fill(call)
     return JSONResponse(await tools.unary(organization, cluster, call, principal.fqn))
 
@@ -191,10 +191,9 @@ async def set_logger_levels(
     cluster: Name,
     body: Annotated[SetLoggerLevelsRequest, Body()],
 ) -> JSONResponse:
-    requested = _selector(body)
-    setting = levels_request(requested)
+    setting = levels_request(body)
     tools, principal = await _authorized(request, organization, cluster, rbac.WRITE)
-    call = tools.new_call(requested)
+    call = tools.new_call(body)
     call.set_loggers.CopyFrom(setting)
     outcome: dict[str, str] = {}
     try:
@@ -202,14 +201,12 @@ async def set_logger_levels(
     except ApiError as exc:
         outcome["error"] = f"{exc.code.name}: {exc.message}"[:500]
         await run_in_threadpool(
-            tools.audit_set_levels, principal, organization, cluster, requested, outcome
+            tools.audit_set_levels, principal, organization, cluster, body, outcome
         )
         raise
     for item in answer["instances"]:
         outcome[item["instance"]] = item["error"]["message"][:200] if "error" in item else "OK"
-    await run_in_threadpool(
-        tools.audit_set_levels, principal, organization, cluster, requested, outcome
-    )
+    await run_in_threadpool(tools.audit_set_levels, principal, organization, cluster, body, outcome)
     return JSONResponse(answer)
 
 
@@ -238,7 +235,7 @@ async def stream_logs(
 ) -> StreamingResponse:
     check_fields(contract.check_stream, body.tail_lines, body.since_seconds)
     tools, principal = await _authorized(request, organization, cluster, rbac.READ)
-    call = tools.new_call(_selector(body))
+    call = tools.new_call(body)
     options = pb.StreamLogs(follow=body.follow)
     if body.tail_lines is not None:
         options.tail_lines = body.tail_lines

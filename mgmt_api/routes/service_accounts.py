@@ -4,13 +4,13 @@ Mounted at every place a service account lives (an organization's and a
 cluster's), from the kind registry's path templates.
 """
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Request
 
 from meshplane.kinds_contract import Kind
 from mgmt_api.kinds import item_templates
-from mgmt_api.kinds.service_account import KEY_ENCODING
+from mgmt_api.kinds.service_account import KEY_ENCODING, KeyView
 from mgmt_api.routes import templated as t
 from mgmt_api.routes.deps import call_context, services
 from mgmt_api.schemas import resources as m
@@ -32,11 +32,13 @@ def _add(router: APIRouter, tpl: str) -> None:
 
     def jwks(request: Request, account: Account) -> m.Jwks:
         accounts = services(request).service_accounts
-        return m.Jwks(keys=accounts.jwks(call_context(request), account.fqn))
+        return m.Jwks(keys=[dict(k) for k in accounts.jwks(call_context(request), account.fqn)])
 
-    def generate(request: Request, account: Account, options: KeyEncodingOption) -> dict[str, Any]:
+    def generate(request: Request, account: Account, options: KeyEncodingOption) -> KeyView:
         accounts = services(request).service_accounts
-        return accounts.generate_key(call_context(request), account.fqn, options[KEY_ENCODING.name])
+        return accounts.generate_key(
+            call_context(request), account.fqn, str(options[KEY_ENCODING.name])
+        )
 
     def delete_key(request: Request, account: Account, key_id: KeyId) -> Empty:
         services(request).service_accounts.delete_key(call_context(request), account.fqn, key_id)

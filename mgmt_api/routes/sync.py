@@ -181,7 +181,8 @@ async def sync_organization(
             str(result.error),
             metadata={"reason": str(result.reason), "sourceType": result.source_type},
         )
-    return result.to_json()
+    # A plain dict: the OpenAPI documents this body as a free-form object.
+    return dict(result.to_json())
 
 
 @router.get("/v2/organizations/{organization}/directorySync", operation_id="GetDirectorySync")
@@ -194,10 +195,14 @@ def directory_sync_status(request: Request, ctx: Ctx, organization: Name) -> dic
     sync = rt.syncs.get(organization)
     if sync is None and runs["lastResult"] is None:
         raise _not_configured(organization)
-    last = runs["lastResult"] or {}
+    last = runs["lastResult"]
+    if sync is not None:
+        source_type: str | None = sync.source.source_type
+    else:
+        source_type = last.get("sourceType") if last else None
     return {
         "organization": organization,
-        "sourceType": sync.source.source_type if sync is not None else last.get("sourceType"),
+        "sourceType": source_type,
         "intervalSeconds": sync.interval_s if sync is not None else None,
         **runs,
     }

@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 import json
 import re
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
 
@@ -62,7 +62,7 @@ def params_of(template: str) -> list[str]:
     return _PARAM.findall(template)
 
 
-def fill(template: str, kw: dict[str, Any]) -> str:
+def fill(template: str, kw: Mapping[str, str]) -> str:
     for name in params_of(template):
         fqnmod.validate_segment(_NAMESPACED_PARAMS.get(name, ""), kw[name], name)
     return template.format(**{p: kw[p] for p in params_of(template)})
@@ -99,8 +99,9 @@ def path_ref(template: str) -> Callable[..., Awaitable[ObjectRef]]:
     return ref
 
 
-#: The values of a kind's extra query parameters (its ``route_params``), by name.
-QueryOptions = dict[str, Any]
+#: The values of a kind's extra query parameters (its ``route_params``), by name:
+#: each is a ``QueryBool`` or a string enumeration (``keyEncoding``).
+QueryOptions = dict[str, bool | str]
 
 
 def query_options(params: Iterable[RouteParam]) -> Callable[..., Awaitable[QueryOptions]]:

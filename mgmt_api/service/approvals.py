@@ -224,7 +224,7 @@ class ApprovalService:
                     repo.new_resource(
                         fqn,
                         POLICY_KIND,
-                        policy.to_json(),
+                        dict(policy.to_json()),
                         revision=tx.revision,
                         creator=ctx.principal.fqn,
                         parent=resource,  # approval-policy FQNs are not in the path grammar
@@ -286,7 +286,10 @@ class ApprovalService:
             except ap.ApprovalError as exc:
                 raise ApiError(Code.NOT_FOUND, exc.message) from None
             self._store(tx, existing, policy)
-            props: dict[str, Any] = {"subject": access.subject, "mode": policy.mode.value}
+            props: dict[str, str | list[str]] = {
+                "subject": access.subject,
+                "mode": policy.mode.value,
+            }
             if access.permissions:
                 props["permissions"] = list(access.permissions)
             message = tr.message.format(
@@ -300,7 +303,7 @@ class ApprovalService:
             tx.conn,
             existing.fqn,
             existing.etag,
-            spec=policy.to_json(),
+            spec=dict(policy.to_json()),
             protected=False,
             etag=tx.etag(existing.fqn),
             update_time=repo.now_us(),

@@ -60,6 +60,7 @@ from mgmt_api.domain import onboarding as ob
 from mgmt_api.errors import ApiError, not_found
 from mgmt_api.fqn import subtree_bounds
 from mgmt_api.kinds import KindSettings, principals
+from mgmt_api.schemas.cleanup import CleanupItem, CleanupResourcesResponse
 from mgmt_api.store import repo
 from mgmt_api.store.tables import sa_keys
 from mgmt_api.store.uow import Tx, UnitOfWork
@@ -78,8 +79,8 @@ class Finding:
     holder: str | None = None
     team: bool = False
 
-    def to_json(self) -> dict[str, str]:
-        return {"fqn": self.fqn, "kind": self.kind, "reason": self.reason}
+    def item(self) -> CleanupItem:
+        return CleanupItem(fqn=self.fqn, kind=self.kind, reason=self.reason)
 
 
 class Tree:
@@ -312,7 +313,7 @@ class CleanupService:
         self.uow = uow
         self.settings = settings
 
-    def run(self, ctx: CallContext, organization: str, *, apply: bool) -> dict[str, Any]:
+    def run(self, ctx: CallContext, organization: str, *, apply: bool) -> CleanupResourcesResponse:
         if not apply:
             with self.uow.read() as conn:
                 found = self._find(conn, ctx, organization, rbac.READ)
@@ -380,9 +381,9 @@ def _forget(tx: Tx, item: Finding) -> None:
         principals.unbind(tx, policy, {item.fqn}, why)
 
 
-def _result(apply: bool, found: Findings) -> dict[str, Any]:
-    return {
-        "apply": apply,
-        "changes": [f.to_json() for f in found.changes],
-        "skipped": [f.to_json() for f in found.skipped],
-    }
+def _result(apply: bool, found: Findings) -> CleanupResourcesResponse:
+    return CleanupResourcesResponse(
+        apply=apply,
+        changes=[f.item() for f in found.changes],
+        skipped=[f.item() for f in found.skipped],
+    )

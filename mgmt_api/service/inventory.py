@@ -32,7 +32,7 @@ from mgmt_api.domain import onboarding as ob
 from mgmt_api.domain.times import rfc3339
 from mgmt_api.errors import ApiError, Code, invalid, not_found
 from mgmt_api.kinds import onboarding
-from mgmt_api.schemas.inventory import InventoryReport
+from mgmt_api.schemas.inventory import ClusterStateView, InventoryReport, RegisteredService
 from mgmt_api.service.authn import principal_for
 from mgmt_api.store import repo
 from mgmt_api.store.uow import UnitOfWork
@@ -65,7 +65,9 @@ class InventoryService:
         self.uow = uow
         self.stale_after_seconds = stale_after_seconds
 
-    def report(self, ctx: CallContext, cluster_fqn: str, report: InventoryReport) -> dict[str, Any]:
+    def report(
+        self, ctx: CallContext, cluster_fqn: str, report: InventoryReport
+    ) -> ClusterStateView:
         """Replace the cluster's reported inventory; only its own agent may send it."""
         _check_names(report)
         expected = fqnmod.agent_fqn(cluster_fqn)
@@ -113,7 +115,9 @@ class InventoryService:
             )
             if config is not None:
                 onboarding.refresh_status(tx, config, ob.report_of(status))
-        return inv.state_view(status, now, self.stale_after_seconds)
+        return ClusterStateView.model_validate(
+            inv.state_view(status, now, self.stale_after_seconds)
+        )
 
     def report_json(self, cluster_fqn: str, body: bytes) -> str:
         """A report that arrived over the agent's tunnel (already authenticated as the
@@ -143,7 +147,7 @@ class InventoryService:
         *,
         page_size: int = listing.DEFAULT_PAGE_SIZE,
         page_token: str = "",
-    ) -> tuple[list[dict[str, Any]], str]:
+    ) -> tuple[list[RegisteredService], str]:
         """One page of the reported services of the parent's organization that ``names`` select.
 
         Needs READ on ``parent``; each cluster's services are returned only if
@@ -172,7 +176,7 @@ class InventoryService:
         *,
         page_size: int,
         start: lookup.ServiceKey | None,
-    ) -> tuple[list[dict[str, Any]], str]:
+    ) -> tuple[list[RegisteredService], str]:
         """Walk the clusters in FQN order, a few at a time, until the page is full.
 
         Only the clusters a pattern can name are read, their status only if
@@ -180,7 +184,7 @@ class InventoryService:
         the page, so the cost follows the page rather than the organization.
         """
         only = lookup.cluster_segments(names)
-        out: list[dict[str, Any]] = []
+        out: list[RegisteredService] = []
         last: lookup.ServiceKey | None = None
         # From the token's cluster on: it may have services after the token's one.
         cursor, inclusive = (start[0], True) if start else ("", False)
@@ -208,7 +212,11 @@ class InventoryService:
                         if len(out) == page_size:  # one more exists: end the page here
                             assert last is not None
                             return out, listing.encode_token(lookup.service_fqn(last))
-                        out.append(lookup.registered_service(fqn, ns["name"], svc))
+                        out.append(
+                            RegisteredService.model_validate(
+                                lookup.registered_service(fqn, ns["name"], svc)
+                            )
+                        )
                         last = key
             if len(batch) < LOOKUP_BATCH:
                 return out, ""

@@ -7,8 +7,6 @@ the ``rbac`` node, the parent of every Role, so the same inheritance rule
 
 from __future__ import annotations
 
-from typing import Any
-
 from meshplane import kinds_contract
 from mgmt_api import access as authz
 from mgmt_api import fqn as fqnmod
@@ -20,7 +18,15 @@ from mgmt_api.store import repo
 from mgmt_api.store.uow import UnitOfWork
 
 
-def validate_bindings(allow: list[dict[str, Any]], known_custom_roles: set[str]) -> None:
+def _stored(binding: Binding) -> rbac.StoredBinding:
+    """A binding as stored (and audited): the JSON the API speaks, camelCase, no nulls."""
+    return {
+        "role": binding.role,
+        "subjects": [s.model_dump(by_alias=True, exclude_none=True) for s in binding.subjects],
+    }
+
+
+def validate_bindings(allow: list[rbac.StoredBinding], known_custom_roles: set[str]) -> None:
     """Bindings name an existing role and subjects of the right kind."""
     for i, binding in enumerate(allow):
         role = binding.get("role", "")
@@ -74,8 +80,7 @@ class PolicyService:
         etag: str,
     ) -> None:
         kind = authz.node_kind(fqn)
-        # Stored (and audited) as the JSON the API speaks: camelCase, no nulls.
-        allow = [b.model_dump(by_alias=True, exclude_none=True) for b in bindings]
+        allow = [_stored(b) for b in bindings]
         if not etag:
             raise invalid("etag", "is required on update; GET the policy and send its etag")
         if fqn == fqnmod.ROOT and not rbac.keeps_an_admin(allow):

@@ -34,6 +34,7 @@ from mgmt_api.domain.proxytools import (
     workload_view,
 )
 from mgmt_api.errors import ApiError, Code, invalid, not_found
+from mgmt_api.schemas.proxytools import SetLoggerLevelsRequest, WorkloadSelector
 from mgmt_api.service.replicas import ReplicaPeers
 from mgmt_api.service.tunnel_hub import Replies, TunnelHub
 from mgmt_api.store import repo
@@ -74,36 +75,33 @@ class ProxyTools:
         principal: Principal,
         organization: str,
         cluster: str,
-        request: dict[str, Any],
+        request: SetLoggerLevelsRequest,
         outcome: dict[str, str],
     ) -> None:
         fqn = fqnmod.cluster_fqn(organization, cluster)
-        what = f"level {request['level']}" if request.get("level") else "named loggers"
-        target = f"{request['namespace']}/{request['workload']}"
+        what = f"level {request.level}" if request.level else "named loggers"
+        target = f"{request.namespace}/{request.workload}"
         with self.uow.write(principal.fqn, bump=False) as tx:
             tx.audit(
                 fqn,
                 Kind.CLUSTER,
                 "SET_LOGGER_LEVELS",
                 f"set {what} on the proxies of {target} in {fqn}",
-                **request,
+                **request.model_dump(by_alias=True),
                 outcome=outcome,
             )
 
     # ---- calls ---------------------------------------------------------------
 
-    def new_call(self, selector: dict[str, Any]) -> pb.Call:
+    def new_call(self, selector: WorkloadSelector) -> pb.Call:
         check_fields(
-            contract.check_workload,
-            selector["namespace"],
-            selector["workload"],
-            selector.get("instance", ""),
+            contract.check_workload, selector.namespace, selector.workload, selector.instance
         )
         return pb.Call(
             target=pb.Workload(
-                namespace=selector["namespace"],
-                workload=selector["workload"],
-                instance=selector.get("instance", ""),
+                namespace=selector.namespace,
+                workload=selector.workload,
+                instance=selector.instance,
             ),
             timeout_ms=int(self.timeout_seconds * 1000),
         )
@@ -214,6 +212,6 @@ class ProxyTools:
             await context.__aexit__(None, None, None)
 
 
-def levels_request(body: dict[str, Any]) -> pb.SetLoggers:
-    check_fields(contract.check_loggers, body.get("level", ""), body.get("loggers") or {})
-    return pb.SetLoggers(level=body.get("level", ""), loggers=body.get("loggers") or {})
+def levels_request(body: SetLoggerLevelsRequest) -> pb.SetLoggers:
+    check_fields(contract.check_loggers, body.level, body.loggers)
+    return pb.SetLoggers(level=body.level, loggers=body.loggers)

@@ -343,26 +343,35 @@ def system_principal(actor: str) -> Principal:
     return Principal(actor, "user", frozenset())
 
 
-def _system_write(kdef: KindDef, fqn: str, spec: dict[str, Any], *, creating: bool) -> Write:
+def _system_write(
+    kdef: KindDef, fqn: str, fields: ApiModel, *, creating: bool, base: Mapping[str, object]
+) -> Write:
     """A write the platform makes, checked as a client's body would be.
 
-    The spec goes through the kind's model (its types and bounds) and then the
-    same hooks; it may set the fields the platform owns (``sourceType``).
+    ``fields`` is the kind's model (built, so its types and bounds are checked)
+    holding the fields the platform sets, which may be the ones it owns
+    (``sourceType``); they replace those of ``base``. Then the same hooks run.
     """
+    if not isinstance(fields, kdef.model):
+        raise TypeError(f"a {kdef.kind} write needs a {kdef.model.__name__}")
     parsed = fqnmod.parse(fqn)
     fqnmod.validate_segment(kdef.collection, parsed.name, "name")
-    kdef.model.model_validate(spec)
-    body = kdef.model.model_construct()  # no write-only fields: the platform sends none
-    return Write(fqn, parsed.parent, parsed.name, kdef.body_field, dict(spec), body, creating)
+    set_fields = fields.model_dump(
+        by_alias=True, exclude_unset=True, exclude_none=True, mode="json"
+    )
+    spec = {**base, **set_fields}
+    kdef.model.model_validate(spec)  # the whole spec, the stored fields included
+    # The platform sends no write-only field (a password): ``fields`` holds none.
+    return Write(fqn, parsed.parent, parsed.name, kdef.body_field, spec, fields, creating)
 
 
 def system_create(
-    env: WriteEnv, kind: str, fqn: str, spec: dict[str, Any], *, why: str
+    env: WriteEnv, kind: str, fqn: str, fields: ApiModel, *, why: str
 ) -> repo.Resource:
     """Create as the platform: every hook but ``authorize`` (there is no caller to
     authorize); the object gets an empty policy, so it inherits its parent's."""
     kdef = kinds.get(kind)
-    write = _system_write(kdef, fqn, spec, creating=True)
+    write = _system_write(kdef, fqn, fields, creating=True, base={})
     kdef.behaviour.validate(write)
     kdef.behaviour.check_writable(fqn, "create")
     if repo.exists(env.tx.conn, fqn):  # e.g. a local user of the same name: never taken over
@@ -372,11 +381,12 @@ def system_create(
 
 
 def system_update(
-    env: WriteEnv, stored: repo.Resource, spec: dict[str, Any], *, why: str
+    env: WriteEnv, stored: repo.Resource, fields: ApiModel, *, why: str
 ) -> repo.Resource:
-    """Replace ``stored``'s spec as the platform, through the hooks (as :func:`system_create`)."""
+    """Set the fields given in ``fields`` of ``stored`` as the platform (the others keep
+    their stored values), through the hooks (as :func:`system_create`)."""
     kdef = kinds.get(stored.kind)
-    write = _system_write(kdef, stored.fqn, spec, creating=False)
+    write = _system_write(kdef, stored.fqn, fields, creating=False, base=stored.spec)
     kdef.behaviour.check_writable(stored.fqn, "update")
     kdef.behaviour.merge_update(stored, write)
     if kdef.protectable and _PROTECTION not in write.spec and stored.protected:

@@ -9,14 +9,13 @@ policy or agent stream, re-checks that its key still exists.
 
 from __future__ import annotations
 
-from typing import Any
-
 from meshplane.kinds_contract import Kind
 from mgmt_api import access
 from mgmt_api.access import CallContext
+from mgmt_api.auth.keys import PublicJwk
 from mgmt_api.domain import rbac
 from mgmt_api.errors import not_found
-from mgmt_api.kinds.service_account import NEW_KEY, REVOKE_KEY, key_view, new_key
+from mgmt_api.kinds.service_account import NEW_KEY, REVOKE_KEY, KeyView, key_view, new_key
 from mgmt_api.store import repo
 from mgmt_api.store.uow import UnitOfWork
 
@@ -27,7 +26,7 @@ class ServiceAccountService:
     def __init__(self, uow: UnitOfWork) -> None:
         self.uow = uow
 
-    def generate_key(self, ctx: CallContext, sa_fqn: str, encoding: str) -> dict[str, Any]:
+    def generate_key(self, ctx: CallContext, sa_fqn: str, encoding: str) -> KeyView:
         with self.uow.write(ctx.principal.fqn) as tx:
             NEW_KEY.require(tx.conn, ctx.principal, sa_fqn)
             if not repo.exists(tx.conn, sa_fqn):
@@ -43,7 +42,7 @@ class ServiceAccountService:
                 raise not_found(f"{sa_fqn}/keys/{key_id}")
             tx.audit(sa_fqn, KIND, "DELETE_KEY", f"revoked key {key_id}", keyId=key_id)
 
-    def jwks(self, ctx: CallContext, sa_fqn: str) -> list[dict[str, Any]]:
+    def jwks(self, ctx: CallContext, sa_fqn: str) -> list[PublicJwk]:
         with self.uow.read() as conn:
             access.require(conn, ctx.principal, sa_fqn, KIND, rbac.READ)
             if not repo.exists(conn, sa_fqn):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +17,9 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from mgmt_api import fqn as fqnmod
+from mgmt_api.auth.keys import PublicJwk
 from mgmt_api.domain import etags
+from mgmt_api.domain.rbac import StoredBinding
 from mgmt_api.fqn import subtree_bounds
 from mgmt_api.store.tables import (
     audit_log,
@@ -447,7 +449,7 @@ def delete_subtree(conn: Connection, fqn: str) -> int:
 @dataclass(slots=True)
 class Policy:
     fqn: str
-    allow: list[dict[str, Any]]
+    allow: list[StoredBinding]
     description: str
     etag: str
 
@@ -481,7 +483,7 @@ def policies_in_subtree(conn: Connection, fqn: str) -> list[Policy]:
     return [Policy(r.fqn, json.loads(r.allow), r.description, r.etag) for r in rows]
 
 
-def insert_policy(conn: Connection, fqn: str, allow: list[dict[str, Any]], etag: str) -> None:
+def insert_policy(conn: Connection, fqn: str, allow: list[StoredBinding], etag: str) -> None:
     conn.execute(
         sa.insert(policies).values(
             fqn=fqn, allow=dumps(allow), description="", etag=etag, update_time=now_us()
@@ -494,10 +496,15 @@ def update_policy_if_etag(
     fqn: str,
     *,
     old_etag: str,
-    allow: list[dict[str, Any]],
+    allow: Sequence[Mapping[str, object]],
     description: str,
     etag: str,
 ) -> bool:
+    """Replace the bindings of ``fqn``'s policy if its etag is still ``old_etag``.
+
+    ``allow`` should be :class:`StoredBinding` rows; it is typed as mappings only
+    because kinds/cluster.py still appends its agent binding as a plain literal.
+    """
     result = conn.execute(
         sa.update(policies)
         .where(policies.c.fqn == fqn, policies.c.etag == old_etag)
@@ -534,7 +541,7 @@ def policies_naming(conn: Connection, subject: str) -> list[str]:
 # ---- service-account keys ----------------------------------------------------
 
 
-def add_key(conn: Connection, key_id: str, owner: str, public_jwk: dict[str, Any]) -> None:
+def add_key(conn: Connection, key_id: str, owner: str, public_jwk: PublicJwk) -> None:
     conn.execute(
         sa.insert(sa_keys).values(
             id=key_id, owner=owner, public_jwk=dumps(public_jwk), create_time=now_us()
@@ -542,12 +549,12 @@ def add_key(conn: Connection, key_id: str, owner: str, public_jwk: dict[str, Any
     )
 
 
-def get_key(conn: Connection, key_id: str) -> tuple[str, dict[str, Any]] | None:
+def get_key(conn: Connection, key_id: str) -> tuple[str, PublicJwk] | None:
     row = conn.execute(_KEY, {"id": key_id}).first()
     return (str(row.owner), json.loads(row.public_jwk)) if row else None
 
 
-def keys_of(conn: Connection, owner: str) -> list[tuple[str, dict[str, Any], int]]:
+def keys_of(conn: Connection, owner: str) -> list[tuple[str, PublicJwk, int]]:
     rows = conn.execute(
         sa.select(sa_keys)
         .where(sa_keys.c.owner == owner)

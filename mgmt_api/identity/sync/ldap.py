@@ -25,6 +25,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import ldap3  # type: ignore[import-untyped]
@@ -52,7 +54,20 @@ def _describe(exc: LDAPException) -> str:
     return f"{exc.__class__.__name__}: {text[:300]}" if text else exc.__class__.__name__
 
 
-def _first(attributes: dict[str, Any], name: str) -> str | None:
+@dataclass(frozen=True, slots=True)
+class LdapEntry:
+    """One search result: its DN and its attributes as ldap3 returns them.
+
+    Values stay ``object``: ldap3 gives a string, bytes or a list of them
+    depending on the schema it knows, so :func:`_first` and :func:`_all`
+    look at each one.
+    """
+
+    dn: str
+    attributes: Mapping[str, object]
+
+
+def _first(attributes: Mapping[str, object], name: str) -> str | None:
     value = attributes.get(name)
     if isinstance(value, list):
         value = value[0] if value else None
@@ -61,7 +76,7 @@ def _first(attributes: dict[str, Any], name: str) -> str | None:
     return str(value) if value not in (None, "") else None
 
 
-def _all(attributes: dict[str, Any], name: str) -> list[str]:
+def _all(attributes: Mapping[str, object], name: str) -> list[str]:
     value = attributes.get(name)
     if value is None:
         return []
@@ -82,7 +97,7 @@ class LdapSource:
 
     def _search(
         self, conn: Any, base: str, search_filter: str, attributes: list[str]
-    ) -> list[dict[str, Any]]:
+    ) -> list[LdapEntry]:
         entries = conn.extend.standard.paged_search(
             search_base=base,
             search_filter=search_filter,
@@ -95,7 +110,11 @@ class LdapSource:
             raise SourceError(
                 f"LDAP search under {base} failed: {conn.result.get('description', 'error')}"
             )
-        return [e for e in entries if e.get("type") == "searchResEntry"]
+        return [
+            LdapEntry(str(e["dn"]), e.get("attributes") or {})
+            for e in entries
+            if e.get("type") == "searchResEntry"
+        ]
 
     def _start_tls(self, conn: Any) -> None:
         """Upgrade to TLS before anything else is sent; fail the run when that is refused."""
@@ -153,7 +172,7 @@ class LdapSource:
         except LDAPException as exc:
             raise SourceError(f"LDAP error talking to {cfg.url}: {_describe(exc)}") from exc
 
-    def _entries(self, conn: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    def _entries(self, conn: Any) -> tuple[list[LdapEntry], list[LdapEntry]]:
         """Bind (after StartTLS when configured) and read the user and group entries."""
         cfg = self.config
         attrs = cfg.attributes
@@ -186,13 +205,13 @@ class LdapSource:
 
 
 def _users(
-    entries: list[dict[str, Any]], attrs: LdapAttributes
+    entries: list[LdapEntry], attrs: LdapAttributes
 ) -> tuple[list[DirectoryUser], dict[str, str]]:
     """The directory's users, and their ids by normalized DN (to resolve group members)."""
     users: list[DirectoryUser] = []
     user_by_dn: dict[str, str] = {}
     for entry in entries:
-        a = entry.get("attributes", {})
+        a = entry.attributes
         uid = _first(a, attrs.user_id)
         if uid is None:
             continue
@@ -204,22 +223,22 @@ def _users(
                 display_name=_first(a, attrs.display_name),
             )
         )
-        user_by_dn[normalize_dn(entry["dn"])] = uid
+        user_by_dn[normalize_dn(entry.dn)] = uid
     return users, user_by_dn
 
 
 def _teams(
-    entries: list[dict[str, Any]], attrs: LdapAttributes, user_by_dn: dict[str, str]
+    entries: list[LdapEntry], attrs: LdapAttributes, user_by_dn: dict[str, str]
 ) -> list[DirectoryTeam]:
     """The directory's groups as teams; a member DN is a user, a nested group, or ignored."""
     group_by_dn: dict[str, str] = {}
     for entry in entries:
-        gid = _first(entry.get("attributes", {}), attrs.group_id)
+        gid = _first(entry.attributes, attrs.group_id)
         if gid is not None:
-            group_by_dn[normalize_dn(entry["dn"])] = gid
+            group_by_dn[normalize_dn(entry.dn)] = gid
     teams: list[DirectoryTeam] = []
     for entry in entries:
-        a = entry.get("attributes", {})
+        a = entry.attributes
         gid = _first(a, attrs.group_id)
         if gid is None:
             continue

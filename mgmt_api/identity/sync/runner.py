@@ -35,7 +35,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol, TypedDict
 
 from mgmt_api.identity.config import DEFAULT_MAX_DELETE_PERCENT
 from mgmt_api.identity.sync.model import DirectorySnapshot, DirectoryTeam, DirectoryUser
@@ -76,6 +76,40 @@ class FailedIds:
         return len(self.addition) + len(self.update) + len(self.removal)
 
 
+class FailedIdsJson(TypedDict):
+    addition: list[str]
+    update: list[str]
+    removal: list[str]
+
+
+class UserCountsJson(TypedDict):
+    created: int
+    updated: int
+    deleted: int
+
+
+class TeamCountsJson(UserCountsJson):
+    membershipsSet: int
+
+
+class SyncResultJson(TypedDict):
+    """A run as ``POST /v2/organizations/{org}:sync`` answers it and the run log keeps it."""
+
+    organization: str
+    sourceType: str
+    ok: bool
+    error: str | None
+    reason: str | None
+    forced: bool
+    startedAt: float
+    finishedAt: float
+    users: UserCountsJson
+    teams: TeamCountsJson
+    droppedReferences: int
+    failedUsers: FailedIdsJson
+    failedTeams: FailedIdsJson
+
+
 @dataclass(slots=True)
 class SyncResult:
     organization: str
@@ -107,10 +141,10 @@ class SyncResult:
         """The run failed before writing anything (the last good state is untouched)."""
         return self.reason in {DIRECTORY_UNAVAILABLE, STORE_UNAVAILABLE, TOO_MANY_DELETIONS}
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> SyncResultJson:
         """The body of ``POST /v2/organizations/{org}:sync`` (camelCase)."""
 
-        def ids(f: FailedIds) -> dict[str, list[str]]:
+        def ids(f: FailedIds) -> FailedIdsJson:
             return {"addition": f.addition, "update": f.update, "removal": f.removal}
 
         return {
