@@ -291,7 +291,7 @@ def _install_middleware(app: FastAPI, settings: Settings, registry: CollectorReg
     tracing = trace_middleware.start_from_env()
     if tracing is not None:  # off: not installed at all
         app.state.tracing = tracing
-        app.add_middleware(trace_middleware.Traces, tracer=tracing.tracer)
+        app.add_middleware(trace_middleware.Traces, tracing=tracing)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

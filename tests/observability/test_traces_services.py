@@ -229,7 +229,7 @@ def test_ratelimit_span_with_store_child_over_http_exporter(tmp_path: Path) -> N
         )
         assert tracing is not None
         service = RateLimitService(
-            lambda: config, MemoryStore(), Settings(), clock=lambda: T0, tracer=tracing.tracer
+            lambda: config, MemoryStore(), Settings(), clock=lambda: T0, tracing=tracing
         )
         raw = request("traced", descriptor(("user", "secret-api-key"))).SerializeToString()
 
@@ -265,7 +265,7 @@ def test_ratelimit_sampling_zero_makes_no_span(tmp_path: Path, span_objects: lis
         MemoryStore(),
         Settings(),
         clock=lambda: T0,
-        tracer=None if tracing is None else tracing.tracer,
+        tracing=tracing,
     )
     raw = request("traced", descriptor(("user", "u"))).SerializeToString()
 
@@ -299,3 +299,33 @@ def test_mgmt_api_rest_requests_are_spans_named_by_route_template(
     assert get.attributes["http.response.status_code"] == 200
     assert get.name == f"GET {get.attributes['http.route']}"
     assert "traced-org" not in get.name  # the template, not the raw path
+
+
+def test_ratelimit_sampled_out_call_makes_no_span_a_sampled_parent_does(
+    tmp_path: Path, grpc_receiver: OtlpGrpcReceiver, span_objects: list[object]
+) -> None:
+    """Tracing on at 1 %: a call whose parent is not sampled takes the untraced
+    path (no span object, not even the store's); a sampled parent's call is traced."""
+    config = load_config(write_config(tmp_path, "traced.yaml", LIMITS))
+    tracing = start_tracing(TraceSettings(grpc_receiver.endpoint, ratio=0.01,
+                                          sampler="parentbased_traceidratio"))  # fmt: skip
+    assert tracing is not None
+    service = RateLimitService(
+        lambda: config, MemoryStore(), Settings(), clock=lambda: T0, tracing=tracing
+    )
+    raw = request("traced", descriptor(("user", "u"))).SerializeToString()
+    trace_id = "5bf92f3577b34da6a3ce929d0e0e4736"
+
+    async def call(traceparent: str) -> None:
+        set_trace_context(traceparent, None)
+        await service.decide(raw)
+
+    asyncio.run(call(f"00-{trace_id}-{PARENT_ID}-00"))
+    assert span_objects == []
+    asyncio.run(call(f"00-{trace_id}-{PARENT_ID}-01"))
+    asyncio.run(service.close())
+    tracing.shutdown()
+    # the call's span and the store's (the remote parent is wrapped in a NonRecordingSpan)
+    assert len([s for s in span_objects if isinstance(s, sdk_trace.Span)]) == 2
+    spans = [s for s in grpc_receiver.spans() if s.trace_id == trace_id]
+    assert sorted(s.name for s in spans) == ["ratelimit ShouldRateLimit", "ratelimit store memory"]
