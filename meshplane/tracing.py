@@ -28,10 +28,11 @@ naming the variable or flag, never a silent fallback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import math
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit
@@ -44,8 +45,9 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider, sampling
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
-from opentelemetry.trace import Tracer
+from opentelemetry.trace import Span, SpanKind, Tracer, get_current_span
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.util.types import AttributeValue
 
 from meshplane.config_error import ConfigError
 from meshplane.traceparent import parse as parse_traceparent
@@ -329,6 +331,29 @@ def parent_context(traceparent: str | None, tracestate: str | None = None) -> Co
     if tracestate and len(tracestate) <= _MAX_TRACESTATE:
         carrier["tracestate"] = tracestate
     return _PROPAGATOR.extract(carrier)
+
+
+@contextlib.contextmanager
+def child_span(
+    tracer: Tracer | None,
+    name: str,
+    attributes: Mapping[str, AttributeValue] | None = None,
+    *,
+    kind: SpanKind = SpanKind.INTERNAL,
+) -> Iterator[Span | None]:
+    """A span for one unit of work under the current *recording* span, else nothing.
+
+    For work done on behalf of a traced call (mgmt-api's transactions and
+    publishes, the agent's tunnel calls): the call's gate already decided,
+    so work under a sampled call is traced and work under an unsampled (or
+    untraced, or background) one makes no span object. Yields the span
+    (to add attributes once the work is done) or None.
+    """
+    if tracer is None or not get_current_span().is_recording():
+        yield None
+        return
+    with tracer.start_as_current_span(name, kind=kind, attributes=attributes) as span:
+        yield span
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
