@@ -333,6 +333,16 @@ def parent_context(traceparent: str | None, tracestate: str | None = None) -> Co
     return _PROPAGATOR.extract(carrier)
 
 
+def outgoing_trace_context() -> tuple[str, str]:
+    """``(traceparent, tracestate)`` of the current span when it is sampled, for
+    a call to another process to continue (empty strings otherwise)."""
+    if not get_current_span().is_recording():
+        return "", ""
+    carrier: dict[str, str] = {}
+    _PROPAGATOR.inject(carrier)
+    return carrier.get("traceparent", ""), carrier.get("tracestate", "")
+
+
 @contextlib.contextmanager
 def child_span(
     tracer: Tracer | None,

@@ -23,6 +23,7 @@ from typing import Any
 from agent import contract
 from meshplane.kinds_contract import Kind
 from meshplane.proto.tunnel.v1 import tunnel_pb2 as pb
+from meshplane.tracing import outgoing_trace_context
 from mgmt_api import access as authz
 from mgmt_api import fqn as fqnmod
 from mgmt_api.access import Principal
@@ -99,6 +100,7 @@ class ProxyTools:
             selector["workload"],
             selector.get("instance", ""),
         )
+        traceparent, tracestate = outgoing_trace_context()  # the agent's span continues it
         return pb.Call(
             target=pb.Workload(
                 namespace=selector["namespace"],
@@ -106,6 +108,8 @@ class ProxyTools:
                 instance=selector.get("instance", ""),
             ),
             timeout_ms=int(self.timeout_seconds * 1000),
+            traceparent=traceparent,
+            tracestate=tracestate,
         )
 
     def _deadline_error(self, organization: str, cluster: str) -> ApiError:
