@@ -84,18 +84,21 @@ class RateLimitService:
     async def decide(self, raw_request: bytes) -> bytes:
         """Answer one serialized RateLimitRequest with a serialized
         RateLimitResponse. Raises InvalidRequest or StoreUnavailable."""
-        if self._tracing is not None:
-            return await self._traced(self._tracing, raw_request)
+        tracing = self._tracing
+        if tracing is not None:
+            # The gate first: a sampled-out call takes the untraced path
+            # (no span object, and no extra coroutine frame).
+            traceparent, tracestate = incoming_trace_context()
+            if tracing.gate(traceparent):
+                return await self._traced(tracing, raw_request, traceparent, tracestate)
         return await self._decide(raw_request, None)
 
-    async def _traced(self, tracing: Tracing, raw_request: bytes) -> bytes:
+    async def _traced(
+        self, tracing: Tracing, raw_request: bytes, traceparent: str | None, tracestate: str | None
+    ) -> bytes:
         """:meth:`decide` in a span continuing the caller's W3C context
         (the ``traceparent`` gRPC metadata Envoy's tracer sends), with a
-        child span for the store's round trip; a call the gate samples out
-        takes the untraced path (no span object)."""
-        traceparent, tracestate = incoming_trace_context()
-        if not tracing.gate(traceparent):
-            return await self._decide(raw_request, None)
+        child span for the store's round trip."""
         parent = parent_context(traceparent, tracestate)
         with tracing.tracer.start_as_current_span(
             "ratelimit ShouldRateLimit", context=parent, kind=SpanKind.SERVER
