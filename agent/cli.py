@@ -32,7 +32,7 @@ from agent.envoy_admin import DEFAULT_MAX_RESPONSE_BYTES, AdminClient
 from agent.health import HealthServer
 from agent.metrics import AgentMetrics
 from agent.tunnel import Tunnel
-from meshplane import control_plane
+from meshplane import control_plane, tracing
 from meshplane.cli_args import fail
 from meshplane.config_error import ConfigError
 from meshplane.logging import configure_logging
@@ -58,6 +58,7 @@ def parser() -> argparse.ArgumentParser:
         help="HOST:PORT of /metrics, /healthz and /readyz (default 127.0.0.1:9105)",
     )
     p.add_argument("--instance", help="this agent's name in the management plane's view")
+    tracing.add_arguments(p)  # spans for tunnel calls (docs/observability.md)
     discovery = p.add_argument_group("proxy discovery (one of)")
     discovery.add_argument(
         "--static-proxies",
@@ -134,11 +135,16 @@ def _source(args: argparse.Namespace) -> ProxySource:
     )
 
 
-async def serve(args: argparse.Namespace, options: control_plane.ControlPlaneOptions) -> int:
+async def serve(
+    args: argparse.Namespace,
+    options: control_plane.ControlPlaneOptions,
+    trace_settings: tracing.TraceSettings,
+) -> int:
     source = _source(args)
     metrics = AgentMetrics()
     admin_client = AdminClient(args.max_response_bytes)
     instance = args.instance or f"{socket.gethostname()}-{os.getpid()}"
+    traces = tracing.start_tracing(trace_settings)
     tunnel = Tunnel(
         address=options.address,
         hello=pb.AgentHello(
@@ -154,6 +160,7 @@ async def serve(args: argparse.Namespace, options: control_plane.ControlPlaneOpt
         channel_credentials=options.channel_credentials(),
         max_concurrent=args.max_concurrent,
         max_backoff=args.max_backoff,
+        tracing=traces,
     )
     health = HealthServer(args.listen, metrics.render, lambda: tunnel.connected)
     stop = asyncio.Event()
@@ -178,6 +185,8 @@ async def serve(args: argparse.Namespace, options: control_plane.ControlPlaneOpt
         await health.stop()
         await admin_client.close()
         await source.close()
+        if traces is not None:  # export what is queued before exiting
+            await asyncio.to_thread(traces.shutdown)
     log.info("agent stopped")
     return 0
 
@@ -193,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         parse_listen(args.listen)
         options = control_plane.options_from(args, "agent")
         assert options is not None
-        return asyncio.run(serve(args, options))
+        trace_settings = tracing.settings_from_args(args, os.environ, SERVICE)
+        return asyncio.run(serve(args, options, trace_settings))
     except ConfigError as exc:
         return fail(SERVICE, str(exc))
     except ValueError as exc:

@@ -28,9 +28,11 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from typing import TypeVar
 
 import grpc
+from opentelemetry.trace import Span, SpanKind
 
 from agent.contract import StatusCode
 from agent.diagnostics import Diagnostics
@@ -41,6 +43,7 @@ from meshplane.backoff import Backoff
 from meshplane.distribution_client import CHANNEL_OPTIONS, REFUSED
 from meshplane.proto.tunnel.v1 import tunnel_pb2 as pb
 from meshplane.proto.tunnel.v1 import tunnel_pb2_grpc as pb_grpc
+from meshplane.tracing import Tracing, parent_context
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -73,7 +76,9 @@ class Tunnel:
         max_backoff: float = 15.0,
         heartbeat: float = HEARTBEAT_SECONDS,
         inventory_every: float = INVENTORY_SECONDS,
+        tracing: Tracing | None = None,
     ) -> None:
+        self.tracing = tracing
         self.address = address
         self.hello = hello
         self.token = token
@@ -239,26 +244,47 @@ class Tunnel:
             started = time.monotonic()
             self.metrics.active.labels(operation).inc()
             code = "OK"
-            try:
-                await self.diagnostics.run(call, replies)
-            except asyncio.CancelledError:
-                code = StatusCode.CANCELLED.name
-                raise
-            except Exception:
-                code = StatusCode.INTERNAL.name
-                log.exception("diagnostics call crashed", extra={"operation": operation})
-                await replies.done(StatusCode.INTERNAL, "the agent failed")
-            finally:
-                self.metrics.active.labels(operation).dec()
-                self.metrics.calls.labels(operation, code).inc()
-                if operation != "stream_logs":
-                    self.metrics.duration.labels(operation).observe(time.monotonic() - started)
-                self._calls.pop(call.id, None)
-                self._streams.discard(call.id)
+            with self._span(call, operation) as span:
+                try:
+                    await self.diagnostics.run(call, replies)
+                except asyncio.CancelledError:
+                    code = StatusCode.CANCELLED.name
+                    raise
+                except Exception:
+                    code = StatusCode.INTERNAL.name
+                    log.exception("diagnostics call crashed", extra={"operation": operation})
+                    await replies.done(StatusCode.INTERNAL, "the agent failed")
+                finally:
+                    self.metrics.active.labels(operation).dec()
+                    self.metrics.calls.labels(operation, code).inc()
+                    if operation != "stream_logs":
+                        self.metrics.duration.labels(operation).observe(time.monotonic() - started)
+                    self._calls.pop(call.id, None)
+                    self._streams.discard(call.id)
+                    if span is not None:
+                        span.set_attribute("meshplane.outcome", code)
 
         self._calls[call.id] = asyncio.create_task(run())
         if operation == "stream_logs":
             self._streams.add(call.id)
+
+    def _span(self, call: pb.Call, operation: str) -> AbstractContextManager[Span | None]:
+        """One SERVER span per call when tracing is on and the gate samples it,
+        continuing the management plane's span (the call's ``traceparent``).
+        Attributes name the operation and the workload, never what it answers."""
+        tracing = self.tracing
+        if tracing is None or not tracing.gate(call.traceparent or None):
+            return contextlib.nullcontext()
+        return tracing.tracer.start_as_current_span(
+            f"agent tunnel {operation}",
+            context=parent_context(call.traceparent or None, call.tracestate or None),
+            kind=SpanKind.SERVER,
+            attributes={
+                "meshplane.operation": operation,
+                "meshplane.namespace": call.target.namespace,
+                "meshplane.workload": call.target.workload,
+            },
+        )
 
     async def _drain(self, grace: float = 5.0) -> None:
         """SIGTERM: refuse new calls, end log streams, give unary calls ``grace`` to finish."""

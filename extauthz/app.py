@@ -107,8 +107,7 @@ class ExtAuthzApp:
         if self._decision_log is not None and self._decision_log.enabled:
             self._recorder = DecisionRecorder(DecisionLog("extauthz", self._decision_log))
         self.tracing = start_tracing(self._trace_settings)
-        tracer = None if self.tracing is None else self.tracing.tracer
-        grpc_api.register(self.service, ctx, tracer, self._recorder)
+        grpc_api.register(self.service, ctx, self.tracing, self._recorder)
         await self._activate(self._initial_sources)
         self.source.add_listener(self._on_config)
         self._spawn(self.source.watch())

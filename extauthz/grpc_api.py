@@ -30,7 +30,7 @@ from envoy.service.auth.v3 import external_auth_pb2
 from envoy.type.v3 import http_status_pb2
 from google.protobuf import struct_pb2
 from google.rpc import status_pb2
-from opentelemetry.trace import Span, SpanKind, Tracer
+from opentelemetry.trace import Span, SpanKind
 
 from extauthz import claim_metadata, metrics
 from extauthz.config import POLICY_CONTEXT_KEY
@@ -41,7 +41,7 @@ from extauthz.responses import DENY_STATUS, JSON_CONTENT_TYPE, REASON_HEADER, de
 from extauthz.service import INTERNAL_ERROR, AuthorizationService
 from meshplane.rpc import incoming_trace_context
 from meshplane.server_contract import WorkerContext
-from meshplane.tracing import parent_context
+from meshplane.tracing import Tracing, parent_context
 
 log = logging.getLogger(__name__)
 
@@ -193,26 +193,27 @@ def encode_response(decision: Decision) -> bytes:
 class CheckHandler:
     """The Check RPC on wire bytes; see the module docstring for the fail-closed contract.
 
-    With a tracer (tracing on), each call is one span continuing the W3C
-    context Envoy put in the request's headers; without one (the default),
-    the untraced path runs and no span object is made.
+    With tracing on, each *sampled* call is one span continuing the W3C
+    context Envoy put in the call (``tracing.gate`` decides first, so an
+    unsampled call makes no span object); with tracing off (the default),
+    the untraced path runs.
     """
 
     def __init__(
         self,
         service: AuthorizationService,
-        tracer: Tracer | None = None,
+        tracing: Tracing | None = None,
         recorder: DecisionRecorder | None = None,
     ) -> None:
         self._service = service
-        self._tracer = tracer
+        self._tracing = tracing
         self._recorder = recorder
         # Tracing on: the server hands over the call's traceparent metadata.
-        self.wants_trace_context = tracer is not None
+        self.wants_trace_context = tracing is not None
 
     async def __call__(self, raw: bytes) -> bytes:
-        if self._tracer is not None:
-            return await self._traced(self._tracer, raw)
+        if self._tracing is not None:
+            return await self._traced(self._tracing, raw)
         try:
             request = _CheckRequest.FromString(raw)
             attrs = attributes_from_check(request, raw)
@@ -249,22 +250,30 @@ class CheckHandler:
             return encode_response(decision)
         return with_decision_id(_DENY_BYTES.get(decision.reason, _LAST_RESORT_BYTES), decision_id)
 
-    async def _traced(self, tracer: Tracer, raw: bytes) -> bytes:
+    async def _traced(self, tracing: Tracing, raw: bytes) -> bytes:
+        # Envoy's tracer puts its ext_authz client span in the call's metadata;
+        # without one (a caller that is not traced), the request's own headers.
+        traceparent, tracestate = incoming_trace_context()
         try:
             request = _CheckRequest.FromString(raw)
             attrs = attributes_from_check(request, raw)
         except Exception as exc:
-            with tracer.start_as_current_span(SPAN_NAME, kind=SpanKind.SERVER) as span:
+            if not tracing.gate(traceparent):
+                return _unreadable(exc)
+            with tracing.tracer.start_as_current_span(SPAN_NAME, kind=SpanKind.SERVER) as span:
                 span.set_attributes({"meshplane.decision": "deny", "meshplane.reason": "internal"})
                 return _unreadable(exc)
-        # Envoy's tracer puts its ext_authz client span in the call's metadata;
-        # without one (a caller that is not traced), the request's own headers.
-        traceparent, tracestate = incoming_trace_context()
         if traceparent is None:
             headers = request.attributes.request.http.headers
-            traceparent, tracestate = headers.get("traceparent"), headers.get("tracestate")
+            traceparent = headers.get("traceparent")
+            if traceparent is not None:
+                tracestate = headers.get("tracestate")
+        if not tracing.gate(traceparent):  # sampled out: the untraced path
+            return await self._answer(request, attrs)
         parent = parent_context(traceparent, tracestate)
-        with tracer.start_as_current_span(SPAN_NAME, context=parent, kind=SpanKind.SERVER) as span:
+        with tracing.tracer.start_as_current_span(
+            SPAN_NAME, context=parent, kind=SpanKind.SERVER
+        ) as span:
             return await self._answer(request, attrs, span)
 
 
@@ -291,8 +300,8 @@ def _unreadable(exc: Exception) -> bytes:
 def register(
     service: AuthorizationService,
     ctx: WorkerContext,
-    tracer: Tracer | None = None,
+    tracing: Tracing | None = None,
     recorder: DecisionRecorder | None = None,
 ) -> None:
     """Serve Check in a worker (either server); ``recorder`` writes decision lines."""
-    ctx.add_unary(SERVICE_NAME, "Check", CheckHandler(service, tracer, recorder))
+    ctx.add_unary(SERVICE_NAME, "Check", CheckHandler(service, tracing, recorder))

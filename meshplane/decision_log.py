@@ -35,7 +35,6 @@ import hmac
 import json
 import logging
 import os
-import re
 import secrets
 import sys
 import threading
@@ -47,6 +46,7 @@ from typing import IO, Any, TypeAlias
 
 from prometheus_client import Counter
 
+from meshplane import traceparent
 from meshplane.decision_otlp import OtlpLogExporter
 from meshplane.validate import Node
 
@@ -77,29 +77,12 @@ FIELDS = frozenset(
     }
 )
 
-_TRACEPARENT = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$")
-_ZERO_TRACE = "0" * 32
-_ZERO_SPAN = "0" * 16
-
 
 def parse_traceparent(value: str | None) -> str | None:
-    """The trace id of a W3C ``traceparent`` header, or None when absent or invalid.
-
-    The one parser the services share (W3C Trace Context, level 1): version
-    ``ff`` and all-zero ids are invalid; a future version may carry more
-    fields after the four known ones.
-    """
-    if not value or len(value) > 512:
-        return None
-    match = _TRACEPARENT.match(value.strip())
-    if match is None:
-        return None
-    version, trace_id, span_id, _flags, rest = match.groups()
-    if version == "ff" or trace_id == _ZERO_TRACE or span_id == _ZERO_SPAN:
-        return None
-    if version == "00" and rest:
-        return None
-    return trace_id
+    """The trace id of a W3C ``traceparent`` header, or None when absent or invalid
+    (the parser is :func:`meshplane.traceparent.parse`, shared with the tracing gate)."""
+    parent = traceparent.parse(value)
+    return None if parent is None else parent.trace_id
 
 
 def mask(value: str, salt: bytes) -> str:

@@ -8,6 +8,11 @@ attribute for ``None`` and create no span object at all. That is why "off"
 is not an always-off sampler: a sampler still makes a (non-recording) span
 per call.
 
+On, the sampling decision is :class:`Gate`'s, taken before the SDK is asked
+for anything (the incoming ``traceparent``'s flag, or a cheap draw), so a
+sampled-out call costs a header lookup and a comparison, like off; only a
+sampled call builds an SDK span (whose sampler is then ALWAYS_ON).
+
 The exporters are our own (a few lines each) instead of the
 ``opentelemetry-exporter-otlp-*`` packages, which pull
 ``googleapis-common-protos`` and shadow xds-protos' ``google/rpc``. Both
@@ -23,9 +28,11 @@ naming the variable or flag, never a silent fallback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import math
-from collections.abc import Mapping, Sequence
+import random
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit
@@ -38,10 +45,12 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider, sampling
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
-from opentelemetry.trace import Tracer
+from opentelemetry.trace import Span, SpanKind, Tracer, get_current_span
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.util.types import AttributeValue
 
 from meshplane.config_error import ConfigError
+from meshplane.traceparent import parse as parse_traceparent
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +72,7 @@ _MAX_TRACEPARENT = 128
 _MAX_TRACESTATE = 8192
 EXPORT_TIMEOUT_SECONDS = 10.0
 _PROPAGATOR = TraceContextTextMapPropagator()
+_TRACE_ID_RANGE = 1 << 64  # the SDK's TraceIdRatioBased compares the low 64 bits
 
 
 @dataclass(frozen=True)
@@ -155,17 +165,53 @@ def settings_from(
     )
 
 
-def _sampler(settings: TraceSettings) -> sampling.Sampler:
-    ratio = sampling.TraceIdRatioBased(settings.ratio)
-    table: dict[str, sampling.Sampler] = {
-        "always_on": sampling.ALWAYS_ON,
-        "always_off": sampling.ALWAYS_OFF,
-        "traceidratio": ratio,
-        "parentbased_always_on": sampling.ParentBased(sampling.ALWAYS_ON),
-        "parentbased_always_off": sampling.ParentBased(sampling.ALWAYS_OFF),
-        "parentbased_traceidratio": sampling.ParentBased(ratio),
-    }
-    return table[settings.sampler]
+class Gate:
+    """The sampling decision, taken before the SDK is asked for anything.
+
+    Called with the incoming ``traceparent`` (or None) on every call of a
+    traced service; an unsampled call then costs this lookup and a
+    comparison, and makes no span object and no context. It is the one
+    reader of ``OTEL_TRACES_SAMPLER`` semantics (via :class:`TraceSettings`):
+
+    - ``parentbased_*``: a valid parent's sampled flag decides; without one,
+      ``always_on`` samples, ``always_off`` does not, ``traceidratio`` draws;
+    - ``traceidratio``: with a valid parent, its trace id decides (the SDK's
+      rule: the low 64 bits below ``ratio * 2**64``, so every service of a
+      trace agrees); without one, a draw;
+    - ``always_on``: every call; ``always_off``: none.
+
+    The draw is ``random.random()`` (one C call), not a trace id: the SDK
+    makes the id only for a call that is sampled. The SDK's own sampler is
+    then ALWAYS_ON, since the gate already decided. Pure: ``draw`` is passed
+    in, so the table test fixes it.
+    """
+
+    __slots__ = ("_bound", "_draw", "_follow_parent", "_ratio", "_root")
+
+    def __init__(
+        self, sampler: str, ratio: float, draw: Callable[[], float] = random.random
+    ) -> None:
+        if sampler not in SAMPLERS:
+            raise ValueError(f"unknown sampler {sampler!r}")
+        self._follow_parent = sampler.startswith("parentbased_")
+        base = sampler.removeprefix("parentbased_")
+        self._ratio = {"always_on": 1.0, "always_off": 0.0}.get(base, ratio)
+        self._bound = round(self._ratio * _TRACE_ID_RANGE)
+        self._draw = draw
+        #: what a call without a (valid) parent gets: a constant, or None = draw.
+        self._root: bool | None = None if 0.0 < self._ratio < 1.0 else self._ratio == 1.0
+
+    def __call__(self, traceparent: str | None) -> bool:
+        """Whether the call with this ``traceparent`` header is sampled."""
+        if traceparent is not None:
+            parent = parse_traceparent(traceparent)
+            if parent is not None:
+                if self._follow_parent:
+                    return parent.sampled
+                return int(parent.trace_id[16:], 16) < self._bound
+        if self._root is None:
+            return self._draw() < self._ratio
+        return self._root
 
 
 class GrpcSpanExporter(SpanExporter):
@@ -226,10 +272,13 @@ class HttpSpanExporter(SpanExporter):
 
 @dataclass(frozen=True)
 class Tracing:
-    """A running tracer; :meth:`shutdown` exports what is queued (SIGTERM drain)."""
+    """A running tracer and its :class:`Gate`; :meth:`shutdown` exports what
+    is queued (SIGTERM drain). Ask ``gate(traceparent)`` first, and only on
+    True start a span with ``tracer``."""
 
     tracer: Tracer
     provider: TracerProvider
+    gate: Gate
 
     def shutdown(self) -> None:
         self.provider.shutdown()
@@ -253,11 +302,12 @@ def start_tracing(settings: TraceSettings | None) -> Tracing | None:
     if settings is None or not settings.enabled:
         return None
     provider = TracerProvider(
-        sampler=_sampler(settings),
+        sampler=sampling.ALWAYS_ON,  # the Gate decided before the SDK is asked
         resource=Resource.create({"service.name": settings.service_name}),
     )
     provider.add_span_processor(BatchSpanProcessor(exporter_for(settings)))
-    return Tracing(provider.get_tracer("meshplane"), provider)
+    gate = Gate(settings.sampler, settings.ratio)
+    return Tracing(provider.get_tracer("meshplane"), provider, gate)
 
 
 def settings_from_args(
@@ -281,6 +331,39 @@ def parent_context(traceparent: str | None, tracestate: str | None = None) -> Co
     if tracestate and len(tracestate) <= _MAX_TRACESTATE:
         carrier["tracestate"] = tracestate
     return _PROPAGATOR.extract(carrier)
+
+
+def outgoing_trace_context() -> tuple[str, str]:
+    """``(traceparent, tracestate)`` of the current span when it is sampled, for
+    a call to another process to continue (empty strings otherwise)."""
+    if not get_current_span().is_recording():
+        return "", ""
+    carrier: dict[str, str] = {}
+    _PROPAGATOR.inject(carrier)
+    return carrier.get("traceparent", ""), carrier.get("tracestate", "")
+
+
+@contextlib.contextmanager
+def child_span(
+    tracer: Tracer | None,
+    name: str,
+    attributes: Mapping[str, AttributeValue] | None = None,
+    *,
+    kind: SpanKind = SpanKind.INTERNAL,
+) -> Iterator[Span | None]:
+    """A span for one unit of work under the current *recording* span, else nothing.
+
+    For work done on behalf of a traced call (mgmt-api's transactions and
+    publishes, the agent's tunnel calls): the call's gate already decided,
+    so work under a sampled call is traced and work under an unsampled (or
+    untraced, or background) one makes no span object. Yields the span
+    (to add attributes once the work is done) or None.
+    """
+    if tracer is None or not get_current_span().is_recording():
+        yield None
+        return
+    with tracer.start_as_current_span(name, kind=kind, attributes=attributes) as span:
+        yield span
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

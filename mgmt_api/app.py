@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy.engine import Engine
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from meshplane.tracing import Tracing
 from mgmt_api import console, trace_middleware
 from mgmt_api.distribution.hub import Distribution, tls_from
 from mgmt_api.distribution.metrics import DistributionCollector
@@ -275,7 +276,9 @@ def _mount_openapi(app: FastAPI) -> None:
         return get_swagger_ui_html(openapi_url="/v2/openapi.json", title=app.title)
 
 
-def _install_middleware(app: FastAPI, settings: Settings, registry: CollectorRegistry) -> None:
+def _install_middleware(
+    app: FastAPI, settings: Settings, registry: CollectorRegistry, tracing: Tracing | None
+) -> None:
     """The middleware stack; the last added runs first."""
     relative_slash_redirect(app.router)
     # The last added runs first: metrics, then authentication, then the body.
@@ -288,10 +291,8 @@ def _install_middleware(app: FastAPI, settings: Settings, registry: CollectorReg
         trusted=parse_trusted_proxies(settings.trusted_proxies),
         header=parse_forwarded_header(settings.forwarded_header),
     )
-    tracing = trace_middleware.start_from_env()
     if tracing is not None:  # off: not installed at all
-        app.state.tracing = tracing
-        app.add_middleware(trace_middleware.Traces, tracer=tracing.tracer)
+        app.add_middleware(trace_middleware.Traces, tracing=tracing)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -332,5 +333,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     console.mount(app, signing_secret=services.signing_secret, public_url=settings.public_url)
     _install_error_handlers(app)
     _mount_openapi(app)
-    _install_middleware(app, settings, registry)
+    _install_middleware(app, settings, registry, _start_tracing(app, services, distribution))
     return app
+
+
+def _start_tracing(
+    app: FastAPI, services: Services, distribution: Distribution | None
+) -> Tracing | None:
+    """The process's tracer (``OTEL_*``), handed to the parts that make spans:
+    the REST middleware, the unit of work (transactions) and the publish."""
+    tracing = trace_middleware.start_from_env()
+    if tracing is not None:
+        app.state.tracing = tracing
+        services.uow.tracer = tracing.tracer
+        if distribution is not None:
+            distribution.tracer = tracing.tracer
+    return tracing

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from opentelemetry.trace import SpanKind, Tracer
+from opentelemetry.trace import SpanKind
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from meshplane.tracing import Tracing, parent_context, settings_from, start_tracing
@@ -26,11 +26,15 @@ def start_from_env() -> Tracing | None:
 
 
 class Traces:
-    """The ASGI middleware; outermost, so the span covers authentication too."""
+    """The ASGI middleware; outermost, so the span covers authentication too.
 
-    def __init__(self, app: ASGIApp, tracer: Tracer) -> None:
+    The tracing gate decides first (the caller's sampled flag, else the
+    ratio): a request it samples out makes no span, so neither do its
+    database and publish children (:func:`meshplane.tracing.child_span`)."""
+
+    def __init__(self, app: ASGIApp, tracing: Tracing) -> None:
         self.app = app
-        self.tracer = tracer
+        self.tracing = tracing
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -39,12 +43,15 @@ class Traces:
         headers = dict(scope["headers"])
         traceparent = headers.get(b"traceparent")
         tracestate = headers.get(b"tracestate")
+        incoming = None if traceparent is None else traceparent.decode("latin-1")
+        if not self.tracing.gate(incoming):
+            await self.app(scope, receive, send)
+            return
         parent = parent_context(
-            None if traceparent is None else traceparent.decode("latin-1"),
-            None if tracestate is None else tracestate.decode("latin-1"),
+            incoming, None if tracestate is None else tracestate.decode("latin-1")
         )
         method = scope["method"]
-        with self.tracer.start_as_current_span(
+        with self.tracing.tracer.start_as_current_span(
             f"{method} mgmt-api", context=parent, kind=SpanKind.SERVER
         ) as span:
             status = StatusCapture(send)

@@ -178,7 +178,7 @@ class RateLimitApp:
                 if decisions is not None and decisions.enabled
                 else None
             ),
-            tracer=None if self.tracing is None else self.tracing.tracer,
+            tracing=self.tracing,
         )
         register(self.service, ctx)
         self.source.add_listener(self._on_snapshot)

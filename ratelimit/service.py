@@ -19,10 +19,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import NamedTuple
 
-from opentelemetry.trace import Span, SpanKind, Tracer
+from opentelemetry.trace import Span, SpanKind
 
 from meshplane.rpc import incoming_trace_context
-from meshplane.tracing import parent_context
+from meshplane.tracing import Tracing, parent_context
 from ratelimit import metrics
 from ratelimit.config import RateLimitConfig
 from ratelimit.decisions import DecisionRecorder
@@ -47,11 +47,11 @@ class RateLimitService:
         *,
         clock: Callable[[], float] = time.time,
         decisions: DecisionRecorder | None = None,
-        tracer: Tracer | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self._config = config
         self._decisions = decisions
-        self._tracer = tracer
+        self._tracing = tracing
         self._store = store
         self._settings = settings
         self._clock = clock
@@ -64,7 +64,7 @@ class RateLimitService:
 
     @property
     def traced(self) -> bool:
-        return self._tracer is not None
+        return self._tracing is not None
 
     @property
     def store(self) -> CounterStore:
@@ -84,16 +84,23 @@ class RateLimitService:
     async def decide(self, raw_request: bytes) -> bytes:
         """Answer one serialized RateLimitRequest with a serialized
         RateLimitResponse. Raises InvalidRequest or StoreUnavailable."""
-        if self._tracer is not None:
-            return await self._traced(self._tracer, raw_request)
+        tracing = self._tracing
+        if tracing is not None:
+            # The gate first: a sampled-out call takes the untraced path
+            # (no span object, and no extra coroutine frame).
+            traceparent, tracestate = incoming_trace_context()
+            if tracing.gate(traceparent):
+                return await self._traced(tracing, raw_request, traceparent, tracestate)
         return await self._decide(raw_request, None)
 
-    async def _traced(self, tracer: Tracer, raw_request: bytes) -> bytes:
+    async def _traced(
+        self, tracing: Tracing, raw_request: bytes, traceparent: str | None, tracestate: str | None
+    ) -> bytes:
         """:meth:`decide` in a span continuing the caller's W3C context
         (the ``traceparent`` gRPC metadata Envoy's tracer sends), with a
         child span for the store's round trip."""
-        parent = parent_context(*incoming_trace_context())
-        with tracer.start_as_current_span(
+        parent = parent_context(traceparent, tracestate)
+        with tracing.tracer.start_as_current_span(
             "ratelimit ShouldRateLimit", context=parent, kind=SpanKind.SERVER
         ) as span:
             return await self._decide(raw_request, span)
@@ -155,8 +162,8 @@ class RateLimitService:
 
     async def _traced_apply(self, plan: Plan, now: float) -> Outcome:
         """The store's round trip as a child span of the current one."""
-        assert self._tracer is not None
-        with self._tracer.start_as_current_span(
+        assert self._tracing is not None
+        with self._tracing.tracer.start_as_current_span(
             f"ratelimit store {self._store_kind}", kind=SpanKind.CLIENT
         ) as child:
             child.set_attribute("meshplane.buckets", len(plan.buckets))

@@ -77,7 +77,7 @@ def main() -> int:
             results["off"].append(measure(plain, raw, args.calls, None))
             settings = DecisionLogSettings(path=str(directory / f"decisions-{round_}.log"))
             log = DecisionLog("bench", settings)
-            logged = CheckHandler(app.service, DecisionRecorder(log))
+            logged = CheckHandler(app.service, recorder=DecisionRecorder(log))
             answer = external_auth_pb2.CheckResponse.FromString(asyncio.run(logged(raw)))
             keys = [h.header.key for h in answer.denied_response.headers]
             assert answer.status.code == 7 and "x-decision-id" in keys, answer

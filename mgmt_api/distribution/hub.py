@@ -42,11 +42,13 @@ from dataclasses import dataclass, field
 
 import grpc
 from envoy.service.discovery.v3 import ads_pb2_grpc
+from opentelemetry.trace import Tracer
 
 from meshplane.distribution_contract import NodeIdentity
 from meshplane.netaddr import is_loopback_host
 from meshplane.proto.distribution.v1 import distribution_pb2_grpc as pb_grpc
 from meshplane.tls import ListenerTlsFiles, grpcio_credentials, tls_files_from
+from meshplane.tracing import child_span
 from mgmt_api.auth import tokens
 from mgmt_api.compiler.gateway_xds import GatewayInput
 from mgmt_api.compiler.sidecar_xds import SidecarInput
@@ -119,6 +121,8 @@ class Distribution:
     #: Other services on the same gRPC server, port and TLS (the agent tunnel):
     #: each is called with the server before it starts.
     servicers: list[Callable[[grpc.aio.Server], None]] = field(default_factory=list, init=False)
+    #: Set by the wiring when tracing is on: a publish under a sampled request is a span.
+    tracer: Tracer | None = field(default=None, init=False)
 
     @property
     def _notify_url(self) -> str | None:
@@ -245,5 +249,12 @@ class Distribution:
         loop, feed = self._loop, self.feed
         if loop is None or feed is None or loop.is_closed():
             return
+        # The callback runs in a copy of this thread's context, so the span
+        # of the request that wrote (if sampled) is the publish's parent.
         with contextlib.suppress(RuntimeError):  # loop shutting down
-            loop.call_soon_threadsafe(feed.notify, revision)
+            loop.call_soon_threadsafe(self._publish, feed, revision)
+
+    def _publish(self, feed: ChangeFeed, revision: int) -> None:
+        """Wake the streams (each then sends its cluster's new snapshot)."""
+        with child_span(self.tracer, "mgmt-api publish", {"meshplane.revision": revision}):
+            feed.notify(revision)

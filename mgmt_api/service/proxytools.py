@@ -23,6 +23,7 @@ from typing import Any
 from agent import contract
 from meshplane.kinds_contract import Kind
 from meshplane.proto.tunnel.v1 import tunnel_pb2 as pb
+from meshplane.tracing import outgoing_trace_context
 from mgmt_api import access as authz
 from mgmt_api import fqn as fqnmod
 from mgmt_api.access import Principal
@@ -97,6 +98,7 @@ class ProxyTools:
         check_fields(
             contract.check_workload, selector.namespace, selector.workload, selector.instance
         )
+        traceparent, tracestate = outgoing_trace_context()  # the agent's span continues it
         return pb.Call(
             target=pb.Workload(
                 namespace=selector.namespace,
@@ -104,6 +106,8 @@ class ProxyTools:
                 instance=selector.instance,
             ),
             timeout_ms=int(self.timeout_seconds * 1000),
+            traceparent=traceparent,
+            tracestate=tracestate,
         )
 
     def _deadline_error(self, organization: str, cluster: str) -> ApiError:

@@ -25,13 +25,15 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
+from opentelemetry.trace import Span, SpanKind, Tracer
 from sqlalchemy.engine import Connection, Engine
 
+from meshplane.tracing import child_span
 from mgmt_api import fqn as fqnmod
 from mgmt_api.domain import etags
 from mgmt_api.store import repo
@@ -111,16 +113,32 @@ class UnitOfWork:
         self.engine = engine
         self.listeners = listeners or CommitListeners()
         self._notify = engine.dialect.name == "postgresql"
+        #: Set by the wiring when tracing is on: each transaction under a
+        #: sampled request is one CLIENT span (never one per statement; no SQL
+        #: text or values, so nothing a row holds reaches a trace).
+        self.tracer: Tracer | None = None
+
+    def _span(self, name: str) -> AbstractContextManager[Span | None]:
+        attributes = {"db.system": self.engine.dialect.name}
+        return child_span(self.tracer, name, attributes, kind=SpanKind.CLIENT)
 
     @contextmanager
     def write(self, actor: str, *, bump: bool = True) -> Iterator[Tx]:
-        """A write transaction; see the module docstring for what it guarantees."""
-        with write_tx(self.engine) as conn:
-            revision = repo.bump_revision(conn) if bump else repo.current_revision(conn)
-            tx = Tx(conn, revision, actor)
-            yield tx
-            if bump and self._notify:
-                conn.execute(_NOTIFY, {"channel": REVISION_CHANNEL, "payload": str(revision)})
+        """A write transaction; see the module docstring for what it guarantees.
+
+        Its span ends at the commit: the commit listeners (the publish to
+        the streams) run after it, as its sibling under the request's span."""
+        with self._span("mgmt-api db write") as span:
+            with write_tx(self.engine) as conn:
+                revision = repo.bump_revision(conn) if bump else repo.current_revision(conn)
+                tx = Tx(conn, revision, actor)
+                yield tx
+                if bump and self._notify:
+                    conn.execute(_NOTIFY, {"channel": REVISION_CHANNEL, "payload": str(revision)})
+            if span is not None:
+                span.set_attributes(
+                    {"meshplane.revision": revision, "meshplane.audited": tx.audited}
+                )
         if bump:
             self.listeners.committed(revision)
 
@@ -132,13 +150,13 @@ class UnitOfWork:
         short-lived rows that nothing compiles from and nobody audits, so they
         neither move the revision nor wake anyone.
         """
-        with write_tx(self.engine) as conn:
+        with self._span("mgmt-api db write"), write_tx(self.engine) as conn:
             yield conn
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
         """A read-only transaction (one snapshot of the store)."""
-        with read_tx(self.engine) as conn:
+        with self._span("mgmt-api db read"), read_tx(self.engine) as conn:
             yield conn
 
     def current_revision(self) -> int:

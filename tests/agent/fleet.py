@@ -22,6 +22,7 @@ from tests.mgmt_api.harness import MgmtServer, ok
 from tests.support.certs import CertificateAuthority, Issued
 from tests.support.envoy import EnvoyProcess, minimal_bootstrap
 from tests.support.net import free_port
+from tests.support.otlp_receiver import OtlpGrpcReceiver
 from tests.support.processes import Service, wait_until
 
 ORG = "diag"
@@ -296,11 +297,21 @@ class Fleet:
         tmp = self.tmp
         (tmp / "mgmt").mkdir()
         # A proxy that does not answer is given up on after this long (504 tests).
-        os.environ["MESHPLANE_PROXYTOOLS_TIMEOUT"] = f"{PROXY_TIMEOUT_SECONDS}s"
+        # mgmt-api traces only requests whose caller sampled them (test_traces.py),
+        # exporting to the fleet's OTLP receiver.
+        self.otlp = OtlpGrpcReceiver()
+        env = {
+            "MESHPLANE_PROXYTOOLS_TIMEOUT": f"{PROXY_TIMEOUT_SECONDS}s",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": self.otlp.endpoint,
+            "OTEL_TRACES_SAMPLER": "parentbased_always_off",
+            "OTEL_BSP_SCHEDULE_DELAY": "200",
+        }
+        os.environ.update(env)
         try:
             self.mgmt.start()
         finally:
-            del os.environ["MESHPLANE_PROXYTOOLS_TIMEOUT"]
+            for name in env:
+                del os.environ[name]
         self.admin = self.mgmt.admin()
         ok(self.admin.post("/v2/organizations", json={"name": ORG, "organization": {}}))
         self.secrets: dict[str, dict[str, Any]] = {}
@@ -373,6 +384,8 @@ class Fleet:
         if hasattr(self, "admin"):
             self.admin.close()
         self.mgmt.close()
+        if hasattr(self, "otlp"):
+            self.otlp.close()
 
 
 def wait_ok(

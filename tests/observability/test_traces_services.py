@@ -29,7 +29,7 @@ from ratelimit.service import RateLimitService
 from ratelimit.settings import Settings
 from ratelimit.store.memory import MemoryStore
 from tests.extauthz.support import GrpcClient, ServerThread, check_request
-from tests.mgmt_api.harness import MgmtServer, ok
+from tests.mgmt_api.harness import ADMIN_PASSWORD, MgmtServer, ok
 from tests.ratelimit.conftest import T0, descriptor, request, write_config
 from tests.support.otlp_receiver import OtlpGrpcReceiver, OtlpHttpReceiver
 
@@ -229,7 +229,7 @@ def test_ratelimit_span_with_store_child_over_http_exporter(tmp_path: Path) -> N
         )
         assert tracing is not None
         service = RateLimitService(
-            lambda: config, MemoryStore(), Settings(), clock=lambda: T0, tracer=tracing.tracer
+            lambda: config, MemoryStore(), Settings(), clock=lambda: T0, tracing=tracing
         )
         raw = request("traced", descriptor(("user", "secret-api-key"))).SerializeToString()
 
@@ -265,7 +265,7 @@ def test_ratelimit_sampling_zero_makes_no_span(tmp_path: Path, span_objects: lis
         MemoryStore(),
         Settings(),
         clock=lambda: T0,
-        tracer=None if tracing is None else tracing.tracer,
+        tracing=tracing,
     )
     raw = request("traced", descriptor(("user", "u"))).SerializeToString()
 
@@ -278,24 +278,79 @@ def test_ratelimit_sampling_zero_makes_no_span(tmp_path: Path, span_objects: lis
     assert tracing is None and span_objects == []
 
 
-def test_mgmt_api_rest_requests_are_spans_named_by_route_template(
+WRITE_TRACE = "6cf92f3577b34da6a3ce929d0e0e4736"
+UNSAMPLED_TRACE = "7df92f3577b34da6a3ce929d0e0e4736"
+
+
+def test_mgmt_api_rest_spans_with_db_and_publish_children(
     grpc_receiver: OtlpGrpcReceiver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A REST write under a sampled traceparent: the REST span (named by the
+    route template) with a db write and a publish child; a read: a db read
+    child; an unsampled caller: no span at all."""
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", grpc_receiver.endpoint)
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "200")  # the SDK's batch delay, ms
     server = MgmtServer().start()
+    body = {"name": "traced-org", "organization": {}}
     try:
         admin = server.admin()
-        ok(admin.post("/v2/organizations", json={"name": "traced-org", "organization": {}}))
+        unsampled = {"traceparent": f"00-{UNSAMPLED_TRACE}-{PARENT_ID}-00"}
+        ok(admin.post("/v2/organizations", json={**body, "name": "quiet-org"}, headers=unsampled))
+        sampled = {"traceparent": f"00-{WRITE_TRACE}-{PARENT_ID}-01"}
+        ok(admin.post("/v2/organizations", json=body, headers=sampled))
         ok(admin.get("/v2/organizations/traced-org", headers={"traceparent": TRACEPARENT}))
         admin.close()
+        names = {"mgmt-api db write", "mgmt-api publish", "mgmt-api db read"}
         spans = grpc_receiver.wait_for_spans(
-            lambda got: any(s.service == "mgmt-api" and s.parent_span_id == PARENT_ID for s in got)
+            lambda got: (
+                names <= {s.name for s in got if s.trace_id == WRITE_TRACE}
+                and any(s.trace_id == TRACE_ID and s.parent_span_id == PARENT_ID for s in got)
+            )
         )
     finally:
         server.close()
-    (get,) = [s for s in spans if s.service == "mgmt-api" and s.parent_span_id == PARENT_ID]
-    assert get.trace_id == TRACE_ID
+    assert not [s for s in spans if s.trace_id == UNSAMPLED_TRACE]
+    (get,) = [s for s in spans if s.trace_id == TRACE_ID and s.parent_span_id == PARENT_ID]
     assert get.attributes["http.response.status_code"] == 200
     assert get.name == f"GET {get.attributes['http.route']}"
     assert "traced-org" not in get.name  # the template, not the raw path
+    reads = [s for s in spans if s.parent_span_id == get.span_id]
+    assert reads and {s.name for s in reads} == {"mgmt-api db read"}
+    write_trace = [s for s in spans if s.trace_id == WRITE_TRACE]
+    (post,) = [s for s in write_trace if s.parent_span_id == PARENT_ID]
+    assert post.service == "mgmt-api" and post.name == f"POST {post.attributes['http.route']}"
+    children = {s.name: s for s in write_trace if s.parent_span_id == post.span_id}
+    write, publish = children["mgmt-api db write"], children["mgmt-api publish"]
+    assert write.attributes["db.system"] == "sqlite" and write.attributes["meshplane.audited"] >= 1
+    assert publish.attributes["meshplane.revision"] == write.attributes["meshplane.revision"]
+    assert ADMIN_PASSWORD not in repr(write_trace)
+
+
+def test_ratelimit_sampled_out_call_makes_no_span_a_sampled_parent_does(
+    tmp_path: Path, grpc_receiver: OtlpGrpcReceiver, span_objects: list[object]
+) -> None:
+    """Tracing on at 1 %: a call whose parent is not sampled takes the untraced
+    path (no span object, not even the store's); a sampled parent's call is traced."""
+    config = load_config(write_config(tmp_path, "traced.yaml", LIMITS))
+    tracing = start_tracing(TraceSettings(grpc_receiver.endpoint, ratio=0.01,
+                                          sampler="parentbased_traceidratio"))  # fmt: skip
+    assert tracing is not None
+    service = RateLimitService(
+        lambda: config, MemoryStore(), Settings(), clock=lambda: T0, tracing=tracing
+    )
+    raw = request("traced", descriptor(("user", "u"))).SerializeToString()
+    trace_id = "5bf92f3577b34da6a3ce929d0e0e4736"
+
+    async def call(traceparent: str) -> None:
+        set_trace_context(traceparent, None)
+        await service.decide(raw)
+
+    asyncio.run(call(f"00-{trace_id}-{PARENT_ID}-00"))
+    assert span_objects == []
+    asyncio.run(call(f"00-{trace_id}-{PARENT_ID}-01"))
+    asyncio.run(service.close())
+    tracing.shutdown()
+    # the call's span and the store's (the remote parent is wrapped in a NonRecordingSpan)
+    assert len([s for s in span_objects if isinstance(s, sdk_trace.Span)]) == 2
+    spans = [s for s in grpc_receiver.spans() if s.trace_id == trace_id]
+    assert sorted(s.name for s in spans) == ["ratelimit ShouldRateLimit", "ratelimit store memory"]

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n&meshplane/proto/tunnel/v1/tunnel.proto\x12\x13meshplane.tunnel.v1\"V\n\nAgentHello\x12\x14\n\x0corganization\x18\x01 \x01(\t\x12\x0f\n\x07\x63luster\x18\x02 \x01(\t\x12\x10\n\x08instance\x18\x03 \x01(\t\x12\x0f\n\x07version\x18\x04 \x01(\t\"\xe2\x01\n\x0c\x41gentMessage\x12\x30\n\x05hello\x18\x01 \x01(\x0b\x32\x1f.meshplane.tunnel.v1.AgentHelloH\x00\x12+\n\x05reply\x18\x02 \x01(\x0b\x32\x1a.meshplane.tunnel.v1.ReplyH\x00\x12\x33\n\tinventory\x18\x03 \x01(\x0b\x32\x1e.meshplane.tunnel.v1.InventoryH\x00\x12\x33\n\theartbeat\x18\x04 \x01(\x0b\x32\x1e.meshplane.tunnel.v1.HeartbeatH\x00\x42\t\n\x07message\"\x0b\n\tHeartbeat\"2\n\tInventory\x12\x13\n\x0breport_json\x18\x01 \x01(\x0c\x12\x10\n\x08sequence\x18\x02 \x01(\x04\"\xb6\x01\n\rServerMessage\x12)\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x19.meshplane.tunnel.v1.CallH\x00\x12-\n\x06\x63\x61ncel\x18\x02 \x01(\x0b\x32\x1b.meshplane.tunnel.v1.CancelH\x00\x12@\n\x10inventory_result\x18\x03 \x01(\x0b\x32$.meshplane.tunnel.v1.InventoryResultH\x00\x42\t\n\x07message\"2\n\x0fInventoryResult\x12\x10\n\x08sequence\x18\x01 \x01(\x04\x12\r\n\x05\x65rror\x18\x02 \x01(\t\"A\n\x08Workload\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x10\n\x08workload\x18\x02 \x01(\t\x12\x10\n\x08instance\x18\x03 \x01(\t\"\xb8\x03\n\x04\x43\x61ll\x12\n\n\x02id\x18\x01 \x01(\x04\x12-\n\x06target\x18\x02 \x01(\x0b\x32\x1d.meshplane.tunnel.v1.Workload\x12\x12\n\ntimeout_ms\x18\x03 \x01(\r\x12:\n\rcluster_stats\x18\n \x01(\x0b\x32!.meshplane.tunnel.v1.ClusterStatsH\x00\x12\x38\n\x0cserver_stats\x18\x0b \x01(\x0b\x32 .meshplane.tunnel.v1.ServerStatsH\x00\x12\x36\n\x0b\x63onfig_dump\x18\x0c \x01(\x0b\x32\x1f.meshplane.tunnel.v1.ConfigDumpH\x00\x12\x36\n\x0bget_loggers\x18\r \x01(\x0b\x32\x1f.meshplane.tunnel.v1.GetLoggersH\x00\x12\x36\n\x0bset_loggers\x18\x0e \x01(\x0b\x32\x1f.meshplane.tunnel.v1.SetLoggersH\x00\x12\x36\n\x0bstream_logs\x18\x0f \x01(\x0b\x32\x1f.meshplane.tunnel.v1.StreamLogsH\x00\x42\x0b\n\toperation\"\x0e\n\x0c\x43lusterStats\"M\n\x0bServerStats\x12\x0e\n\x06\x66ilter\x18\x01 \x01(\t\x12\x11\n\tused_only\x18\x02 \x01(\x08\x12\x1b\n\x13include_server_info\x18\x03 \x01(\x08\"A\n\nConfigDump\x12\x10\n\x08resource\x18\x01 \x01(\t\x12\x0c\n\x04mask\x18\x02 \x01(\t\x12\x13\n\x0binclude_eds\x18\x03 \x01(\x08\"\x0c\n\nGetLoggers\"\x8a\x01\n\nSetLoggers\x12\r\n\x05level\x18\x01 \x01(\t\x12=\n\x07loggers\x18\x02 \x03(\x0b\x32,.meshplane.tunnel.v1.SetLoggers.LoggersEntry\x1a.\n\x0cLoggersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"r\n\nStreamLogs\x12\x0e\n\x06\x66ollow\x18\x01 \x01(\x08\x12\x17\n\ntail_lines\x18\x02 \x01(\x03H\x00\x88\x01\x01\x12\x1a\n\rsince_seconds\x18\x03 \x01(\x03H\x01\x88\x01\x01\x42\r\n\x0b_tail_linesB\x10\n\x0e_since_seconds\"\x14\n\x06\x43\x61ncel\x12\n\n\x02id\x18\x01 \x01(\x04\"6\n\x06Status\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\r\n\x05\x66ield\x18\x03 \x01(\t\"\x8f\x02\n\x05Reply\x12\n\n\x02id\x18\x01 \x01(\x04\x12+\n\x05\x63hunk\x18\x02 \x01(\x0b\x32\x1a.meshplane.tunnel.v1.ChunkH\x00\x12:\n\rinstance_done\x18\x03 \x01(\x0b\x32!.meshplane.tunnel.v1.InstanceDoneH\x00\x12+\n\x03log\x18\x04 \x01(\x0b\x32\x1c.meshplane.tunnel.v1.LogLineH\x00\x12+\n\x04\x64one\x18\x05 \x01(\x0b\x32\x1b.meshplane.tunnel.v1.StatusH\x00\x12/\n\x07started\x18\x06 \x01(\x0b\x32\x1c.meshplane.tunnel.v1.StartedH\x00\x42\x06\n\x04kind\";\n\x07Started\x12\x30\n\tworkloads\x18\x01 \x03(\x0b\x32\x1d.meshplane.tunnel.v1.Workload\"\'\n\x05\x43hunk\x12\x10\n\x08instance\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"l\n\x0cInstanceDone\x12/\n\x08workload\x18\x01 \x01(\x0b\x32\x1d.meshplane.tunnel.v1.Workload\x12+\n\x06status\x18\x02 \x01(\x0b\x32\x1b.meshplane.tunnel.v1.Status\"V\n\x07LogLine\x12/\n\x08workload\x18\x01 \x01(\x0b\x32\x1d.meshplane.tunnel.v1.Workload\x12\x0c\n\x04line\x18\x02 \x01(\t\x12\x0c\n\x04time\x18\x03 \x01(\t2c\n\x0b\x41gentTunnel\x12T\n\x07\x43onnect\x12!.meshplane.tunnel.v1.AgentMessage\x1a\".meshplane.tunnel.v1.ServerMessage(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n&meshplane/proto/tunnel/v1/tunnel.proto\x12\x13meshplane.tunnel.v1\"V\n\nAgentHello\x12\x14\n\x0corganization\x18\x01 \x01(\t\x12\x0f\n\x07\x63luster\x18\x02 \x01(\t\x12\x10\n\x08instance\x18\x03 \x01(\t\x12\x0f\n\x07version\x18\x04 \x01(\t\"\xe2\x01\n\x0c\x41gentMessage\x12\x30\n\x05hello\x18\x01 \x01(\x0b\x32\x1f.meshplane.tunnel.v1.AgentHelloH\x00\x12+\n\x05reply\x18\x02 \x01(\x0b\x32\x1a.meshplane.tunnel.v1.ReplyH\x00\x12\x33\n\tinventory\x18\x03 \x01(\x0b\x32\x1e.meshplane.tunnel.v1.InventoryH\x00\x12\x33\n\theartbeat\x18\x04 \x01(\x0b\x32\x1e.meshplane.tunnel.v1.HeartbeatH\x00\x42\t\n\x07message\"\x0b\n\tHeartbeat\"2\n\tInventory\x12\x13\n\x0breport_json\x18\x01 \x01(\x0c\x12\x10\n\x08sequence\x18\x02 \x01(\x04\"\xb6\x01\n\rServerMessage\x12)\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x19.meshplane.tunnel.v1.CallH\x00\x12-\n\x06\x63\x61ncel\x18\x02 \x01(\x0b\x32\x1b.meshplane.tunnel.v1.CancelH\x00\x12@\n\x10inventory_result\x18\x03 \x01(\x0b\x32$.meshplane.tunnel.v1.InventoryResultH\x00\x42\t\n\x07message\"2\n\x0fInventoryResult\x12\x10\n\x08sequence\x18\x01 \x01(\x04\x12\r\n\x05\x65rror\x18\x02 \x01(\t\"A\n\x08Workload\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x10\n\x08workload\x18\x02 \x01(\t\x12\x10\n\x08instance\x18\x03 \x01(\t\"\xe1\x03\n\x04\x43\x61ll\x12\n\n\x02id\x18\x01 \x01(\x04\x12-\n\x06target\x18\x02 \x01(\x0b\x32\x1d.meshplane.tunnel.v1.Workload\x12\x12\n\ntimeout_ms\x18\x03 \x01(\r\x12\x13\n\x0btraceparent\x18\x04 \x01(\t\x12\x12\n\ntracestate\x18\x05 \x01(\t\x12:\n\rcluster_stats\x18\n \x01(\x0b\x32!.meshplane.tunnel.v1.ClusterStatsH\x00\x12\x38\n\x0cserver_stats\x18\x0b \x01(\x0b\x32 .meshplane.tunnel.v1.ServerStatsH\x00\x12\x36\n\x0b\x63onfig_dump\x18\x0c \x01(\x0b\x32\x1f.meshplane.tunnel.v1.ConfigDumpH\x00\x12\x36\n\x0bget_loggers\x18\r \x01(\x0b\x32\x1f.meshplane.tunnel.v1.GetLoggersH\x00\x12\x36\n\x0bset_loggers\x18\x0e \x01(\x0b\x32\x1f.meshplane.tunnel.v1.SetLoggersH\x00\x12\x36\n\x0bstream_logs\x18\x0f \x01(\x0b\x32\x1f.meshplane.tunnel.v1.StreamLogsH\x00\x42\x0b\n\toperation\"\x0e\n\x0c\x43lusterStats\"M\n\x0bServerStats\x12\x0e\n\x06\x66ilter\x18\x01 \x01(\t\x12\x11\n\tused_only\x18\x02 \x01(\x08\x12\x1b\n\x13include_server_info\x18\x03 \x01(\x08\"A\n\nConfigDump\x12\x10\n\x08resource\x18\x01 \x01(\t\x12\x0c\n\x04mask\x18\x02 \x01(\t\x12\x13\n\x0binclude_eds\x18\x03 \x01(\x08\"\x0c\n\nGetLoggers\"\x8a\x01\n\nSetLoggers\x12\r\n\x05level\x18\x01 \x01(\t\x12=\n\x07loggers\x18\x02 \x03(\x0b\x32,.meshplane.tunnel.v1.SetLoggers.LoggersEntry\x1a.\n\x0cLoggersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"r\n\nStreamLogs\x12\x0e\n\x06\x66ollow\x18\x01 \x01(\x08\x12\x17\n\ntail_lines\x18\x02 \x01(\x03H\x00\x88\x01\x01\x12\x1a\n\rsince_seconds\x18\x03 \x01(\x03H\x01\x88\x01\x01\x42\r\n\x0b_tail_linesB\x10\n\x0e_since_seconds\"\x14\n\x06\x43\x61ncel\x12\n\n\x02id\x18\x01 \x01(\x04\"6\n\x06Status\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\r\n\x05\x66ield\x18\x03 \x01(\t\"\x8f\x02\n\x05Reply\x12\n\n\x02id\x18\x01 \x01(\x04\x12+\n\x05\x63hunk\x18\x02 \x01(\x0b\x32\x1a.meshplane.tunnel.v1.ChunkH\x00\x12:\n\rinstance_done\x18\x03 \x01(\x0b\x32!.meshplane.tunnel.v1.InstanceDoneH\x00\x12+\n\x03log\x18\x04 \x01(\x0b\x32\x1c.meshplane.tunnel.v1.LogLineH\x00\x12+\n\x04\x64one\x18\x05 \x01(\x0b\x32\x1b.meshplane.tunnel.v1.StatusH\x00\x12/\n\x07started\x18\x06 \x01(\x0b\x32\x1c.meshplane.tunnel.v1.StartedH\x00\x42\x06\n\x04kind\";\n\x07Started\x12\x30\n\tworkloads\x18\x01 \x03(\x0b\x32\x1d.meshplane.tunnel.v1.Workload\"\'\n\x05\x43hunk\x12\x10\n\x08instance\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"l\n\x0cInstanceDone\x12/\n\x08workload\x18\x01 \x01(\x0b\x32\x1d.meshplane.tunnel.v1.Workload\x12+\n\x06status\x18\x02 \x01(\x0b\x32\x1b.meshplane.tunnel.v1.Status\"V\n\x07LogLine\x12/\n\x08workload\x18\x01 \x01(\x0b\x32\x1d.meshplane.tunnel.v1.Workload\x12\x0c\n\x04line\x18\x02 \x01(\t\x12\x0c\n\x04time\x18\x03 \x01(\t2c\n\x0b\x41gentTunnel\x12T\n\x07\x43onnect\x12!.meshplane.tunnel.v1.AgentMessage\x1a\".meshplane.tunnel.v1.ServerMessage(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -48,35 +48,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_WORKLOAD']._serialized_start=682
   _globals['_WORKLOAD']._serialized_end=747
   _globals['_CALL']._serialized_start=750
-  _globals['_CALL']._serialized_end=1190
-  _globals['_CLUSTERSTATS']._serialized_start=1192
-  _globals['_CLUSTERSTATS']._serialized_end=1206
-  _globals['_SERVERSTATS']._serialized_start=1208
-  _globals['_SERVERSTATS']._serialized_end=1285
-  _globals['_CONFIGDUMP']._serialized_start=1287
-  _globals['_CONFIGDUMP']._serialized_end=1352
-  _globals['_GETLOGGERS']._serialized_start=1354
-  _globals['_GETLOGGERS']._serialized_end=1366
-  _globals['_SETLOGGERS']._serialized_start=1369
-  _globals['_SETLOGGERS']._serialized_end=1507
-  _globals['_SETLOGGERS_LOGGERSENTRY']._serialized_start=1461
-  _globals['_SETLOGGERS_LOGGERSENTRY']._serialized_end=1507
-  _globals['_STREAMLOGS']._serialized_start=1509
-  _globals['_STREAMLOGS']._serialized_end=1623
-  _globals['_CANCEL']._serialized_start=1625
-  _globals['_CANCEL']._serialized_end=1645
-  _globals['_STATUS']._serialized_start=1647
-  _globals['_STATUS']._serialized_end=1701
-  _globals['_REPLY']._serialized_start=1704
-  _globals['_REPLY']._serialized_end=1975
-  _globals['_STARTED']._serialized_start=1977
-  _globals['_STARTED']._serialized_end=2036
-  _globals['_CHUNK']._serialized_start=2038
-  _globals['_CHUNK']._serialized_end=2077
-  _globals['_INSTANCEDONE']._serialized_start=2079
-  _globals['_INSTANCEDONE']._serialized_end=2187
-  _globals['_LOGLINE']._serialized_start=2189
-  _globals['_LOGLINE']._serialized_end=2275
-  _globals['_AGENTTUNNEL']._serialized_start=2277
-  _globals['_AGENTTUNNEL']._serialized_end=2376
+  _globals['_CALL']._serialized_end=1231
+  _globals['_CLUSTERSTATS']._serialized_start=1233
+  _globals['_CLUSTERSTATS']._serialized_end=1247
+  _globals['_SERVERSTATS']._serialized_start=1249
+  _globals['_SERVERSTATS']._serialized_end=1326
+  _globals['_CONFIGDUMP']._serialized_start=1328
+  _globals['_CONFIGDUMP']._serialized_end=1393
+  _globals['_GETLOGGERS']._serialized_start=1395
+  _globals['_GETLOGGERS']._serialized_end=1407
+  _globals['_SETLOGGERS']._serialized_start=1410
+  _globals['_SETLOGGERS']._serialized_end=1548
+  _globals['_SETLOGGERS_LOGGERSENTRY']._serialized_start=1502
+  _globals['_SETLOGGERS_LOGGERSENTRY']._serialized_end=1548
+  _globals['_STREAMLOGS']._serialized_start=1550
+  _globals['_STREAMLOGS']._serialized_end=1664
+  _globals['_CANCEL']._serialized_start=1666
+  _globals['_CANCEL']._serialized_end=1686
+  _globals['_STATUS']._serialized_start=1688
+  _globals['_STATUS']._serialized_end=1742
+  _globals['_REPLY']._serialized_start=1745
+  _globals['_REPLY']._serialized_end=2016
+  _globals['_STARTED']._serialized_start=2018
+  _globals['_STARTED']._serialized_end=2077
+  _globals['_CHUNK']._serialized_start=2079
+  _globals['_CHUNK']._serialized_end=2118
+  _globals['_INSTANCEDONE']._serialized_start=2120
+  _globals['_INSTANCEDONE']._serialized_end=2228
+  _globals['_LOGLINE']._serialized_start=2230
+  _globals['_LOGLINE']._serialized_end=2316
+  _globals['_AGENTTUNNEL']._serialized_start=2318
+  _globals['_AGENTTUNNEL']._serialized_end=2417
 # @@protoc_insertion_point(module_scope)

@@ -71,10 +71,12 @@ class Workload(_message.Message):
     def __init__(self, namespace: _Optional[str] = ..., workload: _Optional[str] = ..., instance: _Optional[str] = ...) -> None: ...
 
 class Call(_message.Message):
-    __slots__ = ("id", "target", "timeout_ms", "cluster_stats", "server_stats", "config_dump", "get_loggers", "set_loggers", "stream_logs")
+    __slots__ = ("id", "target", "timeout_ms", "traceparent", "tracestate", "cluster_stats", "server_stats", "config_dump", "get_loggers", "set_loggers", "stream_logs")
     ID_FIELD_NUMBER: _ClassVar[int]
     TARGET_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
+    TRACESTATE_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_STATS_FIELD_NUMBER: _ClassVar[int]
     SERVER_STATS_FIELD_NUMBER: _ClassVar[int]
     CONFIG_DUMP_FIELD_NUMBER: _ClassVar[int]
@@ -84,13 +86,15 @@ class Call(_message.Message):
     id: int
     target: Workload
     timeout_ms: int
+    traceparent: str
+    tracestate: str
     cluster_stats: ClusterStats
     server_stats: ServerStats
     config_dump: ConfigDump
     get_loggers: GetLoggers
     set_loggers: SetLoggers
     stream_logs: StreamLogs
-    def __init__(self, id: _Optional[int] = ..., target: _Optional[_Union[Workload, _Mapping]] = ..., timeout_ms: _Optional[int] = ..., cluster_stats: _Optional[_Union[ClusterStats, _Mapping]] = ..., server_stats: _Optional[_Union[ServerStats, _Mapping]] = ..., config_dump: _Optional[_Union[ConfigDump, _Mapping]] = ..., get_loggers: _Optional[_Union[GetLoggers, _Mapping]] = ..., set_loggers: _Optional[_Union[SetLoggers, _Mapping]] = ..., stream_logs: _Optional[_Union[StreamLogs, _Mapping]] = ...) -> None: ...
+    def __init__(self, id: _Optional[int] = ..., target: _Optional[_Union[Workload, _Mapping]] = ..., timeout_ms: _Optional[int] = ..., traceparent: _Optional[str] = ..., tracestate: _Optional[str] = ..., cluster_stats: _Optional[_Union[ClusterStats, _Mapping]] = ..., server_stats: _Optional[_Union[ServerStats, _Mapping]] = ..., config_dump: _Optional[_Union[ConfigDump, _Mapping]] = ..., get_loggers: _Optional[_Union[GetLoggers, _Mapping]] = ..., set_loggers: _Optional[_Union[SetLoggers, _Mapping]] = ..., stream_logs: _Optional[_Union[StreamLogs, _Mapping]] = ...) -> None: ...
 
 class ClusterStats(_message.Message):
     __slots__ = ()

@@ -1,0 +1,42 @@
+"""The agent's span for a tunnel call, continuing mgmt-api's REST span.
+
+REST (with a sampled W3C ``traceparent``) → mgmt-api (the fleet's, tracing
+only sampled callers) → tunnel → an agent started with ``--otlp-endpoint``
+→ real Envoys; both export to the fleet's OTLP receiver (a real gRPC
+TraceService). One trace: the REST span, and under it the agent's span.
+"""
+
+from __future__ import annotations
+
+from tests.agent.fleet import Fleet, wait_ok
+from tests.support.otlp_receiver import ReceivedSpan
+
+TRACE_ID = "8af92f3577b34da6a3ce929d0e0e4736"
+PARENT_ID = "00f067aa0ba902b7"
+
+
+def test_a_tunnel_call_is_a_span_under_the_rest_span(fleet: Fleet) -> None:
+    fleet.start_agent("b", "--otlp-endpoint", fleet.otlp.endpoint)
+    headers = {"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"}
+    body = {"namespace": "shop", "workload": "web"}
+    path = fleet.path("clusterstats", "b")
+    wait_ok(fleet.admin, "POST", path, body)  # untraced: until the new agent's inventory is in
+    response = fleet.admin.post(path, json=body, headers=headers)
+    assert response.status_code == 200, response.text
+
+    def traced(spans: list[ReceivedSpan]) -> bool:
+        mine = [s for s in spans if s.trace_id == TRACE_ID]
+        return {s.service for s in mine} >= {"mgmt-api", "meshplane-agent"}
+
+    spans = [s for s in fleet.otlp.wait_for_spans(traced) if s.trace_id == TRACE_ID]
+    (rest,) = [s for s in spans if s.parent_span_id == PARENT_ID and s.service == "mgmt-api"]
+    agent = [s for s in spans if s.service == "meshplane-agent"]
+    assert len(agent) == 1  # one span per call (the call covers both web instances)
+    assert agent[0].name == "agent tunnel cluster_stats"
+    assert agent[0].parent_span_id == rest.span_id
+    assert agent[0].attributes == {
+        "meshplane.operation": "cluster_stats",
+        "meshplane.namespace": "shop",
+        "meshplane.workload": "web",
+        "meshplane.outcome": "OK",
+    }
