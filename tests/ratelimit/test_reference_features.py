@@ -31,10 +31,14 @@ import grpc
 import pytest
 from google.protobuf import json_format
 
+from ratelimit.config import load_config
+from ratelimit.decisions import decision_line
+from ratelimit.plan import plan_request
 from ratelimit.settings import Settings
 from tests.ratelimit.conftest import (
     OK,
     OVER,
+    T0,
     FakeClock,
     Harness,
     descriptor,
@@ -207,3 +211,17 @@ async def test_the_global_switch_puts_every_descriptor_in_quota_mode(tmp_path: P
             assert [s.code for s in answer.statuses[:2]] == [OVER, OVER]
         # Without responseDynamicMetadata, no dynamic metadata.
         assert not (await harness.call(both)).HasField("dynamic_metadata")
+
+
+def test_a_quota_hit_that_lets_the_request_through_is_logged_as_quota(tmp_path: Path) -> None:
+    config = load_config(write_config(tmp_path, "rl.yaml", CONFIG))
+    plan = plan_request(config, request("rl", *SERVICES).SerializeToString(), T0)
+    entries = [[("service", "service_1")], [("service", "service_2")]]
+
+    def decision(over: bool, found: list[tuple[int, bool]]) -> object:
+        line = decision_line(plan, entries, found, "id", T0, over=over, shown=lambda v: "***")
+        return line["decision"]
+
+    assert decision(False, [(0, False)]) == "quota"
+    assert decision(False, [(0, True)]) == "shadow"
+    assert decision(True, [(0, False), (1, False)]) == "over_limit"
