@@ -107,6 +107,10 @@ class Bucket(NamedTuple):
     ``prev_key`` is set for a sliding window: the counter of the window
     before, weighted by how much of it the sliding window still covers
     (see :func:`ratelimit.store.weighted`). Empty for a fixed window.
+
+    ``shadow``: the bucket can never deny. ``quota``: the bucket denies only
+    with the request's other quota buckets, when none of them fits (the
+    reference's ``quota_mode``, see :func:`ratelimit.store.decide`).
     """
 
     key: str
@@ -115,6 +119,7 @@ class Bucket(NamedTuple):
     window: Window
     shadow: bool
     prev_key: str = ""
+    quota: bool = False
 
     @property
     def expires(self) -> int:

@@ -45,6 +45,11 @@ def _parser() -> argparse.ArgumentParser:
     srv.add_argument("--failure-mode", choices=FAILURE_MODES, help="when Redis cannot answer")
     srv.add_argument("--store-timeout-ms", type=float, help="how long a decision waits for Redis")
     srv.add_argument("--no-headers", action="store_true", help="do not add x-ratelimit-* headers")
+    srv.add_argument(
+        "--quota-mode",
+        action="store_true",
+        help="every descriptor in quota mode (envoyproxy/ratelimit's QUOTA_MODE)",
+    )
     decision_log.add_arguments(srv, values_noun="descriptor values")
     chk = sub.add_parser("check", help="validate a config (and settings) and exit")
     chk.add_argument("--config", required=True)
@@ -79,6 +84,8 @@ def _settings(args: argparse.Namespace) -> Settings:
         settings = replace(settings, store_timeout=args.store_timeout_ms / 1000)
     if getattr(args, "no_headers", False):
         settings = replace(settings, headers_enabled=False)
+    if getattr(args, "quota_mode", False):
+        settings = replace(settings, quota_mode=True)
     return settings
 
 

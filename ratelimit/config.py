@@ -16,12 +16,13 @@ key-only defaults), so the hot path does dictionary look-ups only.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 from meshplane.config_error import ConfigError
 from meshplane.validate import Fields, Node
@@ -75,6 +76,15 @@ class RateLimit:
     rule_id: str
     #: The weighted two-window count instead of fixed windows (docs/ratelimit.md).
     sliding: bool = False
+    #: The descriptor's ``quota_mode``: over its limit, it denies only when every
+    #: quota descriptor of the request is over too (docs/ratelimit.md, Quota mode).
+    quota_mode: bool = False
+    #: The descriptor's ``detailed_metric``: its hits are counted under the
+    #: request's own values (bounded, docs/ratelimit.md, Metrics).
+    detailed_metric: bool = False
+    #: The descriptor's ``metadata`` (JSON-like, read only), returned in the
+    #: response's dynamic metadata when the request passes it (docs/ratelimit.md).
+    metadata: Mapping[str, Any] | None = field(default=None, hash=False)
 
     @property
     def proto_unit(self) -> int:
@@ -222,8 +232,6 @@ def _level(node: Node, domain: str, stats_path: tuple[str, ...]) -> DescriptorLe
 
 def _descriptor(f: Fields, domain: str, stats_path: tuple[str, ...]) -> DescriptorNode:
     item = f.node
-    if _flag(f, "quota_mode"):
-        raise item.child("quota_mode").error("quota_mode is not supported by this service")
     key_node = item.child("key")
     key = _scalar(key_node)
     if not key:
@@ -236,17 +244,18 @@ def _descriptor(f: Fields, domain: str, stats_path: tuple[str, ...]) -> Descript
         raise item.child("share_threshold").error(
             "share_threshold can only be used with wildcard values"
         )
-    shadow = _flag(f, "shadow_mode")
-    for flag in ("detailed_metric", "value_to_metric"):
-        _flag(f, flag)
-    metadata = f.present("metadata")
-    if metadata is not None and not isinstance(metadata.value, dict):
-        raise metadata.error("must be a mapping")
+    flags = _Flags(
+        shadow=_flag(f, "shadow_mode"),
+        quota=_flag(f, "quota_mode"),
+        detailed=_flag(f, "detailed_metric"),
+        metadata=_metadata(f.present("metadata")),
+    )
+    _flag(f, "value_to_metric")
     own_stats = (*stats_path, key if value is None else f"{key}_{value}")
     rate_limit = f.present("rate_limit")
     limit = None
     if rate_limit is not None:
-        limit = _rate_limit(rate_limit, domain=domain, rule_id=".".join(own_stats), shadow=shadow)
+        limit = _rate_limit(rate_limit, domain=domain, rule_id=".".join(own_stats), flags=flags)
     return DescriptorNode(
         key=key,
         value=value,
@@ -257,7 +266,52 @@ def _descriptor(f: Fields, domain: str, stats_path: tuple[str, ...]) -> Descript
     )
 
 
-def _rate_limit(node: Node, *, domain: str, rule_id: str, shadow: bool) -> RateLimit:
+class _Flags(NamedTuple):
+    """What a descriptor entry says about its limit besides ``rate_limit``."""
+
+    shadow: bool
+    quota: bool
+    detailed: bool
+    metadata: Mapping[str, Any] | None
+
+
+#: How deep a descriptor's ``metadata`` may nest: it is copied into responses,
+#: and a deeper document is a mistake, not a policy.
+MAX_METADATA_DEPTH = 16
+
+
+def _metadata(node: Node | None) -> Mapping[str, Any] | None:
+    """A descriptor's ``metadata``: a mapping of JSON-like values, as the
+    reference's ``structpb.NewStruct`` accepts (null, booleans, numbers,
+    strings, lists, mappings with string keys). Empty or absent is None."""
+    if node is None:
+        return None
+    if not isinstance(node.value, dict):
+        raise node.error("must be a mapping")
+    plain = _json_like(node, node.value, 0)
+    return MappingProxyType(plain) if plain else None
+
+
+def _json_like(node: Node, value: Any, depth: int) -> Any:
+    if depth > MAX_METADATA_DEPTH:
+        raise node.error(f"nests deeper than {MAX_METADATA_DEPTH} levels")
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise node.error(f"key {key!r} must be a string")
+            out[key] = _json_like(node, item, depth + 1)
+        return out
+    if isinstance(value, list):
+        return [_json_like(node, item, depth + 1) for item in value]
+    if value is None or isinstance(value, bool | int | float | str):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise node.error("numbers must be finite")
+        return value
+    raise node.error(f"holds {type(value).__name__} values; only JSON-like values are allowed")
+
+
+def _rate_limit(node: Node, *, domain: str, rule_id: str, flags: _Flags) -> RateLimit:
     f = node.fields(optional=_RATE_LIMIT_KEYS)
     unlimited = _flag(f, "unlimited")
     unit_node = node.child("unit")
@@ -280,10 +334,13 @@ def _rate_limit(node: Node, *, domain: str, rule_id: str, shadow: bool) -> RateL
         name=name,
         unlimited=unlimited,
         replaces=_replaces(f.present("replaces"), name),
-        shadow_mode=shadow,
+        shadow_mode=flags.shadow,
         domain=domain,
         rule_id=rule_id,
         sliding=_algorithm(f, unlimited) == "sliding_window",
+        quota_mode=flags.quota,
+        detailed_metric=flags.detailed,
+        metadata=flags.metadata,
     )
 
 

@@ -75,10 +75,18 @@ def decision_line(
     return {
         "decision_id": decision_id,
         "time": rfc3339(now),
-        "decision": "over_limit" if over else "shadow",
+        "decision": _decision(over, found),
         "domain": clip(plan.domain),
         "descriptors": descriptors,
     }
+
+
+def _decision(over: bool, found: Sequence[tuple[int, bool]]) -> str:
+    """``over_limit`` (a 429); else ``shadow`` when every hit is a shadow rule,
+    and ``quota`` when a quota descriptor ran out but another still had quota."""
+    if over:
+        return "over_limit"
+    return "shadow" if all(shadow for _, shadow in found) else "quota"
 
 
 def request_entries(raw_request: bytes) -> list[list[tuple[str, str]]]:

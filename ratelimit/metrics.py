@@ -3,7 +3,11 @@
 Per-rule counters carry ``domain`` and ``rule`` labels taken from the config
 (the reference's stats path, e.g. ``key2`` or ``files_files/*``), never from
 request values, so a key-only rule that gives every client its own bucket
-still adds one series, not one per client. Unknown domains come from
+still adds one series, not one per client. The exception is a rule with
+``detailed_metric: true``, whose label is the reference's detailed key
+(``key_value`` with the request's values): those series are bounded per
+worker (``detailedMetrics``), and hits past the bound are counted under
+``<rule>:overflow``. Unknown domains come from
 requests, so they are counted without a label (the domain is logged instead).
 Counters count hits, i.e. the request's cost, like the reference's stats.
 
@@ -37,6 +41,8 @@ log = logging.getLogger(__name__)
 FLUSH_INTERVAL_SECONDS = 0.5
 
 _RULE = ("domain", "rule")
+#: The rule label's suffix for detailed_metric hits past the series bound.
+OVERFLOW_SUFFIX = ":overflow"
 
 TOTAL_HITS = Counter(
     "meshplane_ratelimit_total_hits", "Hits (cost units) presented to a rule.", _RULE

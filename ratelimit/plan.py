@@ -39,6 +39,9 @@ class DescriptorPlan(NamedTuple):
     limit: RateLimit | None
     bucket: int | None
     cost: int
+    #: The metric label of a ``detailed_metric`` limit: the reference's stats
+    #: key of the request's own values (``key_value.key2_value2``); else None.
+    detail: str | None = None
 
 
 class Plan(NamedTuple):
@@ -105,6 +108,21 @@ def _reject(index: int, entries: Sequence[tuple[str, str]], max_bytes: int) -> N
         _check_length(f"{where} value", value, max_bytes)
 
 
+#: The largest cost a descriptor's ``hits_addend`` may ask for: the largest
+#: limit (``requests_per_unit`` is a uint32), which the request's own
+#: ``hits_addend`` (a uint32) cannot exceed either. The field is a uint64; a
+#: bigger cost could never be covered, and would lose precision in Redis's Lua.
+MAX_COST = 2**32 - 1
+
+
+def _cost(index: int, value: int) -> int:
+    if value > MAX_COST:
+        raise InvalidRequest(
+            f"descriptors[{index}].hits_addend is {value}; at most {MAX_COST} is allowed"
+        )
+    return value
+
+
 def _check_length(what: str, text: str, max_bytes: int) -> None:
     """Refuse a string longer than ``max_bytes`` in UTF-8, without quoting it."""
     if len(text) > max_bytes // 4 and len(text.encode()) > max_bytes:
@@ -157,6 +175,7 @@ def _entry_size(raw_request: bytes, plan: Plan) -> int:
         + len(raw_request)
         + _DESCRIPTOR_BYTES * len(plan.descriptors)
         + _BUCKET_BYTES * len(plan.buckets)
+        + sum([len(d.detail) for d in plan.descriptors if d.detail is not None])
     )
 
 
@@ -181,19 +200,22 @@ class _PlanCache:
     def __init__(self) -> None:
         self.config: RateLimitConfig | None = None
         self.key_prefix = ""
+        self.quota_mode = False
         self.bounds = _DEFAULT_BOUNDS
         self.plans: OrderedDict[bytes, _Entry] = OrderedDict()
         self.size = 0  # the sum of the entries' sizes
 
     def plans_for(
-        self, config: RateLimitConfig, key_prefix: str, bounds: PlanBounds
+        self, config: RateLimitConfig, key_prefix: str, bounds: PlanBounds, quota_mode: bool
     ) -> OrderedDict[bytes, _Entry]:
         if (
             config is not self.config
             or key_prefix != self.key_prefix
             or (bounds is not self.bounds and bounds != self.bounds)
+            or quota_mode is not self.quota_mode
         ):
             self.config, self.key_prefix, self.bounds = config, key_prefix, bounds
+            self.quota_mode = quota_mode
             self.plans.clear()
             self.size = 0
         return self.plans
@@ -224,9 +246,13 @@ def plan_request(
     *,
     key_prefix: str = "rl:",
     bounds: PlanBounds = _DEFAULT_BOUNDS,
+    quota_mode: bool = False,
 ) -> Plan:
-    """Validate and plan a serialized RateLimitRequest; raises InvalidRequest."""
-    plans = _plan_cache.plans_for(config, key_prefix, bounds)
+    """Validate and plan a serialized RateLimitRequest; raises InvalidRequest.
+
+    ``quota_mode`` is the global switch (the reference's ``QUOTA_MODE``):
+    every descriptor is in quota mode, whatever its config says."""
+    plans = _plan_cache.plans_for(config, key_prefix, bounds, quota_mode)
     cached = plans.get(raw_request)
     if cached is not None and cached[0] <= now < cached[1]:
         plans.move_to_end(raw_request)
@@ -247,18 +273,22 @@ def plan_request(
             f"the request has {len(descriptors)} descriptors;"
             f" at most {bounds.max_descriptors} are allowed"
         )
+    # As the reference (utils.GetHitsAddends): a descriptor's own hits_addend
+    # when set, 0 included ("check only"); else the request's, 0 meaning 1.
     request_cost = request.hits_addend or 1
     shape = [
         (
             _entries(i, d, bounds),
-            d.hits_addend.value if d.HasField("hits_addend") else request_cost,
+            _cost(i, d.hits_addend.value) if d.HasField("hits_addend") else request_cost,
         )
         for i, d in enumerate(descriptors)
     ]
     domain_cfg = config.domains.get(domain)
     if domain_cfg is None:
         return Plan(domain, False, tuple(DescriptorPlan(None, None, c) for _, c in shape), (), {})
-    plan = _plan(domain, domain_cfg, descriptors, shape, now=now, key_prefix=key_prefix)
+    plan = _plan(
+        domain, domain_cfg, descriptors, shape, now=now, key_prefix=key_prefix, quota=quota_mode
+    )
     valid_from = max((b.window.start for b in plan.buckets), default=-math.inf)
     valid_until = min((b.window.end for b in plan.buckets), default=math.inf)
     _plan_cache.add(
@@ -275,6 +305,7 @@ def _plan(
     *,
     now: float,
     key_prefix: str,
+    quota: bool,
 ) -> Plan:
     matches: list[Match | None] = []
     for d, (entries, _) in zip(descriptors, shape, strict=True):
@@ -285,7 +316,43 @@ def _plan(
     replaced = {name for m in matches if m is not None for name in m.limit.replaces}
     if replaced:
         matches = [None if m is not None and m.limit.name in replaced else m for m in matches]
-    return _assemble(domain, matches, [c for _, c in shape], now, key_prefix)
+    plan = _assemble(domain, matches, [c for _, c in shape], now, key_prefix)
+    if quota or any(b.quota for b in plan.buckets):
+        return _quota_plan(plan, quota)
+    return plan
+
+
+def _quota_plan(plan: Plan, everything: bool) -> Plan:
+    """The plan's buckets marked for quota mode (``everything``: the global switch).
+
+    The reference (``shouldRateLimitWorker``) answers OVER_LIMIT when a
+    non-quota descriptor is over its limit, or when the request has quota
+    descriptors and every one of them is over. A quota descriptor that cannot
+    be over always passes, which lets the request through whatever the other
+    quota descriptors say: a shadow one (its status is OK), and, under the
+    global switch, one that no limit applies to (unknown, allow-listed or
+    replaced; the reference counts it as a quota descriptor that passed).
+    Unlimited descriptors do not count. Then the quota buckets cannot deny:
+    they are marked shadow, which the store reads as "never deny, charge
+    only if it fits"; the statuses still come from each limit's own
+    ``shadow_mode``, so a quota descriptor over its limit is reported
+    OVER_LIMIT all the same.
+    """
+    free = False
+    for desc in plan.descriptors:
+        limit = desc.limit
+        if limit is None:
+            free = free or everything
+        elif limit.unlimited:
+            continue
+        elif limit.shadow_mode and (everything or limit.quota_mode):
+            free = True
+    buckets = list(plan.buckets)
+    if everything:
+        buckets = [b._replace(quota=not b.shadow) for b in buckets]
+    if free:
+        buckets = [b._replace(shadow=True, quota=False) if b.quota else b for b in buckets]
+    return plan._replace(buckets=tuple(buckets))
 
 
 def _assemble(
@@ -306,6 +373,11 @@ def _assemble(
         if limit.unlimited:
             plans.append(DescriptorPlan(limit, None, cost))
             continue
+        detail = None
+        if limit.detailed_metric:
+            # The reference's detailed stats key: every entry as key_value, with
+            # the request's value (a share_threshold entry: its pattern).
+            detail = ".".join(f"{k}_{v}" for k, v in match.bucket_path)
         window = window_at(limit.window_seconds, now)
         sliding = limit.sliding
         key = bucket_key(key_prefix, domain, match.bucket_path, window, sliding=sliding)
@@ -316,20 +388,33 @@ def _assemble(
             if sliding:
                 prev = window._replace(start=window.start - window.seconds)
                 prev_key = bucket_key(key_prefix, domain, match.bucket_path, prev, sliding=True)
+            shadow = limit.shadow_mode
             merged.append(
-                Bucket(key, limit.requests_per_unit, cost, window, limit.shadow_mode, prev_key)
+                Bucket(
+                    key,
+                    limit.requests_per_unit,
+                    cost,
+                    window,
+                    shadow,
+                    prev_key,
+                    quota=limit.quota_mode and not shadow,
+                )
             )
-            plans.append(DescriptorPlan(limit, len(merged) - 1, cost))
+            plans.append(DescriptorPlan(limit, len(merged) - 1, cost, detail))
         else:
             old = merged[existing]
-            # Same counter twice: charge the sum once; it denies unless every use is shadow.
+            # Same counter twice: charge the sum once. It denies unless every use
+            # is shadow, and alone unless every use that can deny is a quota one.
+            shadow = old.shadow and limit.shadow_mode
+            quota_use = limit.quota_mode or limit.shadow_mode
             merged[existing] = Bucket(
                 key,
                 min(old.limit, limit.requests_per_unit),
                 old.cost + cost,
                 window,
-                old.shadow and limit.shadow_mode,
+                shadow,
                 old.prev_key,
+                quota=not shadow and (old.quota or old.shadow) and quota_use,
             )
-            plans.append(DescriptorPlan(limit, existing, cost))
+            plans.append(DescriptorPlan(limit, existing, cost, detail))
     return Plan(domain, True, tuple(plans), tuple(merged), {})

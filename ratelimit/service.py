@@ -23,8 +23,8 @@ from opentelemetry.trace import Span, SpanKind
 
 from meshplane.rpc import incoming_trace_context
 from meshplane.tracing import Tracing, parent_context
-from ratelimit import metrics
-from ratelimit.config import RateLimitConfig
+from ratelimit import dynamic_metadata, metrics
+from ratelimit.config import RateLimit, RateLimitConfig
 from ratelimit.decisions import DecisionRecorder
 from ratelimit.plan import InvalidRequest, Plan, PlanBounds, plan_request
 from ratelimit.response import can_deny, encode_response, failure_response
@@ -59,6 +59,10 @@ class RateLimitService:
         self._bounds = plan_bounds(settings)
         self._unknown_logged: set[str] = set()
         self._rule_metrics: dict[tuple[str, str], metrics.RuleCounters] = {}
+        # detailed_metric series, by (domain, detailed key): at most
+        # settings.detailed_max_series per worker (see _detailed).
+        self._detailed_series: dict[tuple[str, str], metrics.RuleCounters] = {}
+        self._dynamic_metadata = settings.dynamic_metadata
         # This service's rows of a plan, in the plan's memo (see _rows).
         self._rows_key = object()
 
@@ -119,6 +123,7 @@ class RateLimitService:
                     now,
                     key_prefix=self._settings.key_prefix,
                     bounds=self._bounds,
+                    quota_mode=self._settings.quota_mode,
                 )
             except InvalidRequest:
                 metrics.DECISIONS.labels("invalid").inc()
@@ -127,7 +132,10 @@ class RateLimitService:
                 self._unknown_domain(plan.domain)
                 if span is not None:
                     span.set_attributes({"meshplane.domain": plan.domain, **_UNKNOWN})
-                return encode_response(plan, None, now, headers=self._headers)
+                response = encode_response(plan, None, now, headers=self._headers)
+                if self._dynamic_metadata:
+                    response += dynamic_metadata.encode_field(plan, None, raw_request)
+                return response
             outcome: Outcome | None = None
             if plan.buckets:
                 try:
@@ -139,6 +147,8 @@ class RateLimitService:
                     return self._store_failed(plan, exc, now)
                 self._count(plan, outcome)
             response = encode_response(plan, outcome, now, headers=self._headers)
+            if self._dynamic_metadata:
+                response += dynamic_metadata.encode_field(plan, outcome, raw_request)
             if self._decisions is not None and outcome is not None and not all(outcome.fits):
                 response += self._logged(plan, outcome, raw_request)
             over = outcome is not None and not outcome.allowed
@@ -229,6 +239,35 @@ class RateLimitService:
             if near:
                 pending[counters.near_limit] = pending.get(counters.near_limit, 0) + near
 
+    def _rule_counters(self, domain: str, rule: str) -> metrics.RuleCounters:
+        """The counters of a rule label from the config (bounded by the config)."""
+        labels = (domain, rule)
+        counters = self._rule_metrics.get(labels)
+        if counters is None:
+            counters = self._rule_metrics[labels] = metrics.RuleCounters.of(*labels)
+        return counters
+
+    def _detailed(self, limit: RateLimit, detail: str) -> metrics.RuleCounters:
+        """The counters of a ``detailed_metric`` series, whose label holds request values.
+
+        Series are never removed (a multiprocess counter cannot be), so they
+        are bounded: the first ``detailed_max_series`` keys of at most
+        ``detailed_max_label_bytes`` bytes get their own; every other hit is
+        counted under ``<rule>:overflow``, a label no request value can
+        produce (a detailed key is ``<key>_<value>`` at every level)."""
+        labels = (limit.domain, detail)
+        counters = self._detailed_series.get(labels)
+        if counters is not None:
+            return counters
+        settings = self._settings
+        if (
+            len(self._detailed_series) < settings.detailed_max_series
+            and len(detail.encode()) <= settings.detailed_max_label_bytes
+        ):
+            counters = self._detailed_series[labels] = metrics.RuleCounters.of(*labels)
+            return counters
+        return self._rule_counters(limit.domain, limit.rule_id + metrics.OVERFLOW_SUFFIX)
+
     def _rows(self, plan: Plan) -> tuple[_Row, ...]:
         """What :meth:`_count` needs of each limited descriptor of a plan,
         worked out once per plan (a cached plan answers its whole window):
@@ -242,10 +281,10 @@ class RateLimitService:
             limit = desc.limit
             if limit is None or desc.bucket is None:
                 continue
-            labels = (limit.domain, limit.rule_id)
-            counters = self._rule_metrics.get(labels)
-            if counters is None:
-                counters = self._rule_metrics[labels] = metrics.RuleCounters.of(*labels)
+            if desc.detail is None:
+                counters = self._rule_counters(limit.domain, limit.rule_id)
+            else:
+                counters = self._detailed(limit, desc.detail)
             bucket = plan.buckets[desc.bucket]
             threshold = math.floor(bucket.limit * self._settings.near_limit_ratio)
             rows.append(

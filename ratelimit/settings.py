@@ -60,6 +60,13 @@ class Settings:
     plan_cache_entry_bytes: int = _BOUNDS.cache_entry_bytes
     # The ``decisionLog`` section (None: absent; flags and defaults apply).
     decision_log: DecisionLogSettings | None = None
+    # ``quotaMode``: every descriptor in quota mode (the reference's QUOTA_MODE).
+    quota_mode: bool = False
+    # ``responseDynamicMetadata``: the reference's RESPONSE_DYNAMIC_METADATA.
+    dynamic_metadata: bool = False
+    # ``detailedMetrics``: the bound on detailed_metric series (docs/ratelimit.md).
+    detailed_max_series: int = 1000
+    detailed_max_label_bytes: int = 256
 
 
 @dataclass(frozen=True)
@@ -89,14 +96,22 @@ _NUMBERS: dict[tuple[str, ...], _Number] = {
     ("requests", "maxValueBytes"): _Number("max_value_bytes", 1, 4 << 20, integer=True),
     ("planCache", "maxBytes"): _Number("plan_cache_bytes", 0, 1 << 34, integer=True),
     ("planCache", "maxEntryBytes"): _Number("plan_cache_entry_bytes", 0, 1 << 34, integer=True),
+    ("detailedMetrics", "maxSeries"): _Number("detailed_max_series", 0, 100_000, integer=True),
+    ("detailedMetrics", "maxLabelBytes"): _Number(
+        "detailed_max_label_bytes", 1, 16_384, integer=True
+    ),
 }
+#: Boolean keys of the top level, and their Settings fields.
+_SWITCHES = {"quotaMode": "quota_mode", "responseDynamicMetadata": "dynamic_metadata"}
 _HEADER_NAMES = ("limit", "remaining", "reset", "ratelimited")
 _SECTION_KEYS: dict[str, list[str]] = {}
 for _path in _NUMBERS:
     if len(_path) == 2:
         _SECTION_KEYS.setdefault(_path[0], []).append(_path[1])
 _TOP_KEYS = sorted(
-    {path[0] for path in _NUMBERS} | {"failureMode", "keyPrefix", "headers", "decisionLog"}
+    {path[0] for path in _NUMBERS}
+    | {"failureMode", "keyPrefix", "headers", "decisionLog"}
+    | set(_SWITCHES)
 )
 
 
@@ -130,6 +145,10 @@ def parse_settings(doc: Any, source: str, base: Settings | None = None) -> Setti
     root = Node(doc, source=source)
     fields = root.fields(optional=_TOP_KEYS)
     changes = _numbers(fields)
+    for key, attr in _SWITCHES.items():
+        switch = fields.optional(key)
+        if switch is not None:
+            changes[attr] = switch.boolean()
     mode = fields.optional("failureMode")
     if mode is not None:
         changes["failure_mode"] = cast(FailureMode, mode.choice(FAILURE_MODES))

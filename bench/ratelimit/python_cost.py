@@ -103,6 +103,9 @@ async def _round(count: int) -> dict[str, float]:
     base = Settings(store_timeout=1.0)
     cases = {
         "in-memory": (base, None),
+        # The reference's RESPONSE_DYNAMIC_METADATA: the request is read again
+        # and the Struct encoded on every answer (docs/ratelimit.md).
+        "in-memory, responseDynamicMetadata on": (replace(base, dynamic_metadata=True), None),
         "Redis (fake transport), local cache on": (base, "redis://127.0.0.1:6379/0"),
         "Redis (fake transport), pipelining off": (
             replace(base, redis_pipeline_window=0.0),

@@ -69,21 +69,31 @@ def decide(buckets: Sequence[Bucket], before: Sequence[int]) -> Outcome:
     (for a sliding window, its :func:`weighted` count).
 
     A bucket fits when ``limit - count >= max(cost, 1)``. The request is
-    allowed when every non-shadow bucket fits; then each fitting bucket is
-    charged its cost (a shadow bucket that would not fit is left as is, so no
-    counter ever exceeds its limit). A denied request charges nothing.
+    allowed when every binding bucket fits (neither shadow nor quota) and,
+    if the request has quota buckets, at least one of them fits: as the
+    reference's ``quota_mode``, a request is over the limit when all its
+    quota descriptors are. Then each fitting bucket is charged its cost (a
+    shadow or quota bucket that would not fit is left as is, so no counter
+    ever exceeds its limit). A denied request charges nothing.
     A store charges a sliding bucket's own window's counter only.
     """
     fits: list[bool] = []
     after: list[int] = []
     allowed = True
+    quota_missed = False
     for b, c in zip(buckets, before, strict=True):  # one pass (a decision's hot path)
         cost = b.cost
         fit = b.limit - c >= (cost if cost > 0 else 1)
         fits.append(fit)
         after.append(c + cost if fit else c)
         if not fit and not b.shadow:
-            allowed = False
+            if b.quota:
+                quota_missed = True
+            else:
+                allowed = False
+    if quota_missed and allowed:
+        # Only read when a quota bucket missed: a request without any pays nothing.
+        allowed = any(fit for b, fit in zip(buckets, fits, strict=True) if b.quota)
     if not allowed:
         return Outcome(False, tuple(before), tuple(fits))
     return Outcome(True, tuple(after), tuple(fits))

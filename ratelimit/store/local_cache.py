@@ -64,8 +64,8 @@ class LocalCacheStore:
                 continue
             count = entry[1]
             known.append(count)
-            if count >= b.limit and not b.shadow:
-                empty = True
+            if count >= b.limit and not b.shadow and not b.quota:
+                empty = True  # a quota bucket denies only with the others: ask the store
         if empty:
             if self._on_hit is not None:
                 self._on_hit()

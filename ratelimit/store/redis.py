@@ -57,7 +57,8 @@ log = logging.getLogger(__name__)
 
 #: KEYS: the request's distinct bucket keys, then the previous window's key of
 #: each sliding-window bucket, in the same order.
-#: ARGV: per bucket, 5 values: limit, cost, window end (epoch ms), shadow (1/0),
+#: ARGV: per bucket, 5 values: limit, cost, window end (epoch ms), its mode
+#: (0: binding, 1: shadow, 2: quota, which denies only when no quota bucket fits),
 #: window length in ms for a sliding window (0: fixed); then the caller's clock
 #: (epoch ms). A new key lives until its window's end by the caller's clock (a
 #: window later for a sliding window, whose counter is then the previous one),
@@ -73,6 +74,8 @@ local before = {}
 local seen = {}
 local previous = {}
 local allowed = 1
+local quota_missed = 0
+local quota_fit = 0
 local j = n
 for i = 1, n do
   local a = (i - 1) * 5
@@ -88,8 +91,13 @@ for i = 1, n do
   seen[i] = c
   local need = tonumber(ARGV[a + 2])
   if need < 1 then need = 1 end
-  if tonumber(ARGV[a + 1]) - c < need and ARGV[a + 4] == '0' then allowed = 0 end
+  if tonumber(ARGV[a + 1]) - c < need then
+    if ARGV[a + 4] == '0' then allowed = 0 elseif ARGV[a + 4] == '2' then quota_missed = 1 end
+  elseif ARGV[a + 4] == '2' then
+    quota_fit = 1
+  end
 end
+if quota_missed == 1 and quota_fit == 0 then allowed = 0 end
 if allowed == 1 then
   for i = 1, n do
     local a = (i - 1) * 5
@@ -127,7 +135,8 @@ def _script_body(buckets: Sequence[Bucket]) -> bytes:
         append(b"$%d\r\n%b\r\n" % (len(key), key))
     for b in buckets:
         sliding_ms = b.window.seconds * 1000 if b.prev_key else 0
-        for value in (b.limit, b.cost, b.window.end * 1000, 1 if b.shadow else 0, sliding_ms):
+        mode = 1 if b.shadow else 2 if b.quota else 0
+        for value in (b.limit, b.cost, b.window.end * 1000, mode, sliding_ms):
             raw = b"%d" % value
             append(b"$%d\r\n%b\r\n" % (len(raw), raw))
     return b"".join(parts)

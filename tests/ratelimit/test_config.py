@@ -32,6 +32,8 @@ descriptors:
     value: listed
   - key: week
     detailed_metric: true
+    quota_mode: true
+    metadata: {service: {name: weekly}, tags: [a, 1, true, null, 2.5]}
     rate_limit: {unit: week, requests_per_unit: 1}
   - key: thirty
     rate_limit: {unit: second, unit_multiplier: 30, requests_per_unit: 5}
@@ -67,6 +69,10 @@ def test_loads_the_reference_format(tmp_path: Path) -> None:
     assert root.exact[("allow", "listed")].limit is None
     week = root.defaults["week"].limit
     assert week is not None and week.window_seconds == 604800
+    # The reference's per-descriptor flags and metadata are kept on the limit.
+    assert (week.quota_mode, week.detailed_metric) == (True, True)
+    assert week.metadata == {"service": {"name": "weekly"}, "tags": ["a", 1, True, None, 2.5]}
+    assert (pelle.quota_mode, pelle.detailed_metric, pelle.metadata) == (False, False, None)
     # unit_multiplier: the window is that many units; absent or null, one.
     windows = {k: root.defaults[k].limit for k in ("thirty", "five_min", "one")}
     assert {k: (v.unit, v.window_seconds) for k, v in windows.items() if v} == {
@@ -154,10 +160,10 @@ def test_loads_the_reference_format(tmp_path: Path) -> None:
         ),
         ("domain: d\ndescriptors:\n  - key: [a]\n", 3, "descriptors[0].key", "must be a string"),
         (
-            "domain: d\ndescriptors:\n  - key: a\n    quota_mode: true\n",
+            "domain: d\ndescriptors:\n  - key: a\n    metadata: {when: 2026-01-01}\n",
             4,
-            "descriptors[0].quota_mode",
-            "quota_mode is not supported",
+            "descriptors[0].metadata",
+            "holds date values; only JSON-like values are allowed",
         ),
         (
             "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: day, "

@@ -77,3 +77,22 @@ def test_keys_share_the_domain_hash_tag_and_do_not_collide() -> None:
     assert a.startswith("rl:" + tag) and b.startswith("rl:" + tag)
     assert f":60:{W.start}:" in a
     assert domain_tag("}{weird") != domain_tag("other")
+
+
+@pytest.mark.parametrize(
+    ("modes", "before", "allowed", "after"),
+    [
+        # q: quota, b: binding, s: shadow; limit 2, cost 1 each.
+        ("qq", [2, 1], True, (2, 2)),  # one quota bucket fits: allowed, the full one untouched
+        ("qq", [2, 2], False, (2, 2)),  # every quota bucket is full: denied
+        ("qb", [2, 0], False, (2, 0)),  # ... even when a binding bucket fits
+        ("qb", [0, 2], False, (0, 2)),  # a full binding bucket denies whatever quota says
+        ("qs", [2, 2], False, (2, 2)),  # a shadow bucket is not a quota one
+        ("q", [1], True, (2,)),
+    ],
+)
+def test_decide_quota(modes: str, before: list[int], allowed: bool, after: tuple[int, ...]) -> None:
+    """The reference's quota_mode: over only when every quota bucket is."""
+    buckets = [Bucket(f"k{i}", 2, 1, W, m == "s", quota=m == "q") for i, m in enumerate(modes)]
+    outcome = decide(buckets, before)
+    assert (outcome.allowed, outcome.counts) == (allowed, after)
