@@ -13,6 +13,14 @@ measured twice:
   connection, a connection per 250 calls a second): p50 and p99, since at
   saturation latency is only queueing.
 
+With ``--gateway-like RPS`` each case is measured only as a gateway's
+ext_authz or ratelimit filter calls it (issue 26, item 5): 4 connections, one
+call in flight each, RPS calls a second in total. Calls then arrive one at a
+time and each pays the server's wake-ups, which saturation shares between
+calls; the run prints CPU and context switches per call, and the ratios to
+the targets (a service at most 1.2x the floor's CPU per call, the floor at
+most 2x native Envoy's).
+
 The servers compared:
 
 - ``envoy-direct``: Envoy answering every call itself with

@@ -12,7 +12,8 @@ starts, with one Envoy worker thread each:
 - ``asgi-noop`` on each ``--loop`` (pyvoy's ``loop`` setting: uvloop is its
   default, asyncio the standard library's);
 
-and, alternated over ``--rounds``, drives each with h2load at the
+(with ``--pinned``, the first loop's no-op again with every thread on one
+CPU), and, alternated over ``--rounds``, drives each with h2load at the
 gateway-like rate and at saturation (16 x 8). For each run it prints, per
 thread *name* (``/proc/PID/task/TID/comm``; Envoy's worker is ``wrk:worker_0``,
 the Python loop thread is pyvoy's), CPU µs per call and context switches per
@@ -136,11 +137,15 @@ def syscalls(server: Server, cmd: list[str], workdir: Path) -> dict[str, float]:
 
 
 @contextlib.contextmanager
-def noop(loop: str) -> Iterator[Server]:
+def noop(loop: str, cpu: int | None = None) -> Iterator[Server]:
+    """The raw ASGI no-op on ``loop``; with ``cpu``, every thread pinned to that CPU."""
     port = free_port()
     cmd = [sys.executable, str(ROOT / "bench/asgi_noop.py"), "--port", str(port),
            "--response-hex", ANSWER.hex(), "--loop", loop]  # fmt: skip
-    with h2grpc.started(f"asgi-noop/{loop}", cmd, port, health=False) as server:
+    name = f"asgi-noop/{loop}"
+    if cpu is not None:
+        cmd, name = ["taskset", "-c", str(cpu), *cmd], f"{name}/cpu{cpu}"
+    with h2grpc.started(name, cmd, port, health=False) as server:
         yield server
 
 
@@ -151,6 +156,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--loop", nargs="+", default=["uvloop"], choices=["uvloop", "asyncio"])
     parser.add_argument("--strace", action="store_true", help="also count system calls per call")
+    parser.add_argument(
+        "--pinned",
+        action="store_true",
+        help="also the no-op (first --loop) with all its threads on one CPU (taskset -c 1): "
+        "do the hand-offs cost less when both threads share a core?",
+    )
     args = parser.parse_args()
     require_h2load()
     modes = (f"gateway-like {args.rate}/s", "saturation")
@@ -162,6 +173,8 @@ def main() -> int:
         body.write_bytes(ANSWER)
         servers = [stack.enter_context(envoy_direct(1, ANSWER, workdir))]
         servers += [stack.enter_context(noop(loop)) for loop in args.loop]
+        if args.pinned:
+            servers.append(stack.enter_context(noop(args.loop[0], cpu=1)))
         for server in servers:
             run(h2load_cmd(server.port, body, 1, "saturation", args.rate))  # warm-up
         for index in range(args.rounds):

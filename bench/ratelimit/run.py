@@ -20,6 +20,7 @@ commands included).
 
     uv run python bench/ratelimit/run.py                  # 1 and 2 workers, 2 rounds
     uv run python bench/ratelimit/run.py --workers 1 --rounds 1 --duration 2
+    uv run python bench/ratelimit/run.py --workers 1 --gateway-like 1000
 """
 
 from __future__ import annotations
