@@ -62,6 +62,7 @@ async def _main(args: argparse.Namespace) -> None:
             lifespan=False,
             additional_envoy_args=["--concurrency", str(args.envoy_threads)],
             loop=args.loop,
+            worker_threads=args.worker_threads,
             env={**env, "PYTHONPATH": path + os.pathsep + os.pathsep.join(sys.path)},
         )
         for _ in range(args.workers)
@@ -86,6 +87,9 @@ def main() -> int:
         "--loop", choices=["uvloop", "asyncio"], default=None, help="pyvoy's loop (default uvloop)"
     )
     parser.add_argument("--envoy-threads", type=int, default=1)
+    parser.add_argument(
+        "--worker-threads", type=int, default=None, help="pyvoy's worker_threads (default 1)"
+    )
     asyncio.run(_main(parser.parse_args()))
     return 0
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import importlib.util
 import os
 import re
 import signal
@@ -53,6 +54,7 @@ from tests.support.net import free_port  # noqa: E402
 
 ANSWER = b"\x00\x00\x00\x00\x00"  # an empty framed message
 PATH = "/bench.Noop/Call"
+CHECK_PATH = "/envoy.service.auth.v3.Authorization/Check"
 _TICKS = os.sysconf("SC_CLK_TCK")
 SATURATION = (16, 8)
 GATEWAY_CLIENTS = 4
@@ -90,7 +92,12 @@ def by_name(
     return {k: (v[0], v[1]) for k, v in totals.items() if v[0] or v[1]}
 
 
-def h2load_cmd(port: int, body: Path, duration: float, mode: str, rate: int) -> list[str]:
+def h2load_cmd(server: Server, body: Path, duration: float, mode: str, rate: int) -> list[str]:
+    """h2load against ``server``: our Check gets its Check request, the others a no-op call."""
+    if server.name == "check":
+        body, path = body.with_name("check.bin"), CHECK_PATH
+    else:
+        path = PATH
     clients, streams = SATURATION if mode == "saturation" else (GATEWAY_CLIENTS, 1)
     cmd = ["h2load", "-D", str(max(1, round(duration))), "-c", str(clients), "-m", str(streams),
            "-t", "1", "-d", str(body)]  # fmt: skip
@@ -98,7 +105,7 @@ def h2load_cmd(port: int, body: Path, duration: float, mode: str, rate: int) -> 
         cmd += ["-H", header]
     if mode != "saturation":
         cmd += ["--rps", str(max(1, rate // clients))]
-    return [*cmd, f"http://127.0.0.1:{port}{PATH}"]
+    return [*cmd, f"http://127.0.0.1:{server.port}{path}"]
 
 
 def run(cmd: list[str]) -> int:
@@ -137,15 +144,36 @@ def syscalls(server: Server, cmd: list[str], workdir: Path) -> dict[str, float]:
 
 
 @contextlib.contextmanager
-def noop(loop: str, cpu: int | None = None) -> Iterator[Server]:
-    """The raw ASGI no-op on ``loop``; with ``cpu``, every thread pinned to that CPU."""
+def noop(loop: str, cpu: int | None = None, threads: int | None = None) -> Iterator[Server]:
+    """The raw ASGI no-op on ``loop``; with ``cpu``, every thread pinned to that CPU;
+    with ``threads``, pyvoy's ``worker_threads`` setting."""
     port = free_port()
     cmd = [sys.executable, str(ROOT / "bench/asgi_noop.py"), "--port", str(port),
            "--response-hex", ANSWER.hex(), "--loop", loop]  # fmt: skip
     name = f"asgi-noop/{loop}"
+    if threads is not None:
+        cmd, name = [*cmd, "--worker-threads", str(threads)], f"{name}/wt{threads}"
     if cpu is not None:
         cmd, name = ["taskset", "-c", str(cpu), *cmd], f"{name}/cpu{cpu}"
     with h2grpc.started(name, cmd, port, health=False) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def check_server(workdir: Path) -> Iterator[Server]:
+    """``extauthz serve``, one worker, with bench/extauthz's policies; its Check body written."""
+    spec = importlib.util.spec_from_file_location(
+        "extauthz_bench", ROOT / "bench/extauthz/bench.py"
+    )
+    assert spec is not None and spec.loader is not None
+    extauthz_bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(extauthz_bench)
+
+    config, tokens = extauthz_bench.write_config(workdir, 10_000)
+    request = extauthz_bench.check_request(tokens["hs"], None).SerializeToString()
+    (workdir / "check.bin").write_bytes(extauthz_bench.grpc_frame(request))
+    with extauthz_bench.ours(config, 1, "envoy") as server:
+        server.name = "check"
         yield server
 
 
@@ -156,6 +184,16 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--loop", nargs="+", default=["uvloop"], choices=["uvloop", "asyncio"])
     parser.add_argument("--strace", action="store_true", help="also count system calls per call")
+    parser.add_argument(
+        "--worker-threads",
+        type=int,
+        help="also the no-op (first --loop) with pyvoy's worker_threads set to this",
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="also our ext_authz Check (1 worker, valid HS256 token), as bench/extauthz does",
+    )
     parser.add_argument(
         "--pinned",
         action="store_true",
@@ -175,12 +213,16 @@ def main() -> int:
         servers += [stack.enter_context(noop(loop)) for loop in args.loop]
         if args.pinned:
             servers.append(stack.enter_context(noop(args.loop[0], cpu=1)))
+        if args.worker_threads:
+            servers.append(stack.enter_context(noop(args.loop[0], threads=args.worker_threads)))
+        if args.check:
+            servers.append(stack.enter_context(check_server(workdir)))
         for server in servers:
-            run(h2load_cmd(server.port, body, 1, "saturation", args.rate))  # warm-up
+            run(h2load_cmd(server, body, 1, "saturation", args.rate))  # warm-up
         for index in range(args.rounds):
             for mode in modes:
                 for server in servers:
-                    cmd = h2load_cmd(server.port, body, args.duration, mode, args.rate)
+                    cmd = h2load_cmd(server, body, args.duration, mode, args.rate)
                     result = measure(server, cmd)
                     samples.setdefault((server.name, mode), []).append(result)
                     cpu = sum(c for c, _ in result[1].values())
@@ -188,7 +230,7 @@ def main() -> int:
         if args.strace:
             for mode in modes:
                 for server in servers:
-                    cmd = h2load_cmd(server.port, body, args.duration, mode, args.rate)
+                    cmd = h2load_cmd(server, body, args.duration, mode, args.rate)
                     counted[server.name, mode] = syscalls(server, cmd, workdir)
     report(samples, counted)
     print(f"\n{load_note()}")
