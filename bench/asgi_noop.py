@@ -60,7 +60,9 @@ async def _main(args: argparse.Namespace) -> None:
             "asgi_noop:app",
             port=args.port,
             lifespan=False,
-            additional_envoy_args=["--concurrency", "1"],
+            additional_envoy_args=["--concurrency", str(args.envoy_threads)],
+            loop=args.loop,
+            worker_threads=args.worker_threads,
             env={**env, "PYTHONPATH": path + os.pathsep + os.pathsep.join(sys.path)},
         )
         for _ in range(args.workers)
@@ -81,6 +83,13 @@ def main() -> int:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--response-hex", default="0000000000", help="the framed answer")
+    parser.add_argument(
+        "--loop", choices=["uvloop", "asyncio"], default=None, help="pyvoy's loop (default uvloop)"
+    )
+    parser.add_argument("--envoy-threads", type=int, default=1)
+    parser.add_argument(
+        "--worker-threads", type=int, default=None, help="pyvoy's worker_threads (default 1)"
+    )
     asyncio.run(_main(parser.parse_args()))
     return 0
 

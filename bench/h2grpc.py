@@ -13,6 +13,14 @@ measured twice:
   connection, a connection per 250 calls a second): p50 and p99, since at
   saturation latency is only queueing.
 
+With ``--gateway-like RPS`` each case is measured only as a gateway's
+ext_authz or ratelimit filter calls it (issue 26, item 5): 4 connections, one
+call in flight each, RPS calls a second in total. Calls then arrive one at a
+time and each pays the server's wake-ups, which saturation shares between
+calls; the run prints CPU and context switches per call, and the ratios to
+the targets (a service at most 1.2x the floor's CPU per call, the floor at
+most 2x native Envoy's).
+
 The servers compared:
 
 - ``envoy-direct``: Envoy answering every call itself with
@@ -91,6 +99,26 @@ def cpu_seconds(pids: Sequence[int]) -> float:
     return total / _TICKS
 
 
+def context_switches(pids: Sequence[int]) -> int:
+    """Voluntary + involuntary context switches of every thread of ``pids``.
+
+    Per call, this counts the wake-ups a server pays (a thread blocking in
+    ``epoll_wait``/``futex`` and being woken again): the cost that an isolated
+    call pays and a saturated one shares, which CPU time alone does not say.
+    """
+    total = 0
+    for pid in pids:
+        for status in Path(f"/proc/{pid}/task").glob("*/status"):
+            try:
+                text = status.read_text()
+            except OSError:
+                continue
+            for line in text.splitlines():
+                if "ctxt_switches:" in line:
+                    total += int(line.split(":")[1])
+    return total
+
+
 @dataclass
 class Server:
     """A server process (tree) and where it answers gRPC."""
@@ -163,6 +191,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--rates", type=int, nargs="*", default=[1000, 5000], help="offered req/s for latency"
     )
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
+    parser.add_argument(
+        "--gateway-like",
+        type=int,
+        metavar="RPS",
+        help="only the gateway-like mode: 4 connections x 1 stream at RPS req/s in total "
+        "(what a gateway's filters send), CPU and context switches per call; no saturation",
+    )
 
 
 def run_bench(
@@ -177,6 +212,9 @@ def run_bench(
             results += bench_workers(workers, Path(tmp))
     print()
     print(report(results, ["asgi-noop", "grpcio-noop", "envoy-direct"]))
+    if args.gateway_like is not None:
+        print()
+        print(gateway_targets(results, gateway_mode(args.gateway_like)))
     print(f"\nstarted {started_at}; {load_note()}")
     write_json(args.json, results)
     return 0
@@ -281,6 +319,7 @@ class Run:
     cpu_us: float
     done: int
     failed: int
+    switches: float = 0.0  # context switches of the server's threads per call
 
 
 def h2load(
@@ -293,8 +332,8 @@ def h2load(
     streams: int = 8,
     rate: int | None = None,
     workdir: Path,
-) -> tuple[float, float, float, float, int, int]:
-    """(req/s, p50 ms, p99 ms, server CPU µs per call, done, failed)."""
+) -> tuple[float, float, float, float, int, int, float]:
+    """(req/s, p50 ms, p99 ms, server CPU µs per call, done, failed, switches per call)."""
     log = workdir / "h2load.log"
     log.unlink(missing_ok=True)
     cmd = ["h2load", "-D", str(max(1, round(duration))), "-c", str(clients), "-m", str(streams),
@@ -304,9 +343,9 @@ def h2load(
     if rate is not None:
         cmd += ["--rps", str(max(1, rate // clients))]
     cmd.append(f"http://127.0.0.1:{server.port}{path}")
-    before = cpu_seconds(server.pids)
+    before, switches = cpu_seconds(server.pids), context_switches(server.pids)
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    after = cpu_seconds(server.pids)
+    after, switches = cpu_seconds(server.pids), context_switches(server.pids) - switches
     finished = next(line for line in out.splitlines() if line.startswith("finished in"))
     req_s = float(finished.split(",")[1].split()[0])
     counts = next(line for line in out.splitlines() if line.startswith("requests:"))
@@ -315,7 +354,8 @@ def h2load(
     times = sorted(int(line.split("\t")[2]) for line in log.read_text().splitlines() if line)
     p50 = statistics.median(times) / 1000 if times else 0.0
     p99 = times[min(len(times) - 1, int(len(times) * 0.99))] / 1000 if times else 0.0
-    return req_s, p50, p99, (after - before) * 1e6 / max(done, 1), done, failed
+    cpu = (after - before) * 1e6 / max(done, 1)
+    return req_s, p50, p99, cpu, done, failed, switches / max(done, 1)
 
 
 @dataclass(frozen=True)
@@ -327,13 +367,40 @@ class Target:
     latency: bool = True
 
 
+GATEWAY_CLIENTS = 4
+
+
+def gateway_mode(rate: int) -> str:
+    return f"gateway-like {rate}/s"
+
+
 def measure(
-    target: Target, workers: int, *, duration: float, rates: Sequence[int], workdir: Path
+    target: Target,
+    workers: int,
+    *,
+    duration: float,
+    rates: Sequence[int],
+    workdir: Path,
+    gateway_like: int | None = None,
 ) -> list[Run]:
-    """A 1 s warm-up, one saturation run, and one run per offered rate."""
+    """A 1 s warm-up, one saturation run, and one run per offered rate.
+
+    With ``gateway_like``, only that: 4 connections with one call in flight
+    each at a fixed total rate, as a gateway's ext_authz and ratelimit
+    filters call a service (issue 26, item 5): each call then arrives alone
+    and pays the server's wake-ups, which saturation shares between calls.
+    """
     common = {"workdir": workdir}
     h2load(target.server, target.path, target.body, duration=1, **common)  # type: ignore[arg-type]
     runs = []
+    if gateway_like is not None:
+        result = h2load(
+            target.server, target.path, target.body, duration=duration,
+            clients=GATEWAY_CLIENTS, streams=1, rate=gateway_like, **common,  # type: ignore[arg-type]
+        )  # fmt: skip
+        runs.append(Run(target.case, workers, gateway_mode(gateway_like), *result))
+        _print_runs(runs)
+        return runs
     result = h2load(target.server, target.path, target.body, duration=duration, **common)  # type: ignore[arg-type]
     runs.append(Run(target.case, workers, "saturation", *result))
     if target.latency:
@@ -345,13 +412,18 @@ def measure(
                 clients=max(4, rate // 250), streams=1, rate=rate, **common,  # type: ignore[arg-type]
             )  # fmt: skip
             runs.append(Run(target.case, workers, f"rate {rate}/s", *result))
+    _print_runs(runs)
+    return runs
+
+
+def _print_runs(runs: Sequence[Run]) -> None:
     for run in runs:
         print(
             f"  {run.case:<22} {run.mode:<12} {run.rps:8.0f} req/s  p50 {run.p50_ms:6.2f} ms  "
-            f"p99 {run.p99_ms:6.2f} ms  cpu {run.cpu_us:6.1f} µs/call  failed {run.failed}",
+            f"p99 {run.p99_ms:6.2f} ms  cpu {run.cpu_us:6.1f} µs/call  "
+            f"csw {run.switches:5.2f}/call  failed {run.failed}",
             flush=True,
         )
-    return runs
 
 
 def floors(direct: Server, noop: Server, old: Server, path: str, body: Path) -> list[Target]:
@@ -372,7 +444,12 @@ def rounds(
         print(f" round {index + 1}/{args.rounds}", flush=True)
         for target in targets:
             results += measure(
-                target, workers, duration=args.duration, rates=args.rates, workdir=workdir
+                target,
+                workers,
+                duration=args.duration,
+                rates=args.rates,
+                workdir=workdir,
+                gateway_like=args.gateway_like,
             )
     return results
 
@@ -384,8 +461,8 @@ def report(results: list[Run], baselines: Sequence[str]) -> str:
     baseline's CPU per call over ours (both read "fraction of the floor":
     1.0 means as cheap as the baseline).
     """
-    head = "| workers | case | mode | req/s | CPU µs/call | p50 ms | p99 ms | failed |"
-    rule = "|---|---|---|---|---|---|---|---|"
+    head = "| workers | case | mode | req/s | CPU µs/call | csw/call | p50 ms | p99 ms | failed |"
+    rule = "|---|---|---|---|---|---|---|---|---|"
     for base in baselines:
         head += f" vs {base} (req/s, CPU) |"
         rule += "---|"
@@ -400,18 +477,52 @@ def report(results: list[Run], baselines: Sequence[str]) -> str:
         cpu = statistics.median(r.cpu_us for r in runs)
         line = (
             f"| {workers} | {case} | {mode} | {rps:.0f} | {cpu:.1f} | "
+            f"{statistics.median(r.switches for r in runs):.2f} | "
             f"{statistics.median(r.p50_ms for r in runs):.2f} | "
             f"{statistics.median(r.p99_ms for r in runs):.2f} | {sum(r.failed for r in runs)} |"
         )
         for base in baselines:
             ref = [r for r in results if (r.workers, r.case, r.mode) == (workers, base, mode)]
-            if mode != "saturation" or not ref or case == base:
+            compared = mode == "saturation" or mode.startswith("gateway-like")
+            if not compared or not ref or case == base:
                 line += " - |"
                 continue
             base_rps = statistics.median(r.rps for r in ref)
             base_cpu = statistics.median(r.cpu_us for r in ref)
             line += f" {rps / base_rps:.2f}, {base_cpu / cpu if cpu else 0:.2f} |"
         lines.append(line)
+    return "\n".join(lines)
+
+
+FLOOR, NATIVE = "asgi-noop", "envoy-direct"
+#: Issue 26, item 5, at gateway-like load: a service's CPU per call at most
+#: this many times the floor's; the floor's at most this many times native Envoy's.
+SERVICE_TARGET, FLOOR_TARGET = 1.2, 2.0
+
+
+def gateway_targets(results: Sequence[Run], mode: str) -> str:
+    """The two gateway-like ratios of CPU per call (medians of rounds) against the targets."""
+    lines = []
+    for workers in sorted({r.workers for r in results}):
+        cpu = {
+            case: statistics.median(
+                r.cpu_us for r in results if (r.workers, r.case, r.mode) == (workers, case, mode)
+            )
+            for case in {r.case for r in results if (r.workers, r.mode) == (workers, mode)}
+        }
+        if FLOOR not in cpu or NATIVE not in cpu:
+            continue
+        ratio = cpu[FLOOR] / cpu[NATIVE]
+        lines.append(
+            f"{workers} worker(s), {mode}: floor ÷ native {ratio:.2f}x "
+            f"(target <= {FLOOR_TARGET}x: {'met' if ratio <= FLOOR_TARGET else 'NOT met'})"
+        )
+        for case in sorted(set(cpu) - {FLOOR, NATIVE, "grpcio-noop"}):
+            ratio = cpu[case] / cpu[FLOOR]
+            lines.append(
+                f"{workers} worker(s), {mode}: {case} ÷ floor {ratio:.2f}x "
+                f"(target <= {SERVICE_TARGET}x: {'met' if ratio <= SERVICE_TARGET else 'NOT met'})"
+            )
     return "\n".join(lines)
 
 

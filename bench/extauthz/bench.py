@@ -22,6 +22,7 @@ medians with the ratios to each floor.
 
     uv run python bench/extauthz/bench.py                   # 1 and 2 workers, 2 rounds
     uv run python bench/extauthz/bench.py --workers 1 --rounds 1 --duration 2
+    uv run python bench/extauthz/bench.py --workers 1 --gateway-like 1000 --no-threads-case
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ commands included).
 
     uv run python bench/ratelimit/run.py                  # 1 and 2 workers, 2 rounds
     uv run python bench/ratelimit/run.py --workers 1 --rounds 1 --duration 2
+    uv run python bench/ratelimit/run.py --workers 1 --gateway-like 1000
 """
 
 from __future__ import annotations
@@ -121,8 +122,26 @@ def redis_commands(redis: RedisServer) -> int:
     )
 
 
-def commands_per_call(redis: RedisServer, port: int, body: Path, calls: int = 2000) -> float:
+def _redis_stat(redis: RedisServer, name: str) -> int:
+    match = re.search(rf"^{name}:(\d+)", redis.command("info", "stats"), re.MULTILINE)
+    return int(match[1]) if match else 0
+
+
+def commands_per_call(
+    redis: RedisServer, server: h2grpc.Server, body: Path, calls: int = 2000
+) -> tuple[float, float, int, list[float]]:
+    """(Redis commands per call, Redis read events per call, client connections,
+    each busy process's share of the server's CPU).
+
+    Read events are the socket reads Redis did: one per batch a client wrote,
+    so commands per read is the pipelining that was achieved; the CPU shares
+    say how evenly SO_REUSEPORT spread h2load's connections over the workers
+    (the two-worker question of issue 26).
+    """
+    port = server.port
+    cpu = {pid: h2grpc.cpu_seconds([pid]) for pid in server.pids}
     redis.command("config", "resetstat")
+    reads = _redis_stat(redis, "total_reads_processed")
     subprocess.run(
         ["h2load", "-n", str(calls), "-c", "4", "-m", "8", "-d", str(body), "-H",
          "content-type: application/grpc", "-H", "te: trailers",
@@ -130,7 +149,13 @@ def commands_per_call(redis: RedisServer, port: int, body: Path, calls: int = 20
         capture_output=True,
         check=True,
     )  # fmt: skip
-    return redis_commands(redis) / calls
+    reads = _redis_stat(redis, "total_reads_processed") - reads
+    clients = redis.command("client", "list").count("cmd=") - 1  # less our own
+    used = [h2grpc.cpu_seconds([pid]) - before for pid, before in cpu.items()]
+    shares = sorted(
+        (u / sum(used) for u in used if sum(used) and u / sum(used) > 0.05), reverse=True
+    )
+    return redis_commands(redis) / calls, reads / calls, clients, shares
 
 
 def ours(
@@ -209,8 +234,13 @@ def bench_workers(
             print(f"  {tracing_cases.exported(sink)}", flush=True)
             return results
         for case in ("redis-2", "over-limit"):
-            per_call = commands_per_call(redis, envoy.port, bodies[case])
-            print(f"  {case:<22} Redis commands per call: {per_call:.2f}", flush=True)
+            per_call, reads, clients, shares = commands_per_call(redis, envoy, bodies[case])
+            print(
+                f"  {case:<22} Redis commands per call: {per_call:.2f}, "
+                f"Redis reads per call: {reads:.2f}, client connections: {clients}, "
+                f"CPU shares of the busy processes: {', '.join(f'{x:.2f}' for x in shares)}",
+                flush=True,
+            )
     return results
 
 

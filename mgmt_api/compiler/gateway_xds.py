@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from meshplane.gateway_contract import GatewayNode
-from mgmt_api.compiler import envoy_config, tracing
+from mgmt_api.compiler import envoy_config, local_jwt, tracing
 from mgmt_api.compiler.http_route import Backend, BackendRef, HTTPRoute, RouteRule
 
 JsonDict = dict[str, Any]
@@ -248,6 +248,30 @@ def _per_route_policies(
     return rate_limits, ext_authz, filters
 
 
+#: Filters that do nothing on a route without their per-route config: a
+#: listener carries them only when one of its routes has that config.
+_ROUTE_ONLY_FILTERS = frozenset({local_jwt.JWT_AUTHN_FILTER, local_jwt.RBAC_FILTER})
+
+
+def _needed_filters(http_filters: list[JsonDict], virtual_hosts: list[JsonDict]) -> list[JsonDict]:
+    """The document's filters less the local-JWT ones that no route of this gateway uses.
+
+    The cluster's document carries ``jwt_authn`` + ``rbac`` as soon as any
+    SecuritySetting has local rules; on a gateway none of whose routes those
+    rules select they are pass-through, yet each still runs per request
+    (measured in docs/benchmarks.md, "Pass-through filters"). A route that
+    needs them keeps them for the whole listener, since a filter chain is per
+    listener.
+    """
+    used = {
+        name
+        for host in virtual_hosts
+        for route in host["routes"]
+        for name in route.get("typedPerFilterConfig", {})
+    }
+    return [f for f in http_filters if f["name"] not in _ROUTE_ONLY_FILTERS or f["name"] in used]
+
+
 def _route_sort_key(
     match_type: str, value: str, fqn: str, rule: int, index: int
 ) -> tuple[int, int, str, int, int]:
@@ -329,8 +353,9 @@ def compile_gateway(inp: GatewayInput, node: GatewayNode) -> GatewayResources:
         "validateClusters": False,
     }
     clusters = [*document["clusters"], *upstreams]
+    http_filters = _needed_filters(document["httpFilters"], virtual_hosts)
     return GatewayResources(
-        listeners=(listener(node, document["httpFilters"], inp.policies.gateway.tracing),),
+        listeners=(listener(node, http_filters, inp.policies.gateway.tracing),),
         route_configurations=(route_configuration,),
         clusters=tuple(clusters),
         warnings=tuple(warnings),

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric import ec
+from jwt.algorithms import ECAlgorithm
 
 from meshplane import gateway_contract as gc
-from mgmt_api.compiler import envoy_config, gateway_xds
+from mgmt_api.compiler import envoy_config, gateway_xds, local_jwt
 from mgmt_api.compiler.http_route import Backend, HTTPRoute
 from mgmt_api.compiler.traffic_policy import BackendTrafficPolicy
 from tests.support.certs import CertificateAuthority
@@ -336,6 +339,32 @@ def test_ext_authz_checks_the_namespaces_its_group_selects_and_no_other() -> Non
     checked = by_path["/web"][envoy_config.EXT_AUTHZ_FILTER]
     assert checked["checkSettings"]["contextExtensions"] == {"meshplane.policy": "t.w.g.jwt"}
     assert by_path["/open"][envoy_config.EXT_AUTHZ_FILTER]["disabled"] is True
+
+
+def test_local_jwt_filters_only_on_a_gateway_with_a_route_that_uses_them() -> None:
+    """Pass-through jwt_authn/rbac still cost CPU per request: a gateway gets
+    them only if one of its routes is under local rules."""
+    public = ECAlgorithm.to_jwk(ec.generate_private_key(ec.SECP256R1()).public_key(), as_dict=True)
+    jwks = json.dumps({"keys": [{**public, "kid": "k1"}]})
+    local = {
+        "rules": [{"from": [{"jwt": {"iss": "https://idp"}}]}],
+        "keys": {"jwks": {"value": jwks}},
+    }
+    setting = dataclasses.replace(authz(("local",), "l"), local=local)
+    names = lambda r: [  # noqa: E731
+        f["name"]
+        for f in r.listeners[0]["filterChains"][0]["filters"][0]["typedConfig"]["httpFilters"]
+    ]
+    plain = [route("default.open", rule("/open"))]
+    without = compiled(gateway_input(plain, ext_authz=[setting, authz(("secure",))]))
+    assert local_jwt.JWT_AUTHN_FILTER not in names(without)
+    assert local_jwt.RBAC_FILTER not in names(without)
+    assert envoy_config.EXT_AUTHZ_FILTER in names(without)
+    used = [*plain, route("local.api", rule("/api", namespace="default"))]
+    with_local = compiled(gateway_input(used, ext_authz=[setting, authz(("secure",))]))
+    assert names(with_local)[:2] == [local_jwt.JWT_AUTHN_FILTER, local_jwt.RBAC_FILTER]
+    by_path = {r["match"]["prefix"]: r for r in routes_of(with_local)}
+    assert local_jwt.JWT_AUTHN_FILTER in by_path["/api"]["typedPerFilterConfig"]
 
 
 def test_two_settings_for_one_namespace_warn_and_the_first_applies() -> None:
