@@ -94,6 +94,20 @@ class Exposition:
         return self.labels.get(series, {}).get(label, set())
 
 
+# Sample name and its label set -> value.
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def parse_samples(text: str) -> Samples:
+    """Every sample of an exposition, keyed by name and label set."""
+    found: Samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#") and (m := _SAMPLE.match(line)):
+            labels = frozenset(_LABEL.findall(m.group(2) or ""))
+            found[(m.group(1), labels)] = float(line.rsplit(" ", 1)[1])
+    return found
+
+
 # --- processes --------------------------------------------------------------------
 
 
