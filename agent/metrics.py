@@ -3,11 +3,35 @@
 The agent is one process (no workers), so the multiprocess machinery of
 :mod:`meshplane.metrics` is not needed; its own registry also lets tests
 run several agents in one interpreter without mixing their numbers.
+
+Every series of a closed label set (operations, the call codes the tunnel
+records, inventory results, a successful connect) exists at 0 from the start
+(:meth:`AgentMetrics.register_zeros`), so ``rate()`` counts the first event.
+Failed connects are labelled with whatever gRPC code the channel gave, an
+open set, so they appear with their first occurrence.
 """
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from agent.contract import StatusCode
+from meshplane.proto.tunnel.v1 import tunnel_pb2 as pb
+
+#: The diagnostics operations: the ``operation`` oneof of a tunnel Call.
+OPERATIONS: tuple[str, ...] = tuple(
+    f.name for f in pb.Call.DESCRIPTOR.oneofs_by_name["operation"].fields
+)
+#: The codes agent.tunnel records for a call (busy, done, cancelled, crashed).
+CALL_CODES: tuple[str, ...] = tuple(
+    c.name
+    for c in (
+        StatusCode.OK,
+        StatusCode.CANCELLED,
+        StatusCode.INTERNAL,
+        StatusCode.RESOURCE_EXHAUSTED,
+    )
+)
 
 
 class AgentMetrics:
@@ -54,6 +78,20 @@ class AgentMetrics:
             ["result"],
             registry=self.registry,
         )
+
+        self.register_zeros()
+
+    def register_zeros(self) -> None:
+        """Create the closed label sets' series at 0 (see the module docstring)."""
+        self.connects.labels("ok")
+        for result in ("ok", "error"):
+            self.inventory.labels(result)
+        for operation in OPERATIONS:
+            self.active.labels(operation)
+            if operation != "stream_logs":  # log streams are not timed
+                self.duration.labels(operation)
+            for code in CALL_CODES:
+                self.calls.labels(operation, code)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

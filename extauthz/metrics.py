@@ -49,6 +49,33 @@ KEY_REFRESHES = Counter(
     ["trigger", "result"],
 )
 
+MODES = ("grpc", "http")
+# A check allows only with these reasons; every other reason is a deny.
+ALLOW_REASONS = frozenset({Reason.OK, Reason.ALLOW_POLICY})
+REFRESH_TRIGGERS = ("initial", "ttl", "kid_miss", "manual")
+REFRESH_RESULTS = ("success", "error")
+
+
+def _register_zeros() -> None:
+    """Create every series of the closed label sets at 0, before any event.
+
+    A series that appears only with its first event makes ``rate()`` and
+    ``increase()`` miss that event (there is no earlier sample to compare
+    with) and leaves "errors" panels empty instead of showing 0. The label
+    sets are closed (modes, reasons, triggers), so this adds a fixed ~60
+    series per process.
+    """
+    for mode in MODES:
+        CHECK_DURATION.labels(mode)
+        for reason in Reason:
+            CHECKS.labels(mode, "allow" if reason in ALLOW_REASONS else "deny", reason.value)
+    for trigger in REFRESH_TRIGGERS:
+        for result in REFRESH_RESULTS:
+            KEY_REFRESHES.labels(trigger, result)
+
+
+_register_zeros()
+
 _BOUNDS = (*DURATION_BUCKETS, math.inf)
 # Adding n observations to one bucket at once needs the histogram child's
 # bucket and sum values (prometheus_client has no bulk observe). If a future

@@ -110,6 +110,10 @@ class FileSource(Generic[T]):
         self._current: T | None = None
         self._fingerprint: Fingerprint = ()
         self._listeners: list[Callable[[T], None]] = []
+        # Both results at 0 from the start: the first reload error is then an
+        # increase() that dashboards and alerts see, not a series appearing.
+        for result in ("success", "error"):
+            CONFIG_RELOADS.labels(name, result)
 
     def load_initial(self) -> T:
         """Load the first snapshot; a ConfigError here should stop the start."""

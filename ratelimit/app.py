@@ -219,7 +219,10 @@ class RateLimitApp:
             self._ctx.set_serving(True)
 
     def _on_snapshot(self, snapshot: RateLimitSnapshot) -> None:
-        """Called on the loop after every swap: apply a changed store switch."""
+        """Called on the loop after every swap: new rules' counters at 0, and a changed
+        store switch applied."""
+        if self.service is not None:
+            self.service.register_rules()
         choice = choose_store(self.options, snapshot.switches)
         if choice == self.choice:
             return

@@ -156,6 +156,21 @@ class RateLimitConfig:
             by_name[dom.domain] = dom
         return cls(MappingProxyType(by_name))
 
+    def rules(self) -> set[tuple[str, str]]:
+        """``(domain, rule_id)`` of every configured limit: the per-rule metric labels."""
+        found: set[tuple[str, str]] = set()
+        for dom in self.domains.values():
+            pending = [dom.root]
+            while pending:
+                level = pending.pop()
+                nodes = [*level.exact.values(), *level.defaults.values()]
+                nodes += [node for group in level.wildcards.values() for node in group]
+                for node in nodes:
+                    if node.limit is not None:
+                        found.add((node.limit.domain, node.limit.rule_id))
+                    pending.append(node.children)
+        return found
+
 
 def wildcard_pattern(value: str) -> re.Pattern[str]:
     """Compile a config value where ``*`` matches zero or more characters anywhere."""

@@ -70,8 +70,7 @@ SHADOW_MODE = Counter(
 DECISIONS = Counter(
     "meshplane_ratelimit_decisions",
     "ShouldRateLimit answers by result.",
-    # ok | over_limit | invalid | unknown_domain | store_unavailable | failure_allow | failure_deny
-    ("result",),
+    ("result",),  # DECISION_RESULTS
 )
 UNKNOWN_DOMAIN = Counter(
     "meshplane_ratelimit_unknown_domain", "Requests for a domain absent from the config."
@@ -79,7 +78,7 @@ UNKNOWN_DOMAIN = Counter(
 STORE_ERRORS = Counter(
     "meshplane_ratelimit_store_errors",
     "Decisions the counter store could not answer, by reason.",
-    ("reason",),  # timeout | redis_error | breaker_open | ...
+    ("reason",),  # STORE_ERROR_REASONS
 )
 LOCAL_CACHE_HITS_COUNTER = Counter(
     "meshplane_ratelimit_local_cache_hits",
@@ -213,6 +212,20 @@ LOCAL_CACHE_HITS = _Batched(LOCAL_CACHE_HITS_COUNTER)
 
 DECIDED_OK = DECISIONS.labels("ok")
 DECIDED_OVER = DECISIONS.labels("over_limit")
+
+# The closed label sets, created at 0 when a worker imports this module, so
+# ``rate()``/``increase()`` count the first event and error panels show 0
+# instead of nothing. Per-rule counters are created from the config
+# (RateLimitService.register_rules).
+DECISION_RESULTS = (
+    "ok", "over_limit", "invalid", "unknown_domain", "store_unavailable",
+    "failure_allow", "failure_deny",
+)  # fmt: skip
+STORE_ERROR_REASONS = ("timeout", "redis_error", "breaker_open", "script_mismatch")
+for _result in DECISION_RESULTS:
+    DECISIONS.labels(_result)
+for _reason in STORE_ERROR_REASONS:
+    STORE_ERRORS.labels(_reason)
 
 
 @dataclass(frozen=True, slots=True)

@@ -65,6 +65,18 @@ class RateLimitService:
         self._dynamic_metadata = settings.dynamic_metadata
         # This service's rows of a plan, in the plan's memo (see _rows).
         self._rows_key = object()
+        self.register_rules()
+
+    def register_rules(self) -> None:
+        """Create the per-rule counters of every rule of the config in force, at 0.
+
+        Called at start and after every config swap, so a rule's series exist
+        before its first hit (``rate()`` then counts that hit). Rules that
+        went away keep their series until the process restarts, as before.
+        """
+        for labels in self._config().rules():
+            if labels not in self._rule_metrics:
+                self._rule_metrics[labels] = metrics.RuleCounters.of(*labels)
 
     @property
     def traced(self) -> bool:

@@ -13,7 +13,10 @@ streams pay nothing per message:
 - ``mgmt_api_distribution_events_total{kind, event}``: versions sent, ACKs
   and NACKs since the process started.
 
-Labels are bounded (kinds and fixed states), never instance names.
+Labels are bounded (kinds and fixed states), never instance names. Every
+kind's ``events_total`` and ``nacking_instances`` series exist at 0 from the
+first scrape (``KINDS`` x ``EVENTS``), so ``increase()`` counts the first
+NACK and an alert on them has a series to evaluate.
 """
 
 from __future__ import annotations
@@ -25,7 +28,12 @@ from collections.abc import Callable, Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from meshplane.distribution_contract import SERVICE_KINDS
+from meshplane.gateway_contract import GATEWAY_KIND
 from mgmt_api.service.instances import SubscriberRegistry
+
+KINDS: tuple[str, ...] = (*SERVICE_KINDS, GATEWAY_KIND)
+EVENTS = ("sent", "ack", "nack")
 
 
 class DistributionCollector(Collector):
@@ -38,7 +46,7 @@ class DistributionCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         now = self._clock()
         states: Counter[tuple[str, str]] = Counter()
-        nacking: Counter[str] = Counter()
+        nacking: Counter[str] = Counter(dict.fromkeys(KINDS, 0))
         for status in self._registry.all_instances():
             if not status.connected:
                 state = "disconnected"
@@ -70,6 +78,8 @@ class DistributionCollector(Collector):
             "Configuration versions sent, and the ACKs and NACKs they got",
             labels=["kind", "event"],
         )
-        for (kind, event), count in sorted(self._registry.events().items()):
+        counts = {(kind, event): 0 for kind in KINDS for event in EVENTS}
+        counts.update(self._registry.events())
+        for (kind, event), count in sorted(counts.items()):
             events.add_metric([kind, event], count)
         yield events

@@ -14,9 +14,10 @@ left once everything that is *not* a metric name is removed:
 - function and aggregation names (an identifier followed by ``(``);
 - keywords and binary operators (``and``, ``or``, ``unless``, ``bool``).
 
-Everything left is a metric name. An expression that uses a construct this
-does not know fails loudly in the tests (the name would not be exported),
-rather than silently passing.
+Everything left is a metric name. The real evaluation
+(``test_dashboards_prometheus``) is the authority on whether a query works;
+these names let it also check that each metric and label a query selects
+exists in Prometheus, which matters for the panels allowed to stay empty.
 """
 
 from __future__ import annotations
@@ -51,7 +52,6 @@ _KEYWORDS = frozenset(
         "nan",
     }
 )
-_LABEL_VALUES = re.compile(r"^\s*label_values\s*\((?P<args>.*)\)\s*$", re.DOTALL)
 
 
 def metric_names(expr: str) -> set[str]:
@@ -72,32 +72,6 @@ def metric_names(expr: str) -> set[str]:
             continue
         names.add(word)
     return names
-
-
-def template_query_metrics(query: str) -> set[str]:
-    """Metric names of a Grafana Prometheus variable query.
-
-    ``label_values(metric{...}, label)`` reads ``metric``; ``label_values(label)``
-    reads no metric; ``query_result(expr)`` and plain expressions are PromQL.
-    """
-    match = _LABEL_VALUES.match(query)
-    if match is None:
-        inner = re.match(r"^\s*query_result\s*\((?P<expr>.*)\)\s*$", query, re.DOTALL)
-        return metric_names(inner.group("expr") if inner else query)
-    args = match.group("args")
-    # Split on the last top-level comma: the label name never contains one.
-    depth = 0
-    split_at = -1
-    for i, ch in enumerate(args):
-        if ch in "({[":
-            depth += 1
-        elif ch in ")}]":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            split_at = i
-    if split_at < 0:
-        return set()
-    return metric_names(args[:split_at])
 
 
 _SELECTOR = re.compile(r"(?<![\w.:])([A-Za-z_:][\w:]*)\s*\{([^{}]*)\}")
@@ -123,20 +97,3 @@ def grouping_labels(expr: str) -> set[str]:
     for match in _GROUPING_LABELS.finditer(text):
         names.update(n.strip() for n in match.group(1).split(",") if n.strip())
     return names
-
-
-_EQUALITY = re.compile(r'([A-Za-z_]\w*)\s*=\s*"((?:[^"\\]|\\.)*)"')
-
-
-def matcher_equalities(expr: str) -> set[tuple[str, str, str]]:
-    """``(metric, label, value)`` of every exact ``label="value"`` matcher.
-
-    Regex and negative matchers are left out: they do not name one value
-    that must exist.
-    """
-    text = _GRAFANA_VARS.sub(" ", expr)
-    found: set[tuple[str, str, str]] = set()
-    for match in _SELECTOR.finditer(text):
-        for label, value in _EQUALITY.findall(match.group(2)):
-            found.add((match.group(1), label, value))
-    return found

@@ -147,15 +147,20 @@ class GatewayStack:
         database_url: str | None = None,
         transport: str = "tcp",
         service_args: tuple[str, ...] = (),
+        metrics: bool = False,
     ) -> None:
         """With ``database_url`` (PostgreSQL), two mgmt-api replicas share it: REST goes to
         ``mgmt`` (replica A), and the services and gateways attach to ``attach`` (B).
         ``transport="uds"``: ratelimit and extauthz listen on Unix sockets in ``tmp``,
-        and the gateway reaches them there (the "sidecar services" placement)."""
+        and the gateway reaches them there (the "sidecar services" placement).
+        ``metrics``: ratelimit and extauthz serve /metrics on ``metrics_ports[kind]``."""
         self.tmp = tmp
         self.database_url = database_url
         self.transport = transport
         self.service_args = service_args  # extra ``serve`` flags for ratelimit and extauthz
+        self.metrics_ports: dict[str, int] = (
+            {"ratelimit": free_port(), "extauthz": free_port()} if metrics else {}
+        )
         self.services: list[Service] = []
         self.gateways: list[Gateway] = []
         self.mgmt: MgmtServer | None = None
@@ -233,6 +238,8 @@ class GatewayStack:
             str(self.tmp / f"{kind}-cache"),
             *self.service_args,
         ]
+        if kind in self.metrics_ports:
+            args += ["--metrics-listen", f"127.0.0.1:{self.metrics_ports[kind]}"]
         self.services.append(Service(args, path or port, self.tmp / f"{kind}.log").start())
 
     def gateway_token(self) -> str:
