@@ -390,6 +390,12 @@ def test_mgmt_api_distribution_counters_start_at_zero(run: Run) -> None:
         if name == "mgmt_api_distribution_events_total"
     }
     assert present >= {(k, e) for k in KINDS for e in EVENTS}, names
+    histograms = {
+        dict(key)["kind"]
+        for name, key in samples
+        if name == "mgmt_api_distribution_propagation_seconds_count"
+    }
+    assert histograms >= set(KINDS), names
     assert not problems, "\n".join(problems)
 
 
