@@ -11,7 +11,10 @@ streams pay nothing per message:
 - ``mgmt_api_distribution_nacking_instances{kind}``: instances whose last
   answer was a NACK (alert on it: they run an older configuration);
 - ``mgmt_api_distribution_events_total{kind, event}``: versions sent, ACKs
-  and NACKs since the process started.
+  and NACKs since the process started;
+- ``mgmt_api_distribution_propagation_seconds{kind}``: a histogram of the
+  time from sending a version to an instance to that instance's ACK of it
+  (on this replica: the one holding the instance's stream).
 
 Labels are bounded (kinds and fixed states), never instance names. Every
 kind's ``events_total`` and ``nacking_instances`` series exist at 0 from the
@@ -25,12 +28,17 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from meshplane.distribution_contract import SERVICE_KINDS
 from meshplane.gateway_contract import GATEWAY_KIND
-from mgmt_api.service.instances import SubscriberRegistry
+from mgmt_api.service.instances import Propagation, SubscriberRegistry
 
 KINDS: tuple[str, ...] = (*SERVICE_KINDS, GATEWAY_KIND)
 EVENTS = ("sent", "ack", "nack")
@@ -83,3 +91,13 @@ class DistributionCollector(Collector):
         for (kind, event), count in sorted(counts.items()):
             events.add_metric([kind, event], count)
         yield events
+        propagation = HistogramMetricFamily(
+            "mgmt_api_distribution_propagation_seconds",
+            "Time from sending a configuration version to an instance to its ACK",
+            labels=["kind"],
+        )
+        observed = self._registry.propagation()
+        for kind in sorted({*KINDS, *observed}):
+            histogram = observed.get(kind) or Propagation()
+            propagation.add_metric([kind], histogram.cumulative(), histogram.total)
+        yield propagation

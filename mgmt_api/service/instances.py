@@ -30,6 +30,8 @@ from mgmt_api.domain.times import rfc3339
 # An instance that has not been heard from for this long is shown as stale
 # (settings: MESHPLANE_DISTRIBUTION_STALE_AFTER).
 DEFAULT_STALE_AFTER_SECONDS = 60.0
+# Upper bounds (seconds) of the propagation histogram: version sent -> its ACK.
+PROPAGATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 # Rows are forgotten after this many stale periods without contact (at least 10 min).
 FORGET_AFTER_STALE_PERIODS = 10
 MIN_FORGET_AFTER_SECONDS = 600.0
@@ -48,6 +50,7 @@ class InstanceStatus:
     nacked_version: str = ""
     last_contact: float = 0.0
     stream: int = 0  # which stream owns the row (see the module docstring)
+    sent_at: float | None = None  # when sent_version was sent; None once ACKed or NACKed
 
     def stale(self, now: float, stale_after: float) -> bool:
         return now - self.last_contact > stale_after
@@ -68,6 +71,37 @@ class InstanceStatus:
 
 
 @dataclass
+class Propagation:
+    """How long versions took from being sent to being ACKed, as histogram counts.
+
+    ``counts[i]`` counts the delays up to ``PROPAGATION_BUCKETS[i]`` (and
+    above the previous bound); the last slot counts the longer ones. Fixed
+    size, whatever the traffic.
+    """
+
+    counts: list[int] = field(default_factory=lambda: [0] * (len(PROPAGATION_BUCKETS) + 1))
+    total: float = 0.0
+
+    def observe(self, seconds: float) -> None:
+        index = next(
+            (i for i, bound in enumerate(PROPAGATION_BUCKETS) if seconds <= bound),
+            len(PROPAGATION_BUCKETS),
+        )
+        self.counts[index] += 1
+        self.total += seconds
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        """``(le, count)`` pairs, cumulative, ending with ``+Inf`` (Prometheus' form)."""
+        bounds = [*(f"{b:g}" for b in PROPAGATION_BUCKETS), "+Inf"]
+        running = 0
+        pairs = []
+        for bound, count in zip(bounds, self.counts, strict=True):
+            running += count
+            pairs.append((bound, running))
+        return pairs
+
+
+@dataclass
 class SubscriberRegistry:
     """Thread-safe map of (organization, cluster, kind, instance) → status."""
 
@@ -78,6 +112,8 @@ class SubscriberRegistry:
     _streams: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     # (kind, event) → how many: "sent", "ack", "nack" (the metrics' counters).
     _events: dict[tuple[str, str], int] = field(default_factory=dict)
+    # kind -> time from a version's send to its ACK (the metrics' histogram).
+    _propagation: dict[str, Propagation] = field(default_factory=dict)
 
     @property
     def forget_after_seconds(self) -> float:
@@ -125,18 +161,41 @@ class SubscriberRegistry:
         with self._lock:
             return dict(self._events)
 
+    def propagation(self) -> dict[str, Propagation]:
+        """kind → a copy of its send-to-ACK histogram."""
+        with self._lock:
+            return {
+                kind: Propagation(list(p.counts), p.total) for kind, p in self._propagation.items()
+            }
+
     def all_instances(self) -> list[InstanceStatus]:
         with self._lock:
             return list(self._instances.values())
 
     def sent(self, node: NodeIdentity, version: str, now: float) -> None:
         self._count(node, "sent")
-        self._update(node, now, sent_version=version)
+        self._update(node, now, sent_version=version, sent_at=now)
 
     def acked(self, node: NodeIdentity, version: str, now: float) -> None:
+        """Record the ACK; if it answers the version last sent, observe how long it took."""
         self._count(node, "ack")
+        with self._lock:
+            current = self._instances.get(self._key(node))
+            if (
+                current is not None
+                and current.sent_at is not None
+                and current.sent_version == version
+            ):
+                propagation = self._propagation.setdefault(node.kind, Propagation())
+                propagation.observe(max(0.0, now - current.sent_at))
         self._update(
-            node, now, applied_version=version, last_result="ACK", last_error="", nacked_version=""
+            node,
+            now,
+            applied_version=version,
+            last_result="ACK",
+            last_error="",
+            nacked_version="",
+            sent_at=None,
         )
 
     def nacked(
@@ -146,6 +205,7 @@ class SubscriberRegistry:
         self._update(
             node,
             now,
+            sent_at=None,
             applied_version=kept_version,
             last_result="NACK",
             last_error=error[:2000],

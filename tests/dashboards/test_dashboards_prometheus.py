@@ -57,7 +57,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 SECRET = "prometheus-dashboards-secret-0123456789"
-LIMIT = 3  # requests per minute on /headers: the 4th and 5th are 429
+LIMIT = 3  # requests per hour on /headers (no window ends mid-test): the 4th and 5th are 429
 
 # Panels that no honest traffic of this test can fill, by dashboard and
 # title, with why. Their queries are still evaluated (no error allowed), and
@@ -66,7 +66,7 @@ ALLOWED_EMPTY: dict[tuple[str, str], str] = {
     ("mgmt-api", "Errors/s by route"): "only 5xx series; mgmt-api answers no 5xx here",
     ("gateway", "Upstream 5xx/s by cluster"): "the upstream answers no 5xx here",
 }
-# Added by Prometheus at scrape time, or by Envoy's text exposition per stat.
+# Added by Prometheus at scrape time, never by the target.
 TARGET_LABELS = frozenset({"job", "instance"})
 
 
@@ -134,9 +134,9 @@ def _fresh_pages(stack: GatewayStack, agent_port: int) -> dict[str, Samples]:
 
 
 def _traffic(stack: GatewayStack) -> None:
-    """A new version for every instance; one agent call; allowed, denied (403),
-    over-limit (429) and unrouted requests through the gateway; a 404 from mgmt-api."""
-    stack.rate_limit("secure.web-limit", "web", (LIMIT, "Minute"), (1000, "Hour"))
+    """A new version for every instance; one agent call; allowed, denied (403)
+    and over-limit (429) requests through the gateway; a 404 from mgmt-api."""
+    stack.rate_limit("secure.web-limit", "web", (LIMIT, "Hour"), (1000, "Minute"))
     stack.converged()
     body = {"namespace": "edge", "workload": "gw", "filter": "^server.live$"}
     path = f"{BASE}/clusters/{CLUSTER}/proxytools/serverstats"
@@ -151,7 +151,6 @@ def _traffic(stack: GatewayStack) -> None:
     assert statuses == [200] * LIMIT + [429, 429], statuses
     assert gateway.get("/headers").status_code == 403
     assert gateway.get("/headers", "not-a-token").status_code == 403
-    assert gateway.get("/nothing/here", token).status_code in (403, 404)
     assert stack.admin.get(f"{BASE}/clusters/no-such-cluster").status_code == 404
 
 
@@ -159,7 +158,7 @@ def _traffic(stack: GatewayStack) -> None:
 # histograms every 5 s, the services their counters every 0.5 s.
 SCRAPED = (
     'sum(envoy_cluster_upstream_rq_time_count{envoy_cluster_name="backend/default/app"}) >= 3',
-    'sum(envoy_http_downstream_rq_time_count{envoy_http_conn_manager_prefix!="admin"}) >= 8',
+    'sum(envoy_http_downstream_rq_time_count{envoy_http_conn_manager_prefix!="admin"}) >= 7',
     f"sum(meshplane_extauthz_checks_total) >= {LIMIT + 4}",
     f"sum(meshplane_ratelimit_decisions_total) >= {LIMIT + 2}",
     "sum(meshplane_agent_call_duration_seconds_count) >= 1",
@@ -194,7 +193,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         stack.backend("default.app")
         stack.route("secure.web", "/headers", backend="default.app")
         stack.jwt_security(SECRET)
-        stack.rate_limit("secure.web-limit", "web", (LIMIT, "Minute"))
+        stack.rate_limit("secure.web-limit", "web", (LIMIT, "Hour"))
         stack.gateway()
         stack.converged()
         agent, agent_port = _agent(stack)
@@ -390,6 +389,12 @@ def test_mgmt_api_distribution_counters_start_at_zero(run: Run) -> None:
         if name == "mgmt_api_distribution_events_total"
     }
     assert present >= {(k, e) for k in KINDS for e in EVENTS}, names
+    histograms = {
+        dict(key)["kind"]
+        for name, key in samples
+        if name == "mgmt_api_distribution_propagation_seconds_count"
+    }
+    assert histograms >= set(KINDS), names
     assert not problems, "\n".join(problems)
 
 

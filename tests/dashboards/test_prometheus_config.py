@@ -15,13 +15,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 
 from tests.mgmt_api.harness import ADMIN_PASSWORD, MgmtServer
-from tests.support.net import free_port
-from tests.support.processes import terminate, wait_until
+from tests.support.processes import wait_until
+
+from .prometheus import Prometheus
 
 SHIPPED = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "prometheus.yml"
 MGMT_JOB = "meshplane-local-mgmt-api"
@@ -54,59 +54,25 @@ def _mgmt_job_for(server: MgmtServer, password_file: Path) -> dict[str, Any]:
 
 
 @pytest.fixture
-def prometheus(tmp_path: Path) -> Iterator[tuple[str, MgmtServer]]:
+def prometheus(tmp_path: Path) -> Iterator[Prometheus]:
     server = MgmtServer().start()
     password_file = tmp_path / "admin-password"
     password_file.write_text(ADMIN_PASSWORD + "\n")
-    config = tmp_path / "prometheus.yml"
-    config.write_text(yaml.safe_dump({"scrape_configs": [_mgmt_job_for(server, password_file)]}))
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            "prometheus",
-            f"--config.file={config}",
-            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=open(tmp_path / "prometheus.log", "ab"),  # noqa: SIM115
-    )
+    running = Prometheus(tmp_path, [_mgmt_job_for(server, password_file)])
     try:
-        yield f"http://127.0.0.1:{port}", server
+        yield running
     finally:
-        terminate(proc)
+        running.close()
         server.close()
 
 
-def test_prometheus_scrapes_mgmt_api_with_the_shipped_credentials(
-    prometheus: tuple[str, MgmtServer],
-) -> None:
-    url, _server = prometheus
-
-    seen: list[str] = []
-
-    def scraped() -> bool:
-        """The target is up; every other state seen is kept for the failure message
-        (a slow scrape on a loaded machine is retried, a 401 never turns up)."""
-        try:
-            targets = httpx.get(f"{url}/api/v1/targets", timeout=5).json()["data"]
-        except (httpx.HTTPError, ValueError, KeyError):
-            return False
-        found = [t for t in targets["activeTargets"] if t["labels"]["job"] == MGMT_JOB]
-        if found and found[0]["health"] != "unknown":
-            seen.append(f"{found[0]['health']}: {found[0]['lastError']}")
-        return bool(found) and found[0]["health"] == "up"
-
-    try:
-        wait_until(scraped, timeout=90, what="mgmt-api's target up")
-    except AssertionError:
-        raise AssertionError(f"never up; seen: {sorted(set(seen))}") from None
+def test_prometheus_scrapes_mgmt_api_with_the_shipped_credentials(prometheus: Prometheus) -> None:
+    # A slow scrape on a loaded machine is retried; a 401 never turns up
+    # (the last error of each target is in the failure message).
+    prometheus.wait_targets_up({MGMT_JOB}, timeout=90)
 
     def samples() -> list[Any] | None:
-        answer = httpx.get(
-            f"{url}/api/v1/query", params={"query": f'up{{job="{MGMT_JOB}"}}'}, timeout=5
-        ).json()
-        return answer["data"]["result"] or None
+        return prometheus.query(f'up{{job="{MGMT_JOB}"}}') or None
 
     (series,) = wait_until(samples, timeout=30, what="mgmt-api's up sample")
     assert series["value"][1] == "1"

@@ -59,6 +59,38 @@ def test_a_keepalive_keeps_the_nack_visible() -> None:
     assert row.last_contact == 3
 
 
+@pytest.mark.parametrize(
+    ("events", "expected"),
+    [
+        # sent v2 at 10, ACKed at 10.3: one observation of 0.3 s (bucket le=0.5).
+        ([("sent", "v2", 10.0), ("ack", "v2", 10.3)], {"0.25": 0, "0.5": 1, "+Inf": 1}),
+        # An ACK of an older version than the one sent is not this send's answer.
+        ([("sent", "v2", 10.0), ("ack", "v1", 11.0)], {"+Inf": 0}),
+        # A NACK ends the wait: a later ACK of the same version is not timed from the send.
+        ([("sent", "v2", 10.0), ("nack", "v2", 11.0), ("ack", "v2", 12.0)], {"+Inf": 0}),
+        # A second ACK of the same version is not observed twice.
+        ([("sent", "v2", 10.0), ("ack", "v2", 12.0), ("ack", "v2", 13.0)], {"2.5": 1, "+Inf": 1}),
+        # Slower than the last bound: counted only in +Inf.
+        ([("sent", "v2", 0.0), ("ack", "v2", 400.0)], {"300": 0, "+Inf": 1}),
+    ],
+)
+def test_propagation_is_the_time_from_send_to_the_ack_of_that_version(
+    events: list[tuple[str, str, float]], expected: dict[str, int]
+) -> None:
+    registry = SubscriberRegistry()
+    registry.connected(NODE, "v1", now=0)
+    for event, version, now in events:
+        if event == "sent":
+            registry.sent(NODE, version, now)
+        elif event == "ack":
+            registry.acked(NODE, version, now)
+        else:
+            registry.nacked(NODE, "v1", version, "refused", now)
+    histogram = registry.propagation().get("extauthz")
+    cumulative = dict(histogram.cumulative()) if histogram else {"+Inf": 0}
+    assert {le: cumulative[le] for le in expected} == expected
+
+
 def test_rows_gone_for_long_are_pruned_and_a_deleted_cluster_forgotten() -> None:
     registry = SubscriberRegistry(stale_after=60)
     assert registry.forget_after_seconds == 600  # ten stale periods, at least 10 min
