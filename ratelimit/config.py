@@ -108,6 +108,9 @@ class DescriptorNode:
     pattern: re.Pattern[str] | None
     share_threshold: bool
     children: DescriptorLevel
+    #: ``value_to_metric``: the metric label holds the request's value at this
+    #: level (bounded like detailed_metric; see ratelimit.matching).
+    value_to_metric: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,7 +268,6 @@ def _descriptor(f: Fields, domain: str, stats_path: tuple[str, ...]) -> Descript
         detailed=_flag(f, "detailed_metric"),
         metadata=_metadata(f.present("metadata")),
     )
-    _flag(f, "value_to_metric")
     own_stats = (*stats_path, key if value is None else f"{key}_{value}")
     rate_limit = f.present("rate_limit")
     limit = None
@@ -278,6 +280,7 @@ def _descriptor(f: Fields, domain: str, stats_path: tuple[str, ...]) -> Descript
         pattern=pattern,
         share_threshold=share,
         children=_level(item.child("descriptors"), domain, own_stats),
+        value_to_metric=_flag(f, "value_to_metric"),
     )
 
 

@@ -28,10 +28,14 @@ from ratelimit.config import DescriptorLevel, DescriptorNode, DomainConfig, Rate
 
 
 class Match(NamedTuple):
-    """The limit for one request descriptor and the identity of its bucket."""
+    """The limit for one request descriptor and the identity of its bucket.
+
+    ``value_metric`` is set when a matched entry has ``value_to_metric``: the
+    reference's enhanced stats key (see :func:`value_metric_key`)."""
 
     limit: RateLimit
     bucket_path: tuple[tuple[str, str], ...]
+    value_metric: str | None = None
 
 
 def _find(level: DescriptorLevel, key: str, value: str) -> DescriptorNode | None:
@@ -75,19 +79,45 @@ def glob_match(pattern: str, value: str) -> bool:
     return True
 
 
+def value_metric_key(nodes: Sequence[DescriptorNode], entries: Sequence[tuple[str, str]]) -> str:
+    """The reference's ``value_to_metric`` stats key (``GetLimit`` in its
+    ``src/config/config_impl.go``): per level ``key_value``, where the value is
+    the entry's own for an exact match, the request's for a key-only match
+    with ``value_to_metric`` (nothing without it), and for a wildcard match
+    the request's with ``value_to_metric``, else the pattern (always the
+    pattern with ``share_threshold``)."""
+    parts: list[str] = []
+    for node, (key, value) in zip(nodes, entries, strict=False):
+        if node.value is None:
+            shown = value if node.value_to_metric else ""
+        elif node.pattern is not None:
+            shown = value if node.value_to_metric and not node.share_threshold else node.value
+        else:
+            shown = value
+        parts.append(f"{key}_{shown}" if shown else key)
+    return ".".join(parts)
+
+
 def match_descriptor(domain: DomainConfig, entries: Sequence[tuple[str, str]]) -> Match | None:
     """The limit that applies to one descriptor, or None (no limit, allow-listed)."""
     level = domain.root
     path: list[tuple[str, str]] = []
+    nodes: list[DescriptorNode] = []
     last = len(entries) - 1
     for depth, (key, value) in enumerate(entries):
         node = _find(level, key, value)
         if node is None:
             return None
+        nodes.append(node)
         shared = node.share_threshold and node.value is not None
         path.append((key, node.value if shared and node.value is not None else value))
         if depth == last:
-            return Match(node.limit, tuple(path)) if node.limit is not None else None
+            if node.limit is None:
+                return None
+            metric = None
+            if any(n.value_to_metric for n in nodes):
+                metric = value_metric_key(nodes, entries)
+            return Match(node.limit, tuple(path), metric)
         if node.children.empty:
             return None  # the request is deeper than the config
         level = node.children

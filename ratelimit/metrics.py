@@ -4,7 +4,8 @@ Per-rule counters carry ``domain`` and ``rule`` labels taken from the config
 (the reference's stats path, e.g. ``key2`` or ``files_files/*``), never from
 request values, so a key-only rule that gives every client its own bucket
 still adds one series, not one per client. The exception is a rule with
-``detailed_metric: true``, whose label is the reference's detailed key
+``detailed_metric: true`` (or entries with ``value_to_metric: true``), whose
+label is the reference's detailed (or value_to_metric) key
 (``key_value`` with the request's values): those series are bounded per
 worker (``detailedMetrics``), and hits past the bound are counted under
 ``<rule>:overflow``. Unknown domains come from

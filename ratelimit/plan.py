@@ -39,8 +39,9 @@ class DescriptorPlan(NamedTuple):
     limit: RateLimit | None
     bucket: int | None
     cost: int
-    #: The metric label of a ``detailed_metric`` limit: the reference's stats
-    #: key of the request's own values (``key_value.key2_value2``); else None.
+    #: The metric label of a ``detailed_metric`` or ``value_to_metric`` limit:
+    #: the reference's stats key with the request's values
+    #: (``key_value.key2_value2``); else None.
     detail: str | None = None
 
 
@@ -373,11 +374,14 @@ def _assemble(
         if limit.unlimited:
             plans.append(DescriptorPlan(limit, None, cost))
             continue
-        detail = None
+        detail = match.value_metric  # value_to_metric: None unless asked for
         if limit.detailed_metric:
             # The reference's detailed stats key: every entry as key_value, with
-            # the request's value (a share_threshold entry: its pattern).
+            # the request's value (a share_threshold entry: its pattern). It
+            # takes precedence over value_to_metric, as there.
             detail = ".".join(f"{k}_{v}" for k, v in match.bucket_path)
+        elif detail == limit.rule_id:
+            detail = None  # the flag changed nothing: the rule's own series
         window = window_at(limit.window_seconds, now)
         sliding = limit.sliding
         key = bucket_key(key_prefix, domain, match.bucket_path, window, sliding=sliding)

@@ -260,7 +260,8 @@ class RateLimitService:
         return counters
 
     def _detailed(self, limit: RateLimit, detail: str) -> metrics.RuleCounters:
-        """The counters of a ``detailed_metric`` series, whose label holds request values.
+        """The counters of a ``detailed_metric`` or ``value_to_metric`` series,
+        whose label holds request values.
 
         Series are never removed (a multiprocess counter cannot be), so they
         are bounded: the first ``detailed_max_series`` keys of at most

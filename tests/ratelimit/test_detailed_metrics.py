@@ -9,6 +9,8 @@ wildcard pattern. Here the key (without the domain, which is its own label)
 is the ``rule`` label, and since those labels come from requests, a worker
 keeps at most ``detailedMetrics.maxSeries`` of them, each at most
 ``maxLabelBytes`` long; every other hit goes to ``<rule>:overflow``.
+``value_to_metric`` (the same file) puts the request's value in the key at the
+levels that ask, and shares the bound.
 """
 
 from __future__ import annotations
@@ -40,6 +42,12 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 1000}
   - key: plain
     rate_limit: {unit: minute, requests_per_unit: 1000}
+  - key: route
+    value: api
+    descriptors:
+      - key: user
+        value_to_metric: true
+        rate_limit: {unit: minute, requests_per_unit: 1000}
 """
 
 SETTINGS = """\
@@ -114,6 +122,9 @@ def test_detailed_series_carry_request_values_up_to_the_bound(served: tuple[str,
         [("unspec", "v" * 30)],  # longer than maxLabelBytes
         [("plain", "p1")],  # not detailed: rolled up
         [("plain", "p2")],
+        # value_to_metric on the nested key-only entry: its value is in the key,
+        # the same bound applies (the series are full: overflow).
+        [("route", "api"), ("user", "u1")],
     ]
     for entries in calls:
         assert _call(target, *entries) == rls_pb2.RateLimitResponse.OK
@@ -123,6 +134,7 @@ def test_detailed_series_carry_request_values_up_to_the_bound(served: tuple[str,
         "files_files/*": 2.0,
         "unspec:overflow": 2.0,
         "plain": 2.0,
+        "route_api.user:overflow": 1.0,
     }
     # Hot-path metrics are flushed twice a second. The config's own rule keys are
     # also there at 0 from the start (counters at zero); only the moved ones count.

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ratelimit.config import DomainConfig, load_config, wildcard_pattern
+from ratelimit.config import DomainConfig, load_config, parse_domain, wildcard_pattern
 from ratelimit.matching import glob_match, match_descriptor
 from tests.ratelimit.conftest import write_config
 
@@ -164,3 +164,42 @@ def test_share_threshold_shares_one_bucket_per_pattern(domain: DomainConfig) -> 
     c = match_descriptor(domain, [("nofiles", "nofiles/a")])
     d = match_descriptor(domain, [("nofiles", "nofiles/b")])
     assert c is not None and d is not None and c.bucket_path != d.bucket_path
+
+
+def test_value_to_metric_key_is_the_references() -> None:
+    """``GetLimit``'s value_to_metric key: the request's value where the flag is
+    set on a key-only or wildcard entry, the pattern with share_threshold."""
+    config = parse_domain(
+        """\
+domain: v
+descriptors:
+  - key: route
+    value: "api*"
+    value_to_metric: true
+    descriptors:
+      - key: user
+        value_to_metric: true
+        rate_limit: {unit: minute, requests_per_unit: 5}
+      - key: team
+        rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: files
+    value: "f*"
+    share_threshold: true
+    value_to_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: plain
+    rate_limit: {unit: minute, requests_per_unit: 5}
+""",
+        "v.yaml",
+    )
+    keys = [
+        match.value_metric
+        for entries in (
+            [("route", "api/v1"), ("user", "u1")],
+            [("route", "api/v1"), ("team", "t1")],
+            [("files", "f/x")],
+            [("plain", "p")],
+        )
+        if (match := match_descriptor(config, entries)) is not None
+    ]
+    assert keys == ["route_api/v1.user_u1", "route_api/v1.team", "files_f*", None]
