@@ -1,6 +1,6 @@
 """What the gateway listener's pass-through filters and path normalization cost a request.
 
-    uv run python bench/gateway/filters.py [--rounds 5] [--duration 3] [--clients 32]
+    uv run python bench/gateway/filters.py [--rounds 5] [--duration 3] [--clients 32] [--rate 3000]
 
 Issue 24's before/after run of ``bench/gateway/run.py`` showed the whole
 gateway path 17 % dearer on a route with no filter, after every gateway
