@@ -1,6 +1,6 @@
 """What the gateway listener's pass-through filters and path normalization cost a request.
 
-    uv run python bench/gateway/filters.py [--rounds 5] [--duration 3] [--clients 32]
+    uv run python bench/gateway/filters.py [--rounds 5] [--duration 3] [--clients 32] [--rate 3000]
 
 Issue 24's before/after run of ``bench/gateway/run.py`` showed the whole
 gateway path 17 % dearer on a route with no filter, after every gateway
@@ -10,14 +10,14 @@ the two, on the gateway Envoy alone, with the configuration the compiler
 really emits (:func:`mgmt_api.compiler.gateway_xds.compile_gateway`, RDS
 inlined into a static bootstrap):
 
-- ``bare``: the listener of a gateway without local rules, with the three
+- ``bare``: the listener of a cluster without local rules, with the three
   path-normalization settings removed (the state before issue 24);
-- ``normalized``: that listener as compiled (what a gateway gets now when no
-  route of its uses local rules);
-- ``pass-through``: the compiled listener of a gateway one of whose routes
-  is under local rules, so it carries ``jwt_authn`` + ``rbac``; requests go to
-  ``/off``, which those filters pass through (what every gateway got before
-  the filters were limited to the gateways that need them).
+- ``normalized``: that listener as compiled;
+- ``pass-through``: the listener of a cluster with local rules and a route
+  under them, its ``jwt_authn`` + ``rbac`` enabled for every request as they
+  were first compiled; requests go to ``/off``, which they pass through;
+- ``disabled``: the same, as compiled now: the two filters disabled on the
+  listener and enabled only by the routes under local rules.
 
 Each is its own Envoy (one worker thread), all in front of one upstream Envoy
 answering ``direct_response``. ``h2load --h1`` with ``--clients`` connections
@@ -92,16 +92,23 @@ def _local_setting() -> envoy_config.ExtAuthzRoute:
     )
 
 
-def gateway_bootstrap(port: int, upstream: int, *, local_route: bool, normalize: bool) -> Any:
-    """The compiled gateway's listener, routes and clusters as one static bootstrap."""
+def gateway_bootstrap(
+    port: int, upstream: int, *, local: bool, normalize: bool, enabled: bool
+) -> Any:
+    """The compiled gateway's listener, routes and clusters as one static bootstrap.
+
+    ``local``: the cluster has a local-rules setting and a route under it;
+    ``enabled``: the listener's local-JWT filters have their ``disabled`` flag
+    removed, i.e. they run on every request (pass-through on ``/off``).
+    """
     routes = [_route("default", "off", "/off")]
-    if local_route:
+    if local:
         routes.append(_route("local", "local", "/local"))
     policies = envoy_config.EnvoyConfigInput(
         cluster_fqn="organizations/o/clusters/c1",
         cluster="c1",
         traffic_policies=(),
-        ext_authz=(_local_setting(),),
+        ext_authz=(_local_setting(),) if local else (),
     )
     inp = gateway_xds.GatewayInput(policies, tuple(routes), (_backend(upstream),))
     resources = gateway_xds.compile_gateway(inp, gc.GatewayNode("o", "c1", "gw", "127.0.0.1", port))
@@ -112,8 +119,13 @@ def gateway_bootstrap(port: int, upstream: int, *, local_route: bool, normalize:
     if not normalize:
         for key in NORMALIZATION:
             manager.pop(key)
-    filters = [f["name"] for f in manager["httpFilters"]]
-    print(f"  port {port}: local route {local_route}, normalize {normalize}, filters {filters}")
+    if enabled:
+        for f in manager["httpFilters"]:
+            f.pop("disabled", None)
+    filters = [
+        f["name"] + (" (disabled)" if f.get("disabled") else "") for f in manager["httpFilters"]
+    ]
+    print(f"  port {port}: local {local}, normalize {normalize}, filters {filters}")
     return {
         "admin": {"address": {"socketAddress": {"address": "127.0.0.1", "portValue": 0}}},
         "staticResources": {"listeners": [listener], "clusters": list(resources.clusters)},
@@ -167,9 +179,10 @@ def h2load(
 
 
 VARIANTS = {
-    "bare": {"local_route": False, "normalize": False},
-    "normalized": {"local_route": False, "normalize": True},
-    "pass-through": {"local_route": True, "normalize": True},
+    "bare": {"local": False, "normalize": False, "enabled": False},
+    "normalized": {"local": False, "normalize": True, "enabled": False},
+    "pass-through": {"local": True, "normalize": True, "enabled": True},
+    "disabled": {"local": True, "normalize": True, "enabled": False},
 }
 
 

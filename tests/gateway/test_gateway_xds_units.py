@@ -341,9 +341,11 @@ def test_ext_authz_checks_the_namespaces_its_group_selects_and_no_other() -> Non
     assert by_path["/open"][envoy_config.EXT_AUTHZ_FILTER]["disabled"] is True
 
 
-def test_local_jwt_filters_only_on_a_gateway_with_a_route_that_uses_them() -> None:
-    """Pass-through jwt_authn/rbac still cost CPU per request: a gateway gets
-    them only if one of its routes is under local rules."""
+def test_local_jwt_filters_are_disabled_unless_a_route_enables_them() -> None:
+    """Pass-through jwt_authn/rbac still cost CPU per request: they are disabled
+    on the listener and enabled by the routes under local rules; the listener
+    is the same with or without such a route (a listener change would not
+    reach open connections)."""
     public = ECAlgorithm.to_jwk(ec.generate_private_key(ec.SECP256R1()).public_key(), as_dict=True)
     jwks = json.dumps({"keys": [{**public, "kid": "k1"}]})
     local = {
@@ -351,20 +353,20 @@ def test_local_jwt_filters_only_on_a_gateway_with_a_route_that_uses_them() -> No
         "keys": {"jwks": {"value": jwks}},
     }
     setting = dataclasses.replace(authz(("local",), "l"), local=local)
-    names = lambda r: [  # noqa: E731
-        f["name"]
-        for f in r.listeners[0]["filterChains"][0]["filters"][0]["typedConfig"]["httpFilters"]
-    ]
     plain = [route("default.open", rule("/open"))]
-    without = compiled(gateway_input(plain, ext_authz=[setting, authz(("secure",))]))
-    assert local_jwt.JWT_AUTHN_FILTER not in names(without)
-    assert local_jwt.RBAC_FILTER not in names(without)
-    assert envoy_config.EXT_AUTHZ_FILTER in names(without)
     used = [*plain, route("local.api", rule("/api", namespace="default"))]
+    without = compiled(gateway_input(plain, ext_authz=[setting, authz(("secure",))]))
     with_local = compiled(gateway_input(used, ext_authz=[setting, authz(("secure",))]))
-    assert names(with_local)[:2] == [local_jwt.JWT_AUTHN_FILTER, local_jwt.RBAC_FILTER]
-    by_path = {r["match"]["prefix"]: r for r in routes_of(with_local)}
-    assert local_jwt.JWT_AUTHN_FILTER in by_path["/api"]["typedPerFilterConfig"]
+    assert without.listeners == with_local.listeners
+    manager = with_local.listeners[0]["filterChains"][0]["filters"][0]["typedConfig"]
+    disabled = {f["name"] for f in manager["httpFilters"] if f.get("disabled")}
+    assert disabled == {local_jwt.JWT_AUTHN_FILTER, local_jwt.RBAC_FILTER}
+    by_path = {r["match"]["prefix"]: r["typedPerFilterConfig"] for r in routes_of(with_local)}
+    for name in disabled:
+        enabling = by_path["/api"][name]
+        assert enabling["@type"].endswith("envoy.config.route.v3.FilterConfig")
+        assert not enabling.get("disabled")
+        assert name not in by_path["/open"]
 
 
 def test_two_settings_for_one_namespace_warn_and_the_first_applies() -> None:
