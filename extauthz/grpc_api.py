@@ -212,13 +212,29 @@ class CheckHandler:
         self.wants_trace_context = tracing is not None
 
     async def __call__(self, raw: bytes) -> bytes:
-        if self._tracing is not None:
-            return await self._traced(self._tracing, raw)
+        tracing = self._tracing
+        traceparent: str | None = None
+        tracestate: str | None = None
+        if tracing is not None:
+            # Envoy's tracer puts its ext_authz client span in the call's
+            # metadata; without one, the request's own headers (below).
+            traceparent, tracestate = incoming_trace_context()
         try:
             request = _CheckRequest.FromString(raw)
             attrs = attributes_from_check(request, raw)
         except Exception as exc:
+            if tracing is not None and tracing.gate(traceparent):
+                return _traced_unreadable(tracing, exc)
             return _unreadable(exc)
+        if tracing is not None:
+            if traceparent is None:
+                headers = request.attributes.request.http.headers
+                traceparent = headers.get("traceparent")
+                if traceparent is not None:
+                    tracestate = headers.get("tracestate")
+            # The gate first: a sampled-out call takes the untraced path.
+            if tracing.gate(traceparent):
+                return await self._traced(tracing, request, attrs, traceparent, tracestate)
         return await self._answer(request, attrs)
 
     async def _answer(
@@ -250,31 +266,26 @@ class CheckHandler:
             return encode_response(decision)
         return with_decision_id(_DENY_BYTES.get(decision.reason, _LAST_RESORT_BYTES), decision_id)
 
-    async def _traced(self, tracing: Tracing, raw: bytes) -> bytes:
-        # Envoy's tracer puts its ext_authz client span in the call's metadata;
-        # without one (a caller that is not traced), the request's own headers.
-        traceparent, tracestate = incoming_trace_context()
-        try:
-            request = _CheckRequest.FromString(raw)
-            attrs = attributes_from_check(request, raw)
-        except Exception as exc:
-            if not tracing.gate(traceparent):
-                return _unreadable(exc)
-            with tracing.tracer.start_as_current_span(SPAN_NAME, kind=SpanKind.SERVER) as span:
-                span.set_attributes({"meshplane.decision": "deny", "meshplane.reason": "internal"})
-                return _unreadable(exc)
-        if traceparent is None:
-            headers = request.attributes.request.http.headers
-            traceparent = headers.get("traceparent")
-            if traceparent is not None:
-                tracestate = headers.get("tracestate")
-        if not tracing.gate(traceparent):  # sampled out: the untraced path
-            return await self._answer(request, attrs)
+    async def _traced(
+        self,
+        tracing: Tracing,
+        request: external_auth_pb2.CheckRequest,
+        attrs: CheckAttributes,
+        traceparent: str | None,
+        tracestate: str | None,
+    ) -> bytes:
+        """A sampled call: one SERVER span continuing the caller's context."""
         parent = parent_context(traceparent, tracestate)
         with tracing.tracer.start_as_current_span(
             SPAN_NAME, context=parent, kind=SpanKind.SERVER
         ) as span:
             return await self._answer(request, attrs, span)
+
+
+def _traced_unreadable(tracing: Tracing, exc: Exception) -> bytes:
+    with tracing.tracer.start_as_current_span(SPAN_NAME, kind=SpanKind.SERVER) as span:
+        span.set_attributes({"meshplane.decision": "deny", "meshplane.reason": "internal"})
+        return _unreadable(exc)
 
 
 SPAN_NAME = "extauthz Check"

@@ -16,10 +16,31 @@ PARENT_ID = "00f067aa0ba902b7"
 
 
 def test_a_tunnel_call_is_a_span_under_the_rest_span(fleet: Fleet) -> None:
-    fleet.start_agent("b", "--otlp-endpoint", fleet.otlp.endpoint)
+    # A cluster of its own (the fleet is shared: cluster b must stay unserved).
+    fleet.create_cluster("traced")
+    agent = fleet.start_agent("traced", "--otlp-endpoint", fleet.otlp.endpoint)
+    try:
+        spans = _traced_call(fleet)
+    finally:
+        agent.stop()
+    (rest,) = [s for s in spans if s.parent_span_id == PARENT_ID and s.service == "mgmt-api"]
+    agents = [s for s in spans if s.service == "meshplane-agent"]
+    assert len(agents) == 1  # one span per call (the call covers both web instances)
+    assert agents[0].name == "agent tunnel cluster_stats"
+    assert agents[0].parent_span_id == rest.span_id
+    assert agents[0].attributes == {
+        "meshplane.operation": "cluster_stats",
+        "meshplane.namespace": "shop",
+        "meshplane.workload": "web",
+        "meshplane.outcome": "OK",
+    }
+
+
+def _traced_call(fleet: Fleet) -> list[ReceivedSpan]:
+    """One clusterstats call with a sampled traceparent; the spans of its trace."""
     headers = {"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"}
     body = {"namespace": "shop", "workload": "web"}
-    path = fleet.path("clusterstats", "b")
+    path = fleet.path("clusterstats", "traced")
     wait_ok(fleet.admin, "POST", path, body)  # untraced: until the new agent's inventory is in
     response = fleet.admin.post(path, json=body, headers=headers)
     assert response.status_code == 200, response.text
@@ -28,15 +49,4 @@ def test_a_tunnel_call_is_a_span_under_the_rest_span(fleet: Fleet) -> None:
         mine = [s for s in spans if s.trace_id == TRACE_ID]
         return {s.service for s in mine} >= {"mgmt-api", "meshplane-agent"}
 
-    spans = [s for s in fleet.otlp.wait_for_spans(traced) if s.trace_id == TRACE_ID]
-    (rest,) = [s for s in spans if s.parent_span_id == PARENT_ID and s.service == "mgmt-api"]
-    agent = [s for s in spans if s.service == "meshplane-agent"]
-    assert len(agent) == 1  # one span per call (the call covers both web instances)
-    assert agent[0].name == "agent tunnel cluster_stats"
-    assert agent[0].parent_span_id == rest.span_id
-    assert agent[0].attributes == {
-        "meshplane.operation": "cluster_stats",
-        "meshplane.namespace": "shop",
-        "meshplane.workload": "web",
-        "meshplane.outcome": "OK",
-    }
+    return [s for s in fleet.otlp.wait_for_spans(traced) if s.trace_id == TRACE_ID]

@@ -310,9 +310,8 @@ def test_mgmt_api_rest_spans_with_db_and_publish_children(
     finally:
         server.close()
     assert not [s for s in spans if s.trace_id == UNSAMPLED_TRACE]
-    # The receiver is the module's: earlier tests' Check spans share TRACE_ID.
-    mine = [s for s in spans if s.service == "mgmt-api"]
-    (get,) = [s for s in mine if s.trace_id == TRACE_ID and s.parent_span_id == PARENT_ID]
+    mgmt = [s for s in spans if s.service == "mgmt-api"]  # the receiver is the module's
+    (get,) = [s for s in mgmt if s.trace_id == TRACE_ID and s.parent_span_id == PARENT_ID]
     assert get.attributes["http.response.status_code"] == 200
     assert get.name == f"GET {get.attributes['http.route']}"
     assert "traced-org" not in get.name  # the template, not the raw path
