@@ -7,10 +7,12 @@ the router, so a caller the mode refuses never costs an ext_authz call:
 1. the **authorization mode**, as Envoy's RBAC filter on the peer's
    authenticated principal, the URI SAN ``spiffe://<trustDomain>/ns/<ns>/sa/<sa>``
    of its mesh certificate (docs/mesh.md has the table of what each mode
-   admits). A refused call is 403 with :data:`DENIED_HEADER` naming the mode:
-   RBAC records its verdict in dynamic metadata under its ``rulesStatPrefix``,
-   and the listener's local-reply mapper (:func:`local_reply_config`) adds the
-   header to exactly those replies, not to ext_authz's or the local rules' 403;
+   admits). The rules are the inbound route's (RDS), so a change of mode or of
+   a group's namespaces reaches open connections too. A refused call is 403
+   with :data:`DENIED_HEADER` naming the mode: RBAC records its verdict in
+   dynamic metadata under its ``rulesStatPrefix``, and the listener's
+   local-reply mapper (:data:`LOCAL_REPLY`) adds the header to exactly those
+   replies, not to ext_authz's or the local rules' 403;
 2. the setting's **local JWT rules** and 3. its **ext_authz** server, both
    rendered by :func:`mgmt_api.compiler.envoy_config.render` from the same
    :class:`~mgmt_api.compiler.envoy_config.ExtAuthzRoute` the gateways get,
@@ -40,7 +42,10 @@ MODE_FILTER = "envoy.filters.http.rbac/mode"
 #: RBAC prefixes its stats and its dynamic-metadata keys with this, which is
 #: how the local-reply mapper tells the mode's denial from any other 403.
 MODE_STAT_PREFIX = "meshplane_mode_"
+#: The inbound route's metadata namespace; ``mode`` names the mode for the header.
+ROUTE_METADATA_KEY = "meshplane"
 _RBAC = "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC"
+_RBAC_PER_ROUTE = "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBACPerRoute"
 #: Modes that compile to no identity check (DISABLED also turns off the rest).
 UNCHECKED_MODES = frozenset({"UNSET", "DISABLED"})
 
@@ -119,8 +124,9 @@ def admitted(setting: MeshSetting, trust_domain: str, namespace: str) -> list[Js
     return []
 
 
-def mode_filter(setting: MeshSetting, trust_domain: str, namespace: str) -> JsonDict | None:
-    """The RBAC ``HttpFilter`` enforcing the mode for a callee in ``namespace``."""
+def mode_route_config(setting: MeshSetting, trust_domain: str, namespace: str) -> JsonDict | None:
+    """The inbound route's ``RBACPerRoute`` enforcing the mode for a callee in
+    ``namespace``; None when the mode checks no identity."""
     matchers = admitted(setting, trust_domain, namespace)
     if matchers is None:
         return None
@@ -131,43 +137,60 @@ def mode_filter(setting: MeshSetting, trust_domain: str, namespace: str) -> Json
         else {}
     )
     return {
-        "name": MODE_FILTER,
-        "typedConfig": {
-            "@type": _RBAC,
+        "@type": _RBAC_PER_ROUTE,
+        "rbac": {
             "rulesStatPrefix": MODE_STAT_PREFIX,
             "rules": {"action": "ALLOW", "policies": policies},
         },
     }
 
 
-def local_reply_config(mode: str) -> JsonDict:
-    """The HCM's ``localReplyConfig``: the reason header on the mode's own 403."""
-    denied = {
-        "filter": "envoy.filters.http.rbac",
-        "path": [{"key": MODE_STAT_PREFIX + "enforced_engine_result"}],
-        "value": {"stringMatch": {"exact": "denied"}},
-    }
-    return {
-        "mappers": [
-            {
-                "filter": {"metadataFilter": {"matcher": denied}},
-                "headersToAdd": [{"header": {"key": DENIED_HEADER, "value": f"mode {mode}"}}],
-            }
-        ]
-    }
+#: The listener's mode filter: no rules of its own, so it admits everything
+#: unless the route carries the mode (:func:`mode_route_config`). It is always
+#: there, so a change of mode or membership is a route update (RDS), which
+#: applies to open connections too; a listener update would only reach new ones.
+MODE_LISTENER_FILTER: JsonDict = {
+    "name": MODE_FILTER,
+    "typedConfig": {"@type": _RBAC, "rulesStatPrefix": MODE_STAT_PREFIX},
+}
+
+#: The HCM's ``localReplyConfig``: the reason header on the mode's own 403,
+#: naming the mode from the route's metadata (:data:`ROUTE_METADATA_KEY`).
+LOCAL_REPLY: JsonDict = {
+    "mappers": [
+        {
+            "filter": {
+                "metadataFilter": {
+                    "matcher": {
+                        "filter": "envoy.filters.http.rbac",
+                        "path": [{"key": MODE_STAT_PREFIX + "enforced_engine_result"}],
+                        "value": {"stringMatch": {"exact": "denied"}},
+                    },
+                    # Envoy's default is true: every other local reply would match.
+                    "matchIfKeyNotFound": False,
+                }
+            },
+            "headersToAdd": [
+                {
+                    "header": {
+                        "key": DENIED_HEADER,
+                        "value": f"mode %METADATA(ROUTE:{ROUTE_METADATA_KEY}:mode)%",
+                    }
+                }
+            ],
+        }
+    ]
+}
 
 
 @dataclass(frozen=True)
 class InboundAuthz:
-    """What the inbound listener carries for its workload's setting."""
+    """What the inbound listener and its route carry for the workload's setting."""
 
     http_filters: list[JsonDict]
     route_config: JsonDict  # typedPerFilterConfig of the inbound route
+    route_metadata: JsonDict  # the inbound route's metadata (the mode's name)
     clusters: list[JsonDict]
-    local_reply: JsonDict | None  # the HCM's localReplyConfig, when the mode checks
-
-
-NO_AUTHZ = InboundAuthz([], {}, [], None)
 
 
 def compile_inbound(
@@ -183,13 +206,14 @@ def compile_inbound(
     """
     setting = setting_for(settings, namespace)
     if setting is None:
-        return NO_AUTHZ
-    filters: list[JsonDict] = []
-    mode = mode_filter(setting, trust_domain, namespace)
+        return InboundAuthz([MODE_LISTENER_FILTER], {}, {}, [])
+    route: JsonDict = {}
+    mode = mode_route_config(setting, trust_domain, namespace)
     if mode is not None:
-        filters.append(mode)
+        route[MODE_FILTER] = mode
+    metadata = {"filterMetadata": {ROUTE_METADATA_KEY: {"mode": setting.mode}}}
     if setting.ext_authz is None or setting.mode == "DISABLED":
-        return InboundAuthz(filters, {}, [], local_reply_config(setting.mode) if mode else None)
+        return InboundAuthz([MODE_LISTENER_FILTER], route, metadata, [])
     document = envoy_config.render(
         envoy_config.EnvoyConfigInput(
             cluster_fqn="",
@@ -199,11 +223,11 @@ def compile_inbound(
             gateway=dataclasses.replace(knobs, tracing=None),
         )
     )
-    filters.extend(document["httpFilters"])
-    route = document["routes"][0]["typedPerFilterConfig"] if document["routes"] else {}
+    if document["routes"]:
+        route.update(document["routes"][0]["typedPerFilterConfig"])
     return InboundAuthz(
-        filters,
+        [MODE_LISTENER_FILTER, *document["httpFilters"]],
         route,
+        metadata,
         list(document["clusters"]),
-        local_reply_config(setting.mode) if mode else None,
     )

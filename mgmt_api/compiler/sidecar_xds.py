@@ -3,8 +3,8 @@
 The shape (docs/mesh.md):
 
 - **inbound listener** (``inbound``) on the address the sidecar's node names:
-  an HTTP connection manager whose one route sends everything to the app on
-  loopback (cluster ``inbound/app``). The authorization filters of the
+  an HTTP connection manager whose one route (over RDS, ``inbound``) sends
+  everything to the app on loopback (cluster ``inbound/app``). The authorization filters of the
   workload's namespace go in front of the router (:func:`inbound_http_filters`,
   the extension point; :mod:`mgmt_api.compiler.mesh_authz` fills it with the
   mode's RBAC, the local JWT rules and ext_authz; tracing plugs in there too);
@@ -44,6 +44,7 @@ from mgmt_api.compiler.gateway_xds import (
 INBOUND_LISTENER = "inbound"
 OUTBOUND_LISTENER = "outbound"
 OUTBOUND_ROUTES = "outbound"
+INBOUND_ROUTES = "inbound"
 APP_CLUSTER = "inbound/app"
 _TYPE = "type.googleapis.com/"
 _HCM = _TYPE + "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
@@ -140,28 +141,38 @@ def inbound_http_filters(inp: SidecarInput, node: SidecarNode) -> list[JsonDict]
 
 
 def inbound_listener(inp: SidecarInput, node: SidecarNode) -> JsonDict:
-    """The listener in front of the app (see the module docstring)."""
-    authz = inbound_authz(inp, node)
-    route: JsonDict = {"match": {"prefix": "/"}, "route": {"cluster": APP_CLUSTER}}
-    if authz.route_config:
-        route["typedPerFilterConfig"] = authz.route_config
+    """The listener in front of the app (see the module docstring); its route
+    comes over RDS (:func:`inbound_routes`) so that authorization changes
+    reach open connections."""
     manager: JsonDict = {
         "@type": _HCM,
         "statPrefix": "inbound",
         # Local JWT rules match paths: they must see the normalized one.
         **PATH_NORMALIZATION,
-        "routeConfig": {
-            "name": "inbound",
-            "virtualHosts": [{"name": "app", "domains": ["*"], "routes": [route]}],
+        "rds": {
+            "routeConfigName": INBOUND_ROUTES,
+            "configSource": {"ads": {}, "resourceApiVersion": "V3"},
         },
         "httpFilters": [*inbound_http_filters(inp, node), _router()],
+        "localReplyConfig": mesh_authz.LOCAL_REPLY,
     }
-    if authz.local_reply is not None:
-        manager["localReplyConfig"] = authz.local_reply
     return {
         "name": INBOUND_LISTENER,
         "address": _socket(node.inbound_host, node.inbound_port),
         "filterChains": [{"filters": [{"name": HCM_FILTER, "typedConfig": manager}]}],
+    }
+
+
+def inbound_routes(authz: mesh_authz.InboundAuthz) -> JsonDict:
+    """The inbound route: everything to the app, with the setting's per-route config."""
+    route: JsonDict = {"match": {"prefix": "/"}, "route": {"cluster": APP_CLUSTER}}
+    if authz.route_config:
+        route["typedPerFilterConfig"] = authz.route_config
+    if authz.route_metadata:
+        route["metadata"] = authz.route_metadata
+    return {
+        "name": INBOUND_ROUTES,
+        "virtualHosts": [{"name": "app", "domains": ["*"], "routes": [route]}],
     }
 
 
@@ -212,8 +223,9 @@ def outbound_routes(inp: SidecarInput, node: SidecarNode) -> JsonDict:
 
 def compile_sidecar(inp: SidecarInput, node: SidecarNode) -> GatewayResources:
     """The listeners, outbound routes and clusters of one sidecar."""
+    authz = inbound_authz(inp, node)
     clusters = [_static_cluster(APP_CLUSTER, [("127.0.0.1", node.app_port)])]
-    clusters.extend(inbound_authz(inp, node).clusters)
+    clusters.extend(authz.clusters)
     for (namespace, service), endpoints in sorted(inp.services().items()):
         clusters.append(
             _static_cluster(
@@ -222,7 +234,7 @@ def compile_sidecar(inp: SidecarInput, node: SidecarNode) -> GatewayResources:
         )
     return GatewayResources(
         listeners=(inbound_listener(inp, node), outbound_listener(node)),
-        route_configurations=(outbound_routes(inp, node),),
+        route_configurations=(outbound_routes(inp, node), inbound_routes(authz)),
         clusters=tuple(clusters),
         warnings=(),
     )

@@ -13,6 +13,7 @@ import dataclasses
 import pytest
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.listener.v3 import listener_pb2
+from envoy.config.route.v3 import route_components_pb2, route_pb2
 from envoy.extensions.filters.http.jwt_authn.v3 import config_pb2 as jwt_pb2  # noqa: F401
 from envoy.extensions.filters.http.rbac.v3 import rbac_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
@@ -56,11 +57,10 @@ def admits(rbac: rbac_pb2.RBAC | None, principal: str) -> bool:
 
 
 def compiled(s: mesh_authz.MeshSetting, namespace: str = "ns1") -> rbac_pb2.RBAC | None:
-    out = mesh_authz.mode_filter(s, TD, namespace)
+    out = mesh_authz.mode_route_config(s, TD, namespace)
     if out is None:
         return None
-    assert out["name"] == mesh_authz.MODE_FILTER
-    rbac = parse_typed(out["typedConfig"], rbac_pb2.RBAC())
+    rbac = parse_typed(out, rbac_pb2.RBACPerRoute()).rbac
     assert rbac.rules.action == rbac_pb2.RBAC().rules.ALLOW
     assert rbac.rules_stat_prefix == mesh_authz.MODE_STAT_PREFIX
     return rbac
@@ -154,78 +154,90 @@ def node(namespace: str = "ns1") -> SidecarNode:
     return SidecarNode("org", "c1", "i1", namespace, "sa", "svc", 8080, "127.0.0.1", 15006, 15001)
 
 
-def inbound(inp: sidecar_xds.SidecarInput, namespace: str = "ns1") -> listener_pb2.Listener:
-    """The sidecar's inbound listener, parsed whole (every typed config resolved)."""
+Inbound = tuple[list[str], hcm_pb2.HttpConnectionManager, route_components_pb2.Route]
+
+
+def inbound(inp: sidecar_xds.SidecarInput, namespace: str = "ns1") -> Inbound:
+    """The inbound listener's filter names and HCM and its route, parsed whole
+    (every typed config resolved), and its clusters checked."""
     resources = sidecar_xds.compile_sidecar(inp, node(namespace))
     for cluster in resources.clusters:
         parse(cluster, cluster_pb2.Cluster())
-    listener = next(x for x in resources.listeners if x["name"] == sidecar_xds.INBOUND_LISTENER)
-    return parse(listener, listener_pb2.Listener())
-
-
-def _filters(
-    listener: listener_pb2.Listener,
-) -> tuple[list[str], hcm_pb2.HttpConnectionManager]:
+    doc = next(x for x in resources.listeners if x["name"] == sidecar_xds.INBOUND_LISTENER)
+    listener = parse(doc, listener_pb2.Listener())
     hcm = unpack(listener.filter_chains[0].filters[0].typed_config, hcm_pb2.HttpConnectionManager())
-    return [f.name for f in hcm.http_filters], hcm
+    assert hcm.rds.route_config_name == sidecar_xds.INBOUND_ROUTES
+    (routes,) = [
+        parse(r, route_pb2.RouteConfiguration())
+        for r in resources.route_configurations
+        if r["name"] == sidecar_xds.INBOUND_ROUTES
+    ]
+    return [f.name for f in hcm.http_filters], hcm, routes.virtual_hosts[0].routes[0]
+
+
+ROUTER = "envoy.filters.http.router"
 
 
 def test_mode_then_ext_authz_on_the_inbound_listener_with_the_reason_header() -> None:
     s = setting("NAMESPACE")
     s = dataclasses.replace(s, ext_authz=_route(s))
     inp = sidecar_xds.SidecarInput("c1", trust_domain=TD, settings=(s,), knobs=KNOBS)
-    names, hcm = _filters(inbound(inp))
-    assert names == [
-        mesh_authz.MODE_FILTER,
-        envoy_config.EXT_AUTHZ_FILTER,
-        "envoy.filters.http.router",
-    ]
+    names, hcm, route = inbound(inp)
+    assert names == [mesh_authz.MODE_FILTER, envoy_config.EXT_AUTHZ_FILTER, ROUTER]
     mapper = hcm.local_reply_config.mappers[0]
     header = mapper.headers_to_add[0].header
-    assert (header.key, header.value) == (mesh_authz.DENIED_HEADER, "mode NAMESPACE")
+    assert header.key == mesh_authz.DENIED_HEADER
+    assert header.value == "mode %METADATA(ROUTE:meshplane:mode)%"
+    assert route.metadata.filter_metadata["meshplane"]["mode"] == "NAMESPACE"
     matcher = mapper.filter.metadata_filter.matcher
     assert matcher.path[0].key == mesh_authz.MODE_STAT_PREFIX + "enforced_engine_result"
-    route = hcm.route_config.virtual_hosts[0].routes[0]
-    assert envoy_config.EXT_AUTHZ_FILTER in route.typed_per_filter_config
+    assert set(route.typed_per_filter_config) == {
+        mesh_authz.MODE_FILTER,
+        envoy_config.EXT_AUTHZ_FILTER,
+    }
     assert hcm.normalize_path.value and hcm.merge_slashes
     clusters = sidecar_xds.compile_sidecar(inp, node()).clusters
     (authz,) = [c for c in clusters if c["name"] == "extauthz"]
-    assert authz["loadAssignment"]["endpoints"][0]["lbEndpoints"][0]["endpoint"]["address"][
-        "socketAddress"
-    ] == {"address": "authz", "portValue": 9191}
+    endpoint = authz["loadAssignment"]["endpoints"][0]["lbEndpoints"][0]["endpoint"]
+    assert endpoint["address"]["socketAddress"] == {"address": "authz", "portValue": 9191}
+
+
+def test_a_mode_change_is_a_route_change_not_a_listener_change() -> None:
+    """So it applies to open connections (RDS), not only to new ones."""
+    one = sidecar_xds.SidecarInput("c1", trust_domain=TD, settings=(setting("NAMESPACE"),))
+    other = dataclasses.replace(one, settings=(setting("CUSTOM", service_accounts=("ns2/x",)),))
+    a = sidecar_xds.compile_sidecar(one, node())
+    b = sidecar_xds.compile_sidecar(other, node())
+    assert a.listeners == b.listeners
+    assert a.route_configurations != b.route_configurations
 
 
 def test_local_rules_at_the_sidecar_use_the_gateway_compiler() -> None:
     s = setting("UNSET")
     s = dataclasses.replace(s, ext_authz=_route(s, uri="", policy=None, local=LOCAL))
     inp = sidecar_xds.SidecarInput("c1", trust_domain=TD, settings=(s,))
-    names, hcm = _filters(inbound(inp))
-    assert names == [
-        "envoy.filters.http.jwt_authn",
-        "envoy.filters.http.rbac",
-        "envoy.filters.http.router",
-    ]
-    route = hcm.route_config.virtual_hosts[0].routes[0]
-    assert set(route.typed_per_filter_config) == {
-        "envoy.filters.http.jwt_authn",
-        "envoy.filters.http.rbac",
-    }
-    assert not hcm.HasField("local_reply_config")
+    names, _, route = inbound(inp)
+    jwt_authn, rbac = "envoy.filters.http.jwt_authn", "envoy.filters.http.rbac"
+    assert names == [mesh_authz.MODE_FILTER, jwt_authn, rbac, ROUTER]
+    assert set(route.typed_per_filter_config) == {jwt_authn, rbac}
 
 
-@pytest.mark.parametrize("namespace", ["elsewhere"])
-def test_an_unselected_namespace_gets_no_filter(namespace: str) -> None:
+def test_an_unselected_namespace_is_not_checked() -> None:
     s = setting("NAMESPACE")
     s = dataclasses.replace(s, ext_authz=_route(s))
     inp = sidecar_xds.SidecarInput("c1", trust_domain=TD, settings=(s,))
-    assert _filters(inbound(inp, namespace))[0] == ["envoy.filters.http.router"]
+    names, _, route = inbound(inp, "elsewhere")
+    assert names == [mesh_authz.MODE_FILTER, ROUTER]  # the mode filter has no rules
+    assert not route.typed_per_filter_config
 
 
 def test_disabled_turns_ext_authz_off_too() -> None:
     s = setting("DISABLED")
     s = dataclasses.replace(s, ext_authz=_route(s, disabled=True))
     inp = sidecar_xds.SidecarInput("c1", trust_domain=TD, settings=(s,))
-    assert _filters(inbound(inp))[0] == ["envoy.filters.http.router"]
+    names, _, route = inbound(inp)
+    assert names == [mesh_authz.MODE_FILTER, ROUTER]
+    assert not route.typed_per_filter_config
 
 
 def test_membership_and_mode_are_in_the_sidecar_version() -> None:
