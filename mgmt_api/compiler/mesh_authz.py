@@ -9,10 +9,10 @@ the router, so a caller the mode refuses never costs an ext_authz call:
    of its mesh certificate (docs/mesh.md has the table of what each mode
    admits). The rules are the inbound route's (RDS), so a change of mode or of
    a group's namespaces reaches open connections too. A refused call is 403
-   with :data:`DENIED_HEADER` naming the mode: RBAC records its verdict in
-   dynamic metadata under its ``rulesStatPrefix``, and the listener's
-   local-reply mapper (:data:`LOCAL_REPLY`) adds the header to exactly those
-   replies, not to ext_authz's or the local rules' 403;
+   with :data:`DENIED_HEADER` naming the mode: the denying policy is named
+   after the mode, Envoy puts that name in the reply's code details, and the
+   listener's local-reply mapper (:data:`LOCAL_REPLY`) adds the header to
+   exactly those replies, not to ext_authz's or the local rules' 403;
 2. the setting's **local JWT rules** and 3. its **ext_authz** server, both
    rendered by :func:`mgmt_api.compiler.envoy_config.render` from the same
    :class:`~mgmt_api.compiler.envoy_config.ExtAuthzRoute` the gateways get,
@@ -39,13 +39,16 @@ DENIED_HEADER = "x-meshplane-denied"
 #: The inbound listener's RBAC filter for the mode (named apart from the
 #: local JWT rules' ``envoy.filters.http.rbac``: both can be in one chain).
 MODE_FILTER = "envoy.filters.http.rbac/mode"
-#: RBAC prefixes its stats and its dynamic-metadata keys with this, which is
-#: how the local-reply mapper tells the mode's denial from any other 403.
+#: RBAC prefixes its stats (``http.inbound.rbac.meshplane_mode_denied``) with
+#: this, apart from the local JWT rules' RBAC.
 MODE_STAT_PREFIX = "meshplane_mode_"
 #: The inbound route's metadata namespace; ``mode`` names the mode for the header.
 ROUTE_METADATA_KEY = "meshplane"
 _RBAC = "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC"
 _RBAC_PER_ROUTE = "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBACPerRoute"
+_CEL_FILTER = "type.googleapis.com/envoy.extensions.access_loggers.filters.cel.v3.ExpressionFilter"
+#: The mode's RBAC policy is named ``mode-<MODE>``; the local JWT rules' are ``rule-<n>``.
+POLICY_PREFIX = "mode-"
 #: Modes that compile to no identity check (DISABLED also turns off the rest).
 UNCHECKED_MODES = frozenset({"UNSET", "DISABLED"})
 
@@ -126,21 +129,30 @@ def admitted(setting: MeshSetting, trust_domain: str, namespace: str) -> list[Js
 
 def mode_route_config(setting: MeshSetting, trust_domain: str, namespace: str) -> JsonDict | None:
     """The inbound route's ``RBACPerRoute`` enforcing the mode for a callee in
-    ``namespace``; None when the mode checks no identity."""
+    ``namespace``; None when the mode checks no identity.
+
+    A DENY of every principal the mode does not admit, rather than an ALLOW of
+    those it does: Envoy then names the policy in the reply's code details
+    (``rbac_access_denied_matched_policy[mode-NAMESPACE]``), which is how the
+    listener's local-reply mapper tells the mode's 403 from any other."""
     matchers = admitted(setting, trust_domain, namespace)
     if matchers is None:
         return None
-    principals = [{"authenticated": {"principalName": m}} for m in matchers]
-    policies = (
-        {f"mode-{setting.mode}": {"permissions": [{"any": True}], "principals": principals}}
-        if principals
-        else {}
-    )
+    ids = [{"authenticated": {"principalName": m}} for m in matchers]
+    refused = {"notId": {"orIds": {"ids": ids}}} if ids else {"any": True}
     return {
         "@type": _RBAC_PER_ROUTE,
         "rbac": {
             "rulesStatPrefix": MODE_STAT_PREFIX,
-            "rules": {"action": "ALLOW", "policies": policies},
+            "rules": {
+                "action": "DENY",
+                "policies": {
+                    POLICY_PREFIX + setting.mode: {
+                        "permissions": [{"any": True}],
+                        "principals": [refused],
+                    }
+                },
+            },
         },
     }
 
@@ -155,19 +167,20 @@ MODE_LISTENER_FILTER: JsonDict = {
 }
 
 #: The HCM's ``localReplyConfig``: the reason header on the mode's own 403,
-#: naming the mode from the route's metadata (:data:`ROUTE_METADATA_KEY`).
+#: naming the mode from the route's metadata (:data:`ROUTE_METADATA_KEY`). The
+#: reply is recognized by its code details (CEL): RBAC's dynamic metadata is
+#: written after its local reply, too late for the mapper.
 LOCAL_REPLY: JsonDict = {
     "mappers": [
         {
             "filter": {
-                "metadataFilter": {
-                    "matcher": {
-                        "filter": "envoy.filters.http.rbac",
-                        "path": [{"key": MODE_STAT_PREFIX + "enforced_engine_result"}],
-                        "value": {"stringMatch": {"exact": "denied"}},
+                "extensionFilter": {
+                    "name": "envoy.access_loggers.extension_filters.cel",
+                    "typedConfig": {
+                        "@type": _CEL_FILTER,
+                        "expression": "response.code_details.startsWith("
+                        f"'rbac_access_denied_matched_policy[{POLICY_PREFIX}')",
                     },
-                    # Envoy's default is true: every other local reply would match.
-                    "matchIfKeyNotFound": False,
                 }
             },
             "headersToAdd": [

@@ -14,6 +14,7 @@ import pytest
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.listener.v3 import listener_pb2
 from envoy.config.route.v3 import route_components_pb2, route_pb2
+from envoy.extensions.access_loggers.filters.cel.v3 import cel_pb2
 from envoy.extensions.filters.http.jwt_authn.v3 import config_pb2 as jwt_pb2  # noqa: F401
 from envoy.extensions.filters.http.rbac.v3 import rbac_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
@@ -41,19 +42,28 @@ def setting(mode: str, **kw: object) -> mesh_authz.MeshSetting:
     return mesh_authz.MeshSetting(**{**base, **kw})  # type: ignore[arg-type]
 
 
+def _matches(matcher: object, principal: str) -> bool:
+    m = matcher.authenticated.principal_name  # type: ignore[attr-defined]
+    kind = m.WhichOneof("match_pattern")
+    return bool(
+        (kind == "exact" and principal == m.exact)
+        or (kind == "prefix" and principal.startswith(m.prefix))
+    )
+
+
 def admits(rbac: rbac_pb2.RBAC | None, principal: str) -> bool:
-    """Envoy's verdict on a caller with URI SAN ``principal`` (ALLOW policies only)."""
+    """Envoy's verdict on a caller with URI SAN ``principal`` (the mode's one
+    DENY policy: ``any``, or ``not_id`` of an ``or_ids`` of principal names)."""
     if rbac is None:
         return True
+    assert rbac.rules.action == rbac_pb2.RBAC().rules.DENY
     for policy in rbac.rules.policies.values():
         for p in policy.principals:
-            m = p.authenticated.principal_name
-            kind = m.WhichOneof("match_pattern")
-            if (kind == "exact" and principal == m.exact) or (
-                kind == "prefix" and principal.startswith(m.prefix)
-            ):
-                return True
-    return False
+            if p.any:
+                return False
+            if not any(_matches(i, principal) for i in p.not_id.or_ids.ids):
+                return False
+    return True
 
 
 def compiled(s: mesh_authz.MeshSetting, namespace: str = "ns1") -> rbac_pb2.RBAC | None:
@@ -61,7 +71,7 @@ def compiled(s: mesh_authz.MeshSetting, namespace: str = "ns1") -> rbac_pb2.RBAC
     if out is None:
         return None
     rbac = parse_typed(out, rbac_pb2.RBACPerRoute()).rbac
-    assert rbac.rules.action == rbac_pb2.RBAC().rules.ALLOW
+    assert list(rbac.rules.policies) == [f"mode-{s.mode}"]  # named in the 403's details
     assert rbac.rules_stat_prefix == mesh_authz.MODE_STAT_PREFIX
     return rbac
 
@@ -189,8 +199,8 @@ def test_mode_then_ext_authz_on_the_inbound_listener_with_the_reason_header() ->
     assert header.key == mesh_authz.DENIED_HEADER
     assert header.value == "mode %METADATA(ROUTE:meshplane:mode)%"
     assert route.metadata.filter_metadata["meshplane"]["mode"] == "NAMESPACE"
-    matcher = mapper.filter.metadata_filter.matcher
-    assert matcher.path[0].key == mesh_authz.MODE_STAT_PREFIX + "enforced_engine_result"
+    cel = unpack(mapper.filter.extension_filter.typed_config, cel_pb2.ExpressionFilter())
+    assert "rbac_access_denied_matched_policy[mode-" in cel.expression
     assert set(route.typed_per_filter_config) == {
         mesh_authz.MODE_FILTER,
         envoy_config.EXT_AUTHZ_FILTER,

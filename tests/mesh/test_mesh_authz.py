@@ -33,6 +33,10 @@ from mgmt_api.compiler.mesh_authz import DENIED_HEADER
 from tests.support.gateway import BASE
 from tests.support.mesh import MeshStack, Workload
 
+#: Five Envoys, mgmt-api and the services start in the first test's setup:
+#: ~50 s on an idle 2-core machine, more under load.
+pytestmark = pytest.mark.timeout(300)
+
 SECRET = "mesh-authz-test-hmac-secret-0123456789"
 ISSUER = "https://idp.test"
 KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
@@ -110,3 +114,29 @@ def test_local_jwt_rules_at_a_sidecar(mesh: MeshStack) -> None:
     assert DENIED_HEADER not in response.headers  # the mode did not refuse it
     dump = e.envoy.admin("GET", "/config_dump?resource=dynamic_listeners").text  # type: ignore[union-attr]
     assert "envoy.filters.http.ext_authz" not in dump
+
+
+G1 = f"{BASE}/tenants/t/workspaces/w/securitygroups/g1"
+
+
+def test_a_mode_change_over_rest_applies_with_no_restart(mesh: MeshStack) -> None:
+    """NAMESPACE refuses a caller of another namespace with the reason header;
+    DISABLED then admits it on the same connections, once every sidecar ACKed."""
+    w = workloads(mesh)
+    a, c = w["a"], w["c"]
+    pids = {x.name: x.envoy.pid for x in mesh.workloads}  # type: ignore[union-attr]
+    before = mesh.sidecars_converged()["desiredVersions"][SIDECAR_KIND]
+    mesh.setting(G1, {"mode": "NAMESPACE"})
+    status = mesh.sidecars_converged()
+    assert status["desiredVersions"][SIDECAR_KIND] != before
+    refused = c.call(a)
+    assert refused.status_code == 403
+    Path("/tmp/authz-exp/dbg2.txt").write_text(
+        repr((refused.headers, refused.text)) + a.envoy.admin("GET", "/config_dump").text  # type: ignore[union-attr]
+    )
+    assert refused.headers[DENIED_HEADER] == "mode NAMESPACE"
+    mesh.setting(G1, {"mode": "DISABLED"})
+    mesh.sidecars_converged()
+    assert c.call(a).status_code == 200
+    assert DENIED_HEADER not in c.call(a).headers
+    assert pids == {x.name: x.envoy.pid for x in mesh.workloads}  # type: ignore[union-attr]
