@@ -3,10 +3,11 @@
 The shape (docs/mesh.md):
 
 - **inbound listener** (``inbound``) on the address the sidecar's node names:
-  an HTTP connection manager whose one route sends everything to the app on
-  loopback (cluster ``inbound/app``). The authorization filters of the
+  an HTTP connection manager whose one route (over RDS, ``inbound``) sends
+  everything to the app on loopback (cluster ``inbound/app``). The authorization filters of the
   workload's namespace go in front of the router (:func:`inbound_http_filters`,
-  the extension point where local JWT rules and tracing plug in);
+  the extension point; :mod:`mgmt_api.compiler.mesh_authz` fills it with the
+  mode's RBAC, the local JWT rules and ext_authz; tracing plugs in there too);
 - **outbound listener** (``outbound``) on ``127.0.0.1:outboundPort``: ONE local
   listener, its routes over RDS (``outbound``) so a new service reaches open
   connections too, with a virtual host per service of the cluster named
@@ -27,11 +28,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from meshplane.sidecar_contract import SidecarNode
+from mgmt_api.compiler import envoy_config, mesh_authz
 from mgmt_api.compiler.gateway_xds import (
     HCM_FILTER,
+    PATH_NORMALIZATION,
     ROUTER_FILTER,
     UPSTREAM_CONNECT_TIMEOUT,
     GatewayResources,
@@ -41,6 +44,7 @@ from mgmt_api.compiler.gateway_xds import (
 INBOUND_LISTENER = "inbound"
 OUTBOUND_LISTENER = "outbound"
 OUTBOUND_ROUTES = "outbound"
+INBOUND_ROUTES = "inbound"
 APP_CLUSTER = "inbound/app"
 _TYPE = "type.googleapis.com/"
 _HCM = _TYPE + "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
@@ -59,16 +63,29 @@ class SidecarEndpoint:
 
 @dataclass(frozen=True)
 class SidecarInput:
-    """What a cluster's sidecars are configured from."""
+    """What a cluster's sidecars are configured from.
+
+    ``settings`` are every SecuritySetting whose group reaches the cluster,
+    with the namespaces their group and workspace select there: a change of
+    membership is a change of input, so of :meth:`version`, and reaches every
+    sidecar over ADS with no restart. ``knobs`` are the cluster's ext_authz
+    timeout and failure mode (the gateways' own).
+    """
 
     cluster: str
     endpoints: tuple[SidecarEndpoint, ...] = ()  # sorted
+    trust_domain: str = ""
+    settings: tuple[mesh_authz.MeshSetting, ...] = ()
+    knobs: envoy_config.GatewaySettings = field(default_factory=envoy_config.GatewaySettings)
 
     def version(self) -> str:
         """Digest of everything cluster-wide a sidecar's resources depend on."""
         content = {
             "cluster": self.cluster,
             "endpoints": [[e.namespace, e.service, e.host, e.port] for e in self.endpoints],
+            "trustDomain": self.trust_domain,
+            "settings": [s.to_json() for s in self.settings],
+            "extAuthz": [self.knobs.ext_authz_timeout, self.knobs.ext_authz_failure_mode_allow],
         }
         encoded = json.dumps(content, sort_keys=True, separators=(",", ":")).encode()
         return hashlib.sha256(encoded).hexdigest()[:20]
@@ -107,38 +124,55 @@ def outbound_cluster_name(namespace: str, service: str) -> str:
     return f"outbound/{namespace}/{service}"
 
 
+def inbound_authz(inp: SidecarInput, node: SidecarNode) -> mesh_authz.InboundAuthz:
+    """What the workload's SecuritySetting compiles into on the inbound listener
+    (:mod:`mgmt_api.compiler.mesh_authz`: mode RBAC, local JWT rules, ext_authz)."""
+    return mesh_authz.compile_inbound(inp.settings, inp.trust_domain, node.namespace, inp.knobs)
+
+
 def inbound_http_filters(inp: SidecarInput, node: SidecarNode) -> list[JsonDict]:
     """The HTTP filters before the router on the inbound listener.
 
     The extension point for what a workload's SecuritySetting compiles into
-    (authorization, ext_authz, local JWT rules) and for tracing: each appends
-    its filters here, in that order.
+    (authorization mode, local JWT rules, ext_authz: :func:`inbound_authz`)
+    and for tracing: each appends its filters here, in that order.
     """
-    del inp, node
-    return []
+    return inbound_authz(inp, node).http_filters
 
 
 def inbound_listener(inp: SidecarInput, node: SidecarNode) -> JsonDict:
-    """The listener in front of the app (see the module docstring)."""
-    manager = {
+    """The listener in front of the app (see the module docstring); its route
+    comes over RDS (:func:`inbound_routes`) so that authorization changes
+    reach open connections."""
+    manager: JsonDict = {
         "@type": _HCM,
         "statPrefix": "inbound",
-        "routeConfig": {
-            "name": "inbound",
-            "virtualHosts": [
-                {
-                    "name": "app",
-                    "domains": ["*"],
-                    "routes": [{"match": {"prefix": "/"}, "route": {"cluster": APP_CLUSTER}}],
-                }
-            ],
+        # Local JWT rules match paths: they must see the normalized one.
+        **PATH_NORMALIZATION,
+        "rds": {
+            "routeConfigName": INBOUND_ROUTES,
+            "configSource": {"ads": {}, "resourceApiVersion": "V3"},
         },
         "httpFilters": [*inbound_http_filters(inp, node), _router()],
+        "localReplyConfig": mesh_authz.LOCAL_REPLY,
     }
     return {
         "name": INBOUND_LISTENER,
         "address": _socket(node.inbound_host, node.inbound_port),
         "filterChains": [{"filters": [{"name": HCM_FILTER, "typedConfig": manager}]}],
+    }
+
+
+def inbound_routes(authz: mesh_authz.InboundAuthz) -> JsonDict:
+    """The inbound route: everything to the app, with the setting's per-route config."""
+    route: JsonDict = {"match": {"prefix": "/"}, "route": {"cluster": APP_CLUSTER}}
+    if authz.route_config:
+        route["typedPerFilterConfig"] = authz.route_config
+    if authz.route_metadata:
+        route["metadata"] = authz.route_metadata
+    return {
+        "name": INBOUND_ROUTES,
+        "virtualHosts": [{"name": "app", "domains": ["*"], "routes": [route]}],
     }
 
 
@@ -189,7 +223,9 @@ def outbound_routes(inp: SidecarInput, node: SidecarNode) -> JsonDict:
 
 def compile_sidecar(inp: SidecarInput, node: SidecarNode) -> GatewayResources:
     """The listeners, outbound routes and clusters of one sidecar."""
+    authz = inbound_authz(inp, node)
     clusters = [_static_cluster(APP_CLUSTER, [("127.0.0.1", node.app_port)])]
+    clusters.extend(authz.clusters)
     for (namespace, service), endpoints in sorted(inp.services().items()):
         clusters.append(
             _static_cluster(
@@ -198,7 +234,7 @@ def compile_sidecar(inp: SidecarInput, node: SidecarNode) -> GatewayResources:
         )
     return GatewayResources(
         listeners=(inbound_listener(inp, node), outbound_listener(node)),
-        route_configurations=(outbound_routes(inp, node),),
+        route_configurations=(outbound_routes(inp, node), inbound_routes(authz)),
         clusters=tuple(clusters),
         warnings=(),
     )

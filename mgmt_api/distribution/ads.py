@@ -49,6 +49,9 @@ from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.listener.v3 import listener_pb2
 from envoy.config.route.v3 import route_pb2
 from envoy.config.trace.v3 import opentelemetry_pb2  # noqa: F401 - the tracer's typed config
+from envoy.extensions.access_loggers.filters.cel.v3 import (  # noqa: F401 - the mode header
+    cel_pb2,
+)
 
 # Imported for their descriptors: typed configs inside the resources name them.
 from envoy.extensions.filters.http.ext_authz.v3 import ext_authz_pb2  # noqa: F401

@@ -20,7 +20,7 @@ import httpx
 from meshctl import sidecar as sidecar_cli
 from meshplane import sidecar_contract as sc
 from tests.support.envoy import EnvoyProcess
-from tests.support.gateway import CLUSTER, ORG, GatewayStack
+from tests.support.gateway import BASE, CLUSTER, ORG, GatewayStack
 from tests.support.net import free_port
 from tests.support.processes import wait_until
 
@@ -89,9 +89,14 @@ class Workload:
         self.envoy = EnvoyProcess(doc, directory=self.stack.tmp / self.node.instance).start()
         return self
 
-    def call(self, target: Workload, path: str = "/", **kw: Any) -> httpx.Response:
-        """GET ``path`` of ``target`` by its service name, through this sidecar."""
+    def call(
+        self, target: Workload, path: str = "/", token: str | None = None, **kw: Any
+    ) -> httpx.Response:
+        """GET ``path`` of ``target`` by its service name, through this sidecar
+        (with ``Authorization: Bearer token`` when given)."""
         headers = {"host": f"{target.name}.{target.namespace}", **kw.pop("headers", {})}
+        if token is not None:
+            headers["authorization"] = f"Bearer {token}"
         return self.client.get(path, headers=headers, **kw)
 
     def stop(self) -> None:
@@ -113,6 +118,28 @@ class MeshStack(GatewayStack):
         workload = Workload(self, name, namespace, account)
         self.workloads.append(workload)
         return workload.start()
+
+    # -- security objects over REST (tenant ``t``) ------------------------
+
+    def workspace(self, name: str, *namespaces: str) -> str:
+        """Workspace ``name`` of tenant ``t`` selecting ``CLUSTER/ns`` for each namespace."""
+        if self.admin.get(f"{BASE}/tenants/t").status_code == 404:
+            self.put(f"{BASE}/tenants", "t", "tenant", {})
+        selector = {"names": [f"{CLUSTER}/{ns}" for ns in namespaces]}
+        self.put(f"{BASE}/tenants/t/workspaces", name, "workspace", {"namespaceSelector": selector})
+        return f"{BASE}/tenants/t/workspaces/{name}"
+
+    def group(self, workspace: str, name: str, *namespaces: str) -> str:
+        """A security group of ``workspace``; without namespaces it selects the workspace's."""
+        body: dict[str, Any] = {}
+        if namespaces:
+            body["namespaceSelector"] = {"names": [f"{CLUSTER}/{ns}" for ns in namespaces]}
+        self.put(f"{workspace}/securitygroups", name, "securityGroup", body)
+        return f"{workspace}/securitygroups/{name}"
+
+    def setting(self, group: str, authorization: dict[str, Any], name: str = "s") -> None:
+        """Create or replace the group's SecuritySetting ``name``."""
+        self.put(f"{group}/settings", name, "securitySetting", {"authorization": authorization})
 
     def sidecars_converged(self, timeout: float = 60) -> dict[str, Any]:
         """Every workload's sidecar is connected and ACKed the desired sidecar version."""
