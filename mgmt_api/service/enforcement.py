@@ -51,6 +51,7 @@ from mgmt_api.domain import rbac
 from mgmt_api.domain.uris import check_grpc_uri
 from mgmt_api.errors import not_found
 from mgmt_api.kinds.security_setting import AuthorizationSettings, SecuritySetting
+from mgmt_api.service import clusters
 from mgmt_api.service.sidecars import SidecarDirectory
 from mgmt_api.store import repo
 from mgmt_api.store.uow import UnitOfWork
@@ -132,6 +133,7 @@ class ClusterReadModel:
     http_route_specs: tuple[tuple[str, Mapping[str, Any]], ...] = field(default=())
     backend_specs: tuple[tuple[str, Mapping[str, Any]], ...] = field(default=())
     gateway_spec: Mapping[str, Any] = field(default_factory=dict)  # the spec's gateway knobs
+    trust_domain: str = ""  # the sidecars' SPIFFE trust domain (own, or the default)
 
     def gateway(self) -> envoy_config.GatewaySettings:
         """The gateway knobs, parsed on use for the reason :meth:`traffic_policies` gives."""
@@ -266,6 +268,7 @@ def read_cluster(conn: Connection, organization: str, cluster: str) -> ClusterRe
         http_route_specs=_manifests(conn, cluster_fqn, Kind.HTTP_ROUTE),
         backend_specs=_manifests(conn, cluster_fqn, Kind.BACKEND),
         gateway_spec={k: res.spec[k] for k in envoy_config.GATEWAY_SPEC_KEYS if k in res.spec},
+        trust_domain=clusters.trust_domain(conn, res),
     )
 
 
@@ -399,7 +402,7 @@ class EnforcementService:
         if policies is None:
             raise UnknownCluster(fqnmod.cluster_fqn(organization, cluster))
         endpoints = self.sidecars.endpoints(organization, cluster) if self.sidecars else ()
-        return sidecar_xds.SidecarInput(cluster, endpoints)
+        return sidecar_xds.SidecarInput(cluster, endpoints, policies.trust_domain)
 
     async def sidecar_async(self, organization: str, cluster: str) -> sidecar_xds.SidecarInput:
         return await asyncio.to_thread(self.sidecar, organization, cluster)
