@@ -199,7 +199,9 @@ def test_revoking_the_key_ends_the_sidecar_stream_and_its_certificates(mesh: Mes
 
     wait_until(closed, 30, "the revoked sidecar's stream to close")
     # No certificate is tracked (or issued) for it any more, and it is no endpoint.
-    assert e.node.instance not in mesh.certificate_expiries()
+    wait_until(
+        lambda: e.node.instance not in mesh.certificate_expiries(), 30, "e's gauge series to go"
+    )
     wait_until(lambda: a.call(e).status_code == 404, 30, "e to leave a's routes")
     e.stop()
     mesh.workloads.remove(e)
