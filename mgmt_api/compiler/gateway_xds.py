@@ -69,6 +69,8 @@ PATH_NORMALIZATION: JsonDict = {
 LISTENER_TYPE = _TYPE + "envoy.config.listener.v3.Listener"
 ROUTE_TYPE = _TYPE + "envoy.config.route.v3.RouteConfiguration"
 CLUSTER_TYPE = _TYPE + "envoy.config.cluster.v3.Cluster"
+#: SDS: a sidecar's workload certificate and its mesh CA (docs/mesh.md); gateways have none.
+SECRET_TYPE = _TYPE + "envoy.extensions.transport_sockets.tls.v3.Secret"
 
 
 @dataclass(frozen=True)
@@ -104,12 +106,14 @@ class GatewayResources:
     route_configurations: tuple[JsonDict, ...]
     clusters: tuple[JsonDict, ...]
     warnings: tuple[str, ...]
+    secrets: tuple[JsonDict, ...] = ()  # SDS, sidecars only: they carry private keys
 
     def by_type(self) -> dict[str, tuple[JsonDict, ...]]:
         return {
             LISTENER_TYPE: self.listeners,
             ROUTE_TYPE: self.route_configurations,
             CLUSTER_TYPE: self.clusters,
+            SECRET_TYPE: self.secrets,
         }
 
 

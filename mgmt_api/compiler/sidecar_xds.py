@@ -18,7 +18,15 @@ The shape (docs/mesh.md):
   service, whose endpoints are the inbound addresses of that service's
   connected sidecars (what their nodes announced). Endpoints are carried in the
   cluster (STATIC); an instance joining or leaving changes the version, so
-  every sidecar of the cluster gets new clusters.
+  every sidecar of the cluster gets new clusters;
+- **mTLS** (when the input has a trust domain, which mgmt-api always gives):
+  the inbound listener requires a client certificate of the cluster's mesh CA
+  with a URI SAN in the trust domain, so Envoy's RBAC sees the caller's
+  ``spiffe://TD/ns/NS/sa/SA`` as ``principal.authenticated.principal_name``;
+  each outbound cluster presents the sidecar's own certificate and accepts
+  only the SPIFFE ids of the callee service's connected sidecars. Both take
+  the certificate (:data:`SVID_SECRET`) and the CA (:data:`CA_SECRET`) over
+  SDS on the ADS stream (:func:`secrets`), so a rotation is one secret push.
 
 Pure: no store, no clock. :meth:`SidecarInput.version` is the digest of the
 cluster-wide input; what differs between sidecars is fixed for a stream.
@@ -30,7 +38,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
-from meshplane.sidecar_contract import SidecarNode
+from meshplane.sidecar_contract import SidecarNode, spiffe_id
 from mgmt_api.compiler import envoy_config, mesh_authz
 from mgmt_api.compiler.gateway_xds import (
     HCM_FILTER,
@@ -49,6 +57,11 @@ APP_CLUSTER = "inbound/app"
 _TYPE = "type.googleapis.com/"
 _HCM = _TYPE + "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
 _ROUTER = _TYPE + "envoy.extensions.filters.http.router.v3.Router"
+_TLS = _TYPE + "envoy.extensions.transport_sockets.tls.v3."
+TLS_SOCKET = "envoy.transport_sockets.tls"
+#: SDS secret names: the sidecar's workload certificate and key, and its cluster's mesh CA.
+SVID_SECRET = "svid"  # noqa: S105 - a name, not a secret
+CA_SECRET = "mesh-ca"  # noqa: S105 - a name, not a secret
 
 
 @dataclass(frozen=True, order=True)
@@ -59,6 +72,7 @@ class SidecarEndpoint:
     service: str
     host: str
     port: int
+    service_account: str = "default"
 
 
 @dataclass(frozen=True)
@@ -74,16 +88,22 @@ class SidecarInput:
 
     cluster: str
     endpoints: tuple[SidecarEndpoint, ...] = ()  # sorted
-    trust_domain: str = ""
+    trust_domain: str = ""  # "": plaintext (only pure tests build such an input)
     settings: tuple[mesh_authz.MeshSetting, ...] = ()
     knobs: envoy_config.GatewaySettings = field(default_factory=envoy_config.GatewaySettings)
 
     def version(self) -> str:
-        """Digest of everything cluster-wide a sidecar's resources depend on."""
+        """Digest of everything cluster-wide a sidecar's resources depend on.
+
+        The certificates are not in it: a rotation changes the SDS secret
+        only, and the status keeps comparing configuration versions.
+        """
         content = {
             "cluster": self.cluster,
-            "endpoints": [[e.namespace, e.service, e.host, e.port] for e in self.endpoints],
             "trustDomain": self.trust_domain,
+            "endpoints": [
+                [e.namespace, e.service, e.host, e.port, e.service_account] for e in self.endpoints
+            ],
             "settings": [s.to_json() for s in self.settings],
             "extAuthz": [self.knobs.ext_authz_timeout, self.knobs.ext_authz_failure_mode_allow],
         }
@@ -104,6 +124,67 @@ def _socket(host: str, port: int) -> JsonDict:
 
 def _router() -> JsonDict:
     return {"name": ROUTER_FILTER, "typedConfig": {"@type": _ROUTER}}
+
+
+def _sds(name: str) -> JsonDict:
+    return {"name": name, "sdsConfig": {"ads": {}, "resourceApiVersion": "V3"}}
+
+
+def _validation(sans: list[JsonDict]) -> JsonDict:
+    """The mesh CA over SDS, and which URI SANs a peer's certificate must carry."""
+    return {
+        "combinedValidationContext": {
+            "defaultValidationContext": {"matchTypedSubjectAltNames": sans},
+            "validationContextSdsSecretConfig": _sds(CA_SECRET),
+        }
+    }
+
+
+def _uri_san(matcher: JsonDict) -> JsonDict:
+    return {"sanType": "URI", "matcher": matcher}
+
+
+def downstream_tls(inp: SidecarInput) -> JsonDict:
+    """The inbound listener's TLS: a client certificate of the mesh CA, in the trust domain."""
+    context = {
+        "@type": _TLS + "DownstreamTlsContext",
+        "requireClientCertificate": True,
+        "commonTlsContext": {
+            "tlsCertificateSdsSecretConfigs": [_sds(SVID_SECRET)],
+            **_validation([_uri_san({"prefix": f"spiffe://{inp.trust_domain}/"})]),
+        },
+    }
+    return {"name": TLS_SOCKET, "typedConfig": context}
+
+
+def upstream_tls(inp: SidecarInput, endpoints: list[SidecarEndpoint]) -> JsonDict:
+    """An outbound cluster's TLS: present our certificate, accept only the callee's ids."""
+    ids = sorted({spiffe_id(inp.trust_domain, e.namespace, e.service_account) for e in endpoints})
+    context = {
+        "@type": _TLS + "UpstreamTlsContext",
+        "commonTlsContext": {
+            "tlsCertificateSdsSecretConfigs": [_sds(SVID_SECRET)],
+            **_validation([_uri_san({"exact": i}) for i in ids]),
+        },
+    }
+    return {"name": TLS_SOCKET, "typedConfig": context}
+
+
+def secrets(certificate_chain: str, private_key: str, ca_certificate: str) -> tuple[JsonDict, ...]:
+    """The two SDS secrets of a sidecar (PEM strings); they carry its private key."""
+    return (
+        {
+            "name": SVID_SECRET,
+            "tlsCertificate": {
+                "certificateChain": {"inlineString": certificate_chain},
+                "privateKey": {"inlineString": private_key},
+            },
+        },
+        {
+            "name": CA_SECRET,
+            "validationContext": {"trustedCa": {"inlineString": ca_certificate}},
+        },
+    )
 
 
 def _static_cluster(name: str, endpoints: list[tuple[str, int]]) -> JsonDict:
@@ -156,10 +237,13 @@ def inbound_listener(inp: SidecarInput, node: SidecarNode) -> JsonDict:
         "httpFilters": [*inbound_http_filters(inp, node), _router()],
         "localReplyConfig": mesh_authz.LOCAL_REPLY,
     }
+    chain: JsonDict = {"filters": [{"name": HCM_FILTER, "typedConfig": manager}]}
+    if inp.trust_domain:
+        chain["transportSocket"] = downstream_tls(inp)
     return {
         "name": INBOUND_LISTENER,
         "address": _socket(node.inbound_host, node.inbound_port),
-        "filterChains": [{"filters": [{"name": HCM_FILTER, "typedConfig": manager}]}],
+        "filterChains": [chain],
     }
 
 
@@ -221,20 +305,24 @@ def outbound_routes(inp: SidecarInput, node: SidecarNode) -> JsonDict:
     return {"name": OUTBOUND_ROUTES, "virtualHosts": virtual_hosts, "validateClusters": False}
 
 
-def compile_sidecar(inp: SidecarInput, node: SidecarNode) -> GatewayResources:
-    """The listeners, outbound routes and clusters of one sidecar."""
+def compile_sidecar(
+    inp: SidecarInput, node: SidecarNode, sds: tuple[JsonDict, ...] = ()
+) -> GatewayResources:
+    """The listeners, routes and clusters of one sidecar; ``sds``: its :func:`secrets`."""
     authz = inbound_authz(inp, node)
     clusters = [_static_cluster(APP_CLUSTER, [("127.0.0.1", node.app_port)])]
     clusters.extend(authz.clusters)
     for (namespace, service), endpoints in sorted(inp.services().items()):
-        clusters.append(
-            _static_cluster(
-                outbound_cluster_name(namespace, service), [(e.host, e.port) for e in endpoints]
-            )
+        cluster = _static_cluster(
+            outbound_cluster_name(namespace, service), [(e.host, e.port) for e in endpoints]
         )
+        if inp.trust_domain:
+            cluster["transportSocket"] = upstream_tls(inp, endpoints)
+        clusters.append(cluster)
     return GatewayResources(
         listeners=(inbound_listener(inp, node), outbound_listener(node)),
         route_configurations=(outbound_routes(inp, node), inbound_routes(authz)),
         clusters=tuple(clusters),
         warnings=(),
+        secrets=sds,
     )

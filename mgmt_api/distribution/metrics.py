@@ -13,7 +13,10 @@ streams pay nothing per message:
 - ``mgmt_api_distribution_events_total{kind, event}``: versions sent, ACKs
   and NACKs since the process started.
 
-Labels are bounded (kinds and fixed states), never instance names.
+Labels are bounded (kinds and fixed states), never instance names, except in
+:class:`SidecarCertificateCollector`'s one gauge, which the shipped alert
+rules need per sidecar (bounded by the sidecars a replica admits per cluster,
+:data:`~mgmt_api.service.sidecars.MAX_SIDECARS_PER_CLUSTER`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from mgmt_api.service.instances import SubscriberRegistry
+from mgmt_api.service.sidecars import SidecarDirectory
 
 
 class DistributionCollector(Collector):
@@ -73,3 +77,28 @@ class DistributionCollector(Collector):
         for (kind, event), count in sorted(self._registry.events().items()):
             events.add_metric([kind, event], count)
         yield events
+
+
+class SidecarCertificateCollector(Collector):
+    """``meshplane_sidecar_certificate_expiry_timestamp_seconds{cluster, instance}``.
+
+    The notAfter (Unix seconds) of the workload certificate each connected
+    sidecar was last sent (docs/mesh.md); ``cluster`` is ``ORG/CLUSTER``.
+    Read from the sidecar directory at scrape time; a closed stream's series
+    is gone with it, so a certificate nobody uses cannot raise the alert.
+    """
+
+    def __init__(self, directory: SidecarDirectory) -> None:
+        self._directory = directory
+
+    def collect(self) -> Iterator[Metric]:
+        gauge = GaugeMetricFamily(
+            "meshplane_sidecar_certificate_expiry_timestamp_seconds",
+            "When the workload certificate a connected sidecar holds expires (Unix seconds)",
+            labels=["cluster", "instance"],
+        )
+        for node, not_after in sorted(
+            self._directory.expiries(), key=lambda e: (e[0].node_cluster, e[0].instance)
+        ):
+            gauge.add_metric([node.node_cluster, node.instance], not_after)
+        yield gauge

@@ -51,6 +51,7 @@ from mgmt_api.domain import rbac
 from mgmt_api.domain.uris import check_grpc_uri
 from mgmt_api.errors import not_found
 from mgmt_api.kinds.security_setting import AuthorizationSettings, SecuritySetting
+from mgmt_api.service import clusters
 from mgmt_api.service.sidecars import SidecarDirectory
 from mgmt_api.store import repo
 from mgmt_api.store.uow import UnitOfWork
@@ -133,9 +134,9 @@ class ClusterReadModel:
     http_route_specs: tuple[tuple[str, Mapping[str, Any]], ...] = field(default=())
     backend_specs: tuple[tuple[str, Mapping[str, Any]], ...] = field(default=())
     gateway_spec: Mapping[str, Any] = field(default_factory=dict)  # the spec's gateway knobs
+    trust_domain: str = ""  # the sidecars' SPIFFE trust domain (own, or the default)
     #: Every SecuritySetting that reaches the cluster, as sidecars enforce it.
     mesh_settings: tuple[mesh_authz.MeshSetting, ...] = field(default=())
-    trust_domain: str = ""
 
     def gateway(self) -> envoy_config.GatewaySettings:
         """The gateway knobs, parsed on use for the reason :meth:`traffic_policies` gives."""
@@ -282,13 +283,6 @@ def _security(conn: Connection, organization: str, cluster: str) -> _SecurityRea
     return out
 
 
-def _default_trust_domain(organization: str, cluster: str) -> str:
-    """A cluster without ``trustDomain``: the default the mesh CA issues in
-    (``mesh-mtls`` owns it as ``domain.mesh_ca.default_trust_domain``; this
-    stands in until that branch is merged)."""
-    return f"{cluster}.{organization}.mesh.local"
-
-
 def read_cluster(conn: Connection, organization: str, cluster: str) -> ClusterReadModel | None:
     """What ``organizations/{organization}/clusters/{cluster}`` must enforce; None if gone."""
     cluster_fqn = fqnmod.cluster_fqn(organization, cluster)
@@ -308,8 +302,8 @@ def read_cluster(conn: Connection, organization: str, cluster: str) -> ClusterRe
         http_route_specs=_manifests(conn, cluster_fqn, Kind.HTTP_ROUTE),
         backend_specs=_manifests(conn, cluster_fqn, Kind.BACKEND),
         gateway_spec={k: res.spec[k] for k in envoy_config.GATEWAY_SPEC_KEYS if k in res.spec},
+        trust_domain=clusters.trust_domain(conn, res),
         mesh_settings=tuple(security.mesh),
-        trust_domain=res.spec.get("trustDomain") or _default_trust_domain(organization, cluster),
     )
 
 

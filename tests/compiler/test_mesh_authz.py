@@ -20,6 +20,7 @@ from envoy.extensions.filters.http.rbac.v3 import rbac_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
+from envoy.extensions.transport_sockets.tls.v3 import tls_pb2  # noqa: F401 (mTLS on inbound)
 
 from meshplane.sidecar_contract import SidecarNode
 from mgmt_api.compiler import envoy_config, mesh_authz, sidecar_xds

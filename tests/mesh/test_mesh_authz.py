@@ -140,3 +140,54 @@ def test_a_mode_change_over_rest_applies_with_no_restart(mesh: MeshStack) -> Non
     assert c.call(a).status_code == 200
     assert DENIED_HEADER not in c.call(a).headers
     assert pids == {x.name: x.envoy.pid for x in mesh.workloads}  # type: ignore[union-attr]
+
+
+#: Callee ``a`` (ns1; group g1: ns1, ns2; workspace w: ns1, ns2, ns3) called by
+#: b (ns1), c (ns2), d (ns3, in w but not g1) and e (ns4, another workspace).
+MODE_TABLE: list[tuple[dict[str, Any], dict[str, int]]] = [
+    ({"mode": "NAMESPACE"}, {"b": 200, "c": 403, "d": 403, "e": 403}),
+    ({"mode": "GROUP"}, {"b": 200, "c": 200, "d": 403, "e": 403}),
+    ({"mode": "WORKSPACE"}, {"b": 200, "c": 200, "d": 200, "e": 403}),
+    ({"mode": "CLUSTER"}, {"b": 200, "c": 200, "d": 200, "e": 200}),
+    (
+        {"mode": "CUSTOM", "serviceAccounts": ["./sa-b", "ns3/*"]},
+        {"b": 200, "c": 403, "d": 200, "e": 403},
+    ),
+    ({"mode": "DISABLED"}, {"b": 200, "c": 200, "d": 200, "e": 200}),
+    ({"mode": "UNSET"}, {"b": 200, "c": 200, "d": 200, "e": 200}),
+    ({"mode": "RULES"}, {"b": 403, "c": 403, "d": 403, "e": 403}),
+]
+
+
+@pytest.mark.parametrize(
+    ("authorization", "expected"), MODE_TABLE, ids=[m["mode"] for m, _ in MODE_TABLE]
+)
+def test_each_mode_through_the_sidecars_over_mtls(
+    mesh: MeshStack, authorization: dict[str, Any], expected: dict[str, int]
+) -> None:
+    w = workloads(mesh)
+    mesh.setting(G1, authorization)
+    mesh.sidecars_converged()
+    got = {name: w[name].call(w["a"]) for name in expected}
+    assert {name: r.status_code for name, r in got.items()} == expected
+    for name, response in got.items():
+        if response.status_code == 403:
+            assert response.headers[DENIED_HEADER] == f"mode {authorization['mode']}", name
+        else:
+            assert response.json()["app"] == "a", name
+
+
+def test_a_group_gaining_a_namespace_admits_it_with_no_restart(mesh: MeshStack) -> None:
+    """Membership is an input of the sidecars' compile: a new version, ACKed by all."""
+    w = workloads(mesh)
+    mesh.setting(G1, {"mode": "GROUP"})
+    mesh.sidecars_converged()
+    assert w["d"].call(w["a"]).status_code == 403
+    w_path = f"{BASE}/tenants/t/workspaces/w"
+    try:
+        mesh.group(w_path, "g1", "ns1", "ns2", "ns3")
+        mesh.sidecars_converged()
+        assert w["d"].call(w["a"]).status_code == 200
+    finally:
+        mesh.group(w_path, "g1", "ns1", "ns2")
+        mesh.sidecars_converged()

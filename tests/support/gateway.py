@@ -147,6 +147,7 @@ class GatewayStack:
         database_url: str | None = None,
         transport: str = "tcp",
         service_args: tuple[str, ...] = (),
+        mgmt_env: dict[str, str] | None = None,
     ) -> None:
         """With ``database_url`` (PostgreSQL), two mgmt-api replicas share it: REST goes to
         ``mgmt`` (replica A), and the services and gateways attach to ``attach`` (B).
@@ -156,6 +157,7 @@ class GatewayStack:
         self.database_url = database_url
         self.transport = transport
         self.service_args = service_args  # extra ``serve`` flags for ratelimit and extauthz
+        self.mgmt_env = mgmt_env  # extra environment of mgmt-api (both replicas)
         self.services: list[Service] = []
         self.gateways: list[Gateway] = []
         self.mgmt: MgmtServer | None = None
@@ -173,9 +175,11 @@ class GatewayStack:
     def _start(self) -> None:
         tmp = self.tmp
         (tmp / "mgmt").mkdir()
-        self.mgmt = MgmtServer(data_dir=str(tmp / "mgmt"), database_url=self.database_url).start()
+        self.mgmt = MgmtServer(
+            data_dir=str(tmp / "mgmt"), database_url=self.database_url, env=self.mgmt_env
+        ).start()
         if self.database_url is not None:
-            self.replica_b = MgmtServer(database_url=self.database_url).start()
+            self.replica_b = MgmtServer(database_url=self.database_url, env=self.mgmt_env).start()
             self.b_admin = self.replica_b.admin()
         self.admin = self.mgmt.admin()
         self.redis = RedisServer().start()

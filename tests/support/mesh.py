@@ -10,6 +10,7 @@ and a sidecar Envoy per workload booted from
 from __future__ import annotations
 
 import json
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -19,10 +20,23 @@ import httpx
 
 from meshctl import sidecar as sidecar_cli
 from meshplane import sidecar_contract as sc
+from tests.mgmt_api.harness import ok
 from tests.support.envoy import EnvoyProcess
-from tests.support.gateway import BASE, CLUSTER, ORG, GatewayStack
+from tests.support.gateway import BASE, CLUSTER, CLUSTER_PATH, ORG, GatewayStack
 from tests.support.net import free_port
 from tests.support.processes import wait_until
+
+AGENT_PATH = f"{CLUSTER_PATH}/serviceaccounts/agent"
+EXPIRY_METRIC = "meshplane_sidecar_certificate_expiry_timestamp_seconds"
+
+
+def ok_text(response: httpx.Response) -> str:
+    assert response.status_code == 200, response.text
+    return response.text
+
+
+#: The trust domain of the test cluster, which sets none: the documented default.
+TRUST_DOMAIN = f"{CLUSTER}.{ORG}.mesh.local"
 
 
 class _App(BaseHTTPRequestHandler):
@@ -45,8 +59,16 @@ class _App(BaseHTTPRequestHandler):
 class Workload:
     """One app, its sidecar and a client of the sidecar's outbound listener."""
 
-    def __init__(self, stack: MeshStack, name: str, namespace: str, account: str) -> None:
+    def __init__(
+        self,
+        stack: MeshStack,
+        name: str,
+        namespace: str,
+        account: str,
+        credentials: Path | None = None,
+    ) -> None:
         self.name, self.namespace, self.account = name, namespace, account
+        self.credentials = credentials or stack.credentials
         self.app = ThreadingHTTPServer(("127.0.0.1", 0), _App)
         self.app.app_name = name  # type: ignore[attr-defined]
         self.app.daemon_threads = True
@@ -75,7 +97,7 @@ class Workload:
         node = self.node
         doc = sidecar_cli.render(
             cluster=node.node_cluster,
-            credentials=self.stack.credentials,
+            credentials=self.credentials,
             ads=f"grpc://127.0.0.1:{self.stack.attach.grpc_port}",
             namespace=node.namespace,
             service_account=node.service_account,
@@ -99,6 +121,19 @@ class Workload:
             headers["authorization"] = f"Bearer {token}"
         return self.client.get(path, headers=headers, **kw)
 
+    def spiffe_id(self) -> str:
+        return sc.spiffe_id(TRUST_DOMAIN, self.namespace, self.account)
+
+    def certificates(self) -> list[dict[str, Any]]:
+        """The certificates (chains' leaves) the sidecar's Envoy holds (admin ``/certs``)."""
+        assert self.envoy is not None
+        contexts = self.envoy.admin("GET", "/certs").json().get("certificates", [])
+        return [c for ctx in contexts for c in ctx.get("cert_chain", [])]
+
+    def serials(self) -> set[str]:
+        """Serial numbers of the workload certificates the sidecar serves with."""
+        return {c["serial_number"] for c in self.certificates()}
+
     def stop(self) -> None:
         self.client.close()
         if self.envoy is not None:
@@ -110,12 +145,17 @@ class Workload:
 class MeshStack(GatewayStack):
     """The gateway stack plus workloads behind sidecars."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, certificate_ttl: str | None = None) -> None:
+        """``certificate_ttl``: the workload certificates' lifetime (default: mgmt-api's)."""
         self.workloads: list[Workload] = []
-        super().__init__(tmp)
+        env = {"MESHPLANE_SIDECAR_CERT_TTL": certificate_ttl} if certificate_ttl else None
+        super().__init__(tmp, mgmt_env=env)
 
-    def workload(self, name: str, namespace: str, account: str = "default") -> Workload:
-        workload = Workload(self, name, namespace, account)
+    def workload(
+        self, name: str, namespace: str, account: str = "default", credentials: Path | None = None
+    ) -> Workload:
+        """A workload and its sidecar; ``credentials``: another agent key's file."""
+        workload = Workload(self, name, namespace, account, credentials)
         self.workloads.append(workload)
         return workload.start()
 
@@ -157,6 +197,34 @@ class MeshStack(GatewayStack):
             return None
 
         return wait_until(done, timeout, "every sidecar to ACK the desired version")
+
+    def new_agent_key(self) -> tuple[str, Path]:
+        """A second key of the cluster's agent account: (key id, a credentials file)."""
+        created = ok(self.admin.post(f"{AGENT_PATH}/keys", params={"keyEncoding": "JWK"}))
+        path = self.tmp / f"credentials-{created['id']}.json"
+        doc = {
+            "clusterFqn": CLUSTER_PATH.removeprefix("/v2/"),
+            "serviceAccountFqn": AGENT_PATH.removeprefix("/v2/"),
+            "keyId": created["id"],
+            "jwk": json.loads(created["privateKey"]),
+        }
+        path.write_text(json.dumps(doc))
+        return created["id"], path
+
+    def revoke_agent_key(self, key_id: str) -> None:
+        ok(self.admin.delete(f"{AGENT_PATH}/keys/{key_id}"))
+
+    def certificate_expiries(self) -> dict[str, float]:
+        """instance → the expiry gauge mgmt-api exports for its sidecar's certificate."""
+        text = ok_text(self.admin.get("/metrics"))
+        out: dict[str, float] = {}
+        for line in text.splitlines():
+            if line.startswith(EXPIRY_METRIC + "{"):
+                labels, _, value = line.rpartition(" ")
+                found = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+                assert found["cluster"] == f"{ORG}/{CLUSTER}", line
+                out[found["instance"]] = float(value)
+        return out
 
     def close(self) -> None:
         for workload in self.workloads:
