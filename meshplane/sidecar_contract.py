@@ -76,6 +76,11 @@ class SidecarNode:
         }
 
 
+def spiffe_id(trust_domain: str, namespace: str, service_account: str) -> str:
+    """A workload's SPIFFE id: what its certificate's URI SAN says, and RBAC matches on."""
+    return f"spiffe://{trust_domain}/ns/{namespace}/sa/{service_account}"
+
+
 def is_sidecar(metadata: Mapping[str, Any]) -> bool:
     """Whether an Envoy node's metadata (as a dict) announces a sidecar."""
     return SIDECAR_KEY in metadata

@@ -24,8 +24,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from meshplane.tracing import Tracing
 from mgmt_api import console, trace_middleware
-from mgmt_api.distribution.hub import Distribution, tls_from
-from mgmt_api.distribution.metrics import DistributionCollector
+from mgmt_api.distribution.hub import Distribution, certificate_ttl, tls_from
+from mgmt_api.distribution.metrics import DistributionCollector, SidecarCertificateCollector
 from mgmt_api.distribution.tunnel import tunnel_servicer
 from mgmt_api.domain.client_address import parse_forwarded_header, parse_trusted_proxies
 from mgmt_api.domain.durations import parse_duration
@@ -169,6 +169,7 @@ def _distribution(settings: Settings, services: Services) -> Distribution | None
         revision_poll=parse_duration(settings.revision_poll, "MESHPLANE_REVISION_POLL")
         if settings.revision_poll
         else None,
+        certificate_ttl=certificate_ttl(settings),
     )
     if services.proxytools is not None:
         # The agent tunnel shares the policy stream's gRPC server, port and TLS.
@@ -326,6 +327,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     registry = CollectorRegistry()
     if services.registry is not None:
         registry.register(DistributionCollector(services.registry))
+    if services.enforcement.sidecars is not None:
+        registry.register(SidecarCertificateCollector(services.enforcement.sidecars))
     app.state.registry = registry
     app.state.identity = identity
     _mount_routes(app)

@@ -102,6 +102,11 @@ class Settings:
     agent_stale_after: str = field(
         default_factory=lambda: os.environ.get("MESHPLANE_AGENT_STALE_AFTER") or "300s"
     )
+    # Lifetime of a sidecar's workload certificate (a duration, "24h"; 1m-30d):
+    # it is rotated at half-life on the open ADS stream (docs/mesh.md).
+    sidecar_certificate_ttl: str = field(
+        default_factory=lambda: os.environ.get("MESHPLANE_SIDECAR_CERT_TTL") or "24h"
+    )
     # Proxy diagnostics (docs/agent.md): how long the agent may take for one
     # proxy (a duration, "10s"); mgmt-api answers 504 a little after that.
     proxytools_timeout: str = field(

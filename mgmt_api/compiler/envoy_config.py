@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -221,6 +221,22 @@ class ExtAuthzRoute:
     def local_name(self) -> str:
         """The jwt_authn provider and requirement name of its local rules."""
         return f"local:{self.setting}"
+
+
+def namespace_selected(patterns: Sequence[str], namespace: str) -> bool:
+    """Whether ``*``, a prefix ``ab*`` or an exact name of ``patterns`` selects ``namespace``.
+
+    ``patterns`` are an :class:`ExtAuthzRoute`'s ``namespaces``: the namespace
+    half of ``domain.lookup.matches`` (the cluster half was resolved when the
+    read model was built; the compiler may not import domain). Gateways and
+    sidecars both decide with it which setting applies to a namespace.
+    """
+    for pattern in patterns:
+        if pattern in (namespace, "*"):
+            return True
+        if pattern.endswith("*") and namespace.startswith(pattern[:-1]):
+            return True
+    return False
 
 
 @dataclass(frozen=True)

@@ -56,9 +56,21 @@ _EXT_AUTHZ_PER_ROUTE = _TYPE + "envoy.extensions.filters.http.ext_authz.v3.ExtAu
 #: How long a connection to an upstream may take to open.
 UPSTREAM_CONNECT_TIMEOUT = "1s"
 
+#: Route matching, RBAC path rules and ext_authz all see the normalized path,
+#: so `/a/../admin`, `%2e%2e` or `//admin` cannot slip past a rule written for
+#: `/admin`; an escaped slash is unescaped by a redirect so the client and Envoy
+#: agree on the path. Every listener that enforces path rules carries it.
+PATH_NORMALIZATION: JsonDict = {
+    "normalizePath": True,
+    "mergeSlashes": True,
+    "pathWithEscapedSlashesAction": "UNESCAPE_AND_REDIRECT",
+}
+
 LISTENER_TYPE = _TYPE + "envoy.config.listener.v3.Listener"
 ROUTE_TYPE = _TYPE + "envoy.config.route.v3.RouteConfiguration"
 CLUSTER_TYPE = _TYPE + "envoy.config.cluster.v3.Cluster"
+#: SDS: a sidecar's workload certificate and its mesh CA (docs/mesh.md); gateways have none.
+SECRET_TYPE = _TYPE + "envoy.extensions.transport_sockets.tls.v3.Secret"
 
 
 @dataclass(frozen=True)
@@ -94,12 +106,14 @@ class GatewayResources:
     route_configurations: tuple[JsonDict, ...]
     clusters: tuple[JsonDict, ...]
     warnings: tuple[str, ...]
+    secrets: tuple[JsonDict, ...] = ()  # SDS, sidecars only: they carry private keys
 
     def by_type(self) -> dict[str, tuple[JsonDict, ...]]:
         return {
             LISTENER_TYPE: self.listeners,
             ROUTE_TYPE: self.route_configurations,
             CLUSTER_TYPE: self.clusters,
+            SECRET_TYPE: self.secrets,
         }
 
 
@@ -118,13 +132,7 @@ def listener(
         "statPrefix": "gateway",
         # Host headers carry ports; virtual hosts name bare hostnames.
         "stripAnyHostPort": True,
-        # Route matching, RBAC path rules and ext_authz all see the normalized
-        # path, so `/a/../admin`, `%2e%2e` or `//admin` cannot slip past a rule
-        # written for `/admin`; an escaped slash is unescaped by a redirect so
-        # the client and Envoy agree on the path.
-        "normalizePath": True,
-        "mergeSlashes": True,
-        "pathWithEscapedSlashesAction": "UNESCAPE_AND_REDIRECT",
+        **PATH_NORMALIZATION,
         "rds": {
             "routeConfigName": ROUTE_CONFIG_NAME,
             "configSource": {"ads": {}, "resourceApiVersion": "V3"},
@@ -309,7 +317,9 @@ def compile_gateway(inp: GatewayInput, node: GatewayNode) -> GatewayResources:
         limits = rate_limits.get(("HTTPRoute", namespace, route.metadata.name), gateway_limits)
         if limits is not None:
             per_filter.update(limits)
-        selected = [cfg for spaces, cfg in ext_authz if "*" in spaces or namespace in spaces]
+        selected = [
+            cfg for spaces, cfg in ext_authz if envoy_config.namespace_selected(spaces, namespace)
+        ]
         if len(selected) > 1:
             warnings.append(
                 f"{fqn}: {len(selected)} SecuritySettings select namespace {namespace!r}; "

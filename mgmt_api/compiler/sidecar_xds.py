@@ -3,10 +3,11 @@
 The shape (docs/mesh.md):
 
 - **inbound listener** (``inbound``) on the address the sidecar's node names:
-  an HTTP connection manager whose one route sends everything to the app on
-  loopback (cluster ``inbound/app``). The authorization filters of the
+  an HTTP connection manager whose one route (over RDS, ``inbound``) sends
+  everything to the app on loopback (cluster ``inbound/app``). The authorization filters of the
   workload's namespace go in front of the router (:func:`inbound_http_filters`,
-  the extension point where local JWT rules and tracing plug in);
+  the extension point; :mod:`mgmt_api.compiler.mesh_authz` fills it with the
+  mode's RBAC, the local JWT rules and ext_authz; tracing plugs in there too);
 - **outbound listener** (``outbound``) on ``127.0.0.1:outboundPort``: ONE local
   listener, its routes over RDS (``outbound``) so a new service reaches open
   connections too, with a virtual host per service of the cluster named
@@ -17,7 +18,15 @@ The shape (docs/mesh.md):
   service, whose endpoints are the inbound addresses of that service's
   connected sidecars (what their nodes announced). Endpoints are carried in the
   cluster (STATIC); an instance joining or leaving changes the version, so
-  every sidecar of the cluster gets new clusters.
+  every sidecar of the cluster gets new clusters;
+- **mTLS** (when the input has a trust domain, which mgmt-api always gives):
+  the inbound listener requires a client certificate of the cluster's mesh CA
+  with a URI SAN in the trust domain, so Envoy's RBAC sees the caller's
+  ``spiffe://TD/ns/NS/sa/SA`` as ``principal.authenticated.principal_name``;
+  each outbound cluster presents the sidecar's own certificate and accepts
+  only the SPIFFE ids of the callee service's connected sidecars. Both take
+  the certificate (:data:`SVID_SECRET`) and the CA (:data:`CA_SECRET`) over
+  SDS on the ADS stream (:func:`secrets`), so a rotation is one secret push.
 
 Pure: no store, no clock. :meth:`SidecarInput.version` is the digest of the
 cluster-wide input; what differs between sidecars is fixed for a stream.
@@ -27,11 +36,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from meshplane.sidecar_contract import SidecarNode
+from meshplane.sidecar_contract import SidecarNode, spiffe_id
+from mgmt_api.compiler import envoy_config, mesh_authz
 from mgmt_api.compiler.gateway_xds import (
     HCM_FILTER,
+    PATH_NORMALIZATION,
     ROUTER_FILTER,
     UPSTREAM_CONNECT_TIMEOUT,
     GatewayResources,
@@ -41,10 +52,16 @@ from mgmt_api.compiler.gateway_xds import (
 INBOUND_LISTENER = "inbound"
 OUTBOUND_LISTENER = "outbound"
 OUTBOUND_ROUTES = "outbound"
+INBOUND_ROUTES = "inbound"
 APP_CLUSTER = "inbound/app"
 _TYPE = "type.googleapis.com/"
 _HCM = _TYPE + "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
 _ROUTER = _TYPE + "envoy.extensions.filters.http.router.v3.Router"
+_TLS = _TYPE + "envoy.extensions.transport_sockets.tls.v3."
+TLS_SOCKET = "envoy.transport_sockets.tls"
+#: SDS secret names: the sidecar's workload certificate and key, and its cluster's mesh CA.
+SVID_SECRET = "svid"  # noqa: S105 - a name, not a secret
+CA_SECRET = "mesh-ca"  # noqa: S105 - a name, not a secret
 
 
 @dataclass(frozen=True, order=True)
@@ -55,20 +72,40 @@ class SidecarEndpoint:
     service: str
     host: str
     port: int
+    service_account: str = "default"
 
 
 @dataclass(frozen=True)
 class SidecarInput:
-    """What a cluster's sidecars are configured from."""
+    """What a cluster's sidecars are configured from.
+
+    ``settings`` are every SecuritySetting whose group reaches the cluster,
+    with the namespaces their group and workspace select there: a change of
+    membership is a change of input, so of :meth:`version`, and reaches every
+    sidecar over ADS with no restart. ``knobs`` are the cluster's ext_authz
+    timeout and failure mode (the gateways' own).
+    """
 
     cluster: str
     endpoints: tuple[SidecarEndpoint, ...] = ()  # sorted
+    trust_domain: str = ""  # "": plaintext (only pure tests build such an input)
+    settings: tuple[mesh_authz.MeshSetting, ...] = ()
+    knobs: envoy_config.GatewaySettings = field(default_factory=envoy_config.GatewaySettings)
 
     def version(self) -> str:
-        """Digest of everything cluster-wide a sidecar's resources depend on."""
+        """Digest of everything cluster-wide a sidecar's resources depend on.
+
+        The certificates are not in it: a rotation changes the SDS secret
+        only, and the status keeps comparing configuration versions.
+        """
         content = {
             "cluster": self.cluster,
-            "endpoints": [[e.namespace, e.service, e.host, e.port] for e in self.endpoints],
+            "trustDomain": self.trust_domain,
+            "endpoints": [
+                [e.namespace, e.service, e.host, e.port, e.service_account] for e in self.endpoints
+            ],
+            "settings": [s.to_json() for s in self.settings],
+            "extAuthz": [self.knobs.ext_authz_timeout, self.knobs.ext_authz_failure_mode_allow],
         }
         encoded = json.dumps(content, sort_keys=True, separators=(",", ":")).encode()
         return hashlib.sha256(encoded).hexdigest()[:20]
@@ -89,6 +126,67 @@ def _router() -> JsonDict:
     return {"name": ROUTER_FILTER, "typedConfig": {"@type": _ROUTER}}
 
 
+def _sds(name: str) -> JsonDict:
+    return {"name": name, "sdsConfig": {"ads": {}, "resourceApiVersion": "V3"}}
+
+
+def _validation(sans: list[JsonDict]) -> JsonDict:
+    """The mesh CA over SDS, and which URI SANs a peer's certificate must carry."""
+    return {
+        "combinedValidationContext": {
+            "defaultValidationContext": {"matchTypedSubjectAltNames": sans},
+            "validationContextSdsSecretConfig": _sds(CA_SECRET),
+        }
+    }
+
+
+def _uri_san(matcher: JsonDict) -> JsonDict:
+    return {"sanType": "URI", "matcher": matcher}
+
+
+def downstream_tls(inp: SidecarInput) -> JsonDict:
+    """The inbound listener's TLS: a client certificate of the mesh CA, in the trust domain."""
+    context = {
+        "@type": _TLS + "DownstreamTlsContext",
+        "requireClientCertificate": True,
+        "commonTlsContext": {
+            "tlsCertificateSdsSecretConfigs": [_sds(SVID_SECRET)],
+            **_validation([_uri_san({"prefix": f"spiffe://{inp.trust_domain}/"})]),
+        },
+    }
+    return {"name": TLS_SOCKET, "typedConfig": context}
+
+
+def upstream_tls(inp: SidecarInput, endpoints: list[SidecarEndpoint]) -> JsonDict:
+    """An outbound cluster's TLS: present our certificate, accept only the callee's ids."""
+    ids = sorted({spiffe_id(inp.trust_domain, e.namespace, e.service_account) for e in endpoints})
+    context = {
+        "@type": _TLS + "UpstreamTlsContext",
+        "commonTlsContext": {
+            "tlsCertificateSdsSecretConfigs": [_sds(SVID_SECRET)],
+            **_validation([_uri_san({"exact": i}) for i in ids]),
+        },
+    }
+    return {"name": TLS_SOCKET, "typedConfig": context}
+
+
+def secrets(certificate_chain: str, private_key: str, ca_certificate: str) -> tuple[JsonDict, ...]:
+    """The two SDS secrets of a sidecar (PEM strings); they carry its private key."""
+    return (
+        {
+            "name": SVID_SECRET,
+            "tlsCertificate": {
+                "certificateChain": {"inlineString": certificate_chain},
+                "privateKey": {"inlineString": private_key},
+            },
+        },
+        {
+            "name": CA_SECRET,
+            "validationContext": {"trustedCa": {"inlineString": ca_certificate}},
+        },
+    )
+
+
 def _static_cluster(name: str, endpoints: list[tuple[str, int]]) -> JsonDict:
     return {
         "name": name,
@@ -107,38 +205,58 @@ def outbound_cluster_name(namespace: str, service: str) -> str:
     return f"outbound/{namespace}/{service}"
 
 
+def inbound_authz(inp: SidecarInput, node: SidecarNode) -> mesh_authz.InboundAuthz:
+    """What the workload's SecuritySetting compiles into on the inbound listener
+    (:mod:`mgmt_api.compiler.mesh_authz`: mode RBAC, local JWT rules, ext_authz)."""
+    return mesh_authz.compile_inbound(inp.settings, inp.trust_domain, node.namespace, inp.knobs)
+
+
 def inbound_http_filters(inp: SidecarInput, node: SidecarNode) -> list[JsonDict]:
     """The HTTP filters before the router on the inbound listener.
 
     The extension point for what a workload's SecuritySetting compiles into
-    (authorization, ext_authz, local JWT rules) and for tracing: each appends
-    its filters here, in that order.
+    (authorization mode, local JWT rules, ext_authz: :func:`inbound_authz`)
+    and for tracing: each appends its filters here, in that order.
     """
-    del inp, node
-    return []
+    return inbound_authz(inp, node).http_filters
 
 
 def inbound_listener(inp: SidecarInput, node: SidecarNode) -> JsonDict:
-    """The listener in front of the app (see the module docstring)."""
-    manager = {
+    """The listener in front of the app (see the module docstring); its route
+    comes over RDS (:func:`inbound_routes`) so that authorization changes
+    reach open connections."""
+    manager: JsonDict = {
         "@type": _HCM,
         "statPrefix": "inbound",
-        "routeConfig": {
-            "name": "inbound",
-            "virtualHosts": [
-                {
-                    "name": "app",
-                    "domains": ["*"],
-                    "routes": [{"match": {"prefix": "/"}, "route": {"cluster": APP_CLUSTER}}],
-                }
-            ],
+        # Local JWT rules match paths: they must see the normalized one.
+        **PATH_NORMALIZATION,
+        "rds": {
+            "routeConfigName": INBOUND_ROUTES,
+            "configSource": {"ads": {}, "resourceApiVersion": "V3"},
         },
         "httpFilters": [*inbound_http_filters(inp, node), _router()],
+        "localReplyConfig": mesh_authz.LOCAL_REPLY,
     }
+    chain: JsonDict = {"filters": [{"name": HCM_FILTER, "typedConfig": manager}]}
+    if inp.trust_domain:
+        chain["transportSocket"] = downstream_tls(inp)
     return {
         "name": INBOUND_LISTENER,
         "address": _socket(node.inbound_host, node.inbound_port),
-        "filterChains": [{"filters": [{"name": HCM_FILTER, "typedConfig": manager}]}],
+        "filterChains": [chain],
+    }
+
+
+def inbound_routes(authz: mesh_authz.InboundAuthz) -> JsonDict:
+    """The inbound route: everything to the app, with the setting's per-route config."""
+    route: JsonDict = {"match": {"prefix": "/"}, "route": {"cluster": APP_CLUSTER}}
+    if authz.route_config:
+        route["typedPerFilterConfig"] = authz.route_config
+    if authz.route_metadata:
+        route["metadata"] = authz.route_metadata
+    return {
+        "name": INBOUND_ROUTES,
+        "virtualHosts": [{"name": "app", "domains": ["*"], "routes": [route]}],
     }
 
 
@@ -187,18 +305,24 @@ def outbound_routes(inp: SidecarInput, node: SidecarNode) -> JsonDict:
     return {"name": OUTBOUND_ROUTES, "virtualHosts": virtual_hosts, "validateClusters": False}
 
 
-def compile_sidecar(inp: SidecarInput, node: SidecarNode) -> GatewayResources:
-    """The listeners, outbound routes and clusters of one sidecar."""
+def compile_sidecar(
+    inp: SidecarInput, node: SidecarNode, sds: tuple[JsonDict, ...] = ()
+) -> GatewayResources:
+    """The listeners, routes and clusters of one sidecar; ``sds``: its :func:`secrets`."""
+    authz = inbound_authz(inp, node)
     clusters = [_static_cluster(APP_CLUSTER, [("127.0.0.1", node.app_port)])]
+    clusters.extend(authz.clusters)
     for (namespace, service), endpoints in sorted(inp.services().items()):
-        clusters.append(
-            _static_cluster(
-                outbound_cluster_name(namespace, service), [(e.host, e.port) for e in endpoints]
-            )
+        cluster = _static_cluster(
+            outbound_cluster_name(namespace, service), [(e.host, e.port) for e in endpoints]
         )
+        if inp.trust_domain:
+            cluster["transportSocket"] = upstream_tls(inp, endpoints)
+        clusters.append(cluster)
     return GatewayResources(
         listeners=(inbound_listener(inp, node), outbound_listener(node)),
-        route_configurations=(outbound_routes(inp, node),),
+        route_configurations=(outbound_routes(inp, node), inbound_routes(authz)),
         clusters=tuple(clusters),
         warnings=(),
+        secrets=sds,
     )

@@ -11,6 +11,7 @@ distribution paths as production writes.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 from collections.abc import Mapping
@@ -25,6 +26,7 @@ from mgmt_api.compiler.http_route import ENVOY_GATEWAY_GROUP
 from mgmt_api.compiler.key_material import redact
 from mgmt_api.compiler.ratelimit import domain_of, route_rate_limits
 from mgmt_api.compiler.traffic_policy import BackendTrafficPolicy
+from mgmt_api.demo import mesh
 
 # A demo secret, printed in the README's commands: never reuse it.
 DEMO_HMAC_SECRET = "meshplane-demo-hmac-secret-do-not-use"  # noqa: S105
@@ -144,6 +146,7 @@ def demo_plan(
         Resource("/v2/organizations", organization, "organization", {}, update=False),
         *_cluster_resources(org, cluster, cluster_spec, endpoint, traffic),
         *_security_resources(org, cluster, extauthz_uri, hmac_secret),
+        *_mesh_security_resources(org, cluster, extauthz_uri, hmac_secret),
     )
     return DemoPlan(
         organization=organization,
@@ -211,6 +214,72 @@ def _cluster_resources(
     )
 
 
+#: The path the tour's token grants; the callee's local rule allows exactly it.
+MESH_PATH = "/headers"
+
+
+def _mesh_security_resources(
+    org: str, cluster: str, extauthz_uri: str, hmac_secret: str
+) -> tuple[Resource, ...]:
+    """One security group per demo workload's namespace, each with its setting.
+
+    ``shop`` (the caller ``web``): mode CLUSTER and ext_authz at its sidecar,
+    with the gateway's JWT policy. ``billing`` (the callee ``payments``): mode
+    CUSTOM admitting only ``shop/web``, and local JWT rules: the sidecar's own
+    ``jwt_authn`` verifies the demo token (HS256, the same secret as an inline
+    JWKS) and allows GET of :data:`MESH_PATH` to a token whose ``path`` claim
+    grants it, with no ext_authz call. Both groups sort before ``web``, whose
+    setting selects every namespace, so they are the ones that apply here.
+    """
+    workspace = f"{org}/tenants/demo/workspaces/demo"
+    web, payments = mesh.WORKLOADS
+    key = base64.urlsafe_b64encode(hmac_secret.encode()).decode().rstrip("=")
+    jwks = {"keys": [{"kty": "oct", "alg": "HS256", "k": key}]}
+    granted = base64.b64encode(MESH_PATH.encode()).decode()
+    local = {
+        "rules": [
+            {
+                "from": [{"jwt": {"other": {"path": granted}}}],
+                "to": [{"paths": [MESH_PATH], "methods": ["GET"]}],
+            }
+        ],
+        "keys": {"jwks": {"value": json.dumps(jwks)}},
+    }
+    shop = {
+        "mode": "CLUSTER",
+        "http": {"external": {"uri": extauthz_uri, "policy": "jwt"}},
+    }
+    billing = {
+        "mode": "CUSTOM",
+        "serviceAccounts": [f"{web.namespace}/{web.service_account}"],
+        "http": {"local": local},
+    }
+    resources: list[Resource] = []
+    for w, authorization in ((web, shop), (payments, billing)):
+        group = f"{workspace}/securitygroups/{w.namespace}"
+        selector = {"namespaceSelector": {"names": [f"{cluster}/{w.namespace}"]}}
+        resources.append(
+            Resource(f"{workspace}/securitygroups", w.namespace, "securityGroup", selector)
+        )
+        if "external" in authorization["http"]:
+            resources.append(
+                Resource(
+                    f"{group}/extauthzpolicies", "jwt", "extAuthzPolicy", _jwt_policy(hmac_secret)
+                )
+            )
+        setting = {"authorization": authorization}
+        resources.append(Resource(f"{group}/settings", "default", "securitySetting", setting))
+    return tuple(resources)
+
+
+def _jwt_policy(hmac_secret: str) -> dict[str, Any]:
+    """The demo's ExtAuthzPolicy: HS256 with ``hmac_secret``, the path claim as a prefix."""
+    return {
+        "jwt": {"algorithms": ["HS256"], "keys": [{"hmacSecret": {"value": hmac_secret}}]},
+        "pathClaim": {"name": "path", "match": "PREFIX"},
+    }
+
+
 def _security_resources(
     org: str, cluster: str, extauthz_uri: str, hmac_secret: str
 ) -> tuple[Resource, ...]:
@@ -218,10 +287,7 @@ def _security_resources(
     the JWT policy and the setting that sends its checks to ``extauthz_uri``."""
     workspace = f"{org}/tenants/demo/workspaces/demo"
     group = f"{workspace}/securitygroups/web"
-    jwt_policy = {
-        "jwt": {"algorithms": ["HS256"], "keys": [{"hmacSecret": {"value": hmac_secret}}]},
-        "pathClaim": {"name": "path", "match": "PREFIX"},
-    }
+    jwt_policy = _jwt_policy(hmac_secret)
     setting = {
         "authorization": {
             # The setting's mode (docs/api.md); CUSTOM needs an explicit serviceAccounts list.

@@ -59,7 +59,7 @@ from meshplane.envoy_server import envoy_log_format
 from meshplane.netaddr import format_listen
 from meshplane.secret_file import write_secret
 from mgmt_api.demo import mesh
-from mgmt_api.demo.seed import DemoPlan, SeedError, demo_plan, seed
+from mgmt_api.demo.seed import MESH_PATH, DemoPlan, SeedError, demo_plan, seed
 
 # Variables that would take the children off their embedded defaults.
 _SCRUBBED_ENV = (
@@ -687,15 +687,37 @@ def commands(stack: Stack) -> list[tuple[str, str]]:
 
 
 def mesh_commands(stack: Stack) -> list[tuple[str, str]]:
-    """The mesh part of the tour: the tour plays ``web``, calling through its own sidecar."""
+    """The mesh part of the tour: the tour plays an app, calling through its own sidecar.
+
+    ``shop`` has ext_authz at its sidecar; ``billing`` admits only ``shop/web``
+    (mode CUSTOM) and checks the token with local JWT rules (mgmt_api.demo.seed).
+    """
     p = stack.ports
     web, payments = mesh.WORKLOADS
-    out = f"http://{p.at(web.port(p, 'outbound'))}"
+    web_out = f"http://{p.at(web.port(p, 'outbound'))}"
+    payments_out = f"http://{p.at(payments.port(p, 'outbound'))}"
+    auth = '-H "authorization: Bearer $TOKEN"'
+    path = MESH_PATH
     return [
         (
-            f"service to service: {web.host} calls {payments.host} by name through both"
-            " sidecars (web's outbound listener, payments' inbound listener)",
-            f"curl -s -H 'host: {payments.host}' {out}/headers",
+            f"mesh, allowed: {payments.host} calls {web.host} by name through both sidecars"
+            f" (mTLS); {web.name}'s sidecar asks ext_authz, which allows the token",
+            f"curl -s -H 'host: {web.host}' {auth} {payments_out}{path}",
+        ),
+        (
+            f"mesh, 403 from ext_authz at {web.name}'s sidecar: a bad token",
+            f"curl -i -H 'host: {web.host}' -H \"authorization: Bearer not-a-valid-token\""
+            f" {payments_out}{path}",
+        ),
+        (
+            f"mesh, allowed by a local JWT rule: {web.host} calls {payments.host}; its sidecar"
+            " verifies the token itself (jwt_authn + rbac), no ext_authz call",
+            f"curl -s -H 'host: {payments.host}' {auth} {web_out}{path}",
+        ),
+        (
+            f"mesh, 403 by the mode: {payments.name} calls itself, but mode CUSTOM admits only"
+            f" {web.namespace}/{web.service_account} (x-meshplane-denied: mode CUSTOM)",
+            f"curl -i -H 'host: {payments.host}' {auth} {payments_out}{path}",
         ),
     ]
 

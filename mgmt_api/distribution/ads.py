@@ -26,8 +26,15 @@ Protocol details kept from Envoy's xDS spec: a request whose
 ``response_nonce`` is not the last one sent for its type is stale and
 ignored; a request without a nonce (a new subscription, or Envoy's restart of
 one) gets the current resources; for the route type, only the names Envoy
-asks for are sent. Types other than clusters, listeners and routes get no
-answer (nothing else is dynamic in a gateway).
+asks for are sent. Types other than clusters, listeners, routes and (sidecars only) SDS
+secrets get no answer (nothing else is dynamic in a gateway).
+
+Sidecars also subscribe to their SDS secrets (workload certificate and mesh
+CA, :mod:`mgmt_api.distribution.sidecar_ads`). The secrets' ``version_info``
+is the configuration version plus the certificate's serial, so a rotation
+sends the secret type alone, and the status keeps reporting configuration
+versions (an ACK of a version means every type, secrets included, was
+accepted).
 
 While a stream is open, the gateway counts as heard from (gRPC keepalive
 pings close it when the peer is gone), and every wake-up re-checks the
@@ -49,6 +56,9 @@ from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.listener.v3 import listener_pb2
 from envoy.config.route.v3 import route_pb2
 from envoy.config.trace.v3 import opentelemetry_pb2  # noqa: F401 - the tracer's typed config
+from envoy.extensions.access_loggers.filters.cel.v3 import (  # noqa: F401 - the mode header
+    cel_pb2,
+)
 
 # Imported for their descriptors: typed configs inside the resources name them.
 from envoy.extensions.filters.http.ext_authz.v3 import ext_authz_pb2  # noqa: F401
@@ -59,7 +69,10 @@ from envoy.extensions.filters.http.router.v3 import router_pb2  # noqa: F401
 from envoy.extensions.filters.network.http_connection_manager.v3 import (  # noqa: F401
     http_connection_manager_pb2,
 )
-from envoy.extensions.transport_sockets.tls.v3 import tls_pb2  # noqa: F401 - remote JWKS
+from envoy.extensions.transport_sockets.tls.v3 import (
+    secret_pb2,
+    tls_pb2,  # noqa: F401 - JWKS, mTLS
+)
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2  # noqa: F401
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 from google.protobuf import any_pb2, json_format
@@ -71,7 +84,7 @@ from meshplane.gateway_contract import GATEWAY_KIND, GatewayNode, NodeError, par
 from meshplane.sidecar_contract import SIDECAR_KIND, SidecarNode
 from mgmt_api.compiler import gateway_xds
 from mgmt_api.distribution.feed import ChangeFeed, SharedBuilds
-from mgmt_api.distribution.sidecar_ads import SidecarStreams
+from mgmt_api.distribution.sidecar_ads import SidecarStreams, WorkloadIdentity
 from mgmt_api.distribution.streams import (
     Admitted,
     StillAdmitted,
@@ -91,11 +104,16 @@ TYPES: tuple[str, ...] = (
     gateway_xds.LISTENER_TYPE,
     gateway_xds.ROUTE_TYPE,
 )
+# A sidecar's secrets come first: its clusters and listener name them.
+SIDECAR_TYPES: tuple[str, ...] = (gateway_xds.SECRET_TYPE, *TYPES)
 _MESSAGES: dict[str, type[Message]] = {
     gateway_xds.CLUSTER_TYPE: cluster_pb2.Cluster,
     gateway_xds.LISTENER_TYPE: listener_pb2.Listener,
     gateway_xds.ROUTE_TYPE: route_pb2.RouteConfiguration,
+    gateway_xds.SECRET_TYPE: secret_pb2.Secret,
 }
+# Types whose responses carry only the names Envoy asked for.
+_BY_NAME = (gateway_xds.ROUTE_TYPE, gateway_xds.SECRET_TYPE)
 
 # (bearer token, node) → a grant (the key id), or raise AuthError.
 Authenticate = Callable[[str, NodeIdentity], Awaitable[str]]
@@ -119,18 +137,25 @@ class _Compiled:
     version: str
     resources: dict[str, list[tuple[str, any_pb2.Any]]]  # type → [(name, packed)]
     warnings: tuple[str, ...]
+    serial: str = ""  # a sidecar's certificate serial (its secrets' version)
+
+    def type_version(self, type_url: str) -> str:
+        """The ``version_info`` of ``type_url``'s responses (see the module docstring)."""
+        if type_url == gateway_xds.SECRET_TYPE:
+            return f"{self.version}/{self.serial}"
+        return self.version
 
 
 def compile_for(inp: gateway_xds.GatewayInput, node: GatewayNode) -> _Compiled:
     return packed(inp.version(), gateway_xds.compile_gateway(inp, node))
 
 
-def packed(version: str, compiled: gateway_xds.GatewayResources) -> _Compiled:
+def packed(version: str, compiled: gateway_xds.GatewayResources, serial: str = "") -> _Compiled:
     resources = {
         type_url: [(r["name"], pack(type_url, r)) for r in items]
         for type_url, items in compiled.by_type().items()
     }
-    return _Compiled(version, resources, compiled.warnings)
+    return _Compiled(version, resources, compiled.warnings, serial)
 
 
 @dataclass
@@ -145,8 +170,13 @@ class _Stream:
     applied: str = ""
     compiled: _Compiled | None = None  # the version last sent
 
-    def all_acked(self, version: str) -> bool:
-        return all(self.acked.get(t) == version for t in TYPES)
+    @property
+    def types(self) -> tuple[str, ...]:
+        """The types this Envoy is served, in the order a new version sends them."""
+        return SIDECAR_TYPES if isinstance(self.node, SidecarNode) else TYPES
+
+    def all_acked(self, compiled: _Compiled) -> bool:
+        return all(self.acked.get(t) == compiled.type_version(t) for t in self.types)
 
 
 class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ignore[misc]
@@ -199,12 +229,13 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
     ) -> discovery_pb2.DiscoveryResponse:
         names = stream.subscribed.get(type_url, ())
         items = compiled.resources[type_url]
-        if type_url == gateway_xds.ROUTE_TYPE and names:
+        if type_url in _BY_NAME and names:
             items = [(n, r) for n, r in items if n in names]
         nonce = str(next(self._nonces))
-        stream.sent[type_url] = (nonce, compiled.version)
+        version = compiled.type_version(type_url)
+        stream.sent[type_url] = (nonce, version)
         return discovery_pb2.DiscoveryResponse(
-            version_info=compiled.version,
+            version_info=version,
             resources=[r for _, r in items],
             type_url=type_url,
             nonce=nonce,
@@ -218,7 +249,7 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
     ) -> discovery_pb2.DiscoveryResponse | None:
         """What a request calls for: a response, or None (an ACK, a NACK, stale, unknown)."""
         type_url = request.type_url
-        if type_url not in _MESSAGES:
+        if type_url not in stream.types:  # gateways have no secrets
             return None
         names = tuple(sorted(request.resource_names))
         if not request.response_nonce:  # a (re)subscription
@@ -246,7 +277,7 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
             stream.acked[type_url] = request.version_info
             # Every type of the current version accepted (also after a NACK of
             # a version since replaced by this one): applied.
-            if stream.all_acked(compiled.version):
+            if stream.all_acked(compiled):
                 stream.applied = compiled.version
                 self._plane.registry.acked(stream.identity, compiled.version, now)
         if names != stream.subscribed.get(type_url, ()):  # Envoy now wants other routes
@@ -272,11 +303,12 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
         if isinstance(node, SidecarNode):
             assert self._sidecars is not None  # _admit refuses sidecars otherwise
             plane = self._sidecars.plane
-            build = functools.partial(self._compile_sidecar, node)
             try:
                 handle = self._sidecars.directory.join(node)
             except DirectoryFull as exc:
                 await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
+            certificate = self._sidecars.identity(node, handle)
+            build = functools.partial(self._compile_sidecar, node, certificate)
         else:
             build = functools.partial(self._compile, node)
         responses = follow(
@@ -306,15 +338,22 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
         wait until a build succeeds. A later failed build keeps what was sent.
         """
         self._plane.registry.heartbeat(stream.identity, self._plane.clock())
+        before = stream.compiled
         if latest is None or (
-            stream.compiled is not None and latest.version == stream.compiled.version
+            before is not None
+            and latest.version == before.version
+            and latest.serial == before.serial
         ):
-            return None if stream.compiled is None else ()
+            return None if before is None else ()
         stream.compiled = latest
-        self._plane.registry.sent(stream.identity, latest.version, self._plane.clock())
+        types = stream.types
+        if before is not None and latest.version == before.version:
+            types = (gateway_xds.SECRET_TYPE,)  # a rotated certificate, nothing else
+        else:
+            self._plane.registry.sent(stream.identity, latest.version, self._plane.clock())
         return [
             self._response(stream, latest, type_url)
-            for type_url in TYPES
+            for type_url in types
             if type_url in stream.subscribed
         ]
 
@@ -325,10 +364,15 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
         response = self._answer(stream, stream.compiled, request)
         return () if response is None else (response,)
 
-    async def _compile_sidecar(self, node: SidecarNode, revision: int) -> _Compiled | None:
+    async def _compile_sidecar(
+        self, node: SidecarNode, identity: WorkloadIdentity, revision: int
+    ) -> _Compiled | None:
         assert self._sidecars is not None
-        compiled = await self._sidecars.compile(node, revision)
-        return None if compiled is None else packed(*compiled)
+        compiled = await self._sidecars.compile(node, identity, revision)
+        if compiled is None:
+            return None
+        version, serial, resources = compiled
+        return packed(version, resources, serial)
 
     async def _compile(self, node: GatewayNode, revision: int) -> _Compiled | None:
         """This gateway's resources at ``revision``; None when they cannot be compiled.

@@ -56,8 +56,13 @@ from mgmt_api.distribution.ads import AggregatedDiscoveryServicer
 from mgmt_api.distribution.feed import ChangeFeed
 from mgmt_api.distribution.server import DistributionServicer
 from mgmt_api.distribution.sidecar_ads import SidecarStreams
+from mgmt_api.domain import mesh_ca
+from mgmt_api.domain.durations import parse_duration
+from mgmt_api.domain.mesh_ca import CertificateAuthority
+from mgmt_api.errors import invalid
 from mgmt_api.service.enforcement import EnforcementService, Snapshot
 from mgmt_api.service.instances import SubscriberRegistry
+from mgmt_api.service.mesh_ca import MeshCaStore
 from mgmt_api.service.stream_auth import Revocation, StreamAuth
 from mgmt_api.settings import Settings
 from mgmt_api.store.notify import listen_revisions
@@ -97,6 +102,15 @@ def tls_from(settings: Settings) -> ListenerTlsFiles | None:
     return files
 
 
+def certificate_ttl(settings: Settings) -> float:
+    """``MESHPLANE_SIDECAR_CERT_TTL`` in seconds, within the bounds of ``mesh_ca``."""
+    field_name = "MESHPLANE_SIDECAR_CERT_TTL"
+    seconds = parse_duration(settings.sidecar_certificate_ttl, field_name)
+    if not mesh_ca.MIN_SVID_TTL <= seconds <= mesh_ca.MAX_SVID_TTL:
+        raise invalid(field_name, "must be between 10s and 30d")
+    return seconds
+
+
 @dataclass
 class Distribution:
     """Owns the ``PolicyDistribution`` gRPC server and the feed that wakes its streams.
@@ -113,11 +127,14 @@ class Distribution:
     tls: ListenerTlsFiles | None = None
     database_url: str | None = None
     revision_poll: float | None = None
+    #: Lifetime of the sidecars' workload certificates (MESHPLANE_SIDECAR_CERT_TTL).
+    certificate_ttl: float = mesh_ca.DEFAULT_SVID_TTL
     feed: ChangeFeed | None = field(default=None, init=False)
     port: int | None = field(default=None, init=False)
     _loop: asyncio.AbstractEventLoop | None = field(default=None, init=False)
     _server: grpc.aio.Server | None = field(default=None, init=False)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list, init=False)
+    _cas: MeshCaStore = field(init=False)
     #: Other services on the same gRPC server, port and TLS (the agent tunnel):
     #: each is called with the server before it starts.
     servicers: list[Callable[[grpc.aio.Server], None]] = field(default_factory=list, init=False)
@@ -150,17 +167,23 @@ class Distribution:
     async def _build_sidecar(self, key: tuple[str, str]) -> SidecarInput:
         return await self.enforcement.sidecar_async(*key)
 
+    async def _mesh_ca(self, key: tuple[str, str]) -> CertificateAuthority:
+        return await asyncio.to_thread(self._cas.get, *key)
+
     def _sidecar_streams(self, feed: ChangeFeed) -> SidecarStreams | None:
         """The sidecar half of ADS, when the enforcement service has a sidecar directory."""
         if self.enforcement.sidecars is None:
             return None
+        self._cas = MeshCaStore(self.uow)
         sidecars = SidecarStreams(
             self._build_sidecar,
+            self._mesh_ca,
             self.enforcement.sidecars,
             feed,
             self.registry,
             heartbeat=REVALIDATE_SECONDS,
             still_admitted=self._still_admitted,
+            certificate_ttl=self.certificate_ttl,
         )
         self._tasks.append(sidecars.start())
         return sidecars

@@ -16,10 +16,13 @@ streams pay nothing per message:
   time from sending a version to an instance to that instance's ACK of it
   (on this replica: the one holding the instance's stream).
 
-Labels are bounded (kinds and fixed states), never instance names. Every
-kind's ``events_total`` and ``nacking_instances`` series exist at 0 from the
-first scrape (``KINDS`` x ``EVENTS``), so ``increase()`` counts the first
-NACK and an alert on them has a series to evaluate.
+Every kind's ``events_total`` and ``nacking_instances`` series exist at 0
+from the first scrape (``KINDS`` x ``EVENTS``), so ``increase()`` counts the
+first NACK and an alert on them has a series to evaluate.
+Labels are bounded (kinds and fixed states), never instance names, except in
+:class:`SidecarCertificateCollector`'s one gauge, which the shipped alert
+rules need per sidecar (bounded by the sidecars a replica admits per cluster,
+:data:`~mgmt_api.service.sidecars.MAX_SIDECARS_PER_CLUSTER`).
 """
 
 from __future__ import annotations
@@ -38,9 +41,11 @@ from prometheus_client.registry import Collector
 
 from meshplane.distribution_contract import SERVICE_KINDS
 from meshplane.gateway_contract import GATEWAY_KIND
+from meshplane.sidecar_contract import SIDECAR_KIND
 from mgmt_api.service.instances import Propagation, SubscriberRegistry
+from mgmt_api.service.sidecars import SidecarDirectory
 
-KINDS: tuple[str, ...] = (*SERVICE_KINDS, GATEWAY_KIND)
+KINDS: tuple[str, ...] = (*SERVICE_KINDS, GATEWAY_KIND, SIDECAR_KIND)
 EVENTS = ("sent", "ack", "nack")
 
 
@@ -101,3 +106,28 @@ class DistributionCollector(Collector):
             histogram = observed.get(kind) or Propagation()
             propagation.add_metric([kind], histogram.cumulative(), histogram.total)
         yield propagation
+
+
+class SidecarCertificateCollector(Collector):
+    """``meshplane_sidecar_certificate_expiry_timestamp_seconds{cluster, instance}``.
+
+    The notAfter (Unix seconds) of the workload certificate each connected
+    sidecar was last sent (docs/mesh.md); ``cluster`` is ``ORG/CLUSTER``.
+    Read from the sidecar directory at scrape time; a closed stream's series
+    is gone with it, so a certificate nobody uses cannot raise the alert.
+    """
+
+    def __init__(self, directory: SidecarDirectory) -> None:
+        self._directory = directory
+
+    def collect(self) -> Iterator[Metric]:
+        gauge = GaugeMetricFamily(
+            "meshplane_sidecar_certificate_expiry_timestamp_seconds",
+            "When the workload certificate a connected sidecar holds expires (Unix seconds)",
+            labels=["cluster", "instance"],
+        )
+        for node, not_after in sorted(
+            self._directory.expiries(), key=lambda e: (e[0].node_cluster, e[0].instance)
+        ):
+            gauge.add_metric([node.node_cluster, node.instance], not_after)
+        yield gauge

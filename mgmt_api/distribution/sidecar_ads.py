@@ -10,7 +10,15 @@ all kept here:
   :class:`~mgmt_api.service.sidecars.SidecarDirectory` (the store's revision
   numbers cannot be bumped locally: another replica's writes would then be
   missed);
-- a sidecar joins the directory while its stream is open.
+- a sidecar joins the directory while its stream is open;
+- each sidecar stream holds a workload certificate (:class:`WorkloadIdentity`):
+  its key is generated here, in mgmt-api's memory, for this stream only, and
+  never stored or logged (docs/mesh.md says why not in the pod). It is issued
+  on the first build and re-issued, with a new key, on the first build past
+  its half-life: the stream wakes every ``heartbeat`` seconds, so rotation is
+  at most that late, and it goes out as an SDS push on the open stream. When
+  the stream ends (the sidecar left, its key or cluster was revoked), so does
+  issuance for it.
 """
 
 from __future__ import annotations
@@ -20,11 +28,15 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from meshplane.sidecar_contract import SidecarNode
-from mgmt_api.compiler import sidecar_xds
+from cryptography import x509
+
+from meshplane.sidecar_contract import SidecarNode, spiffe_id
+from mgmt_api.compiler import gateway_xds, sidecar_xds
 from mgmt_api.compiler.gateway_xds import GatewayResources
 from mgmt_api.distribution.feed import ChangeFeed, SharedBuilds
 from mgmt_api.distribution.streams import StillAdmitted, StreamPlane
+from mgmt_api.domain import mesh_ca
+from mgmt_api.domain.mesh_ca import CertificateAuthority
 from mgmt_api.service.enforcement import UnknownCluster
 from mgmt_api.service.instances import SubscriberRegistry
 from mgmt_api.service.sidecars import SidecarDirectory
@@ -33,6 +45,62 @@ log = logging.getLogger(__name__)
 
 # (organization, cluster) → the cluster's sidecar input.
 SidecarBuild = Callable[[tuple[str, str]], Awaitable[sidecar_xds.SidecarInput]]
+# (organization, cluster) → the cluster's mesh CA (created on first use).
+CaSource = Callable[[tuple[str, str]], Awaitable[CertificateAuthority]]
+
+
+class WorkloadIdentity:
+    """One sidecar stream's workload certificate (see the module docstring)."""
+
+    def __init__(
+        self, node: SidecarNode, ttl: float, issued: Callable[[float], None] = lambda _: None
+    ) -> None:
+        """``issued(not_after)`` hears of every new certificate (the expiry gauge)."""
+        self.node = node
+        self.ttl = ttl
+        self._issued = issued
+        self._ca_serial: int | None = None
+        self._certificate: x509.Certificate | None = None
+        self._secrets: tuple[gateway_xds.JsonDict, ...] = ()
+
+    @property
+    def serial(self) -> str:
+        """The current certificate's serial in hex ("" before the first)."""
+        return "" if self._certificate is None else f"{self._certificate.serial_number:x}"
+
+    def secrets(self, ca: CertificateAuthority, now: float) -> tuple[gateway_xds.JsonDict, ...]:
+        """The SDS secrets to serve at ``now``: a new certificate when none, the CA
+        changed, or the current one is past its half-life."""
+        current = self._certificate
+        if (
+            current is None
+            or self._ca_serial != ca.certificate.serial_number
+            or mesh_ca.rotation_due(current, now)
+        ):
+            self._issue(ca, now)
+        return self._secrets
+
+    def _issue(self, ca: CertificateAuthority, now: float) -> None:
+        node = self.node
+        key = mesh_ca.new_key()
+        identity = spiffe_id(ca.trust_domain, node.namespace, node.service_account)
+        certificate = mesh_ca.issue_svid(ca, identity, key.public_key(), now, self.ttl)
+        self._secrets = sidecar_xds.secrets(
+            mesh_ca.pem(certificate), mesh_ca.key_pem(key), ca.certificate_pem
+        )
+        self._certificate, self._ca_serial = certificate, ca.certificate.serial_number
+        not_after = certificate.not_valid_after_utc.timestamp()
+        self._issued(not_after)
+        log.info(
+            "issued a workload certificate",
+            extra={
+                "cluster": node.cluster,
+                "instance": node.instance,
+                "spiffeId": identity,
+                "serial": self.serial,
+                "notAfter": int(not_after),
+            },
+        )
 
 
 class SidecarStreams:
@@ -41,6 +109,7 @@ class SidecarStreams:
     def __init__(
         self,
         build: SidecarBuild,
+        ca: CaSource,
         directory: SidecarDirectory,
         store_feed: ChangeFeed,
         registry: SubscriberRegistry,
@@ -48,14 +117,21 @@ class SidecarStreams:
         still_admitted: StillAdmitted | None = None,
         clock: Callable[[], float] = time.time,
         heartbeat: float = 30.0,
+        certificate_ttl: float = mesh_ca.DEFAULT_SVID_TTL,
     ) -> None:
+        """``certificate_ttl``: the workload certificates' lifetime (seconds)."""
         self.directory = directory
+        self.certificate_ttl = certificate_ttl
         self.feed = ChangeFeed()
         self.plane = StreamPlane(self.feed, registry, still_admitted, clock, heartbeat)
         self._store_feed = store_feed
         self._builds: SharedBuilds[tuple[str, str], sidecar_xds.SidecarInput] = SharedBuilds(
             self.feed, build
         )
+        # Shared like the input: one store read per cluster and change, not per
+        # stream and heartbeat (a CA changes only with a write: a new trust
+        # domain, a recreated cluster).
+        self._cas: SharedBuilds[tuple[str, str], CertificateAuthority] = SharedBuilds(self.feed, ca)
         directory.listeners.append(self._moved)
 
     def _moved(self) -> None:
@@ -71,13 +147,25 @@ class SidecarStreams:
     def start(self) -> asyncio.Task[None]:
         return asyncio.create_task(self.follow_store())
 
+    def identity(self, node: SidecarNode, handle: int) -> WorkloadIdentity:
+        """A new stream's certificate holder; its expiries go to the directory's gauge."""
+        return WorkloadIdentity(
+            node,
+            self.certificate_ttl,
+            lambda not_after: self.directory.certified(handle, not_after),
+        )
+
     async def compile(
-        self, node: SidecarNode, revision: int
-    ) -> tuple[str, GatewayResources] | None:
-        """(version, resources) of this sidecar at ``revision``; None when they cannot compile."""
+        self, node: SidecarNode, identity: WorkloadIdentity, revision: int
+    ) -> tuple[str, str, GatewayResources] | None:
+        """(version, certificate serial, resources) of this sidecar at ``revision``;
+        None when they cannot compile."""
         try:
-            inp = await self._builds.get((node.organization, node.cluster), revision)
-            return inp.version(), sidecar_xds.compile_sidecar(inp, node)
+            key = (node.organization, node.cluster)
+            inp = await self._builds.get(key, revision)
+            ca = await self._cas.get(key, revision)
+            sds = identity.secrets(ca, self.plane.clock())
+            return inp.version(), identity.serial, sidecar_xds.compile_sidecar(inp, node, sds)
         except UnknownCluster:
             raise
         except Exception:

@@ -39,7 +39,7 @@ from mgmt_api import fqn as fqnmod
 from mgmt_api.auth import keys as keymod
 from mgmt_api.compiler import tracing
 from mgmt_api.compiler.envoy_config import MAX_TIMEOUT_SECONDS, MIN_TIMEOUT_SECONDS
-from mgmt_api.domain import inventory
+from mgmt_api.domain import inventory, mesh_ca
 from mgmt_api.domain.durations import format_duration, parse_duration
 from mgmt_api.domain.times import rfc3339
 from mgmt_api.errors import ApiError, Code, invalid
@@ -351,6 +351,11 @@ class ClusterBehaviour(Behaviour):
         if problem is not None:
             field, _, message = problem.partition(": ")
             raise invalid(field, message)
+        if spec.get("trustDomain") is not None:
+            try:
+                mesh_ca.validate_trust_domain(spec["trustDomain"])
+            except mesh_ca.TrustDomainError as exc:
+                raise invalid(f"{write.prefix}.trustDomain", str(exc)) from None
         ttl = spec.get("tokenTtl")
         seconds = parse_duration(ttl, f"{write.prefix}.tokenTtl") if ttl is not None else 3600.0
         spec["tokenTtl"] = format_duration(seconds)
@@ -365,6 +370,9 @@ class ClusterBehaviour(Behaviour):
 
     def before_delete(self, env: WriteEnv, fqn: str) -> None:
         onboarding.offboard_cluster(env, fqn)
+        res = repo.get(env.tx.conn, fqn)
+        if res is not None:  # its mesh CAs go with it (docs/mesh.md)
+            repo.kv_delete_prefix(env.tx.conn, mesh_ca.store_prefix(fqn, res.create_time))
 
     def render(self, res: repo.Resource, env: RenderEnv) -> dict[str, Any]:
         out = render_common(res)

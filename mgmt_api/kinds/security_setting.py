@@ -4,10 +4,12 @@ The reference's ``AuthorizationSettings`` is ``{mode, serviceAccounts[],
 http}``. ``mode: CUSTOM`` means "the workloads may be called by exactly these
 service accounts", given as ``ns/sa``, ``ns/*`` or ``./*`` (``.``: the
 workload's namespace). ``mode`` and ``serviceAccounts`` govern
-workload-to-workload (mTLS identity) authorization, which the platform stores
-and returns but does not enforce itself; ``http.external`` is the ext_authz
-server Envoy calls, with any mode, and is what the compiler and the gateway
-config read. ``mode: DISABLED`` renders routes that skip ext_authz.
+workload-to-workload (mTLS identity) authorization, enforced by the sidecars'
+RBAC on the caller's SPIFFE id (``mgmt_api.compiler.mesh_authz``; the table of
+what each mode admits is in docs/mesh.md; ``RULES`` is not modelled and
+refuses). ``http.external`` is the ext_authz server Envoy calls, with any
+mode, at gateways and sidecars; ``http.local`` are local JWT rules Envoy
+enforces itself. ``mode: DISABLED`` turns all of it off.
 """
 
 from __future__ import annotations

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from sqlalchemy.engine import Connection
+
 from meshplane.kinds_contract import Kind
 from mgmt_api import access
 from mgmt_api import fqn as fqnmod
 from mgmt_api.access import CallContext
-from mgmt_api.domain import blame, rbac
+from mgmt_api.domain import blame, mesh_ca, rbac
 from mgmt_api.errors import not_found
 from mgmt_api.kinds.cluster import DEFAULT_TOKEN_TTL
 from mgmt_api.service.profiles import settings_layers
@@ -32,6 +34,14 @@ SYNCED = (
     "circuitBreakers",
     "tracing",
 )
+
+
+def trust_domain(conn: Connection, res: repo.Resource) -> str:
+    """The cluster's sidecars' SPIFFE trust domain: its effective ``trustDomain`` (own
+    spec over profiles, as ClusterConfig shows it), else the default of its name."""
+    settings = blame.effective(blame.blame(settings_layers(conn, res).layers))
+    parsed = fqnmod.parse(res.fqn)
+    return mesh_ca.trust_domain_of(parsed.name_in("organizations") or "", parsed.name, settings)
 
 
 class ClusterService:
@@ -57,4 +67,8 @@ class ClusterService:
             "revision": revision,
         }
         out.update({key: settings[key] for key in SYNCED if key in settings})
+        # The sidecars' trust domain, also when the cluster names none (docs/mesh.md).
+        out["trustDomain"] = mesh_ca.trust_domain_of(
+            parsed.name_in("organizations") or "", parsed.name, settings
+        )
         return out

@@ -41,7 +41,7 @@ from meshplane.sidecar_contract import SIDECAR_KIND
 from mgmt_api import access
 from mgmt_api import fqn as fqnmod
 from mgmt_api.access import CallContext
-from mgmt_api.compiler import envoy_config, gateway_xds, sidecar_xds
+from mgmt_api.compiler import envoy_config, gateway_xds, mesh_authz, sidecar_xds
 from mgmt_api.compiler import extauthz as extauthz_compiler
 from mgmt_api.compiler.http_route import Backend, HTTPRoute
 from mgmt_api.compiler.identity_limits import ClaimLimits, compile_claim_limits
@@ -51,6 +51,7 @@ from mgmt_api.domain import rbac
 from mgmt_api.domain.uris import check_grpc_uri
 from mgmt_api.errors import not_found
 from mgmt_api.kinds.security_setting import AuthorizationSettings, SecuritySetting
+from mgmt_api.service import clusters
 from mgmt_api.service.sidecars import SidecarDirectory
 from mgmt_api.store import repo
 from mgmt_api.store.uow import UnitOfWork
@@ -91,6 +92,7 @@ class ReachingGroup:
 
     group: repo.Resource
     selector: Any
+    workspace_selector: Any = None  # its workspace's, for mode WORKSPACE
 
 
 def group_selector(conn: Connection, group: repo.Resource) -> Any:
@@ -111,7 +113,7 @@ def groups_reaching(conn: Connection, organization: str, cluster: str) -> Iterat
                     "namespaceSelector"
                 )
                 if selects_cluster(selector, cluster):
-                    yield ReachingGroup(group, selector)
+                    yield ReachingGroup(group, selector, workspace.spec.get("namespaceSelector"))
 
 
 # ---- the read model --------------------------------------------------------------------
@@ -132,6 +134,9 @@ class ClusterReadModel:
     http_route_specs: tuple[tuple[str, Mapping[str, Any]], ...] = field(default=())
     backend_specs: tuple[tuple[str, Mapping[str, Any]], ...] = field(default=())
     gateway_spec: Mapping[str, Any] = field(default_factory=dict)  # the spec's gateway knobs
+    trust_domain: str = ""  # the sidecars' SPIFFE trust domain (own, or the default)
+    #: Every SecuritySetting that reaches the cluster, as sidecars enforce it.
+    mesh_settings: tuple[mesh_authz.MeshSetting, ...] = field(default=())
 
     def gateway(self) -> envoy_config.GatewaySettings:
         """The gateway knobs, parsed on use for the reason :meth:`traffic_policies` gives."""
@@ -196,55 +201,86 @@ def _manifests(
     )
 
 
-def _ext_authz(
-    conn: Connection, organization: str, cluster: str
-) -> tuple[list[tuple[str, dict[str, Any]]], list[envoy_config.ExtAuthzRoute], list[str]]:
-    policies: list[tuple[str, dict[str, Any]]] = []
-    routes: list[envoy_config.ExtAuthzRoute] = []
-    notes: list[str] = []
+@dataclass(frozen=True)
+class _SecurityRead:
+    """What the security groups reaching a cluster compile into."""
+
+    policies: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    routes: list[envoy_config.ExtAuthzRoute] = field(default_factory=list)
+    mesh: list[mesh_authz.MeshSetting] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _ext_authz_route(
+    conn: Connection,
+    setting: repo.Resource,
+    authorization: AuthorizationSettings,
+    namespaces: tuple[str, ...],
+    notes: list[str],
+) -> envoy_config.ExtAuthzRoute | None:
+    """The gateways' entry for one setting; None when it checks nothing at the HTTP level."""
+    group_fqn = setting.parent
+    external = authorization.http.external if authorization.http else None
+    disabled = authorization.mode == "DISABLED"
+    # Mode DISABLED checks nothing, local rules included.
+    local = None if disabled or not authorization.http else authorization.http.local
+    if external is None and local is None and not disabled:
+        return None
+    if external is not None and local is not None:
+        notes.append(
+            f"{setting.fqn} has both local JWT rules and an external ext_authz "
+            "server: the local rules apply and ext_authz is not called"
+        )
+    name = external.policy if external else None
+    if name and not repo.exists(conn, f"{group_fqn}/extauthzpolicies/{name}"):
+        notes.append(
+            f"{setting.fqn} selects ExtAuthzPolicy {name!r}, which does not "
+            "exist in its group: ext_authz denies its requests"
+        )
+    return envoy_config.ExtAuthzRoute(
+        setting=setting.fqn,
+        group=group_fqn,
+        namespaces=namespaces,
+        uri=external.uri if external else "",
+        policy=extauthz_compiler.policy_name(group_fqn, name) if name else None,
+        disabled=disabled,
+        local=(
+            None
+            if local is None
+            else local.model_dump(mode="json", by_alias=True, exclude_none=True)
+        ),
+    )
+
+
+def _security(conn: Connection, organization: str, cluster: str) -> _SecurityRead:
+    out = _SecurityRead()
     for reach in groups_reaching(conn, organization, cluster):
         group = reach.group
         for policy in repo.all_children(conn, group.fqn, Kind.EXT_AUTHZ_POLICY):
-            policies.append((extauthz_compiler.policy_name(group.fqn, policy.name), policy.spec))
+            out.policies.append(
+                (extauthz_compiler.policy_name(group.fqn, policy.name), policy.spec)
+            )
+        namespaces = selected_namespaces(reach.selector, cluster)
         for setting in repo.all_children(conn, group.fqn, Kind.SECURITY_SETTING):
             # Stored through the same model by the API, so it reads back whole.
             authorization = (
                 SecuritySetting.model_validate(setting.spec).authorization
                 or AuthorizationSettings()
             )
-            external = authorization.http.external if authorization.http else None
-            disabled = authorization.mode == "DISABLED"
-            # Mode DISABLED checks nothing, local rules included.
-            local = None if disabled or not authorization.http else authorization.http.local
-            if external is None and local is None and not disabled:
-                continue
-            if external is not None and local is not None:
-                notes.append(
-                    f"{setting.fqn} has both local JWT rules and an external ext_authz "
-                    "server: the local rules apply and ext_authz is not called"
-                )
-            name = external.policy if external else None
-            if name and not repo.exists(conn, f"{group.fqn}/extauthzpolicies/{name}"):
-                notes.append(
-                    f"{setting.fqn} selects ExtAuthzPolicy {name!r}, which does not "
-                    "exist in its group: ext_authz denies its requests"
-                )
-            routes.append(
-                envoy_config.ExtAuthzRoute(
+            route = _ext_authz_route(conn, setting, authorization, namespaces, out.notes)
+            if route is not None:
+                out.routes.append(route)
+            out.mesh.append(
+                mesh_authz.MeshSetting(
                     setting=setting.fqn,
-                    group=group.fqn,
-                    namespaces=selected_namespaces(reach.selector, cluster),
-                    uri=external.uri if external else "",
-                    policy=extauthz_compiler.policy_name(group.fqn, name) if name else None,
-                    disabled=disabled,
-                    local=(
-                        None
-                        if local is None
-                        else local.model_dump(mode="json", by_alias=True, exclude_none=True)
-                    ),
+                    mode=authorization.mode,
+                    namespaces=namespaces,
+                    workspace_namespaces=selected_namespaces(reach.workspace_selector, cluster),
+                    service_accounts=tuple(authorization.service_accounts or ()),
+                    ext_authz=route,
                 )
             )
-    return policies, routes, notes
+    return out
 
 
 def read_cluster(conn: Connection, organization: str, cluster: str) -> ClusterReadModel | None:
@@ -253,19 +289,21 @@ def read_cluster(conn: Connection, organization: str, cluster: str) -> ClusterRe
     res = repo.get(conn, cluster_fqn)
     if res is None:
         return None
-    policies, routes, notes = _ext_authz(conn, organization, cluster)
+    security = _security(conn, organization, cluster)
     return ClusterReadModel(
         organization=organization,
         cluster=cluster,
         cluster_fqn=cluster_fqn,
         traffic_specs=_manifests(conn, cluster_fqn, Kind.BACKEND_TRAFFIC_POLICY),
-        extauthz_policies=tuple(policies),
-        ext_authz_routes=tuple(routes),
+        extauthz_policies=tuple(security.policies),
+        ext_authz_routes=tuple(security.routes),
         rate_limit=res.spec.get("rateLimit") or None,
-        notes=tuple(notes),
+        notes=tuple(security.notes),
         http_route_specs=_manifests(conn, cluster_fqn, Kind.HTTP_ROUTE),
         backend_specs=_manifests(conn, cluster_fqn, Kind.BACKEND),
         gateway_spec={k: res.spec[k] for k in envoy_config.GATEWAY_SPEC_KEYS if k in res.spec},
+        trust_domain=clusters.trust_domain(conn, res),
+        mesh_settings=tuple(security.mesh),
     )
 
 
@@ -399,7 +437,13 @@ class EnforcementService:
         if policies is None:
             raise UnknownCluster(fqnmod.cluster_fqn(organization, cluster))
         endpoints = self.sidecars.endpoints(organization, cluster) if self.sidecars else ()
-        return sidecar_xds.SidecarInput(cluster, endpoints)
+        return sidecar_xds.SidecarInput(
+            cluster,
+            endpoints,
+            trust_domain=policies.trust_domain,
+            settings=policies.mesh_settings,
+            knobs=policies.gateway(),
+        )
 
     async def sidecar_async(self, organization: str, cluster: str) -> sidecar_xds.SidecarInput:
         return await asyncio.to_thread(self.sidecar, organization, cluster)

@@ -6,6 +6,11 @@ in memory per replica (like the status registry): with several replicas, a
 sidecar sees the instances connected to the replica it streams from
 (docs/mesh.md, "what is not done"). Every change calls the listeners, so the
 streams of the cluster recompile.
+
+It also holds when each connected sidecar's current certificate expires
+(:meth:`SidecarDirectory.certified`), which the
+``meshplane_sidecar_certificate_expiry_timestamp_seconds`` gauge reads at
+scrape time; a sidecar that leaves takes its series with it.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ class SidecarDirectory:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._nodes: dict[tuple[str, str], dict[int, SidecarNode]] = {}
+        self._expiry: dict[int, tuple[SidecarNode, float]] = {}  # handle → (node, notAfter)
         self._ids = 0
         self.listeners: list[Callable[[], None]] = []
 
@@ -54,9 +60,22 @@ class SidecarDirectory:
         with self._lock:
             nodes = self._nodes.get((node.organization, node.cluster), {})
             nodes.pop(handle, None)
+            self._expiry.pop(handle, None)
             if not nodes:
                 self._nodes.pop((node.organization, node.cluster), None)
         self._changed()
+
+    def certified(self, handle: int, not_after: float) -> None:
+        """A connected sidecar was sent a certificate valid until ``not_after`` (Unix s)."""
+        with self._lock:
+            for nodes in self._nodes.values():
+                if handle in nodes:
+                    self._expiry[handle] = (nodes[handle], not_after)
+
+    def expiries(self) -> list[tuple[SidecarNode, float]]:
+        """(node, notAfter) of every connected sidecar that holds a certificate."""
+        with self._lock:
+            return list(self._expiry.values())
 
     def endpoints(self, organization: str, cluster: str) -> tuple[SidecarEndpoint, ...]:
         """The cluster's sidecars as endpoints, sorted (one per address)."""
@@ -65,7 +84,9 @@ class SidecarDirectory:
         return tuple(
             sorted(
                 {
-                    SidecarEndpoint(n.namespace, n.service, n.inbound_host, n.inbound_port)
+                    SidecarEndpoint(
+                        n.namespace, n.service, n.inbound_host, n.inbound_port, n.service_account
+                    )
                     for n in nodes
                 }
             )

@@ -690,3 +690,14 @@ def kv_put(conn: Connection, key: str, value: str) -> None:
         == 0
     ):
         conn.execute(sa.insert(server_kv).values(key=key, value=value))
+
+
+def kv_insert_new(conn: Connection, key: str, value: str) -> None:
+    """Insert ``key``; raises IntegrityError if it exists (a racing replica won)."""
+    conn.execute(sa.insert(server_kv).values(key=key, value=value))
+
+
+def kv_delete_prefix(conn: Connection, prefix: str) -> int:
+    """Delete every key starting with ``prefix`` (taken literally)."""
+    stmt = sa.delete(server_kv).where(server_kv.c.key.startswith(prefix, autoescape=True))
+    return int(conn.execute(stmt).rowcount)

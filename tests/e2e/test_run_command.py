@@ -44,9 +44,15 @@ PORT_FLAGS = tuple(port_flag(name) for name in PORT_ROLES)
 CLUSTER_PATH = "/v2/organizations/demo/clusters/demo"
 DEMO_REQUESTS = 3  # the demo limit, per minute
 #: The mesh part of the tour, after the gateway's (what each printed command holds).
-MESH_KINDS = ("-H 'host: payments.billing' http://",)
-# org, cluster, Backend, 2 HTTPRoutes, the limit, tenant, workspace, group, JWT policy, setting
-SEEDED = 11
+MESH_KINDS = (
+    "-H 'host: web.shop' -H \"authorization: Bearer $TOKEN\"",
+    "-H 'host: web.shop' -H \"authorization: Bearer not-a-valid-token\"",
+    "-H 'host: payments.billing' -H \"authorization: Bearer $TOKEN\"",
+    "-H 'host: payments.billing' -H \"authorization: Bearer $TOKEN\"",
+)
+# org, cluster, Backend, 2 HTTPRoutes, the limit, tenant, workspace, group, JWT policy, setting,
+# and the mesh's: 2 groups, shop's JWT policy, 2 settings
+SEEDED = 16
 
 
 class Orchestrator:
@@ -266,7 +272,7 @@ def test_run_command_brings_up_the_gateway_and_the_tour_through_it_holds(
         assert instance["instance"] == "demo-gateway", text
         assert instance["levels"]["admin"] in {"trace", "debug", "info", "warning", "error"}
 
-    check_mesh_tour(commands[len(kinds) - len(MESH_KINDS) :])
+    check_mesh_tour(commands[len(kinds) - len(MESH_KINDS) :], commands[0])
 
     orchestrator.proc.send_signal(signal.SIGTERM)
     assert orchestrator.proc.wait(timeout=60) == 0, orchestrator.output
@@ -279,11 +285,16 @@ def test_run_command_brings_up_the_gateway_and_the_tour_through_it_holds(
     assert {json.loads(line)["service"] for line in gateway_log if line.strip()} == {"gateway"}
 
 
-def check_mesh_tour(commands: list[str]) -> None:
-    """The mesh calls, run as printed: web reaches payments by name through both sidecars."""
-    ((code, text),) = run_printed(commands[:1])
-    assert code == 0, text
-    assert json.loads(text)["app"] == "payments", text
+def check_mesh_tour(commands: list[str], token_command: str) -> None:
+    """The mesh calls, run as printed (after the printed ``TOKEN=...``), in order."""
+    allowed, bad_token, local_rule, by_mode = run_printed([token_command, *commands])[1:]
+    assert allowed[0] == 0 and json.loads(allowed[1])["app"] == "web", allowed
+    assert bad_token[0] == 0 and "HTTP/1.1 403" in bad_token[1], bad_token
+    assert "x-ext-authz-reason:" in bad_token[1].lower(), bad_token  # ext_authz said no
+    assert "x-meshplane-denied" not in bad_token[1].lower(), bad_token
+    assert local_rule[0] == 0 and json.loads(local_rule[1])["app"] == "payments", local_rule
+    assert by_mode[0] == 0 and "HTTP/1.1 403" in by_mode[1], by_mode
+    assert "x-meshplane-denied: mode CUSTOM" in by_mode[1], by_mode
 
 
 def test_a_second_run_on_the_same_state_reuses_the_seed(tmp_path: Path) -> None:

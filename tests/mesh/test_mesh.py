@@ -2,24 +2,37 @@
 
 One stack for the module: mgmt-api, three workloads (``a`` and ``b`` in
 ``ns1``, ``c`` in ``ns2``), each behind its sidecar. Calls go app → its
-sidecar's outbound listener (by service name) → the callee's sidecar's
-inbound listener → the callee app.
+sidecar's outbound listener (by service name) → mTLS with the workload
+certificates mgmt-api serves over SDS → the callee's sidecar's inbound
+listener → the callee app. Certificates live 30 s here, so they rotate (at
+half-life) while the module runs.
 """
 
 from __future__ import annotations
 
+import socket
+import ssl
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from meshplane.sidecar_contract import SIDECAR_KIND
-from tests.support.mesh import MeshStack
+from meshplane.sidecar_contract import SIDECAR_KIND, spiffe_id
+from mgmt_api.domain import mesh_ca
+from tests.mgmt_api.harness import ok
+from tests.support.certs import CertificateAuthority
+from tests.support.gateway import CLUSTER_PATH
+from tests.support.mesh import TRUST_DOMAIN, MeshStack, Workload
+from tests.support.processes import wait_until
+
+TTL = 30  # the stack's certificate lifetime (s)
 
 
 @pytest.fixture(scope="module")
 def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MeshStack]:
-    stack = MeshStack(Path(tmp_path_factory.mktemp("mesh")))
+    stack = MeshStack(Path(tmp_path_factory.mktemp("mesh")), certificate_ttl="30s")
     try:
         stack.workload("a", "ns1", "sa-a")
         stack.workload("b", "ns1", "sa-b")
@@ -58,3 +71,137 @@ def test_a_sidecar_that_leaves_is_no_endpoint_and_one_that_joins_is(mesh: MeshSt
     mesh.workloads.remove(d)
     mesh.sidecars_converged()
     assert a.call(d).status_code == 404
+
+
+def test_every_sidecar_holds_a_certificate_of_its_own_spiffe_id(mesh: MeshStack) -> None:
+    # The cluster names no trust domain: the default, also in its ClusterConfig.
+    assert ok(mesh.admin.post(f"{CLUSTER_PATH}/config"))["trustDomain"] == TRUST_DOMAIN
+    for workload in mesh.workloads:
+        certificates = workload.certificates()
+        assert certificates, workload.name
+        for certificate in certificates:
+            assert certificate["subject_alt_names"] == [{"uri": workload.spiffe_id()}]
+    expiries = mesh.certificate_expiries()
+    assert set(expiries) == {w.node.instance for w in mesh.workloads}
+    now = time.time()
+    assert all(now < e <= now + TTL + 1 for e in expiries.values()), expiries
+
+
+def _plaintext_answer(port: int) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(b"GET / HTTP/1.1\r\nhost: a.ns1\r\n\r\n")
+        try:
+            return sock.recv(100)
+        except ConnectionResetError:
+            return b""
+
+
+def _handshake(port: int, client_pem: tuple[Path, Path] | None) -> None:
+    """A TLS 1.2 handshake (whose failure TLS 1.2 reports in the handshake itself)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    context.maximum_version = ssl.TLSVersion.TLSv1_2
+    if client_pem is not None:
+        context.load_cert_chain(*client_pem)
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        with context.wrap_socket(sock) as tls:
+            tls.sendall(b"GET / HTTP/1.1\r\nhost: a.ns1\r\n\r\n")
+            raise AssertionError(f"the handshake succeeded and answered {tls.recv(100)!r}")
+
+
+def _impostor(tmp: Path, identity: str) -> tuple[Path, Path]:
+    """A certificate for a real workload's SPIFFE id, from another CA of the same trust domain."""
+    now = time.time()
+    ca = mesh_ca.new_ca(TRUST_DOMAIN, now, mesh_ca.new_key())
+    key = mesh_ca.new_key()
+    certificate = mesh_ca.issue_svid(ca, identity, key.public_key(), now)
+    (tmp / "impostor.crt").write_text(mesh_ca.pem(certificate))
+    (tmp / "impostor.key").write_text(mesh_ca.key_pem(key))
+    return tmp / "impostor.crt", tmp / "impostor.key"
+
+
+def test_the_inbound_listener_refuses_plaintext_and_foreign_certificates(
+    mesh: MeshStack, tmp_path: Path
+) -> None:
+    a = mesh.workloads[0]
+    port = a.node.inbound_port
+    assert not _plaintext_answer(port).startswith(b"HTTP/")
+    foreign = CertificateAuthority(tmp_path).issue("someone", client=True)
+    impostor = _impostor(tmp_path, spiffe_id(TRUST_DOMAIN, "ns1", "sa-b"))
+    for client in (None, (foreign.cert, foreign.key), impostor):
+        with pytest.raises((ssl.SSLError, ConnectionResetError)):
+            _handshake(port, client)
+    # The same listener serves a sidecar of the mesh CA.
+    assert mesh.workloads[1].call(a).status_code == 200
+
+
+class _Load:
+    """Calls a → c and c → a in a loop on a thread, recording every failure."""
+
+    def __init__(self, a: Workload, c: Workload) -> None:
+        self.pairs = ((a, c), (c, a))
+        self.done, self.failures = threading.Event(), list[str]()
+        self.calls = 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.done.is_set():
+            for caller, callee in self.pairs:
+                try:
+                    response = caller.call(callee)
+                    if response.status_code != 200:
+                        self.failures.append(f"{response.status_code} {response.text[:200]}")
+                except Exception as exc:  # every failure counts, whatever it is
+                    self.failures.append(repr(exc))
+                self.calls += 1
+            time.sleep(0.02)
+
+    def __enter__(self) -> _Load:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        self.thread.join(timeout=30)
+
+
+def test_certificates_rotate_under_load_with_no_failed_request(mesh: MeshStack) -> None:
+    a, c = mesh.workloads[0], mesh.workloads[2]
+    before = {w.name: w.serials() for w in (a, c)}
+    assert all(len(s) == 1 for s in before.values()), before
+    expiries = mesh.certificate_expiries()
+    with _Load(a, c) as load:
+        # Half of the 30 s lifetime, plus a wake-up of the stream (5 s), plus slack.
+        wait_until(
+            lambda: all(w.serials().isdisjoint(before[w.name]) for w in (a, c)),
+            TTL * 2,
+            "both sidecars to rotate their certificates",
+        )
+        calls = load.calls
+        wait_until(lambda: load.calls > calls + 10, 30, "more calls after the rotation")
+    assert load.failures == [], load.failures[:5]
+    after = mesh.certificate_expiries()
+    assert all(after[w.node.instance] > expiries[w.node.instance] for w in (a, c))
+
+
+def test_revoking_the_key_ends_the_sidecar_stream_and_its_certificates(mesh: MeshStack) -> None:
+    a = mesh.workloads[0]
+    key_id, credentials = mesh.new_agent_key()
+    e = mesh.workload("e", "ns2", "sa-e", credentials=credentials)
+    mesh.sidecars_converged()
+    assert a.call(e).json()["app"] == "e"
+    assert e.node.instance in mesh.certificate_expiries()
+    mesh.revoke_agent_key(key_id)
+
+    def closed() -> bool:
+        instances = mesh.status()["instances"]
+        return not any(i["instance"] == e.node.instance and i["connected"] for i in instances)
+
+    wait_until(closed, 30, "the revoked sidecar's stream to close")
+    # No certificate is tracked (or issued) for it any more, and it is no endpoint.
+    wait_until(
+        lambda: e.node.instance not in mesh.certificate_expiries(), 30, "e's gauge series to go"
+    )
+    wait_until(lambda: a.call(e).status_code == 404, 30, "e to leave a's routes")
+    e.stop()
+    mesh.workloads.remove(e)

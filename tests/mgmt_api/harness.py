@@ -29,8 +29,10 @@ class MgmtServer:
         install_config: str | None = None,
         extra_args: tuple[str, ...] = (),
         tls_verify: Any = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.admin_password = admin_password
+        self.env = env or {}  # extra environment (MESHPLANE_* settings)
         self.install_config = install_config  # --config: spec.identityProvider
         self.extra_args = extra_args  # e.g. --tls-cert/--tls-key
         # Set when the server speaks HTTPS: httpx's ``verify`` for it (the test
@@ -58,7 +60,7 @@ class MgmtServer:
         return True if self.tls_verify is None else self.tls_verify
 
     def start(self) -> MgmtServer:
-        env = {**os.environ, "MESHPLANE_DATA_DIR": self.data_dir}
+        env = {**os.environ, "MESHPLANE_DATA_DIR": self.data_dir, **self.env}
         env.pop("MESHPLANE_ADMIN_PASSWORD", None)
         if self.admin_password is not None:
             env["MESHPLANE_ADMIN_PASSWORD"] = self.admin_password

@@ -226,6 +226,9 @@ def test_gateway_knobs_follow_profile_defaults_and_mandates_in_cluster_config(
             "cluster.circuitBreakers.maxPendingRequests",
             "less than or equal to 2147483647",
         ),
+        # a trust domain SPIFFE refuses (docs/mesh.md)
+        ({"trustDomain": "Prod.Example"}, "cluster.trustDomain", "SPIFFE trust domain"),
+        ({"trustDomain": "spiffe://x"}, "cluster.trustDomain", "SPIFFE trust domain"),
         # unknown fields
         ({"extAuthz": {"timeoutMs": 100}}, "cluster.extAuthz.timeoutMs", "unknown field"),
         ({"circuitBreakers": {"maxHosts": 1}}, "cluster.circuitBreakers.maxHosts", "unknown field"),

@@ -7,8 +7,11 @@ import json
 import httpx
 import sqlalchemy as sa
 
+from mgmt_api.domain import mesh_ca
+from mgmt_api.service.mesh_ca import MeshCaStore
 from mgmt_api.store import repo
 from mgmt_api.store.engine import create_engine, write_tx
+from mgmt_api.store.uow import UnitOfWork
 from tests.mgmt_api.harness import MgmtServer, err, ok
 
 
@@ -129,3 +132,29 @@ def test_delete_does_not_touch_prefix_siblings(admin: httpx.Client, org: str) ->
     ok(admin.delete(f"/v2/organizations/{org}"))
     ok(admin.get(f"/v2/organizations/{org}-b/tenants/t"))
     ok(admin.delete(f"/v2/organizations/{org}-b"))
+
+
+def test_deleting_a_cluster_deletes_its_mesh_cas(
+    server: MgmtServer, admin: httpx.Client, org: str
+) -> None:
+    base = f"/v2/organizations/{org}/clusters"
+    fqn = f"organizations/{org}/clusters/mesh"
+    ok(admin.post(base, json={"name": "mesh", "cluster": {}}))
+    uow = UnitOfWork(create_engine(server.database_url))
+    try:
+        MeshCaStore(uow).get(org, "mesh")  # what a sidecar's first stream does (docs/mesh.md)
+        with uow.read() as conn:
+            res = repo.get(conn, fqn)
+        assert res is not None
+        prefix = mesh_ca.store_prefix(fqn, res.create_time)
+
+        def stored() -> int:
+            with uow.read() as conn:
+                keys = [r[0] for r in conn.execute(sa.text("SELECT key FROM server_kv"))]
+            return sum(1 for k in keys if k.startswith(prefix))
+
+        assert stored() == 1
+        ok(admin.delete(f"{base}/mesh"))
+        assert stored() == 0
+    finally:
+        uow.engine.dispose()

@@ -417,10 +417,12 @@ def test_gateway_knobs_render_into_the_filters_and_circuit_breakers(
     )
     (thresholds,) = upstream.circuit_breakers.thresholds
     assert (thresholds.max_pending_requests.value, thresholds.max_requests.value) == (1, 2)
-    # The timeout is the gateway's: the ratelimit and extauthz snapshots do not
-    # change, the gateways' configuration (ADS) does.
+    # The timeouts are the proxies': the ratelimit and extauthz snapshots do not
+    # change, the gateways' and the sidecars' configuration (ADS) does (sidecars
+    # call ext_authz with the cluster's timeout and failure mode too).
     after = ok(admin.get(f"{cluster}/status"))["desiredVersions"]
-    assert after["gateway"] != before.pop("gateway")
+    for proxy in ("gateway", "sidecar"):
+        assert after[proxy] != before.pop(proxy)
     assert {k: after[k] for k in before} == before
 
     current = ok(admin.get(cluster))

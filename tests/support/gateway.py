@@ -148,6 +148,7 @@ class GatewayStack:
         transport: str = "tcp",
         service_args: tuple[str, ...] = (),
         metrics: bool = False,
+        mgmt_env: dict[str, str] | None = None,
     ) -> None:
         """With ``database_url`` (PostgreSQL), two mgmt-api replicas share it: REST goes to
         ``mgmt`` (replica A), and the services and gateways attach to ``attach`` (B).
@@ -161,6 +162,7 @@ class GatewayStack:
         self.metrics_ports: dict[str, int] = (
             {"ratelimit": free_port(), "extauthz": free_port()} if metrics else {}
         )
+        self.mgmt_env = mgmt_env  # extra environment of mgmt-api (both replicas)
         self.services: list[Service] = []
         self.gateways: list[Gateway] = []
         self.mgmt: MgmtServer | None = None
@@ -178,9 +180,11 @@ class GatewayStack:
     def _start(self) -> None:
         tmp = self.tmp
         (tmp / "mgmt").mkdir()
-        self.mgmt = MgmtServer(data_dir=str(tmp / "mgmt"), database_url=self.database_url).start()
+        self.mgmt = MgmtServer(
+            data_dir=str(tmp / "mgmt"), database_url=self.database_url, env=self.mgmt_env
+        ).start()
         if self.database_url is not None:
-            self.replica_b = MgmtServer(database_url=self.database_url).start()
+            self.replica_b = MgmtServer(database_url=self.database_url, env=self.mgmt_env).start()
             self.b_admin = self.replica_b.admin()
         self.admin = self.mgmt.admin()
         self.redis = RedisServer().start()

@@ -10,6 +10,7 @@ and a sidecar Envoy per workload booted from
 from __future__ import annotations
 
 import json
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -19,10 +20,23 @@ import httpx
 
 from meshctl import sidecar as sidecar_cli
 from meshplane import sidecar_contract as sc
+from tests.mgmt_api.harness import ok
 from tests.support.envoy import EnvoyProcess
-from tests.support.gateway import CLUSTER, ORG, GatewayStack
+from tests.support.gateway import BASE, CLUSTER, CLUSTER_PATH, ORG, GatewayStack
 from tests.support.net import free_port
 from tests.support.processes import wait_until
+
+AGENT_PATH = f"{CLUSTER_PATH}/serviceaccounts/agent"
+EXPIRY_METRIC = "meshplane_sidecar_certificate_expiry_timestamp_seconds"
+
+
+def ok_text(response: httpx.Response) -> str:
+    assert response.status_code == 200, response.text
+    return response.text
+
+
+#: The trust domain of the test cluster, which sets none: the documented default.
+TRUST_DOMAIN = f"{CLUSTER}.{ORG}.mesh.local"
 
 
 class _App(BaseHTTPRequestHandler):
@@ -45,8 +59,16 @@ class _App(BaseHTTPRequestHandler):
 class Workload:
     """One app, its sidecar and a client of the sidecar's outbound listener."""
 
-    def __init__(self, stack: MeshStack, name: str, namespace: str, account: str) -> None:
+    def __init__(
+        self,
+        stack: MeshStack,
+        name: str,
+        namespace: str,
+        account: str,
+        credentials: Path | None = None,
+    ) -> None:
         self.name, self.namespace, self.account = name, namespace, account
+        self.credentials = credentials or stack.credentials
         self.app = ThreadingHTTPServer(("127.0.0.1", 0), _App)
         self.app.app_name = name  # type: ignore[attr-defined]
         self.app.daemon_threads = True
@@ -75,7 +97,7 @@ class Workload:
         node = self.node
         doc = sidecar_cli.render(
             cluster=node.node_cluster,
-            credentials=self.stack.credentials,
+            credentials=self.credentials,
             ads=f"grpc://127.0.0.1:{self.stack.attach.grpc_port}",
             namespace=node.namespace,
             service_account=node.service_account,
@@ -89,10 +111,28 @@ class Workload:
         self.envoy = EnvoyProcess(doc, directory=self.stack.tmp / self.node.instance).start()
         return self
 
-    def call(self, target: Workload, path: str = "/", **kw: Any) -> httpx.Response:
-        """GET ``path`` of ``target`` by its service name, through this sidecar."""
+    def call(
+        self, target: Workload, path: str = "/", token: str | None = None, **kw: Any
+    ) -> httpx.Response:
+        """GET ``path`` of ``target`` by its service name, through this sidecar
+        (with ``Authorization: Bearer token`` when given)."""
         headers = {"host": f"{target.name}.{target.namespace}", **kw.pop("headers", {})}
+        if token is not None:
+            headers["authorization"] = f"Bearer {token}"
         return self.client.get(path, headers=headers, **kw)
+
+    def spiffe_id(self) -> str:
+        return sc.spiffe_id(TRUST_DOMAIN, self.namespace, self.account)
+
+    def certificates(self) -> list[dict[str, Any]]:
+        """The certificates (chains' leaves) the sidecar's Envoy holds (admin ``/certs``)."""
+        assert self.envoy is not None
+        contexts = self.envoy.admin("GET", "/certs").json().get("certificates", [])
+        return [c for ctx in contexts for c in ctx.get("cert_chain", [])]
+
+    def serials(self) -> set[str]:
+        """Serial numbers of the workload certificates the sidecar serves with."""
+        return {c["serial_number"] for c in self.certificates()}
 
     def stop(self) -> None:
         self.client.close()
@@ -105,14 +145,41 @@ class Workload:
 class MeshStack(GatewayStack):
     """The gateway stack plus workloads behind sidecars."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, certificate_ttl: str | None = None) -> None:
+        """``certificate_ttl``: the workload certificates' lifetime (default: mgmt-api's)."""
         self.workloads: list[Workload] = []
-        super().__init__(tmp)
+        env = {"MESHPLANE_SIDECAR_CERT_TTL": certificate_ttl} if certificate_ttl else None
+        super().__init__(tmp, mgmt_env=env)
 
-    def workload(self, name: str, namespace: str, account: str = "default") -> Workload:
-        workload = Workload(self, name, namespace, account)
+    def workload(
+        self, name: str, namespace: str, account: str = "default", credentials: Path | None = None
+    ) -> Workload:
+        """A workload and its sidecar; ``credentials``: another agent key's file."""
+        workload = Workload(self, name, namespace, account, credentials)
         self.workloads.append(workload)
         return workload.start()
+
+    # -- security objects over REST (tenant ``t``) ------------------------
+
+    def workspace(self, name: str, *namespaces: str) -> str:
+        """Workspace ``name`` of tenant ``t`` selecting ``CLUSTER/ns`` for each namespace."""
+        if self.admin.get(f"{BASE}/tenants/t").status_code == 404:
+            self.put(f"{BASE}/tenants", "t", "tenant", {})
+        selector = {"names": [f"{CLUSTER}/{ns}" for ns in namespaces]}
+        self.put(f"{BASE}/tenants/t/workspaces", name, "workspace", {"namespaceSelector": selector})
+        return f"{BASE}/tenants/t/workspaces/{name}"
+
+    def group(self, workspace: str, name: str, *namespaces: str) -> str:
+        """A security group of ``workspace``; without namespaces it selects the workspace's."""
+        body: dict[str, Any] = {}
+        if namespaces:
+            body["namespaceSelector"] = {"names": [f"{CLUSTER}/{ns}" for ns in namespaces]}
+        self.put(f"{workspace}/securitygroups", name, "securityGroup", body)
+        return f"{workspace}/securitygroups/{name}"
+
+    def setting(self, group: str, authorization: dict[str, Any], name: str = "s") -> None:
+        """Create or replace the group's SecuritySetting ``name``."""
+        self.put(f"{group}/settings", name, "securitySetting", {"authorization": authorization})
 
     def sidecars_converged(self, timeout: float = 60) -> dict[str, Any]:
         """Every workload's sidecar is connected and ACKed the desired sidecar version."""
@@ -130,6 +197,34 @@ class MeshStack(GatewayStack):
             return None
 
         return wait_until(done, timeout, "every sidecar to ACK the desired version")
+
+    def new_agent_key(self) -> tuple[str, Path]:
+        """A second key of the cluster's agent account: (key id, a credentials file)."""
+        created = ok(self.admin.post(f"{AGENT_PATH}/keys", params={"keyEncoding": "JWK"}))
+        path = self.tmp / f"credentials-{created['id']}.json"
+        doc = {
+            "clusterFqn": CLUSTER_PATH.removeprefix("/v2/"),
+            "serviceAccountFqn": AGENT_PATH.removeprefix("/v2/"),
+            "keyId": created["id"],
+            "jwk": json.loads(created["privateKey"]),
+        }
+        path.write_text(json.dumps(doc))
+        return created["id"], path
+
+    def revoke_agent_key(self, key_id: str) -> None:
+        ok(self.admin.delete(f"{AGENT_PATH}/keys/{key_id}"))
+
+    def certificate_expiries(self) -> dict[str, float]:
+        """instance → the expiry gauge mgmt-api exports for its sidecar's certificate."""
+        text = ok_text(self.admin.get("/metrics"))
+        out: dict[str, float] = {}
+        for line in text.splitlines():
+            if line.startswith(EXPIRY_METRIC + "{"):
+                labels, _, value = line.rpartition(" ")
+                found = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+                assert found["cluster"] == f"{ORG}/{CLUSTER}", line
+                out[found["instance"]] = float(value)
+        return out
 
     def close(self) -> None:
         for workload in self.workloads:

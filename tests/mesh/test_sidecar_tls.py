@@ -1,0 +1,58 @@
+"""The TLS shapes of a sidecar's resources (pure compile; Envoy's own protos parse them)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from meshplane.sidecar_contract import SidecarNode
+from mgmt_api.compiler import gateway_xds, sidecar_xds
+from mgmt_api.compiler.sidecar_xds import SidecarEndpoint, SidecarInput
+from mgmt_api.distribution.ads import pack
+
+TD = "c1.acme.mesh.local"
+NODE = SidecarNode("acme", "c1", "ns1-a", "ns1", "sa-a", "a", 8080, "10.0.0.1", 15006, 15001)
+ENDPOINTS = (
+    SidecarEndpoint("ns1", "b", "10.0.0.2", 15006, "sa-b"),
+    SidecarEndpoint("ns1", "b", "10.0.0.3", 15006, "sa-b2"),
+    SidecarEndpoint("ns2", "c", "10.0.0.4", 15006, "sa-c"),
+)
+SDS = sidecar_xds.secrets("CHAIN", "KEY", "CA")
+
+
+def _context(socket: dict[str, Any]) -> dict[str, Any]:
+    assert socket["name"] == "envoy.transport_sockets.tls"
+    context: dict[str, Any] = socket["typedConfig"]["commonTlsContext"]
+    assert context["tlsCertificateSdsSecretConfigs"][0]["name"] == sidecar_xds.SVID_SECRET
+    combined = context["combinedValidationContext"]
+    assert combined["validationContextSdsSecretConfig"]["name"] == sidecar_xds.CA_SECRET
+    return combined["defaultValidationContext"]  # type: ignore[no-any-return]
+
+
+def test_inbound_requires_a_mesh_client_certificate_and_outbound_pins_the_callee_ids() -> None:
+    resources = sidecar_xds.compile_sidecar(SidecarInput("c1", ENDPOINTS, TD), NODE, SDS)
+    inbound = resources.listeners[0]
+    socket = inbound["filterChains"][0]["transportSocket"]
+    assert socket["typedConfig"]["requireClientCertificate"] is True
+    assert _context(socket)["matchTypedSubjectAltNames"] == [
+        {"sanType": "URI", "matcher": {"prefix": f"spiffe://{TD}/"}}
+    ]
+    assert "transportSocket" not in resources.listeners[1]["filterChains"][0]  # app's loopback
+    clusters = {c["name"]: c for c in resources.clusters}
+    assert "transportSocket" not in clusters[sidecar_xds.APP_CLUSTER]
+    sans = _context(clusters["outbound/ns1/b"]["transportSocket"])["matchTypedSubjectAltNames"]
+    assert [s["matcher"]["exact"] for s in sans] == [
+        f"spiffe://{TD}/ns/ns1/sa/sa-b",
+        f"spiffe://{TD}/ns/ns1/sa/sa-b2",
+    ]
+    assert resources.secrets == SDS
+    for type_url, items in resources.by_type().items():  # Envoy's protos accept every one
+        for item in items:
+            pack(type_url, item)
+    assert {s["name"] for s in resources.by_type()[gateway_xds.SECRET_TYPE]} == {"svid", "mesh-ca"}
+
+
+def test_the_version_follows_the_trust_domain_and_the_callee_accounts() -> None:
+    inp = SidecarInput("c1", ENDPOINTS, TD)
+    assert inp.version() != SidecarInput("c1", ENDPOINTS, "other.td").version()
+    moved = (*ENDPOINTS[:2], SidecarEndpoint("ns2", "c", "10.0.0.4", 15006, "sa-c2"))
+    assert inp.version() != SidecarInput("c1", moved, TD).version()
