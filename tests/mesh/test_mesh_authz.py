@@ -19,12 +19,16 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from concurrent import futures
 from pathlib import Path
 from typing import Any
 
+import grpc
 import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
+from envoy.service.auth.v3 import external_auth_pb2, external_auth_pb2_grpc
+from google.rpc import status_pb2
 from jwt.algorithms import RSAAlgorithm
 
 from extauthz.cli import mint_demo_token
@@ -235,3 +239,42 @@ def test_a_nacking_sidecar_shows_its_error_and_keeps_its_last_good_configuration
     finally:
         f.stop()
         mesh.workloads.remove(f)
+
+
+class _RecordingAuthz(external_auth_pb2_grpc.AuthorizationServicer):
+    """A fake ext_authz server: allows every Check and records the caller's principal."""
+
+    def __init__(self) -> None:
+        self.principals: list[str] = []
+
+    def Check(
+        self, request: external_auth_pb2.CheckRequest, context: grpc.ServicerContext
+    ) -> external_auth_pb2.CheckResponse:
+        del context
+        self.principals.append(request.attributes.source.principal)
+        return external_auth_pb2.CheckResponse(
+            status=status_pb2.Status(code=0), ok_response=external_auth_pb2.OkHttpResponse()
+        )
+
+
+def test_ext_authz_at_a_sidecar_gets_the_callers_spiffe_id_as_source_principal_fake_server(
+    mesh: MeshStack,
+) -> None:
+    """Envoy fills ``source.principal`` from the caller's mesh certificate (a
+    fake Check server records it; the real extauthz has no policy reading it)."""
+    w = workloads(mesh)
+    fake = _RecordingAuthz()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    external_auth_pb2_grpc.add_AuthorizationServicer_to_server(fake, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        g2 = f"{BASE}/tenants/t/workspaces/w2/securitygroups/g2"
+        external = {"uri": f"grpc://127.0.0.1:{port}"}
+        mesh.setting(g2, {"mode": "UNSET", "http": {"external": external}})
+        mesh.sidecars_converged()
+        # c has no connection open to e (the listener changed: see the local-rules test).
+        assert w["c"].call(w["e"], "/who").status_code == 200
+        assert fake.principals == [w["c"].spiffe_id()]
+    finally:
+        server.stop(grace=None)
