@@ -19,12 +19,16 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from concurrent import futures
 from pathlib import Path
 from typing import Any
 
+import grpc
 import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
+from envoy.service.auth.v3 import external_auth_pb2, external_auth_pb2_grpc
+from google.rpc import status_pb2
 from jwt.algorithms import RSAAlgorithm
 
 from extauthz.cli import mint_demo_token
@@ -32,6 +36,7 @@ from meshplane.sidecar_contract import SIDECAR_KIND
 from mgmt_api.compiler.mesh_authz import DENIED_HEADER
 from tests.support.gateway import BASE
 from tests.support.mesh import MeshStack, Workload
+from tests.support.processes import wait_until
 
 #: Five Envoys, mgmt-api and the services start in the first test's setup:
 #: ~50 s on an idle 2-core machine, more under load.
@@ -73,6 +78,10 @@ def workloads(mesh: MeshStack) -> dict[str, Workload]:
 def test_ext_authz_at_a_sidecar(mesh: MeshStack) -> None:
     """Good token 200, bad token 403 (the real extauthz decides); ns3 is not checked."""
     w = workloads(mesh)
+    g2 = f"{BASE}/tenants/t/workspaces/w2/securitygroups/g2"
+    external = {"uri": mesh.service_uri("extauthz"), "policy": "jwt"}
+    mesh.setting(g2, {"mode": "UNSET", "http": {"external": external}})
+    mesh.sidecars_converged()
     good = mint_demo_token(SECRET, "/", 600)
     assert w["a"].call(w["e"], "/x", good).status_code == 200
     assert w["a"].call(w["e"], "/x", "not-a-token").status_code == 403
@@ -191,3 +200,81 @@ def test_a_group_gaining_a_namespace_admits_it_with_no_restart(mesh: MeshStack) 
     finally:
         mesh.group(w_path, "g1", "ns1", "ns2")
         mesh.sidecars_converged()
+
+
+#: A sidecar Envoy without jwt_authn, as a build lacking a feature would be.
+WITHOUT_JWT_AUTHN = ("--disable-extensions", "envoy.filters.http/envoy.filters.http.jwt_authn")
+
+
+def test_a_nacking_sidecar_shows_its_error_and_keeps_its_last_good_configuration(
+    mesh: MeshStack,
+) -> None:
+    """Local JWT rules reach a sidecar that cannot load jwt_authn: it NACKs
+    with Envoy's error in the status and keeps enforcing its mode."""
+    w = workloads(mesh)
+    g2 = f"{BASE}/tenants/t/workspaces/w2/securitygroups/g2"
+    mesh.setting(g2, {"mode": "NAMESPACE"})
+    f = mesh.workload("f", "ns4", "sa-f", extra_args=WITHOUT_JWT_AUTHN)
+    try:
+        mesh.sidecars_converged()
+        local = {
+            "rules": [{"from": [{"jwt": {"iss": ISSUER}}]}],
+            "keys": {"jwks": {"value": _jwks()}},
+        }
+        mesh.setting(g2, {"mode": "NAMESPACE", "http": {"local": local}})
+
+        def nacked() -> dict[str, Any] | None:
+            status = mesh.status()
+            (row,) = [i for i in status["instances"] if i["instance"] == "ns4-f"]
+            desired = status["desiredVersions"][SIDECAR_KIND]
+            return row if row["lastResult"] == "NACK" and row["nackedVersion"] == desired else None
+
+        row = wait_until(nacked, 60, "sidecar f to NACK")
+        assert "jwt_authn" in row["lastError"]
+        assert row["appliedVersion"] != row["nackedVersion"]
+        # The last good configuration: the mode, and no token check.
+        refused = w["a"].call(f)
+        assert (refused.status_code, refused.headers[DENIED_HEADER]) == (403, "mode NAMESPACE")
+        assert w["e"].call(f).status_code == 200
+    finally:
+        f.stop()
+        mesh.workloads.remove(f)
+
+
+class _RecordingAuthz(external_auth_pb2_grpc.AuthorizationServicer):
+    """A fake ext_authz server: allows every Check and records the caller's principal."""
+
+    def __init__(self) -> None:
+        self.principals: list[str] = []
+
+    def Check(
+        self, request: external_auth_pb2.CheckRequest, context: grpc.ServicerContext
+    ) -> external_auth_pb2.CheckResponse:
+        del context
+        self.principals.append(request.attributes.source.principal)
+        return external_auth_pb2.CheckResponse(
+            status=status_pb2.Status(code=0), ok_response=external_auth_pb2.OkHttpResponse()
+        )
+
+
+def test_ext_authz_at_a_sidecar_gets_the_callers_spiffe_id_as_source_principal_fake_server(
+    mesh: MeshStack,
+) -> None:
+    """Envoy fills ``source.principal`` from the caller's mesh certificate (a
+    fake Check server records it; the real extauthz has no policy reading it)."""
+    w = workloads(mesh)
+    fake = _RecordingAuthz()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    external_auth_pb2_grpc.add_AuthorizationServicer_to_server(fake, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        g2 = f"{BASE}/tenants/t/workspaces/w2/securitygroups/g2"
+        external = {"uri": f"grpc://127.0.0.1:{port}"}
+        mesh.setting(g2, {"mode": "UNSET", "http": {"external": external}})
+        mesh.sidecars_converged()
+        # c has no connection open to e (the listener changed: see the local-rules test).
+        assert w["c"].call(w["e"], "/who").status_code == 200
+        assert fake.principals == [w["c"].spiffe_id()]
+    finally:
+        server.stop(grace=None)

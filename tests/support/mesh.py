@@ -92,7 +92,8 @@ class Workload:
         )
         self.stack = stack
 
-    def start(self) -> Workload:
+    def start(self, extra_args: tuple[str, ...] = ()) -> Workload:
+        """Start the sidecar; ``extra_args`` go to Envoy (``--disable-extensions``...)."""
         # What `meshctl sidecar bootstrap` prints, from the cluster's credentials.
         node = self.node
         doc = sidecar_cli.render(
@@ -108,7 +109,9 @@ class Workload:
             outbound_port=node.outbound_port,
             admin=f"127.0.0.1:{free_port()}",
         )
-        self.envoy = EnvoyProcess(doc, directory=self.stack.tmp / self.node.instance).start()
+        self.envoy = EnvoyProcess(
+            doc, directory=self.stack.tmp / self.node.instance, extra_args=extra_args
+        ).start()
         return self
 
     def call(
@@ -152,12 +155,18 @@ class MeshStack(GatewayStack):
         super().__init__(tmp, mgmt_env=env)
 
     def workload(
-        self, name: str, namespace: str, account: str = "default", credentials: Path | None = None
+        self,
+        name: str,
+        namespace: str,
+        account: str = "default",
+        credentials: Path | None = None,
+        extra_args: tuple[str, ...] = (),
     ) -> Workload:
-        """A workload and its sidecar; ``credentials``: another agent key's file."""
+        """A workload and its sidecar; ``credentials``: another agent key's file,
+        ``extra_args``: the sidecar Envoy's extra flags."""
         workload = Workload(self, name, namespace, account, credentials)
         self.workloads.append(workload)
-        return workload.start()
+        return workload.start(extra_args)
 
     # -- security objects over REST (tenant ``t``) ------------------------
 
