@@ -72,17 +72,43 @@ def app_name(pod: PodFacts, service_account: str) -> str:
     return service_account or "default"
 
 
-def sidecar_container(config: InjectorConfig, app: str, ca_pem: str | None) -> dict[str, Any]:
+def app_port(pod: PodFacts, spec: Mapping[str, Any]) -> int:
+    """The port the inbound listener sends to: the annotation, else the first app
+    container's first ``containerPort``; Unsafe when there is none (or it is not a port)."""
+    text = pod.annotations.get(shape.APP_PORT_ANNOTATION)
+    if text is None:
+        for container in spec.get("containers") or []:
+            for port in _mapping(container, "spec.containers[]").get("ports") or []:
+                value = _mapping(port, "ports[]").get("containerPort")
+                if isinstance(value, int) and not isinstance(value, bool):
+                    return _port(value, "containerPort")
+        raise Unsafe(f"no container port to send calls to: set {shape.APP_PORT_ANNOTATION}")
+    if not text.isdigit():
+        raise Unsafe(f"{shape.APP_PORT_ANNOTATION} must be a port number, not {text!r}")
+    return _port(int(text), shape.APP_PORT_ANNOTATION)
+
+
+def _port(value: int, where: str) -> int:
+    if not 0 < value < 65536 or value in (shape.LISTEN_PORT, shape.OUTBOUND_PORT):
+        raise Unsafe(f"{where} {value} is not a port the app can have beside the sidecar")
+    return value
+
+
+def sidecar_container(
+    config: InjectorConfig, app: str, port: int, ca_pem: str | None
+) -> dict[str, Any]:
     """The container: ``meshplane-injector sidecar`` renders the bootstrap, then runs Envoy."""
     args = ["--cluster", config.cluster_ref, "--control-plane", config.control_plane]
     args += ["--credentials", shape.CREDENTIALS_DIR, "--bootstrap-dir", shape.BOOTSTRAP_DIR]
-    args += ["--app", app, "--admin-port", str(config.sidecar.admin_port)]
+    args += ["--app", app, "--app-port", str(port)]
+    args += ["--admin-port", str(config.sidecar.admin_port)]
     env: list[dict[str, Any]] = [
         {"name": name, "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": path}}}
         for name, path in (
             (shape.POD_NAME_ENV, "metadata.name"),
             (shape.POD_NAMESPACE_ENV, "metadata.namespace"),
             (shape.SERVICE_ACCOUNT_ENV, "spec.serviceAccountName"),
+            (shape.POD_IP_ENV, "status.podIP"),
         )
     ]
     if ca_pem is not None:
@@ -131,7 +157,7 @@ def _check_free(spec: Mapping[str, Any], config: InjectorConfig) -> None:
     for name in (shape.CREDENTIALS_VOLUME, shape.BOOTSTRAP_VOLUME):
         if name in taken_volumes:
             raise Unsafe(f"the pod already has a volume named {name}")
-    ports = {shape.LISTEN_PORT, config.sidecar.admin_port}
+    ports = {shape.LISTEN_PORT, shape.OUTBOUND_PORT, config.sidecar.admin_port}
     for container in [*spec.get("containers", []), *(spec.get("initContainers") or [])]:
         for port in container.get("ports") or []:
             if isinstance(port, Mapping) and port.get("containerPort") in ports:
@@ -152,9 +178,8 @@ def operations(
     _check_free(spec, config)
     account = spec.get("serviceAccountName")
     app = app_name(facts_, account if isinstance(account, str) else "")
-    ops: list[dict[str, Any]] = [
-        {"op": "add", "path": "/spec/containers/-", "value": sidecar_container(config, app, ca_pem)}
-    ]
+    container = sidecar_container(config, app, app_port(facts_, spec), ca_pem)
+    ops: list[dict[str, Any]] = [{"op": "add", "path": "/spec/containers/-", "value": container}]
     if volumes_value is None:
         ops.append({"op": "add", "path": "/spec/volumes", "value": volumes(config)})
     else:

@@ -1,11 +1,12 @@
 """The injected sidecar's shape, shared by the patch (:mod:`injector.patch`) and the
 process that runs in it (:mod:`injector.sidecar`): paths, variables, ports.
 
-Today's shape (before the mesh issue, #24): a gateway-shaped Envoy per pod
-that authenticates to mgmt-api's ADS with the cluster's credentials. What
-the mesh issue adds (a SPIFFE identity over SDS instead of the cluster key,
-inbound/outbound listeners) changes :data:`CREDENTIALS_DIR` and the
-bootstrap, not the webhook.
+The shape: a sidecar Envoy per pod (:mod:`meshplane.sidecar_contract`: an
+inbound listener on the pod IP in front of the app's port, an outbound
+listener on loopback) that authenticates to mgmt-api's ADS with the
+cluster's credentials and receives its SPIFFE certificate over SDS.
+A per-workload credential instead of the cluster key is not built yet
+(docs/mesh.md).
 """
 
 from __future__ import annotations
@@ -22,13 +23,16 @@ CA_ENV = "MESHPLANE_CONTROL_PLANE_CA"
 POD_NAME_ENV = "POD_NAME"
 POD_NAMESPACE_ENV = "POD_NAMESPACE"
 SERVICE_ACCOUNT_ENV = "POD_SERVICE_ACCOUNT"
-#: The port of the gateway-shaped listener mgmt-api gives the sidecar (Istio's inbound port).
+#: The pod's IP: the sidecar's inbound address, which other sidecars reach it at.
+POD_IP_ENV = "POD_IP"
+#: The sidecar's inbound listener (mTLS from other sidecars; Istio's inbound port).
 LISTEN_PORT = 15006
+#: The sidecar's outbound listener on loopback, where the app sends its calls.
+OUTBOUND_PORT = 15001
+#: The app's port when the pod says it (else its first container's first port).
+APP_PORT_ANNOTATION = "meshplane.io/app-port"
 #: Volume names the patch adds; a pod that already has one is not injected.
 CREDENTIALS_VOLUME = "meshplane-credentials"
 BOOTSTRAP_VOLUME = "meshplane-bootstrap"
 #: The image's user (deploy/Dockerfile).
 RUN_AS_USER = 10001
-#: The ``node.metadata`` key of what only a sidecar has (namespace, service account,
-#: app, pod), beside the gateway keys of :mod:`meshplane.gateway_contract`.
-SIDECAR_METADATA_KEY = "meshplane.sidecar"

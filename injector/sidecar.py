@@ -5,10 +5,12 @@ ADS token fresh:
 
 1. who the pod is comes from the downward API (:mod:`injector.shape`): the
    node id is the pod's name, ``node.cluster`` the configured
-   ``ORGANIZATION/CLUSTER``, and ``node.metadata`` carries the gateway keys of
-   today's ADS shape (listener ``0.0.0.0:15006``, gateway name = the app)
-   plus a ``meshplane.sidecar`` block (namespace, service account, app, pod)
-   for the mesh issue (#24) to serve sidecars from;
+   ``ORGANIZATION/CLUSTER``, and ``node.metadata`` is a sidecar's
+   (:class:`meshplane.sidecar_contract.SidecarNode`: namespace, service
+   account, service = the app, the app's port, inbound on the pod IP at
+   :data:`~injector.shape.LISTEN_PORT`, outbound on loopback at
+   :data:`~injector.shape.OUTBOUND_PORT`), so mgmt-api serves it the mesh's
+   listeners, its SPIFFE certificate and its authorization (docs/mesh.md);
 2. the token is signed with the cluster's credentials (the mounted Secret),
    audience :data:`~meshplane.gateway_contract.XDS_AUDIENCE`, lifetime
    :data:`~meshplane.gateway_contract.GATEWAY_TOKEN_TTL_SECONDS`, exactly as
@@ -22,8 +24,8 @@ ADS token fresh:
    restarts it (which renders a fresh bootstrap).
 
 The bootstrap holds a bearer token: it is written mode 0600 in an in-memory
-emptyDir. What the mesh issue replaces: the cluster key in every pod (a
-workload identity over SDS instead), the gateway-shaped listener.
+emptyDir. Not built yet: a per-workload credential instead of the cluster
+key in every pod (the workload's certificate already comes over SDS).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from typing import Any
 
 from injector import shape
 from meshplane import control_plane, gateway_contract
+from meshplane import sidecar_contract as sc
 from meshplane.config_error import ConfigError
 from meshplane.envoy_binary import envoy_path
 from meshplane.secret_file import write_secret
@@ -68,17 +71,26 @@ class PodIdentity:
     namespace: str
     service_account: str
     app: str
+    ip: str
+
+
+_DOWNWARD = (
+    shape.POD_NAME_ENV,
+    shape.POD_NAMESPACE_ENV,
+    shape.SERVICE_ACCOUNT_ENV,
+    shape.POD_IP_ENV,
+)
 
 
 def identity(env: dict[str, str] | os._Environ[str], app: str) -> PodIdentity:
     """The pod as the downward API describes it; ConfigError names a missing variable."""
     values = []
-    for variable in (shape.POD_NAME_ENV, shape.POD_NAMESPACE_ENV, shape.SERVICE_ACCOUNT_ENV):
+    for variable in _DOWNWARD:
         value = env.get(variable, "")
         if not value:
             raise ConfigError("is not set (the downward API gives it)", field=variable)
         values.append(value)
-    return PodIdentity(values[0], values[1], values[2], app)
+    return PodIdentity(values[0], values[1], values[2], app, values[3])
 
 
 def credentials_file(path: Path) -> Path:
@@ -107,16 +119,21 @@ def render(args: argparse.Namespace, pod: PodIdentity, ca_pem: str | None) -> di
     if ca_pem:
         ca_file = str(Path(args.bootstrap_dir) / "ca.crt")
         Path(ca_file).write_text(ca_pem, encoding="ascii")
-    node = gateway_contract.GatewayNode(
+    node = sc.SidecarNode(
         organization,
         cluster,
         pod.name,
-        listen_port=shape.LISTEN_PORT,
-        gateway_name=pod.app,
+        pod.namespace,
+        pod.service_account,
+        pod.app,
+        args.app_port,
+        inbound_host=pod.ip,
+        inbound_port=shape.LISTEN_PORT,
+        outbound_port=shape.OUTBOUND_PORT,
     )
     try:
-        gateway_contract.parse_node(node.instance, node.node_cluster, node.metadata())
-        doc = gateway_contract.bootstrap(
+        sc.parse_node(node.instance, node.node_cluster, node.metadata())
+        return sc.bootstrap(
             node,
             ads=args.control_plane,
             token=account.token(
@@ -128,13 +145,6 @@ def render(args: argparse.Namespace, pod: PodIdentity, ca_pem: str | None) -> di
         )
     except gateway_contract.NodeError as exc:
         raise ConfigError(str(exc)) from None
-    doc["node"]["metadata"][shape.SIDECAR_METADATA_KEY] = {
-        "namespace": pod.namespace,
-        "serviceAccount": pod.service_account,
-        "app": pod.app,
-        "pod": pod.name,
-    }
-    return doc
 
 
 def write_bootstrap(args: argparse.Namespace, pod: PodIdentity) -> Path:
@@ -220,7 +230,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--credentials", required=True, help="the credentials file or Secret dir")
     parser.add_argument("--bootstrap-dir", required=True, help="where the bootstrap is written")
-    parser.add_argument("--app", required=True, help="the workload's name")
+    parser.add_argument("--app", required=True, help="the workload's name (its service)")
+    parser.add_argument(
+        "--app-port", type=int, required=True, help="the app's port (the inbound listener's target)"
+    )
     parser.add_argument("--admin-port", type=int, default=15000, help="Envoy's admin port")
     parser.add_argument(
         "--render-only", action="store_true", help="write the bootstrap, do not run Envoy"

@@ -27,6 +27,7 @@ from injector.config import parse
 from injector.decision import PodFacts
 from injector.patch import operations
 from meshplane import gateway_contract
+from meshplane import sidecar_contract as sc
 from meshplane.yamlconf import load_yaml
 from tests.injector.support import apply_patch, credentials, pod, write_config
 from tests.support.certs import CertificateAuthority
@@ -64,6 +65,7 @@ def command(
         "metadata.name": POD_NAME,
         "metadata.namespace": "shop",
         "spec.serviceAccountName": "cart",
+        "status.podIP": "10.1.2.3",
     }
     env = dict(os.environ)
     for variable in container["env"]:
@@ -92,15 +94,21 @@ def test_rendered_bootstrap_of_an_injected_sidecar_passes_envoy_validate(
     node = doc["node"]
     assert node["id"] == POD_NAME
     assert node["cluster"] == "acme/east"
-    assert node["metadata"][shape.SIDECAR_METADATA_KEY] == {
-        "namespace": "shop",
-        "serviceAccount": "cart",
-        "app": "cart",
-        "pod": POD_NAME,
-    }
-    # The gateway ADS shape of today accepts this node as it is.
-    parsed = gateway_contract.parse_node(node["id"], node["cluster"], node["metadata"])
-    assert parsed.gateway_name == "cart" and parsed.listen_port == shape.LISTEN_PORT
+    # A sidecar node, as mgmt-api's ADS parses it: the app's port from the pod
+    # spec, inbound on the pod IP, outbound on loopback.
+    parsed = sc.parse_node(node["id"], node["cluster"], node["metadata"])
+    assert parsed == sc.SidecarNode(
+        "acme",
+        "east",
+        POD_NAME,
+        "shop",
+        "cart",
+        "cart",
+        8080,
+        inbound_host="10.1.2.3",
+        inbound_port=shape.LISTEN_PORT,
+        outbound_port=shape.OUTBOUND_PORT,
+    )
     header = doc["dynamic_resources"]["ads_config"]["grpc_services"][0]["initial_metadata"][0]
     token = header["value"].removeprefix("Bearer ")
     claims = jwt.decode(token, options={"verify_signature": False})

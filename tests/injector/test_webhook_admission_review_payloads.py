@@ -17,6 +17,9 @@ from typing import Any
 import httpx
 import pytest
 
+from injector.decision import PodFacts
+from injector.patch import Unsafe, app_port
+from injector.shape import APP_PORT_ANNOTATION
 from tests.injector.support import Injector, apply_patch, patch_of, pod, review
 from tests.support.certs import CertificateAuthority
 from tests.support.processes import wait_until
@@ -61,6 +64,7 @@ def test_pod_in_an_onboarded_namespace_gets_the_sidecar_admission_review_payload
     assert args[args.index("--app") + 1] == "cart"
     env = {e["name"]: e for e in sidecar["env"]}
     assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
     assert "BEGIN CERTIFICATE" in env["MESHPLANE_CONTROL_PLANE_CA"]["value"]
     assert sidecar["resources"] == {
         "requests": {"cpu": "50m", "memory": "64Mi"},
@@ -149,6 +153,34 @@ def test_pod_that_cannot_be_patched_safely_is_admitted_unchanged_with_a_warning(
     answer = mutate(injector, review(port))
     assert patch_of(answer) is None
     assert any("15006" in w for w in answer["response"]["warnings"])
+    portless = pod(containers=[{"name": "app", "image": "x"}])
+    answer = mutate(injector, review(portless))
+    assert patch_of(answer) is None
+    assert any(APP_PORT_ANNOTATION in w for w in answer["response"]["warnings"])
+
+
+@pytest.mark.parametrize(
+    ("annotations", "ports", "expected"),
+    [
+        ({}, [{"containerPort": 8080}], 8080),
+        ({APP_PORT_ANNOTATION: "9000"}, [{"containerPort": 8080}], 9000),
+        ({APP_PORT_ANNOTATION: "9000"}, [], 9000),
+        ({APP_PORT_ANNOTATION: "nine"}, [{"containerPort": 8080}], None),
+        ({APP_PORT_ANNOTATION: "70000"}, [], None),
+        ({APP_PORT_ANNOTATION: "15001"}, [], None),  # the sidecar's outbound port
+        ({}, [], None),
+    ],
+)
+def test_the_app_port_comes_from_the_annotation_else_the_first_container_port(
+    annotations: dict[str, str], ports: list[dict[str, Any]], expected: int | None
+) -> None:
+    facts = PodFacts("shop", {}, annotations, ["app"])
+    spec = {"containers": [{"name": "app", "ports": ports}]}
+    if expected is None:
+        with pytest.raises(Unsafe):
+            app_port(facts, spec)
+    else:
+        assert app_port(facts, spec) == expected
 
 
 @pytest.mark.parametrize(
