@@ -39,7 +39,7 @@ import json
 from dataclasses import dataclass, field
 
 from meshplane.sidecar_contract import SidecarNode, spiffe_id
-from mgmt_api.compiler import envoy_config, mesh_authz
+from mgmt_api.compiler import envoy_config, mesh_authz, tracing
 from mgmt_api.compiler.gateway_xds import (
     HCM_FILTER,
     PATH_NORMALIZATION,
@@ -106,6 +106,7 @@ class SidecarInput:
             ],
             "settings": [s.to_json() for s in self.settings],
             "extAuthz": [self.knobs.ext_authz_timeout, self.knobs.ext_authz_failure_mode_allow],
+            "tracing": tracing.document_section(self.knobs.tracing),
         }
         encoded = json.dumps(content, sort_keys=True, separators=(",", ":")).encode()
         return hashlib.sha256(encoded).hexdigest()[:20]
@@ -236,6 +237,7 @@ def inbound_listener(inp: SidecarInput, node: SidecarNode) -> JsonDict:
         },
         "httpFilters": [*inbound_http_filters(inp, node), _router()],
         "localReplyConfig": mesh_authz.LOCAL_REPLY,
+        **_tracing(inp, node),
     }
     chain: JsonDict = {"filters": [{"name": HCM_FILTER, "typedConfig": manager}]}
     if inp.trust_domain:
@@ -260,7 +262,15 @@ def inbound_routes(authz: mesh_authz.InboundAuthz) -> JsonDict:
     }
 
 
-def outbound_listener(node: SidecarNode) -> JsonDict:
+def _tracing(inp: SidecarInput, node: SidecarNode) -> JsonDict:
+    """The cluster's Envoy tracer (ClusterConfig's ``tracing``) on a sidecar's
+    connection managers, reporting as ``SERVICE.NAMESPACE``; nothing when off."""
+    if inp.knobs.tracing is None:
+        return {}
+    return {"tracing": tracing.hcm_tracing(inp.knobs.tracing, f"{node.service}.{node.namespace}")}
+
+
+def outbound_listener(inp: SidecarInput, node: SidecarNode) -> JsonDict:
     """The app's one local listener for every outbound call."""
     manager = {
         "@type": _HCM,
@@ -271,6 +281,7 @@ def outbound_listener(node: SidecarNode) -> JsonDict:
             "configSource": {"ads": {}, "resourceApiVersion": "V3"},
         },
         "httpFilters": [_router()],
+        **_tracing(inp, node),
     }
     return {
         "name": OUTBOUND_LISTENER,
@@ -319,8 +330,10 @@ def compile_sidecar(
         if inp.trust_domain:
             cluster["transportSocket"] = upstream_tls(inp, endpoints)
         clusters.append(cluster)
+    if inp.knobs.tracing is not None:
+        clusters.append(tracing.collector_cluster(inp.knobs.tracing))
     return GatewayResources(
-        listeners=(inbound_listener(inp, node), outbound_listener(node)),
+        listeners=(inbound_listener(inp, node), outbound_listener(inp, node)),
         route_configurations=(outbound_routes(inp, node), inbound_routes(authz)),
         clusters=tuple(clusters),
         warnings=(),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from meshplane.sidecar_contract import SidecarNode
-from mgmt_api.compiler import gateway_xds, sidecar_xds
+from mgmt_api.compiler import envoy_config, gateway_xds, sidecar_xds, tracing
 from mgmt_api.compiler.sidecar_xds import SidecarEndpoint, SidecarInput
 from mgmt_api.distribution.ads import pack
 
@@ -56,3 +56,26 @@ def test_the_version_follows_the_trust_domain_and_the_callee_accounts() -> None:
     assert inp.version() != SidecarInput("c1", ENDPOINTS, "other.td").version()
     moved = (*ENDPOINTS[:2], SidecarEndpoint("ns2", "c", "10.0.0.4", 15006, "sa-c2"))
     assert inp.version() != SidecarInput("c1", moved, TD).version()
+
+
+def test_the_clusters_tracer_reaches_both_sidecar_listeners_and_the_version() -> None:
+    """ClusterConfig's ``tracing`` (issue 27): the sidecar reports as SERVICE.NAMESPACE."""
+    traced = envoy_config.GatewaySettings(
+        tracing=tracing.TracingSettings(collector="grpc://otel:4317", sampling_percentage=5.0)
+    )
+    inp = SidecarInput("c1", ENDPOINTS, TD, knobs=traced)
+    assert inp.version() != SidecarInput("c1", ENDPOINTS, TD).version()
+    resources = sidecar_xds.compile_sidecar(inp, NODE, SDS)
+    for listener in resources.listeners:
+        manager = listener["filterChains"][0]["filters"][0]["typedConfig"]
+        assert manager["tracing"]["randomSampling"] == {"value": 5.0}
+        assert manager["tracing"]["provider"]["typedConfig"]["serviceName"] == "a.ns1"
+    assert tracing.COLLECTOR_CLUSTER in {c["name"] for c in resources.clusters}
+    for type_url, items in resources.by_type().items():
+        for item in items:
+            pack(type_url, item)
+    untraced = sidecar_xds.compile_sidecar(SidecarInput("c1", ENDPOINTS, TD), NODE, SDS)
+    assert all(
+        "tracing" not in listener["filterChains"][0]["filters"][0]["typedConfig"]
+        for listener in untraced.listeners
+    )
