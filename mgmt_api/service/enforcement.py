@@ -357,10 +357,12 @@ SNAPSHOTS = {RATELIMIT: ratelimit_snapshot, EXTAUTHZ: extauthz_snapshot}
 #: descriptors and the gateway routes' ``rate_limits``; a security group's
 #: settings and policies are both the ext_authz file and the routes' ext_authz
 #: settings). The status views list exactly these kinds' instances, so "applied
-#: everywhere" counts every instance that must ACK the policy.
+#: everywhere" counts every instance that must ACK the policy. A setting also
+#: reaches the sidecars (its mode, local rules and ext_authz are theirs), where
+#: this replica serves them (:meth:`EnforcementService.reach`).
 POLICY_REACH: Mapping[Kind, tuple[str, ...]] = {
     Kind.BACKEND_TRAFFIC_POLICY: (RATELIMIT, GATEWAY_KIND),
-    Kind.SECURITY_SETTING: (EXTAUTHZ, GATEWAY_KIND),
+    Kind.SECURITY_SETTING: (EXTAUTHZ, GATEWAY_KIND, SIDECAR_KIND),
     Kind.EXT_AUTHZ_POLICY: (EXTAUTHZ, GATEWAY_KIND),
 }
 
@@ -387,6 +389,10 @@ class EnforcementService:
     def kinds(self) -> tuple[str, ...]:
         """Who receives what this read model compiles: the services, then the gateways."""
         return tuple(self._versions)
+
+    def reach(self, kind: Kind) -> tuple[str, ...]:
+        """:data:`POLICY_REACH` of ``kind``, of the instance kinds this read model serves."""
+        return tuple(k for k in POLICY_REACH[kind] if k in self._versions)
 
     def desired_version(self, kind: str, organization: str, cluster: str) -> str:
         """The version ``kind``'s instances of the cluster should run; raises when the

@@ -30,7 +30,7 @@ from mgmt_api.access import CallContext
 from mgmt_api.compiler.extauthz import policy_name
 from mgmt_api.domain import rbac
 from mgmt_api.errors import ApiError, Code, not_found
-from mgmt_api.service.enforcement import POLICY_REACH, EnforcementService
+from mgmt_api.service.enforcement import EnforcementService
 from mgmt_api.service.instances import SubscriberRegistry
 from mgmt_api.store import repo
 from mgmt_api.store.uow import UnitOfWork
@@ -203,7 +203,7 @@ class StatusService:
         parsed = fqnmod.parse(fqn)
         organization = parsed.name_in("organizations") or ""
         cluster = parsed.name_in("clusters") or ""
-        kinds = POLICY_REACH[parsed.kind]
+        kinds = self.enforcement.reach(parsed.kind)
         view: PolicyStatusView = {
             "fqn": fqn,
             "reaches": list(kinds),
@@ -221,7 +221,7 @@ class StatusService:
         parsed = fqnmod.parse(fqn)
         organization = parsed.name_in("organizations") or ""
         clusters = self.enforcement.clusters_reached(organization, parsed.parent)
-        kinds = POLICY_REACH[parsed.kind]
+        kinds = self.enforcement.reach(parsed.kind)
         return {
             "fqn": fqn,
             "reaches": list(kinds),

@@ -140,10 +140,14 @@ def test_a_mode_change_over_rest_applies_with_no_restart(mesh: MeshStack) -> Non
     assert status["desiredVersions"][SIDECAR_KIND] != before
     refused = c.call(a)
     assert refused.status_code == 403
-    Path("/tmp/authz-exp/dbg2.txt").write_text(
-        repr((refused.headers, refused.text)) + a.envoy.admin("GET", "/config_dump").text  # type: ignore[union-attr]
-    )
     assert refused.headers[DENIED_HEADER] == "mode NAMESPACE"
+    # The setting's own status counts the sidecars among what it reaches.
+    setting = mesh.admin.get(f"{G1}/settings/s/status").json()
+    assert SIDECAR_KIND in setting["reaches"], setting
+    (here,) = setting["clusters"]
+    sidecars = [i for i in here["instances"] if i["kind"] == SIDECAR_KIND]
+    assert len(sidecars) == len(mesh.workloads), here
+    assert all(i["upToDate"] and i["lastResult"] == "ACK" for i in sidecars), here
     mesh.setting(G1, {"mode": "DISABLED"})
     mesh.sidecars_converged()
     assert c.call(a).status_code == 200
