@@ -35,6 +35,10 @@ BASE = f"/v2/organizations/{ORG}"
 CLUSTER_PATH = f"{BASE}/clusters/{CLUSTER}"
 GROUP_PATH = f"{BASE}/tenants/t/workspaces/w/securitygroups/g"
 SLOW_SECONDS = 2
+#: The test cluster's filter deadlines: behaviour, not latency, is under test, and
+#: on a loaded 2-core machine a Check or a rate-limit call can take longer than the
+#: production defaults (200 ms / 100 ms), past which the gateway fails closed / open.
+TEST_DEADLINES: dict[str, Any] = {"rateLimit": {"timeout": "1s"}, "extAuthz": {"timeout": "1s"}}
 _TYPE = "type.googleapis.com/"
 
 
@@ -193,7 +197,9 @@ class GatewayStack:
             upstream_bootstrap(self.upstream_port), directory=tmp / "upstream"
         ).start()
         ok(self.admin.post("/v2/organizations", json={"name": ORG, "organization": {}}))
-        created = ok(self.admin.post(f"{BASE}/clusters", json={"name": CLUSTER, "cluster": {}}))
+        created = ok(
+            self.admin.post(f"{BASE}/clusters", json={"name": CLUSTER, "cluster": TEST_DEADLINES})
+        )
         self.credentials = tmp / "credentials.json"
         secret = created["installTemplate"]["helm"]["secrets"]["clusterServiceAccount"]
         self.credentials.write_text(json.dumps(secret))
@@ -228,7 +234,10 @@ class GatewayStack:
             # No local over-limit cache: tests reset counters with FLUSHALL,
             # which a per-process "over until the window ends" would outlive.
             settings = self.tmp / "ratelimit-settings.yaml"
-            settings.write_text("localCacheSize: 0\n")
+            # A Redis round trip on a loaded 2-core CI machine can take longer than
+            # the 10 ms default; past it a decision fails open and counts nothing,
+            # so the tests (which check counting, not latency) give it 1 s.
+            settings.write_text("localCacheSize: 0\nstoreTimeoutMs: 1000\n")
             assert self.redis is not None
             args += ["--redis-url", self.redis.url, "--settings", str(settings)]
         args += [
