@@ -25,6 +25,7 @@ the counters of closed label sets must already be there, at 0.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from collections.abc import Iterator
@@ -305,6 +306,42 @@ def test_every_dashboard_query_evaluates_with_data(run: Run) -> None:
         problems += p
     assert not refused, "Prometheus refused:\n" + "\n".join(refused)
     assert not problems, "\n".join(problems)
+
+
+def snapshot(name: str, prometheus: Prometheus, at: float) -> list[str]:
+    """A text "screenshot" of one dashboard at ``at``: each panel's first series and value.
+
+    Printed by ``MESHPLANE_DASHBOARD_SNAPSHOT=1 pytest -s -k snapshot`` for
+    docs/observability.md, from the same real Prometheus and traffic.
+    """
+    variables, _ = _variables(name, prometheus, at)
+    lines = [f"[{_model(name)['title']}]"]
+    for panel in _panels(_model(name)["panels"]):
+        if not panel.get("targets"):
+            continue
+        shown = "(no data)"
+        for target in panel["targets"]:
+            result = prometheus.query(expand(target["expr"], variables), at)
+            if has_values(result):
+                first = result[0]
+                labels = ",".join(
+                    f"{k}={v}" for k, v in sorted(first["metric"].items()) if k not in TARGET_LABELS
+                )
+                shown = f"{labels or '(total)'} = {float(first['value'][1]):.3g}"
+                if len(result) > 1:
+                    shown += f"  (+{len(result) - 1} series)"
+                break
+        lines.append(f"  {panel['title']:<44} {shown}")
+    return lines
+
+
+def test_a_text_snapshot_of_every_dashboard_shows_every_panel(run: Run) -> None:
+    for dashboard in list_dashboards():
+        lines = snapshot(dashboard["name"], run.prometheus, run.evaluated_at)
+        panels = [p for p in _panels(_model(dashboard["name"])["panels"]) if p.get("targets")]
+        assert len(lines) == 1 + len(panels), lines
+        if os.environ.get("MESHPLANE_DASHBOARD_SNAPSHOT"):
+            print("\n".join(lines))
 
 
 def test_allowed_empty_panels_exist() -> None:
