@@ -44,7 +44,11 @@ from mgmt_api.access import CallContext
 from mgmt_api.compiler import envoy_config, gateway_xds, mesh_authz, sidecar_xds
 from mgmt_api.compiler import extauthz as extauthz_compiler
 from mgmt_api.compiler.http_route import Backend, HTTPRoute
-from mgmt_api.compiler.identity_limits import ClaimLimits, compile_claim_limits
+from mgmt_api.compiler.identity_limits import (
+    ClaimLimitErrorJson,
+    ClaimLimits,
+    compile_claim_limits,
+)
 from mgmt_api.compiler.ratelimit import render_rls_files
 from mgmt_api.compiler.traffic_policy import BackendTrafficPolicy
 from mgmt_api.domain import rbac
@@ -470,7 +474,7 @@ class EnforcementService:
             raise not_found(cluster_fqn)
         return envoy_config.render(gateway_input(policies, ratelimit_service))
 
-    def policy_errors(self, organization: str, cluster: str) -> list[dict[str, Any]]:
+    def policy_errors(self, organization: str, cluster: str) -> list[ClaimLimitErrorJson]:
         """What compiles but cannot be enforced as written (claim limits on a route
         no ext_authz checks), for the cluster's status."""
         with self.uow.read() as conn:
