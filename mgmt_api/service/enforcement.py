@@ -30,7 +30,7 @@ import hashlib
 import json
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from sqlalchemy.engine import Connection
 
@@ -133,11 +133,13 @@ class ClusterReadModel:
     traffic_specs: tuple[tuple[str, Mapping[str, Any]], ...]  # (fqn, stored spec)
     extauthz_policies: tuple[tuple[str, dict[str, Any]], ...]  # (ext_authz name, spec)
     ext_authz_routes: tuple[envoy_config.ExtAuthzRoute, ...]
-    rate_limit: Mapping[str, Any] | None  # the cluster's rateLimit switches, as stored
+    rate_limit: envoy_config.StoredRateLimit | None  # the cluster's rateLimit switches
     notes: tuple[str, ...] = field(default=())  # what cannot be enforced as written
     http_route_specs: tuple[tuple[str, Mapping[str, Any]], ...] = field(default=())
     backend_specs: tuple[tuple[str, Mapping[str, Any]], ...] = field(default=())
-    gateway_spec: Mapping[str, Any] = field(default_factory=dict)  # the spec's gateway knobs
+    gateway_spec: envoy_config.GatewayKnobs = field(
+        default_factory=envoy_config.GatewayKnobs
+    )  # the spec's gateway knobs
     trust_domain: str = ""  # the sidecars' SPIFFE trust domain (own, or the default)
     #: Every SecuritySetting that reaches the cluster, as sidecars enforce it.
     mesh_settings: tuple[mesh_authz.MeshSetting, ...] = field(default=())
@@ -305,7 +307,11 @@ def read_cluster(conn: Connection, organization: str, cluster: str) -> ClusterRe
         notes=tuple(security.notes),
         http_route_specs=_manifests(conn, cluster_fqn, Kind.HTTP_ROUTE),
         backend_specs=_manifests(conn, cluster_fqn, Kind.BACKEND),
-        gateway_spec={k: res.spec[k] for k in envoy_config.GATEWAY_SPEC_KEYS if k in res.spec},
+        # The stored JSON as the API wrote it: parsed (defensively) on use.
+        gateway_spec=cast(
+            envoy_config.GatewayKnobs,
+            {k: res.spec[k] for k in envoy_config.GATEWAY_SPEC_KEYS if k in res.spec},
+        ),
         trust_domain=clusters.trust_domain(conn, res),
         mesh_settings=tuple(security.mesh),
     )
