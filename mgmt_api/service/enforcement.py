@@ -131,7 +131,7 @@ class ClusterReadModel:
     cluster: str
     cluster_fqn: str
     traffic_specs: tuple[tuple[str, Mapping[str, Any]], ...]  # (fqn, stored spec)
-    extauthz_policies: tuple[tuple[str, dict[str, Any]], ...]  # (ext_authz name, spec)
+    extauthz_policies: tuple[tuple[str, extauthz_compiler.StoredPolicy], ...]  # (name, spec)
     ext_authz_routes: tuple[envoy_config.ExtAuthzRoute, ...]
     rate_limit: envoy_config.StoredRateLimit | None  # the cluster's rateLimit switches
     notes: tuple[str, ...] = field(default=())  # what cannot be enforced as written
@@ -211,7 +211,7 @@ def _manifests(
 class _SecurityRead:
     """What the security groups reaching a cluster compile into."""
 
-    policies: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    policies: list[tuple[str, extauthz_compiler.StoredPolicy]] = field(default_factory=list)
     routes: list[envoy_config.ExtAuthzRoute] = field(default_factory=list)
     mesh: list[mesh_authz.MeshSetting] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -264,7 +264,11 @@ def _security(conn: Connection, organization: str, cluster: str) -> _SecurityRea
         group = reach.group
         for policy in repo.all_children(conn, group.fqn, Kind.EXT_AUTHZ_POLICY):
             out.policies.append(
-                (extauthz_compiler.policy_name(group.fqn, policy.name), policy.spec)
+                (
+                    extauthz_compiler.policy_name(group.fqn, policy.name),
+                    # Stored by the API after ext_authz's loader accepted it.
+                    cast(extauthz_compiler.StoredPolicy, policy.spec),
+                )
             )
         namespaces = selected_namespaces(reach.selector, cluster)
         for setting in repo.all_children(conn, group.fqn, Kind.SECURITY_SETTING):
