@@ -55,7 +55,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from extauthz.contract import POLICY_CONTEXT_KEY
 from meshplane.netaddr import ServiceAddress, parse_service_uri
@@ -87,6 +87,51 @@ MAX_THRESHOLD = 2**31 - 1
 GATEWAY_SPEC_KEYS = ("rateLimit", "extAuthz", "circuitBreakers", tracing.SPEC_KEY)
 #: The protojson duration form as the API stores it (``"0.1s"``, ``"60s"``).
 _STORED_DURATION = re.compile(r"(\d+(?:\.\d{1,3})?)s")
+
+
+class StoredSecretRef(TypedDict, total=False):
+    name: str
+    namespace: str
+
+
+class StoredRedisBackend(TypedDict, total=False):
+    url: str
+    urlRef: StoredSecretRef
+    tls: dict[str, StoredSecretRef]  # {"certificateRef": ...}
+
+
+class StoredRateLimitBackend(TypedDict, total=False):
+    type: str
+    redis: StoredRedisBackend
+
+
+class StoredRateLimit(TypedDict, total=False):
+    """A Cluster's ``rateLimit`` as the API stored it (``schemas.resources.ClusterRateLimit``
+    by alias, the timeout normalized to protojson seconds): the gateway filter's knobs
+    (``timeout``, ``failureMode``) and the ratelimit service's switches."""
+
+    redis: dict[str, bool]  # {"disabled": ...}
+    backend: StoredRateLimitBackend
+    failureMode: str
+    timeout: str
+
+
+class StoredExtAuthz(TypedDict, total=False):
+    """A Cluster's ``extAuthz`` as stored (``schemas.resources.ClusterExtAuthz`` by alias)."""
+
+    timeout: str
+    failureModeAllow: bool
+
+
+class GatewayKnobs(TypedDict, total=False):
+    """The :data:`GATEWAY_SPEC_KEYS` of a stored Cluster spec, which
+    :func:`gateway_settings` reads. Typed as the API writes them; read defensively all
+    the same (a ValueError names the field) since the store may be written around it."""
+
+    rateLimit: StoredRateLimit
+    extAuthz: StoredExtAuthz
+    circuitBreakers: dict[str, int]  # CIRCUIT_BREAKER_FIELDS -> threshold
+    tracing: tracing.StoredTracing
 
 
 def protojson_duration(seconds: float) -> str:
@@ -146,7 +191,7 @@ def _stored_bool(value: Any, field: str) -> bool:
     return value
 
 
-def circuit_breakers(thresholds: Mapping[str, Any] | None) -> JsonDict | None:
+def circuit_breakers(thresholds: Mapping[str, object] | None) -> JsonDict | None:
     """``CircuitBreakers``: one DEFAULT-priority ``Thresholds`` of the fields set; None if none."""
     chosen: JsonDict = {}
     for name in CIRCUIT_BREAKER_FIELDS:
@@ -165,7 +210,7 @@ def circuit_breakers(thresholds: Mapping[str, Any] | None) -> JsonDict | None:
     return {"thresholds": [{"priority": "DEFAULT", **chosen}]}
 
 
-def gateway_settings(cluster_spec: Mapping[str, Any]) -> GatewaySettings:
+def gateway_settings(cluster_spec: GatewayKnobs) -> GatewaySettings:
     """The :class:`GatewaySettings` of a stored Cluster spec (``rateLimit``,
     ``extAuthz``, ``circuitBreakers``; every field optional).
 
@@ -173,8 +218,8 @@ def gateway_settings(cluster_spec: Mapping[str, Any]) -> GatewaySettings:
     stored as protojson seconds), so a ValueError naming the field means the
     store was written around the API.
     """
-    rate_limit = cluster_spec.get("rateLimit") or {}
-    ext_authz = cluster_spec.get("extAuthz") or {}
+    rate_limit: StoredRateLimit = cluster_spec.get("rateLimit") or {}
+    ext_authz: StoredExtAuthz = cluster_spec.get("extAuthz") or {}
     defaults = GatewaySettings()
     return GatewaySettings(
         ratelimit_timeout=_stored_timeout(
@@ -188,7 +233,7 @@ def gateway_settings(cluster_spec: Mapping[str, Any]) -> GatewaySettings:
             ext_authz.get("failureModeAllow"), "extAuthz.failureModeAllow"
         ),
         circuit_breakers=circuit_breakers(cluster_spec.get("circuitBreakers")),
-        tracing=tracing.settings_of(cluster_spec),
+        tracing=tracing.settings_of(cluster_spec.get("tracing")),
     )
 
 

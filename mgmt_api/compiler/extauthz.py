@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import yaml
 
@@ -27,6 +27,24 @@ FILE_NAME = contract.FILE_NAME
 DEFAULT_POLICY = "deny"
 MAX_NAME = 63
 _MATERIAL_KEYS = ("hmacSecret", "publicKeyPem", "jwks")
+
+
+class StoredPolicy(TypedDict, total=False):
+    """An ExtAuthzPolicy as stored: an entry of the ext_authz file's ``policies``
+    without its name. ``jwt`` stays free-form JSON by design: it is ext_authz's own
+    JWT configuration, whose shape ext_authz's loader owns (:func:`validate_policy`)."""
+
+    jwt: dict[str, Any]
+    pathClaim: dict[str, str]  # {name, match}
+    removeAuthorization: bool
+    claimsToHeaders: list[dict[str, str]]
+
+
+class PolicyEntry(StoredPolicy, total=False):
+    """One entry of the ext_authz file's ``policies``, as rendered for a cluster."""
+
+    name: str
+    claimsToMetadata: list[str]
 
 
 def policy_name(group_fqn: str, name: str) -> str:
@@ -51,24 +69,27 @@ def policy_name(group_fqn: str, name: str) -> str:
     return f"{full[: MAX_NAME - 11]}-{digest}"
 
 
-def policy_entry(name: str, spec: dict[str, Any], claims: tuple[str, ...] = ()) -> dict[str, Any]:
+def policy_entry(name: str, spec: StoredPolicy, claims: tuple[str, ...] = ()) -> PolicyEntry:
     """The ``policies[]`` entry for a stored ExtAuthzPolicy spec.
 
     ``claims`` are the verified claims the policy publishes as dynamic
     metadata, compiled from the cluster's BackendTrafficPolicies
     (:mod:`mgmt_api.compiler.identity_limits`), never stored with the policy.
     """
-    entry: dict[str, Any] = {"name": name, "jwt": spec["jwt"]}
-    for key in ("pathClaim", "removeAuthorization", "claimsToHeaders"):
-        if spec.get(key) is not None:
-            entry[key] = spec[key]
+    entry: PolicyEntry = {"name": name, "jwt": spec["jwt"]}
+    if spec.get("pathClaim") is not None:
+        entry["pathClaim"] = spec["pathClaim"]
+    if spec.get("removeAuthorization") is not None:
+        entry["removeAuthorization"] = spec["removeAuthorization"]
+    if spec.get("claimsToHeaders") is not None:
+        entry["claimsToHeaders"] = spec["claimsToHeaders"]
     if claims:
         entry["claimsToMetadata"] = list(claims)
     return entry
 
 
 def render_file(
-    policies: list[tuple[str, dict[str, Any]]],
+    policies: list[tuple[str, StoredPolicy]],
     published: Mapping[str, tuple[str, ...]] | None = None,
 ) -> bytes:
     """The whole ext_authz config: ``defaultPolicy: deny`` plus ``policies``.
@@ -78,7 +99,7 @@ def render_file(
     ``published``: policy name → the claims it publishes as dynamic metadata.
     """
     claims = published or {}
-    doc: dict[str, Any] = {
+    doc = {
         "defaultPolicy": DEFAULT_POLICY,
         "policies": [
             policy_entry(name, spec, claims.get(name, ())) for name, spec in sorted(policies)
@@ -113,7 +134,8 @@ def validate_policy(spec: dict[str, Any]) -> None:
     """
     _inline_only(spec)
     try:
-        contract.parse_config(render_file([("policy", spec)]))
+        # Unchecked input: the loader is what checks its shape against StoredPolicy's.
+        contract.parse_config(render_file([("policy", cast(StoredPolicy, spec))]))
     except ConfigError as exc:
         field = exc.field or ""
         for prefix in ("policies[0].", "policies[0]"):

@@ -25,12 +25,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 from extauthz.contract import MAX_METADATA_CLAIMS
 from mgmt_api.compiler.envoy_config import ExtAuthzRoute
 from mgmt_api.compiler.http_route import HTTPRoute
 from mgmt_api.compiler.traffic_policy import BackendTrafficPolicy
+
+
+class ClaimLimitErrorJson(TypedDict):
+    """A :class:`ClaimLimitError` as the cluster's status lists it (``policyErrors``)."""
+
+    policy: str
+    route: str
+    message: str
 
 
 @dataclass(frozen=True)
@@ -41,7 +49,7 @@ class ClaimLimitError:
     route: str  # httproute/<namespace>/<name>
     message: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ClaimLimitErrorJson:
         return {"policy": self.policy, "route": self.route, "message": self.message}
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from meshplane.netaddr import parse_service_uri
 
@@ -38,6 +38,14 @@ _OTEL_CONFIG = _TYPE + "envoy.config.trace.v3.OpenTelemetryConfig"
 #: The Cluster spec key :func:`settings_of` reads.
 SPEC_KEY = "tracing"
 DEFAULT_SAMPLING_PERCENTAGE = 1.0
+
+
+class StoredTracing(TypedDict, total=False):
+    """A Cluster's ``tracing`` as the API stored it (``schemas.resources.ClusterTracing``
+    by alias, checked by :func:`validate` on write)."""
+
+    collector: str
+    samplingPercentage: float
 
 
 @dataclass(frozen=True)
@@ -71,9 +79,8 @@ def validate(section: Mapping[str, Any] | None, prefix: str) -> str | None:
     return None
 
 
-def settings_of(cluster_spec: Mapping[str, Any]) -> TracingSettings | None:
-    """The :class:`TracingSettings` of a stored Cluster spec, or None (no tracing)."""
-    section = cluster_spec.get(SPEC_KEY)
+def settings_of(section: StoredTracing | None) -> TracingSettings | None:
+    """The :class:`TracingSettings` of a stored Cluster's ``tracing``, or None (no tracing)."""
     if not section:
         return None
     return TracingSettings(

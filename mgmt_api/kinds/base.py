@@ -52,6 +52,12 @@ from mgmt_api.store.uow import Tx
 LIST, GET, CREATE = "list", "get", "create"
 
 
+#: The values of a kind's extra query parameters (its ``route_params``), by name,
+#: as every hook gets them: each is a ``QueryBool`` or a string enumeration
+#: (``keyEncoding``). The routes' dependency builds one (``routes.templated``).
+QueryOptions = Mapping[str, bool | str]
+
+
 @dataclass(frozen=True)
 class RouteParam:
     """A query parameter some of a kind's generated routes take (``fetchWorkloads``).
@@ -160,7 +166,7 @@ class Write:
     spec: dict[str, Any]
     body: ApiModel
     creating: bool
-    options: Mapping[str, Any] = field(default_factory=dict)
+    options: QueryOptions = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -180,7 +186,7 @@ class RenderEnv:
     conn: Connection
     settings: KindSettings
     now_us: int
-    options: Mapping[str, Any] = field(default_factory=dict)
+    options: QueryOptions = field(default_factory=dict)
 
 
 def _the_object(conn: Connection, fqn: str, kind: str) -> list[tuple[str, str]]:
@@ -333,12 +339,12 @@ class Behaviour:
         """The REST form of a stored object."""
         return render_common(res)
 
-    def read_writes(self, options: Mapping[str, Any]) -> bool:
+    def read_writes(self, options: QueryOptions) -> bool:
         """Whether a GET with these options writes (and so runs in a write transaction)."""
         return False
 
     def on_read_write(
-        self, env: WriteEnv, res: repo.Resource, options: Mapping[str, Any]
+        self, env: WriteEnv, res: repo.Resource, options: QueryOptions
     ) -> dict[str, Any]:
         """The writing part of such a GET; returns fields added to the response."""
         return {}

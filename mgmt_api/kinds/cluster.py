@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
@@ -50,6 +49,7 @@ from mgmt_api.kinds.base import (
     AccessGrant,
     Behaviour,
     KindDef,
+    QueryOptions,
     RenderEnv,
     RouteParam,
     Write,
@@ -386,11 +386,11 @@ class ClusterBehaviour(Behaviour):
             )
         return out
 
-    def read_writes(self, options: Mapping[str, Any]) -> bool:
+    def read_writes(self, options: QueryOptions) -> bool:
         return bool(options.get("include_install_template"))
 
     def on_read_write(
-        self, env: WriteEnv, res: repo.Resource, options: Mapping[str, Any]
+        self, env: WriteEnv, res: repo.Resource, options: QueryOptions
     ) -> dict[str, Any]:
         """``includeInstallTemplate``: a new agent key and the template carrying it."""
         INSTALL_TEMPLATE.require(env.tx.conn, env.principal, res.fqn)

@@ -111,12 +111,12 @@ class ServiceAccountBehaviour(base.Behaviour):
         # cluster's agent account recreated by someone who is not an org admin.
         NEW_KEY.require(env.tx.conn, env.principal, res.fqn)
         pair = new_key(env.tx.conn, res.fqn)
-        encoding = write.options.get("key_encoding", "PEM")
+        encoding = str(write.options.get("key_encoding", "PEM"))
         return {"keys": [key_view(pair.id, pair.public_jwk, encoding, pair)]}
 
     def render(self, res: repo.Resource, env: base.RenderEnv) -> dict[str, Any]:
         out = base.render_common(res)
-        encoding = env.options.get("key_encoding", "PEM")
+        encoding = str(env.options.get("key_encoding", "PEM"))
         out["keys"] = [key_view(k, jwk, encoding) for k, jwk, _ in repo.keys_of(env.conn, res.fqn)]
         return out
 

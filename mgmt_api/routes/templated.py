@@ -99,8 +99,8 @@ def path_ref(template: str) -> Callable[..., Awaitable[ObjectRef]]:
     return ref
 
 
-#: The values of a kind's extra query parameters (its ``route_params``), by name:
-#: each is a ``QueryBool`` or a string enumeration (``keyEncoding``).
+#: The values of a kind's extra query parameters (its ``route_params``), by name
+#: (what :data:`mgmt_api.kinds.base.QueryOptions` says), as the dict FastAPI fills.
 QueryOptions = dict[str, bool | str]
 
 

@@ -30,7 +30,7 @@ import hashlib
 import json
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from sqlalchemy.engine import Connection
 
@@ -44,7 +44,11 @@ from mgmt_api.access import CallContext
 from mgmt_api.compiler import envoy_config, gateway_xds, mesh_authz, sidecar_xds
 from mgmt_api.compiler import extauthz as extauthz_compiler
 from mgmt_api.compiler.http_route import Backend, HTTPRoute
-from mgmt_api.compiler.identity_limits import ClaimLimits, compile_claim_limits
+from mgmt_api.compiler.identity_limits import (
+    ClaimLimitErrorJson,
+    ClaimLimits,
+    compile_claim_limits,
+)
 from mgmt_api.compiler.ratelimit import render_rls_files
 from mgmt_api.compiler.traffic_policy import BackendTrafficPolicy
 from mgmt_api.domain import rbac
@@ -127,13 +131,15 @@ class ClusterReadModel:
     cluster: str
     cluster_fqn: str
     traffic_specs: tuple[tuple[str, Mapping[str, Any]], ...]  # (fqn, stored spec)
-    extauthz_policies: tuple[tuple[str, dict[str, Any]], ...]  # (ext_authz name, spec)
+    extauthz_policies: tuple[tuple[str, extauthz_compiler.StoredPolicy], ...]  # (name, spec)
     ext_authz_routes: tuple[envoy_config.ExtAuthzRoute, ...]
-    rate_limit: Mapping[str, Any] | None  # the cluster's rateLimit switches, as stored
+    rate_limit: envoy_config.StoredRateLimit | None  # the cluster's rateLimit switches
     notes: tuple[str, ...] = field(default=())  # what cannot be enforced as written
     http_route_specs: tuple[tuple[str, Mapping[str, Any]], ...] = field(default=())
     backend_specs: tuple[tuple[str, Mapping[str, Any]], ...] = field(default=())
-    gateway_spec: Mapping[str, Any] = field(default_factory=dict)  # the spec's gateway knobs
+    gateway_spec: envoy_config.GatewayKnobs = field(
+        default_factory=envoy_config.GatewayKnobs
+    )  # the spec's gateway knobs
     trust_domain: str = ""  # the sidecars' SPIFFE trust domain (own, or the default)
     #: Every SecuritySetting that reaches the cluster, as sidecars enforce it.
     mesh_settings: tuple[mesh_authz.MeshSetting, ...] = field(default=())
@@ -205,7 +211,7 @@ def _manifests(
 class _SecurityRead:
     """What the security groups reaching a cluster compile into."""
 
-    policies: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    policies: list[tuple[str, extauthz_compiler.StoredPolicy]] = field(default_factory=list)
     routes: list[envoy_config.ExtAuthzRoute] = field(default_factory=list)
     mesh: list[mesh_authz.MeshSetting] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -258,7 +264,11 @@ def _security(conn: Connection, organization: str, cluster: str) -> _SecurityRea
         group = reach.group
         for policy in repo.all_children(conn, group.fqn, Kind.EXT_AUTHZ_POLICY):
             out.policies.append(
-                (extauthz_compiler.policy_name(group.fqn, policy.name), policy.spec)
+                (
+                    extauthz_compiler.policy_name(group.fqn, policy.name),
+                    # Stored by the API after ext_authz's loader accepted it.
+                    cast(extauthz_compiler.StoredPolicy, policy.spec),
+                )
             )
         namespaces = selected_namespaces(reach.selector, cluster)
         for setting in repo.all_children(conn, group.fqn, Kind.SECURITY_SETTING):
@@ -301,7 +311,11 @@ def read_cluster(conn: Connection, organization: str, cluster: str) -> ClusterRe
         notes=tuple(security.notes),
         http_route_specs=_manifests(conn, cluster_fqn, Kind.HTTP_ROUTE),
         backend_specs=_manifests(conn, cluster_fqn, Kind.BACKEND),
-        gateway_spec={k: res.spec[k] for k in envoy_config.GATEWAY_SPEC_KEYS if k in res.spec},
+        # The stored JSON as the API wrote it: parsed (defensively) on use.
+        gateway_spec=cast(
+            envoy_config.GatewayKnobs,
+            {k: res.spec[k] for k in envoy_config.GATEWAY_SPEC_KEYS if k in res.spec},
+        ),
         trust_domain=clusters.trust_domain(conn, res),
         mesh_settings=tuple(security.mesh),
     )
@@ -470,7 +484,7 @@ class EnforcementService:
             raise not_found(cluster_fqn)
         return envoy_config.render(gateway_input(policies, ratelimit_service))
 
-    def policy_errors(self, organization: str, cluster: str) -> list[dict[str, Any]]:
+    def policy_errors(self, organization: str, cluster: str) -> list[ClaimLimitErrorJson]:
         """What compiles but cannot be enforced as written (claim limits on a route
         no ext_authz checks), for the cluster's status."""
         with self.uow.read() as conn:

@@ -31,6 +31,7 @@ from mgmt_api.kinds import principals
 from mgmt_api.kinds.base import (
     KindDef,
     KindSettings,
+    QueryOptions,
     RenderEnv,
     Write,
     WriteEnv,
@@ -69,7 +70,7 @@ class ResourceService:
     # ---- rendering -------------------------------------------------------
 
     def render(
-        self, conn: Connection, res: repo.Resource, options: Mapping[str, Any] | None = None
+        self, conn: Connection, res: repo.Resource, options: QueryOptions | None = None
     ) -> dict[str, Any]:
         env = RenderEnv(conn, self.settings, repo.now_us(), options or {})
         return kinds.get(res.kind).behaviour.render(res, env)
@@ -87,7 +88,7 @@ class ResourceService:
         name: str,
         body: ApiModel,
         *,
-        options: Mapping[str, Any] | None = None,
+        options: QueryOptions | None = None,
     ) -> dict[str, Any]:
         fqnmod.validate_segment(kdef.collection, name, "name")
         fqn = fqnmod.child_fqn(parent, kdef.collection, name)
@@ -114,7 +115,7 @@ class ResourceService:
     # ---- read ------------------------------------------------------------
 
     def get(
-        self, ctx: CallContext, fqn: str, options: Mapping[str, Any] | None = None
+        self, ctx: CallContext, fqn: str, options: QueryOptions | None = None
     ) -> dict[str, Any]:
         options = options or {}
         kind = fqnmod.parse(fqn).kind
@@ -129,7 +130,7 @@ class ResourceService:
             return self.render(conn, res, options)
 
     def _get_writing(
-        self, ctx: CallContext, fqn: str, kind: str, options: Mapping[str, Any]
+        self, ctx: CallContext, fqn: str, kind: str, options: QueryOptions
     ) -> dict[str, Any]:
         """A GET whose options make it write (a cluster's install template mints a key)."""
         with self.uow.write(ctx.principal.fqn) as tx:
@@ -151,7 +152,7 @@ class ResourceService:
         page_size: int,
         page_token: str,
         label_selector: str,
-        options: Mapping[str, Any] | None = None,
+        options: QueryOptions | None = None,
         name_contains: str = "",
     ) -> ListResult:
         after = listing.decode_token(page_token)

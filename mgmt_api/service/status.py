@@ -22,12 +22,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from typing import Any, NotRequired, TypedDict
+from typing import NotRequired, TypedDict
 
 from mgmt_api import access
 from mgmt_api import fqn as fqnmod
 from mgmt_api.access import CallContext
 from mgmt_api.compiler.extauthz import policy_name
+from mgmt_api.compiler.identity_limits import ClaimLimitErrorJson
 from mgmt_api.domain import rbac
 from mgmt_api.errors import ApiError, Code, not_found
 from mgmt_api.service.enforcement import EnforcementService
@@ -50,7 +51,7 @@ class ClusterStatusView(TypedDict):
     desiredVersions: dict[str, str]
     instances: list[InstanceView]
     compileErrors: NotRequired[dict[str, str]]
-    policyErrors: NotRequired[list[dict[str, Any]]]
+    policyErrors: NotRequired[list[ClaimLimitErrorJson]]
 
 
 class ReachView(TypedDict):
@@ -63,7 +64,7 @@ class ReachView(TypedDict):
     compileErrors: NotRequired[dict[str, str]]
     compileError: NotRequired[str]
     # Set only in a policy's own view (PolicyStatusView).
-    policyErrors: NotRequired[list[dict[str, Any]]]
+    policyErrors: NotRequired[list[ClaimLimitErrorJson]]
 
 
 class PolicyStatusView(ReachView):
@@ -163,7 +164,7 @@ class StatusService:
             out["policyErrors"] = policy_errors
         return out
 
-    def _policy_errors(self, organization: str, cluster: str) -> list[dict[str, Any]]:
+    def _policy_errors(self, organization: str, cluster: str) -> list[ClaimLimitErrorJson]:
         """Objects that compile but cannot be enforced as written (``{policy, route,
         message}``); an error computing them is logged, never a failed status."""
         try:
