@@ -19,20 +19,21 @@ Its shape is the reference's (``ratelimitToMetadata`` in its
 Merging is the reference's ``mergeMetadata``: a key already present keeps its
 value unless both values are mappings, which are merged the same way.
 
-It is written in protobuf wire format here, as the rest of the response is
-(``ratelimit.response``); tests read it back with the official protos.
+The Struct is protobuf's own (``struct_pb2``), appended to the response that
+``ratelimit.response`` writes in wire format; tests read it back with the
+official protos.
 """
 
 from __future__ import annotations
 
-import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from envoy.service.ratelimit.v3 import rls_pb2
+from google.protobuf import struct_pb2
 
 from ratelimit.plan import Plan
-from ratelimit.response import _field, _varint
+from ratelimit.response import _field
 from ratelimit.store import Outcome
 from ratelimit.units import UNIT_BY_PROTO
 
@@ -91,7 +92,9 @@ def encode_field(plan: Plan, outcome: Outcome | None, raw_request: bytes) -> byt
     metadata = passed_metadata(plan, outcome)
     if metadata:
         top["metadata"] = metadata
-    return _field(b"\x32", encode_struct(top))
+    struct = struct_pb2.Struct()
+    struct.update(top)  # numbers become doubles, as in the reference's Struct
+    return _field(b"\x32", struct.SerializeToString())
 
 
 def _descriptor(descriptor: Any) -> dict[str, Any]:
@@ -113,28 +116,3 @@ def _limit_text(limit: Any) -> str:
     if limit.unit:
         parts.append(f"unit:{UNIT_BY_PROTO.get(limit.unit, str(limit.unit))}")
     return " ".join(parts)
-
-
-def encode_struct(mapping: Mapping[str, Any]) -> bytes:
-    """A ``google.protobuf.Struct`` (its fields map, entry by entry)."""
-    return b"".join(
-        _field(b"\x0a", _field(b"\x0a", key.encode()) + _field(b"\x12", encode_value(value)))
-        for key, value in mapping.items()
-    )
-
-
-def encode_value(value: Any) -> bytes:
-    """A ``google.protobuf.Value`` of a JSON-like value (numbers as doubles)."""
-    if value is None:
-        return b"\x08\x00"  # null_value: NULL_VALUE
-    if isinstance(value, bool):
-        return b"\x20" + _varint(int(value))
-    if isinstance(value, int | float):
-        return b"\x11" + struct.pack("<d", float(value))
-    if isinstance(value, str):
-        return _field(b"\x1a", value.encode())
-    if isinstance(value, Mapping):
-        return _field(b"\x2a", encode_struct(value))
-    if isinstance(value, Sequence):
-        return _field(b"\x32", b"".join(_field(b"\x0a", encode_value(v)) for v in value))
-    raise TypeError(f"not a JSON-like value: {type(value).__name__}")
