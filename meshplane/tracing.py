@@ -50,6 +50,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from opentelemetry.util.types import AttributeValue
 
 from meshplane.config_error import ConfigError
+from meshplane.traceparent import MAX_TRACEPARENT
 from meshplane.traceparent import parse as parse_traceparent
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,6 @@ SAMPLERS = (
 _RATIO_SAMPLERS = ("traceidratio", "parentbased_traceidratio")
 _MAX_ENV_BYTES = 2048  # no setting needs more; a longer one is a mistake
 #: W3C traceparent is 55 characters; tracestate at most 32 members of ~512.
-_MAX_TRACEPARENT = 128
 _MAX_TRACESTATE = 8192
 EXPORT_TIMEOUT_SECONDS = 10.0
 _PROPAGATOR = TraceContextTextMapPropagator()
@@ -325,7 +325,7 @@ def settings_from_args(
 
 def parent_context(traceparent: str | None, tracestate: str | None = None) -> Context | None:
     """The W3C trace context of an incoming call, or None (size-capped, never raises)."""
-    if not traceparent or len(traceparent) > _MAX_TRACEPARENT:
+    if not traceparent or len(traceparent) > MAX_TRACEPARENT:
         return None
     carrier = {"traceparent": traceparent}
     if tracestate and len(tracestate) <= _MAX_TRACESTATE:
