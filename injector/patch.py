@@ -72,24 +72,30 @@ def app_name(pod: PodFacts, service_account: str) -> str:
     return service_account or "default"
 
 
-def app_port(pod: PodFacts, spec: Mapping[str, Any]) -> int:
+def sidecar_ports(config: InjectorConfig) -> frozenset[int]:
+    """The ports the sidecar binds in the pod: inbound, outbound and Envoy's admin."""
+    return frozenset((shape.LISTEN_PORT, shape.OUTBOUND_PORT, config.sidecar.admin_port))
+
+
+def app_port(pod: PodFacts, spec: Mapping[str, Any], taken: frozenset[int]) -> int:
     """The port the inbound listener sends to: the annotation, else the first app
-    container's first ``containerPort``; Unsafe when there is none (or it is not a port)."""
+    container's first ``containerPort``; Unsafe when there is none, or it is not a
+    port, or one of ``taken`` (:func:`sidecar_ports`)."""
     text = pod.annotations.get(shape.APP_PORT_ANNOTATION)
     if text is None:
         for container in spec.get("containers") or []:
             for port in _mapping(container, "spec.containers[]").get("ports") or []:
                 value = _mapping(port, "ports[]").get("containerPort")
                 if isinstance(value, int) and not isinstance(value, bool):
-                    return _port(value, "containerPort")
+                    return _port(value, "containerPort", taken)
         raise Unsafe(f"no container port to send calls to: set {shape.APP_PORT_ANNOTATION}")
     if not text.isdigit():
         raise Unsafe(f"{shape.APP_PORT_ANNOTATION} must be a port number, not {text!r}")
-    return _port(int(text), shape.APP_PORT_ANNOTATION)
+    return _port(int(text), shape.APP_PORT_ANNOTATION, taken)
 
 
-def _port(value: int, where: str) -> int:
-    if not 0 < value < 65536 or value in (shape.LISTEN_PORT, shape.OUTBOUND_PORT):
+def _port(value: int, where: str, taken: frozenset[int]) -> int:
+    if not 0 < value < 65536 or value in taken:
         raise Unsafe(f"{where} {value} is not a port the app can have beside the sidecar")
     return value
 
@@ -157,7 +163,7 @@ def _check_free(spec: Mapping[str, Any], config: InjectorConfig) -> None:
     for name in (shape.CREDENTIALS_VOLUME, shape.BOOTSTRAP_VOLUME):
         if name in taken_volumes:
             raise Unsafe(f"the pod already has a volume named {name}")
-    ports = {shape.LISTEN_PORT, shape.OUTBOUND_PORT, config.sidecar.admin_port}
+    ports = sidecar_ports(config)
     for container in [*spec.get("containers", []), *(spec.get("initContainers") or [])]:
         for port in container.get("ports") or []:
             if isinstance(port, Mapping) and port.get("containerPort") in ports:
@@ -178,7 +184,9 @@ def operations(
     _check_free(spec, config)
     account = spec.get("serviceAccountName")
     app = app_name(facts_, account if isinstance(account, str) else "")
-    container = sidecar_container(config, app, app_port(facts_, spec), ca_pem)
+    container = sidecar_container(
+        config, app, app_port(facts_, spec, sidecar_ports(config)), ca_pem
+    )
     ops: list[dict[str, Any]] = [{"op": "add", "path": "/spec/containers/-", "value": container}]
     if volumes_value is None:
         ops.append({"op": "add", "path": "/spec/volumes", "value": volumes(config)})

@@ -159,6 +159,9 @@ def test_pod_that_cannot_be_patched_safely_is_admitted_unchanged_with_a_warning(
     assert any(APP_PORT_ANNOTATION in w for w in answer["response"]["warnings"])
 
 
+TAKEN = frozenset((15006, 15001, 15000))  # sidecar_ports of the default config
+
+
 @pytest.mark.parametrize(
     ("annotations", "ports", "expected"),
     [
@@ -168,6 +171,7 @@ def test_pod_that_cannot_be_patched_safely_is_admitted_unchanged_with_a_warning(
         ({APP_PORT_ANNOTATION: "nine"}, [{"containerPort": 8080}], None),
         ({APP_PORT_ANNOTATION: "70000"}, [], None),
         ({APP_PORT_ANNOTATION: "15001"}, [], None),  # the sidecar's outbound port
+        ({APP_PORT_ANNOTATION: "15000"}, [], None),  # its admin port
         ({}, [], None),
     ],
 )
@@ -178,9 +182,9 @@ def test_the_app_port_comes_from_the_annotation_else_the_first_container_port(
     spec = {"containers": [{"name": "app", "ports": ports}]}
     if expected is None:
         with pytest.raises(Unsafe):
-            app_port(facts, spec)
+            app_port(facts, spec, TAKEN)
     else:
-        assert app_port(facts, spec) == expected
+        assert app_port(facts, spec, TAKEN) == expected
 
 
 @pytest.mark.parametrize(
