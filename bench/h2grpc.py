@@ -322,6 +322,32 @@ class Run:
     switches: float = 0.0  # context switches of the server's threads per call
 
 
+@dataclass(frozen=True)
+class H2loadSummary:
+    """What h2load's report says: req/s, and requests done, failed (failed +
+    errored) and answered 2xx."""
+
+    rps: float
+    done: int
+    failed: int
+    ok: int
+
+
+def h2load_summary(out: str) -> H2loadSummary:
+    """Parse h2load's stdout report (the one reader of its format)."""
+    lines = out.splitlines()
+
+    def line(prefix: str) -> str:
+        return next(x for x in lines if x.startswith(prefix)).split(":", 1)[1]
+
+    finished = next(x for x in lines if x.startswith("finished in"))
+    numbers = [int(part.split()[0]) for part in line("requests:").split(",")]
+    ok = int(line("status codes:").split(",")[0].split()[0])
+    return H2loadSummary(
+        float(finished.split(",")[1].split()[0]), numbers[2], numbers[4] + numbers[5], ok
+    )
+
+
 def h2load(
     server: Server,
     path: str,
@@ -346,11 +372,8 @@ def h2load(
     before, switches = cpu_seconds(server.pids), context_switches(server.pids)
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     after, switches = cpu_seconds(server.pids), context_switches(server.pids) - switches
-    finished = next(line for line in out.splitlines() if line.startswith("finished in"))
-    req_s = float(finished.split(",")[1].split()[0])
-    counts = next(line for line in out.splitlines() if line.startswith("requests:"))
-    numbers = [int(part.split()[0]) for part in counts.split(":", 1)[1].split(",")]
-    done, failed = numbers[2], numbers[4] + numbers[5]
+    summary = h2load_summary(out)
+    req_s, done, failed = summary.rps, summary.done, summary.failed
     times = sorted(int(line.split("\t")[2]) for line in log.read_text().splitlines() if line)
     p50 = statistics.median(times) / 1000 if times else 0.0
     p99 = times[min(len(times) - 1, int(len(times) * 0.99))] / 1000 if times else 0.0

@@ -48,7 +48,14 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))
 
 import h2grpc  # noqa: E402
-from h2grpc import GRPC_HEADERS, Server, envoy_direct, load_note, require_h2load  # noqa: E402
+from h2grpc import (  # noqa: E402
+    GRPC_HEADERS,
+    Server,
+    envoy_direct,
+    h2load_summary,
+    load_note,
+    require_h2load,
+)
 
 from tests.support.net import free_port  # noqa: E402
 
@@ -110,8 +117,7 @@ def h2load_cmd(server: Server, body: Path, duration: float, mode: str, rate: int
 
 def run(cmd: list[str]) -> int:
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    counts = next(line for line in out.splitlines() if line.startswith("status codes:"))
-    return max(1, int(counts.split(":")[1].split(",")[0].split()[0]))
+    return max(1, h2load_summary(out).ok)
 
 
 def measure(server: Server, cmd: list[str]) -> tuple[int, dict[str, tuple[float, float]]]:

@@ -45,7 +45,13 @@ sys.path.insert(0, str(ROOT))
 from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
 from jwt.algorithms import ECAlgorithm  # noqa: E402
 
-from bench.h2grpc import cpu_seconds, load_note, process_tree, require_h2load  # noqa: E402
+from bench.h2grpc import (  # noqa: E402
+    cpu_seconds,
+    h2load_summary,
+    load_note,
+    process_tree,
+    require_h2load,
+)
 from meshplane import gateway_contract as gc  # noqa: E402
 from mgmt_api.compiler import envoy_config, gateway_xds  # noqa: E402
 from mgmt_api.compiler.http_route import Backend, HTTPRoute  # noqa: E402
@@ -170,12 +176,10 @@ def h2load(
     before = cpu_seconds(pids)
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     after = cpu_seconds(pids)
-    finished = next(line for line in out.splitlines() if line.startswith("finished in"))
-    counts = next(line for line in out.splitlines() if line.startswith("status codes:"))
-    ok = int(counts.split(":")[1].split(",")[0].split()[0])
-    if ok == 0:
+    summary = h2load_summary(out)
+    if summary.ok == 0:
         raise SystemExit(f"no 2xx from the gateway on {port}:\n{out}")
-    return float(finished.split(",")[1].split()[0]), (after - before) * 1e6 / ok
+    return summary.rps, (after - before) * 1e6 / summary.ok
 
 
 VARIANTS = {

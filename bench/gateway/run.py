@@ -57,7 +57,7 @@ import jwt  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric import rsa  # noqa: E402
 from jwt.algorithms import RSAAlgorithm  # noqa: E402
 
-from bench.h2grpc import cpu_seconds, load_note, process_tree  # noqa: E402
+from bench.h2grpc import cpu_seconds, h2load_summary, load_note, process_tree  # noqa: E402
 from extauthz.cli import mint_demo_token  # noqa: E402
 from tests.support.gateway import BASE, CLUSTER, Gateway, GatewayStack, ok  # noqa: E402
 
@@ -134,14 +134,10 @@ def h2load(
     before = {k: cpu_seconds(v) for k, v in pids.items()}
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     after = {k: cpu_seconds(v) for k, v in pids.items()}
-    finished = next(line for line in out.splitlines() if line.startswith("finished in"))
-    rps = float(finished.split(",")[1].split()[0])
-    counts = next(line for line in out.splitlines() if line.startswith("requests:"))
-    numbers = [int(part.split()[0]) for part in counts.split(":", 1)[1].split(",")]
-    status = next(line for line in out.splitlines() if line.startswith("status codes:"))
-    done = max(numbers[2], 1)
-    result = {"rps": rps, "done": float(done), "failed": float(numbers[4] + numbers[5])}
-    result["non2xx"] = float(done - int(status.split(":")[1].split(",")[0].split()[0]))
+    summary = h2load_summary(out)
+    done = max(summary.done, 1)
+    result = {"rps": summary.rps, "done": float(done), "failed": float(summary.failed)}
+    result["non2xx"] = float(done - summary.ok)
     for key in pids:
         result[f"cpu_{key}"] = (after[key] - before[key]) * 1e6 / done
     return result

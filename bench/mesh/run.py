@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 
-from bench.h2grpc import cpu_seconds, load_note, require_h2load  # noqa: E402
+from bench.h2grpc import cpu_seconds, h2load_summary, load_note, require_h2load  # noqa: E402
 from tests.support.envoy import EnvoyProcess  # noqa: E402
 from tests.support.mesh import MeshStack, Workload  # noqa: E402
 from tests.support.net import free_port  # noqa: E402
@@ -118,15 +118,11 @@ def h2load(variant: Variant, app_pid: int, connections: int, duration: float) ->
     before = cpu_seconds(variant.proxies), cpu_seconds([app_pid])
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     after = cpu_seconds(variant.proxies), cpu_seconds([app_pid])
-    finished = next(line for line in out.splitlines() if line.startswith("finished in"))
-    rps = float(finished.split(",")[1].split()[0])
-    status = next(line for line in out.splitlines() if line.startswith("status codes:"))
-    ok = int(status.split(":")[1].split(",")[0].split()[0])
-    counts = next(line for line in out.splitlines() if line.startswith("requests:"))
-    done = max(int(counts.split(":", 1)[1].split(",")[2].split()[0]), 1)
+    summary = h2load_summary(out)
+    done = max(summary.done, 1)
     return {
-        "rps": rps,
-        "non2xx": float(done - ok),
+        "rps": summary.rps,
+        "non2xx": float(done - summary.ok),
         "proxies_us": (after[0] - before[0]) * 1e6 / done,
         "app_us": (after[1] - before[1]) * 1e6 / done,
     }
