@@ -163,6 +163,7 @@ class Supervisor:
         self.stop = threading.Event()
         self.base_id_path = Path(args.bootstrap_dir) / "base-id"
         self.children: list[subprocess.Popen[bytes]] = []
+        self.signum = signal.SIGTERM
 
     def _start(self, epoch: int) -> subprocess.Popen[bytes]:
         path = write_bootstrap(self.args, self.pod)
@@ -180,9 +181,7 @@ class Supervisor:
         return child
 
     def _signal(self, signum: int, _frame: object) -> None:
-        for child in self.children:
-            if child.poll() is None:
-                child.send_signal(signum)
+        self.signum = signum
         self.stop.set()
 
     def run(self) -> int:
@@ -210,7 +209,16 @@ class Supervisor:
         return self._finish(current)
 
     def _finish(self, current: subprocess.Popen[bytes]) -> int:
-        for child in self.children:
+        """Stop the epochs newest first, each after the one it may be talking to.
+
+        An epoch in the middle of its hot restart talks to its parent over the
+        hot-restart socket; if the parent went first, the child's ``sendmsg``
+        is refused and Envoy aborts (SIGABRT) instead of exiting cleanly. So
+        the newest epoch is signalled and reaped before its parent is.
+        """
+        for child in reversed(self.children):
+            if self.stop.is_set() and child.poll() is None:
+                child.send_signal(self.signum)
             try:
                 child.wait(timeout=PARENT_SHUTDOWN_SECONDS)
             except subprocess.TimeoutExpired:
