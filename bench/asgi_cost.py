@@ -64,7 +64,8 @@ descriptors:
 
 class _NextTurnRedis(asyncio.Transport):
     """Answers each command on the next loop turn: PONG, or the decide script's
-    reply (counters at 5, or at the limit when it is that small)."""
+    reply (counters at 5, or at the limit when it is that small) for fixed-window
+    buckets, read from the script's ARGV layout (``ratelimit.store.redis.DECIDE_SCRIPT``)."""
 
     def __init__(self, protocol: asyncio.Protocol) -> None:
         super().__init__()
@@ -80,11 +81,11 @@ class _NextTurnRedis(asyncio.Transport):
             if args[0] == b"PING":
                 out += b"+PONG\r\n"
                 continue
-            keys = int(args[2])
-            argv = args[3 + keys :]
-            counts = [min(5, int(argv[4 * i])) for i in range(keys)]
-            allowed = all(int(argv[4 * i]) - c >= 1 for i, c in enumerate(counts))
-            out += b"*%d\r\n:%d\r\n" % (keys + 1, allowed)
+            argv = args[3 + int(args[2]) :]  # 5 values per bucket, then the clock
+            limits = [int(argv[5 * i]) for i in range((len(argv) - 1) // 5)]
+            counts = [min(5, limit) for limit in limits]
+            allowed = all(limit - c >= 1 for limit, c in zip(limits, counts, strict=True))
+            out += b"*%d\r\n:%d\r\n" % (len(counts) + 1, allowed)
             out += b"".join(b":%d\r\n" % c for c in counts)
         self._loop.call_soon(self._protocol.data_received, out)
 
@@ -126,9 +127,19 @@ async def _per_call(app: Any, path: str, body: bytes, count: int) -> float:
     async def receive() -> dict[str, Any]:
         return message
 
+    statuses: set[bytes] = set()
+
+    async def check(sent: dict[str, Any]) -> None:
+        for key, value in sent.get("headers") or sent.get("trailers") or ():
+            if key == b"grpc-status":
+                statuses.add(value)
+
     async def send(_: dict[str, Any]) -> None:
         return None
 
+    await app(scope, receive, check)
+    if statuses - {b"0"}:  # a figure of a failing call would measure its error path
+        raise SystemExit(f"{path} answered grpc-status {sorted(statuses)}: fix the bench")
     for _ in range(500):  # warm the caches (tokens, plans, templates, the connection)
         await app(scope, receive, send)
     start = time.process_time()
