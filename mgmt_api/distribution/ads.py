@@ -160,7 +160,7 @@ def packed(version: str, compiled: gateway_xds.GatewayResources, serial: str = "
 
 @dataclass
 class _Stream:
-    """What one gateway has been sent and has accepted, per type."""
+    """What one gateway or sidecar has been sent and has accepted, per type."""
 
     identity: NodeIdentity
     node: GatewayNode | SidecarNode
@@ -169,6 +169,11 @@ class _Stream:
     acked: dict[str, str] = field(default_factory=dict)  # type → version
     applied: str = ""
     compiled: _Compiled | None = None  # the version last sent
+
+    @property
+    def role(self) -> str:
+        """What the Envoy is, for what the logs say about it."""
+        return "sidecar" if isinstance(self.node, SidecarNode) else "gateway"
 
     @property
     def types(self) -> tuple[str, ...]:
@@ -264,7 +269,8 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
                 stream.identity, stream.applied, version, request.error_detail.message, now
             )
             log.warning(
-                "gateway NACKed its configuration",
+                "%s NACKed its configuration",
+                stream.role,
                 extra={
                     "cluster": stream.identity.cluster,
                     "instance": stream.identity.instance,
