@@ -378,7 +378,14 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
         if compiled is None:
             return None
         version, serial, resources = compiled
-        return packed(version, resources, serial)
+        try:
+            return packed(version, resources, serial)
+        except Exception:  # as a gateway's: Envoy's protos refuse it, the sidecar keeps what it has
+            log.exception(
+                "cannot pack the sidecar's configuration",
+                extra={"cluster": node.cluster, "instance": node.instance},
+            )
+            return None
 
     async def _compile(self, node: GatewayNode, revision: int) -> _Compiled | None:
         """This gateway's resources at ``revision``; None when they cannot be compiled.
