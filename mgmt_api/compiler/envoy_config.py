@@ -58,8 +58,9 @@ from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from extauthz.contract import POLICY_CONTEXT_KEY
-from meshplane.netaddr import ServiceAddress, parse_service_uri
+from meshplane.netaddr import parse_service_uri
 from mgmt_api.compiler import local_jwt, tracing
+from mgmt_api.compiler.grpc_cluster import grpc_cluster
 from mgmt_api.compiler.ratelimit import route_key, route_rate_limits
 from mgmt_api.compiler.traffic_policy import BackendTrafficPolicy
 
@@ -74,7 +75,6 @@ _TYPE = "type.googleapis.com/"
 _EXT_AUTHZ = _TYPE + "envoy.extensions.filters.http.ext_authz.v3.ExtAuthz"
 _EXT_AUTHZ_PER_ROUTE = _TYPE + "envoy.extensions.filters.http.ext_authz.v3.ExtAuthzPerRoute"
 _RATELIMIT = _TYPE + "envoy.extensions.filters.http.ratelimit.v3.RateLimit"
-_HTTP_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 
 #: Bounds of the filters' timeouts, in seconds (also the API's, see kinds/cluster.py).
 MIN_TIMEOUT_SECONDS = 0.001
@@ -295,34 +295,6 @@ class EnvoyConfigInput:
     ratelimit_service: str = DEFAULT_RATELIMIT_SERVICE
     notes: tuple[str, ...] = ()  # warnings found while gathering
     gateway: GatewaySettings = GatewaySettings()  # the cluster's filter knobs
-
-
-def _endpoint_address(address: ServiceAddress) -> JsonDict:
-    if address.path:
-        return {"pipe": {"path": address.path}}
-    return {"socketAddress": {"address": address.host, "portValue": address.port}}
-
-
-def grpc_cluster(name: str, uri: str) -> JsonDict:
-    """An ``envoy.config.cluster.v3.Cluster`` reaching a gRPC server over HTTP/2,
-    on ``grpc://host:port`` or on a Unix socket (``unix:///path``, ``pipe``)."""
-    address = parse_service_uri(uri)  # validated when stored: raises only on a bug
-    return {
-        "name": name,
-        # A socket path needs no resolution (and STRICT_DNS takes no pipe).
-        "type": "STATIC" if address.path else "STRICT_DNS",
-        "connectTimeout": "0.250s",
-        "typedExtensionProtocolOptions": {
-            _HTTP_OPTIONS: {
-                "@type": _TYPE + _HTTP_OPTIONS,
-                "explicitHttpConfig": {"http2ProtocolOptions": {}},
-            }
-        },
-        "loadAssignment": {
-            "clusterName": name,
-            "endpoints": [{"lbEndpoints": [{"endpoint": {"address": _endpoint_address(address)}}]}],
-        },
-    }
 
 
 def _ext_authz_names(uris: list[str]) -> dict[str, tuple[str, str]]:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from meshplane.netaddr import parse_service_uri
+from mgmt_api.compiler.grpc_cluster import grpc_cluster
 
 JsonDict = dict[str, Any]
 
@@ -111,9 +112,6 @@ def hcm_tracing(settings: TracingSettings, service_name: str) -> JsonDict:
 
 def collector_cluster(settings: TracingSettings) -> JsonDict:
     """The HTTP/2 cluster :func:`hcm_tracing` exports to."""
-    # Imported here: envoy_config imports this module for its hook.
-    from mgmt_api.compiler.envoy_config import grpc_cluster  # noqa: PLC0415
-
     return grpc_cluster(COLLECTOR_CLUSTER, settings.collector)
 
 
