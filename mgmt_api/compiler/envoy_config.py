@@ -61,10 +61,9 @@ from extauthz.contract import POLICY_CONTEXT_KEY
 from meshplane.netaddr import parse_service_uri
 from mgmt_api.compiler import local_jwt, tracing
 from mgmt_api.compiler.grpc_cluster import grpc_cluster
+from mgmt_api.compiler.protojson import JsonDict
 from mgmt_api.compiler.ratelimit import route_key, route_rate_limits
 from mgmt_api.compiler.traffic_policy import BackendTrafficPolicy
-
-JsonDict = dict[str, Any]
 
 EXT_AUTHZ_FILTER = "envoy.filters.http.ext_authz"
 RATELIMIT_FILTER = "envoy.filters.http.ratelimit"

@@ -37,13 +37,11 @@ import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any
 
 from meshplane.gateway_contract import GatewayNode
 from mgmt_api.compiler import envoy_config, local_jwt, tracing
 from mgmt_api.compiler.http_route import Backend, BackendRef, HTTPRoute, RouteRule
-
-JsonDict = dict[str, Any]
+from mgmt_api.compiler.protojson import JsonDict
 
 LISTENER_NAME = "gateway"
 ROUTE_CONFIG_NAME = "gateway"

@@ -7,20 +7,19 @@ Its own module because both :mod:`mgmt_api.compiler.envoy_config` and
 
 from __future__ import annotations
 
-from typing import Any
-
 from meshplane.netaddr import ServiceAddress, parse_service_uri
+from mgmt_api.compiler.protojson import JsonDict
 
 _HTTP_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 
 
-def _endpoint_address(address: ServiceAddress) -> dict[str, Any]:
+def _endpoint_address(address: ServiceAddress) -> JsonDict:
     if address.path:
         return {"pipe": {"path": address.path}}
     return {"socketAddress": {"address": address.host, "portValue": address.port}}
 
 
-def grpc_cluster(name: str, uri: str) -> dict[str, Any]:
+def grpc_cluster(name: str, uri: str) -> JsonDict:
     """An ``envoy.config.cluster.v3.Cluster`` reaching a gRPC server over HTTP/2,
     on ``grpc://host:port`` or on a Unix socket (``unix:///path``, ``pipe``)."""
     address = parse_service_uri(uri)  # validated when stored: raises only on a bug

@@ -20,10 +20,9 @@ Shape of the output, and WHY:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import urlsplit
 
-JsonDict = dict[str, Any]
+from mgmt_api.compiler.protojson import JsonDict
 
 JWT_AUTHN_FILTER = "envoy.filters.http.jwt_authn"
 RBAC_FILTER = "envoy.filters.http.rbac"

@@ -28,11 +28,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from mgmt_api.compiler import envoy_config
-
-JsonDict = dict[str, Any]
+from mgmt_api.compiler.protojson import JsonDict
 
 #: The response header that says why a call was refused by the mode.
 DENIED_HEADER = "x-meshplane-denied"

@@ -32,11 +32,11 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
-from typing import Any
 
 import yaml
 
 from mgmt_api.compiler.jwt_claims import ClaimMatchType, claim_action
+from mgmt_api.compiler.protojson import JsonDict
 from mgmt_api.compiler.traffic_policy import (
     BackendTrafficPolicy,
     MatchType,
@@ -44,8 +44,6 @@ from mgmt_api.compiler.traffic_policy import (
     RateLimitRule,
     SourceMatchType,
 )
-
-JsonDict = dict[str, Any]
 
 
 @dataclass(frozen=True)

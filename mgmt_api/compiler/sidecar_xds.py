@@ -46,8 +46,8 @@ from mgmt_api.compiler.gateway_xds import (
     ROUTER_FILTER,
     UPSTREAM_CONNECT_TIMEOUT,
     GatewayResources,
-    JsonDict,
 )
+from mgmt_api.compiler.protojson import JsonDict
 
 INBOUND_LISTENER = "inbound"
 OUTBOUND_LISTENER = "outbound"

@@ -29,8 +29,7 @@ from typing import Any, TypedDict
 
 from meshplane.netaddr import parse_service_uri
 from mgmt_api.compiler.grpc_cluster import grpc_cluster
-
-JsonDict = dict[str, Any]
+from mgmt_api.compiler.protojson import JsonDict
 
 COLLECTOR_CLUSTER = "meshplane_otlp_collector"
 TRACER_NAME = "envoy.tracers.opentelemetry"

@@ -83,6 +83,7 @@ from meshplane.distribution_contract import NodeIdentity
 from meshplane.gateway_contract import GATEWAY_KIND, GatewayNode, NodeError, parse_node
 from meshplane.sidecar_contract import SIDECAR_KIND, SidecarNode
 from mgmt_api.compiler import gateway_xds
+from mgmt_api.compiler.protojson import JsonDict
 from mgmt_api.distribution.feed import ChangeFeed, SharedBuilds
 from mgmt_api.distribution.sidecar_ads import SidecarStreams, WorkloadIdentity
 from mgmt_api.distribution.streams import (
@@ -121,7 +122,7 @@ Authenticate = Callable[[str, NodeIdentity], Awaitable[str]]
 Build = Callable[[tuple[str, str]], Awaitable[gateway_xds.GatewayInput]]
 
 
-def pack(type_url: str, resource: gateway_xds.JsonDict) -> any_pb2.Any:
+def pack(type_url: str, resource: JsonDict) -> any_pb2.Any:
     """A protojson resource as the ``Any`` a DiscoveryResponse carries (strict parse)."""
     message = _MESSAGES[type_url]()
     json_format.ParseDict(resource, message)

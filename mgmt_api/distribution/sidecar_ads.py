@@ -31,8 +31,9 @@ from collections.abc import Awaitable, Callable
 from cryptography import x509
 
 from meshplane.sidecar_contract import SidecarNode, spiffe_id
-from mgmt_api.compiler import gateway_xds, sidecar_xds
+from mgmt_api.compiler import sidecar_xds
 from mgmt_api.compiler.gateway_xds import GatewayResources
+from mgmt_api.compiler.protojson import JsonDict
 from mgmt_api.distribution.feed import ChangeFeed, SharedBuilds
 from mgmt_api.distribution.streams import StillAdmitted, StreamPlane
 from mgmt_api.domain import mesh_ca
@@ -61,14 +62,14 @@ class WorkloadIdentity:
         self._issued = issued
         self._ca_serial: int | None = None
         self._certificate: x509.Certificate | None = None
-        self._secrets: tuple[gateway_xds.JsonDict, ...] = ()
+        self._secrets: tuple[JsonDict, ...] = ()
 
     @property
     def serial(self) -> str:
         """The current certificate's serial in hex ("" before the first)."""
         return "" if self._certificate is None else f"{self._certificate.serial_number:x}"
 
-    def secrets(self, ca: CertificateAuthority, now: float) -> tuple[gateway_xds.JsonDict, ...]:
+    def secrets(self, ca: CertificateAuthority, now: float) -> tuple[JsonDict, ...]:
         """The SDS secrets to serve at ``now``: a new certificate when none, the CA
         changed, or the current one is past its half-life."""
         current = self._certificate
