@@ -163,7 +163,7 @@ class Supervisor:
         self.stop = threading.Event()
         self.base_id_path = Path(args.bootstrap_dir) / "base-id"
         self.children: list[subprocess.Popen[bytes]] = []
-        self.signum = signal.SIGTERM
+        self.signum: int = signal.SIGTERM
 
     def _start(self, epoch: int) -> subprocess.Popen[bytes]:
         path = write_bootstrap(self.args, self.pod)
