@@ -96,6 +96,9 @@ END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
 SETTINGS_INITIAL_WINDOW_SIZE, SETTINGS_MAX_FRAME_SIZE = 0x4, 0x5
 _FRAME = struct.Struct(">BHBBI")  # length (24 bits as 8 + 16), type, flags, stream id
 CACHE_LIMIT = 256  # header blocks kept per connection
+#: Header blocks decoded by hpack and answered from the cache (``--stats``): hpack is
+#: pure Python, ~22 µs for a 9-header block of indexed fields, the cache's hit ~0.05.
+BLOCKS = {"decoded": 0, "cached": 0}
 
 
 def frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
@@ -185,8 +188,11 @@ class _Stream:
 class H2Floor(asyncio.Protocol):
     """One client connection (see the module docstring for what it does and does not)."""
 
-    def __init__(self, handlers: dict[str, Handler], default: Handler | None) -> None:
+    def __init__(
+        self, handlers: dict[str, Handler], default: Handler | None, cache_limit: int = CACHE_LIMIT
+    ) -> None:
         self._handlers, self._default = handlers, default
+        self._cache_limit = cache_limit
         self._buf = bytearray()
         self._preface = False
         self._streams: dict[int, _Stream] = {}
@@ -326,7 +332,9 @@ class H2Floor(asyncio.Protocol):
     def _decode(self, block: bytes) -> list[tuple[bytes, bytes]]:
         cached = self._cache.get(block)
         if cached is not None:
+            BLOCKS["cached"] += 1
             return cached
+        BLOCKS["decoded"] += 1
         try:
             headers: list[tuple[bytes, bytes]] = list(self._decoder.decode(block, raw=True))
         except hpack.HPACKError as exc:  # the decoder's state is lost: so is the connection
@@ -339,7 +347,7 @@ class H2Floor(asyncio.Protocol):
         ):
             self._cache.clear()  # the table changed: every kept decoding may be stale
             self._table_mark = mark
-        elif len(self._cache) < CACHE_LIMIT:
+        elif len(self._cache) < self._cache_limit:
             self._cache[block] = headers
         return headers
 
@@ -462,12 +470,17 @@ async def _serve(args: argparse.Namespace) -> None:
 
         default = noop
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: H2Floor(handlers, default), args.host, args.port)
+    limit = 0 if args.no_header_cache else CACHE_LIMIT
+    server = await loop.create_server(
+        lambda: H2Floor(handlers, default, limit), args.host, args.port
+    )
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     server.close()
+    if args.stats:
+        print(f"header blocks: {BLOCKS['decoded']} decoded, {BLOCKS['cached']} cached", flush=True)
     if app is not None:
         await app.stop()
 
@@ -478,6 +491,10 @@ def main() -> int:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--response-hex", default="0000000000", help="the no-op's framed answer")
     parser.add_argument("--check", metavar="CONFIG", help="serve the real ext_authz Check")
+    parser.add_argument(
+        "--no-header-cache", action="store_true", help="decode every header block with hpack"
+    )
+    parser.add_argument("--stats", action="store_true", help="print the header blocks' counts")
     uvloop.run(_serve(parser.parse_args()))
     return 0
 

@@ -291,9 +291,11 @@ def main() -> int:
         direct = stack.enter_context(envoy_direct(1, answer, workdir))
         noop = stack.enter_context(asgi_noop(1, answer))
         floor = stack.enter_context(h2_floor(answer))
+        uncached = stack.enter_context(h2_floor(answer, cache=False))
         check = stack.enter_context(h2_floor(answer, config))
         pyvoy = stack.enter_context(ours(config, 1, "envoy"))
         verify_noop(floor.port, answer)
+        verify_noop(uncached.port, answer)
         verify_check(check.port, bodies)
         expect_status(pyvoy.port, bodies["hs256"], 0)
         expect_status(pyvoy.port, bodies["denied"], 7)
@@ -303,12 +305,14 @@ def main() -> int:
             Target("envoy-direct", direct, METHOD, bodies["hs256"]),
             Target("asgi-noop", noop, METHOD, bodies["hs256"]),
             Target("h2-floor", floor, METHOD, bodies["hs256"]),
+            Target("h2-floor-nocache", uncached, METHOD, bodies["hs256"]),
             Target("h2-check", check, METHOD, bodies["hs256"]),
             Target("ours", pyvoy, METHOD, bodies["hs256"]),
         ]
         results = h2grpc.rounds(targets, 1, args, workdir)
         # Still right after being driven hard (h2load sees HTTP statuses, not grpc-status).
         verify_noop(floor.port, answer)
+        verify_noop(uncached.port, answer)
         verify_check(check.port, bodies)
         expect_status(pyvoy.port, bodies["hs256"], 0)
         failed = [r for r in results if r.failed or not r.done]
