@@ -66,14 +66,18 @@ BASELINES = ("envoy-direct", "asgi-noop")
 
 
 def h2_floor(
-    response: bytes, check: Path | None = None
+    response: bytes, check: Path | None = None, *, cache: bool = True
 ) -> contextlib.AbstractContextManager[Server]:
+    """``bench/h2_floor.py``: the no-op, or the real Check with ``check``'s config."""
     port = free_port()
     cmd = [sys.executable, str(ROOT / "bench/h2_floor.py"), "--port", str(port),
            "--response-hex", response.hex()]  # fmt: skip
+    name = "h2-floor"
     if check is not None:
-        cmd += ["--check", str(check)]
-    return h2grpc.started("h2-check" if check else "h2-floor", cmd, port, health=False)
+        cmd, name = [*cmd, "--check", str(check)], "h2-check"
+    if not cache:
+        cmd, name = [*cmd, "--no-header-cache"], f"{name}-nocache"
+    return h2grpc.started(name, cmd, port, health=False)
 
 
 def verify_noop(port: int, response: bytes) -> None:
