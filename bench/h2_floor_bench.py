@@ -249,6 +249,35 @@ def strace_counts(servers: list[Server], body: Path, rate: int, workdir: Path) -
     print("| **all** | " + " | ".join(f"{sum(counted[n].values()):.2f}" for n in names) + " |")
 
 
+def isolated_mode(rate: int) -> str:
+    return f"isolated {rate}/s"
+
+
+def measure_rounds(targets: list[Target], args: argparse.Namespace, workdir: Path) -> list[Run]:
+    """``h2grpc.rounds``, and with ``--isolated`` one more run per target and round at
+    1 connection x 1 stream: h2load's rate timer sends the gateway-like mode's 4
+    connections' calls at the same instant, so a server that reads them in one
+    wake-up shares it; a gateway's calls, unsynchronised, often arrive alone."""
+    if not args.isolated:
+        return h2grpc.rounds(targets, 1, args, workdir)
+    results: list[Run] = []
+    for index in range(args.rounds):
+        print(f" round {index + 1}/{args.rounds}", flush=True)
+        for target in targets:
+            results += h2grpc.measure(
+                target, 1, duration=args.duration, rates=[], workdir=workdir,
+                gateway_like=args.gateway_like,
+            )  # fmt: skip
+            result = h2grpc.h2load(
+                target.server, target.path, target.body, duration=args.duration,
+                clients=1, streams=1, rate=args.gateway_like, workdir=workdir,
+            )  # fmt: skip
+            run = Run(target.case, 1, isolated_mode(args.gateway_like), *result)
+            h2grpc._print_runs([run])  # the one printer of a run
+            results.append(run)
+    return results
+
+
 def summary(results: list[Run], mode: str) -> str:
     """Medians per case in ``mode``, with CPU per call as a ratio to native and to the floor."""
     lines = [
@@ -279,6 +308,12 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=4.0)
     parser.add_argument("--gateway-like", type=int, default=1000, metavar="RPS")
     parser.add_argument("--strace", action="store_true")
+    parser.add_argument(
+        "--isolated",
+        action="store_true",
+        help="also one connection x 1 stream at the gateway-like rate: calls that arrive "
+        "alone (h2load's --rps sends the 4 connections' calls together)",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     args.rates = []
@@ -313,7 +348,7 @@ def main() -> int:
             Target("h2-check", check, METHOD, bodies["hs256"]),
             Target("ours", pyvoy, METHOD, bodies["hs256"]),
         ]
-        results = h2grpc.rounds(targets, 1, args, workdir)
+        results = measure_rounds(targets, args, workdir)
         # Still right after being driven hard (h2load sees HTTP statuses, not grpc-status).
         verify_noop(floor.port, answer)
         verify_noop(uncached.port, answer)
@@ -325,7 +360,10 @@ def main() -> int:
         if args.strace:
             strace_counts([floor, noop], bodies["hs256"], args.gateway_like, workdir)
     print()
-    for mode in ("saturation", h2grpc.gateway_mode(args.gateway_like)):
+    modes = ["saturation", h2grpc.gateway_mode(args.gateway_like)]
+    if args.isolated:
+        modes.append(isolated_mode(args.gateway_like))
+    for mode in modes:
         print(summary(results, mode) + "\n")
     print(f"{args.rounds} rounds interleaved, medians; started {started_at}; {h2grpc.load_note()}")
     h2grpc.write_json(args.json, results)
