@@ -1,27 +1,31 @@
 """The one-thread h2c server (``bench/h2_floor.py``) against pyvoy's floor and native Envoy.
 
     uv run python bench/h2_floor_bench.py [--rounds 3] [--duration 4] [--gateway-like 1000]
-                                           [--strace]
+                                           [--isolated] [--strace]
 
 Issue 26, item 5. It first checks that every server answers real gRPC
 correctly, and refuses to print a figure otherwise:
 
-- grpcio calls to ``h2-floor`` (the no-op: its fixed answer, 200 calls on
-  one channel, 8 concurrent, and one 300 kB request that needs the server's
-  WINDOW_UPDATEs) and to ``h2-check`` (Check allow with a valid HS256 token,
-  deny with a forged one, UNIMPLEMENTED for an unknown method), and the
-  same allow/deny on ``ours``;
+- grpcio calls to ``h2-floor`` and ``h2-floor-nocache`` (the no-op: its
+  fixed answer, 200 calls on one channel, 64 over 8 threads, and one 300 kB
+  request that needs the server's WINDOW_UPDATEs) and to ``h2-check``
+  (Check allow with a valid HS256 token, deny with a forged one,
+  UNIMPLEMENTED for an unknown method), and the same allow/deny on ``ours``;
 - one real Envoy whose ext_authz filter calls ``h2-check`` over gRPC (the
   client Envoy's gateways use): a valid token passes (200), a forged one is
   refused (403).
 
 Then, in one run, interleaved over ``--rounds`` (one worker each; medians):
 ``envoy-direct`` (native), ``asgi-noop`` (pyvoy's floor), ``h2-floor``,
-``h2-check`` and ``ours`` (``extauthz serve``, pyvoy), at saturation
-(16 x 8) and gateway-like (4 x 1 at ``--gateway-like`` req/s), with
-``bench/h2grpc.py``'s h2load and /proc machinery. Every measured run must
-have 0 failed requests. With ``--strace``, system calls per call of h2-floor
-and asgi-noop at gateway-like (``strace -c -f``, counts only).
+``h2-floor-nocache`` (the same without its header-block cache: every block
+decoded by the pure-Python ``hpack``), ``h2-check`` and ``ours``
+(``extauthz serve``, pyvoy), at saturation (16 x 8) and gateway-like (4 x 1
+at ``--gateway-like`` req/s), and with ``--isolated`` also 1 x 1 at that
+rate, with ``bench/h2grpc.py``'s h2load and /proc machinery. Every measured
+run must have 0 failed requests, and the grpcio checks are run again after
+the measurements (h2load sees HTTP statuses only). With ``--strace``,
+system calls per call of h2-floor and asgi-noop at gateway-like
+(``strace -c -f``, counts only).
 """
 
 from __future__ import annotations
