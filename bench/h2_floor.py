@@ -132,11 +132,14 @@ _UNSUPPORTED = b"\x0f\x0d" + _string(b"415")  # :status is static name 8: litera
 
 def _status_block(code: int, message: str) -> bytes:
     """Trailers-only answer: :status 200, content-type, grpc-status, grpc-message."""
-    text = "".join(c if " " <= c <= "~" and c != "%" else f"%{ord(c):02X}" for c in message)
+    # gRPC's percent-encoding: the UTF-8 bytes outside printable ASCII, and '%'.
+    text = "".join(
+        chr(b) if 0x20 <= b <= 0x7E and b != 0x25 else f"%{b:02X}" for b in message.encode()
+    )
     return (
         RESPONSE_HEADERS
         + _literal(b"grpc-status", str(code).encode())
-        + _literal(b"grpc-message", text.encode("latin-1", "replace"))
+        + _literal(b"grpc-message", text.encode("ascii"))
     )
 
 
