@@ -78,6 +78,7 @@ def _add_collection(
     create_model: type[ApiModel],
 ) -> None:
     body_attr = to_snake(kdef.body_field)
+    items_attr = to_snake(kdef.list_field)
     Parent = Annotated[t.ObjectRef, Depends(t.path_ref(parent_tpl))]
     ListOptions = Annotated[t.QueryOptions, Depends(t.query_options(kdef.params_for(LIST)))]
     CreateOptions = Annotated[t.QueryOptions, Depends(t.query_options(kdef.params_for(CREATE)))]
@@ -103,8 +104,13 @@ def _add_collection(
             options=options,
             name_contains=name_contains,
         )
-        page = {kdef.list_field: result.items, "nextPageToken": result.next_page_token}
-        return t.json_response(page)
+        # Built without validating again (the items are the kind's models already);
+        # both fields count as set, so an empty nextPageToken is still sent.
+        fields: dict[str, object] = {
+            items_attr: result.items,
+            "next_page_token": result.next_page_token,
+        }
+        return t.model_response(list_model.model_construct(None, **fields))
 
     def create(
         request: Request, parent: Parent, body: CreateBody, options: CreateOptions
@@ -117,7 +123,7 @@ def _add_collection(
             getattr(body, body_attr),
             options=options,
         )
-        return t.json_response(created)
+        return t.model_response(created)
 
     mount.add(
         "",
@@ -148,11 +154,11 @@ def _add_item(mount: t.Mount, kdef: KindDef, tpl: str) -> None:
 
     def get(request: Request, item: Item, options: GetOptions) -> Response:
         found = services(request).resources.get(call_context(request), item.fqn, options)
-        return t.json_response(found)
+        return t.model_response(found)
 
     def put(request: Request, item: Item, body: UpdateBody) -> Response:
         updated = services(request).resources.update(call_context(request), item.fqn, body)
-        return t.json_response(updated)
+        return t.model_response(updated)
 
     def delete(request: Request, item: Item, force: Force = False) -> Empty:
         services(request).resources.delete(call_context(request), item.fqn, force=force)

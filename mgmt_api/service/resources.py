@@ -50,7 +50,9 @@ _PROTECTION = "deletionProtectionEnabled"
 
 @dataclass(frozen=True, slots=True)
 class ListResult:
-    items: list[dict[str, Any]]
+    """A page of objects of one kind: each an instance of the kind's model."""
+
+    items: list[ApiModel]
     next_page_token: str
 
 
@@ -70,10 +72,24 @@ class ResourceService:
     # ---- rendering -------------------------------------------------------
 
     def render(
-        self, conn: Connection, res: repo.Resource, options: QueryOptions | None = None
-    ) -> dict[str, Any]:
+        self,
+        conn: Connection,
+        res: repo.Resource,
+        options: QueryOptions | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> ApiModel:
+        """The object as its kind's model, with the fields only this response carries.
+
+        The one place a rendered object becomes the model (the kinds' render
+        hooks build plain dicts), so every response the service gives is an
+        instance of the model the OpenAPI documents, checked by it: a field the
+        model lacks or a value it refuses fails here, not in a client.
+        """
+        kdef = kinds.get(res.kind)
         env = RenderEnv(conn, self.settings, repo.now_us(), options or {})
-        return kinds.get(res.kind).behaviour.render(res, env)
+        rendered = kdef.behaviour.render(res, env)
+        rendered.update(extra or {})
+        return kdef.model.model_validate(rendered)
 
     def _env(self, ctx: CallContext, tx: Any) -> WriteEnv:
         return WriteEnv(tx, ctx.principal, ctx.base_url, self.settings)
@@ -89,7 +105,7 @@ class ResourceService:
         body: ApiModel,
         *,
         options: QueryOptions | None = None,
-    ) -> dict[str, Any]:
+    ) -> ApiModel:
         fqnmod.validate_segment(kdef.collection, name, "name")
         fqn = fqnmod.child_fqn(parent, kdef.collection, name)
         behaviour = kdef.behaviour
@@ -105,8 +121,7 @@ class ResourceService:
                 require_grants(env, behaviour.grants, write, None)
                 behaviour.authorize(env, write)
                 res, extra = store_create(env, kdef, write)
-                out = self.render(tx.conn, res, write.options)
-                out.update(extra)
+                out = self.render(tx.conn, res, write.options, extra)
         except sa.exc.IntegrityError:
             raise already_exists(fqn) from None
         log.info("created", extra={"fqn": fqn, "kind": kdef.kind, "actor": ctx.principal.fqn})
@@ -114,9 +129,7 @@ class ResourceService:
 
     # ---- read ------------------------------------------------------------
 
-    def get(
-        self, ctx: CallContext, fqn: str, options: QueryOptions | None = None
-    ) -> dict[str, Any]:
+    def get(self, ctx: CallContext, fqn: str, options: QueryOptions | None = None) -> ApiModel:
         options = options or {}
         kind = fqnmod.parse(fqn).kind
         behaviour = kinds.get(kind).behaviour
@@ -131,7 +144,7 @@ class ResourceService:
 
     def _get_writing(
         self, ctx: CallContext, fqn: str, kind: str, options: QueryOptions
-    ) -> dict[str, Any]:
+    ) -> ApiModel:
         """A GET whose options make it write (a cluster's install template mints a key)."""
         with self.uow.write(ctx.principal.fqn) as tx:
             access.require(tx.conn, ctx.principal, fqn, kind, rbac.READ)
@@ -139,9 +152,7 @@ class ResourceService:
             if res is None:
                 raise not_found(fqn)
             extra = kinds.get(kind).behaviour.on_read_write(self._env(ctx, tx), res, options)
-            out = self.render(tx.conn, res, options)
-            out.update(extra)
-            return out
+            return self.render(tx.conn, res, options, extra)
 
     def list_objects(
         self,
@@ -159,7 +170,7 @@ class ResourceService:
         if after and not after.startswith(parent + "/" if parent else ""):
             raise invalid("pageToken", "belongs to another collection")
         selector = listing.parse_selector(label_selector)
-        items: list[dict[str, Any]] = []
+        items: list[ApiModel] = []
         scanned = 0
         with self.uow.read() as conn:
             _require_parent(conn, parent)
@@ -186,7 +197,7 @@ class ResourceService:
 
     # ---- update ----------------------------------------------------------
 
-    def update(self, ctx: CallContext, fqn: str, body: ApiModel) -> dict[str, Any]:
+    def update(self, ctx: CallContext, fqn: str, body: ApiModel) -> ApiModel:
         parsed = fqnmod.parse(fqn)
         kdef = kinds.get(parsed.kind)
         behaviour = kdef.behaviour
@@ -214,8 +225,7 @@ class ResourceService:
             behaviour.check_references(env, write)
             behaviour.authorize(env, write)
             res, extra = store_update(env, kdef, write, etag)
-            out = self.render(tx.conn, res)
-            out.update(extra)
+            out = self.render(tx.conn, res, extra=extra)
         return out
 
     # ---- delete ----------------------------------------------------------

@@ -14,6 +14,9 @@ from mgmt_api.store.engine import create_engine, write_tx
 from mgmt_api.store.uow import UnitOfWork
 from tests.mgmt_api.harness import MgmtServer, err, ok
 
+#: Specs of the objects seeded straight into the store, as the API would store them.
+SEEDED_SPECS = {"Tenant": {}, "Workspace": {"namespaceSelector": {"names": ["*/ns"]}}}
+
 
 def _tree(admin: httpx.Client, org: str) -> None:
     base = f"/v2/organizations/{org}"
@@ -98,7 +101,7 @@ def test_recursive_delete_of_a_large_tree(
                         "parent": p,
                         "kind": k,
                         "name": f.rsplit("/", 1)[1],
-                        "spec": json.dumps({}),
+                        "spec": json.dumps(SEEDED_SPECS[k]),
                         "status": "{}",
                         "etag": '"x"',
                         "protected": False,
