@@ -19,6 +19,7 @@ import pytest
 
 from mgmt_api import fqn as fqnmod
 from mgmt_api.access import CallContext, Principal
+from mgmt_api.errors import ApiError, Code
 from mgmt_api.kinds import KINDS, KindDef, item_templates
 from mgmt_api.kinds.base import RenderEnv
 from mgmt_api.routes.templated import model_response
@@ -123,3 +124,27 @@ def test_create_get_list_update_say_what_the_kind_renders(
     updated = _wire(service.update(ADMIN, fqn, update_model.model_validate(got)))
     assert updated["etag"] != got["etag"]
     assert _typed(updated) == _typed(_rendered(service, fqn))
+
+
+def test_a_stored_object_its_model_refuses_is_a_500_naming_it_not_its_values(
+    service: ResourceService, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Written around the API (no ``namespaceSelector``, which a Workspace needs):
+    reading it names the object and the field, and neither the answer nor the log
+    quotes a stored value (pydantic's own message would)."""
+    parent = _fqn(KINDS["Workspace"]).rpartition("/workspaces/")[0]
+    _ensure(service, parent)
+    fqn = f"{parent}/workspaces/written-around"
+    with service.uow.write(ADMIN_FQN) as tx:
+        spec = {"displayName": "do-not-quote-me"}
+        res = repo.new_resource(fqn, "Workspace", spec, revision=tx.revision, creator=tx.actor)
+        assert repo.insert(tx.conn, res)
+    with pytest.raises(ApiError) as raised:
+        service.get(ADMIN, fqn)
+    assert raised.value.code == Code.INTERNAL
+    assert raised.value.message == (
+        f"stored Workspace {fqn} does not match its schema (fields: namespaceSelector)"
+    )
+    logged = [r for r in caplog.records if r.getMessage().startswith("stored object")]
+    assert [getattr(r, "fields", None) for r in logged] == [["namespaceSelector"]]
+    assert not any("do-not-quote-me" in str(vars(r)) for r in caplog.records)
