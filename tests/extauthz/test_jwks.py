@@ -153,7 +153,9 @@ def test_idp_down_at_start_then_first_request_recovers(tmp_path: Path) -> None:
         keys.documents["/b"] = {"keys": [public_jwk(rsa_key(0), "r1")]}
         with ServerThread(app_factory(write_config(tmp_path, keys))) as server:
             client = GrpcClient(server.port)
-            assert keys.hits["/a"] == 1
+            # Asked at start; on a loaded machine the refresher's first retry
+            # (backoff from 1 s) may have asked again before this line.
+            assert keys.hits["/a"] >= 1
             keys.status["/a"] = 200
             keys.documents["/a"] = {"keys": [public_jwk(ec_key(0), "k1")]}
             # No keys yet: the request triggers the (rate-limited) refetch and waits for it.
