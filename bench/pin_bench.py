@@ -1,7 +1,8 @@
 """Two workers, unpinned and pinned: where the CPU goes, per thread (issue 26, item 5).
 
     uv run python bench/pin_bench.py [--rounds 3] [--duration 4] [--rate 1000]
-                                     [--cases floor check rls]
+                                     [--cases floor check rls] [--workers 1 2]
+                                     [--modes saturation gateway-like] [--no-pinned]
 
 With two workers (SO_REUSEPORT processes, each an Envoy with pyvoy's Python
 threads) our Check costs much more CPU a call than with one, while the
@@ -14,7 +15,8 @@ off the other worker's core; if the hypothesis holds, pinned runs should
 show fewer context switches (involuntary ones first: preemptions) and less
 CPU a call.
 
-Each case is one server, started once with 2 workers:
+Each case is one server per ``--workers`` count (default 2; ``--workers 1 2``
+compares one worker with two in the same rounds), all started at once:
 
 - ``floor``: the raw ASGI no-op on pyvoy (``bench/asgi_noop.py``);
 - ``check``: ``extauthz serve``, valid HS256 token (``bench/extauthz``'s config);
@@ -69,7 +71,6 @@ from tests.support.redis_server import redis_server  # noqa: E402
 _TICKS = os.sysconf("SC_CLK_TCK")
 SATURATION = (16, 8)
 GATEWAY_CLIENTS = 4
-WORKERS = 2
 
 #: tid -> (process pid, label, CPU ticks, voluntary csw, involuntary csw)
 Sample = dict[int, tuple[int, str, int, int, int]]
@@ -83,15 +84,15 @@ def _load(name: str, path: str) -> ModuleType:
     return module
 
 
-def workers_of(server: Server) -> list[int]:
-    """The Envoy processes of ``server`` (those with a ``wrk:`` thread), by pid."""
+def workers_of(server: Server, count: int) -> list[int]:
+    """The ``count`` Envoy processes of ``server`` (those with a ``wrk:`` thread), by pid."""
     found = []
     for pid in server.pids:
         names = [_comm(task) for task in Path(f"/proc/{pid}/task").glob("*")]
         if any(name.startswith("wrk:") for name in names):
             found.append(pid)
-    if len(found) != WORKERS:
-        raise SystemExit(f"{server.name}: found {len(found)} Envoy workers, wanted {WORKERS}")
+    if len(found) != count:
+        raise SystemExit(f"{server.name}: found {len(found)} Envoy workers, wanted {count}")
     return sorted(found)
 
 
@@ -102,19 +103,19 @@ def _comm(task: Path) -> str:
         return ""
 
 
-def pin(server: Server, pinned: bool) -> None:
+def pin(server: Server, count: int, pinned: bool) -> None:
     """Every thread of worker i on CPU i of the allowed set (or all back on the set)."""
     allowed = sorted(os.sched_getaffinity(0))
-    for index, pid in enumerate(workers_of(server)):
+    for index, pid in enumerate(workers_of(server, count)):
         cpus = {allowed[index % len(allowed)]} if pinned else set(allowed)
         for task in Path(f"/proc/{pid}/task").glob("*"):
             with contextlib.suppress(ProcessLookupError):
                 os.sched_setaffinity(int(task.name), cpus)
 
 
-def sample(server: Server) -> Sample:
+def sample(server: Server, count: int) -> Sample:
     out: Sample = {}
-    envoys = set(workers_of(server))
+    envoys = set(workers_of(server, count))
     for pid in server.pids:
         tasks = sorted(Path(f"/proc/{pid}/task").glob("*"), key=lambda t: int(t.name))
         pyvoy = 0
@@ -171,7 +172,8 @@ class Result:
         return sum(v[2] for v in self.threads.values())
 
 
-def measure(server: Server, path: str, body: Path, mode: str, duration: float, rate: int) -> Result:
+def measure(case: Case, mode: str, duration: float, rate: int) -> Result:
+    server, path, body = case.server, case.path, case.body
     clients, streams = SATURATION if mode == "saturation" else (GATEWAY_CLIENTS, 1)
     cmd = ["h2load", "-D", str(max(1, round(duration))), "-c", str(clients), "-m", str(streams),
            "-t", "1", "-d", str(body)]  # fmt: skip
@@ -180,11 +182,11 @@ def measure(server: Server, path: str, body: Path, mode: str, duration: float, r
     if mode != "saturation":
         cmd += ["--rps", str(max(1, rate // clients))]
     cmd.append(f"http://127.0.0.1:{server.port}{path}")
-    before = sample(server)
+    before = sample(server, case.workers)
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    after = sample(server)
+    after = sample(server, case.workers)
     summary = h2load_summary(out)
-    if summary.failed or summary.ok != summary.done:
+    if summary.failed or summary.ok < 0.99 * summary.done:
         raise SystemExit(f"{server.name} {mode}: {summary.failed} failed, {summary.ok} ok")
     calls = max(1, summary.ok)
     totals: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0, 0.0])
@@ -207,10 +209,12 @@ class Case:
     server: Server
     path: str
     body: Path
+    workers: int
 
 
 @contextlib.contextmanager
-def cases(names: list[str], workdir: Path) -> Iterator[list[Case]]:
+def cases(names: list[str], counts: list[int], workdir: Path) -> Iterator[list[Case]]:
+    """Every case at every worker count, named ``CASE/Nw``, all started at once."""
     extauthz = _load("extauthz_bench", "bench/extauthz/bench.py")
     ratelimit = _load("ratelimit_bench", "bench/ratelimit/run.py")
     with contextlib.ExitStack() as stack:
@@ -219,29 +223,29 @@ def cases(names: list[str], workdir: Path) -> Iterator[list[Case]]:
         body = workdir / "check.bin"
         request = extauthz.check_request(tokens["hs"], None).SerializeToString()
         body.write_bytes(extauthz.grpc_frame(request))
-        if "floor" in names:
-            # The floor gets the Check request too, as bench/extauthz's floors do.
-            server = stack.enter_context(
-                h2grpc.asgi_noop(WORKERS, extauthz.grpc_frame(extauthz.ALLOW))
-            )
-            found.append(Case("floor", server, extauthz.METHOD, body))
-        if "check" in names:
-            server = stack.enter_context(extauthz.ours(config, WORKERS, "envoy"))
-            extauthz.expect_status(server.port, body, 0)
-            found.append(Case("check", server, extauthz.METHOD, body))
-        if "rls" in names:
-            redis = stack.enter_context(redis_server())
-            config = workdir / "rls.yaml"
-            config.write_text(ratelimit.CONFIG)
-            body = workdir / "rls.bin"
-            body.write_bytes(
-                ratelimit.grpc_frame(ratelimit.REQUESTS["redis-2"].SerializeToString())
-            )
-            server = stack.enter_context(
-                ratelimit.ours(config, redis, WORKERS, "envoy", store_timeout_ms=1000.0)
-            )
-            ratelimit.check_answer(server.port, "redis-2")
-            found.append(Case("rls", server, ratelimit.PATH, body))
+        redis = stack.enter_context(redis_server()) if "rls" in names else None
+        rls_config, rls_body = workdir / "rls.yaml", workdir / "rls.bin"
+        rls_config.write_text(ratelimit.CONFIG)
+        rls_body.write_bytes(
+            ratelimit.grpc_frame(ratelimit.REQUESTS["redis-2"].SerializeToString())
+        )
+        for n in counts:
+            if "floor" in names:
+                # The floor gets the Check request too, as bench/extauthz's floors do.
+                server = stack.enter_context(
+                    h2grpc.asgi_noop(n, extauthz.grpc_frame(extauthz.ALLOW))
+                )
+                found.append(Case(f"floor/{n}w", server, extauthz.METHOD, body, n))
+            if "check" in names:
+                server = stack.enter_context(extauthz.ours(config, n, "envoy"))
+                extauthz.expect_status(server.port, body, 0)
+                found.append(Case(f"check/{n}w", server, extauthz.METHOD, body, n))
+            if redis is not None:
+                server = stack.enter_context(
+                    ratelimit.ours(rls_config, redis, n, "envoy", store_timeout_ms=1000.0)
+                )
+                ratelimit.check_answer(server.port, "redis-2")
+                found.append(Case(f"rls/{n}w", server, ratelimit.PATH, rls_body, n))
         yield found
 
 
@@ -254,22 +258,27 @@ def main() -> int:
         "--cases", nargs="+", default=["floor", "check", "rls"], choices=["floor", "check", "rls"]
     )
     parser.add_argument("--modes", nargs="+", default=["saturation", "gateway-like"])
+    parser.add_argument("--workers", type=int, nargs="+", default=[2], help="worker counts")
+    parser.add_argument(
+        "--no-pinned", action="store_true", help="unpinned runs only (1 vs 2 workers, say)"
+    )
     args = parser.parse_args()
     require_h2load()
     print(f"start: {load_note()}", flush=True)
     results: dict[tuple[str, str, bool], list[Result]] = collections.defaultdict(list)
-    with tempfile.TemporaryDirectory(prefix="pin-") as tmp, cases(args.cases, Path(tmp)) as found:
+    with (
+        tempfile.TemporaryDirectory(prefix="pin-") as tmp,
+        cases(args.cases, args.workers, Path(tmp)) as found,
+    ):
         for case in found:
-            workers_of(case.server)
-            measure(case.server, case.path, case.body, "saturation", 1, args.rate)  # warm-up
+            measure(case, "saturation", 1, args.rate)  # warm-up
+        pinnings = [(False,), (False,)] if args.no_pinned else [(False, True), (True, False)]
         for index in range(args.rounds):
             for mode in args.modes:
                 for case in found:
-                    for pinned in (False, True) if index % 2 == 0 else (True, False):
-                        pin(case.server, pinned)
-                        result = measure(
-                            case.server, case.path, case.body, mode, args.duration, args.rate
-                        )
+                    for pinned in pinnings[index % 2]:
+                        pin(case.server, case.workers, pinned)
+                        result = measure(case, mode, args.duration, args.rate)
                         results[case.name, mode, pinned].append(result)
                         print(
                             f"  round {index + 1} {case.name:<6} {mode:<12} "
@@ -280,7 +289,7 @@ def main() -> int:
                             f"({os.getloadavg()[0]:.1f} load)",
                             flush=True,
                         )
-                    pin(case.server, False)
+                    pin(case.server, case.workers, False)
     report(results)
     print(f"\nend: {load_note()}")
     return 0
@@ -336,23 +345,15 @@ def report(results: dict[tuple[str, str, bool], list[Result]]) -> None:
             f"| {statistics.median(cpu):.2f} ({min(cpu):.2f}-{max(cpu):.2f}) |"
         )
     print("\n## Against the floor (req/s ratio, same pinning; floor's CPU / ours)\n")
-    for mode in sorted({m for _, m, _ in results}):
-        for pinned in (False, True):
-            floor = results.get(("floor", mode, pinned))
-            if not floor:
-                continue
-            base_rps = statistics.median(r.rps for r in floor)
-            base_cpu = statistics.median(r.cpu for r in floor)
-            for name in ("check", "rls"):
-                runs = results.get((name, mode, pinned))
-                if not runs:
-                    continue
-                rps = statistics.median(r.rps for r in runs)
-                cpu = statistics.median(r.cpu for r in runs)
-                print(
-                    f"- {name} {mode} {'pinned' if pinned else 'unpinned'}: "
-                    f"req/s {rps / base_rps:.2f} of the floor's, CPU {base_cpu / cpu:.2f}"
-                )
+    for (name, mode, pinned), runs in results.items():
+        kind, _, count = name.partition("/")
+        floor = results.get((f"floor/{count}", mode, pinned))
+        if kind == "floor" or not floor:
+            continue
+        rps = statistics.median(r.rps for r in runs) / statistics.median(r.rps for r in floor)
+        cpu = statistics.median(r.cpu for r in floor) / statistics.median(r.cpu for r in runs)
+        state = "pinned" if pinned else "unpinned"
+        print(f"- {name} {mode} {state}: req/s {rps:.2f} of the floor's, CPU {cpu:.2f}")
 
 
 if __name__ == "__main__":
