@@ -330,9 +330,10 @@ def report(results: dict[tuple[str, str, bool], list[Result]]) -> None:
                 f"{statistics.median(p[2] for p in per):.2f}"
             )
         print(f"| {name} | {mode} | {'yes' if pinned else 'no'} | " + " | ".join(cells) + " |")
-    print("\n## Pinned against unpinned, paired by round (median, min-max)\n")
-    print("| case | mode | req/s pinned / unpinned | CPU µs/call pinned / unpinned |")
-    print("|---|---|---|---|")
+    if any(pinned for _, _, pinned in results):
+        print("\n## Pinned against unpinned, paired by round (median, min-max)\n")
+        print("| case | mode | req/s pinned / unpinned | CPU µs/call pinned / unpinned |")
+        print("|---|---|---|---|")
     for name, mode, pinned in results:
         off = results.get((name, mode, False))
         if not pinned or not off:
