@@ -348,6 +348,42 @@ def h2load_summary(out: str) -> H2loadSummary:
     )
 
 
+#: h2load's (connections, streams each) at saturation, and the gateway-like mode's
+#: connections of one stream each (issue 26, item 5: what a gateway's filters send).
+SATURATION = (16, 8)
+GATEWAY_CLIENTS = 4
+
+
+def load_shape(mode: str) -> tuple[int, int]:
+    """(connections, streams each) of a mode: "saturation", or else gateway-like."""
+    return SATURATION if mode == "saturation" else (GATEWAY_CLIENTS, 1)
+
+
+def h2load_command(
+    port: int,
+    path: str,
+    body: Path,
+    duration: float,
+    shape: tuple[int, int],
+    rate: int | None = None,
+    *,
+    log: Path | None = None,
+) -> list[str]:
+    """One h2load run of unary gRPC calls as Envoy's filters send them (one owner
+    of the flags every bench passes): ``shape`` is (connections, streams each),
+    ``rate`` the total req/s (None: as fast as answered), ``log`` a per-request log."""
+    clients, streams = shape
+    cmd = ["h2load", "-D", str(max(1, round(duration))), "-c", str(clients), "-m", str(streams),
+           "-t", "1", "-d", str(body)]  # fmt: skip
+    if log is not None:
+        cmd += ["--log-file", str(log)]
+    for header in GRPC_HEADERS:
+        cmd += ["-H", header]
+    if rate is not None:
+        cmd += ["--rps", str(max(1, rate // clients))]
+    return [*cmd, f"http://127.0.0.1:{port}{path}"]
+
+
 def h2load(
     server: Server,
     path: str,
@@ -362,13 +398,7 @@ def h2load(
     """(req/s, p50 ms, p99 ms, server CPU µs per call, done, failed, switches per call)."""
     log = workdir / "h2load.log"
     log.unlink(missing_ok=True)
-    cmd = ["h2load", "-D", str(max(1, round(duration))), "-c", str(clients), "-m", str(streams),
-           "-t", "1", "--log-file", str(log), "-d", str(body)]  # fmt: skip
-    for header in GRPC_HEADERS:
-        cmd += ["-H", header]
-    if rate is not None:
-        cmd += ["--rps", str(max(1, rate // clients))]
-    cmd.append(f"http://127.0.0.1:{server.port}{path}")
+    cmd = h2load_command(server.port, path, body, duration, (clients, streams), rate, log=log)
     before, switches = cpu_seconds(server.pids), context_switches(server.pids)
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     after, switches = cpu_seconds(server.pids), context_switches(server.pids) - switches
@@ -388,9 +418,6 @@ class Target:
     path: str
     body: Path
     latency: bool = True
-
-
-GATEWAY_CLIENTS = 4
 
 
 def gateway_mode(rate: int) -> str:

@@ -64,13 +64,18 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))
 
 import h2grpc  # noqa: E402
-from h2grpc import GRPC_HEADERS, Server, h2load_summary, load_note, require_h2load  # noqa: E402
+from h2grpc import (  # noqa: E402
+    Server,
+    h2load_command,
+    h2load_summary,
+    load_note,
+    load_shape,
+    require_h2load,
+)
 
 from tests.support.redis_server import redis_server  # noqa: E402
 
 _TICKS = os.sysconf("SC_CLK_TCK")
-SATURATION = (16, 8)
-GATEWAY_CLIENTS = 4
 
 #: tid -> (process pid, label, CPU ticks, voluntary csw, involuntary csw)
 Sample = dict[int, tuple[int, str, int, int, int]]
@@ -174,14 +179,8 @@ class Result:
 
 def measure(case: Case, mode: str, duration: float, rate: int) -> Result:
     server, path, body = case.server, case.path, case.body
-    clients, streams = SATURATION if mode == "saturation" else (GATEWAY_CLIENTS, 1)
-    cmd = ["h2load", "-D", str(max(1, round(duration))), "-c", str(clients), "-m", str(streams),
-           "-t", "1", "-d", str(body)]  # fmt: skip
-    for header in GRPC_HEADERS:
-        cmd += ["-H", header]
-    if mode != "saturation":
-        cmd += ["--rps", str(max(1, rate // clients))]
-    cmd.append(f"http://127.0.0.1:{server.port}{path}")
+    gateway_rate = None if mode == "saturation" else rate
+    cmd = h2load_command(server.port, path, body, duration, load_shape(mode), gateway_rate)
     before = sample(server, case.workers)
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     after = sample(server, case.workers)

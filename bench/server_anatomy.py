@@ -49,11 +49,12 @@ sys.path.insert(0, str(ROOT))
 
 import h2grpc  # noqa: E402
 from h2grpc import (  # noqa: E402
-    GRPC_HEADERS,
     Server,
     envoy_direct,
+    h2load_command,
     h2load_summary,
     load_note,
+    load_shape,
     require_h2load,
 )
 
@@ -63,8 +64,6 @@ ANSWER = b"\x00\x00\x00\x00\x00"  # an empty framed message
 PATH = "/bench.Noop/Call"
 CHECK_PATH = "/envoy.service.auth.v3.Authorization/Check"
 _TICKS = os.sysconf("SC_CLK_TCK")
-SATURATION = (16, 8)
-GATEWAY_CLIENTS = 4
 
 
 def threads(pids: list[int]) -> dict[int, tuple[str, int, int]]:
@@ -105,14 +104,8 @@ def h2load_cmd(server: Server, body: Path, duration: float, mode: str, rate: int
         body, path = body.with_name("check.bin"), CHECK_PATH
     else:
         path = PATH
-    clients, streams = SATURATION if mode == "saturation" else (GATEWAY_CLIENTS, 1)
-    cmd = ["h2load", "-D", str(max(1, round(duration))), "-c", str(clients), "-m", str(streams),
-           "-t", "1", "-d", str(body)]  # fmt: skip
-    for header in GRPC_HEADERS:
-        cmd += ["-H", header]
-    if mode != "saturation":
-        cmd += ["--rps", str(max(1, rate // clients))]
-    return [*cmd, f"http://127.0.0.1:{server.port}{path}"]
+    gateway_rate = None if mode == "saturation" else rate
+    return h2load_command(server.port, path, body, duration, load_shape(mode), gateway_rate)
 
 
 def run(cmd: list[str]) -> int:
