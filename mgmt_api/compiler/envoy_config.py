@@ -82,8 +82,6 @@ MAX_TIMEOUT_SECONDS = 60.0
 CIRCUIT_BREAKER_FIELDS = ("maxConnections", "maxPendingRequests", "maxRequests", "maxRetries")
 #: A threshold is a ``UInt32Value``; the API caps it at the largest signed 32-bit integer.
 MAX_THRESHOLD = 2**31 - 1
-#: The Cluster spec keys :func:`gateway_settings` reads.
-GATEWAY_SPEC_KEYS = ("rateLimit", "extAuthz", "circuitBreakers", tracing.SPEC_KEY)
 #: The protojson duration form as the API stores it (``"0.1s"``, ``"60s"``).
 _STORED_DURATION = re.compile(r"(\d+(?:\.\d{1,3})?)s")
 
@@ -131,6 +129,10 @@ class GatewayKnobs(TypedDict, total=False):
     extAuthz: StoredExtAuthz
     circuitBreakers: dict[str, int]  # CIRCUIT_BREAKER_FIELDS -> threshold
     tracing: tracing.StoredTracing
+
+
+#: The Cluster spec keys :func:`gateway_settings` reads: :class:`GatewayKnobs`' own.
+GATEWAY_SPEC_KEYS = tuple(GatewayKnobs.__annotations__)
 
 
 def protojson_duration(seconds: float) -> str:

@@ -35,8 +35,6 @@ COLLECTOR_CLUSTER = "meshplane_otlp_collector"
 TRACER_NAME = "envoy.tracers.opentelemetry"
 _TYPE = "type.googleapis.com/"
 _OTEL_CONFIG = _TYPE + "envoy.config.trace.v3.OpenTelemetryConfig"
-#: The Cluster spec key :func:`settings_of` reads.
-SPEC_KEY = "tracing"
 DEFAULT_SAMPLING_PERCENTAGE = 1.0
 
 
