@@ -124,6 +124,7 @@ WINDOW_UPDATE, CONTINUATION = 8, 9
 # Flags.
 END_STREAM = ACK = 0x1
 END_HEADERS, PADDED, PRIORITY_FLAG = 0x4, 0x8, 0x20
+_BLOCK_FLAGS = END_HEADERS | PADDED | PRIORITY_FLAG
 # Error codes (RFC 9113 7).
 NO_ERROR, PROTOCOL_ERROR, INTERNAL_ERROR, FLOW_CONTROL_ERROR = 0x0, 0x1, 0x2, 0x3
 SETTINGS_TIMEOUT, STREAM_CLOSED, FRAME_SIZE_ERROR, REFUSED_STREAM = 0x4, 0x5, 0x6, 0x7
@@ -136,6 +137,7 @@ SETTINGS_INITIAL_WINDOW_SIZE, SETTINGS_MAX_FRAME_SIZE, SETTINGS_MAX_HEADER_LIST_
 HEADER_TABLE_SIZE = 4096
 
 _HEADER = struct.Struct(">BHBBI")  # length (24 bits as 8 + 16), type, flags, stream id
+_pack = _HEADER.pack
 _SETTING = struct.Struct(">HI")
 _U32 = struct.Struct(">I")
 _GOAWAY = struct.Struct(">II")
@@ -177,7 +179,7 @@ Event = RequestReceived | DataReceived | StreamReset | ConnectionTerminated
 def frame(kind: int, flags: int, stream_id: int, payload: bytes) -> bytes:
     """One frame: the 9-byte header, then the payload."""
     n = len(payload)
-    return _HEADER.pack(n >> 16, n & 0xFFFF, kind, flags, stream_id) + payload
+    return _pack(n >> 16, n & 0xFFFF, kind, flags, stream_id) + payload
 
 
 class _ConnectionError(Exception):
@@ -232,6 +234,13 @@ class Connection:
         self._opened = 0  # streams the peer opened (flood budgets scale with it)
         self._reset: dict[int, None] = {}  # recently reset by us: their frames ignored
         self._reset_keep = 2 * limits.max_concurrent_streams + 64
+        # Limits read per frame, as plain attributes (one lookup, not two).
+        self._max_frame = limits.max_frame_size
+        self._max_streams = limits.max_concurrent_streams
+        self._max_control = limits.max_outbound_control_frames
+        self._max_body = limits.max_body_bytes
+        self._stream_window = limits.stream_window
+        self._half_window = limits.connection_window >> 1
         # Inbound.
         self._recv_window = limits.connection_window  # connection: what the peer may send
         self._conn_owed = 0  # connection credit due back, not yet sent
@@ -313,7 +322,7 @@ class Connection:
                     raise _ConnectionError(PROTOCOL_ERROR, "bad connection preface")
                 self._preface, pos = True, len(PREFACE)
             end = len(buf)
-            max_frame = self.limits.max_frame_size
+            max_frame = self._max_frame
             while end - pos >= 9:
                 high, low, kind, flags, stream_id = _HEADER.unpack_from(buf, pos)
                 length = (high << 16) | low
@@ -326,15 +335,19 @@ class Connection:
                 stream_id &= 0x7FFFFFFF
                 if self._continuing and kind != CONTINUATION:
                     raise _ConnectionError(PROTOCOL_ERROR, "header block interrupted")
+                if not self._settled and kind != SETTINGS:
+                    raise _ConnectionError(PROTOCOL_ERROR, "first frame is not SETTINGS")
                 if kind == DATA:
                     self._data(stream_id, flags, payload, events, now)
                 elif kind == HEADERS:
-                    self._headers(stream_id, flags, payload, events, now)
-                elif not self._settled and kind != SETTINGS:
-                    raise _ConnectionError(PROTOCOL_ERROR, "first frame is not SETTINGS")
+                    if flags & _BLOCK_FLAGS == END_HEADERS and stream_id and payload:
+                        self._empty = 0  # the common case: one frame, no padding or priority
+                        self._header_block(stream_id, payload, flags & END_STREAM, events, now)
+                    else:
+                        self._headers(stream_id, flags, payload, events, now)
                 else:
                     self._other(kind, stream_id, flags, payload, events=events, now=now)
-                if self._control > self.limits.max_outbound_control_frames:
+                if self._control > self._max_control:
                     raise _ConnectionError(ENHANCE_YOUR_CALM, "outbound control frame flood")
             self._buf = buf[pos:] if pos < end else b""
         except _ConnectionError as error:
@@ -355,8 +368,6 @@ class Connection:
     def _data(
         self, stream_id: int, flags: int, payload: bytes, events: list[Event], now: float
     ) -> None:
-        if not self._settled:
-            raise _ConnectionError(PROTOCOL_ERROR, "first frame is not SETTINGS")
         length = len(payload)
         if length > self._recv_window:
             raise _ConnectionError(FLOW_CONTROL_ERROR, "DATA beyond the connection window")
@@ -392,7 +403,7 @@ class Connection:
             if not ended:
                 self._stream_credit(stream_id, stream, length - size)
         stream.body += size
-        if stream.body > self.limits.max_body_bytes:
+        if stream.body > self._max_body:
             self._credit(size)
             self._stream_error(stream_id, ENHANCE_YOUR_CALM, events, now)
             return
@@ -407,8 +418,6 @@ class Connection:
     def _headers(
         self, stream_id: int, flags: int, payload: bytes, events: list[Event], now: float
     ) -> None:
-        if not self._settled:
-            raise _ConnectionError(PROTOCOL_ERROR, "first frame is not SETTINGS")
         if stream_id == 0:
             raise _ConnectionError(PROTOCOL_ERROR, "HEADERS on stream 0")
         block = payload
@@ -443,7 +452,7 @@ class Connection:
             self._cont_end = bool(flags & END_STREAM)
             self._cont_block = bytearray(block)
             return
-        self._header_block(stream_id, block, bool(flags & END_STREAM), events, now)
+        self._header_block(stream_id, block, flags & END_STREAM, events, now)
 
     def _self_dependent(
         self, stream_id: int, flags: int, block: bytes, events: list[Event], now: float
@@ -459,7 +468,7 @@ class Connection:
         self._stream_error(stream_id, PROTOCOL_ERROR, events, now)
 
     def _header_block(
-        self, stream_id: int, block: bytes, ended: bool, events: list[Event], now: float
+        self, stream_id: int, block: bytes, ended: int, events: list[Event], now: float
     ) -> None:
         stream = self._streams.get(stream_id)
         if stream is not None:  # trailers
@@ -485,7 +494,7 @@ class Connection:
         self._opened += 1
         cached = self._cache.get(block)
         if cached is not None:
-            headers = cached
+            headers = cached.copy()  # the application may change its list, not the cache's
         else:
             headers = self._decode(block)
             code = request_error(headers, self.limits.max_header_list_bytes)
@@ -496,11 +505,11 @@ class Connection:
         if self._draining:
             self._note_reset(stream_id)  # ignored, and so are its frames
             return
-        if self._peer_goaway or len(self._streams) >= self.limits.max_concurrent_streams:
+        if self._peer_goaway or len(self._streams) >= self._max_streams:
             self._stream_error(stream_id, REFUSED_STREAM, events, now)
             return
-        self._streams[stream_id] = _Stream(self.limits.stream_window, self._peer_initial, not ended)
-        events.append(RequestReceived(stream_id, headers, ended))
+        self._streams[stream_id] = _Stream(self._stream_window, self._peer_initial, not ended)
+        events.append(RequestReceived(stream_id, headers, bool(ended)))
 
     def _continuation(
         self, stream_id: int, flags: int, payload: bytes, events: list[Event], now: float
@@ -520,7 +529,7 @@ class Connection:
         if flags & END_HEADERS:
             self._continuing = 0
             self._cont_block = bytearray()
-            self._header_block(stream_id, bytes(block), self._cont_end, events, now)
+            self._header_block(stream_id, bytes(block), int(self._cont_end), events, now)
 
     # -- HPACK --------------------------------------------------------------------
 
@@ -755,7 +764,10 @@ class Connection:
 
     def _close_stream(self, stream_id: int, stream: _Stream) -> None:
         del self._streams[stream_id]
-        self._forget(stream_id, stream)
+        if stream.pending is not None:
+            self._forget(stream_id, stream)
+        elif stream.unacked:  # the common case, inline: credit for what the request held
+            self._conn_owed += stream.unacked
 
     def _credit(self, size: int) -> None:
         """Connection credit due back (sent by ``data_to_send``, see ``_flush_credit``)."""
@@ -766,7 +778,7 @@ class Connection:
         less than half left: few updates on a busy connection, and a peer is never
         held up by credit we owe. Our window grows only as the update goes out."""
         owed = self._conn_owed
-        half = self.limits.connection_window >> 1
+        half = self._half_window
         if owed >= half or self._recv_window < half:
             self._recv_window += owed
             self._conn_owed = 0
@@ -788,6 +800,7 @@ class Connection:
         self._streams.clear()
         self._blocked.clear()
         self._queued = 0
+        self._conn_owed = 0
 
     # -- output -------------------------------------------------------------------
 
@@ -797,8 +810,8 @@ class Connection:
         Ignored for a stream that is gone (reset by either side, or closed): the
         application learns of resets from :class:`StreamReset` and may race them.
         """
-        stream = self._streams.get(stream_id)
-        if stream is None or not stream.local_open or self._terminated:
+        stream = self._streams.get(stream_id)  # none once terminated: streams are dropped
+        if stream is None or not stream.local_open:
             return
         stream.answered = True
         if stream.pending:
@@ -807,7 +820,19 @@ class Connection:
             if end_stream:
                 stream.local_open = False
             return
-        self._emit_headers(stream_id, stream, block, end_stream)
+        n = len(block)
+        if n > self._peer_max_frame or self._hpack_prefix:
+            self._emit_headers(stream_id, stream, block, end_stream)
+            return
+        if end_stream:  # the common case, inline: one frame
+            self._out.append(
+                _pack(n >> 16, n & 0xFFFF, HEADERS, END_HEADERS | END_STREAM, stream_id) + block
+            )
+            stream.local_open = False
+            if not stream.remote_open:
+                self._close_stream(stream_id, stream)
+        else:
+            self._out.append(_pack(n >> 16, n & 0xFFFF, HEADERS, END_HEADERS, stream_id) + block)
 
     def _emit_headers(self, stream_id: int, stream: _Stream, block: bytes, end: bool) -> None:
         if self._hpack_prefix:
@@ -832,8 +857,27 @@ class Connection:
 
         Ignored for a stream that is gone (see :meth:`send_headers`).
         """
-        stream = self._streams.get(stream_id)
-        if stream is None or not stream.local_open or self._terminated:
+        stream = self._streams.get(stream_id)  # none once terminated: streams are dropped
+        if stream is None or not stream.local_open:
+            return
+        size = len(data)
+        if (
+            stream.pending is None
+            and size <= self._peer_max_frame
+            and size <= self._send_window
+            and size <= stream.send_window
+        ):  # the common case, inline: one frame within the windows
+            self._out.append(
+                _pack(size >> 16, size & 0xFFFF, DATA, END_STREAM if end_stream else 0, stream_id)
+                + data
+            )
+            self._data_frames += 1
+            self._send_window -= size
+            stream.send_window -= size
+            if end_stream:
+                stream.local_open = False
+                if not stream.remote_open:
+                    self._close_stream(stream_id, stream)
             return
         if stream.pending:
             stream.pending.append((data, True, end_stream))
@@ -937,7 +981,9 @@ class Connection:
 
     def data_to_send(self) -> bytes:
         """Everything queued for the wire, in order; the outbound control count restarts."""
-        if self._conn_owed and not self._terminated:
+        if self._conn_owed and (
+            self._conn_owed >= self._half_window or self._recv_window < self._half_window
+        ):
             self._flush_credit()
         out = self._out
         if not out:
