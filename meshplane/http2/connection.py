@@ -28,7 +28,11 @@ event, every later input ignored):
 - COMPRESSION_ERROR: a header block hpack cannot decode, or whose decoded list
   exceeds four times our SETTINGS_MAX_HEADER_LIST_SIZE (hpack stops mid-block,
   so its dynamic table no longer matches the peer's: the connection cannot go on).
-- STREAM_CLOSED: HEADERS or DATA on a stream that is closed and forgotten.
+- STREAM_CLOSED: HEADERS or DATA on a stream that is closed and forgotten;
+  HEADERS with an id not above the highest seen is on a closed stream too
+  (RFC 9113 5.1.1: opening a stream closes the idle ones below it).
+- INTERNAL_ERROR: a bug of ours met while parsing; it ends that connection,
+  never the server (``receive`` does not raise).
 - ENHANCE_YOUR_CALM: floods. A header block (HEADERS + CONTINUATION) over
   ``max_header_block_bytes`` compressed (CONTINUATION flood); more than
   ``max_empty_frames`` consecutive empty DATA/HEADERS/CONTINUATION frames
@@ -44,8 +48,9 @@ knew the stream; the connection lives on; each charged to the rapid-reset
 budget, since a peer can make us reset as cheaply as it resets):
 
 - PROTOCOL_ERROR: a malformed request (:mod:`.request_headers`), trailers
-  without END_STREAM or with pseudo-headers, a stream depending on itself, a
-  WINDOW_UPDATE of 0 on a stream.
+  without END_STREAM or with pseudo-headers, a PRIORITY frame making a stream
+  depend on itself (in HEADERS that is a connection error: simpler, and no
+  gRPC client sends priorities), a WINDOW_UPDATE of 0 on a stream.
 - ENHANCE_YOUR_CALM: a header list over SETTINGS_MAX_HEADER_LIST_SIZE (RFC
   9113 10.5.1; the block is still decoded so HPACK stays in sync) or a body
   over ``max_body_bytes``: gRPC clients report RESOURCE_EXHAUSTED.
@@ -58,6 +63,7 @@ Choices the RFC leaves open:
 
 - Unknown frame types are ignored and not counted as empty frames: they cost
   what their bytes cost, like any frame, and make us do no stream work.
+  Padding-only DATA counts as empty (it carries nothing either).
 - Request trailers are decoded, checked and dropped; the end of the request
   reaches the application as ``DataReceived(stream, b"", True)`` (gRPC clients
   send none).
@@ -72,9 +78,12 @@ Flow control. Our receive windows are ``stream_window`` (advertised) and
 the application come back as window credit only through ``acknowledge``, or
 when their stream closes, so the bytes the application holds per connection
 never exceed ``connection_window``; bytes we discard (padding, frames on reset
-or closed streams) are credited back at once. Credit is sent once half a
-window is owed, so a busy connection sends few WINDOW_UPDATEs and the peer
-never waits on one. Our send side honours the peer's MAX_FRAME_SIZE,
+or closed streams) are credited back without waiting for the application.
+Credit goes out (from ``data_to_send``, or ``acknowledge`` for a stream) once
+half a window is owed or the peer has less than half of it left: a busy
+connection sends few WINDOW_UPDATEs, and a peer never waits on credit we
+owe. Our window grows only as the update goes out, so a peer is held to
+exactly what we advertised. Our send side honours the peer's MAX_FRAME_SIZE,
 INITIAL_WINDOW_SIZE (its deltas apply to open streams, RFC 9113 6.9.2) and
 WINDOW_UPDATEs; what they refuse waits in a per-stream queue (trailers queued
 behind it keep their order) and goes out when windows open. The queue holds
@@ -144,7 +153,10 @@ _GOAWAY = struct.Struct(">II")
 
 
 class RequestReceived(NamedTuple):
-    """A new request's headers (``ended``: HEADERS carried END_STREAM, no body)."""
+    """A new request's headers (``ended``: HEADERS carried END_STREAM, no body).
+
+    The headers are validated (:mod:`.request_headers`), in the order sent.
+    """
 
     stream_id: int
     headers: Headers
@@ -167,7 +179,12 @@ class StreamReset(NamedTuple):
 
 
 class ConnectionTerminated(NamedTuple):
-    """GOAWAY sent (a connection error) or received; ``reason`` never holds peer bytes."""
+    """GOAWAY sent (a connection error) or received; ``reason`` never holds peer bytes.
+
+    After ours, :attr:`Connection.terminated` is true: write what ``data_to_send``
+    holds (the GOAWAY) and close. After the peer's, the connection still serves
+    the streams it has (new ones are refused): close once ``active_streams`` is 0.
+    """
 
     code: int
     reason: str
@@ -436,9 +453,8 @@ class Connection:
             if stop < start:
                 raise _ConnectionError(PROTOCOL_ERROR, "padding longer than HEADERS")
             block = payload[start:stop]
-            if depends == stream_id:
-                self._self_dependent(stream_id, flags, block, events, now)
-                return
+            if depends == stream_id:  # RFC 9113 5.3.1; see the module docstring
+                raise _ConnectionError(PROTOCOL_ERROR, "stream depends on itself")
         if not block and not flags & END_STREAM:
             self._empty += 1
             if self._empty > self.limits.max_empty_frames:
@@ -453,19 +469,6 @@ class Connection:
             self._cont_block = bytearray(block)
             return
         self._header_block(stream_id, block, flags & END_STREAM, events, now)
-
-    def _self_dependent(
-        self, stream_id: int, flags: int, block: bytes, events: list[Event], now: float
-    ) -> None:
-        """RFC 9113 5.3.1: a stream depending on itself is a stream error; its block
-        is still decoded (HPACK state), and the stream opened and reset."""
-        if not flags & END_HEADERS:
-            raise _ConnectionError(PROTOCOL_ERROR, "stream depends on itself")
-        self._decode(block)
-        if stream_id > self._highest and stream_id & 1:
-            self._highest = stream_id
-            self._opened += 1
-        self._stream_error(stream_id, PROTOCOL_ERROR, events, now)
 
     def _header_block(
         self, stream_id: int, block: bytes, ended: int, events: list[Event], now: float
@@ -732,9 +735,7 @@ class Connection:
             raise _ConnectionError(ENHANCE_YOUR_CALM, "too many streams reset")
         self._tokens -= 1
 
-    def _stream_error(
-        self, stream_id: int, code: int, events: list[Event], now: float | None = None
-    ) -> None:
+    def _stream_error(self, stream_id: int, code: int, events: list[Event], now: float) -> None:
         """RST_STREAM for the peer's fault: counted as a control frame and a reset."""
         stream = self._streams.pop(stream_id, None)
         if stream is not None:
@@ -743,7 +744,7 @@ class Connection:
         self._note_reset(stream_id)
         self._out.append(frame(RST_STREAM, 0, stream_id, _U32.pack(code)))
         self._control += 1
-        if now is not None and (stream is None or not stream.answered):
+        if stream is None or not stream.answered:
             self._charge_reset(now)
 
     def _note_reset(self, stream_id: int) -> None:
@@ -954,11 +955,21 @@ class Connection:
         self._out.append(frame(RST_STREAM, 0, stream_id, _U32.pack(code)))
 
     def acknowledge(self, stream_id: int, size: int) -> None:
-        """The application consumed ``size`` body bytes of the stream: give the window back."""
+        """The application consumed ``size`` body bytes of the stream: give the window back.
+
+        Acknowledge as bytes are taken off the connection (into a message buffer
+        bounded by ``max_body_bytes``, say), not only once a whole body is in: the
+        requests of one connection together may exceed ``connection_window``, and
+        a peer whose window is full sends nothing more. A stream's unacknowledged
+        bytes are credited when it closes; more than it holds is clamped. The
+        WINDOW_UPDATE goes out through ``data_to_send``.
+        """
         stream = self._streams.get(stream_id)
         if stream is None or size <= 0:
             return
         size = min(size, stream.unacked)
+        if not size:
+            return
         stream.unacked -= size
         self._credit(size)
         if stream.remote_open:
