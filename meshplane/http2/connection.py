@@ -121,7 +121,12 @@ from meshplane.http2.limits import (
     MIN_MAX_FRAME_SIZE,
     Limits,
 )
-from meshplane.http2.request_headers import request_error, trailers_error
+from meshplane.http2.request_headers import (
+    NO_LENGTH,
+    content_length,
+    request_error,
+    trailers_error,
+)
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -213,6 +218,8 @@ class _Stream:
     __slots__ = (
         "answered",
         "body",
+        "length",
+        "limit",
         "local_open",
         "owed",
         "pending",
@@ -222,13 +229,15 @@ class _Stream:
         "unacked",
     )
 
-    def __init__(self, recv_window: int, send_window: int, remote_open: bool) -> None:
+    def __init__(self, recv_window: int, send_window: int, remote_open: bool, limit: int) -> None:
         self.recv_window = recv_window  # what the peer may still send us
         self.send_window = send_window  # what we may still send the peer
         self.remote_open = remote_open  # the peer has not sent END_STREAM
         self.local_open = True  # we have not sent END_STREAM
         self.answered = False  # we sent HEADERS (a reset after it is no rapid reset)
         self.body = 0  # request DATA bytes received
+        self.length = NO_LENGTH  # the request's content-length
+        self.limit = limit  # the body may not exceed it (max_body_bytes, content-length)
         self.unacked = 0  # bytes handed to the application, not acknowledged
         self.owed = 0  # stream credit acknowledged, not yet sent
         # Frames the peer's windows held back: (DATA payload or header block, is_data, end).
@@ -272,7 +281,7 @@ class Connection:
         # HPACK.
         self._decoder = hpack.Decoder(max_header_list_size=4 * limits.max_header_list_bytes)
         self._decoder.max_allowed_table_size = HEADER_TABLE_SIZE
-        self._cache: dict[bytes, Headers] = {}
+        self._cache: dict[bytes, tuple[Headers, int]] = {}  # block -> headers, content-length
         self._cache_used = 0
         self._mark = self._table_mark()
         self._fresh = False  # the last decoding left the dynamic table unchanged
@@ -420,12 +429,17 @@ class Connection:
             if not ended:
                 self._stream_credit(stream_id, stream, length - size)
         stream.body += size
-        if stream.body > self._max_body:
+        if stream.body > stream.limit:
             self._credit(size)
-            self._stream_error(stream_id, ENHANCE_YOUR_CALM, events, now)
+            # More than content-length is malformed (RFC 9113 8.1.1); else over our cap.
+            code = PROTOCOL_ERROR if stream.body > stream.length >= 0 else ENHANCE_YOUR_CALM
+            self._stream_error(stream_id, code, events, now)
             return
         stream.unacked += size
         if ended:
+            if stream.length > stream.body:  # less than content-length: malformed
+                self._stream_error(stream_id, PROTOCOL_ERROR, events, now)
+                return
             stream.remote_open = False
             if not stream.local_open:
                 self._close_stream(stream_id, stream)
@@ -478,7 +492,7 @@ class Connection:
             headers = self._decode(block)
             if not stream.remote_open:
                 self._stream_error(stream_id, STREAM_CLOSED, events, now)
-            elif not ended or trailers_error(headers):
+            elif not ended or trailers_error(headers) or stream.length > stream.body:
                 self._stream_error(stream_id, PROTOCOL_ERROR, events, now)
             else:
                 stream.remote_open = False
@@ -497,21 +511,30 @@ class Connection:
         self._opened += 1
         cached = self._cache.get(block)
         if cached is not None:
-            headers = cached.copy()  # the application may change its list, not the cache's
+            headers = cached[0].copy()  # the application may change its list, not the cache's
+            length = cached[1]
         else:
             headers = self._decode(block)
             code = request_error(headers, self.limits.max_header_list_bytes)
             if code:
                 self._stream_error(stream_id, code, events, now)
                 return
-            self._remember(block, headers)
+            length = content_length(headers)
+            self._remember(block, headers, length)
+        if ended and length > 0:  # RFC 9113 8.1.1: the body must match content-length
+            self._stream_error(stream_id, PROTOCOL_ERROR, events, now)
+            return
         if self._draining:
             self._note_reset(stream_id)  # ignored, and so are its frames
             return
         if self._peer_goaway or len(self._streams) >= self._max_streams:
             self._stream_error(stream_id, REFUSED_STREAM, events, now)
             return
-        self._streams[stream_id] = _Stream(self._stream_window, self._peer_initial, not ended)
+        stream = _Stream(self._stream_window, self._peer_initial, not ended, self._max_body)
+        if length != NO_LENGTH:
+            stream.length = length
+            stream.limit = min(length, self._max_body)
+        self._streams[stream_id] = stream
         events.append(RequestReceived(stream_id, headers, bool(ended)))
 
     def _continuation(
@@ -560,7 +583,7 @@ class Connection:
             self._fresh = True
         return headers
 
-    def _remember(self, block: bytes, headers: Headers) -> None:
+    def _remember(self, block: bytes, headers: Headers, length: int) -> None:
         """Cache a validated request block, if its decoding left the table unchanged."""
         if not self._fresh:
             return
@@ -571,7 +594,7 @@ class Connection:
         if self._cache_used + size > limit:
             self._cache.clear()
             self._cache_used = 0
-        self._cache[block] = headers
+        self._cache[block] = (headers, length)
         self._cache_used += size
 
     # -- control frames -------------------------------------------------------------

@@ -426,6 +426,7 @@ def test_the_preface_then_settings_are_required(name: str, wire: bytes, code: in
 
 # -- stream errors: the connection lives on --------------------------------------------
 
+CL5 = encode_headers([*REQUEST, (b"content-length", b"5")])
 StreamCase = tuple[str, Limits, list[bytes], list[tuple[int, int]], list[Event]]
 STREAM_ERRORS: list[StreamCase] = [
     (
@@ -487,6 +488,49 @@ STREAM_ERRORS: list[StreamCase] = [
             DataReceived(1, b"x" * 6, False),
             StreamReset(1, ENHANCE_YOUR_CALM),
         ],
+    ),
+    (
+        "body longer than content-length",
+        Limits(),
+        [request(1, block=CL5), data(1, b"123"), data(1, b"456")],
+        [(1, PROTOCOL_ERROR)],
+        [
+            RequestReceived(1, [*REQUEST, (b"content-length", b"5")], False),
+            DataReceived(1, b"123", False),
+            StreamReset(1, PROTOCOL_ERROR),
+        ],
+    ),
+    (
+        "body shorter than content-length",
+        Limits(),
+        [request(1, block=CL5), data(1, b"1234", end=True)],
+        [(1, PROTOCOL_ERROR)],
+        [
+            RequestReceived(1, [*REQUEST, (b"content-length", b"5")], False),
+            StreamReset(1, PROTOCOL_ERROR),
+        ],
+    ),
+    (
+        "trailers before content-length is reached",
+        Limits(),
+        [
+            request(1, block=CL5),
+            data(1, b"1234"),
+            request(1, end=True, block=encode_headers([(b"x-t", b"1")])),
+        ],
+        [(1, PROTOCOL_ERROR)],
+        [
+            RequestReceived(1, [*REQUEST, (b"content-length", b"5")], False),
+            DataReceived(1, b"1234", False),
+            StreamReset(1, PROTOCOL_ERROR),
+        ],
+    ),
+    (
+        "no body but a content-length",
+        Limits(),
+        [request(1, end=True, block=CL5)],
+        [(1, PROTOCOL_ERROR)],
+        [],
     ),
     (
         "header list over the advertised size",
@@ -569,6 +613,12 @@ MALFORMED: list[tuple[str, list[tuple[bytes, bytes]]]] = [
     ("NUL in a value", [*REQUEST, (b"x", b"a\x00b")]),
     ("leading space in a value", [*REQUEST, (b"x", b" a")]),
     ("trailing tab in a value", [*REQUEST, (b"x", b"a\t")]),
+    ("content-length not a number", [*REQUEST, (b"content-length", b"5x")]),
+    ("negative content-length", [*REQUEST, (b"content-length", b"-1")]),
+    (
+        "two different content-lengths",
+        [*REQUEST, (b"content-length", b"1"), (b"content-length", b"2")],
+    ),
 ]
 
 
@@ -585,6 +635,21 @@ def test_malformed_requests_are_reset_with_protocol_error(
     assert goaways(wire) == []
     # The DATA that followed on the reset stream was discarded, the connection goes on.
     assert peer.send(request(3, end=True)) == [RequestReceived(3, REQUEST, True)]
+
+
+def test_a_body_matching_content_length_passes() -> None:
+    peer = Peer()
+    peer.handshake()
+    headers = [*REQUEST, (b"content-length", b"5"), (b"content-length", b"5")]
+    events = peer.send(
+        request(1, block=encode_headers(headers)), data(1, b"12"), data(1, b"345", end=True)
+    )
+    assert events == [
+        RequestReceived(1, headers, False),
+        DataReceived(1, b"12", False),
+        DataReceived(1, b"345", True),
+    ]
+    assert resets(peer.frames()) == []
 
 
 def test_well_formed_requests_pass() -> None:
