@@ -510,6 +510,11 @@ class Connection:
             raise _ConnectionError(STREAM_CLOSED, "HEADERS on a closed stream")
         self._highest = stream_id
         self._opened += 1
+        if self._draining:  # above our GOAWAY's last stream: ignored, and so are its frames
+            if block not in self._cache:  # a cached block leaves the table as it is
+                self._decode(block)
+            self._note_reset(stream_id)
+            return
         cached = self._cache.get(block)
         if cached is not None:
             headers = cached[0].copy()  # the application may change its list, not the cache's
@@ -524,9 +529,6 @@ class Connection:
             self._remember(block, headers, length)
         if ended and length > 0:  # RFC 9113 8.1.1: the body must match content-length
             self._stream_error(stream_id, PROTOCOL_ERROR, events, now)
-            return
-        if self._draining:
-            self._note_reset(stream_id)  # ignored, and so are its frames
             return
         if self._peer_goaway or len(self._streams) >= self._max_streams:
             self._stream_error(stream_id, REFUSED_STREAM, events, now)

@@ -733,6 +733,8 @@ def test_start_drain_ignores_new_streams_and_finishes_old_ones() -> None:
     peer.conn.start_drain()
     assert goaways(peer.frames()) == [(3, NO_ERROR)]
     assert peer.send(request(5), data(5, b"x", end=True)) == []
+    malformed = encode_headers(REQUEST[1:])
+    assert peer.send(request(7, block=malformed), request(9, end=True, block=CL5)) == []
     assert peer.frames() == []  # ignored, not reset (RFC 9113 6.8)
     assert peer.send(data(1, b"a", end=True)) == [DataReceived(1, b"a", True)]
     assert peer.conn.active_streams == 2
