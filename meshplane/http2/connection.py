@@ -47,7 +47,8 @@ Stream errors (RST_STREAM, a :class:`StreamReset` event if the application
 knew the stream; the connection lives on; each charged to the rapid-reset
 budget, since a peer can make us reset as cheaply as it resets):
 
-- PROTOCOL_ERROR: a malformed request (:mod:`.request_headers`), trailers
+- PROTOCOL_ERROR: a malformed request (:mod:`.request_headers`), a body
+  longer or shorter than its content-length (RFC 9113 8.1.1), trailers
   without END_STREAM or with pseudo-headers, a PRIORITY frame making a stream
   depend on itself (in HEADERS that is a connection error: simpler, and no
   gRPC client sends priorities), a WINDOW_UPDATE of 0 on a stream.
@@ -67,8 +68,9 @@ Choices the RFC leaves open:
 - Request trailers are decoded, checked and dropped; the end of the request
   reaches the application as ``DataReceived(stream, b"", True)`` (gRPC clients
   send none).
-- After ``start_drain`` new streams are ignored (RFC 9113 6.8: their ids
-  exceed the GOAWAY's last stream id), their header blocks still decoded.
+- After ``start_drain`` new streams are ignored, never reset (RFC 9113 6.8:
+  their ids exceed the GOAWAY's last stream id), their header blocks still
+  decoded.
 - Frames on a stream we reset are ignored (RFC 9113 5.4.2) while it is among
   the last ``2 x max_concurrent_streams + 64`` streams we reset; after that,
   DATA or HEADERS on it are STREAM_CLOSED.
@@ -333,7 +335,8 @@ class Connection:
     # -- input --------------------------------------------------------------------
 
     def receive(self, data: bytes, now: float) -> list[Event]:
-        """Parse ``data``; the events it completes, in order. Never raises on peer input."""
+        """Parse ``data`` (``bytes``, as ``data_received`` gets them) at time ``now``;
+        the events it completes, in order. Never raises on peer input."""
         events: list[Event] = []
         if self._terminated:
             return events
