@@ -162,7 +162,10 @@ _GOAWAY = struct.Struct(">II")
 class RequestReceived(NamedTuple):
     """A new request's headers (``ended``: HEADERS carried END_STREAM, no body).
 
-    The headers are validated (:mod:`.request_headers`), in the order sent.
+    The headers are validated (:mod:`.request_headers`), in the order sent. A
+    block the header cache knows gives the *same* list object every time: never
+    change it (it is the cache's); an adapter may key its own per-block work
+    (a request scope, say) on that identity while it holds the list.
     """
 
     stream_id: int
@@ -520,8 +523,7 @@ class Connection:
             return
         cached = self._cache.get(block)
         if cached is not None:
-            headers = cached[0].copy()  # the application may change its list, not the cache's
-            length = cached[1]
+            headers, length = cached  # the same list each time: see RequestReceived
         else:
             headers = self._decode(block)
             code = request_error(headers, self.limits.max_header_list_bytes)

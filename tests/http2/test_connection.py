@@ -1061,6 +1061,9 @@ def test_cache_hits_follow_the_dynamic_table() -> None:
     got = [e.headers for e in peer.events if isinstance(e, RequestReceived)]
     assert got == sent
     assert peer.conn._cache  # the steady blocks were cached
+    # A cached block gives the same list object (an adapter keys its own work on it).
+    assert got[-1] is got[-4]
+    assert sum(1 for i, headers in enumerate(got) if any(headers is g for g in got[:i])) >= 14
 
 
 def test_cache_is_bounded_in_bytes() -> None:
