@@ -335,6 +335,24 @@ class Connection:
         """GOAWAY for an error or ``close`` was queued: no more input is read."""
         return self._terminated
 
+    # For the adapter's handshake and slow-peer (slowloris) timeouts, which need the
+    # clock this core does not read.
+
+    @property
+    def settled(self) -> bool:
+        """The preface and the peer's first SETTINGS have arrived."""
+        return self._settled
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Input held for want of the rest: part of the preface or of one frame."""
+        return len(self._buf)
+
+    @property
+    def awaiting_continuation(self) -> bool:
+        """A header block was begun and awaits its CONTINUATION frames."""
+        return self._continuing != 0
+
     # -- input --------------------------------------------------------------------
 
     def receive(self, data: bytes, now: float) -> list[Event]:

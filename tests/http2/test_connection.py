@@ -174,6 +174,29 @@ def test_settings_are_acknowledged_and_the_preface_may_arrive_in_pieces() -> Non
     assert peer.frames() == [(SETTINGS, ACK, 0, b"")]
 
 
+def test_the_input_state_for_the_adapters_timeouts() -> None:
+    peer = Peer()
+    state = peer.conn
+    assert (state.settled, state.buffered_bytes, state.awaiting_continuation) == (False, 0, False)
+    peer.send(PREFACE[:10])
+    assert (state.settled, state.buffered_bytes) == (False, 10)
+    peer.send(PREFACE[10:] + settings()[:5])
+    assert (state.settled, state.buffered_bytes) == (False, 5)
+    peer.send(settings()[5:])
+    assert (state.settled, state.buffered_bytes) == (True, 0)
+    peer.send(raw(HEADERS, 0, 1, BLOCK[:4]), ping()[:3])
+    assert (state.buffered_bytes, state.awaiting_continuation) == (3, True)
+    peer.send(ping()[3:])  # a PING inside a header block: the connection ends
+    assert state.terminated
+    peer2 = Peer()
+    peer2.handshake()
+    peer2.send(raw(HEADERS, 0, 1, BLOCK[:4]))
+    assert peer2.conn.awaiting_continuation
+    peer2.send(raw(CONTINUATION, END_HEADERS, 1, BLOCK[4:]))
+    assert not peer2.conn.awaiting_continuation
+    assert peer2.events == [RequestReceived(1, REQUEST, False)]
+
+
 # -- connection errors: (name, limits, frames after the handshake, GOAWAY code) ------------
 
 ConnCase = tuple[str, Limits, list[bytes], int]
