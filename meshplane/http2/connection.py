@@ -35,7 +35,8 @@ event, every later input ignored):
   never the server (``receive`` does not raise).
 - ENHANCE_YOUR_CALM: floods. A header block (HEADERS + CONTINUATION) over
   ``max_header_block_bytes`` compressed (CONTINUATION flood); more than
-  ``max_empty_frames`` consecutive empty DATA/HEADERS/CONTINUATION frames
+  ``max_settings_entries`` settings in one SETTINGS frame (CVE-2020-11080);
+  more than ``max_empty_frames`` consecutive empty DATA/HEADERS/CONTINUATION frames
   without END_STREAM; PRIORITY frames over ``max_priority_frames_per_stream``
   x (1 + streams opened); WINDOW_UPDATEs over 5 + 2 x (streams opened +
   ``max_window_updates_per_data_frame`` x DATA frames sent) (Envoy's
@@ -676,20 +677,16 @@ class Connection:
             return
         if len(payload) % 6:
             raise _ConnectionError(FRAME_SIZE_ERROR, "SETTINGS not a multiple of 6 bytes")
+        if len(payload) > 6 * self.limits.max_settings_entries:
+            raise _ConnectionError(ENHANCE_YOUR_CALM, "too many settings in one frame")
         self._settled = True
-        opened = False
+        initial = self._peer_initial
         for offset in range(0, len(payload), 6):
             key, value = _SETTING.unpack_from(payload, offset)
             if key == SETTINGS_INITIAL_WINDOW_SIZE:
                 if value > MAX_WINDOW:
                     raise _ConnectionError(FLOW_CONTROL_ERROR, "INITIAL_WINDOW_SIZE too large")
-                delta = value - self._peer_initial
-                self._peer_initial = value
-                for stream in self._streams.values():
-                    stream.send_window += delta
-                    if stream.send_window > MAX_WINDOW:
-                        raise _ConnectionError(FLOW_CONTROL_ERROR, "stream window overflow")
-                opened = opened or delta > 0
+                initial = value
             elif key == SETTINGS_MAX_FRAME_SIZE:
                 if not MIN_MAX_FRAME_SIZE <= value <= MAX_MAX_FRAME_SIZE:
                     raise _ConnectionError(PROTOCOL_ERROR, "MAX_FRAME_SIZE out of range")
@@ -703,8 +700,17 @@ class Connection:
                 self._peer_table_size = value
                 self._hpack_prefix = table_size_update(value)
         self._owe_control(frame(SETTINGS, ACK, 0, b""))
-        if opened:
-            self._pump()
+        # The window change applies to every open stream (RFC 9113 6.9.2), once per
+        # frame with its last value: repeated entries cost nothing more.
+        delta = initial - self._peer_initial
+        if delta:
+            self._peer_initial = initial
+            for stream in self._streams.values():
+                stream.send_window += delta
+                if stream.send_window > MAX_WINDOW:
+                    raise _ConnectionError(FLOW_CONTROL_ERROR, "stream window overflow")
+            if delta > 0:
+                self._pump()
 
     def _window_update(
         self, stream_id: int, payload: bytes, events: list[Event], now: float

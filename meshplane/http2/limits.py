@@ -94,6 +94,10 @@ class Limits:
     max_window_updates_per_data_frame: int = 10
     #: Rapid reset (CVE-2023-44487), see :class:`ResetBudget`.
     reset_budget: ResetBudget = ResetBudget()
+    #: Settings in one SETTINGS frame (nghttp2's limit after CVE-2020-11080: a frame of
+    #: thousands cost a parse each). The RFC defines 6 (9 with extensions); a peer
+    #: repeating them has no use for more.
+    max_settings_entries: int = 32
 
     def __post_init__(self) -> None:
         _at_least("max_concurrent_streams", self.max_concurrent_streams, 1)
@@ -116,6 +120,7 @@ class Limits:
         _at_least("max_empty_frames", self.max_empty_frames, 0)
         _at_least("max_priority_frames_per_stream", self.max_priority_frames_per_stream, 0)
         _at_least("max_window_updates_per_data_frame", self.max_window_updates_per_data_frame, 0)
+        _at_least("max_settings_entries", self.max_settings_entries, 6)
 
 
 def _at_least(name: str, value: int, minimum: int) -> None:

@@ -222,6 +222,12 @@ CONNECTION_ERRORS: list[ConnCase] = [
         FRAME_SIZE_ERROR,
     ),
     ("SETTINGS ACK with a payload", Limits(), [raw(SETTINGS, ACK, 0, b"\0" * 6)], FRAME_SIZE_ERROR),
+    (
+        "more settings in one frame than max_settings_entries",
+        Limits(),
+        [settings(*[(0x99, 0)] * 33)],
+        ENHANCE_YOUR_CALM,
+    ),
     ("ENABLE_PUSH 2", Limits(), [settings((2, 2))], PROTOCOL_ERROR),
     ("INITIAL_WINDOW_SIZE 2^31", Limits(), [settings((4, 1 << 31))], FLOW_CONTROL_ERROR),
     ("MAX_FRAME_SIZE below 2^14", Limits(), [settings((5, 16_383))], PROTOCOL_ERROR),
@@ -1005,6 +1011,21 @@ def test_peer_settings_change_frame_size_and_windows_of_open_streams() -> None:
     assert total == 2 * 19_990
     assert peer.conn.queued_bytes == 0 and peer.conn.active_streams == 0
     assert all(len(f[3]) <= 20_000 for f in frames)
+
+
+def test_only_the_last_initial_window_size_of_a_frame_counts() -> None:
+    peer = Peer()
+    peer.handshake()
+    peer.send(request(1, end=True))
+    peer.conn.send_data(1, b"d" * 70_000)
+    peer.frames()
+    many = [(4, 1 << 30), (4, 0)] * 15 + [(4, 65_535 + 100), (0x99, 1)]
+    peer.send(settings(*many))
+    frames = peer.frames()
+    assert frames[0] == (SETTINGS, ACK, 0, b"")
+    assert sum(len(f[3]) for f in frames[1:]) == 0  # the connection window is spent
+    peer.send(window_update(0, 1000))
+    assert sum(len(f[3]) for f in peer.frames()) == 100  # the stream got +100 only
 
 
 def test_a_negative_window_holds_data_until_it_is_positive_again() -> None:

@@ -27,6 +27,7 @@ from meshplane.http2.limits import DEFAULT_LIMITS, Limits, ResetBudget
         ("max_empty_frames", -1),
         ("max_priority_frames_per_stream", -1),
         ("max_window_updates_per_data_frame", -1),
+        ("max_settings_entries", 5),  # a peer may send each of the RFC's six
     ],
 )
 def test_bad_values_are_refused(field: str, value: int) -> None:
