@@ -38,9 +38,10 @@ event, every later input ignored):
   ``max_settings_entries`` settings in one SETTINGS frame (CVE-2020-11080);
   more than ``max_empty_frames`` consecutive empty DATA/HEADERS/CONTINUATION frames
   without END_STREAM; PRIORITY frames over ``max_priority_frames_per_stream``
-  x (1 + streams opened); WINDOW_UPDATEs over 5 + 2 x (streams opened +
-  ``max_window_updates_per_data_frame`` x DATA frames sent) (Envoy's
-  formulas); control frames we owe the peer (PING/SETTINGS ACKs, RST_STREAMs
+  x (1 + streams opened) (Envoy's formula); WINDOW_UPDATEs over 5 + 2 x
+  (streams opened + ``max_window_updates_per_data_frame`` x DATA frames sent)
+  (Envoy's, with 5 for its 1: clients send a few before any stream, as
+  grpc-go its connection window); control frames we owe the peer (PING/SETTINGS ACKs, RST_STREAMs
   its frames caused) over ``max_outbound_control_frames`` before
   ``data_to_send`` takes them; the rapid-reset budget exhausted.
 
