@@ -11,7 +11,8 @@ event, every later input ignored):
 - PROTOCOL_ERROR: a preface other than ``PRI * HTTP/2.0...`` or a first frame
   other than SETTINGS; a frame on the wrong stream (DATA, HEADERS, PRIORITY,
   RST_STREAM, CONTINUATION on 0; SETTINGS, PING, GOAWAY off 0); an even or
-  decreasing new stream id; a frame other than PRIORITY on an idle stream;
+  decreasing new stream id; a frame other than PRIORITY on an idle stream
+  (even ids are idle for good: we never push);
   PUSH_PROMISE (clients never push); CONTINUATION anywhere but right after
   its HEADERS; padding longer than the payload; bad SETTINGS values
   (ENABLE_PUSH not 0/1, MAX_FRAME_SIZE outside [2^14, 2^24-1]); a
@@ -442,7 +443,7 @@ class Connection:
             self._credit(length)  # discarded: the connection credit goes back at once
             if stream is not None:
                 self._stream_error(stream_id, STREAM_CLOSED, events, now)
-            elif stream_id == 0 or stream_id > self._highest:
+            elif stream_id > self._highest or not stream_id & 1:  # idle (we never push)
                 raise _ConnectionError(PROTOCOL_ERROR, "DATA on an idle stream")
             elif stream_id not in self._reset:
                 raise _ConnectionError(STREAM_CLOSED, "DATA on a closed stream")
@@ -735,7 +736,7 @@ class Connection:
             return
         stream = self._streams.get(stream_id)
         if stream is None:
-            if stream_id > self._highest:
+            if stream_id > self._highest or not stream_id & 1:
                 raise _ConnectionError(PROTOCOL_ERROR, "WINDOW_UPDATE on an idle stream")
             return  # closed: a WINDOW_UPDATE in flight is normal
         if not increment:
@@ -751,7 +752,7 @@ class Connection:
     def _rst_stream(self, stream_id: int, payload: bytes, events: list[Event], now: float) -> None:
         if len(payload) != 4:
             raise _ConnectionError(FRAME_SIZE_ERROR, "RST_STREAM not 4 bytes")
-        if not stream_id or stream_id > self._highest:
+        if stream_id > self._highest or not stream_id & 1:
             raise _ConnectionError(PROTOCOL_ERROR, "RST_STREAM on an idle stream")
         stream = self._streams.pop(stream_id, None)
         if stream is None:
@@ -770,7 +771,7 @@ class Connection:
         if self._priority_frames > self.limits.max_priority_frames_per_stream * (1 + self._opened):
             raise _ConnectionError(ENHANCE_YOUR_CALM, "PRIORITY flood")
         if _U32.unpack_from(payload)[0] & 0x7FFFFFFF == stream_id:
-            if stream_id > self._highest:  # no RST_STREAM on an idle stream
+            if stream_id > self._highest or not stream_id & 1:  # no RST_STREAM when idle
                 raise _ConnectionError(PROTOCOL_ERROR, "stream depends on itself")
             self._stream_error(stream_id, PROTOCOL_ERROR, events, now)
 
