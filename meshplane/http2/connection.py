@@ -35,16 +35,18 @@ event, every later input ignored):
 - INTERNAL_ERROR: a bug of ours met while parsing; it ends that connection,
   never the server (``receive`` does not raise).
 - ENHANCE_YOUR_CALM: floods. A header block (HEADERS + CONTINUATION) over
-  ``max_header_block_bytes`` compressed (CONTINUATION flood); more than
-  ``max_settings_entries`` settings in one SETTINGS frame (CVE-2020-11080);
-  more than ``max_empty_frames`` consecutive empty DATA/HEADERS/CONTINUATION frames
-  without END_STREAM; PRIORITY frames over ``max_priority_frames_per_stream``
-  x (1 + streams opened) (Envoy's formula); WINDOW_UPDATEs over 5 + 2 x
-  (streams opened + ``max_window_updates_per_data_frame`` x DATA frames sent)
-  (Envoy's, with 5 for its 1: clients send a few before any stream, as
-  grpc-go its connection window); control frames we owe the peer (PING/SETTINGS ACKs, RST_STREAMs
-  its frames caused) over ``max_outbound_control_frames`` before
-  ``data_to_send`` takes them; the rapid-reset budget exhausted.
+  ``max_header_block_bytes`` compressed (CONTINUATION flood, CVE-2024-27316);
+  more than ``max_settings_entries`` settings in one SETTINGS frame
+  (CVE-2020-11080); more than ``max_empty_frames`` consecutive empty
+  DATA/HEADERS/CONTINUATION frames without END_STREAM (CVE-2019-9518);
+  PRIORITY frames over ``max_priority_frames_per_stream`` x (1 + streams
+  opened) (Envoy's formula, CVE-2019-9513); WINDOW_UPDATEs over 5 + 2 x
+  (streams opened + ``max_window_updates_per_data_frame`` x DATA frames
+  sent) (Envoy's, with 5 for its 1: clients send a few before any stream,
+  as grpc-go its connection window; CVE-2019-9517); control frames we owe
+  the peer (PING and SETTINGS ACKs, RST_STREAMs its frames caused) over
+  ``max_outbound_control_frames`` before ``data_to_send`` takes them
+  (CVE-2019-9512, -9515); the rapid-reset budget exhausted (CVE-2023-44487).
 
 Stream errors (RST_STREAM, a :class:`StreamReset` event if the application
 knew the stream; the connection lives on; each charged to the rapid-reset
