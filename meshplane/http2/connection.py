@@ -42,8 +42,7 @@ event, every later input ignored):
   PRIORITY frames over ``max_priority_frames_per_stream`` x (1 + streams
   opened) (Envoy's formula, CVE-2019-9513); WINDOW_UPDATEs over 5 + 2 x
   (streams opened + ``max_window_updates_per_data_frame`` x DATA frames
-  sent) (Envoy's, with 5 for its 1: clients send a few before any stream,
-  as grpc-go its connection window; CVE-2019-9517); control frames we owe
+  sent) (Envoy's formula; CVE-2019-9511, -9517); control frames we owe
   the peer (PING and SETTINGS ACKs, RST_STREAMs its frames caused) over
   ``max_outbound_control_frames`` before ``data_to_send`` takes them
   (CVE-2019-9512, -9515); the rapid-reset budget exhausted (CVE-2023-44487).
