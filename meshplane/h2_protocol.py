@@ -330,11 +330,11 @@ class _Stream:
                     self.proto.acknowledge(self.stream_id, len(body))
                 self.end_delivered = self.ended
                 return {"type": "http.request", "body": body, "more_body": not self.ended}
-            if self.reset:
-                return _DISCONNECT
             if self.ended and not self.end_delivered:
                 self.end_delivered = True
                 return _EMPTY_REQUEST
+            if self.reset or (self.finished and self.end_delivered):
+                return _DISCONNECT  # reset, or the exchange is over both ways
             # Nothing yet (or everything taken): wait for data, the end, or a reset.
             waiter = self.waiter = self.proto.loop.create_future()
             await waiter
@@ -403,7 +403,9 @@ class H2Protocol(asyncio.Protocol):
         self._handshaken = False
         self._opened_at = 0.0
         self._idle_since = 0.0
-        self._partial_since: float | None = None
+        self._partial_since: float | None = None  # a frame unfinished since (progress resets)
+        self._buffered = 0  # the bytes of that frame the core holds
+        self._block_since: float | None = None  # a header block unfinished since
         self._timer: asyncio.TimerHandle | None = None
         self._base_scope: dict[str, Any] = {}
         self._parsed: dict[int, tuple[Headers, tuple[str, bytes, str, bytes, Headers]]] = {}
@@ -466,9 +468,37 @@ class H2Protocol(asyncio.Protocol):
         now = self.loop.time()
         conn = self.conn
         events = conn.receive(data, now)
-        handshaken, partial = _input_state(conn)
+        try:
+            self._events(events)
+        except Exception as exc:  # a bug of ours: end this connection, not the worker
+            log.exception("HTTP/2 connection failed", extra={"error": type(exc).__name__})
+            self.close(INTERNAL_ERROR, "internal error")
+            return
+        handshaken, buffered, continuing = _input_state(conn)
         if not self._handshaken and handshaken:
             self._handshaken = True
+        # Slowloris: a frame left unfinished (progress resets the clock: bytes taken
+        # from the buffer are complete frames), or a header block left unfinished
+        # (its CONTINUATIONs do not reset it).
+        if buffered:
+            if self._partial_since is None or buffered < self._buffered + len(data):
+                self._partial_since = now
+                self._arm(now + self.settings.frame_seconds)
+        else:
+            self._partial_since = None
+        self._buffered = buffered
+        if continuing:
+            if self._block_since is None:
+                self._block_since = now
+                self._arm(now + self.settings.frame_seconds)
+        else:
+            self._block_since = None
+        if self._holding and conn.queued_bytes <= self.max_queued // 2:
+            self._release_held()
+        self.schedule_flush()
+
+    def _events(self, events: list[h2c.Event]) -> None:
+        conn = self.conn
         for event in events:
             kind = type(event)
             if kind is RequestReceived:
@@ -494,15 +524,6 @@ class H2Protocol(asyncio.Protocol):
             else:
                 code, reason = cast("ConnectionTerminated", event)
                 self._terminated(code, reason)
-        if partial:
-            if self._partial_since is None:
-                self._partial_since = now
-                self._arm(now + self.settings.frame_seconds)
-        else:
-            self._partial_since = None
-        if self._holding and conn.queued_bytes <= self.max_queued // 2:
-            self._release_held()
-        self.schedule_flush()
 
     def eof_received(self) -> bool | None:
         return None  # the transport closes; connection_lost cleans up
@@ -673,12 +694,13 @@ class H2Protocol(asyncio.Protocol):
                 self.transport.abort()  # it does not read: a GOAWAY would not get there
                 return
             deadlines.append(due)
-        if self._partial_since is not None:
-            due = self._partial_since + settings.frame_seconds
-            if now >= due:
-                self.close(ENHANCE_YOUR_CALM, "frame unfinished for too long")
-                return
-            deadlines.append(due)
+        for since in (self._partial_since, self._block_since):
+            if since is not None:
+                due = since + settings.frame_seconds
+                if now >= due:
+                    self.close(ENHANCE_YOUR_CALM, "frame or header block unfinished too long")
+                    return
+                deadlines.append(due)
         age_due = self._opened_at + settings.max_age_seconds
         if now >= age_due + settings.max_age_grace_seconds:
             self.close(NO_ERROR, "maximum connection age")
@@ -699,17 +721,15 @@ class H2Protocol(asyncio.Protocol):
         self._arm(min(deadlines))
 
 
-def _input_state(conn: Connection) -> tuple[bool, bool]:
-    """(the preface and first SETTINGS have arrived, a frame or header block is
-    unfinished), for the handshake and slowloris timeouts.
+def _input_state(conn: Connection) -> tuple[bool, int, bool]:
+    """(the preface and first SETTINGS have arrived, the bytes of an unfinished
+    frame the core holds, a header block awaits CONTINUATION), for the handshake
+    and slowloris timeouts.
 
     Read from the core's private state: its interface has no such properties
     yet (requested from h2core; until then this one function knows the names).
     """
-    return (
-        conn._settled,
-        bool(conn._buf) or bool(conn._continuing),
-    )
+    return conn._settled, len(conn._buf), bool(conn._continuing)
 
 
 def _address(address: Any) -> tuple[str, int] | None:
