@@ -7,7 +7,8 @@ hostile peers the socket side must cut off (a garbage preface, no preface at
 all, a frame left unfinished, an idle connection, a PING flood from a peer
 that never reads) with the metrics that count them, and the two services as
 deployed: a real Envoy's ext_authz filter calling ``extauthz serve --server
-h2``, and ``ratelimit serve --server h2`` counting in a real redis-server.
+h2`` (``ratelimit serve --server h2`` on a real redis-server runs the whole
+ShouldRateLimit table in tests/ratelimit/test_transports.py).
 
 One echo supervisor (one worker, short timeouts) serves the module's echo
 cases.
@@ -16,7 +17,6 @@ cases.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import socket
@@ -29,18 +29,15 @@ from pathlib import Path
 
 import grpc
 import pytest
-from envoy.service.ratelimit.v3 import rls_pb2
 
 from tests.extauthz.cases import GOOD, NOW
 from tests.extauthz.jwtkit import HS_SECRET, OTHER_SECRET, claims, make_token
 from tests.extauthz.policies import write_policies
-from tests.ratelimit.conftest import request as rls_request
 from tests.runtime.echo_app import SERVICE
 from tests.runtime.supervisors import Supervisor
 from tests.support.envoy import EnvoyProcess
 from tests.support.net import free_port
 from tests.support.processes import Service
-from tests.support.redis_server import redis_server
 
 ECHO = f"/{SERVICE}/Echo"
 SLEEP = f"/{SERVICE}/Sleep"
@@ -318,44 +315,3 @@ def test_envoy_ext_authz_through_extauthz_on_h2(tmp_path: Path) -> None:
     finally:
         envoy.stop()
         assert service.stop() == 0
-
-
-def test_ratelimit_should_rate_limit_on_h2(tmp_path: Path) -> None:
-    """``ratelimit serve --server h2`` on a real redis-server: the third call of a
-    limit of two a minute is OVER_LIMIT."""
-
-    config = tmp_path / "config.yaml"
-    config.write_text(
-        "domain: api\n"
-        "descriptors:\n"
-        "  - key: client\n"
-        "    rate_limit: {unit: minute, requests_per_unit: 2}\n"
-    )
-    port = free_port()
-    with redis_server() as redis:
-        service = Service(
-            ["ratelimit.cli", "serve", "--config", str(config), "--server", "h2",
-             "--listen", f"127.0.0.1:{port}", "--redis-url", redis.url],
-            port,
-            tmp_path / "ratelimit.log",
-        ).start()  # fmt: skip
-        try:
-            raw = rls_request("api", [("client", "a")]).SerializeToString()
-            codes = []
-            with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-                call = channel.unary_unary(
-                    "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
-                )
-                deadline = time.monotonic() + 30
-                while True:  # until Redis is reachable (readiness follows its probe)
-                    with contextlib.suppress(grpc.RpcError):
-                        codes.append(rls_pb2.RateLimitResponse.FromString(call(raw, timeout=5)))
-                        break
-                    assert time.monotonic() < deadline
-                    time.sleep(0.2)
-                for _ in range(2):
-                    codes.append(rls_pb2.RateLimitResponse.FromString(call(raw, timeout=5)))
-        finally:
-            assert service.stop() == 0
-    OK, OVER = rls_pb2.RateLimitResponse.OK, rls_pb2.RateLimitResponse.OVER_LIMIT
-    assert [c.overall_code for c in codes] == [OK, OK, OVER]
