@@ -343,9 +343,6 @@ class Connection:
         except Exception:  # a bug of ours: end this connection, not the server
             self._fail(INTERNAL_ERROR, "internal error", events)
             return events
-        if self._conn_owed >= self.limits.connection_window >> 1:
-            self._out.append(frame(WINDOW_UPDATE, 0, 0, _U32.pack(self._conn_owed)))
-            self._conn_owed = 0
         return events
 
     def _fail(self, code: int, reason: str, events: list[Event]) -> None:
@@ -719,7 +716,9 @@ class Connection:
             self._tokens = min(
                 float(budget.burst), self._tokens + (now - self._tokens_at) * budget.per_second
             )
-        self._tokens_at = now
+            self._tokens_at = now
+        elif self._tokens_at is None:
+            self._tokens_at = now
         if self._tokens < 1:
             raise _ConnectionError(ENHANCE_YOUR_CALM, "too many streams reset")
         self._tokens -= 1
@@ -759,22 +758,34 @@ class Connection:
         self._forget(stream_id, stream)
 
     def _credit(self, size: int) -> None:
-        """Connection credit due back; sent once half the window is owed."""
-        self._recv_window += size
+        """Connection credit due back (sent by ``data_to_send``, see ``_flush_credit``)."""
         self._conn_owed += size
 
+    def _flush_credit(self) -> None:
+        """The connection WINDOW_UPDATE, once half the window is owed or the peer has
+        less than half left: few updates on a busy connection, and a peer is never
+        held up by credit we owe. Our window grows only as the update goes out."""
+        owed = self._conn_owed
+        half = self.limits.connection_window >> 1
+        if owed >= half or self._recv_window < half:
+            self._recv_window += owed
+            self._conn_owed = 0
+            self._out.append(frame(WINDOW_UPDATE, 0, 0, _U32.pack(owed)))
+
     def _stream_credit(self, stream_id: int, stream: _Stream, size: int) -> None:
-        stream.recv_window += size
-        stream.owed += size
-        if stream.owed >= self.limits.stream_window >> 1:
-            self._out.append(frame(WINDOW_UPDATE, 0, stream_id, _U32.pack(stream.owed)))
+        """Stream credit, by the same rule as the connection's."""
+        owed = stream.owed + size
+        half = self.limits.stream_window >> 1
+        if owed >= half or stream.recv_window < half:
+            stream.recv_window += owed
             stream.owed = 0
+            self._out.append(frame(WINDOW_UPDATE, 0, stream_id, _U32.pack(owed)))
+        else:
+            stream.owed = owed
 
     def _drop_queues(self) -> None:
-        for stream_id in list(self._blocked):
-            stream = self._streams.get(stream_id)
-            if stream is not None:
-                stream.pending = None
+        """The connection is over: no stream can progress, nothing waits to be sent."""
+        self._streams.clear()
         self._blocked.clear()
         self._queued = 0
 
@@ -906,9 +917,6 @@ class Connection:
         size = min(size, stream.unacked)
         stream.unacked -= size
         self._credit(size)
-        if self._conn_owed >= self.limits.connection_window >> 1 and not self._terminated:
-            self._out.append(frame(WINDOW_UPDATE, 0, 0, _U32.pack(self._conn_owed)))
-            self._conn_owed = 0
         if stream.remote_open:
             self._stream_credit(stream_id, stream, size)
 
@@ -929,6 +937,8 @@ class Connection:
 
     def data_to_send(self) -> bytes:
         """Everything queued for the wire, in order; the outbound control count restarts."""
+        if self._conn_owed and not self._terminated:
+            self._flush_credit()
         out = self._out
         if not out:
             return b""

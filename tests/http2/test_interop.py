@@ -6,6 +6,7 @@ from __future__ import annotations
 import h2.config
 import h2.connection
 import h2.events
+import h2.settings
 
 from meshplane.http2.connection import Connection, DataReceived, Event, RequestReceived
 from meshplane.http2.hpack_blocks import RESPONSE_GRPC, TRAILERS_OK
@@ -69,3 +70,151 @@ def test_unary_calls_on_one_connection() -> None:
         assert isinstance(answer[1], h2.events.DataReceived)
         assert answer[1].data == grpc_message(b"pong")
         assert pair.server.active_streams == 0
+
+
+def exchange(pair: Pair, stream_id: int, body: bytes) -> tuple[bytes, list[Event]]:
+    """Send ``body`` as the request of ``stream_id``, as fast as the client's view of our
+    windows allows; the server application acknowledges what it receives. The body the
+    server got, and its events."""
+    got = bytearray()
+    events: list[Event] = []
+    sent = 0
+    ended = False
+    for _ in range(10_000):
+        window = min(
+            pair.client.local_flow_control_window(stream_id),
+            pair.client.max_outbound_frame_size,
+            len(body) - sent,
+        )
+        if window > 0:
+            pair.client.send_data(stream_id, body[sent : sent + window])
+            sent += window
+        elif sent == len(body) and not ended:
+            pair.client.end_stream(stream_id)
+            ended = True
+        for event in pair.to_server():
+            events.append(event)
+            if isinstance(event, DataReceived):
+                got += event.data
+                pair.server.acknowledge(stream_id, len(event.data))
+        pair.to_client()
+        if ended:
+            return bytes(got), events
+    raise AssertionError("the request never finished")
+
+
+def test_a_large_request_needs_our_window_updates() -> None:
+    pair = Pair()
+    pair.to_server()
+    pair.to_client()
+    body = bytes(range(251)) * 12_000  # 3 MB: three times our 1 MiB stream window
+    stream_id = pair.client.get_next_available_stream_id()
+    pair.client.send_headers(stream_id, REQUEST)
+    got, events = exchange(pair, stream_id, body)
+    assert got == body
+    assert isinstance(events[-1], DataReceived) and events[-1].ended
+    pair.server.send_headers(stream_id, RESPONSE_GRPC)
+    pair.server.send_headers(stream_id, TRAILERS_OK, end_stream=True)
+    kinds = [type(e) for e in pair.to_client()]
+    assert h2.events.StreamEnded in kinds
+    assert pair.server.active_streams == 0
+
+
+def read_response(pair: Pair, stream_id: int) -> tuple[bytes, list[h2.events.Event]]:
+    """The client reads and acknowledges (so it sends WINDOW_UPDATEs) until the stream ends."""
+    body = bytearray()
+    seen: list[h2.events.Event] = []
+    for _ in range(10_000):
+        for event in pair.to_client():
+            seen.append(event)
+            if isinstance(event, h2.events.DataReceived):
+                body += event.data
+                pair.client.acknowledge_received_data(event.flow_controlled_length, stream_id)
+            if isinstance(event, h2.events.StreamEnded):
+                return bytes(body), seen
+        pair.to_server()
+    raise AssertionError("the response never finished")
+
+
+def test_a_large_response_waits_for_the_clients_window_updates() -> None:
+    pair = Pair()
+    pair.to_server()
+    pair.to_client()
+    stream_id = pair.client.get_next_available_stream_id()
+    pair.client.send_headers(stream_id, REQUEST)
+    pair.client.send_data(stream_id, grpc_message(b"give me a lot"), end_stream=True)
+    pair.to_server()
+    reply = grpc_message(bytes(range(256)) * 4_000)  # 1 MB against the client's 64 KiB
+    pair.server.send_headers(stream_id, RESPONSE_GRPC)
+    pair.server.send_data(stream_id, reply)
+    pair.server.send_headers(stream_id, TRAILERS_OK, end_stream=True)
+    assert pair.server.queued_bytes > 0
+    body, seen = read_response(pair, stream_id)
+    assert body == reply
+    assert isinstance(seen[-2], h2.events.TrailersReceived)
+    assert pair.server.queued_bytes == 0 and pair.server.active_streams == 0
+
+
+def test_a_client_settings_change_mid_stream() -> None:
+    """The client grows its stream window and frame size while our answer waits on them:
+    the delta applies to the open stream (RFC 9113 6.9.2) and frames grow to the new size."""
+    pair = Pair()
+    pair.to_server()
+    pair.to_client()
+    stream_id = pair.client.get_next_available_stream_id()
+    pair.client.send_headers(stream_id, REQUEST, end_stream=True)
+    pair.to_server()
+    reply = grpc_message(b"q" * 300_000)
+    pair.server.send_headers(stream_id, RESPONSE_GRPC)
+    pair.server.send_data(stream_id, reply)
+    pair.server.send_headers(stream_id, TRAILERS_OK, end_stream=True)
+    first = pair.to_client()
+    assert sum(len(e.data) for e in first if isinstance(e, h2.events.DataReceived)) == 65_535
+    pair.client.update_settings(
+        {
+            h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 1 << 20,
+            h2.settings.SettingCodes.MAX_FRAME_SIZE: 1 << 15,
+        }
+    )
+    pair.client.increment_flow_control_window(1 << 20)  # the connection's too
+    pair.to_server()
+    wire = pair.server.data_to_send()
+    # h2 applies a new MAX_FRAME_SIZE from the next receive_data call after the ACK (its
+    # frame buffer's cap is set on entry), so the ACK goes in on its own.
+    assert wire[3] == 0x4 and wire[4] == 0x1  # SETTINGS ACK first
+    rest = pair.client.receive_data(wire[:9]) + pair.client.receive_data(wire[9:])
+    sizes = [len(e.data) for e in rest if isinstance(e, h2.events.DataReceived)]
+    assert sum(sizes) + 65_535 == len(reply)
+    assert max(sizes) == 1 << 15
+    assert any(isinstance(e, h2.events.StreamEnded) for e in rest)
+    assert pair.server.active_streams == 0
+
+
+def test_concurrent_streams_interleave_and_the_client_sees_no_violation() -> None:
+    pair = Pair()
+    pair.to_server()
+    pair.to_client()
+    ids = []
+    for _ in range(20):
+        stream_id = pair.client.get_next_available_stream_id()
+        ids.append(stream_id)
+        pair.client.send_headers(stream_id, REQUEST)
+        pair.client.send_data(stream_id, grpc_message(b"x" * 1000), end_stream=True)
+    events = pair.to_server()
+    assert sum(isinstance(e, RequestReceived) for e in events) == 20
+    for stream_id in ids:
+        pair.server.send_headers(stream_id, RESPONSE_GRPC)
+        pair.server.send_data(stream_id, grpc_message(b"y" * 20_000))
+        pair.server.send_headers(stream_id, TRAILERS_OK, end_stream=True)
+    ended: set[int] = set()
+    for _ in range(1000):
+        for event in pair.to_client():
+            if isinstance(event, h2.events.DataReceived):
+                pair.client.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            if isinstance(event, h2.events.StreamEnded):
+                ended.add(event.stream_id)
+        pair.to_server()
+        if len(ended) == 20:
+            break
+    assert ended == set(ids)
+    assert pair.server.active_streams == 0 and pair.server.queued_bytes == 0
