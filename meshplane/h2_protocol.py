@@ -250,6 +250,8 @@ _MAX_BLOCKS = 512
 # held in the value, so its id cannot be reused while it is here.
 _BY_OBJECT: dict[int, tuple[Message, bytes]] = {}
 _MAX_BY_OBJECT = 64
+#: Scopes kept per connection (one per distinct request header list).
+_MAX_SCOPES = 64
 _STATUS_TEXT = {status: str(status).encode() for status in range(100, 600)}
 
 
@@ -408,7 +410,7 @@ class H2Protocol(asyncio.Protocol):
         self._block_since: float | None = None  # a header block unfinished since
         self._timer: asyncio.TimerHandle | None = None
         self._base_scope: dict[str, Any] = {}
-        self._parsed: dict[int, tuple[Headers, tuple[str, bytes, str, bytes, Headers]]] = {}
+        self._scopes: dict[int, tuple[Headers, dict[str, Any]]] = {}
 
     # ---- asyncio.Protocol ------------------------------------------------------------
 
@@ -532,20 +534,26 @@ class H2Protocol(asyncio.Protocol):
 
     def _request(self, event: RequestReceived) -> None:
         stream_id, headers, ended = event
-        parsed = self._parsed.get(id(headers))
-        if parsed is None or parsed[0] is not headers:
-            if len(self._parsed) >= 64:
-                self._parsed.clear()
-            parsed = self._parsed[id(headers)] = (headers, _split_request(headers))
-        method, raw_path, path, query, regular = parsed[1]
-        scope = {
-            **self._base_scope,
-            "method": method,
-            "path": path,
-            "raw_path": raw_path,
-            "query_string": query,
-            "headers": regular,
-        }
+        # The core hands out the same list for a header block it decoded before
+        # (its cache): the scope built from it is reused, as the app never
+        # changes a scope (GrpcAsgiApp only reads it). Held with the list, so
+        # the id cannot be reused while it is here; bounded.
+        known = self._scopes.get(id(headers))
+        if known is None or known[0] is not headers:
+            if len(self._scopes) >= _MAX_SCOPES:
+                self._scopes.clear()
+            method, raw_path, path, query, regular = _split_request(headers)
+            scope = {
+                **self._base_scope,
+                "method": method,
+                "path": path,
+                "raw_path": raw_path,
+                "query_string": query,
+                "headers": regular,
+            }
+            self._scopes[id(headers)] = (headers, scope)
+        else:
+            scope = known[1]
         stream = _Stream(self, stream_id, scope)
         stream.ended = ended
         self.streams[stream_id] = stream
@@ -657,10 +665,15 @@ class H2Protocol(asyncio.Protocol):
         if not self.conn.terminated:
             self.conn.close(code, reason)
             self._stats.terminations[code] += 1
-        data = self.conn.data_to_send()
-        if data and self._write_paused_at is None:
-            self.transport.write(data)
         self._closing = True
+        if self._write_paused_at is not None:
+            # It does not read: a GOAWAY would not get there, and close() would
+            # wait for the buffer to drain, holding the socket.
+            self.transport.abort()
+            return
+        data = self.conn.data_to_send()
+        if data:
+            self.transport.write(data)
         self.transport.close()
 
     # ---- timeouts ----------------------------------------------------------------------
