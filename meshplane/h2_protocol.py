@@ -68,8 +68,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import math
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Literal, NamedTuple, cast
 from urllib.parse import unquote
 
 from meshplane.http2 import connection as h2c
@@ -688,50 +689,97 @@ class H2Protocol(asyncio.Protocol):
 
     def _on_timer(self) -> None:
         self._timer = None
-        if self._closing or self.transport is None:
+        transport = self.transport
+        if self._closing or transport is None:
             return
-        now = self.loop.time()
-        settings = self.settings
-        deadlines = []
-        if not self._handshaken:
-            due = self._opened_at + settings.handshake_seconds
-            if now >= due:
-                self.close(PROTOCOL_ERROR, "no preface within the handshake timeout")
-                return
-            deadlines.append(due)
-        if self._write_paused_at is not None:
-            due = self._write_paused_at + settings.send_stall_seconds
-            if now >= due:
-                self._stats.terminations[CANCEL] += 1
-                self._closing = True
-                self.transport.abort()  # it does not read: a GOAWAY would not get there
-                return
-            deadlines.append(due)
-        for since in (self._partial_since, self._block_since):
-            if since is not None:
-                due = since + settings.frame_seconds
-                if now >= due:
-                    self.close(ENHANCE_YOUR_CALM, "frame or header block unfinished too long")
-                    return
-                deadlines.append(due)
-        age_due = self._opened_at + settings.max_age_seconds
-        if now >= age_due + settings.max_age_grace_seconds:
-            self.close(NO_ERROR, "maximum connection age")
-            return
-        if now >= age_due:
-            self.start_drain()
-            deadlines.append(age_due + settings.max_age_grace_seconds)
+        verdict = timeout_verdict(
+            self.loop.time(),
+            ConnectionTimes(
+                opened_at=self._opened_at,
+                handshaken=self._handshaken,
+                write_paused_at=self._write_paused_at,
+                partial_since=self._partial_since,
+                block_since=self._block_since,
+                idle_since=None if self.streams else self._idle_since,
+            ),
+            self.settings,
+        )
+        if verdict.action == "abort":
+            self._stats.terminations[verdict.code] += 1
+            self._closing = True
+            transport.abort()
+        elif verdict.action == "close":
+            self.close(verdict.code, verdict.reason)
         else:
-            deadlines.append(age_due)
-        if not self.streams:
-            due = self._idle_since + settings.idle_seconds
+            if verdict.action == "drain":
+                self.start_drain()
+            self._arm(verdict.next_check)
+
+
+class ConnectionTimes(NamedTuple):
+    """When a connection's states began (loop-clock seconds), for :func:`timeout_verdict`."""
+
+    opened_at: float
+    #: The preface and first SETTINGS have arrived.
+    handshaken: bool
+    #: The transport paused our writes (the peer does not read) at; None: writing.
+    write_paused_at: float | None
+    #: A frame has been unfinished (and not progressing) since; None: none.
+    partial_since: float | None
+    #: A header block has awaited its end (CONTINUATION) since; None: none.
+    block_since: float | None
+    #: No stream has been open since; None while one is.
+    idle_since: float | None
+
+
+class Verdict(NamedTuple):
+    """What a connection's timeouts say at ``now``: ``wait`` (look again at
+    ``next_check``), ``drain`` (GOAWAY NO_ERROR, then look again), ``close``
+    (GOAWAY ``code``) or ``abort`` (the peer does not read: drop the socket)."""
+
+    action: Literal["wait", "drain", "close", "abort"]
+    code: int = NO_ERROR
+    reason: str = ""
+    next_check: float = math.inf
+
+
+def timeout_verdict(now: float, times: ConnectionTimes, settings: H2Settings) -> Verdict:
+    """The first timeout that has passed, in order of how wrong the peer is, or the
+    time of the next one (pure: the clock is the caller's)."""
+    deadlines = []
+    if not times.handshaken:
+        due = times.opened_at + settings.handshake_seconds
+        if now >= due:
+            return Verdict("close", PROTOCOL_ERROR, "no preface within the handshake timeout")
+        deadlines.append(due)
+    if times.write_paused_at is not None:
+        due = times.write_paused_at + settings.send_stall_seconds
+        if now >= due:
+            return Verdict("abort", CANCEL, "the peer does not read")
+        deadlines.append(due)
+    for since in (times.partial_since, times.block_since):
+        if since is not None:
+            due = since + settings.frame_seconds
             if now >= due:
-                self.close(NO_ERROR, "idle")
-                return
+                return Verdict(
+                    "close", ENHANCE_YOUR_CALM, "frame or header block unfinished too long"
+                )
             deadlines.append(due)
-        else:
-            deadlines.append(now + settings.idle_seconds)
-        self._arm(min(deadlines))
+    age_due = times.opened_at + settings.max_age_seconds
+    if now >= age_due + settings.max_age_grace_seconds:
+        return Verdict("close", NO_ERROR, "maximum connection age")
+    if times.idle_since is not None:
+        due = times.idle_since + settings.idle_seconds
+        if now >= due:
+            return Verdict("close", NO_ERROR, "idle")
+        deadlines.append(due)
+    else:
+        deadlines.append(now + settings.idle_seconds)  # look again; streams end meanwhile
+    if now >= age_due:
+        deadlines.append(age_due + settings.max_age_grace_seconds)
+        return Verdict("drain", NO_ERROR, "maximum connection age", min(deadlines))
+    deadlines.append(age_due)
+    return Verdict("wait", next_check=min(deadlines))
 
 
 def _input_state(conn: Connection) -> tuple[bool, int, bool]:
