@@ -5,7 +5,8 @@ parametrized over every server) do not cover: large messages both ways
 through HTTP/2 flow control, many calls at once on one connection, the
 hostile peers the socket side must cut off (a garbage preface, no preface at
 all, a frame left unfinished, an idle connection, a PING flood from a peer
-that never reads) with the metrics that count them, and the two services as
+that never reads, connections over the worker's cap) with the metrics that
+count them, and the two services as
 deployed: a real Envoy's ext_authz filter calling ``extauthz serve --server
 h2`` (``ratelimit serve --server h2`` on a real redis-server runs the whole
 ShouldRateLimit table in tests/ratelimit/test_transports.py).
@@ -50,7 +51,9 @@ TIMEOUTS = {
     "MESHPLANE_H2_HANDSHAKE_SECONDS": "1",
     "MESHPLANE_H2_FRAME_SECONDS": "1",
     "MESHPLANE_H2_IDLE_SECONDS": "2",
+    "MESHPLANE_H2_MAX_CONNECTIONS": "24",
 }
+CAP = 24
 
 
 @pytest.fixture(scope="module")
@@ -185,6 +188,33 @@ def test_a_ping_flood_from_a_peer_that_never_reads_is_cut_off(server: Supervisor
                 sock.sendall(burst)
     _wait_metric(server, 'meshplane_h2_connection_ends_total{code="ENHANCE_YOUR_CALM"}', before + 1)
     # The worker is fine: the next client is served.
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        assert channel.unary_unary(SLEEP)(b"0", timeout=10) == b"0"
+
+
+def _refused(sock: socket.socket) -> bool:
+    """Closed at once (no SETTINGS), or served (the server's SETTINGS arrive)."""
+    sock.settimeout(10)
+    try:
+        return sock.recv(1024) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_connections_over_the_worker_cap_are_closed_at_once(server: Supervisor) -> None:
+    before = _metric(server, "meshplane_h2_connections_refused_total")
+    socks = []
+    try:
+        for _ in range(CAP + 4):
+            sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+            socks.append(sock)
+            sock.sendall(PREFACE + EMPTY_SETTINGS)
+        refused = [_refused(sock) for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+    assert sum(refused) >= 4 and len(refused) - sum(refused) <= CAP, refused
+    _wait_metric(server, "meshplane_h2_connections_refused_total", before + 4)
     with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
         assert channel.unary_unary(SLEEP)(b"0", timeout=10) == b"0"
 
