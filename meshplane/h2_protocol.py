@@ -768,7 +768,8 @@ def timeout_verdict(now: float, times: ConnectionTimes, settings: H2Settings) ->
     age_due = times.opened_at + settings.max_age_seconds
     if now >= age_due + settings.max_age_grace_seconds:
         return Verdict("close", NO_ERROR, "maximum connection age")
-    if times.idle_since is not None:
+    # Answers not yet written are not idleness: the stall timeout governs them.
+    if times.idle_since is not None and times.write_paused_at is None:
         due = times.idle_since + settings.idle_seconds
         if now >= due:
             return Verdict("close", NO_ERROR, "idle")

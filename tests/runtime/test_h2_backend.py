@@ -5,7 +5,8 @@ parametrized over every server) do not cover: large messages both ways
 through HTTP/2 flow control, many calls at once on one connection, the
 hostile peers the socket side must cut off (a garbage preface, no preface at
 all, a frame left unfinished, an idle connection, a PING flood from a peer
-that never reads, connections over the worker's cap) with the metrics that
+that never reads, a peer that stops reading its answer, connections over
+the worker's cap) with the metrics that
 count them, and the two services as
 deployed: a real Envoy's ext_authz filter calling ``extauthz serve --server
 h2`` (``ratelimit serve --server h2`` on a real redis-server runs the whole
@@ -18,6 +19,7 @@ cases.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -29,6 +31,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
+import h2.config
+import h2.connection
+import h2.settings
 import pytest
 
 from tests.extauthz.cases import GOOD, NOW
@@ -52,6 +57,7 @@ TIMEOUTS = {
     "MESHPLANE_H2_FRAME_SECONDS": "1",
     "MESHPLANE_H2_IDLE_SECONDS": "2",
     "MESHPLANE_H2_MAX_CONNECTIONS": "24",
+    "MESHPLANE_H2_SEND_STALL_SECONDS": "3",
 }
 CAP = 24
 
@@ -190,6 +196,38 @@ def test_a_ping_flood_from_a_peer_that_never_reads_is_cut_off(server: Supervisor
     # The worker is fine: the next client is served.
     with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
         assert channel.unary_unary(SLEEP)(b"0", timeout=10) == b"0"
+
+
+def test_a_peer_that_stops_reading_is_cut_off(server: Supervisor) -> None:
+    """It opens every window wide, asks for 16 MB and reads nothing: the server
+    stops writing (and reading) once its buffers are full, and drops the
+    connection when the peer stays stuck (MESHPLANE_H2_SEND_STALL_SECONDS)."""
+    before = _metric(server, 'meshplane_h2_connection_ends_total{code="CANCEL"}')
+    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    client.initiate_connection()
+    client.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 2**31 - 1})
+    client.increment_flow_control_window(2**30)
+    for _ in range(4):  # 16 MB: more than the kernel's socket buffers take
+        stream = client.get_next_available_stream_id()
+        client.send_headers(
+            stream,
+            [(":method", "POST"), (":scheme", "http"), (":path", f"/{SERVICE}/Fill"),
+             (":authority", "localhost"), ("content-type", "application/grpc"),
+             ("te", "trailers")],
+        )  # fmt: skip
+        client.send_data(stream, b"\x00\x00\x00\x00\x07" + b"4000000", end_stream=True)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.settimeout(10)
+    with sock:
+        sock.connect(("127.0.0.1", server.port))
+        sock.sendall(client.data_to_send())
+        _wait_metric(server, 'meshplane_h2_connection_ends_total{code="CANCEL"}', before + 1)
+        received = 0
+        with contextlib.suppress(OSError):  # the end: a reset, or EOF
+            while chunk := sock.recv(1 << 20):
+                received += len(chunk)
+    assert received < 4 * 4_000_000  # what it had not read by then is gone
 
 
 def _refused(sock: socket.socket) -> bool:

@@ -80,6 +80,12 @@ CASES = [
     ("idle for 299 s", BUSY._replace(idle_since=1.0), 300.0, Verdict("wait", next_check=301.0)),
     ("idle for 300 s", BUSY._replace(idle_since=1.0), 301.0, Verdict("close", NO_ERROR, "idle")),
     (
+        "no stream, but answers wait for a peer that does not read: not idle",
+        BUSY._replace(idle_since=1.0, write_paused_at=290.0),
+        310.0,
+        Verdict("wait", next_check=350.0),
+    ),
+    (
         "at the maximum age: GOAWAY, look again at the end of its grace",
         BUSY,
         600.0,
