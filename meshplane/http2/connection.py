@@ -28,14 +28,20 @@ event, every later input ignored):
 - COMPRESSION_ERROR: a header block hpack cannot decode, or whose decoded list
   exceeds four times our SETTINGS_MAX_HEADER_LIST_SIZE (hpack stops mid-block,
   so its dynamic table no longer matches the peer's: the connection cannot go on).
-- STREAM_CLOSED: HEADERS or DATA on a stream that is closed and forgotten.
+- STREAM_CLOSED: HEADERS or DATA on a stream that is closed and forgotten;
+  HEADERS with an id not above the highest seen is on a closed stream too
+  (RFC 9113 5.1.1: opening a stream closes the idle ones below it).
+- INTERNAL_ERROR: a bug of ours met while parsing; it ends that connection,
+  never the server (``receive`` does not raise).
 - ENHANCE_YOUR_CALM: floods. A header block (HEADERS + CONTINUATION) over
   ``max_header_block_bytes`` compressed (CONTINUATION flood); more than
-  ``max_empty_frames`` consecutive empty DATA/HEADERS/CONTINUATION frames
+  ``max_settings_entries`` settings in one SETTINGS frame (CVE-2020-11080);
+  more than ``max_empty_frames`` consecutive empty DATA/HEADERS/CONTINUATION frames
   without END_STREAM; PRIORITY frames over ``max_priority_frames_per_stream``
-  x (1 + streams opened); WINDOW_UPDATEs over 5 + 2 x (streams opened +
-  ``max_window_updates_per_data_frame`` x DATA frames sent) (Envoy's
-  formulas); control frames we owe the peer (PING/SETTINGS ACKs, RST_STREAMs
+  x (1 + streams opened) (Envoy's formula); WINDOW_UPDATEs over 5 + 2 x
+  (streams opened + ``max_window_updates_per_data_frame`` x DATA frames sent)
+  (Envoy's, with 5 for its 1: clients send a few before any stream, as
+  grpc-go its connection window); control frames we owe the peer (PING/SETTINGS ACKs, RST_STREAMs
   its frames caused) over ``max_outbound_control_frames`` before
   ``data_to_send`` takes them; the rapid-reset budget exhausted.
 
@@ -43,9 +49,11 @@ Stream errors (RST_STREAM, a :class:`StreamReset` event if the application
 knew the stream; the connection lives on; each charged to the rapid-reset
 budget, since a peer can make us reset as cheaply as it resets):
 
-- PROTOCOL_ERROR: a malformed request (:mod:`.request_headers`), trailers
-  without END_STREAM or with pseudo-headers, a stream depending on itself, a
-  WINDOW_UPDATE of 0 on a stream.
+- PROTOCOL_ERROR: a malformed request (:mod:`.request_headers`), a body
+  longer or shorter than its content-length (RFC 9113 8.1.1), trailers
+  without END_STREAM or with pseudo-headers, a PRIORITY frame making a stream
+  depend on itself (in HEADERS that is a connection error: simpler, and no
+  gRPC client sends priorities), a WINDOW_UPDATE of 0 on a stream.
 - ENHANCE_YOUR_CALM: a header list over SETTINGS_MAX_HEADER_LIST_SIZE (RFC
   9113 10.5.1; the block is still decoded so HPACK stays in sync) or a body
   over ``max_body_bytes``: gRPC clients report RESOURCE_EXHAUSTED.
@@ -58,11 +66,13 @@ Choices the RFC leaves open:
 
 - Unknown frame types are ignored and not counted as empty frames: they cost
   what their bytes cost, like any frame, and make us do no stream work.
+  Padding-only DATA counts as empty (it carries nothing either).
 - Request trailers are decoded, checked and dropped; the end of the request
   reaches the application as ``DataReceived(stream, b"", True)`` (gRPC clients
   send none).
-- After ``start_drain`` new streams are ignored (RFC 9113 6.8: their ids
-  exceed the GOAWAY's last stream id), their header blocks still decoded.
+- After ``start_drain`` new streams are ignored, never reset (RFC 9113 6.8:
+  their ids exceed the GOAWAY's last stream id), their header blocks still
+  decoded.
 - Frames on a stream we reset are ignored (RFC 9113 5.4.2) while it is among
   the last ``2 x max_concurrent_streams + 64`` streams we reset; after that,
   DATA or HEADERS on it are STREAM_CLOSED.
@@ -72,9 +82,12 @@ Flow control. Our receive windows are ``stream_window`` (advertised) and
 the application come back as window credit only through ``acknowledge``, or
 when their stream closes, so the bytes the application holds per connection
 never exceed ``connection_window``; bytes we discard (padding, frames on reset
-or closed streams) are credited back at once. Credit is sent once half a
-window is owed, so a busy connection sends few WINDOW_UPDATEs and the peer
-never waits on one. Our send side honours the peer's MAX_FRAME_SIZE,
+or closed streams) are credited back without waiting for the application.
+Credit goes out (from ``data_to_send``, or ``acknowledge`` for a stream) once
+half a window is owed or the peer has less than half of it left: a busy
+connection sends few WINDOW_UPDATEs, and a peer never waits on credit we
+owe. Our window grows only as the update goes out, so a peer is held to
+exactly what we advertised. Our send side honours the peer's MAX_FRAME_SIZE,
 INITIAL_WINDOW_SIZE (its deltas apply to open streams, RFC 9113 6.9.2) and
 WINDOW_UPDATEs; what they refuse waits in a per-stream queue (trailers queued
 behind it keep their order) and goes out when windows open. The queue holds
@@ -112,7 +125,12 @@ from meshplane.http2.limits import (
     MIN_MAX_FRAME_SIZE,
     Limits,
 )
-from meshplane.http2.request_headers import request_error, trailers_error
+from meshplane.http2.request_headers import (
+    NO_LENGTH,
+    content_length,
+    request_error,
+    trailers_error,
+)
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -124,6 +142,7 @@ WINDOW_UPDATE, CONTINUATION = 8, 9
 # Flags.
 END_STREAM = ACK = 0x1
 END_HEADERS, PADDED, PRIORITY_FLAG = 0x4, 0x8, 0x20
+_BLOCK_FLAGS = END_HEADERS | PADDED | PRIORITY_FLAG
 # Error codes (RFC 9113 7).
 NO_ERROR, PROTOCOL_ERROR, INTERNAL_ERROR, FLOW_CONTROL_ERROR = 0x0, 0x1, 0x2, 0x3
 SETTINGS_TIMEOUT, STREAM_CLOSED, FRAME_SIZE_ERROR, REFUSED_STREAM = 0x4, 0x5, 0x6, 0x7
@@ -136,13 +155,20 @@ SETTINGS_INITIAL_WINDOW_SIZE, SETTINGS_MAX_FRAME_SIZE, SETTINGS_MAX_HEADER_LIST_
 HEADER_TABLE_SIZE = 4096
 
 _HEADER = struct.Struct(">BHBBI")  # length (24 bits as 8 + 16), type, flags, stream id
+_pack = _HEADER.pack
 _SETTING = struct.Struct(">HI")
 _U32 = struct.Struct(">I")
 _GOAWAY = struct.Struct(">II")
 
 
 class RequestReceived(NamedTuple):
-    """A new request's headers (``ended``: HEADERS carried END_STREAM, no body)."""
+    """A new request's headers (``ended``: HEADERS carried END_STREAM, no body).
+
+    The headers are validated (:mod:`.request_headers`), in the order sent. A
+    block the header cache knows gives the *same* list object every time: never
+    change it (it is the cache's); an adapter may key its own per-block work
+    (a request scope, say) on that identity while it holds the list.
+    """
 
     stream_id: int
     headers: Headers
@@ -165,19 +191,26 @@ class StreamReset(NamedTuple):
 
 
 class ConnectionTerminated(NamedTuple):
-    """GOAWAY sent (a connection error) or received; ``reason`` never holds peer bytes."""
+    """GOAWAY sent (a connection error) or received; ``reason`` never holds peer bytes.
+
+    After ours, :attr:`Connection.terminated` is true: write what ``data_to_send``
+    holds (the GOAWAY) and close. After the peer's, the connection still serves
+    the streams it has (new ones are refused): close once ``active_streams`` is 0.
+    """
 
     code: int
     reason: str
 
 
 Event = RequestReceived | DataReceived | StreamReset | ConnectionTerminated
+#: A NamedTuple built without its Python-level ``__new__``: half the cost, on the hot path.
+_new = tuple.__new__
 
 
 def frame(kind: int, flags: int, stream_id: int, payload: bytes) -> bytes:
     """One frame: the 9-byte header, then the payload."""
     n = len(payload)
-    return _HEADER.pack(n >> 16, n & 0xFFFF, kind, flags, stream_id) + payload
+    return _pack(n >> 16, n & 0xFFFF, kind, flags, stream_id) + payload
 
 
 class _ConnectionError(Exception):
@@ -194,6 +227,8 @@ class _Stream:
     __slots__ = (
         "answered",
         "body",
+        "length",
+        "limit",
         "local_open",
         "owed",
         "pending",
@@ -203,13 +238,15 @@ class _Stream:
         "unacked",
     )
 
-    def __init__(self, recv_window: int, send_window: int, remote_open: bool) -> None:
+    def __init__(self, recv_window: int, send_window: int, remote_open: bool, limit: int) -> None:
         self.recv_window = recv_window  # what the peer may still send us
         self.send_window = send_window  # what we may still send the peer
         self.remote_open = remote_open  # the peer has not sent END_STREAM
         self.local_open = True  # we have not sent END_STREAM
         self.answered = False  # we sent HEADERS (a reset after it is no rapid reset)
         self.body = 0  # request DATA bytes received
+        self.length = NO_LENGTH  # the request's content-length
+        self.limit = limit  # the body may not exceed it (max_body_bytes, content-length)
         self.unacked = 0  # bytes handed to the application, not acknowledged
         self.owed = 0  # stream credit acknowledged, not yet sent
         # Frames the peer's windows held back: (DATA payload or header block, is_data, end).
@@ -232,6 +269,13 @@ class Connection:
         self._opened = 0  # streams the peer opened (flood budgets scale with it)
         self._reset: dict[int, None] = {}  # recently reset by us: their frames ignored
         self._reset_keep = 2 * limits.max_concurrent_streams + 64
+        # Limits read per frame, as plain attributes (one lookup, not two).
+        self._max_frame = limits.max_frame_size
+        self._max_streams = limits.max_concurrent_streams
+        self._max_control = limits.max_outbound_control_frames
+        self._max_body = limits.max_body_bytes
+        self._stream_window = limits.stream_window
+        self._half_window = limits.connection_window >> 1
         # Inbound.
         self._recv_window = limits.connection_window  # connection: what the peer may send
         self._conn_owed = 0  # connection credit due back, not yet sent
@@ -246,7 +290,7 @@ class Connection:
         # HPACK.
         self._decoder = hpack.Decoder(max_header_list_size=4 * limits.max_header_list_bytes)
         self._decoder.max_allowed_table_size = HEADER_TABLE_SIZE
-        self._cache: dict[bytes, Headers] = {}
+        self._cache: dict[bytes, tuple[Headers, int]] = {}  # block -> headers, content-length
         self._cache_used = 0
         self._mark = self._table_mark()
         self._fresh = False  # the last decoding left the dynamic table unchanged
@@ -293,10 +337,29 @@ class Connection:
         """GOAWAY for an error or ``close`` was queued: no more input is read."""
         return self._terminated
 
+    # For the adapter's handshake and slow-peer (slowloris) timeouts, which need the
+    # clock this core does not read.
+
+    @property
+    def settled(self) -> bool:
+        """The preface and the peer's first SETTINGS have arrived."""
+        return self._settled
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Input held for want of the rest: part of the preface or of one frame."""
+        return len(self._buf)
+
+    @property
+    def awaiting_continuation(self) -> bool:
+        """A header block was begun and awaits its CONTINUATION frames."""
+        return self._continuing != 0
+
     # -- input --------------------------------------------------------------------
 
     def receive(self, data: bytes, now: float) -> list[Event]:
-        """Parse ``data``; the events it completes, in order. Never raises on peer input."""
+        """Parse ``data`` (``bytes``, as ``data_received`` gets them) at time ``now``;
+        the events it completes, in order. Never raises on peer input."""
         events: list[Event] = []
         if self._terminated:
             return events
@@ -313,9 +376,10 @@ class Connection:
                     raise _ConnectionError(PROTOCOL_ERROR, "bad connection preface")
                 self._preface, pos = True, len(PREFACE)
             end = len(buf)
-            max_frame = self.limits.max_frame_size
+            max_frame = self._max_frame
+            unpack = _HEADER.unpack_from
             while end - pos >= 9:
-                high, low, kind, flags, stream_id = _HEADER.unpack_from(buf, pos)
+                high, low, kind, flags, stream_id = unpack(buf, pos)
                 length = (high << 16) | low
                 if length > max_frame:
                     raise _ConnectionError(FRAME_SIZE_ERROR, "frame larger than MAX_FRAME_SIZE")
@@ -326,16 +390,18 @@ class Connection:
                 stream_id &= 0x7FFFFFFF
                 if self._continuing and kind != CONTINUATION:
                     raise _ConnectionError(PROTOCOL_ERROR, "header block interrupted")
+                if not self._settled and kind != SETTINGS:
+                    raise _ConnectionError(PROTOCOL_ERROR, "first frame is not SETTINGS")
                 if kind == DATA:
                     self._data(stream_id, flags, payload, events, now)
                 elif kind == HEADERS:
-                    self._headers(stream_id, flags, payload, events, now)
-                elif not self._settled and kind != SETTINGS:
-                    raise _ConnectionError(PROTOCOL_ERROR, "first frame is not SETTINGS")
+                    if flags & _BLOCK_FLAGS == END_HEADERS and stream_id and payload:
+                        self._empty = 0  # the common case: one frame, no padding or priority
+                        self._header_block(stream_id, payload, flags & END_STREAM, events, now)
+                    else:
+                        self._headers(stream_id, flags, payload, events, now)
                 else:
                     self._other(kind, stream_id, flags, payload, events=events, now=now)
-                if self._control > self.limits.max_outbound_control_frames:
-                    raise _ConnectionError(ENHANCE_YOUR_CALM, "outbound control frame flood")
             self._buf = buf[pos:] if pos < end else b""
         except _ConnectionError as error:
             self._fail(error.code, error.reason, events)
@@ -355,8 +421,6 @@ class Connection:
     def _data(
         self, stream_id: int, flags: int, payload: bytes, events: list[Event], now: float
     ) -> None:
-        if not self._settled:
-            raise _ConnectionError(PROTOCOL_ERROR, "first frame is not SETTINGS")
         length = len(payload)
         if length > self._recv_window:
             raise _ConnectionError(FLOW_CONTROL_ERROR, "DATA beyond the connection window")
@@ -392,23 +456,26 @@ class Connection:
             if not ended:
                 self._stream_credit(stream_id, stream, length - size)
         stream.body += size
-        if stream.body > self.limits.max_body_bytes:
+        if stream.body > stream.limit:
             self._credit(size)
-            self._stream_error(stream_id, ENHANCE_YOUR_CALM, events, now)
+            # More than content-length is malformed (RFC 9113 8.1.1); else over our cap.
+            code = PROTOCOL_ERROR if stream.body > stream.length >= 0 else ENHANCE_YOUR_CALM
+            self._stream_error(stream_id, code, events, now)
             return
         stream.unacked += size
         if ended:
+            if stream.length > stream.body:  # less than content-length: malformed
+                self._stream_error(stream_id, PROTOCOL_ERROR, events, now)
+                return
             stream.remote_open = False
             if not stream.local_open:
                 self._close_stream(stream_id, stream)
         if size or ended:
-            events.append(DataReceived(stream_id, data, bool(ended)))
+            events.append(_new(DataReceived, (stream_id, data, bool(ended))))
 
     def _headers(
         self, stream_id: int, flags: int, payload: bytes, events: list[Event], now: float
     ) -> None:
-        if not self._settled:
-            raise _ConnectionError(PROTOCOL_ERROR, "first frame is not SETTINGS")
         if stream_id == 0:
             raise _ConnectionError(PROTOCOL_ERROR, "HEADERS on stream 0")
         block = payload
@@ -427,9 +494,8 @@ class Connection:
             if stop < start:
                 raise _ConnectionError(PROTOCOL_ERROR, "padding longer than HEADERS")
             block = payload[start:stop]
-            if depends == stream_id:
-                self._self_dependent(stream_id, flags, block, events, now)
-                return
+            if depends == stream_id:  # RFC 9113 5.3.1; see the module docstring
+                raise _ConnectionError(PROTOCOL_ERROR, "stream depends on itself")
         if not block and not flags & END_STREAM:
             self._empty += 1
             if self._empty > self.limits.max_empty_frames:
@@ -443,30 +509,17 @@ class Connection:
             self._cont_end = bool(flags & END_STREAM)
             self._cont_block = bytearray(block)
             return
-        self._header_block(stream_id, block, bool(flags & END_STREAM), events, now)
-
-    def _self_dependent(
-        self, stream_id: int, flags: int, block: bytes, events: list[Event], now: float
-    ) -> None:
-        """RFC 9113 5.3.1: a stream depending on itself is a stream error; its block
-        is still decoded (HPACK state), and the stream opened and reset."""
-        if not flags & END_HEADERS:
-            raise _ConnectionError(PROTOCOL_ERROR, "stream depends on itself")
-        self._decode(block)
-        if stream_id > self._highest and stream_id & 1:
-            self._highest = stream_id
-            self._opened += 1
-        self._stream_error(stream_id, PROTOCOL_ERROR, events, now)
+        self._header_block(stream_id, block, flags & END_STREAM, events, now)
 
     def _header_block(
-        self, stream_id: int, block: bytes, ended: bool, events: list[Event], now: float
+        self, stream_id: int, block: bytes, ended: int, events: list[Event], now: float
     ) -> None:
         stream = self._streams.get(stream_id)
         if stream is not None:  # trailers
             headers = self._decode(block)
             if not stream.remote_open:
                 self._stream_error(stream_id, STREAM_CLOSED, events, now)
-            elif not ended or trailers_error(headers):
+            elif not ended or trailers_error(headers) or stream.length > stream.body:
                 self._stream_error(stream_id, PROTOCOL_ERROR, events, now)
             else:
                 stream.remote_open = False
@@ -483,24 +536,34 @@ class Connection:
             raise _ConnectionError(STREAM_CLOSED, "HEADERS on a closed stream")
         self._highest = stream_id
         self._opened += 1
+        if self._draining:  # above our GOAWAY's last stream: ignored, and so are its frames
+            if block not in self._cache:  # a cached block leaves the table as it is
+                self._decode(block)
+            self._note_reset(stream_id)
+            return
         cached = self._cache.get(block)
         if cached is not None:
-            headers = cached
+            headers, length = cached  # the same list each time: see RequestReceived
         else:
             headers = self._decode(block)
             code = request_error(headers, self.limits.max_header_list_bytes)
             if code:
                 self._stream_error(stream_id, code, events, now)
                 return
-            self._remember(block, headers)
-        if self._draining:
-            self._note_reset(stream_id)  # ignored, and so are its frames
+            length = content_length(headers)
+            self._remember(block, headers, length)
+        if ended and length > 0:  # RFC 9113 8.1.1: the body must match content-length
+            self._stream_error(stream_id, PROTOCOL_ERROR, events, now)
             return
-        if self._peer_goaway or len(self._streams) >= self.limits.max_concurrent_streams:
+        if self._peer_goaway or len(self._streams) >= self._max_streams:
             self._stream_error(stream_id, REFUSED_STREAM, events, now)
             return
-        self._streams[stream_id] = _Stream(self.limits.stream_window, self._peer_initial, not ended)
-        events.append(RequestReceived(stream_id, headers, ended))
+        stream = _Stream(self._stream_window, self._peer_initial, not ended, self._max_body)
+        if length != NO_LENGTH:
+            stream.length = length
+            stream.limit = min(length, self._max_body)
+        self._streams[stream_id] = stream
+        events.append(_new(RequestReceived, (stream_id, headers, bool(ended))))
 
     def _continuation(
         self, stream_id: int, flags: int, payload: bytes, events: list[Event], now: float
@@ -520,7 +583,7 @@ class Connection:
         if flags & END_HEADERS:
             self._continuing = 0
             self._cont_block = bytearray()
-            self._header_block(stream_id, bytes(block), self._cont_end, events, now)
+            self._header_block(stream_id, bytes(block), int(self._cont_end), events, now)
 
     # -- HPACK --------------------------------------------------------------------
 
@@ -548,7 +611,7 @@ class Connection:
             self._fresh = True
         return headers
 
-    def _remember(self, block: bytes, headers: Headers) -> None:
+    def _remember(self, block: bytes, headers: Headers, length: int) -> None:
         """Cache a validated request block, if its decoding left the table unchanged."""
         if not self._fresh:
             return
@@ -559,7 +622,7 @@ class Connection:
         if self._cache_used + size > limit:
             self._cache.clear()
             self._cache_used = 0
-        self._cache[block] = headers
+        self._cache[block] = (headers, length)
         self._cache_used += size
 
     # -- control frames -------------------------------------------------------------
@@ -586,8 +649,7 @@ class Connection:
             if len(payload) != 8:
                 raise _ConnectionError(FRAME_SIZE_ERROR, "PING not 8 bytes")
             if not flags & ACK:
-                self._out.append(frame(PING, ACK, 0, payload))
-                self._control += 1
+                self._owe_control(frame(PING, ACK, 0, payload))
         elif kind == RST_STREAM:
             self._rst_stream(stream_id, payload, events, now)
         elif kind == PRIORITY:
@@ -616,20 +678,16 @@ class Connection:
             return
         if len(payload) % 6:
             raise _ConnectionError(FRAME_SIZE_ERROR, "SETTINGS not a multiple of 6 bytes")
+        if len(payload) > 6 * self.limits.max_settings_entries:
+            raise _ConnectionError(ENHANCE_YOUR_CALM, "too many settings in one frame")
         self._settled = True
-        opened = False
+        initial = self._peer_initial
         for offset in range(0, len(payload), 6):
             key, value = _SETTING.unpack_from(payload, offset)
             if key == SETTINGS_INITIAL_WINDOW_SIZE:
                 if value > MAX_WINDOW:
                     raise _ConnectionError(FLOW_CONTROL_ERROR, "INITIAL_WINDOW_SIZE too large")
-                delta = value - self._peer_initial
-                self._peer_initial = value
-                for stream in self._streams.values():
-                    stream.send_window += delta
-                    if stream.send_window > MAX_WINDOW:
-                        raise _ConnectionError(FLOW_CONTROL_ERROR, "stream window overflow")
-                opened = opened or delta > 0
+                initial = value
             elif key == SETTINGS_MAX_FRAME_SIZE:
                 if not MIN_MAX_FRAME_SIZE <= value <= MAX_MAX_FRAME_SIZE:
                     raise _ConnectionError(PROTOCOL_ERROR, "MAX_FRAME_SIZE out of range")
@@ -642,10 +700,18 @@ class Connection:
                 # size update at the start of our next block (RFC 7541 4.2).
                 self._peer_table_size = value
                 self._hpack_prefix = table_size_update(value)
-        self._out.append(frame(SETTINGS, ACK, 0, b""))
-        self._control += 1
-        if opened:
-            self._pump()
+        self._owe_control(frame(SETTINGS, ACK, 0, b""))
+        # The window change applies to every open stream (RFC 9113 6.9.2), once per
+        # frame with its last value: repeated entries cost nothing more.
+        delta = initial - self._peer_initial
+        if delta:
+            self._peer_initial = initial
+            for stream in self._streams.values():
+                stream.send_window += delta
+                if stream.send_window > MAX_WINDOW:
+                    raise _ConnectionError(FLOW_CONTROL_ERROR, "stream window overflow")
+            if delta > 0:
+                self._pump()
 
     def _window_update(
         self, stream_id: int, payload: bytes, events: list[Event], now: float
@@ -723,19 +789,24 @@ class Connection:
             raise _ConnectionError(ENHANCE_YOUR_CALM, "too many streams reset")
         self._tokens -= 1
 
-    def _stream_error(
-        self, stream_id: int, code: int, events: list[Event], now: float | None = None
-    ) -> None:
+    def _stream_error(self, stream_id: int, code: int, events: list[Event], now: float) -> None:
         """RST_STREAM for the peer's fault: counted as a control frame and a reset."""
         stream = self._streams.pop(stream_id, None)
         if stream is not None:
             self._forget(stream_id, stream)
             events.append(StreamReset(stream_id, code))
         self._note_reset(stream_id)
-        self._out.append(frame(RST_STREAM, 0, stream_id, _U32.pack(code)))
-        self._control += 1
-        if now is not None and (stream is None or not stream.answered):
+        self._owe_control(frame(RST_STREAM, 0, stream_id, _U32.pack(code)))
+        if stream is None or not stream.answered:
             self._charge_reset(now)
+
+    def _owe_control(self, control: bytes) -> None:
+        """Queue a control frame the peer's frame calls for, within the budget of those
+        not yet taken by ``data_to_send`` (a peer that does not read is cut off)."""
+        self._control += 1
+        if self._control > self._max_control:
+            raise _ConnectionError(ENHANCE_YOUR_CALM, "outbound control frame flood")
+        self._out.append(control)
 
     def _note_reset(self, stream_id: int) -> None:
         reset = self._reset
@@ -755,7 +826,10 @@ class Connection:
 
     def _close_stream(self, stream_id: int, stream: _Stream) -> None:
         del self._streams[stream_id]
-        self._forget(stream_id, stream)
+        if stream.pending is not None:
+            self._forget(stream_id, stream)
+        elif stream.unacked:  # the common case, inline: credit for what the request held
+            self._conn_owed += stream.unacked
 
     def _credit(self, size: int) -> None:
         """Connection credit due back (sent by ``data_to_send``, see ``_flush_credit``)."""
@@ -766,7 +840,7 @@ class Connection:
         less than half left: few updates on a busy connection, and a peer is never
         held up by credit we owe. Our window grows only as the update goes out."""
         owed = self._conn_owed
-        half = self.limits.connection_window >> 1
+        half = self._half_window
         if owed >= half or self._recv_window < half:
             self._recv_window += owed
             self._conn_owed = 0
@@ -788,6 +862,7 @@ class Connection:
         self._streams.clear()
         self._blocked.clear()
         self._queued = 0
+        self._conn_owed = 0
 
     # -- output -------------------------------------------------------------------
 
@@ -797,8 +872,8 @@ class Connection:
         Ignored for a stream that is gone (reset by either side, or closed): the
         application learns of resets from :class:`StreamReset` and may race them.
         """
-        stream = self._streams.get(stream_id)
-        if stream is None or not stream.local_open or self._terminated:
+        stream = self._streams.get(stream_id)  # none once terminated: streams are dropped
+        if stream is None or not stream.local_open:
             return
         stream.answered = True
         if stream.pending:
@@ -807,7 +882,19 @@ class Connection:
             if end_stream:
                 stream.local_open = False
             return
-        self._emit_headers(stream_id, stream, block, end_stream)
+        n = len(block)
+        if n > self._peer_max_frame or self._hpack_prefix:
+            self._emit_headers(stream_id, stream, block, end_stream)
+            return
+        if end_stream:  # the common case, inline: one frame
+            self._out.append(
+                _pack(n >> 16, n & 0xFFFF, HEADERS, END_HEADERS | END_STREAM, stream_id) + block
+            )
+            stream.local_open = False
+            if not stream.remote_open:
+                self._close_stream(stream_id, stream)
+        else:
+            self._out.append(_pack(n >> 16, n & 0xFFFF, HEADERS, END_HEADERS, stream_id) + block)
 
     def _emit_headers(self, stream_id: int, stream: _Stream, block: bytes, end: bool) -> None:
         if self._hpack_prefix:
@@ -832,8 +919,27 @@ class Connection:
 
         Ignored for a stream that is gone (see :meth:`send_headers`).
         """
-        stream = self._streams.get(stream_id)
-        if stream is None or not stream.local_open or self._terminated:
+        stream = self._streams.get(stream_id)  # none once terminated: streams are dropped
+        if stream is None or not stream.local_open:
+            return
+        size = len(data)
+        if (
+            stream.pending is None
+            and size <= self._peer_max_frame
+            and size <= self._send_window
+            and size <= stream.send_window
+        ):  # the common case, inline: one frame within the windows
+            self._out.append(
+                _pack(size >> 16, size & 0xFFFF, DATA, END_STREAM if end_stream else 0, stream_id)
+                + data
+            )
+            self._data_frames += 1
+            self._send_window -= size
+            stream.send_window -= size
+            if end_stream:
+                stream.local_open = False
+                if not stream.remote_open:
+                    self._close_stream(stream_id, stream)
             return
         if stream.pending:
             stream.pending.append((data, True, end_stream))
@@ -910,11 +1016,21 @@ class Connection:
         self._out.append(frame(RST_STREAM, 0, stream_id, _U32.pack(code)))
 
     def acknowledge(self, stream_id: int, size: int) -> None:
-        """The application consumed ``size`` body bytes of the stream: give the window back."""
+        """The application consumed ``size`` body bytes of the stream: give the window back.
+
+        Acknowledge as bytes are taken off the connection (into a message buffer
+        bounded by ``max_body_bytes``, say), not only once a whole body is in: the
+        requests of one connection together may exceed ``connection_window``, and
+        a peer whose window is full sends nothing more. A stream's unacknowledged
+        bytes are credited when it closes; more than it holds is clamped. The
+        WINDOW_UPDATE goes out through ``data_to_send``.
+        """
         stream = self._streams.get(stream_id)
         if stream is None or size <= 0:
             return
         size = min(size, stream.unacked)
+        if not size:
+            return
         stream.unacked -= size
         self._credit(size)
         if stream.remote_open:
@@ -937,7 +1053,9 @@ class Connection:
 
     def data_to_send(self) -> bytes:
         """Everything queued for the wire, in order; the outbound control count restarts."""
-        if self._conn_owed and not self._terminated:
+        if self._conn_owed and (
+            self._conn_owed >= self._half_window or self._recv_window < self._half_window
+        ):
             self._flush_credit()
         out = self._out
         if not out:

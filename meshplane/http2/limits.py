@@ -50,8 +50,9 @@ class Limits:
     """One connection's caps; validated at construction so a bad value fails at startup."""
 
     #: Advertised SETTINGS_MAX_CONCURRENT_STREAMS and enforced (REFUSED_STREAM beyond
-    #: it): bounds the requests (and their handlers) one connection holds at once.
-    #: 128 is the gRPC client default (grpc-go, Envoy's upstream connections use 100).
+    #: it): bounds the requests (and their handlers) one connection holds at once; a
+    #: client wanting more waits, or opens another connection. 128 calls in flight
+    #: keep a saturated worker busy (the benches peak at 8 per connection).
     max_concurrent_streams: int = 128
     #: Advertised SETTINGS_MAX_FRAME_SIZE; a bigger inbound frame is FRAME_SIZE_ERROR.
     #: The RFC's minimum: one frame is buffered whole before it is parsed.
@@ -94,6 +95,10 @@ class Limits:
     max_window_updates_per_data_frame: int = 10
     #: Rapid reset (CVE-2023-44487), see :class:`ResetBudget`.
     reset_budget: ResetBudget = ResetBudget()
+    #: Settings in one SETTINGS frame (nghttp2's limit after CVE-2020-11080: a frame of
+    #: thousands cost a parse each). The RFC defines 6 (9 with extensions); a peer
+    #: repeating them has no use for more.
+    max_settings_entries: int = 32
 
     def __post_init__(self) -> None:
         _at_least("max_concurrent_streams", self.max_concurrent_streams, 1)
@@ -116,6 +121,7 @@ class Limits:
         _at_least("max_empty_frames", self.max_empty_frames, 0)
         _at_least("max_priority_frames_per_stream", self.max_priority_frames_per_stream, 0)
         _at_least("max_window_updates_per_data_frame", self.max_window_updates_per_data_frame, 0)
+        _at_least("max_settings_entries", self.max_settings_entries, 6)
 
 
 def _at_least(name: str, value: int, minimum: int) -> None:

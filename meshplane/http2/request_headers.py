@@ -13,6 +13,8 @@ A malformed request is a stream error (RST_STREAM PROTOCOL_ERROR, RFC 9113
 - connection-specific fields (8.2.2): ``connection``, ``keep-alive``,
   ``proxy-connection``, ``transfer-encoding``, ``upgrade``, and ``te`` other
   than ``trailers``;
+- a ``content-length`` that is not one decimal number (RFC 9110 8.6; the
+  connection also holds the body to it, RFC 9113 8.1.1);
 - a list whose RFC 7541 size (name + value + 32 per field) exceeds our
   advertised SETTINGS_MAX_HEADER_LIST_SIZE (RFC 9113 10.5.1); that one is
   answered ENHANCE_YOUR_CALM (gRPC clients report RESOURCE_EXHAUSTED).
@@ -39,6 +41,8 @@ _CONNECTION_SPECIFIC = frozenset(
 
 def request_error(headers: list[tuple[bytes, bytes]], max_list_bytes: int) -> int:
     """The RST_STREAM code the request deserves, 0 when it is well-formed."""
+    if content_length(headers) == BAD_LENGTH:
+        return PROTOCOL_ERROR
     seen: set[bytes] = set()
     regular = False
     size = 0
@@ -63,6 +67,24 @@ def request_error(headers: list[tuple[bytes, bytes]], max_list_bytes: int) -> in
     if size > max_list_bytes:
         return ENHANCE_YOUR_CALM
     return 0
+
+
+#: ``content_length``'s answers that are not a length.
+NO_LENGTH, BAD_LENGTH = -1, -2
+
+
+def content_length(headers: list[tuple[bytes, bytes]]) -> int:
+    """The declared body length, ``NO_LENGTH`` without one, ``BAD_LENGTH`` for one that is
+    not a decimal number or several that differ (RFC 9110 8.6)."""
+    length = NO_LENGTH
+    for name, value in headers:
+        if name == b"content-length":
+            if not value.isdigit() or len(value) > 18:
+                return BAD_LENGTH
+            if length != NO_LENGTH and int(value) != length:
+                return BAD_LENGTH
+            length = int(value)
+    return length
 
 
 def trailers_error(headers: list[tuple[bytes, bytes]]) -> int:

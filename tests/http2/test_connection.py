@@ -132,7 +132,11 @@ class Peer:
         return got
 
     def frames(self) -> list[Frame]:
-        return parse(self.conn.data_to_send())
+        frames = parse(self.conn.data_to_send())
+        for kind, _, _, payload in frames:  # what we send is always valid
+            if kind == WINDOW_UPDATE:
+                assert 0 < struct.unpack(">I", payload)[0] < 1 << 31
+        return frames
 
     def goaway(self) -> int | None:
         codes = [struct.unpack(">II", p[:8])[1] for k, _, _, p in self.frames() if k == GOAWAY]
@@ -170,6 +174,29 @@ def test_settings_are_acknowledged_and_the_preface_may_arrive_in_pieces() -> Non
     assert peer.frames() == [(SETTINGS, ACK, 0, b"")]
 
 
+def test_the_input_state_for_the_adapters_timeouts() -> None:
+    peer = Peer()
+    state = peer.conn
+    assert (state.settled, state.buffered_bytes, state.awaiting_continuation) == (False, 0, False)
+    peer.send(PREFACE[:10])
+    assert (state.settled, state.buffered_bytes) == (False, 10)
+    peer.send(PREFACE[10:] + settings()[:5])
+    assert (state.settled, state.buffered_bytes) == (False, 5)
+    peer.send(settings()[5:])
+    assert (state.settled, state.buffered_bytes) == (True, 0)
+    peer.send(raw(HEADERS, 0, 1, BLOCK[:4]), ping()[:3])
+    assert (state.buffered_bytes, state.awaiting_continuation) == (3, True)
+    peer.send(ping()[3:])  # a PING inside a header block: the connection ends
+    assert state.terminated
+    peer2 = Peer()
+    peer2.handshake()
+    peer2.send(raw(HEADERS, 0, 1, BLOCK[:4]))
+    assert peer2.conn.awaiting_continuation
+    peer2.send(raw(CONTINUATION, END_HEADERS, 1, BLOCK[4:]))
+    assert not peer2.conn.awaiting_continuation
+    assert peer2.events == [RequestReceived(1, REQUEST, False)]
+
+
 # -- connection errors: (name, limits, frames after the handshake, GOAWAY code) ------------
 
 ConnCase = tuple[str, Limits, list[bytes], int]
@@ -195,6 +222,12 @@ CONNECTION_ERRORS: list[ConnCase] = [
         FRAME_SIZE_ERROR,
     ),
     ("SETTINGS ACK with a payload", Limits(), [raw(SETTINGS, ACK, 0, b"\0" * 6)], FRAME_SIZE_ERROR),
+    (
+        "more settings in one frame than max_settings_entries",
+        Limits(),
+        [settings(*[(0x99, 0)] * 33)],
+        ENHANCE_YOUR_CALM,
+    ),
     ("ENABLE_PUSH 2", Limits(), [settings((2, 2))], PROTOCOL_ERROR),
     ("INITIAL_WINDOW_SIZE 2^31", Limits(), [settings((4, 1 << 31))], FLOW_CONTROL_ERROR),
     ("MAX_FRAME_SIZE below 2^14", Limits(), [settings((5, 16_383))], PROTOCOL_ERROR),
@@ -218,6 +251,12 @@ CONNECTION_ERRORS: list[ConnCase] = [
         "HEADERS priority without its 5 bytes",
         Limits(),
         [raw(HEADERS, END_HEADERS | PRIORITY_FLAG, 1, b"\0\0\0")],
+        PROTOCOL_ERROR,
+    ),
+    (
+        "HEADERS making a stream depend on itself",
+        Limits(),
+        [raw(HEADERS, END_HEADERS | PRIORITY_FLAG, 1, u32(1) + b"\x10" + BLOCK)],
         PROTOCOL_ERROR,
     ),
     (
@@ -416,6 +455,7 @@ def test_the_preface_then_settings_are_required(name: str, wire: bytes, code: in
 
 # -- stream errors: the connection lives on --------------------------------------------
 
+CL5 = encode_headers([*REQUEST, (b"content-length", b"5")])
 StreamCase = tuple[str, Limits, list[bytes], list[tuple[int, int]], list[Event]]
 STREAM_ERRORS: list[StreamCase] = [
     (
@@ -468,13 +508,6 @@ STREAM_ERRORS: list[StreamCase] = [
         [RequestReceived(1, REQUEST, False), StreamReset(1, PROTOCOL_ERROR)],
     ),
     (
-        "HEADERS making a new stream depend on itself",
-        Limits(),
-        [raw(HEADERS, END_HEADERS | PRIORITY_FLAG, 1, u32(1) + b"\x10" + BLOCK)],
-        [(1, PROTOCOL_ERROR)],
-        [],
-    ),
-    (
         "body over max_body_bytes",
         Limits(max_body_bytes=10),
         [request(1), data(1, b"x" * 6), data(1, b"x" * 5)],
@@ -484,6 +517,49 @@ STREAM_ERRORS: list[StreamCase] = [
             DataReceived(1, b"x" * 6, False),
             StreamReset(1, ENHANCE_YOUR_CALM),
         ],
+    ),
+    (
+        "body longer than content-length",
+        Limits(),
+        [request(1, block=CL5), data(1, b"123"), data(1, b"456")],
+        [(1, PROTOCOL_ERROR)],
+        [
+            RequestReceived(1, [*REQUEST, (b"content-length", b"5")], False),
+            DataReceived(1, b"123", False),
+            StreamReset(1, PROTOCOL_ERROR),
+        ],
+    ),
+    (
+        "body shorter than content-length",
+        Limits(),
+        [request(1, block=CL5), data(1, b"1234", end=True)],
+        [(1, PROTOCOL_ERROR)],
+        [
+            RequestReceived(1, [*REQUEST, (b"content-length", b"5")], False),
+            StreamReset(1, PROTOCOL_ERROR),
+        ],
+    ),
+    (
+        "trailers before content-length is reached",
+        Limits(),
+        [
+            request(1, block=CL5),
+            data(1, b"1234"),
+            request(1, end=True, block=encode_headers([(b"x-t", b"1")])),
+        ],
+        [(1, PROTOCOL_ERROR)],
+        [
+            RequestReceived(1, [*REQUEST, (b"content-length", b"5")], False),
+            DataReceived(1, b"1234", False),
+            StreamReset(1, PROTOCOL_ERROR),
+        ],
+    ),
+    (
+        "no body but a content-length",
+        Limits(),
+        [request(1, end=True, block=CL5)],
+        [(1, PROTOCOL_ERROR)],
+        [],
     ),
     (
         "header list over the advertised size",
@@ -566,6 +642,12 @@ MALFORMED: list[tuple[str, list[tuple[bytes, bytes]]]] = [
     ("NUL in a value", [*REQUEST, (b"x", b"a\x00b")]),
     ("leading space in a value", [*REQUEST, (b"x", b" a")]),
     ("trailing tab in a value", [*REQUEST, (b"x", b"a\t")]),
+    ("content-length not a number", [*REQUEST, (b"content-length", b"5x")]),
+    ("negative content-length", [*REQUEST, (b"content-length", b"-1")]),
+    (
+        "two different content-lengths",
+        [*REQUEST, (b"content-length", b"1"), (b"content-length", b"2")],
+    ),
 ]
 
 
@@ -582,6 +664,21 @@ def test_malformed_requests_are_reset_with_protocol_error(
     assert goaways(wire) == []
     # The DATA that followed on the reset stream was discarded, the connection goes on.
     assert peer.send(request(3, end=True)) == [RequestReceived(3, REQUEST, True)]
+
+
+def test_a_body_matching_content_length_passes() -> None:
+    peer = Peer()
+    peer.handshake()
+    headers = [*REQUEST, (b"content-length", b"5"), (b"content-length", b"5")]
+    events = peer.send(
+        request(1, block=encode_headers(headers)), data(1, b"12"), data(1, b"345", end=True)
+    )
+    assert events == [
+        RequestReceived(1, headers, False),
+        DataReceived(1, b"12", False),
+        DataReceived(1, b"345", True),
+    ]
+    assert resets(peer.frames()) == []
 
 
 def test_well_formed_requests_pass() -> None:
@@ -665,6 +762,8 @@ def test_start_drain_ignores_new_streams_and_finishes_old_ones() -> None:
     peer.conn.start_drain()
     assert goaways(peer.frames()) == [(3, NO_ERROR)]
     assert peer.send(request(5), data(5, b"x", end=True)) == []
+    malformed = encode_headers(REQUEST[1:])
+    assert peer.send(request(7, block=malformed), request(9, end=True, block=CL5)) == []
     assert peer.frames() == []  # ignored, not reset (RFC 9113 6.8)
     assert peer.send(data(1, b"a", end=True)) == [DataReceived(1, b"a", True)]
     assert peer.conn.active_streams == 2
@@ -824,6 +923,9 @@ def test_a_peer_never_waits_on_credit_we_owe() -> None:
     assert window_updates(peer.frames()) == {}
     peer.conn.acknowledge(1, 100)
     assert window_updates(peer.frames()) == {0: 100, 1: 100}
+    peer.conn.acknowledge(1, 1 << 20)
+    peer.conn.acknowledge(1, 1)  # nothing left to credit: no empty WINDOW_UPDATE
+    assert window_updates(peer.frames()) == {0: 3 * 16_384 - 100, 1: 3 * 16_384 - 100}
 
 
 def test_unacknowledged_bytes_return_when_their_stream_closes() -> None:
@@ -911,6 +1013,21 @@ def test_peer_settings_change_frame_size_and_windows_of_open_streams() -> None:
     assert all(len(f[3]) <= 20_000 for f in frames)
 
 
+def test_only_the_last_initial_window_size_of_a_frame_counts() -> None:
+    peer = Peer()
+    peer.handshake()
+    peer.send(request(1, end=True))
+    peer.conn.send_data(1, b"d" * 70_000)
+    peer.frames()
+    many = [(4, 1 << 30), (4, 0)] * 15 + [(4, 65_535 + 100), (0x99, 1)]
+    peer.send(settings(*many))
+    frames = peer.frames()
+    assert frames[0] == (SETTINGS, ACK, 0, b"")
+    assert sum(len(f[3]) for f in frames[1:]) == 0  # the connection window is spent
+    peer.send(window_update(0, 1000))
+    assert sum(len(f[3]) for f in peer.frames()) == 100  # the stream got +100 only
+
+
 def test_a_negative_window_holds_data_until_it_is_positive_again() -> None:
     peer = Peer()
     peer.handshake()
@@ -988,6 +1105,9 @@ def test_cache_hits_follow_the_dynamic_table() -> None:
     got = [e.headers for e in peer.events if isinstance(e, RequestReceived)]
     assert got == sent
     assert peer.conn._cache  # the steady blocks were cached
+    # A cached block gives the same list object (an adapter keys its own work on it).
+    assert got[-1] is got[-4]
+    assert sum(1 for i, headers in enumerate(got) if any(headers is g for g in got[:i])) >= 14
 
 
 def test_cache_is_bounded_in_bytes() -> None:
@@ -1040,3 +1160,74 @@ def test_garbage_after_the_handshake_never_raises() -> None:
                 )
             if peer.conn.terminated:
                 break
+
+
+def client_traffic() -> bytes:
+    """Valid client bytes: a few calls, with padding, CONTINUATION, PING, a reset."""
+    encoder = hpack.Encoder()
+    wire = [PREFACE, settings((4, 1 << 20)), window_update(0, 1 << 20)]
+    for i in range(6):
+        stream_id = 2 * i + 1
+        block = encoder.encode([*REQUEST, (b"x-call", str(i).encode())])
+        if i == 2:
+            wire += [
+                raw(HEADERS, 0, stream_id, block[:4]),
+                raw(CONTINUATION, END_HEADERS, stream_id, block[4:]),
+            ]
+        else:
+            wire.append(request(stream_id, block=block))
+        wire.append(raw(DATA, PADDED, stream_id, b"\x03" + b"m" * 50 + b"\0\0\0"))
+        wire.append(ping(bytes([i]) * 8))
+        if i == 4:
+            wire.append(rst(stream_id))
+        else:
+            wire.append(data(stream_id, b"n" * 2000, end=True))
+    return b"".join(wire)
+
+
+def test_any_split_of_the_input_gives_the_same_events() -> None:
+    wire = client_traffic()
+    whole = Peer()
+    whole.conn.data_to_send()
+    whole.send(wire)
+    assert not whole.conn.terminated
+    assert sum(isinstance(e, RequestReceived) for e in whole.events) == 6
+    rng = random.Random(11)
+    for _ in range(50):
+        split = Peer()
+        split.conn.data_to_send()
+        pos = 0
+        while pos < len(wire):
+            step = rng.choice([1, 2, 9, 10, 100, 1000])
+            split.send(wire[pos : pos + step])
+            pos += step
+        assert split.events == whole.events
+
+
+def test_mutated_client_traffic_never_raises() -> None:
+    wire = client_traffic()
+    rng = random.Random(3)
+    for _ in range(400):
+        mutated = bytearray(wire)
+        for _ in range(rng.randrange(1, 6)):
+            pos = rng.randrange(len(PREFACE), len(mutated))
+            action = rng.random()
+            if action < 0.6:
+                mutated[pos] = rng.randrange(256)
+            elif action < 0.8:
+                del mutated[pos : pos + rng.randrange(1, 12)]
+            else:
+                mutated[pos:pos] = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 12)))
+        peer = Peer()
+        peer.conn.data_to_send()
+        pos = 0
+        while pos < len(mutated) and not peer.conn.terminated:
+            step = rng.randrange(1, 3000)
+            for event in peer.send(bytes(mutated[pos : pos + step])):
+                if isinstance(event, DataReceived):
+                    peer.conn.acknowledge(event.stream_id, len(event.data))
+                    peer.conn.send_data(event.stream_id, b"answer" * 100, end_stream=event.ended)
+            pos += step
+            peer.frames()
+        codes = [e.code for e in peer.events if isinstance(e, ConnectionTerminated)]
+        assert INTERNAL_ERROR not in codes
