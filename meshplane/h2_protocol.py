@@ -477,9 +477,9 @@ class H2Protocol(asyncio.Protocol):
             log.exception("HTTP/2 connection failed", extra={"error": type(exc).__name__})
             self.close(INTERNAL_ERROR, "internal error")
             return
-        handshaken, buffered, continuing = _input_state(conn)
-        if not self._handshaken and handshaken:
+        if not self._handshaken and conn.settled:
             self._handshaken = True
+        buffered, continuing = conn.buffered_bytes, conn.awaiting_continuation
         # Slowloris: a frame left unfinished (progress resets the clock: bytes taken
         # from the buffer are complete frames), or a header block left unfinished
         # (its CONTINUATIONs do not reset it).
@@ -781,17 +781,6 @@ def timeout_verdict(now: float, times: ConnectionTimes, settings: H2Settings) ->
         return Verdict("drain", NO_ERROR, "maximum connection age", min(deadlines))
     deadlines.append(age_due)
     return Verdict("wait", next_check=min(deadlines))
-
-
-def _input_state(conn: Connection) -> tuple[bool, int, bool]:
-    """(the preface and first SETTINGS have arrived, the bytes of an unfinished
-    frame the core holds, a header block awaits CONTINUATION), for the handshake
-    and slowloris timeouts.
-
-    Read from the core's private state: its interface has no such properties
-    yet (requested from h2core; until then this one function knows the names).
-    """
-    return conn._settled, len(conn._buf), bool(conn._continuing)
 
 
 def _address(address: Any) -> tuple[str, int] | None:
