@@ -648,7 +648,9 @@ class H2Protocol(asyncio.Protocol):
         """GOAWAY sent (a connection error) or received."""
         self._stats.terminations[code] += 1
         if code != NO_ERROR:
-            log.info("HTTP/2 connection ended", extra={"code": code, "reason": reason})
+            # Debug, not info: a hostile peer could fill the logs one connection at a
+            # time; the metrics count every code.
+            log.debug("HTTP/2 connection ended", extra={"code": code, "reason": reason})
         # The peer's GOAWAY: its open streams may still finish, then we close.
         self._draining = True
 
