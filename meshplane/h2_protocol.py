@@ -40,8 +40,9 @@ Protections that need time or the socket, and so live here, not in the core
   event loop);
 - a connection with no open stream for ``idle_seconds`` gets GOAWAY(NO_ERROR)
   and is closed;
-- a peer that leaves a frame or a header block unfinished for
-  ``frame_seconds`` (slowloris) is closed with GOAWAY;
+- a peer that leaves a frame unfinished (no byte of it taken for
+  ``frame_seconds``: a slow but progressing upload is fine) or a header
+  block unfinished for ``frame_seconds`` (slowloris) is closed with GOAWAY;
 - a peer that does not read: when the transport's buffer passes its high
   mark (``pause_writing``) we stop reading from it (no new requests, no new
   control-frame answers, nothing more queued) until it drains; if it stays
@@ -57,6 +58,10 @@ Protections that need time or the socket, and so live here, not in the core
   ``max_age_grace_seconds`` later if calls are still open;
 - at most ``max_connections`` connections per worker: more are closed at
   once (the kernel's backlog and the other workers take the load).
+
+Which timeout fires is decided by :func:`timeout_verdict`, pure (the loop's
+clock is its argument) and table-tested; the protocol keeps one timer per
+connection, re-armed lazily from that verdict, so a call costs no timer work.
 
 Counts (connections, streams, resets and terminations by error code) go to
 an :class:`H2Stats` of plain integers; the worker turns them into metrics
