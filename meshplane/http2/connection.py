@@ -11,7 +11,8 @@ event, every later input ignored):
 - PROTOCOL_ERROR: a preface other than ``PRI * HTTP/2.0...`` or a first frame
   other than SETTINGS; a frame on the wrong stream (DATA, HEADERS, PRIORITY,
   RST_STREAM, CONTINUATION on 0; SETTINGS, PING, GOAWAY off 0); an even or
-  decreasing new stream id; a frame other than PRIORITY on an idle stream;
+  decreasing new stream id; a frame other than PRIORITY on an idle stream
+  (even ids are idle for good: we never push);
   PUSH_PROMISE (clients never push); CONTINUATION anywhere but right after
   its HEADERS; padding longer than the payload; bad SETTINGS values
   (ENABLE_PUSH not 0/1, MAX_FRAME_SIZE outside [2^14, 2^24-1]); a
@@ -34,16 +35,17 @@ event, every later input ignored):
 - INTERNAL_ERROR: a bug of ours met while parsing; it ends that connection,
   never the server (``receive`` does not raise).
 - ENHANCE_YOUR_CALM: floods. A header block (HEADERS + CONTINUATION) over
-  ``max_header_block_bytes`` compressed (CONTINUATION flood); more than
-  ``max_settings_entries`` settings in one SETTINGS frame (CVE-2020-11080);
-  more than ``max_empty_frames`` consecutive empty DATA/HEADERS/CONTINUATION frames
-  without END_STREAM; PRIORITY frames over ``max_priority_frames_per_stream``
-  x (1 + streams opened) (Envoy's formula); WINDOW_UPDATEs over 5 + 2 x
-  (streams opened + ``max_window_updates_per_data_frame`` x DATA frames sent)
-  (Envoy's, with 5 for its 1: clients send a few before any stream, as
-  grpc-go its connection window); control frames we owe the peer (PING/SETTINGS ACKs, RST_STREAMs
-  its frames caused) over ``max_outbound_control_frames`` before
-  ``data_to_send`` takes them; the rapid-reset budget exhausted.
+  ``max_header_block_bytes`` compressed (CONTINUATION flood, CVE-2024-27316);
+  more than ``max_settings_entries`` settings in one SETTINGS frame
+  (CVE-2020-11080); more than ``max_empty_frames`` consecutive empty
+  DATA/HEADERS/CONTINUATION frames without END_STREAM (CVE-2019-9518);
+  PRIORITY frames over ``max_priority_frames_per_stream`` x (1 + streams
+  opened) (Envoy's formula, CVE-2019-9513); WINDOW_UPDATEs over 5 + 2 x
+  (streams opened + ``max_window_updates_per_data_frame`` x DATA frames
+  sent) (Envoy's formula; CVE-2019-9511, -9517); control frames we owe
+  the peer (PING and SETTINGS ACKs, RST_STREAMs its frames caused) over
+  ``max_outbound_control_frames`` before ``data_to_send`` takes them
+  (CVE-2019-9512, -9515); the rapid-reset budget exhausted (CVE-2023-44487).
 
 Stream errors (RST_STREAM, a :class:`StreamReset` event if the application
 knew the stream; the connection lives on; each charged to the rapid-reset
@@ -442,7 +444,7 @@ class Connection:
             self._credit(length)  # discarded: the connection credit goes back at once
             if stream is not None:
                 self._stream_error(stream_id, STREAM_CLOSED, events, now)
-            elif stream_id == 0 or stream_id > self._highest:
+            elif stream_id > self._highest or not stream_id & 1:  # idle (we never push)
                 raise _ConnectionError(PROTOCOL_ERROR, "DATA on an idle stream")
             elif stream_id not in self._reset:
                 raise _ConnectionError(STREAM_CLOSED, "DATA on a closed stream")
@@ -735,7 +737,7 @@ class Connection:
             return
         stream = self._streams.get(stream_id)
         if stream is None:
-            if stream_id > self._highest:
+            if stream_id > self._highest or not stream_id & 1:
                 raise _ConnectionError(PROTOCOL_ERROR, "WINDOW_UPDATE on an idle stream")
             return  # closed: a WINDOW_UPDATE in flight is normal
         if not increment:
@@ -751,7 +753,7 @@ class Connection:
     def _rst_stream(self, stream_id: int, payload: bytes, events: list[Event], now: float) -> None:
         if len(payload) != 4:
             raise _ConnectionError(FRAME_SIZE_ERROR, "RST_STREAM not 4 bytes")
-        if not stream_id or stream_id > self._highest:
+        if stream_id > self._highest or not stream_id & 1:
             raise _ConnectionError(PROTOCOL_ERROR, "RST_STREAM on an idle stream")
         stream = self._streams.pop(stream_id, None)
         if stream is None:
@@ -770,7 +772,7 @@ class Connection:
         if self._priority_frames > self.limits.max_priority_frames_per_stream * (1 + self._opened):
             raise _ConnectionError(ENHANCE_YOUR_CALM, "PRIORITY flood")
         if _U32.unpack_from(payload)[0] & 0x7FFFFFFF == stream_id:
-            if stream_id > self._highest:  # no RST_STREAM on an idle stream
+            if stream_id > self._highest or not stream_id & 1:  # no RST_STREAM when idle
                 raise _ConnectionError(PROTOCOL_ERROR, "stream depends on itself")
             self._stream_error(stream_id, PROTOCOL_ERROR, events, now)
 

@@ -376,6 +376,14 @@ CONNECTION_ERRORS: list[ConnCase] = [
     ),
     ("RST_STREAM on an idle stream", Limits(), [rst(1)], PROTOCOL_ERROR),
     ("RST_STREAM on stream 0", Limits(), [rst(0)], PROTOCOL_ERROR),
+    ("RST_STREAM on an even (never pushed) stream", Limits(), [request(5), rst(2)], PROTOCOL_ERROR),
+    (
+        "WINDOW_UPDATE on an even stream",
+        Limits(),
+        [request(5), window_update(4, 1)],
+        PROTOCOL_ERROR,
+    ),
+    ("DATA on an even stream", Limits(), [request(5), data(2, b"x")], PROTOCOL_ERROR),
     ("PRIORITY not 5 bytes", Limits(), [raw(PRIORITY, 0, 1, b"\0" * 4)], FRAME_SIZE_ERROR),
     ("PRIORITY on stream 0", Limits(), [raw(PRIORITY, 0, 0, b"\0" * 5)], PROTOCOL_ERROR),
     (
