@@ -4,7 +4,7 @@ What the shared runtime tables (test_transports, test_server, test_tls, all
 parametrized over every server) do not cover: large messages both ways
 through HTTP/2 flow control, many calls at once on one connection, the
 hostile peers the socket side must cut off (a garbage preface, no preface at
-all, a frame left unfinished, an idle connection, a PING flood from a peer
+all, rapid reset, a frame left unfinished, an idle connection, a PING flood from a peer
 that never reads, a peer that stops reading its answer, connections over
 the worker's cap) with the metrics that
 count them, and the two services as
@@ -179,6 +179,32 @@ def test_silent_slow_and_idle_peers_are_closed(server: Supervisor) -> None:
     assert _goaway_code(slow_frames) not in (None, NO_ERROR), slow_frames
     assert _goaway_code(idle_frames) == NO_ERROR, idle_frames
     assert took < 9
+
+
+def test_rapid_reset_gets_goaway_enhance_your_calm(server: Supervisor) -> None:
+    """CVE-2023-44487: streams opened and reset at once, far more than a
+    client cancels; the connection ends with GOAWAY(ENHANCE_YOUR_CALM) and
+    the worker serves the next client."""
+    calm = 'meshplane_h2_connection_ends_total{code="ENHANCE_YOUR_CALM"}'
+    before = _metric(server, calm)
+    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    client.initiate_connection()
+    headers = [(":method", "POST"), (":scheme", "http"), (":path", SLEEP),
+               (":authority", "localhost"), ("content-type", "application/grpc")]  # fmt: skip
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        for _ in range(3000):
+            stream = client.get_next_available_stream_id()
+            client.send_headers(stream, headers)
+            client.reset_stream(stream, 8)  # CANCEL
+        with contextlib.suppress(OSError):  # it may hang up while we still send
+            sock.sendall(client.data_to_send())
+        frames = _frames_until_close(sock)
+    # The GOAWAY itself may be lost to the reset our unread input causes: the
+    # metric says which code ended the connection.
+    assert _goaway_code(frames) in (None, ENHANCE_YOUR_CALM), frames[-3:]
+    _wait_metric(server, calm, before + 1)
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        assert channel.unary_unary(SLEEP)(b"0", timeout=10) == b"0"
 
 
 def test_a_ping_flood_from_a_peer_that_never_reads_is_cut_off(server: Supervisor) -> None:
