@@ -29,6 +29,9 @@ event, every later input ignored):
 - COMPRESSION_ERROR: a header block hpack cannot decode, or whose decoded list
   exceeds four times our SETTINGS_MAX_HEADER_LIST_SIZE (hpack stops mid-block,
   so its dynamic table no longer matches the peer's: the connection cannot go on).
+  Four times the default is 64 KiB, above Envoy's own 60 KiB request header
+  limit: a request Envoy forwards costs at most its stream, never the
+  connection (the calls of every other client behind that Envoy).
 - STREAM_CLOSED: HEADERS or DATA on a stream that is closed and forgotten;
   HEADERS with an id not above the highest seen is on a closed stream too
   (RFC 9113 5.1.1: opening a stream closes the idle ones below it).

@@ -3,6 +3,8 @@ H2Connection, client side, byte for byte (no sockets)."""
 
 from __future__ import annotations
 
+import random
+
 import h2.config
 import h2.connection
 import h2.events
@@ -218,3 +220,100 @@ def test_concurrent_streams_interleave_and_the_client_sees_no_violation() -> Non
             break
     assert ended == set(ids)
     assert pair.server.active_streams == 0 and pair.server.queued_bytes == 0
+
+
+def feed(client: h2.connection.H2Connection, wire: bytes) -> list[h2.events.Event]:
+    """Our bytes to the client a frame at a time: h2 applies a MAX_FRAME_SIZE it
+    advertised only from the receive_data call after the one carrying our ACK."""
+    events: list[h2.events.Event] = []
+    pos = 0
+    while pos < len(wire):
+        end = pos + 9 + int.from_bytes(wire[pos : pos + 3], "big")
+        events += client.receive_data(wire[pos:end])
+        pos = end
+    return events
+
+
+def test_random_conversations_never_break_the_clients_rules() -> None:
+    """The h2 client checks everything we send (frame sizes, its windows, stream states)
+    and raises on a violation: random settings, bodies, acknowledgements, resets and
+    answer sizes, and every call still ends (answered or reset)."""
+    for seed in range(40):
+        rng = random.Random(seed)
+        client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        client.initiate_connection()
+        client.update_settings(
+            {
+                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: rng.choice([1, 100, 65_535, 1 << 20]),
+                h2.settings.SettingCodes.MAX_FRAME_SIZE: rng.choice([16_384, 20_000, 1 << 20]),
+                h2.settings.SettingCodes.HEADER_TABLE_SIZE: rng.choice([0, 100, 4096]),
+            }
+        )
+        server = Connection()
+        now = 0.0
+        open_ids: set[int] = set()
+        answered: dict[int, bytes] = {}
+        received: dict[int, bytearray] = {}
+        ended: set[int] = set()  # answered in full (StreamEnded)
+        for _ in range(200):
+            now += 0.01
+            action = rng.random()
+            if action < 0.15 and len(open_ids) < 8:
+                stream_id = client.get_next_available_stream_id()
+                client.send_headers(stream_id, REQUEST)
+                size = min(
+                    rng.choice([5, 10, 5000, 70_000]), client.local_flow_control_window(stream_id)
+                )
+                body = grpc_message(b"r" * max(0, size - 5))[:size]
+                step = client.max_outbound_frame_size
+                for i in range(0, len(body), step):
+                    client.send_data(stream_id, body[i : i + step])
+                client.end_stream(stream_id)
+                open_ids.add(stream_id)
+            elif action < 0.2 and open_ids and rng.random() < 0.3:
+                stream_id = rng.choice(sorted(open_ids))
+                client.reset_stream(stream_id)
+                open_ids.discard(stream_id)
+            for event in server.receive(client.data_to_send(), now):
+                if isinstance(event, DataReceived):
+                    if rng.random() < 0.7:
+                        server.acknowledge(event.stream_id, len(event.data))
+                    if event.ended and event.stream_id not in answered:
+                        reply = grpc_message(
+                            bytes([event.stream_id % 256]) * rng.choice([0, 100, 40_000, 150_000])
+                        )
+                        answered[event.stream_id] = reply
+                        server.send_headers(event.stream_id, RESPONSE_GRPC)
+                        server.send_data(event.stream_id, reply)
+                        server.send_headers(event.stream_id, TRAILERS_OK, end_stream=True)
+            assert not server.terminated
+            for event in feed(client, server.data_to_send()):
+                if isinstance(event, h2.events.DataReceived):
+                    received.setdefault(event.stream_id, bytearray()).extend(event.data)
+                    client.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                elif isinstance(event, h2.events.StreamEnded | h2.events.StreamReset):
+                    open_ids.discard(event.stream_id)
+                    if isinstance(event, h2.events.StreamEnded):
+                        ended.add(event.stream_id)
+            if rng.random() < 0.05:
+                client.update_settings(
+                    {h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: rng.choice([0, 1000, 1 << 20])}
+                )
+        for _ in range(200):  # let everything finish
+            if not open_ids:
+                break
+            server.receive(client.data_to_send(), now)
+            for event in feed(client, server.data_to_send()):
+                if isinstance(event, h2.events.DataReceived):
+                    received.setdefault(event.stream_id, bytearray()).extend(event.data)
+                    client.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                elif isinstance(event, h2.events.StreamEnded | h2.events.StreamReset):
+                    open_ids.discard(event.stream_id)
+                    if isinstance(event, h2.events.StreamEnded):
+                        ended.add(event.stream_id)
+            if client.local_settings.initial_window_size == 0:
+                client.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 65_535})
+        assert not open_ids, f"seed {seed}: calls never ended"
+        assert ended, f"seed {seed}: no call was answered"
+        for stream_id in ended:
+            assert bytes(received.get(stream_id, b"")) == answered[stream_id]
