@@ -37,7 +37,8 @@ def add_serve_arguments(
         "--server",
         choices=SERVER_KINDS,
         default="envoy",
-        help="HTTP/2 server: envoy (Envoy + embedded Python, the default) or grpcio",
+        help="HTTP/2 server: envoy (Envoy + embedded Python, the default), grpcio, "
+        "or h2 (meshplane's own one-thread HTTP/2 server: least CPU a call)",
     )
     parser.add_argument(
         "--envoy-threads", type=int, default=1, help="Envoy worker threads per worker process"

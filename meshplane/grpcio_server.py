@@ -14,13 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import logging
-import multiprocessing
-import multiprocessing.process
-import os
 import signal
-import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 
@@ -30,17 +25,20 @@ from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
 from meshplane.grpc_wire import RpcError
-from meshplane.logging import configure_logging
 from meshplane.rpc import Serving, UnaryHandler, set_trace_context
 from meshplane.server_contract import (
     GrpcApp,
     ServeOptions,
     StartWorker,
-    WorkerProcess,
     new_worker_context,
 )
 from meshplane.tls import ListenerTlsFiles, grpcio_credentials
-from meshplane.worker_support import HttpSide, freeze_startup_heap
+from meshplane.worker_support import (
+    HttpSide,
+    freeze_startup_heap,
+    spawned_starter,
+    watch_supervisor,
+)
 
 log = logging.getLogger(__name__)
 
@@ -171,34 +169,12 @@ async def running(
         await worker.drain(grace_seconds)
 
 
-#: How often a worker checks that its supervisor is still there.
-SUPERVISOR_CHECK_SECONDS = 1.0
-
-_PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent(sig: int = signal.SIGTERM) -> bool:
-    """Ask the kernel to send ``sig`` to this process when its parent dies (Linux).
-
-    Called first thing in a worker, so a supervisor killed while the worker
-    is still starting is noticed too; the caller then checks that the
-    parent is still the expected one (it may have died before this call).
-    """
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return int(libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)) == 0
-    except (OSError, AttributeError):
-        return False
-
-
 async def _run_worker(app: GrpcApp, options: ServeOptions, supervisor: int) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    watch = loop.create_task(_watch_supervisor(supervisor, stop))
+    watch = loop.create_task(watch_supervisor(supervisor, stop))
     worker = _Worker(app, options.listen, options.http_listen, options.tls)
     await worker.start()
     freeze_startup_heap()
@@ -213,91 +189,11 @@ async def _run_worker(app: GrpcApp, options: ServeOptions, supervisor: int) -> N
     log.info("worker stopped")
 
 
-async def _watch_supervisor(supervisor: int, stop: asyncio.Event) -> None:
-    """Drain and exit when the supervisor is gone (as gunicorn's workers do).
-
-    A supervisor killed outright (SIGKILL, the OOM killer) cannot stop its
-    workers. Left alone they would go on serving on the shared port with
-    whatever config they had, next to the workers of the supervisor that
-    replaces it (SO_REUSEPORT lets both bind). ``supervisor`` is the pid the
-    supervisor passed in, not ``os.getppid()`` read here: a worker is slow
-    to start (imports, config, app start), and a supervisor that died
-    meanwhile would have made the orphan's new parent look like the
-    supervisor. The parent-death signal (:func:`die_with_parent`) usually
-    gets there first; this check covers what it cannot (non-Linux).
-    """
-    while not stop.is_set():
-        if os.getppid() != supervisor:
-            log.warning("supervisor gone; draining", extra={"supervisor_pid": supervisor})
-            stop.set()
-            return
-        await asyncio.sleep(SUPERVISOR_CHECK_SECONDS)
-
-
-def _worker_main(
-    app_factory: Callable[[], GrpcApp], options: ServeOptions, service: str, supervisor: int
-) -> None:
-    """Entry point of a spawned grpcio worker process."""
-    # SIGTERM (a drain) as soon as the supervisor dies, even mid-start; and
-    # if it died before this line, do not start at all.
-    die_with_parent(signal.SIGTERM)
-    if os.getppid() != supervisor:
-        return
-    configure_logging(service)
-    # SIGINT from a terminal reaches the whole process group; the supervisor
-    # turns it into an orderly SIGTERM, so workers ignore the raw one until
-    # their loop installs its handlers.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        asyncio.run(_run_worker(app_factory(), options, supervisor))
-    except Exception:
-        log.exception("worker failed")
-        raise SystemExit(1) from None
-
-
-class _SpawnedWorker:
-    """A grpcio worker: a spawned Python process, drained by SIGTERM."""
-
-    def __init__(self, process: multiprocessing.process.BaseProcess) -> None:
-        self.process = process
-
-    @property
-    def pid(self) -> int | None:
-        return self.process.pid
-
-    @property
-    def exitcode(self) -> int | None:
-        return self.process.exitcode
-
-    def is_alive(self) -> bool:
-        return self.process.is_alive()
-
-    def request_drain(self) -> None:
-        if self.process.is_alive() and self.process.pid is not None:
-            os.kill(self.process.pid, signal.SIGTERM)
-
-    def join(self, timeout: float) -> None:
-        self.process.join(timeout)
-
-    def kill(self) -> None:
-        self.process.kill()
-
-
 @contextlib.contextmanager
 def grpcio_starter(
     app_factory: Callable[[], GrpcApp], options: ServeOptions, service: str
 ) -> Iterator[StartWorker]:
     """The grpcio :data:`~meshplane.server_contract.Backend`: workers share nothing on disk."""
-    ctx = multiprocessing.get_context("spawn")
-    supervisor = os.getpid()
-
-    def start(index: int) -> WorkerProcess:
-        proc = ctx.Process(
-            target=_worker_main,
-            args=(app_factory, options, service, supervisor),
-            name=f"{service}-worker-{index}",
-        )
-        proc.start()
-        return _SpawnedWorker(proc)
-
-    yield start
+    # The default asyncio loop: grpc.aio drives its own completion queue on it.
+    with spawned_starter(_run_worker, app_factory, options, service, use_uvloop=False) as start:
+        yield start

@@ -10,7 +10,7 @@ SIGTERM asks every worker to drain; a worker whose supervisor is gone
 the gateway's pod): one worker serves it, since a socket path has no
 SO_REUSEPORT (:func:`meshplane.netaddr.check_serve_listen`).
 
-Two backends carry the same apps (``ServeOptions.server``), picked from
+Three backends carry the same apps (``ServeOptions.server``), picked from
 :data:`BACKENDS`; the supervisor knows them only through
 :mod:`meshplane.server_contract`:
 
@@ -20,11 +20,15 @@ Two backends carry the same apps (``ServeOptions.server``), picked from
   :mod:`meshplane.envoy_server` and :mod:`meshplane.envoy_worker`. About 35 µs
   of CPU a call instead of grpcio's ~240 µs;
 - ``grpcio``: each worker is a spawned Python process running a ``grpc.aio``
-  server (:mod:`meshplane.grpcio_server`).
+  server (:mod:`meshplane.grpcio_server`);
+- ``h2`` (opt-in): each worker is a spawned Python process on uvloop that
+  speaks HTTP/2 itself (:mod:`meshplane.h2_server`, :mod:`meshplane.http2`)
+  and runs the same ASGI gRPC adapter as ``envoy``: the cheapest per call
+  (no thread hand-off), without Envoy's hardened codec and overload manager.
 
 Apps never see the difference: they register ``bytes -> bytes`` unary
 handlers and flip readiness on a :class:`~meshplane.rpc.HealthState`
-(:class:`~meshplane.server_contract.WorkerContext`). Both backends register
+(:class:`~meshplane.server_contract.WorkerContext`). Every backend registers
 ``grpc.health.v1.Health`` and server reflection, take the same TLS options,
 run the app's optional ASGI app (``http_app``) on a second port under
 uvicorn, and drain the same way: NOT_SERVING, stop accepting, let in-flight
@@ -42,6 +46,7 @@ from dataclasses import dataclass
 from meshplane import metrics
 from meshplane.envoy_server import envoy_starter
 from meshplane.grpcio_server import grpcio_starter
+from meshplane.h2_server import h2_starter
 from meshplane.logging import configure_logging
 from meshplane.netaddr import check_serve_listen
 from meshplane.server_contract import (
@@ -56,7 +61,11 @@ from meshplane.server_contract import (
 log = logging.getLogger(__name__)
 
 #: The backend of each ``--server`` choice.
-BACKENDS: Mapping[ServerKind, Backend] = {"envoy": envoy_starter, "grpcio": grpcio_starter}
+BACKENDS: Mapping[ServerKind, Backend] = {
+    "envoy": envoy_starter,
+    "grpcio": grpcio_starter,
+    "h2": h2_starter,
+}
 
 # A worker that dies this soon after its start is not restarted: it would
 # crash-loop (bad port, bad config); the supervisor exits with its code.

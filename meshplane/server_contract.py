@@ -2,10 +2,11 @@
 
 Every meshplane gRPC service is an app (:class:`GrpcApp`) that a backend runs
 in N worker processes, which a supervisor (:mod:`meshplane.server`) keeps up.
-Two backends carry the same apps: ``envoy`` (Envoy + pyvoy,
-:mod:`meshplane.envoy_server` and :mod:`meshplane.envoy_worker`) and
-``grpcio`` (:mod:`meshplane.grpcio_server`). This module is what they agree
-on, so neither side imports the other:
+Three backends carry the same apps: ``envoy`` (Envoy + pyvoy,
+:mod:`meshplane.envoy_server` and :mod:`meshplane.envoy_worker`), ``grpcio``
+(:mod:`meshplane.grpcio_server`) and ``h2`` (meshplane's own HTTP/2 server,
+:mod:`meshplane.h2_server`). This module is what they agree on, so neither
+side imports the other:
 
 - **app ↔ runtime**: an app registers ``bytes -> bytes`` unary handlers and
   flips readiness on a :class:`WorkerContext`, whichever backend runs it;
@@ -30,7 +31,7 @@ from meshplane.rpc import HealthState, Services, Serving, UnaryHandler
 from meshplane.tls import ListenerTlsFiles
 
 ASGIApp = Callable[[Any, Any, Any], Awaitable[None]]
-ServerKind = Literal["envoy", "grpcio"]
+ServerKind = Literal["envoy", "grpcio", "h2"]
 #: The backends, the default first (``--server`` choices).
 SERVER_KINDS: tuple[ServerKind, ...] = get_args(ServerKind)
 

@@ -6,7 +6,8 @@ pair (unreadable, a key not matching yet) is refused while the previous one
 keeps serving. One description of a listener's files (:class:`ListenerTlsFiles`:
 certificate chain, key, optional client CA), three servers:
 
-- HTTP listeners on asyncio/uvloop (mgmt-api's REST port and console):
+- HTTP listeners on asyncio/uvloop (mgmt-api's REST port and console, and
+  ``--server h2``'s gRPC port, which offers ``h2`` in ALPN):
   :class:`ReloadingServerContext` is an :class:`ssl.SSLContext` that answers
   each new connection (``wrap_bio``) from the newest *valid* context built
   from the files, which it looks at (``stat``) at most once a second;
@@ -121,8 +122,14 @@ def file_signature(paths: Sequence[str]) -> Signature:
 # ---- HTTP listeners (asyncio / uvloop) -------------------------------------------------
 
 
-def build_server_context(files: ListenerTlsFiles, listener: str = "listener") -> ssl.SSLContext:
-    """A TLS 1.2+ server context from the files; raises naming the file at fault."""
+def build_server_context(
+    files: ListenerTlsFiles, listener: str = "listener", alpn: Sequence[str] = ()
+) -> ssl.SSLContext:
+    """A TLS 1.2+ server context from the files; raises naming the file at fault.
+
+    ``alpn``: the protocols offered in ALPN (``["h2"]`` for a gRPC listener:
+    gRPC clients refuse a server that selects none).
+    """
     for path, what in ((files.cert, "certificate"), (files.key, "key")):
         read_pem(path, what, listener)  # a clear error for a missing or unreadable file
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -143,6 +150,8 @@ def build_server_context(files: ListenerTlsFiles, listener: str = "listener") ->
                 f"the {listener}'s TLS client CA {files.client_ca} does not load: {exc}"
             ) from None
         context.verify_mode = ssl.CERT_REQUIRED
+    if alpn:
+        context.set_alpn_protocols(list(alpn))
     return context
 
 
@@ -160,6 +169,7 @@ class ReloadingServerContext(ssl.SSLContext):
 
     _files: ListenerTlsFiles
     _listener: str
+    _alpn: tuple[str, ...]
     _interval: float
     _clock: Callable[[], float]
     _lock: threading.Lock
@@ -179,14 +189,16 @@ class ReloadingServerContext(ssl.SSLContext):
         listener: str = "listener",
         check_interval: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
+        alpn: Sequence[str] = (),
     ) -> None:
         self._files = files
         self._listener = listener
+        self._alpn = tuple(alpn)
         self._interval = check_interval
         self._clock = clock
         self._lock = threading.Lock()
         self._signature = file_signature(files.paths())
-        self._current = build_server_context(files, listener)  # errors stop the start
+        self._current = build_server_context(files, listener, alpn)  # errors stop the start
         self._failed_signature = None
         self._last_check = clock()
         self.reloads = 0
@@ -206,7 +218,7 @@ class ReloadingServerContext(ssl.SSLContext):
             if signature in (self._signature, self._failed_signature):
                 return
             try:
-                context = build_server_context(self._files, self._listener)
+                context = build_server_context(self._files, self._listener, self._alpn)
             except (OSError, ssl.SSLError) as exc:
                 self._failed_signature = signature
                 log.warning(

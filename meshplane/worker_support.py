@@ -1,29 +1,43 @@
-"""What a worker does the same way on either backend, beside the gRPC server.
+"""What a worker does the same way on every backend, beside the gRPC server.
 
-A grpcio worker (:mod:`meshplane.grpcio_server`) and an Envoy worker
-(:mod:`meshplane.envoy_worker`) both serve the app's optional ASGI
-``http_app`` under uvicorn in their event loop (:class:`HttpSide`), and both
-freeze their startup heap once the app has started
-(:func:`freeze_startup_heap`). One copy here, so the two backends cannot
-drift.
+A grpcio worker (:mod:`meshplane.grpcio_server`), an h2 worker
+(:mod:`meshplane.h2_server`) and an Envoy worker (:mod:`meshplane.envoy_worker`)
+all serve the app's optional ASGI ``http_app`` under uvicorn in their event
+loop (:class:`HttpSide`), and all freeze their startup heap once the app has
+started (:func:`freeze_startup_heap`). The two backends whose workers are
+spawned Python processes (grpcio, h2) also share how such a worker is
+started, tied to its supervisor's life and drained (:func:`spawned_starter`,
+:func:`die_with_parent`, :func:`watch_supervisor`). One copy here, so the
+backends cannot drift.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import gc
+import logging
+import multiprocessing
+import multiprocessing.process
+import os
+import signal
 import socket
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import uvicorn
 
+from meshplane.logging import configure_logging
 from meshplane.netaddr import parse_listen
-from meshplane.server_contract import ASGIApp
+from meshplane.server_contract import ASGIApp, GrpcApp, ServeOptions, StartWorker, WorkerProcess
+
+log = logging.getLogger(__name__)
 
 
-def _reuseport_socket(listen: str) -> socket.socket:
+def reuseport_socket(listen: str) -> socket.socket:
     """A non-blocking socket bound to ``listen`` with SO_REUSEPORT (every worker binds it)."""
     host, port = parse_listen(listen)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -33,6 +47,149 @@ def _reuseport_socket(listen: str) -> socket.socket:
     sock.bind((host, port))
     sock.setblocking(False)
     return sock
+
+
+#: How often a worker checks that its supervisor is still there.
+SUPERVISOR_CHECK_SECONDS = 1.0
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> bool:
+    """Ask the kernel to send ``sig`` to this process when its parent dies (Linux).
+
+    Called first thing in a worker, so a supervisor killed while the worker
+    is still starting is noticed too; the caller then checks that the
+    parent is still the expected one (it may have died before this call).
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+async def watch_supervisor(supervisor: int, stop: asyncio.Event) -> None:
+    """Drain and exit when the supervisor is gone (as gunicorn's workers do).
+
+    A supervisor killed outright (SIGKILL, the OOM killer) cannot stop its
+    workers. Left alone they would go on serving on the shared port with
+    whatever config they had, next to the workers of the supervisor that
+    replaces it (SO_REUSEPORT lets both bind). ``supervisor`` is the pid the
+    supervisor passed in, not ``os.getppid()`` read here: a worker is slow
+    to start (imports, config, app start), and a supervisor that died
+    meanwhile would have made the orphan's new parent look like the
+    supervisor. The parent-death signal (:func:`die_with_parent`) usually
+    gets there first; this check covers what it cannot (non-Linux).
+    """
+    while not stop.is_set():
+        if os.getppid() != supervisor:
+            log.warning("supervisor gone; draining", extra={"supervisor_pid": supervisor})
+            stop.set()
+            return
+        await asyncio.sleep(SUPERVISOR_CHECK_SECONDS)
+
+
+#: A spawned worker's body: ``(app, options, supervisor pid)``, run in the worker's
+#: event loop until the worker has drained. A module-level function (spawn pickles it).
+RunWorker = Callable[[GrpcApp, ServeOptions, int], Coroutine[Any, Any, None]]
+
+
+@dataclass(frozen=True)
+class _SpawnSpec:
+    """What a spawned worker is given (pickled by multiprocessing's spawn)."""
+
+    run_worker: RunWorker
+    app_factory: Callable[[], GrpcApp]
+    options: ServeOptions
+    service: str
+    supervisor: int
+    use_uvloop: bool
+
+
+def _spawned_main(spec: _SpawnSpec) -> None:
+    """Entry point of a spawned worker process (grpcio or h2)."""
+    # SIGTERM (a drain) as soon as the supervisor dies, even mid-start; and
+    # if it died before this line, do not start at all.
+    die_with_parent(signal.SIGTERM)
+    if os.getppid() != spec.supervisor:
+        return
+    configure_logging(spec.service)
+    # SIGINT from a terminal reaches the whole process group; the supervisor
+    # turns it into an orderly SIGTERM, so workers ignore the raw one until
+    # their loop installs its handlers.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        main = spec.run_worker(spec.app_factory(), spec.options, spec.supervisor)
+        if spec.use_uvloop:
+            import uvloop  # noqa: PLC0415 - only the backends that want it pay the import
+
+            uvloop.run(main)
+        else:
+            asyncio.run(main)
+    except Exception:
+        log.exception("worker failed")
+        raise SystemExit(1) from None
+
+
+class SpawnedWorker:
+    """A spawned worker Python process as the supervisor sees it, drained by SIGTERM."""
+
+    def __init__(self, process: multiprocessing.process.BaseProcess) -> None:
+        self.process = process
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid
+
+    @property
+    def exitcode(self) -> int | None:
+        return self.process.exitcode
+
+    def is_alive(self) -> bool:
+        return self.process.is_alive()
+
+    def request_drain(self) -> None:
+        if self.process.is_alive() and self.process.pid is not None:
+            os.kill(self.process.pid, signal.SIGTERM)
+
+    def join(self, timeout: float) -> None:
+        self.process.join(timeout)
+
+    def kill(self) -> None:
+        self.process.kill()
+
+
+@contextlib.contextmanager
+def spawned_starter(
+    run_worker: RunWorker,
+    app_factory: Callable[[], GrpcApp],
+    options: ServeOptions,
+    service: str,
+    *,
+    use_uvloop: bool,
+) -> Iterator[StartWorker]:
+    """A backend whose workers are spawned Python processes running ``run_worker``.
+
+    Spawned, never forked: gRPC's core threads do not survive ``fork()``, and a
+    forked copy of the supervisor's state (signal handlers, the metrics
+    thread) is not what a worker wants. The workers share nothing on disk.
+    """
+    ctx = multiprocessing.get_context("spawn")
+    supervisor = os.getpid()
+
+    def start(index: int) -> WorkerProcess:
+        proc = ctx.Process(
+            target=_spawned_main,
+            args=(_SpawnSpec(run_worker, app_factory, options, service, supervisor, use_uvloop),),
+            name=f"{service}-worker-{index}",
+        )
+        proc.start()
+        return SpawnedWorker(proc)
+
+    yield start
 
 
 class _EmbeddedUvicorn(uvicorn.Server):
@@ -53,7 +210,7 @@ class HttpSide:
 
     @classmethod
     def start(cls, app: ASGIApp, listen: str) -> HttpSide:
-        sock = _reuseport_socket(listen)
+        sock = reuseport_socket(listen)
         config = uvicorn.Config(
             app,
             log_config=None,

@@ -12,6 +12,8 @@ In one run, interleaved over ``--rounds`` rounds, at each worker count
   signature: verified once, then its refusal is a dict hit; attack traffic
   with a fresh forged token per call pays a verification each time);
 * ``hs256-grpcio``: ``extauthz serve --server grpcio``, valid token;
+* ``hs256-h2``: ``extauthz serve --server h2`` (meshplane's own one-thread
+  HTTP/2 server), valid token;
 * ``hs256-2threads`` (1 worker only): one worker with 2 Envoy threads, to
   compare with 2 worker processes (the ``hs256`` row at 2 workers).
 
@@ -173,9 +175,12 @@ def bench_workers(workers: int, workdir: Path, args: argparse.Namespace) -> list
         old = stack.enter_context(grpcio_noop(workers))
         envoy = stack.enter_context(ours(config, workers, "envoy"))
         grpcio = stack.enter_context(ours(config, workers, "grpcio"))
+        h2 = stack.enter_context(ours(config, workers, "h2"))
         expect_status(envoy.port, bodies["hs256"], 0)
         expect_status(envoy.port, bodies["denied"], 7)
         expect_status(grpcio.port, bodies["hs256"], 0)
+        expect_status(h2.port, bodies["hs256"], 0)
+        expect_status(h2.port, bodies["denied"], 7)
         threaded = None
         if args.threads_case and workers == 1:
             # Threads instead of processes: one worker, two Envoy threads.
@@ -185,12 +190,13 @@ def bench_workers(workers: int, workdir: Path, args: argparse.Namespace) -> list
             Target("hs256", envoy, METHOD, bodies["hs256"]),
             Target("denied", envoy, METHOD, bodies["denied"], latency=False),
             Target("hs256-grpcio", grpcio, METHOD, bodies["hs256"], latency=False),
+            Target("hs256-h2", h2, METHOD, bodies["hs256"]),
         ]
         if threaded is not None:
             targets.append(Target("hs256-2threads", threaded, METHOD, bodies["hs256"], False))
         if args.tracing:
             # Only the floors and hs256 off / 1% / 100% (issue 27's three cases).
-            targets = [*targets[:4]]
+            targets = [*targets[:4]]  # the floors and hs256
             sink = stack.enter_context(tracing_cases.receiver())
             for case, ratio in tracing_cases.RATIOS.items():
                 extra = tuple(tracing_cases.flags(sink, ratio))

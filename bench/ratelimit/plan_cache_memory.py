@@ -196,7 +196,7 @@ async def over_grpc(args: argparse.Namespace, redis_url: str) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("mode", choices=["direct", "grpc"])
-    parser.add_argument("--server", choices=["envoy", "grpcio"], default="envoy")
+    parser.add_argument("--server", choices=["envoy", "grpcio", "h2"], default="envoy")
     parser.add_argument("--count", type=int)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--every", type=int, default=100_000)

@@ -11,7 +11,9 @@ In one run, interleaved over ``--rounds`` rounds, at each worker count
   settings: pipelining and the local cache on);
 * ``over-limit``: the same server, a bucket already empty, so the local cache
   of empty buckets answers;
-* ``redis-2-grpcio``: ``ratelimit serve --server grpcio``, 2 descriptors.
+* ``redis-2-grpcio``: ``ratelimit serve --server grpcio``, 2 descriptors;
+* ``redis-2-h2``: ``ratelimit serve --server h2`` (meshplane's own one-thread
+  HTTP/2 server), 2 descriptors.
 
 Every case runs against the bench's own redis-server (started here, stopped
 at the end) with the same ``--store-timeout-ms`` (default 1000 ms, not the
@@ -211,10 +213,12 @@ def bench_workers(
             grpcio = stack.enter_context(
                 ours(config, redis, workers, "grpcio", store_timeout_ms=timeout)
             )
-            servers.append(grpcio)
+            h2 = stack.enter_context(ours(config, redis, workers, "h2", store_timeout_ms=timeout))
+            servers += [grpcio, h2]
             targets += [
                 Target("over-limit", envoy, PATH, bodies["over-limit"], latency=False),
                 Target("redis-2-grpcio", grpcio, PATH, bodies["redis-2"], latency=False),
+                Target("redis-2-h2", h2, PATH, bodies["redis-2"]),
             ]
         for server in servers:
             for case in REQUESTS:

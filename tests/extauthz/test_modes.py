@@ -1,5 +1,5 @@
 """The shared decision table over a real gRPC socket and over the HTTP mode,
-on both servers (grpcio and the Envoy-based one): same decisions, statuses,
+on every server (grpcio, the Envoy-based one, h2): same decisions, statuses,
 headers and bodies; and a Check the wire breaks is never an allow."""
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ class Ports:
     http_port: int
 
 
-@pytest.fixture(scope="module", params=["grpcio", "envoy"])
+@pytest.fixture(scope="module", params=["grpcio", "envoy", "h2"])
 def server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerThread | Ports]:
     """The same app on each server: grpcio in this process, and the
-    Envoy-based server as ``extauthz serve`` runs it (the default)."""
+    Envoy-based server (the default) and h2 as ``extauthz serve`` runs them."""
     os.environ["EXTAUTHZ_TEST_SECRET"] = HS_SECRET.decode()
     try:
         config = write_policies(tmp_path_factory.mktemp("policies"))
@@ -46,7 +46,7 @@ def server(
         port, http_port = free_port(), free_port()
         log = tmp_path_factory.mktemp("envoy-extauthz") / "stderr.log"
         service = Service(
-            ["extauthz.cli", "serve", "--config", str(config), "--server", "envoy",
+            ["extauthz.cli", "serve", "--config", str(config), "--server", request.param,
              "--listen", f"127.0.0.1:{port}", "--http-listen", f"127.0.0.1:{http_port}"],
             port,
             log,

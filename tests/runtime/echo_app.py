@@ -4,7 +4,9 @@ It serves one raw-bytes unary method (no generated stubs needed):
 ``/meshplane.test.Echo/Sleep`` sleeps for the number of milliseconds in the
 request body and echoes it (``fail:MSG`` answers FAILED_PRECONDITION with
 MSG), counting calls in a Prometheus counter so cross-worker metrics can be
-checked.
+checked. ``/meshplane.test.Echo/Echo`` answers its request as is and
+``/meshplane.test.Echo/Fill`` as many bytes as its request says (large
+messages, for flow control).
 """
 
 from __future__ import annotations
@@ -36,7 +38,16 @@ class EchoApp:
             await asyncio.sleep(int(request or b"0") / 1000)
             return request
 
+        async def echo(request: bytes) -> bytes:
+            return request
+
         ctx.add_unary(SERVICE, "Sleep", sleep)
+
+        async def fill(request: bytes) -> bytes:
+            return b"x" * min(int(request or b"0"), 4 << 20)
+
+        ctx.add_unary(SERVICE, "Echo", echo)
+        ctx.add_unary(SERVICE, "Fill", fill)
 
     async def stop(self) -> None:
         return None

@@ -1,4 +1,4 @@
-"""Echo-app supervisors as subprocesses, on either server, for the runtime tests."""
+"""Echo-app supervisors as subprocesses, on any server, for the runtime tests."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 import tempfile
 import textwrap
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tests.support.net import free_port, wait_for_port
@@ -29,14 +29,20 @@ SUPERVISOR = textwrap.dedent(
     """
 )
 
-SERVERS = ("envoy", "grpcio")
+SERVERS = ("envoy", "grpcio", "h2")
 
 
 class Supervisor:
     """A supervisor subprocess (echo workers; TLS files: cert, key[, client CA]) and its ports."""
 
     def __init__(
-        self, kind: str, *, slow: bool = False, workers: int = 2, tls: Sequence[Path] = ()
+        self,
+        kind: str,
+        *,
+        slow: bool = False,
+        workers: int = 2,
+        tls: Sequence[Path] = (),
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.kind = kind
         self.stderr = b""
@@ -50,7 +56,7 @@ class Supervisor:
              *map(str, tls)],
             stderr=subprocess.PIPE,
             cwd=os.getcwd(),
-            env={**os.environ, "TMPDIR": str(self.tmp)},
+            env={**os.environ, **(env or {}), "TMPDIR": str(self.tmp)},
         )  # fmt: skip
 
     def wait_serving(self) -> None:

@@ -1,4 +1,4 @@
-"""The shared process model on both servers (Envoy and grpcio): workers sharing a
+"""The shared process model on every server (Envoy, grpcio, h2): workers sharing a
 port, metrics across workers, drain on SIGTERM, supervisor death, startup failure."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""TLS and mutual TLS on the gRPC listener, on both servers, through real handshakes.
+"""TLS and mutual TLS on the gRPC listener, on every server, through real handshakes.
 
 With a server certificate, plaintext clients get nowhere; with a client CA
 too, a client without a certificate (or with one from another CA) is refused
