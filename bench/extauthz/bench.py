@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import h2grpc
 import tracing_cases
-from h2grpc import BIN, ROOT, Run, Target, asgi_noop, envoy_direct
+from h2grpc import BIN, ROOT, Run, Target, asgi_noop, envoy_direct, h2_noop
 
 METHOD = "/envoy.service.auth.v3.Authorization/Check"
 SECRET = "bench-secret-0123456789abcdef-0123456789"
@@ -172,6 +172,7 @@ def bench_workers(workers: int, workdir: Path, args: argparse.Namespace) -> list
     with contextlib.ExitStack() as stack:
         direct = stack.enter_context(envoy_direct(workers, allow_frame, workdir))
         noop = stack.enter_context(asgi_noop(workers, allow_frame))
+        h2noop = stack.enter_context(h2_noop(workers, allow_frame))
         old = stack.enter_context(grpcio_noop(workers))
         envoy = stack.enter_context(ours(config, workers, "envoy"))
         grpcio = stack.enter_context(ours(config, workers, "grpcio"))
@@ -191,6 +192,7 @@ def bench_workers(workers: int, workdir: Path, args: argparse.Namespace) -> list
             Target("denied", envoy, METHOD, bodies["denied"], latency=False),
             Target("hs256-grpcio", grpcio, METHOD, bodies["hs256"], latency=False),
             Target("hs256-h2", h2, METHOD, bodies["hs256"]),
+            Target("h2-noop", h2noop, METHOD, bodies["hs256"]),
         ]
         if threaded is not None:
             targets.append(Target("hs256-2threads", threaded, METHOD, bodies["hs256"], False))

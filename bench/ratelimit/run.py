@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import h2grpc
 import tracing_cases
-from h2grpc import BIN, ROOT, Run, Target, asgi_noop, envoy_direct
+from h2grpc import BIN, ROOT, Run, Target, asgi_noop, envoy_direct, h2_noop
 
 from tests.support.redis_server import RedisServer, redis_server
 
@@ -214,11 +214,13 @@ def bench_workers(
                 ours(config, redis, workers, "grpcio", store_timeout_ms=timeout)
             )
             h2 = stack.enter_context(ours(config, redis, workers, "h2", store_timeout_ms=timeout))
+            h2noop = stack.enter_context(h2_noop(workers, answer))
             servers += [grpcio, h2]
             targets += [
                 Target("over-limit", envoy, PATH, bodies["over-limit"], latency=False),
                 Target("redis-2-grpcio", grpcio, PATH, bodies["redis-2"], latency=False),
                 Target("redis-2-h2", h2, PATH, bodies["redis-2"]),
+                Target("h2-noop", h2noop, PATH, bodies["redis-2"]),
             ]
         for server in servers:
             for case in REQUESTS:
