@@ -94,7 +94,7 @@ from meshplane.http2.connection import (
 )
 from meshplane.http2.hpack_blocks import encode_headers
 from meshplane.http2.limits import DEFAULT_LIMITS, Limits
-from meshplane.server_contract import ASGIApp
+from meshplane.server_contract import ASGIApp, CompleteUnaryEntry
 
 log = logging.getLogger(__name__)
 
@@ -347,6 +347,26 @@ class _Stream:
             waiter = self.waiter = self.proto.loop.create_future()
             await waiter
 
+    def respond(self, start: Message, body: bytes, trailers: Message | None) -> None:
+        """A whole answer at once (:class:`meshplane.server_contract.UnaryResponder`):
+        what ``send`` makes of start, one final body and trailers (or of a start
+        and an empty final body, Trailers-Only), without the three messages."""
+        if self.reset or self.finished:
+            return  # the client is gone: nobody to tell
+        proto = self.proto
+        conn = proto.conn
+        stream_id = self.stream_id
+        if trailers is None:
+            conn.send_headers(stream_id, _block_of(start, int(start["status"])), end_stream=True)
+        else:
+            conn.send_headers(stream_id, _block_of(start, int(start["status"])))
+            conn.send_data(stream_id, body)
+            conn.send_headers(stream_id, _block_of(trailers, None), end_stream=True)
+            if conn.queued_bytes > proto.max_queued:
+                proto.hold_requests()
+        self.finished = True
+        proto.schedule_flush()
+
     async def send(self, message: Message) -> None:
         if self.reset or self.finished:
             return  # the client is gone (or the answer is over): nobody to tell
@@ -403,6 +423,8 @@ class H2Protocol(asyncio.Protocol):
         self._held: collections.deque[_Stream] = collections.deque()
         self._holding = False
         self._app = owner.app
+        # The app's entry for complete unary calls (GrpcAsgiApp has one), if any.
+        self._complete: CompleteUnaryEntry | None = getattr(owner.app, "complete_unary", None)
         self._stats = owner.stats
         self._flush_scheduled = False
         self._write_paused_at: float | None = None
@@ -571,6 +593,22 @@ class H2Protocol(asyncio.Protocol):
 
     async def _call(self, stream: _Stream) -> None:
         try:
+            complete = self._complete
+            if complete is not None and stream.ended and not stream.reset:
+                # The whole request is here (it came in the read that started this
+                # task): the app's entry without ASGI messages, if it is a plain
+                # unary call.
+                chunks = stream.chunks
+                body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                scope = stream.scope
+                call = complete(scope["method"], scope["path"], scope["headers"], body, stream)
+                if call is not None:
+                    chunks.clear()
+                    stream.end_delivered = True
+                    if body:
+                        self.acknowledge(stream.stream_id, len(body))
+                    await call
+                    return
             await self._app(stream.scope, stream.receive, stream.send)
         except asyncio.CancelledError:
             pass  # the stream was reset or the connection is gone
