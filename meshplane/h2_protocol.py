@@ -72,8 +72,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 import logging
 import math
+import types
+from collections.abc import Coroutine, Generator
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, cast
 from urllib.parse import unquote
@@ -439,6 +442,8 @@ class H2Protocol(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self._base_scope: dict[str, Any] = {}
         self._scopes: dict[int, tuple[Headers, dict[str, Any]]] = {}
+        self._batch: list[_Stream] | None = None  # the requests this read started
+        self._context = contextvars.copy_context()
 
     # ---- asyncio.Protocol ------------------------------------------------------------
 
@@ -504,6 +509,8 @@ class H2Protocol(asyncio.Protocol):
             log.exception("HTTP/2 connection failed", extra={"error": type(exc).__name__})
             self.close(INTERNAL_ERROR, "internal error")
             return
+        finally:
+            self._batch = None  # the next read's requests get a drain of their own
         if not self._handshaken and conn.settled:
             self._handshaken = True
         buffered, continuing = conn.buffered_bytes, conn.awaiting_continuation
@@ -589,7 +596,42 @@ class H2Protocol(asyncio.Protocol):
         if self._holding:
             self._held.append(stream)
             return
-        stream.task = self.loop.create_task(self._call(stream))
+        batch = self._batch
+        if batch is None:
+            # The first request of this read: one task runs the read's calls (see
+            # _drain), scheduled before the read's flush.
+            batch = self._batch = []
+            self.loop.create_task(self._drain(batch))
+        batch.append(stream)
+
+    async def _drain(self, batch: list[_Stream]) -> None:
+        """Run the calls a read started, in order, in this one task.
+
+        A task per call cost ~1.1 µs of CPU on uvloop (Python 3.11 has no eager
+        tasks), a tenth of a call. Each call's coroutine is started here by hand;
+        one that finishes without suspending (a Check) needs no task of its own.
+        One that suspends keeps this task for itself (so its ``grpc-timeout``,
+        which cancels ``current_task()``, and a reset, which cancels
+        ``stream.task``, reach it and only it), and the calls after it go on in
+        a new drain, so none waits behind it. A stream reset before its turn is
+        skipped, as a cancelled task would never have started.
+        """
+        for index, stream in enumerate(batch):
+            if stream.reset:
+                continue
+            call = self._call(stream)
+            try:
+                awaited = call.send(None)
+            except StopIteration:
+                continue
+            stream.task = asyncio.current_task(self.loop)
+            rest = batch[index + 1 :]
+            if rest:
+                # From the connection's context, not this call's (which may hold
+                # what the call set, such as its trace headers).
+                self._context.run(self.loop.create_task, self._drain(rest))
+            await _resume(call, awaited)
+            return
 
     async def _call(self, stream: _Stream) -> None:
         try:
@@ -826,6 +868,29 @@ def timeout_verdict(now: float, times: ConnectionTimes, settings: H2Settings) ->
         return Verdict("drain", NO_ERROR, "maximum connection age", min(deadlines))
     deadlines.append(age_due)
     return Verdict("wait", next_check=min(deadlines))
+
+
+@types.coroutine
+def _resume(call: Coroutine[Any, Any, None], awaited: Any) -> Generator[Any, None, None]:
+    """Go on with ``call``, started by hand and suspended on ``awaited``, in the
+    current task, exactly as an ``await`` of it would have: what it awaits goes
+    to the task, and the task's wake-ups (and cancellations) come back to it."""
+    while True:
+        try:
+            yield awaited
+        except GeneratorExit:
+            call.close()
+            raise
+        except BaseException as exc:  # the task throws in what the awaited raised
+            try:
+                awaited = call.throw(exc)
+            except StopIteration:
+                return
+            continue
+        try:
+            awaited = call.send(None)
+        except StopIteration:
+            return
 
 
 def _address(address: Any) -> tuple[str, int] | None:
