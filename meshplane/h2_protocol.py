@@ -25,12 +25,19 @@ health, reflection and tracing metadata are the Envoy backend's, unchanged):
   header list (the app reuses the same few) and never touch the peer's
   dynamic table (:mod:`meshplane.http2.hpack_blocks`).
 
-Each call runs as an asyncio task (the app's ``grpc-timeout`` deadlines
-cancel ``current_task()``); a stream the peer resets cancels its task, as
-grpcio cancels a handler. What the calls and the core produce is written
-in one ``transport.write`` per loop iteration at most: a flush is scheduled
-with ``call_soon`` behind the tasks a read started, so the answers of every
-request of a read go out together.
+A request whose body came whole goes to the app's entry for complete unary
+calls (``GrpcAsgiApp.complete_unary``: the same call, answered in one
+``respond`` instead of ASGI messages) if it has one and the request is a plain
+unary call; everything else goes through ASGI as above.
+
+The calls a read started run in one asyncio task, in order (``_drain``): a
+call that finishes without suspending costs no task of its own; one that
+suspends keeps that task for itself (the app's ``grpc-timeout`` deadlines
+cancel ``current_task()``; a stream the peer resets cancels its task, as
+grpcio cancels a handler) and the calls after it go on in a new drain. What
+the calls and the core produce is written in one ``transport.write`` per loop
+iteration at most: a flush is scheduled with ``call_soon`` behind the drain a
+read started, so the answers of every request of a read go out together.
 
 Protections that need time or the socket, and so live here, not in the core
 (defaults in :class:`H2Settings`, each with why):
