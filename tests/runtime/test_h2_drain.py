@@ -115,6 +115,7 @@ async def test_a_suspended_call_does_not_hold_the_calls_after_it_on_a_fake_trans
     await _until(lambda: 1 in _statuses(transport.data))
     assert set(_statuses(transport.data).values()) == {Code.OK}
     assert not proto.streams
+    proto.connection_lost(None)  # its timer goes with it
 
 
 async def test_a_deadline_cancels_only_its_call_on_a_fake_transport() -> None:
@@ -137,6 +138,7 @@ async def test_a_deadline_cancels_only_its_call_on_a_fake_transport() -> None:
     await _until(lambda: len(_statuses(transport.data)) == 3)
     assert _statuses(transport.data) == {1: Code.OK, 3: Code.DEADLINE_EXCEEDED, 5: Code.OK}
     assert cancelled == [b"x"]
+    proto.connection_lost(None)
 
 
 async def test_a_reset_cancels_only_its_call_on_a_fake_transport() -> None:
@@ -159,6 +161,7 @@ async def test_a_reset_cancels_only_its_call_on_a_fake_transport() -> None:
     await _until(lambda: 5 in _statuses(transport.data))
     assert 1 not in _statuses(transport.data)
     assert not proto.streams
+    proto.connection_lost(None)
 
 
 async def test_trace_headers_do_not_reach_the_next_call_on_a_fake_transport() -> None:
@@ -179,3 +182,4 @@ async def test_trace_headers_do_not_reach_the_next_call_on_a_fake_transport() ->
     )
     await _until(lambda: len(_statuses(transport.data)) == 3)
     assert seen == [(TRACEPARENT, None), (None, None)]
+    proto.connection_lost(None)
