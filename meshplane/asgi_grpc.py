@@ -63,7 +63,14 @@ from meshplane.grpc_wire import (
     parse_timeout,
     status_headers,
 )
-from meshplane.rpc import HealthState, Services, UnaryHandler, note_trace_header
+from meshplane.rpc import (
+    HealthState,
+    Services,
+    UnaryHandler,
+    incoming_trace_context,
+    note_trace_header,
+)
+from meshplane.server_contract import UnaryResponder
 
 log = logging.getLogger(__name__)
 
@@ -255,7 +262,9 @@ class GrpcAsgiApp:
         # frame, object and lookup here (measured: ~11 µs of adapter per
         # call before this shape, a fifth of a Check).
         content_type = encoding = timeout_header = None
-        for name, value in scope["headers"]:
+        traced = False
+        headers = scope["headers"]
+        for name, value in headers:
             if name == b"content-type":
                 content_type = value
             elif name == b"grpc-encoding":
@@ -263,7 +272,7 @@ class GrpcAsgiApp:
             elif name == b"grpc-timeout":
                 timeout_header = value
             elif name == b"traceparent" or name == b"tracestate":  # noqa: PLR1714 - hot path
-                note_trace_header(name, value)  # only a traced call pays for this
+                traced = True  # only a traced call pays for noting them
         if scope["method"] != "POST" or (
             content_type != b"application/grpc"
             and (content_type is None or not is_grpc_content_type(content_type.decode("latin-1")))
@@ -271,6 +280,8 @@ class GrpcAsgiApp:
             await send(_UNSUPPORTED_MEDIA)
             await send(_EMPTY_BODY)
             return
+        if traced:
+            _note_trace_headers(headers)
         handler = self._unary.get(path := scope["path"])
         in_flight = self.in_flight
         in_flight.count += 1
@@ -294,36 +305,114 @@ class GrpcAsgiApp:
             ):
                 # The usual call: one uncompressed message in one chunk. Envoy's
                 # ext_authz and ratelimit filters always send grpc-timeout.
-                if deadline is None:
-                    try:
-                        response = await handler(body[5:])
-                    except Exception as exc:
-                        await _failed(send, exc)
-                        return
-                    await _answer(send, response)
-                    return
-                entry = self.deadlines.start(deadline)  # cancels the handler when it passes
-                try:
-                    response = await handler(body[5:])
-                except asyncio.CancelledError:
-                    if not Deadlines.end(entry):
-                        raise
-                    await _failed(send, TimeoutError())
-                    return
-                except Exception as exc:
-                    Deadlines.end(entry)
-                    await _failed(send, exc)
-                    return
-                Deadlines.end(entry)
-                await _answer(send, response)
+                result = await self._run(handler, body[5:], deadline)
+                if isinstance(result, Exception):
+                    await _failed(send, result)
+                else:
+                    await _answer(send, result)
                 return
             await self._unary_call(
                 handler, message, receive, send, encoding=encoding, deadline=deadline
             )
         finally:
+            if traced:
+                incoming_trace_context()  # not left to a later call in this context
             in_flight.count -= 1
             if not in_flight.count:
                 in_flight.idle()
+
+    def complete_unary(
+        self,
+        method: str,
+        path: str,
+        headers: Sequence[tuple[bytes, bytes]],
+        body: bytes,
+        responder: UnaryResponder,
+    ) -> Awaitable[None] | None:
+        """The usual call without ASGI messages, for a backend that has the whole
+        request body (the h2 backend): a :data:`CompleteUnaryEntry`.
+
+        None, having done nothing, unless the request is what :meth:`__call__`'s
+        fast path serves (POST, a gRPC content type, a unary method, one
+        uncompressed message within the limit); the backend then calls
+        :meth:`__call__`, which answers the rest. The call itself is the same
+        as there (:meth:`_run`: deadline, statuses, in-flight count), and the
+        answer the same header lists, handed over in one ``respond`` instead of
+        three ``send`` awaits (~2 µs a call on the h2 backend).
+        """
+        handler = self._unary.get(path)
+        if (
+            handler is None
+            or method != "POST"
+            or len(body) <= 4
+            or body[0] != 0
+            or int.from_bytes(body[1:5], "big") != len(body) - 5
+            or len(body) - 5 > self._max
+        ):
+            return None
+        content_type = timeout_header = None
+        traced = False
+        for name, value in headers:
+            if name == b"content-type":
+                content_type = value
+            elif name == b"grpc-timeout":
+                timeout_header = value
+            elif name == b"traceparent" or name == b"tracestate":  # noqa: PLR1714 - hot path
+                traced = True
+        if content_type != b"application/grpc" and (
+            content_type is None or not is_grpc_content_type(content_type.decode("latin-1"))
+        ):
+            return None
+        if traced:
+            _note_trace_headers(headers)
+        deadline = None if timeout_header is None else _timeout_of(timeout_header)
+        return self._complete_call(handler, body[5:], deadline, responder, traced)
+
+    async def _complete_call(
+        self,
+        handler: UnaryHandler,
+        request: bytes,
+        deadline: float | None,
+        responder: UnaryResponder,
+        traced: bool,
+    ) -> None:
+        in_flight = self.in_flight
+        in_flight.count += 1
+        try:
+            result = await self._run(handler, request, deadline)
+            if isinstance(result, Exception):
+                responder.respond(_failure_start(result), b"", None)
+            else:
+                responder.respond(_START, frame(result), _OK_TRAILERS)
+        finally:
+            if traced:
+                incoming_trace_context()  # not left to a later call in this context
+            in_flight.count -= 1
+            if not in_flight.count:
+                in_flight.idle()
+
+    async def _run(
+        self, handler: UnaryHandler, request: bytes, deadline: float | None
+    ) -> bytes | Exception:
+        """The handler's response, or what it raised (TimeoutError when the
+        ``grpc-timeout`` cancelled it); another cancellation goes through."""
+        if deadline is None:
+            try:
+                return await handler(request)
+            except Exception as exc:
+                return exc
+        entry = self.deadlines.start(deadline)  # cancels the handler when it passes
+        try:
+            response = await handler(request)
+        except asyncio.CancelledError:
+            if not Deadlines.end(entry):
+                raise
+            return TimeoutError()
+        except Exception as exc:
+            Deadlines.end(entry)
+            return exc
+        Deadlines.end(entry)
+        return response
 
     def _reader(self, encoding: bytes | None) -> MessageReader:
         return MessageReader(encoding.decode("latin-1") if encoding else None, self._max)
@@ -419,11 +508,28 @@ def _trailers(code: Code, message: str) -> Message:
     return {"type": "http.response.trailers", "headers": status_headers(code, message)}
 
 
+def _note_trace_headers(headers: Sequence[tuple[bytes, bytes]]) -> None:
+    """Hand the call's trace headers to its handler (:func:`note_trace_header`).
+
+    Consumed (:func:`incoming_trace_context`) when the call ends, so a backend
+    that runs several calls in one task's context (the h2 backend's drain)
+    never gives one call's headers to the next.
+    """
+    for name, value in headers:
+        if name == b"traceparent" or name == b"tracestate":  # noqa: PLR1714 - hot path
+            note_trace_header(name, value)
+
+
+def _trailers_only_start(code: Code, message: str) -> Message:
+    """The one start message of gRPC's Trailers-Only response (a status, no message)."""
+    headers = [_CONTENT_TYPE, *status_headers(code, message)]
+    return {"type": "http.response.start", "status": 200, "headers": headers}
+
+
 async def _trailers_only(send: Send, code: Code, message: str) -> None:
     """A status without a message: gRPC's Trailers-Only response (one HEADERS frame)."""
-    headers = [_CONTENT_TYPE, *status_headers(code, message)]
     with contextlib.suppress(Exception):  # the client may be gone
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send(_trailers_only_start(code, message))
         await send(_EMPTY_BODY)
 
 
@@ -437,17 +543,24 @@ async def _answer(send: Send, response: bytes) -> None:
         pass
 
 
-async def _failed(send: Send, exc: Exception) -> None:
-    """The status of a call that failed: the RpcError's own, DEADLINE_EXCEEDED
-    for the deadline (``asyncio.timeout`` raises TimeoutError), else UNKNOWN."""
+def _failure_start(exc: Exception) -> Message:
+    """The Trailers-Only answer of a call that failed: the RpcError's own status,
+    DEADLINE_EXCEEDED for the deadline (``asyncio.timeout`` raises TimeoutError),
+    else UNKNOWN (logged: a handler's bug)."""
     if isinstance(exc, RpcError):
-        await _trailers_only(send, exc.code, exc.message)
-        return
+        return _trailers_only_start(exc.code, exc.message)
     if isinstance(exc, TimeoutError):
-        await _trailers_only(send, Code.DEADLINE_EXCEEDED, "Deadline Exceeded")
-        return
-    log.exception("gRPC handler failed", extra={"error": type(exc).__name__})
-    await _trailers_only(send, Code.UNKNOWN, f"Unexpected {type(exc).__name__}")
+        return _trailers_only_start(Code.DEADLINE_EXCEEDED, "Deadline Exceeded")
+    log.error("gRPC handler failed", exc_info=exc, extra={"error": type(exc).__name__})
+    return _trailers_only_start(Code.UNKNOWN, f"Unexpected {type(exc).__name__}")
+
+
+async def _failed(send: Send, exc: Exception) -> None:
+    """The status of a call that failed (:func:`_failure_start`), Trailers-Only."""
+    start = _failure_start(exc)
+    with contextlib.suppress(Exception):  # the client may be gone
+        await send(start)
+        await send(_EMPTY_BODY)
 
 
 async def _read_one(reader: MessageReader, message: Message, receive: Receive) -> bytes:

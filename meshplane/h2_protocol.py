@@ -25,12 +25,19 @@ health, reflection and tracing metadata are the Envoy backend's, unchanged):
   header list (the app reuses the same few) and never touch the peer's
   dynamic table (:mod:`meshplane.http2.hpack_blocks`).
 
-Each call runs as an asyncio task (the app's ``grpc-timeout`` deadlines
-cancel ``current_task()``); a stream the peer resets cancels its task, as
-grpcio cancels a handler. What the calls and the core produce is written
-in one ``transport.write`` per loop iteration at most: a flush is scheduled
-with ``call_soon`` behind the tasks a read started, so the answers of every
-request of a read go out together.
+A request whose body came whole goes to the app's entry for complete unary
+calls (``GrpcAsgiApp.complete_unary``: the same call, answered in one
+``respond`` instead of ASGI messages) if it has one and the request is a plain
+unary call; everything else goes through ASGI as above.
+
+The calls a read started run in one asyncio task, in order (``_drain``): a
+call that finishes without suspending costs no task of its own; one that
+suspends keeps that task for itself (the app's ``grpc-timeout`` deadlines
+cancel ``current_task()``; a stream the peer resets cancels its task, as
+grpcio cancels a handler) and the calls after it go on in a new drain. What
+the calls and the core produce is written in one ``transport.write`` per loop
+iteration at most: a flush is scheduled with ``call_soon`` behind the drain a
+read started, so the answers of every request of a read go out together.
 
 Protections that need time or the socket, and so live here, not in the core
 (defaults in :class:`H2Settings`, each with why):
@@ -72,8 +79,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 import logging
 import math
+import types
+from collections.abc import Coroutine, Generator
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, cast
 from urllib.parse import unquote
@@ -94,7 +104,7 @@ from meshplane.http2.connection import (
 )
 from meshplane.http2.hpack_blocks import encode_headers
 from meshplane.http2.limits import DEFAULT_LIMITS, Limits
-from meshplane.server_contract import ASGIApp
+from meshplane.server_contract import ASGIApp, CompleteUnaryEntry
 
 log = logging.getLogger(__name__)
 
@@ -347,6 +357,26 @@ class _Stream:
             waiter = self.waiter = self.proto.loop.create_future()
             await waiter
 
+    def respond(self, start: Message, body: bytes, trailers: Message | None) -> None:
+        """A whole answer at once (:class:`meshplane.server_contract.UnaryResponder`):
+        what ``send`` makes of start, one final body and trailers (or of a start
+        and an empty final body, Trailers-Only), without the three messages."""
+        if self.reset or self.finished:
+            return  # the client is gone: nobody to tell
+        proto = self.proto
+        conn = proto.conn
+        stream_id = self.stream_id
+        if trailers is None:
+            conn.send_headers(stream_id, _block_of(start, int(start["status"])), end_stream=True)
+        else:
+            conn.send_headers(stream_id, _block_of(start, int(start["status"])))
+            conn.send_data(stream_id, body)
+            conn.send_headers(stream_id, _block_of(trailers, None), end_stream=True)
+            if conn.queued_bytes > proto.max_queued:
+                proto.hold_requests()
+        self.finished = True
+        proto.schedule_flush()
+
     async def send(self, message: Message) -> None:
         if self.reset or self.finished:
             return  # the client is gone (or the answer is over): nobody to tell
@@ -403,6 +433,8 @@ class H2Protocol(asyncio.Protocol):
         self._held: collections.deque[_Stream] = collections.deque()
         self._holding = False
         self._app = owner.app
+        # The app's entry for complete unary calls (GrpcAsgiApp has one), if any.
+        self._complete: CompleteUnaryEntry | None = getattr(owner.app, "complete_unary", None)
         self._stats = owner.stats
         self._flush_scheduled = False
         self._write_paused_at: float | None = None
@@ -417,6 +449,8 @@ class H2Protocol(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self._base_scope: dict[str, Any] = {}
         self._scopes: dict[int, tuple[Headers, dict[str, Any]]] = {}
+        self._batch: list[_Stream] | None = None  # the requests this read started
+        self._context = contextvars.copy_context()
 
     # ---- asyncio.Protocol ------------------------------------------------------------
 
@@ -482,6 +516,8 @@ class H2Protocol(asyncio.Protocol):
             log.exception("HTTP/2 connection failed", extra={"error": type(exc).__name__})
             self.close(INTERNAL_ERROR, "internal error")
             return
+        finally:
+            self._batch = None  # the next read's requests get a drain of their own
         if not self._handshaken and conn.settled:
             self._handshaken = True
         buffered, continuing = conn.buffered_bytes, conn.awaiting_continuation
@@ -567,10 +603,61 @@ class H2Protocol(asyncio.Protocol):
         if self._holding:
             self._held.append(stream)
             return
-        stream.task = self.loop.create_task(self._call(stream))
+        batch = self._batch
+        if batch is None:
+            # The first request of this read: one task runs the read's calls (see
+            # _drain), scheduled before the read's flush.
+            batch = self._batch = []
+            self.loop.create_task(self._drain(batch))
+        batch.append(stream)
+
+    async def _drain(self, batch: list[_Stream]) -> None:
+        """Run the calls a read started, in order, in this one task.
+
+        A task per call cost ~1.1 µs of CPU on uvloop (Python 3.11 has no eager
+        tasks), a tenth of a call. Each call's coroutine is started here by hand;
+        one that finishes without suspending (a Check) needs no task of its own.
+        One that suspends keeps this task for itself (so its ``grpc-timeout``,
+        which cancels ``current_task()``, and a reset, which cancels
+        ``stream.task``, reach it and only it), and the calls after it go on in
+        a new drain, so none waits behind it. A stream reset before its turn is
+        skipped, as a cancelled task would never have started.
+        """
+        for index, stream in enumerate(batch):
+            if stream.reset:
+                continue
+            call = self._call(stream)
+            try:
+                awaited = call.send(None)
+            except StopIteration:
+                continue
+            stream.task = asyncio.current_task(self.loop)
+            rest = batch[index + 1 :]
+            if rest:
+                # From the connection's context, not this call's (which may hold
+                # what the call set, such as its trace headers).
+                self._context.run(self.loop.create_task, self._drain(rest))
+            await _resume(call, awaited)
+            return
 
     async def _call(self, stream: _Stream) -> None:
         try:
+            complete = self._complete
+            if complete is not None and stream.ended and not stream.reset:
+                # The whole request is here (it came in the read that started this
+                # task): the app's entry without ASGI messages, if it is a plain
+                # unary call.
+                chunks = stream.chunks
+                body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                scope = stream.scope
+                call = complete(scope["method"], scope["path"], scope["headers"], body, stream)
+                if call is not None:
+                    chunks.clear()
+                    stream.end_delivered = True
+                    if body:
+                        self.acknowledge(stream.stream_id, len(body))
+                    await call
+                    return
             await self._app(stream.scope, stream.receive, stream.send)
         except asyncio.CancelledError:
             pass  # the stream was reset or the connection is gone
@@ -788,6 +875,29 @@ def timeout_verdict(now: float, times: ConnectionTimes, settings: H2Settings) ->
         return Verdict("drain", NO_ERROR, "maximum connection age", min(deadlines))
     deadlines.append(age_due)
     return Verdict("wait", next_check=min(deadlines))
+
+
+@types.coroutine
+def _resume(call: Coroutine[Any, Any, None], awaited: Any) -> Generator[Any, None, None]:
+    """Go on with ``call``, started by hand and suspended on ``awaited``, in the
+    current task, exactly as an ``await`` of it would have: what it awaits goes
+    to the task, and the task's wake-ups (and cancellations) come back to it."""
+    while True:
+        try:
+            yield awaited
+        except GeneratorExit:
+            call.close()
+            raise
+        except BaseException as exc:  # the task throws in what the awaited raised
+            try:
+                awaited = call.throw(exc)
+            except StopIteration:
+                return
+            continue
+        try:
+            awaited = call.send(None)
+        except StopIteration:
+            return
 
 
 def _address(address: Any) -> tuple[str, int] | None:

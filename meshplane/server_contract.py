@@ -31,6 +31,28 @@ from meshplane.rpc import HealthState, Services, Serving, UnaryHandler
 from meshplane.tls import ListenerTlsFiles
 
 ASGIApp = Callable[[Any, Any, Any], Awaitable[None]]
+
+
+class UnaryResponder(Protocol):
+    """Where a complete unary call's answer goes (an HTTP/2 backend's stream).
+
+    The header lists and the body are the app's (it owns gRPC's semantics);
+    the backend only puts them on the wire, in one go, with no ASGI messages.
+    """
+
+    def respond(self, start: dict[str, Any], body: bytes, trailers: dict[str, Any] | None) -> None:
+        """``start`` (an ``http.response.start`` message), then ``body`` and
+        ``trailers`` (an ``http.response.trailers`` message); ``trailers`` None
+        is a Trailers-Only answer: ``start`` alone ends the stream."""
+
+
+#: The fast entry of a gRPC ASGI app for a request whose body has all arrived:
+#: ``(method, path, headers, body, responder)`` → the call to await, or None
+#: (having done nothing) when the request is not a plain unary call; the backend
+#: then runs it through the ASGI app.
+CompleteUnaryEntry = Callable[
+    [str, str, Sequence[tuple[bytes, bytes]], bytes, UnaryResponder], Awaitable[None] | None
+]
 ServerKind = Literal["envoy", "grpcio", "h2"]
 #: The backends, the default first (``--server`` choices).
 SERVER_KINDS: tuple[ServerKind, ...] = get_args(ServerKind)
