@@ -220,6 +220,10 @@ class HttpSide:
             loop="none",
             timeout_graceful_shutdown=5,
         )
+        # Listening now, not when uvicorn's task first runs: the worker reports
+        # this port as served at once, and a connection made before the task
+        # runs then waits in the backlog instead of being refused.
+        sock.listen(config.backlog)
         server = _EmbeddedUvicorn(config)
         task = asyncio.ensure_future(server.serve(sockets=[sock]))
         return cls(int(sock.getsockname()[1]), server, task)
