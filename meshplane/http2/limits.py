@@ -68,6 +68,13 @@ class Limits:
     #: Request DATA bytes per stream: gRPC's default maximum received message (4 MiB)
     #: plus its 5-byte frame prefix.
     max_body_bytes: int = 4 * 1024 * 1024 + 5
+    #: Request DATA bytes of all the connection's open streams together (counted until
+    #: the stream closes: a gRPC server holds a request's message until it answers).
+    #: Without it 128 streams x ``max_body_bytes`` pin 512 MiB per connection (the
+    #: windows bound only what is not yet acknowledged). The stream whose DATA crosses
+    #: it is reset ENHANCE_YOUR_CALM (RESOURCE_EXHAUSTED): four full gRPC messages
+    #: at once, as ``max_queued_response_bytes`` on the answers' side.
+    max_connection_body_bytes: int = 16 * 1024 * 1024
     #: Our SETTINGS_INITIAL_WINDOW_SIZE: a 1 MiB request flows without waiting for our
     #: WINDOW_UPDATE. At least 65,535 (the RFC default), so a peer that sends before it
     #: has our SETTINGS never overruns a window we shrank.
@@ -110,6 +117,7 @@ class Limits:
         _at_least("max_header_list_bytes", self.max_header_list_bytes, 1)
         _at_least("max_header_block_bytes", self.max_header_block_bytes, 1)
         _at_least("max_body_bytes", self.max_body_bytes, 0)
+        _at_least("max_connection_body_bytes", self.max_connection_body_bytes, 0)
         for name, value in (
             ("stream_window", self.stream_window),
             ("connection_window", self.connection_window),

@@ -18,6 +18,7 @@ from meshplane.http2.limits import DEFAULT_LIMITS, Limits, ResetBudget
         ("max_header_list_bytes", 0),
         ("max_header_block_bytes", 0),
         ("max_body_bytes", -1),
+        ("max_connection_body_bytes", -1),
         ("stream_window", 65_534),  # below the RFC default a fast peer would overrun it
         ("stream_window", 1 << 31),
         ("connection_window", 65_534),  # the connection window can only grow
