@@ -342,6 +342,11 @@ class Connection:
         return self._queued
 
     @property
+    def data_frames_sent(self) -> int:
+        """DATA frames queued so far: the adapter's sign that a held queue still moves."""
+        return self._data_frames
+
+    @property
     def terminated(self) -> bool:
         """GOAWAY for an error or ``close`` was queued: no more input is read."""
         return self._terminated
