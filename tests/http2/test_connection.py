@@ -48,7 +48,7 @@ from meshplane.http2.connection import (
     StreamReset,
 )
 from meshplane.http2.hpack_blocks import RESPONSE_GRPC, TRAILERS_OK, encode_headers
-from meshplane.http2.limits import Limits, ResetBudget
+from meshplane.http2.limits import DEFAULT_LIMITS, Limits, ResetBudget
 
 ACK = 0x1
 REQUEST = [
@@ -890,6 +890,24 @@ def test_rapid_reset_budget(name: str, times: list[float], survives: bool) -> No
     assert (peer.goaway() is None) == survives
     if not survives:
         assert peer.events[-1] == ConnectionTerminated(ENHANCE_YOUR_CALM, "too many streams reset")
+
+
+def test_the_default_budget_cancels_every_open_stream_twice_at_once_not_more() -> None:
+    """A client may cancel all its 128 open calls at once, twice; a rapid-reset peer
+    that reconnects gets 256 streams a connection, not 1,000 (docs/runtime.md)."""
+    peer = Peer(DEFAULT_LIMITS)
+    peer.handshake()
+    stream_id = 1
+    for _ in range(2):
+        opened = []
+        for _ in range(DEFAULT_LIMITS.max_concurrent_streams):
+            opened.append(request(stream_id))
+            stream_id += 2
+        peer.send(*opened)
+        peer.send(*(rst(frame_id) for frame_id in range(stream_id - 256, stream_id, 2)))
+        assert peer.goaway() is None
+    peer.send(request(stream_id), rst(stream_id))
+    assert peer.goaway() == ENHANCE_YOUR_CALM
 
 
 def test_resets_after_our_answer_cost_nothing() -> None:

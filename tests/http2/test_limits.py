@@ -46,5 +46,5 @@ def test_bad_reset_budgets_are_refused(rate: float, burst: int) -> None:
 def test_the_defaults_are_the_documented_ones() -> None:
     assert Limits() == DEFAULT_LIMITS
     assert DEFAULT_LIMITS.max_body_bytes == 4 * 1024 * 1024 + 5
-    assert DEFAULT_LIMITS.reset_budget == ResetBudget(per_second=200.0, burst=1000)
+    assert DEFAULT_LIMITS.reset_budget == ResetBudget(per_second=200.0, burst=256)
     Limits(max_empty_frames=0, header_cache_bytes=0, max_body_bytes=0)  # all allowed
