@@ -59,7 +59,11 @@ Protections that need time or the socket, and so live here, not in the core
   new requests wait instead of running (reading goes on, since the peer's
   WINDOW_UPDATE arrives on the read side; pausing reading would deadlock a
   peer that waits for its data before it sends one), and run as the queue
-  drains; the requests waiting are bounded by the core's stream limits;
+  drains; the requests waiting are bounded by the core's stream limits.
+  Answers already running still join the queue (128 x 4 MiB, measured), so
+  a queue that does not move for ``send_stall_seconds`` (no DATA frame goes
+  out while answers wait: the peer keeps its windows shut) ends the
+  connection with GOAWAY(ENHANCE_YOUR_CALM), as a peer that does not read;
 - a connection older than ``max_age_seconds`` gets GOAWAY (clients reconnect,
   which evens out SO_REUSEPORT's split between workers) and is closed
   ``max_age_grace_seconds`` later if calls are still open;
@@ -127,8 +131,9 @@ class H2Settings:
     #: A frame or header block unfinished this long is a slowloris: a real peer
     #: sends a frame in one go (the core's limits bound the frame's size).
     frame_seconds: float = 30.0
-    #: The peer has not read what we wrote (transport paused) this long: gone or
-    #: hostile; its connection is aborted.
+    #: The peer has not read what we wrote (transport paused), or has kept the
+    #: flow-control windows our answers wait on shut, this long: gone or hostile;
+    #: its connection is aborted (or closed, with GOAWAY, when it still reads).
     send_stall_seconds: float = 60.0
     #: A connection this old gets GOAWAY(NO_ERROR) and the client opens a new one,
     #: as grpcio's ``max_connection_age`` and Envoy's ``max_connection_duration``
@@ -446,6 +451,8 @@ class H2Protocol(asyncio.Protocol):
         self._partial_since: float | None = None  # a frame unfinished since (progress resets)
         self._buffered = 0  # the bytes of that frame the core holds
         self._block_since: float | None = None  # a header block unfinished since
+        self._window_stall_since: float | None = None  # answers queued, none moving, since
+        self._window_stall_sent = 0  # the core's DATA frame count then
         self._timer: asyncio.TimerHandle | None = None
         self._base_scope: dict[str, Any] = {}
         self._scopes: dict[int, tuple[Headers, dict[str, Any]]] = {}
@@ -729,12 +736,25 @@ class H2Protocol(asyncio.Protocol):
         transport = self.transport
         if transport is None or self._write_paused_at is not None:
             return  # paused: the core keeps it; resume_writing flushes
-        data = self.conn.data_to_send()
+        conn = self.conn
+        data = conn.data_to_send()
         if data:
             transport.write(data)
-        if self.conn.terminated or (self._draining and not self.streams):
+        if conn.queued_bytes:  # answers wait on the peer's windows: are they moving?
+            self._watch_window_stall(conn.data_frames_sent)
+        else:
+            self._window_stall_since = None
+        if conn.terminated or (self._draining and not self.streams):
             self._closing = True
             transport.close()  # after the buffered bytes
+
+    def _watch_window_stall(self, sent: int) -> None:
+        """The stall clock starts when answers first wait and restarts whenever a DATA
+        frame goes out: only a queue that does not move at all runs it out."""
+        if self._window_stall_since is None or sent != self._window_stall_sent:
+            self._window_stall_sent = sent
+            self._window_stall_since = now = self.loop.time()
+            self._arm(now + self.settings.send_stall_seconds)
 
     def _terminated(self, code: int, reason: str) -> None:
         """GOAWAY sent (a connection error) or received."""
@@ -795,6 +815,7 @@ class H2Protocol(asyncio.Protocol):
                 partial_since=self._partial_since,
                 block_since=self._block_since,
                 idle_since=None if self.streams else self._idle_since,
+                window_stall_since=self._window_stall_since,
             ),
             self.settings,
         )
@@ -824,6 +845,9 @@ class ConnectionTimes(NamedTuple):
     block_since: float | None
     #: No stream has been open since; None while one is.
     idle_since: float | None
+    #: Answers have waited on the peer's flow-control windows, no DATA frame going
+    #: out, since; None: none wait, or they move.
+    window_stall_since: float | None = None
 
 
 class Verdict(NamedTuple):
@@ -850,6 +874,11 @@ def timeout_verdict(now: float, times: ConnectionTimes, settings: H2Settings) ->
         due = times.write_paused_at + settings.send_stall_seconds
         if now >= due:
             return Verdict("abort", CANCEL, "the peer does not read")
+        deadlines.append(due)
+    if times.window_stall_since is not None:
+        due = times.window_stall_since + settings.send_stall_seconds
+        if now >= due:
+            return Verdict("close", ENHANCE_YOUR_CALM, "the peer keeps its windows shut")
         deadlines.append(due)
     for since in (times.partial_since, times.block_since):
         if since is not None:

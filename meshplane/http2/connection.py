@@ -60,8 +60,10 @@ budget, since a peer can make us reset as cheaply as it resets):
   depend on itself (in HEADERS that is a connection error: simpler, and no
   gRPC client sends priorities), a WINDOW_UPDATE of 0 on a stream.
 - ENHANCE_YOUR_CALM: a header list over SETTINGS_MAX_HEADER_LIST_SIZE (RFC
-  9113 10.5.1; the block is still decoded so HPACK stays in sync) or a body
-  over ``max_body_bytes``: gRPC clients report RESOURCE_EXHAUSTED.
+  9113 10.5.1; the block is still decoded so HPACK stays in sync), a body
+  over ``max_body_bytes``, or DATA that takes the bodies of the connection's
+  open streams together over ``max_connection_body_bytes`` (that stream is
+  reset, the others go on): gRPC clients report RESOURCE_EXHAUSTED.
 - STREAM_CLOSED: DATA or HEADERS after the peer's END_STREAM.
 - FLOW_CONTROL_ERROR: a stream's send window pushed past 2^31-1.
 - REFUSED_STREAM: a new stream over ``max_concurrent_streams`` or after the
@@ -279,6 +281,8 @@ class Connection:
         self._max_streams = limits.max_concurrent_streams
         self._max_control = limits.max_outbound_control_frames
         self._max_body = limits.max_body_bytes
+        self._max_held = limits.max_connection_body_bytes
+        self._held = 0  # request DATA bytes of the open streams (see _forget)
         self._stream_window = limits.stream_window
         self._half_window = limits.connection_window >> 1
         # Inbound.
@@ -336,6 +340,11 @@ class Connection:
     def queued_bytes(self) -> int:
         """Response bytes held back by the peer's flow control."""
         return self._queued
+
+    @property
+    def data_frames_sent(self) -> int:
+        """DATA frames queued so far: the adapter's sign that a held queue still moves."""
+        return self._data_frames
 
     @property
     def terminated(self) -> bool:
@@ -461,9 +470,10 @@ class Connection:
             if not ended:
                 self._stream_credit(stream_id, stream, length - size)
         stream.body += size
-        if stream.body > stream.limit:
+        self._held += size
+        if stream.body > stream.limit or self._held > self._max_held:
             self._credit(size)
-            # More than content-length is malformed (RFC 9113 8.1.1); else over our cap.
+            # More than content-length is malformed (RFC 9113 8.1.1); else over our caps.
             code = PROTOCOL_ERROR if stream.body > stream.length >= 0 else ENHANCE_YOUR_CALM
             self._stream_error(stream_id, code, events, now)
             return
@@ -820,7 +830,9 @@ class Connection:
             del reset[next(iter(reset))]
 
     def _forget(self, stream_id: int, stream: _Stream) -> None:
-        """A stream ends (reset or closed): its queue goes, its held bytes' credit returns."""
+        """A stream ends (reset or closed): its queue goes, its held bytes' credit returns,
+        its body leaves the connection's count."""
+        self._held -= stream.body
         if stream.unacked:
             self._credit(stream.unacked)
             stream.unacked = 0
@@ -833,8 +845,10 @@ class Connection:
         del self._streams[stream_id]
         if stream.pending is not None:
             self._forget(stream_id, stream)
-        elif stream.unacked:  # the common case, inline: credit for what the request held
-            self._conn_owed += stream.unacked
+        else:  # the common case, inline: _forget's bookkeeping without a queue
+            self._held -= stream.body
+            if stream.unacked:  # credit for what the request held
+                self._conn_owed += stream.unacked
 
     def _credit(self, size: int) -> None:
         """Connection credit due back (sent by ``data_to_send``, see ``_flush_credit``)."""
@@ -867,6 +881,7 @@ class Connection:
         self._streams.clear()
         self._blocked.clear()
         self._queued = 0
+        self._held = 0
         self._conn_owed = 0
 
     # -- output -------------------------------------------------------------------

@@ -48,7 +48,7 @@ from meshplane.http2.connection import (
     StreamReset,
 )
 from meshplane.http2.hpack_blocks import RESPONSE_GRPC, TRAILERS_OK, encode_headers
-from meshplane.http2.limits import Limits, ResetBudget
+from meshplane.http2.limits import DEFAULT_LIMITS, Limits, ResetBudget
 
 ACK = 0x1
 REQUEST = [
@@ -527,6 +527,18 @@ STREAM_ERRORS: list[StreamCase] = [
         ],
     ),
     (
+        "bodies of the open streams together over max_connection_body_bytes",
+        Limits(max_connection_body_bytes=10),
+        [request(1), request(3), data(1, b"x" * 6), data(3, b"y" * 5)],
+        [(3, ENHANCE_YOUR_CALM)],
+        [
+            RequestReceived(1, REQUEST, False),
+            RequestReceived(3, REQUEST, False),
+            DataReceived(1, b"x" * 6, False),
+            StreamReset(3, ENHANCE_YOUR_CALM),
+        ],
+    ),
+    (
         "body longer than content-length",
         Limits(),
         [request(1, block=CL5), data(1, b"123"), data(1, b"456")],
@@ -880,6 +892,24 @@ def test_rapid_reset_budget(name: str, times: list[float], survives: bool) -> No
         assert peer.events[-1] == ConnectionTerminated(ENHANCE_YOUR_CALM, "too many streams reset")
 
 
+def test_the_default_budget_cancels_every_open_stream_twice_at_once_not_more() -> None:
+    """A client may cancel all its 128 open calls at once, twice; a rapid-reset peer
+    that reconnects gets 256 streams a connection, not 1,000 (docs/runtime.md)."""
+    peer = Peer(DEFAULT_LIMITS)
+    peer.handshake()
+    stream_id = 1
+    for _ in range(2):
+        opened = []
+        for _ in range(DEFAULT_LIMITS.max_concurrent_streams):
+            opened.append(request(stream_id))
+            stream_id += 2
+        peer.send(*opened)
+        peer.send(*(rst(frame_id) for frame_id in range(stream_id - 256, stream_id, 2)))
+        assert peer.goaway() is None
+    peer.send(request(stream_id), rst(stream_id))
+    assert peer.goaway() == ENHANCE_YOUR_CALM
+
+
 def test_resets_after_our_answer_cost_nothing() -> None:
     peer = Peer(Limits(reset_budget=ResetBudget(per_second=1, burst=1)))
     peer.handshake()
@@ -948,6 +978,26 @@ def test_unacknowledged_bytes_return_when_their_stream_closes() -> None:
         peer.frames()
     assert goaways(peer.frames()) == []
     assert len(peer.events) == 20
+
+
+def test_the_connections_body_count_frees_as_streams_close_or_reset() -> None:
+    """128 streams x 4 MiB held at once is what max_connection_body_bytes stops; the
+    count is of *open* streams, so a client sending one big request after another, or
+    one whose stream was reset, is never refused."""
+    peer = Peer(Limits(max_connection_body_bytes=10))
+    peer.handshake()
+    for stream_id in range(1, 41, 2):  # 20 bodies of 8 bytes, one after another
+        peer.send(request(stream_id), data(stream_id, b"x" * 8, end=True))
+        peer.conn.send_headers(stream_id, TRAILERS_OK, end_stream=True)
+    peer.send(request(41), data(41, b"x" * 8), rst(41))  # reset by the peer
+    peer.send(request(43), data(43, b"x" * 8))
+    peer.conn.reset_stream(43, CANCEL)  # reset by the application
+    peer.send(request(45), data(45, b"x" * 10, end=True))  # exactly the cap
+    assert resets(peer.frames()) == [(43, CANCEL)]
+    assert peer.events[-2:] == [
+        RequestReceived(45, REQUEST, False),
+        DataReceived(45, b"x" * 10, True),
+    ]
 
 
 def test_discarded_and_padding_bytes_are_credited_without_acknowledge() -> None:

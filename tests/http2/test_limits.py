@@ -18,6 +18,7 @@ from meshplane.http2.limits import DEFAULT_LIMITS, Limits, ResetBudget
         ("max_header_list_bytes", 0),
         ("max_header_block_bytes", 0),
         ("max_body_bytes", -1),
+        ("max_connection_body_bytes", -1),
         ("stream_window", 65_534),  # below the RFC default a fast peer would overrun it
         ("stream_window", 1 << 31),
         ("connection_window", 65_534),  # the connection window can only grow
@@ -45,5 +46,5 @@ def test_bad_reset_budgets_are_refused(rate: float, burst: int) -> None:
 def test_the_defaults_are_the_documented_ones() -> None:
     assert Limits() == DEFAULT_LIMITS
     assert DEFAULT_LIMITS.max_body_bytes == 4 * 1024 * 1024 + 5
-    assert DEFAULT_LIMITS.reset_budget == ResetBudget(per_second=200.0, burst=1000)
+    assert DEFAULT_LIMITS.reset_budget == ResetBudget(per_second=200.0, burst=256)
     Limits(max_empty_frames=0, header_cache_bytes=0, max_body_bytes=0)  # all allowed

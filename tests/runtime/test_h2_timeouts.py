@@ -72,6 +72,24 @@ CASES = [
         Verdict("abort", CANCEL, "the peer does not read"),
     ),
     (
+        "answers have waited on shut windows for 59 s",
+        BUSY._replace(window_stall_since=41.0),
+        100.0,
+        Verdict("wait", next_check=101.0),
+    ),
+    (
+        "answers have waited on shut windows for 60 s (zero-window peer)",
+        BUSY._replace(window_stall_since=40.0),
+        100.0,
+        Verdict("close", ENHANCE_YOUR_CALM, "the peer keeps its windows shut"),
+    ),
+    (
+        "shut windows and a peer that does not read either: aborted, its GOAWAY would not go",
+        BUSY._replace(window_stall_since=40.0, write_paused_at=40.0),
+        100.0,
+        Verdict("abort", CANCEL, "the peer does not read"),
+    ),
+    (
         "the peer does not read and no preface either: the handshake is checked first",
         BUSY._replace(handshaken=False, write_paused_at=0.0),
         60.0,
