@@ -63,6 +63,7 @@ from bench import (  # noqa: E402  (bench/extauthz)
     write_config,
 )
 from meshplane.envoy_binary import ensure_envoy_api, envoy_path  # noqa: E402
+from tests.support.envoy import ext_authz_gateway_bootstrap  # noqa: E402
 from tests.support.net import free_port  # noqa: E402
 
 NOOP_PATH = "/bench.Noop/Call"
@@ -118,81 +119,7 @@ def verify_check(port: int, bodies: dict[str, Path]) -> None:
 def envoy_ext_authz(authz_port: int, workdir: Path) -> Iterator[int]:
     """A real Envoy whose ext_authz filter calls ``authz_port`` over gRPC; yields its port."""
     port = free_port()
-    hcm = {
-        "@type": "type.googleapis.com/envoy.extensions.filters.network."
-        "http_connection_manager.v3.HttpConnectionManager",
-        "stat_prefix": "gw",
-        "route_config": {
-            "virtual_hosts": [
-                {
-                    "name": "all",
-                    "domains": ["*"],
-                    "routes": [
-                        {
-                            "match": {"prefix": "/"},
-                            "direct_response": {"status": 200, "body": {"inline_string": "ok"}},
-                        }
-                    ],
-                }
-            ]
-        },
-        "http_filters": [
-            {
-                "name": "envoy.filters.http.ext_authz",
-                "typed_config": {
-                    "@type": "type.googleapis.com/envoy.extensions.filters.http."
-                    "ext_authz.v3.ExtAuthz",
-                    "grpc_service": {"envoy_grpc": {"cluster_name": "authz"}, "timeout": "2s"},
-                    "transport_api_version": "V3",
-                },
-            },
-            {
-                "name": "envoy.filters.http.router",
-                "typed_config": {
-                    "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
-                },
-            },
-        ],
-    }
-    endpoint = {"address": {"socket_address": {"address": "127.0.0.1", "port_value": authz_port}}}
-    config = {
-        "static_resources": {
-            "listeners": [
-                {
-                    "name": "gw",
-                    "address": {"socket_address": {"address": "127.0.0.1", "port_value": port}},
-                    "filter_chains": [
-                        {
-                            "filters": [
-                                {
-                                    "name": "envoy.filters.network.http_connection_manager",
-                                    "typed_config": hcm,
-                                }
-                            ]
-                        }
-                    ],
-                }
-            ],
-            "clusters": [
-                {
-                    "name": "authz",
-                    "type": "STATIC",
-                    "connect_timeout": "2s",
-                    "load_assignment": {
-                        "cluster_name": "authz",
-                        "endpoints": [{"lb_endpoints": [{"endpoint": endpoint}]}],
-                    },
-                    "typed_extension_protocol_options": {
-                        "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
-                            "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3."
-                            "HttpProtocolOptions",
-                            "explicit_http_config": {"http2_protocol_options": {}},
-                        }
-                    },
-                }
-            ],
-        }
-    }
+    config = ext_authz_gateway_bootstrap(authz_port, port, timeout="2s")
     path = workdir / f"ext-authz-{port}.json"
     path.write_text(json.dumps(config))
     ensure_envoy_api()

@@ -41,7 +41,7 @@ from tests.extauthz.jwtkit import HS_SECRET, OTHER_SECRET, claims, make_token
 from tests.extauthz.policies import write_policies
 from tests.runtime.echo_app import SERVICE
 from tests.runtime.supervisors import Supervisor
-from tests.support.envoy import EnvoyProcess
+from tests.support.envoy import EnvoyProcess, ext_authz_gateway_bootstrap
 from tests.support.net import free_port
 from tests.support.processes import Service
 
@@ -295,87 +295,6 @@ def test_metrics_count_connections_and_streams(server: Supervisor) -> None:
 # ---- the services as deployed --------------------------------------------------------------
 
 
-def _envoy_with_ext_authz(authz_port: int, port: int) -> dict[str, object]:
-    """A gateway Envoy: every request asks ext_authz at ``authz_port`` (gRPC), then 200."""
-    hcm = {
-        "@type": "type.googleapis.com/envoy.extensions.filters.network."
-        "http_connection_manager.v3.HttpConnectionManager",
-        "stat_prefix": "gw",
-        "route_config": {
-            "virtual_hosts": [
-                {
-                    "name": "all",
-                    "domains": ["*"],
-                    "routes": [
-                        {
-                            "match": {"prefix": "/"},
-                            "direct_response": {"status": 200, "body": {"inline_string": "ok"}},
-                        }
-                    ],
-                }
-            ]
-        },
-        "http_filters": [
-            {
-                "name": "envoy.filters.http.ext_authz",
-                "typed_config": {
-                    "@type": "type.googleapis.com/envoy.extensions.filters.http."
-                    "ext_authz.v3.ExtAuthz",
-                    "grpc_service": {"envoy_grpc": {"cluster_name": "authz"}, "timeout": "5s"},
-                    "transport_api_version": "V3",
-                },
-            },
-            {
-                "name": "envoy.filters.http.router",
-                "typed_config": {
-                    "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
-                },
-            },
-        ],
-    }
-    endpoint = {"address": {"socket_address": {"address": "127.0.0.1", "port_value": authz_port}}}
-    return {
-        "node": {"id": "gw", "cluster": "gw"},
-        "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}}},
-        "static_resources": {
-            "listeners": [
-                {
-                    "name": "gw",
-                    "address": {"socket_address": {"address": "127.0.0.1", "port_value": port}},
-                    "filter_chains": [
-                        {
-                            "filters": [
-                                {
-                                    "name": "envoy.filters.network.http_connection_manager",
-                                    "typed_config": hcm,
-                                }
-                            ]
-                        }
-                    ],
-                }
-            ],
-            "clusters": [
-                {
-                    "name": "authz",
-                    "type": "STATIC",
-                    "connect_timeout": "2s",
-                    "load_assignment": {
-                        "cluster_name": "authz",
-                        "endpoints": [{"lb_endpoints": [{"endpoint": endpoint}]}],
-                    },
-                    "typed_extension_protocol_options": {
-                        "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
-                            "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3."
-                            "HttpProtocolOptions",
-                            "explicit_http_config": {"http2_protocol_options": {}},
-                        }
-                    },
-                }
-            ],
-        },
-    }
-
-
 def _status_through(port: int, token: str) -> int:
     request = urllib.request.Request(
         f"http://127.0.0.1:{port}/headers", headers={"Authorization": f"Bearer {token}"}
@@ -400,7 +319,7 @@ def test_envoy_ext_authz_through_extauthz_on_h2(tmp_path: Path) -> None:
         tmp_path / "extauthz.log",
         env={**os.environ, "EXTAUTHZ_TEST_SECRET": HS_SECRET.decode()},
     ).start()  # fmt: skip
-    envoy = EnvoyProcess(json.dumps(_envoy_with_ext_authz(authz_port, gateway_port)))
+    envoy = EnvoyProcess(json.dumps(ext_authz_gateway_bootstrap(authz_port, gateway_port)))
     try:
         envoy.start()
         forged = make_token(claims(NOW), key=OTHER_SECRET)

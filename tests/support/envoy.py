@@ -287,3 +287,88 @@ def get_envoyconfig(
     document: dict[str, Any] = response.json()
     assert_envoy_accepts(document)
     return document
+
+
+def ext_authz_gateway_bootstrap(
+    authz_port: int, port: int, *, timeout: str = "5s"
+) -> dict[str, Any]:
+    """A gateway Envoy listening on ``port``: every request asks ext_authz at ``authz_port``
+    (gRPC, HTTP/2 to the service), then answers 200 itself. The smallest real path of a
+    Check: the h2 backend's tests and ``bench/h2_floor_bench.py`` run it."""
+    hcm = {
+        "@type": "type.googleapis.com/envoy.extensions.filters.network."
+        "http_connection_manager.v3.HttpConnectionManager",
+        "stat_prefix": "gw",
+        "route_config": {
+            "virtual_hosts": [
+                {
+                    "name": "all",
+                    "domains": ["*"],
+                    "routes": [
+                        {
+                            "match": {"prefix": "/"},
+                            "direct_response": {"status": 200, "body": {"inline_string": "ok"}},
+                        }
+                    ],
+                }
+            ]
+        },
+        "http_filters": [
+            {
+                "name": "envoy.filters.http.ext_authz",
+                "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.http."
+                    "ext_authz.v3.ExtAuthz",
+                    "grpc_service": {"envoy_grpc": {"cluster_name": "authz"}, "timeout": timeout},
+                    "transport_api_version": "V3",
+                },
+            },
+            {
+                "name": "envoy.filters.http.router",
+                "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
+                },
+            },
+        ],
+    }
+    endpoint = {"address": {"socket_address": {"address": "127.0.0.1", "port_value": authz_port}}}
+    return {
+        "node": {"id": "gw", "cluster": "gw"},
+        "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}}},
+        "static_resources": {
+            "listeners": [
+                {
+                    "name": "gw",
+                    "address": {"socket_address": {"address": "127.0.0.1", "port_value": port}},
+                    "filter_chains": [
+                        {
+                            "filters": [
+                                {
+                                    "name": "envoy.filters.network.http_connection_manager",
+                                    "typed_config": hcm,
+                                }
+                            ]
+                        }
+                    ],
+                }
+            ],
+            "clusters": [
+                {
+                    "name": "authz",
+                    "type": "STATIC",
+                    "connect_timeout": "2s",
+                    "load_assignment": {
+                        "cluster_name": "authz",
+                        "endpoints": [{"lb_endpoints": [{"endpoint": endpoint}]}],
+                    },
+                    "typed_extension_protocol_options": {
+                        "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                            "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3."
+                            "HttpProtocolOptions",
+                            "explicit_http_config": {"http2_protocol_options": {}},
+                        }
+                    },
+                }
+            ],
+        },
+    }
