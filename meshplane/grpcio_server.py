@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 
@@ -35,9 +34,8 @@ from meshplane.server_contract import (
 from meshplane.tls import ListenerTlsFiles, grpcio_credentials
 from meshplane.worker_support import (
     HttpSide,
-    freeze_startup_heap,
+    serve_until_stopped,
     spawned_starter,
-    watch_supervisor,
 )
 
 log = logging.getLogger(__name__)
@@ -170,23 +168,8 @@ async def running(
 
 
 async def _run_worker(app: GrpcApp, options: ServeOptions, supervisor: int) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    watch = loop.create_task(watch_supervisor(supervisor, stop))
     worker = _Worker(app, options.listen, options.http_listen, options.tls)
-    await worker.start()
-    freeze_startup_heap()
-    log.info(
-        "worker serving",
-        extra={"grpc_port": worker.port, "http_port": worker.http_port, "server": "grpcio"},
-    )
-    await stop.wait()
-    watch.cancel()
-    log.info("worker draining", extra={"grace_seconds": options.grace_seconds})
-    await worker.drain(options.grace_seconds)
-    log.info("worker stopped")
+    await serve_until_stopped(worker, supervisor, options.grace_seconds, "grpcio")
 
 
 @contextlib.contextmanager

@@ -45,7 +45,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
 import stat
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
@@ -60,10 +59,9 @@ from meshplane.server_contract import GrpcApp, ServeOptions, StartWorker, new_wo
 from meshplane.tls import ListenerTlsFiles, ReloadingServerContext
 from meshplane.worker_support import (
     HttpSide,
-    freeze_startup_heap,
     reuseport_socket,
+    serve_until_stopped,
     spawned_starter,
-    watch_supervisor,
 )
 
 log = logging.getLogger(__name__)
@@ -291,23 +289,8 @@ async def running(
 
 
 async def _run_worker(app: GrpcApp, options: ServeOptions, supervisor: int) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    watch = loop.create_task(watch_supervisor(supervisor, stop))
     worker = _Worker(app, options.listen, options.http_listen, options.tls, settings_from_env())
-    await worker.start()
-    freeze_startup_heap()
-    log.info(
-        "worker serving",
-        extra={"grpc_port": worker.port, "http_port": worker.http_port, "server": "h2"},
-    )
-    await stop.wait()
-    watch.cancel()
-    log.info("worker draining", extra={"grace_seconds": options.grace_seconds})
-    await worker.drain(options.grace_seconds)
-    log.info("worker stopped")
+    await serve_until_stopped(worker, supervisor, options.grace_seconds, "h2")
 
 
 @contextlib.contextmanager

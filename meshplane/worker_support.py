@@ -26,7 +26,7 @@ import socket
 import sys
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import uvicorn
 
@@ -90,6 +90,41 @@ async def watch_supervisor(supervisor: int, stop: asyncio.Event) -> None:
             stop.set()
             return
         await asyncio.sleep(SUPERVISOR_CHECK_SECONDS)
+
+
+class ServedWorker(Protocol):
+    """A spawned worker's server (grpcio's or h2's): started, then drained."""
+
+    port: int
+    http_port: int | None
+
+    async def start(self) -> None: ...
+
+    async def drain(self, grace: float) -> None: ...
+
+
+async def serve_until_stopped(
+    worker: ServedWorker, supervisor: int, grace: float, server: str
+) -> None:
+    """The life of a spawned worker, the same for every backend that spawns them:
+    start, freeze the startup heap, serve until SIGTERM/SIGINT (the supervisor's
+    drain) or the supervisor's death, then drain within ``grace`` seconds."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    watch = loop.create_task(watch_supervisor(supervisor, stop))
+    await worker.start()
+    freeze_startup_heap()
+    log.info(
+        "worker serving",
+        extra={"grpc_port": worker.port, "http_port": worker.http_port, "server": server},
+    )
+    await stop.wait()
+    watch.cancel()
+    log.info("worker draining", extra={"grace_seconds": grace})
+    await worker.drain(grace)
+    log.info("worker stopped")
 
 
 #: A spawned worker's body: ``(app, options, supervisor pid)``, run in the worker's
