@@ -122,6 +122,15 @@ class CallsInFlight:
             self._idle = asyncio.Event()
             await self._idle.wait()
 
+    async def drain(self, grace: float) -> None:
+        """A worker's drain: wait for no call in flight, at most ``grace`` seconds
+        (the calls still running then are logged and left to the caller's close)."""
+        try:
+            async with asyncio.timeout(grace):
+                await self.wait_idle()
+        except TimeoutError:
+            log.warning("calls still in flight after the grace period", extra={"calls": self.count})
+
 
 class _Deadline:
     """One call's ``grpc-timeout``: the task to cancel when it passes (None once

@@ -131,14 +131,7 @@ class EnvoyWorkerApp:
         if self._http is not None:
             await self._http.stop()
             self._http = None
-        try:
-            async with asyncio.timeout(grace):
-                await grpc.in_flight.wait_idle()
-        except TimeoutError:
-            log.warning(
-                "calls still in flight after the grace period",
-                extra={"calls": grpc.in_flight.count},
-            )
+        await grpc.in_flight.drain(grace)
         os.kill(os.getpid(), signal.SIGTERM)  # Envoy shuts down, then lifespan shutdown
 
     async def _stop(self) -> None:

@@ -243,14 +243,7 @@ class _Worker:
             await self._http.stop()
             self._http = None
         if grpc is not None:
-            try:
-                async with asyncio.timeout(grace):
-                    await grpc.in_flight.wait_idle()
-            except TimeoutError:
-                log.warning(
-                    "calls still in flight after the grace period",
-                    extra={"calls": grpc.in_flight.count},
-                )
+            await grpc.in_flight.drain(grace)
         if connections is not None:
             connections.close_all()
             with contextlib.suppress(TimeoutError):
