@@ -37,7 +37,7 @@ import pytest
 from mgmt_api.demo import mesh
 from mgmt_api.demo.stack import BURST, PORT_ROLES, port_flag
 from mgmt_api.demo.stack import RAISED_REQUESTS as RAISED
-from tests.support.net import free_port
+from tests.support.net import free_port, free_ports
 from tests.support.processes import wait_until
 
 PORT_FLAGS = tuple(port_flag(name) for name in PORT_ROLES)
@@ -59,7 +59,7 @@ class Orchestrator:
     def __init__(self, state: Path, ports: list[int] | None = None) -> None:
         self.state = state
         argv = [sys.executable, "-m", "mgmt_api.demo", "--state-dir", str(state)]
-        for flag, port in zip(PORT_FLAGS, ports or [free_port() for _ in PORT_FLAGS], strict=True):
+        for flag, port in zip(PORT_FLAGS, ports or free_ports(len(PORT_FLAGS)), strict=True):
             argv += [flag, str(port)]
         self.proc = subprocess.Popen(
             argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
@@ -299,7 +299,7 @@ def check_mesh_tour(commands: list[str], token_command: str) -> None:
 
 def test_a_second_run_on_the_same_state_reuses_the_seed(tmp_path: Path) -> None:
     state = tmp_path / ".run"
-    ports = [free_port() for _ in PORT_FLAGS]
+    ports = free_ports(len(PORT_FLAGS))
     for attempt in range(2):
         orch = Orchestrator(state, ports)
         try:
@@ -323,7 +323,7 @@ def test_a_busy_port_stops_it_before_anything_starts(tmp_path: Path, busy: str) 
     """A port held by another program: exit 1 naming the port, its role and its
     flag, with no child started and the state dir untouched."""
     state = tmp_path / ".run"
-    ports = dict(zip(PORT_FLAGS, (free_port() for _ in PORT_FLAGS), strict=True))
+    ports = dict(zip(PORT_FLAGS, free_ports(len(PORT_FLAGS)), strict=True))
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
