@@ -37,6 +37,7 @@ from extauthz import cli as extauthz_cli
 from extauthz.config import load_config as load_extauthz_config
 from meshplane import gateway_contract
 from meshplane.netaddr import check_serve_listen
+from meshplane.server_contract import SERVER_KINDS
 from mgmt_api import cli as mgmt_cli
 from mgmt_api.identity.config import load_identity_provider
 from ratelimit import cli as ratelimit_cli
@@ -218,7 +219,15 @@ def matrix(pki: Pki) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
         "redis-disabled-urlRef": _redis_urlref_case(),
         "redis-tls-certificateRef": (tls, tls),
         "sidecar-loopback": ({}, sidecar),
-        "sidecar-uds": ({}, merge(sidecar, {"enforcement": {"sidecar": {"transport": "uds"}}})),
+        # The h2 backend on a Unix socket: the pair where its worker count and socket rules meet.
+        "sidecar-uds": (
+            {},
+            merge(
+                sidecar,
+                {"enforcement": {"sidecar": {"transport": "uds"}}},
+                {"extauthz": {"server": "h2"}, "ratelimit": {"server": "h2"}},
+            ),
+        ),
         "replicas-3": (
             {"mgmtApi": {"replicas": 3}},
             {
@@ -558,7 +567,7 @@ def _secret(r: Rendered, suffix: str) -> dict[str, str] | None:
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_rendered_service_files_load_with_the_services_loaders(
+def test_rendered_service_files_load_with_the_service_namesloaders(
     rendered: dict[tuple[str, str], Rendered], case: str, tmp_path: Path
 ) -> None:
     r = rendered[case, CLUSTER]
@@ -771,7 +780,7 @@ def test_spec_2_9_tls_certificate_ref(rendered: dict[tuple[str, str], Rendered])
 
 
 @pytest.mark.parametrize("case", ["sidecar-loopback", "sidecar-uds"])
-def test_sidecar_placement_puts_the_services_in_the_gateway_pod(
+def test_sidecar_placement_puts_the_service_namesin_the_gateway_pod(
     rendered: dict[tuple[str, str], Rendered], case: str
 ) -> None:
     r = rendered[case, CLUSTER]
@@ -800,7 +809,26 @@ def test_sidecar_placement_puts_the_services_in_the_gateway_pod(
         assert listen == "127.0.0.1:8081" and service == "grpc://127.0.0.1:8081"
 
 
-def test_deployment_placement_has_services_hpa_and_pdb(
+def test_the_service_namesrun_on_the_server_the_values_choose(
+    rendered: dict[tuple[str, str], Rendered],
+) -> None:
+    """``extauthz.server``/``ratelimit.server`` reach ``serve --server``; Envoy by default.
+
+    The schema's enum is the services' own list of backends (server_contract owns it).
+    """
+    service_names = ("extauthz", "ratelimit")
+    for case, expected in (("defaults", "envoy"), ("sidecar-uds", "h2")):
+        r = rendered[case, CLUSTER]
+        pods = [w["spec"]["template"]["spec"] for w in r.of_kind("Deployment")]
+        services = [c for pod in pods for c in pod["containers"] if c["name"] in service_names]
+        chosen = {c["name"]: _arg(c["args"], "--server") for c in services}
+        assert chosen == {"extauthz": expected, "ratelimit": expected}
+    schema = json.loads((CHARTS / CLUSTER / "values.schema.json").read_text())
+    enum = schema["definitions"]["enforcementService"]["properties"]["server"]["enum"]
+    assert sorted(enum) == sorted(SERVER_KINDS)
+
+
+def test_deployment_placement_has_service_nameshpa_and_pdb(
     rendered: dict[tuple[str, str], Rendered],
 ) -> None:
     r = rendered["defaults", CLUSTER]
@@ -924,6 +952,7 @@ WRONG: list[tuple[str, dict[str, Any], str]] = [
         "identityProvider.oidc.providerConfig.dynamic.configurationUri",
     ),
     (CLUSTER, {"enforcement": {"placement": "daemonset"}}, "/enforcement/placement"),
+    (CLUSTER, {"ratelimit": {"server": "nginx"}}, "/ratelimit/server"),
     (
         CLUSTER,
         nested(BACKEND, {"redis": {"url": "r:6379", "urlRef": {"name": "r"}}}),

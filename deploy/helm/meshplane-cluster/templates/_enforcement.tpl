@@ -39,6 +39,8 @@ periodSeconds: {{ .period }}
     - --workers
     # A Unix socket is served by one worker (docs/runtime.md): scale by gateway pods.
     - {{ ternary 1 .Values.extauthz.workers (hasPrefix "unix:" $listen) | quote }}
+    - --server
+    - {{ .Values.extauthz.server | default "envoy" | quote }}
   env:
     - {name: PROMETHEUS_MULTIPROC_DIR, value: /var/run/meshplane/prometheus/extauthz}
   ports:
@@ -94,6 +96,8 @@ periodSeconds: {{ .period }}
     # In memory (no store), counters are per process: one worker; a Unix
     # socket is served by one worker too (docs/runtime.md).
     - {{ ternary .Values.ratelimit.workers 1 (and (ne $urlFile "") (not (hasPrefix "unix:" $listen))) | quote }}
+    - --server
+    - {{ .Values.ratelimit.server | default "envoy" | quote }}
     {{- if $urlFile }}
     - --redis-url-file
     - {{ $urlFile }}
