@@ -15,7 +15,8 @@ and of their gRPC clusters changes that, on equal terms:
    ``/config_dump`` and become static bootstraps, one Envoy per variant (one
    worker thread each), all calling the same two services: ``base`` is the
    compiled configuration unchanged, every other variant is it with one
-   change (see :data:`VARIANTS`).
+   change (see :data:`VARIANTS`; ``wide`` is the configuration compiled
+   before the Check was narrowed to the headers extauthz reads).
 3. ``h2load --h1`` at a fixed offered rate (``--rate`` in total over 32
    connections; the same batching for every variant, which saturation on a
    shared machine would not give) against each variant in turn, alternated
@@ -47,14 +48,8 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 
+from bench import h2grpc  # noqa: E402
 from bench.gateway.run import SECRET, path_pids, setup  # noqa: E402
-from bench.h2grpc import (  # noqa: E402
-    cpu_seconds,
-    h2load_summary,
-    load_note,
-    process_tree,
-    require_h2load,
-)
 from extauthz.cli import mint_demo_token  # noqa: E402
 from extauthz.contract import POLICY_CONTEXT_KEY  # noqa: E402
 from meshplane.envoy_binary import envoy_path  # noqa: E402
@@ -142,12 +137,6 @@ def _h2_options(cluster: Config) -> Config:
     return options
 
 
-def narrow_headers(config: Config) -> None:
-    """ext_authz sends only the headers extauthz reads (path and method are fields)."""
-    names = ("authorization", "traceparent", "tracestate")
-    _filter(config, EXT_AUTHZ)["allowed_headers"] = {"patterns": [{"exact": n} for n in names]}
-
-
 def raw_headers(config: Config) -> None:
     _filter(config, EXT_AUTHZ)["encode_raw_headers"] = True
 
@@ -194,11 +183,16 @@ def google_grpc(config: Config) -> None:
     rl["google_grpc"] = {"target_uri": targets["ratelimit"], "stat_prefix": "ratelimit"}
 
 
-def skip_envoy_headers(config: Config) -> None:
-    """No x-envoy-* / x-forwarded-for headers on the filters' gRPC calls."""
-    _filter(config, EXT_AUTHZ)["grpc_service"]["envoy_grpc"]["skip_envoy_headers"] = True
+def every_header(config: Config) -> None:
+    """The Check carries every request header (as compiled before issue 26, item 5)."""
+    _filter(config, EXT_AUTHZ).pop("allowed_headers")
+
+
+def envoy_headers(config: Config) -> None:
+    """Envoy's x-envoy-internal and x-forwarded-for on both filters' calls (as before)."""
+    _filter(config, EXT_AUTHZ)["grpc_service"]["envoy_grpc"].pop("skip_envoy_headers")
     rl = _filter(config, RATELIMIT)["rate_limit_service"]["grpc_service"]
-    rl["envoy_grpc"]["skip_envoy_headers"] = True
+    rl["envoy_grpc"].pop("skip_envoy_headers")
 
 
 def hpack_off(config: Config) -> None:
@@ -237,7 +231,9 @@ def _noop(config: Config) -> None:
 VARIANTS: dict[str, Callable[[Config], None]] = {
     "base": _noop,
     "base2": _noop,  # the same again: the noise floor between two Envoys
-    "narrow": narrow_headers,
+    "wide": combined(every_header, envoy_headers),  # as compiled before
+    "allhdrs": every_header,
+    "envoyhdrs": envoy_headers,
     "raw": raw_headers,
     "nocache": no_route_cache_clear,
     "windows": windows,
@@ -245,12 +241,10 @@ VARIANTS: dict[str, Callable[[Config], None]] = {
     "oghttp2": runtime(**{"envoy.reloadable_features.http2_use_oghttp2": True}),
     "nghttp2": runtime(**{"envoy.reloadable_features.http2_use_oghttp2": False}),
     "google": google_grpc,
-    "skiphdr": skip_envoy_headers,
     "hpack0": hpack_off,
     "notags": no_stats_tags,
     "exhausted": resource_exhausted,
     "noreqid": no_request_id,
-    "both": combined(narrow_headers, skip_envoy_headers),
 }
 
 
@@ -286,13 +280,13 @@ def h2load(
         cmd += ["--rps", str(max(1, rate // 32))]
     cmd.append(f"http://127.0.0.1:{port}{path}")
     before = {k: cpu_ns(v) for k, v in pids.items()}
-    ticks = cpu_seconds(pids["gateway"]), system_seconds(pids["gateway"])
+    ticks = h2grpc.cpu_seconds(pids["gateway"]), system_seconds(pids["gateway"])
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     after = {k: cpu_ns(v) for k, v in pids.items()}
     sys_share = (system_seconds(pids["gateway"]) - ticks[1]) / max(
-        cpu_seconds(pids["gateway"]) - ticks[0], 1e-9
+        h2grpc.cpu_seconds(pids["gateway"]) - ticks[0], 1e-9
     )
-    summary = h2load_summary(out)
+    summary = h2grpc.h2load_summary(out)
     if summary.ok != summary.done or summary.ok == 0:
         raise SystemExit(f"non-2xx answers from the gateway on {port}:\n{out}")
     result = {"rps": summary.rps, "sys": sys_share}
@@ -339,7 +333,7 @@ class CallgrindEnvoy:
         cmd = ["h2load", "--h1", "-c", "1", "-n", str(requests),
                "-H", f"authorization: Bearer {token}", url]  # fmt: skip
         out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-        summary = h2load_summary(out)
+        summary = h2grpc.h2load_summary(out)
         if summary.ok != requests:
             raise RuntimeError(f"{summary.ok} of {requests} answered 2xx on {path}")
         before = set(self.directory.glob("callgrind.out.*"))
@@ -450,7 +444,7 @@ def main() -> int:
         "sequential requests on /off, /authz and /on",
     )
     args = parser.parse_args()
-    require_h2load()
+    h2grpc.require_h2load()
     names = args.variants.split(",")
     token = mint_demo_token(SECRET, "/", 3600)
     with tempfile.TemporaryDirectory(prefix="bench-calls-") as tmp:
@@ -477,13 +471,14 @@ def main() -> int:
                 started.append(envoy)
                 pids = {k: services[k] for k in ("extauthz", "ratelimit", "redis")}
                 port = config["static_resources"]["listeners"][0]["address"]["socket_address"]
-                gateways[name] = (port["port_value"], {"gateway": process_tree(envoy.pid), **pids})
+                pids["gateway"] = h2grpc.process_tree(envoy.pid)
+                gateways[name] = (port["port_value"], pids)
             print_cpu(cpu_rounds(gateways, args, token), args)
         finally:
             for envoy in started:
                 envoy.stop()
             stack.close()
-    print(f"\n{load_note()}")
+    print(f"\n{h2grpc.load_note()}")
     return 0
 
 
