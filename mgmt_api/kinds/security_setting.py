@@ -43,10 +43,17 @@ class ExternalAuthorization(ApiModel):
         default=None,
         description="Name of an ExtAuthzPolicy of the same security group to enforce.",
     )
-    include_request_headers_in_check: list[str] | None = None
+    include_request_headers_in_check: list[str] | None = Field(
+        default=None,
+        max_length=64,
+        description="Request headers the server reads besides authorization, traceparent "
+        "and tracestate (the only ones a Check carries otherwise; method and path always).",
+    )
 
 
 _CLAIM = r"^[A-Za-z0-9_.:-]{1,128}$"
+# An HTTP field name (RFC 9110 token); a leading ":" names an HTTP/2 pseudo-header.
+_HEADER_NAME = re.compile(r"^:?[A-Za-z0-9!#$%&'*+.^_`|~-]{1,256}$")
 _METHOD = r"^(GET|HEAD|POST|PUT|DELETE|PATCH|OPTIONS|CONNECT|TRACE)$"
 
 
@@ -134,6 +141,10 @@ class SecuritySettingBehaviour(Behaviour):
                 fqnmod.validate_name(
                     external["policy"], f"{prefix}.authorization.http.external.policy"
                 )
+            field = f"{prefix}.authorization.http.external.includeRequestHeadersInCheck"
+            for i, header in enumerate(external.get("includeRequestHeadersInCheck") or []):
+                if not _HEADER_NAME.match(header):
+                    raise invalid(f"{field}[{i}]", f"{header!r} is not an HTTP header name")
         local = (authz.get("http") or {}).get("local")
         if local is not None:
             _validate_local(f"{prefix}.authorization.http.local", local)

@@ -255,6 +255,9 @@ def _ext_authz_route(
             if local is None
             else local.model_dump(mode="json", by_alias=True, exclude_none=True)
         ),
+        include_headers=tuple(
+            (external.include_request_headers_in_check or ()) if external else ()
+        ),
     )
 
 

@@ -15,7 +15,10 @@ import pytest
 from envoy.config.cluster.v3 import circuit_breaker_pb2
 from envoy.extensions.filters.http.ext_authz.v3 import ext_authz_pb2
 from envoy.extensions.filters.http.ratelimit.v3 import rate_limit_pb2
+from envoy.service.auth.v3 import external_auth_pb2
 
+from extauthz.contract import POLICY_CONTEXT_KEY
+from extauthz.grpc_api import attributes_from_check
 from mgmt_api.compiler import envoy_config
 from mgmt_api.compiler.envoy_config import GatewaySettings, gateway_settings
 from mgmt_api.compiler.traffic_policy import BackendTrafficPolicy
@@ -137,6 +140,48 @@ def test_filters_render_the_settings(settings: GatewaySettings) -> None:
     assert ext.grpc_service.timeout.ToMilliseconds() == (50 if settings is CUSTOM else 200)
     assert ext.failure_mode_allow is (settings is CUSTOM)
     assert ext.status_on_error.code == 503  # an outage is never a 403
+    assert [m.exact for m in ext.allowed_headers.patterns] == sorted(envoy_config.CHECK_HEADERS)
+    assert ext.grpc_service.envoy_grpc.skip_envoy_headers
+    assert rl.rate_limit_service.grpc_service.envoy_grpc.skip_envoy_headers
+
+
+def _check(headers: dict[str, str]) -> external_auth_pb2.CheckRequest:
+    request = external_auth_pb2.CheckRequest()
+    http = request.attributes.request.http
+    http.method, http.path = "GET", "/shop/cart"
+    http.headers.update(headers)
+    request.attributes.context_extensions[POLICY_CONTEXT_KEY] = "t.w.g.jwt"
+    return request
+
+
+def test_a_check_with_only_the_check_headers_reads_the_same_to_extauthz() -> None:
+    """What extauthz takes from a Check (token, path, policy; the trace context its
+    decision log keeps) is the same with every request header or only CHECK_HEADERS."""
+    every = {
+        ":authority": "shop.example",
+        ":path": "/shop/cart",
+        ":method": "GET",
+        "authorization": "Bearer a.b.c",
+        "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        "tracestate": "vendor=1",
+        "user-agent": "curl/8",
+        "x-request-id": "0e0b5d4c",
+        "x-forwarded-proto": "http",
+    }
+    narrowed = {k: v for k, v in every.items() if k in envoy_config.check_headers()}
+    assert set(narrowed) == set(envoy_config.CHECK_HEADERS)
+    full, narrow = _check(every), _check(narrowed)
+    assert attributes_from_check(full) == attributes_from_check(narrow)
+    for header in ("traceparent", "tracestate"):
+        assert full.attributes.request.http.headers.get(header) == (
+            narrow.attributes.request.http.headers.get(header)
+        )
+    assert envoy_config.check_headers(["X-Api-Key", "authorization"]) == [
+        "authorization",
+        "traceparent",
+        "tracestate",
+        "x-api-key",
+    ]
 
 
 def _document(settings: GatewaySettings) -> dict[str, Any]:

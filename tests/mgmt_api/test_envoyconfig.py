@@ -28,6 +28,7 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
 
 from extauthz.config import POLICY_CONTEXT_KEY
 from mgmt_api.compiler import envoy_config
+from mgmt_api.compiler.envoy_config import CHECK_HEADERS
 from mgmt_api.compiler.ratelimit import render_rls_files
 from mgmt_api.compiler.traffic_policy import BackendTrafficPolicy
 from ratelimit.config import load_config
@@ -113,8 +114,12 @@ def _group(admin: httpx.Client, org: str, workspace: str, group: str, names: lis
     return path
 
 
-def _setting(admin: httpx.Client, group: str, uri: str, policy: str) -> None:
-    external = {"uri": uri, "policy": policy}
+def _setting(
+    admin: httpx.Client, group: str, uri: str, policy: str, headers: list[str] | None = None
+) -> None:
+    external: dict[str, Any] = {"uri": uri, "policy": policy}
+    if headers is not None:
+        external["includeRequestHeadersInCheck"] = headers
     body = {"authorization": {"mode": "CLUSTER", "http": {"external": external}}}
     ok(admin.post(f"{group}/settings", json={"name": "authz", "securitySetting": body}))
     ok(
@@ -204,6 +209,34 @@ def test_ext_authz_filter_calls_the_settings_server_and_routes_select_its_policy
     )
     # The name under which the cluster's ext_authz file publishes the policy.
     assert dict(per_route.check_settings.context_extensions) == {POLICY_CONTEXT_KEY: "t.w.g.jwt"}
+    # The Check carries the headers extauthz reads, without Envoy's own call headers.
+    assert [m.exact for m in ext.allowed_headers.patterns] == sorted(CHECK_HEADERS)
+    assert ext.grpc_service.envoy_grpc.skip_envoy_headers
+
+
+def test_include_request_headers_in_check_adds_to_what_the_check_carries(
+    admin: httpx.Client, org: str
+) -> None:
+    """A server of one's own that reads more headers names them on the setting;
+    the filter of a server sends what any of its settings names."""
+    base = f"/v2/organizations/{org}"
+    ok(admin.post(f"{base}/clusters", json={"name": "east", "cluster": {}}))
+    ok(admin.post(f"{base}/tenants", json={"name": "t", "tenant": {}}))
+    group = _group(admin, org, "w", "g", ["east/shop"])
+    _setting(admin, group, "grpc://own:9191", "jwt", ["X-Api-Key", "traceparent"])
+    config = get_envoyconfig(admin, f"{base}/clusters/east")
+    ext = parse_typed(config["httpFilters"][0]["typedConfig"], ext_authz_pb2.ExtAuthz())
+    assert [m.exact for m in ext.allowed_headers.patterns] == [
+        "authorization",
+        "traceparent",
+        "tracestate",
+        "x-api-key",
+    ]
+    bad = {"uri": "grpc://own:9191", "includeRequestHeadersInCheck": ["ok", "no space"]}
+    body = {"authorization": {"mode": "CLUSTER", "http": {"external": bad}}}
+    response = admin.post(f"{group}/settings", json={"name": "bad", "securitySetting": body})
+    assert response.status_code == 400, response.text
+    assert "includeRequestHeadersInCheck[1]" in response.text
 
 
 def test_ratelimit_filter_follows_the_cluster_failure_mode_and_service_headers(
@@ -216,6 +249,7 @@ def test_ratelimit_filter_follows_the_cluster_failure_mode_and_service_headers(
     # The ratelimit service adds x-ratelimit-* itself; Envoy must not add them again.
     assert rl.enable_x_ratelimit_headers == rate_limit_pb2.RateLimit.OFF
     assert rl.rate_limit_service.grpc_service.envoy_grpc.cluster_name == "ratelimit"
+    assert rl.rate_limit_service.grpc_service.envoy_grpc.skip_envoy_headers
     (service,) = [c for c in config["clusters"] if c["name"] == "ratelimit"]
     address = parse(service, cluster_pb2.Cluster()).load_assignment.endpoints[0]
     socket = address.lb_endpoints[0].endpoint.address.socket_address
@@ -340,9 +374,13 @@ def test_each_route_is_checked_by_its_own_groups_server_only() -> None:
         {**doc, "metadata": {"namespace": "shop", "name": "b"}}
     )
     settings = (
-        envoy_config.ExtAuthzRoute("s/one", "g/one", ("shop",), "grpc://one:9191", "w.one.jwt"),
+        envoy_config.ExtAuthzRoute(
+            "s/one", "g/one", ("shop",), "grpc://one:9191", "w.one.jwt", include_headers=("x-one",)
+        ),
         envoy_config.ExtAuthzRoute("s/two", "g/two", ("*",), "grpc://two:9191", None),
-        envoy_config.ExtAuthzRoute("s/off", "g/off", ("open",), "", None, disabled=True),
+        envoy_config.ExtAuthzRoute(
+            "s/off", "g/off", ("open",), "", None, disabled=True, include_headers=("x-off",)
+        ),
     )
     config = envoy_config.render(
         envoy_config.EnvoyConfigInput(
@@ -371,6 +409,12 @@ def test_each_route_is_checked_by_its_own_groups_server_only() -> None:
         per_route["s/one"][one].check_settings.context_extensions[POLICY_CONTEXT_KEY] == "w.one.jwt"
     )
     assert per_route["s/one"][two].disabled
+    headers = {
+        f["name"]: [m.exact for m in parse_typed(f["typedConfig"], ext_authz_pb2.ExtAuthz())
+                    .allowed_headers.patterns]
+        for f in config["httpFilters"][:2]
+    }  # fmt: skip
+    assert headers == {one: [*sorted(CHECK_HEADERS), "x-one"], two: sorted(CHECK_HEADERS)}
     assert per_route["s/two"][one].disabled
     assert not per_route["s/two"][two].disabled
     assert dict(per_route["s/two"][two].check_settings.context_extensions) == {}
