@@ -36,13 +36,18 @@ Decisions, and why:
 - With several ext_authz servers, each filter is named after its server and
   every ext_authz route disables the filters of the other servers, so a route
   is checked once, by its own group's server.
-- ext_authz sends the Check only the request headers the server reads
-  (``allowedHeaders``): :data:`CHECK_HEADERS`, which meshplane's extauthz
-  reads, plus each SecuritySetting's ``includeRequestHeadersInCheck`` for a
-  server of one's own. Method, path, host, addresses and the context
-  extensions are fields of the Check, sent whatever the list. Encoding every
-  header into each Check cost the gateway Envoy ~8k instructions a request
-  (of ~510k for ext_authz + rate limit + proxying; bench/gateway/calls.py).
+- A Check to meshplane's own extauthz carries only the request headers it
+  reads (``allowedHeaders``: :data:`CHECK_HEADERS`, plus any
+  ``includeRequestHeadersInCheck``); method, path, host, addresses and the
+  context extensions are fields of the Check, sent whatever the list.
+  Encoding every header into each Check cost the gateway Envoy ~8k
+  instructions a request (of ~510k for ext_authz + rate limit + proxying;
+  bench/gateway/calls.py). A setting that names an ExtAuthzPolicy is known to
+  call meshplane's extauthz (only it selects by ``meshplane.policy``); one
+  that names neither a policy nor headers may call any ext_authz server, so
+  its server gets every header (Envoy's default, and the Gateway API's rule
+  for an empty ``allowedHeaders``): narrowing there could hide a header a
+  foreign policy decides on. See :meth:`ExtAuthzRoute.check_headers`.
 - Both filters' gRPC calls skip Envoy's own request headers
   (``skipEnvoyHeaders``: ``x-envoy-internal``, and an ``x-forwarded-for``
   naming a made-up address): neither service reads them, and adding them cost
@@ -275,8 +280,19 @@ class ExtAuthzRoute:
     #: Envoy's own jwt_authn and rbac filters enforce instead of an ext_authz call.
     local: Mapping[str, Any] | None = None
     #: ``http.external.includeRequestHeadersInCheck``: request headers the
-    #: server reads besides :data:`CHECK_HEADERS` (lower-case).
+    #: server reads besides :data:`CHECK_HEADERS`.
     include_headers: tuple[str, ...] = ()
+
+    @property
+    def check_headers(self) -> frozenset[str] | None:
+        """The request headers its server's Checks must carry; None for all.
+
+        Known only when the setting names an ExtAuthzPolicy (meshplane's
+        extauthz) or lists its headers; otherwise the server may be anyone's.
+        """
+        if self.policy is None and not self.include_headers:
+            return None
+        return frozenset((*CHECK_HEADERS, *(h.lower() for h in self.include_headers)))
 
     @property
     def skips_ext_authz(self) -> bool:
@@ -329,36 +345,41 @@ def _ext_authz_names(uris: list[str]) -> dict[str, tuple[str, str]]:
     return out
 
 
-def check_headers(include: Sequence[str] = ()) -> list[str]:
-    """The request headers a Check carries: :data:`CHECK_HEADERS` and ``include``,
-    lower-cased (Envoy's header names are), once each, in order."""
-    return sorted({*CHECK_HEADERS, *(h.lower() for h in include)})
+def server_check_headers(routes: Sequence[ExtAuthzRoute]) -> list[str] | None:
+    """The request headers one server's filter sends: every header any of its
+    routes needs, sorted; None (all headers) if one of them needs all."""
+    needed: set[str] = set()
+    for route in routes:
+        headers = route.check_headers
+        if headers is None:
+            return None
+        needed |= headers
+    return sorted(needed)
 
 
 def ext_authz_filter(
     name: str,
     cluster: str,
     settings: GatewaySettings = GatewaySettings(),
-    include_headers: Sequence[str] = (),
+    headers: Sequence[str] | None = None,
 ) -> JsonDict:
     """An ``HttpFilter`` calling ext_authz on gRPC cluster ``cluster``, with the
     cluster's timeout and failure mode; an error is a 503, never a 403. The
-    Check carries the request headers of :func:`check_headers` only."""
-    allowed = [{"exact": header} for header in check_headers(include_headers)]
-    return {
-        "name": name,
-        "typedConfig": {
-            "@type": _EXT_AUTHZ,
-            "transportApiVersion": "V3",
-            "grpcService": {
-                "envoyGrpc": {"clusterName": cluster, "skipEnvoyHeaders": True},
-                "timeout": settings.ext_authz_timeout,
-            },
-            "failureModeAllow": settings.ext_authz_failure_mode_allow,
-            "statusOnError": {"code": "ServiceUnavailable"},
-            "allowedHeaders": {"patterns": allowed},
+    Check carries the request headers ``headers`` (None: every header; see
+    :func:`server_check_headers`)."""
+    config: JsonDict = {
+        "@type": _EXT_AUTHZ,
+        "transportApiVersion": "V3",
+        "grpcService": {
+            "envoyGrpc": {"clusterName": cluster, "skipEnvoyHeaders": True},
+            "timeout": settings.ext_authz_timeout,
         },
+        "failureModeAllow": settings.ext_authz_failure_mode_allow,
+        "statusOnError": {"code": "ServiceUnavailable"},
     }
+    if headers is not None:
+        config["allowedHeaders"] = {"patterns": [{"exact": header} for header in headers]}
+    return {"name": name, "typedConfig": config}
 
 
 def ratelimit_filter(domain: str, settings: GatewaySettings = GatewaySettings()) -> JsonDict:
@@ -409,11 +430,11 @@ def render(policies: EnvoyConfigInput) -> JsonDict:
     names = _ext_authz_names(uris)
     for uri in uris:
         filter_name, cluster_name = names[uri]
-        # One filter per server: it sends what any of the server's settings asks for.
-        include = [
-            h for e in entries if e.uri == uri and not e.skips_ext_authz for h in e.include_headers
-        ]
-        filters.append(ext_authz_filter(filter_name, cluster_name, policies.gateway, include))
+        # One filter per server: it sends what any of the server's settings needs.
+        headers = server_check_headers(
+            [e for e in entries if e.uri == uri and not e.skips_ext_authz]
+        )
+        filters.append(ext_authz_filter(filter_name, cluster_name, policies.gateway, headers))
         clusters.append(grpc_cluster(cluster_name, uri))
     disabled = {"@type": _EXT_AUTHZ_PER_ROUTE, "disabled": True}
     for entry in entries:

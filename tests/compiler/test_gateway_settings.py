@@ -132,9 +132,9 @@ def test_filters_render_the_settings(settings: GatewaySettings) -> None:
     assert rl.timeout.ToMilliseconds() == (250 if settings is CUSTOM else 100)
     assert rl.failure_mode_deny is (settings is CUSTOM)
     ext = parse_typed(
-        envoy_config.ext_authz_filter("envoy.filters.http.ext_authz", "extauthz", settings)[
-            "typedConfig"
-        ],
+        envoy_config.ext_authz_filter(
+            "envoy.filters.http.ext_authz", "extauthz", settings, sorted(envoy_config.CHECK_HEADERS)
+        )["typedConfig"],
         ext_authz_pb2.ExtAuthz(),
     )
     assert ext.grpc_service.timeout.ToMilliseconds() == (50 if settings is CUSTOM else 200)
@@ -168,7 +168,7 @@ def test_a_check_with_only_the_check_headers_reads_the_same_to_extauthz() -> Non
         "x-request-id": "0e0b5d4c",
         "x-forwarded-proto": "http",
     }
-    narrowed = {k: v for k, v in every.items() if k in envoy_config.check_headers()}
+    narrowed = {k: v for k, v in every.items() if k in envoy_config.CHECK_HEADERS}
     assert set(narrowed) == set(envoy_config.CHECK_HEADERS)
     full, narrow = _check(every), _check(narrowed)
     assert attributes_from_check(full) == attributes_from_check(narrow)
@@ -176,12 +176,35 @@ def test_a_check_with_only_the_check_headers_reads_the_same_to_extauthz() -> Non
         assert full.attributes.request.http.headers.get(header) == (
             narrow.attributes.request.http.headers.get(header)
         )
-    assert envoy_config.check_headers(["X-Api-Key", "authorization"]) == [
-        "authorization",
-        "traceparent",
-        "tracestate",
-        "x-api-key",
-    ]
+
+
+def _route(policy: str | None, include: tuple[str, ...] = ()) -> envoy_config.ExtAuthzRoute:
+    return envoy_config.ExtAuthzRoute(
+        "s", "g", ("*",), "grpc://az:9191", policy, include_headers=include
+    )
+
+
+CHECK = sorted(envoy_config.CHECK_HEADERS)
+
+
+@pytest.mark.parametrize(
+    ("routes", "expected"),
+    [
+        # meshplane's extauthz (a policy named): only what it reads.
+        ([_route("w.g.jwt")], CHECK),
+        ([_route("w.g.jwt", ("X-Api-Key", "authorization"))], [*CHECK, "x-api-key"]),
+        # Headers listed for a server of one's own: those and CHECK_HEADERS.
+        ([_route(None, ("x-user",))], [*CHECK, "x-user"]),
+        # Neither: the server may be anyone's, so every header (None).
+        ([_route(None)], None),
+        ([_route("w.g.jwt"), _route(None)], None),
+        ([_route("w.g.jwt", ("x-a",)), _route(None, ("x-b",))], [*CHECK, "x-a", "x-b"]),
+    ],
+)
+def test_a_servers_check_headers(
+    routes: list[envoy_config.ExtAuthzRoute], expected: list[str] | None
+) -> None:
+    assert envoy_config.server_check_headers(routes) == expected
 
 
 def _document(settings: GatewaySettings) -> dict[str, Any]:
