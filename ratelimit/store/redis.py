@@ -250,9 +250,10 @@ class RedisStore:
             raise StoreUnavailable("redis_error", str(exc)) from exc
         breaker.record_success()
         n = len(buckets)
-        before = [int(c) for c in reply[1 : n + 1]]
+        # The script's numbers come back as RESP integers: hiredis makes them ints.
+        before = reply[1 : n + 1]
         if len(reply) > n + 1:  # sliding windows: weigh the previous counters in
-            before = weighted(buckets, before, [int(c) for c in reply[n + 1 :]], now)
+            before = weighted(buckets, before, reply[n + 1 :], now)
         outcome = decide(buckets, before)
         if outcome.allowed != bool(reply[0]):  # pragma: no cover - script and decide() disagree
             raise StoreUnavailable("script_mismatch")
