@@ -15,9 +15,9 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import replace
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from opentelemetry.trace import Span, SpanKind
 
@@ -97,17 +97,21 @@ class RateLimitService:
     def set_failure_mode(self, failure_mode: FailureMode) -> None:
         self._settings = replace(self._settings, failure_mode=failure_mode)
 
-    async def decide(self, raw_request: bytes) -> bytes:
+    def decide(self, raw_request: bytes) -> Coroutine[Any, Any, bytes]:
         """Answer one serialized RateLimitRequest with a serialized
-        RateLimitResponse. Raises InvalidRequest or StoreUnavailable."""
+        RateLimitResponse (await it). Raises InvalidRequest or StoreUnavailable.
+
+        Not a coroutine itself but the one that decides, so that a call costs
+        no coroutine frame of its own (each is created, resumed on the store's
+        reply and finished on every call)."""
         tracing = self._tracing
         if tracing is not None:
             # The gate first: a sampled-out call takes the untraced path
             # (no span object, and no extra coroutine frame).
             traceparent, tracestate = incoming_trace_context()
             if tracing.gate(traceparent):
-                return await self._traced(tracing, raw_request, traceparent, tracestate)
-        return await self._decide(raw_request, None)
+                return self._traced(tracing, raw_request, traceparent, tracestate)
+        return self._decide(raw_request, None)
 
     async def _traced(
         self, tracing: Tracing, raw_request: bytes, traceparent: str | None, tracestate: str | None
