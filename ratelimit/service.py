@@ -235,12 +235,12 @@ class RateLimitService:
     def _count(self, plan: Plan, outcome: Outcome) -> None:
         """Add the decision's hits to the per-rule counters (the aggregate).
 
-        As envoyproxy/ratelimit counts them: a row's cost is total_hits; over
-        over_limit when its bucket could not cover it (and shadow_mode when a
-        shadow rule let it through); else, if the request was allowed, every
-        consumed hit is within_limit, and near_limit is the subset above the
-        threshold. A cost-0 row counts nothing. Written with plain
-        comparisons: the builtins ``max``/``min`` cost several of them each."""
+        As envoyproxy/ratelimit counts them: a row's cost counts in total_hits;
+        in over_limit too when its bucket could not cover it (and in
+        shadow_mode when a shadow rule let it through); else, if the request
+        was allowed, every consumed hit is within_limit, and near_limit is the
+        subset above the threshold. A cost-0 row counts nothing. Written with
+        plain comparisons: the builtins ``max``/``min`` cost several of them each."""
         pending = metrics.pending
         allowed = outcome.allowed
         fits = outcome.fits
