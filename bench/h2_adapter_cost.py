@@ -11,6 +11,11 @@ with a no-op handler, so the figure is the backend's own cost per call:
 core + adapter + ASGI gRPC adapter + one task per call, no kernel. Compare
 with ``bench/http2_core_cost.py`` (the core alone) to see the adapter's part.
 ``--profile`` prints the top functions (cProfile; slower, shares only).
+
+``--service rls`` runs the real ShouldRateLimit handler instead (two
+descriptors on the Redis store stack, its connection answering on the next
+loop turn, as ``bench/asgi_cost.py``'s ``rls redis-2``): the h2 backend's
+cost of a call that suspends once, plus the service's own.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import cProfile
 import os
 import pstats
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -29,6 +35,7 @@ import hpack
 import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # asgi_cost, for --service rls
 
 from meshplane.asgi_grpc import GrpcAsgiApp
 from meshplane.h2_protocol import ConnectionSet, H2Settings, H2Stats
@@ -74,17 +81,50 @@ class _CountingTransport:
     def resume_reading(self) -> None: ...
 
 
-async def _run(
-    calls: int, batch: int, profiler: cProfile.Profile | None = None
-) -> tuple[float, float, int]:
+async def _noop_app() -> tuple[GrpcAsgiApp, list[tuple[str, str]], bytes, Any]:
     services = Services()
 
     async def noop(_: bytes) -> bytes:
         return b""
 
     services.add_unary("bench.Noop", "Call", noop)
-    health = HealthState()
-    app = GrpcAsgiApp(services, health, ("bench.Noop",))
+    return GrpcAsgiApp(services, HealthState(), ("bench.Noop",)), REQUEST, BODY, None
+
+
+async def _rls_app() -> tuple[GrpcAsgiApp, list[tuple[str, str]], bytes, Any]:
+    """The rate-limit worker's app as ``bench/asgi_cost.py`` builds it (its fake Redis)."""
+    import asgi_cost  # noqa: PLC0415 - only this mode needs the services' stack
+    from envoy.service.ratelimit.v3 import rls_pb2  # noqa: PLC0415
+
+    from meshplane.server_contract import new_worker_context  # noqa: PLC0415
+    from ratelimit.app import AppOptions, RateLimitApp  # noqa: PLC0415
+    from ratelimit.settings import Settings  # noqa: PLC0415
+
+    loop = asyncio.get_running_loop()
+    loop.create_connection = asgi_cost._fake_connection  # type: ignore[method-assign,assignment]
+    workdir = Path(tempfile.mkdtemp(prefix="h2-rls-"))
+    (workdir / "bench.yaml").write_text(asgi_cost.RLS_CONFIG)
+    # No pipelining window: this loop turns with sleep(0) and would spin while
+    # a held write waits for its timer, timing the spinning.
+    settings = Settings(redis_pipeline_window=0.0)
+    rls = RateLimitApp(
+        AppOptions(str(workdir), redis_url="redis://127.0.0.1:6379/0", settings=settings)
+    )
+    ctx = new_worker_context(rls)
+    await rls.start(ctx)
+    request = rls_pb2.RateLimitRequest(domain="bench")
+    for key, value in (("client", "c1"), ("route", "r1")):
+        request.descriptors.add().entries.add(key=key, value=value)
+    message = request.SerializeToString()
+    body = b"\x00" + len(message).to_bytes(4, "big") + message
+    headers = [(name, asgi_cost.RLS if name == ":path" else value) for name, value in REQUEST]
+    return GrpcAsgiApp(ctx.services, ctx.health, tuple(rls.service_names)), headers, body, rls
+
+
+async def _run(
+    calls: int, batch: int, service: str, profiler: cProfile.Profile | None = None
+) -> tuple[float, float, int]:
+    app, request, body, worker = await (_rls_app() if service == "rls" else _noop_app())
     owner = ConnectionSet(app, H2Settings(), H2Stats())
     proto = owner.protocol()
     transport = _CountingTransport()
@@ -96,8 +136,8 @@ async def _run(
     for _ in range(calls // batch):
         chunk = []
         for _ in range(batch):
-            block = encoder.encode(REQUEST)
-            chunk.append(frame(1, 0x4, stream, block) + frame(0, 0x1, stream, BODY))
+            block = encoder.encode(request)
+            chunk.append(frame(1, 0x4, stream, block) + frame(0, 0x1, stream, body))
             stream += 2
         batches.append(b"".join(chunk))
     # Windows: the fake peer gives credit back for all our DATA at once.
@@ -115,6 +155,8 @@ async def _run(
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
     if profiler is not None:
         profiler.disable()
+    if worker is not None:
+        await worker.stop()
     return cpu, wall, transport.writes
 
 
@@ -123,10 +165,11 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=20_000)
     parser.add_argument("--batch", type=int, default=16, help="requests per read")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--service", choices=("noop", "rls"), default="noop")
     args = parser.parse_args()
-    uvloop.run(_run(2000, args.batch))  # warm-up
+    uvloop.run(_run(2000, args.batch, args.service))  # warm-up
     profiler = cProfile.Profile() if args.profile else None
-    cpu, wall, writes = uvloop.run(_run(args.calls, args.batch, profiler))
+    cpu, wall, writes = uvloop.run(_run(args.calls, args.batch, args.service, profiler))
     if profiler is not None:
         pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
     n = (args.calls // args.batch) * args.batch

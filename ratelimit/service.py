@@ -15,9 +15,9 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import replace
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from opentelemetry.trace import Span, SpanKind
 
@@ -97,17 +97,21 @@ class RateLimitService:
     def set_failure_mode(self, failure_mode: FailureMode) -> None:
         self._settings = replace(self._settings, failure_mode=failure_mode)
 
-    async def decide(self, raw_request: bytes) -> bytes:
+    def decide(self, raw_request: bytes) -> Coroutine[Any, Any, bytes]:
         """Answer one serialized RateLimitRequest with a serialized
-        RateLimitResponse. Raises InvalidRequest or StoreUnavailable."""
+        RateLimitResponse (await it). Raises InvalidRequest or StoreUnavailable.
+
+        Not a coroutine itself but the one that decides, so that a call costs
+        no coroutine frame of its own (each is created, resumed on the store's
+        reply and finished on every call)."""
         tracing = self._tracing
         if tracing is not None:
             # The gate first: a sampled-out call takes the untraced path
             # (no span object, and no extra coroutine frame).
             traceparent, tracestate = incoming_trace_context()
             if tracing.gate(traceparent):
-                return await self._traced(tracing, raw_request, traceparent, tracestate)
-        return await self._decide(raw_request, None)
+                return self._traced(tracing, raw_request, traceparent, tracestate)
+        return self._decide(raw_request, None)
 
     async def _traced(
         self, tracing: Tracing, raw_request: bytes, traceparent: str | None, tracestate: str | None
@@ -229,27 +233,39 @@ class RateLimitService:
         return bytes(response.SerializeToString())
 
     def _count(self, plan: Plan, outcome: Outcome) -> None:
+        """Add the decision's hits to the per-rule counters (the aggregate).
+
+        As envoyproxy/ratelimit counts them: a row's cost counts in total_hits;
+        in over_limit too when its bucket could not cover it (and in
+        shadow_mode when a shadow rule let it through); else, if the request
+        was allowed, every consumed hit is within_limit, and near_limit is the
+        subset above the threshold. A cost-0 row counts nothing. Written with
+        plain comparisons: the builtins ``max``/``min`` cost several of them each."""
         pending = metrics.pending
         allowed = outcome.allowed
         fits = outcome.fits
         for counters, cost, index, shadow, bucket_cost, threshold in self._rows(plan):
-            if cost:
-                pending[counters.total_hits] = pending.get(counters.total_hits, 0) + cost
-            if not fits[index]:
-                if cost:
-                    pending[counters.over_limit] = pending.get(counters.over_limit, 0) + cost
-                    if shadow and allowed:
-                        pending[counters.shadow_mode] = pending.get(counters.shadow_mode, 0) + cost
+            if not cost:
                 continue
-            if not allowed or cost == 0:
+            child = counters.total_hits
+            pending[child] = pending.get(child, 0) + cost
+            if not fits[index]:
+                child = counters.over_limit
+                pending[child] = pending.get(child, 0) + cost
+                if shadow and allowed:
+                    child = counters.shadow_mode
+                    pending[child] = pending.get(child, 0) + cost
+                continue
+            if not allowed:
                 continue  # another bucket denied: nothing was consumed here
-            # As envoyproxy/ratelimit counts them: every consumed hit is
-            # within_limit, and near_limit is the subset above the threshold.
-            pending[counters.within_limit] = pending.get(counters.within_limit, 0) + cost
+            child = counters.within_limit
+            pending[child] = pending.get(child, 0) + cost
             after = outcome.counts[index]
-            near = max(0, min(cost, after - max(after - bucket_cost, threshold)))
-            if near:
-                pending[counters.near_limit] = pending.get(counters.near_limit, 0) + near
+            if after > threshold:  # the hits between the threshold and ``after``, at most ``cost``
+                start = after - bucket_cost
+                near = after - (start if start > threshold else threshold)
+                child = counters.near_limit
+                pending[child] = pending.get(child, 0) + (near if near < cost else cost)
 
     def _rule_counters(self, domain: str, rule: str) -> metrics.RuleCounters:
         """The counters of a rule label from the config (bounded by the config)."""

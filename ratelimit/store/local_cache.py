@@ -49,39 +49,41 @@ class LocalCacheStore:
         return len(self._seen)
 
     async def apply(self, buckets: Sequence[Bucket], now: float) -> Outcome:
+        # Plain loops, no zip(strict=True) nor lists of keys: every call pays them.
         seen = self._seen
-        keys = [(b.key, b.limit) for b in buckets]  # built once, used twice
-        known: list[int | None] = []
         empty = False
-        for b, entry_key in zip(buckets, keys, strict=True):
-            entry = seen.get(entry_key)
+        for b in buckets:
+            entry = seen.get((b.key, b.limit))
             if entry is None:
-                known.append(None)
                 continue
             if entry[0] <= now:
-                del seen[entry_key]
-                known.append(None)
-                continue
-            count = entry[1]
-            known.append(count)
-            if count >= b.limit and not b.shadow and not b.quota:
+                del seen[b.key, b.limit]
+            elif entry[1] >= b.limit and not b.shadow and not b.quota:
                 empty = True  # a quota bucket denies only with the others: ask the store
         if empty:
-            if self._on_hit is not None:
-                self._on_hit()
-            counts = tuple(c if c is not None else 0 for c in known)
-            fits = tuple(b.limit - c >= b.need for b, c in zip(buckets, counts, strict=True))
-            return Outcome(False, counts, fits, from_cache=True)
+            return self._denied(buckets)
         outcome = await self._inner.apply(buckets, now)
         move_to_end = seen.move_to_end
-        for b, entry_key, count in zip(buckets, keys, outcome.counts, strict=True):
+        counts = outcome.counts
+        for i, b in enumerate(buckets):
             if b.prev_key:  # a sliding count falls as time passes: never known empty
                 continue
-            seen[entry_key] = (b.window.end, count)
+            entry_key = (b.key, b.limit)
+            seen[entry_key] = (b.window.end, counts[i])
             move_to_end(entry_key)
         while len(seen) > self._max:
             seen.popitem(last=False)
         return outcome
+
+    def _denied(self, buckets: Sequence[Bucket]) -> Outcome:
+        """The answer when a bucket is known empty: nothing charged, and the
+        last counters seen (the entries left are all current) as the counts."""
+        if self._on_hit is not None:
+            self._on_hit()
+        seen = self._seen
+        counts = tuple(entry[1] if (entry := seen.get((b.key, b.limit))) else 0 for b in buckets)
+        fits = tuple(b.limit - c >= b.need for b, c in zip(buckets, counts, strict=True))
+        return Outcome(False, counts, fits, from_cache=True)
 
     async def ping(self) -> None:
         await self._inner.ping()

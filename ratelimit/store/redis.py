@@ -160,15 +160,20 @@ def _script_call(head: bytes, buckets: Sequence[Bucket], now: float, body: bytes
     after NOSCRIPT. ``body`` is :func:`_script_body` of ``buckets`` if the
     caller has it at hand.
     """
-    now_ms = b"%d" % math.floor(now * 1000)
     return b"".join(
         (
             b"*%d\r\n" % _arity(buckets),
             head,
             body or _script_body(buckets),
-            b"$%d\r\n%b\r\n" % (len(now_ms), now_ms),
+            _clock_arg(math.floor(now * 1000)),
         )
     )
+
+
+def _clock_arg(now_ms: int) -> bytes:
+    """The script call's last argument: the caller's clock in epoch milliseconds."""
+    digits = b"%d" % now_ms
+    return b"$%d\r\n%b\r\n" % (len(digits), digits)
 
 
 #: What a packed call's entry is counted as per bucket it holds on to.
@@ -207,6 +212,8 @@ class RedisStore:
         self._commands_size = 0
         self._max_command_bytes = command_cache_bytes
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._clock_ms = -1  # the last call's clock, and its packed argument
+        self._clock = b""
         # A reply owed for twice the call timeout means a stalled server or a
         # dead host, not a slow answer: give the connection up.
         client.set_stall_timeout(2 * timeout)
@@ -250,9 +257,10 @@ class RedisStore:
             raise StoreUnavailable("redis_error", str(exc)) from exc
         breaker.record_success()
         n = len(buckets)
-        before = [int(c) for c in reply[1 : n + 1]]
+        # The script's numbers come back as RESP integers: hiredis makes them ints.
+        before = reply[1 : n + 1]
         if len(reply) > n + 1:  # sliding windows: weigh the previous counters in
-            before = weighted(buckets, before, [int(c) for c in reply[n + 1 :]], now)
+            before = weighted(buckets, before, reply[n + 1 :], now)
         outcome = decide(buckets, before)
         if outcome.allowed != bool(reply[0]):  # pragma: no cover - script and decide() disagree
             raise StoreUnavailable("script_mismatch")
@@ -302,8 +310,10 @@ class RedisStore:
             if size <= self._max_command_bytes // 64:  # a call that big is packed every time
                 self._commands[id(buckets)] = entry
                 self._commands_size += size
-        now_ms = b"%d" % math.floor(now * 1000)
-        return b"%b$%d\r\n%b\r\n" % (entry[1], len(now_ms), now_ms)
+        now_ms = math.floor(now * 1000)
+        if now_ms != self._clock_ms:  # the calls of one millisecond share its argument
+            self._clock_ms, self._clock = now_ms, _clock_arg(now_ms)
+        return entry[1] + self._clock
 
     async def ping(self) -> None:
         """Readiness: every node the store needs answers a PING within the wait.
