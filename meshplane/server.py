@@ -150,9 +150,21 @@ def _supervise(
     finally:
         _stop_workers(slots, options.grace_seconds)
     for slot in slots:
-        if slot.process.exitcode not in (0, None) and exit_code == 0:
+        if not _drained_cleanly(slot.process.exitcode) and exit_code == 0:
             exit_code = 1
     return exit_code
+
+
+def _drained_cleanly(exitcode: int | None) -> bool:
+    """Whether a worker's end after the drain request is a clean stop.
+
+    Besides 0: killed by the drain's own SIGTERM. A worker dies of it only
+    before its event loop handles SIGTERM, that is before it served a call
+    (still importing or building its app: the race a loaded machine showed,
+    a supervisor stopped two seconds after it started reported a failure),
+    so nothing was lost. None is a worker that could not be reaped.
+    """
+    return exitcode is None or exitcode in (0, -signal.SIGTERM)
 
 
 def _stop_workers(slots: list[_Slot], grace: float) -> None:
@@ -166,3 +178,5 @@ def _stop_workers(slots: list[_Slot], grace: float) -> None:
             log.error("worker did not drain in time; killing", extra={"worker": slot.index})
             slot.process.kill()
             slot.process.join(2.0)
+        elif slot.process.exitcode == -signal.SIGTERM:
+            log.info("worker stopped before it served", extra={"worker": slot.index})
