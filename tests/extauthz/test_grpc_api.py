@@ -28,6 +28,10 @@ def _request(headers: dict[str, str]) -> external_auth_pb2.CheckRequest:
         # A capital in a value (not a key) only takes the slower test.
         ({"authorization": "Bearer a", "x-note": "Authorization"}, ("Bearer a",)),
         ({"X-Other": "1", "authorization": "Bearer a"}, ("Bearer a",)),
+        # The word in a value, lower-case, with and without the key itself.
+        ({"authorization": "Bearer a", "x-note": "authorization"}, ("Bearer a",)),
+        ({"x-note": "authorization"}, ()),
+        ({"x-note": "authorization", "Authorization": "Bearer a"}, ("Bearer a",)),
     ],
 )
 def test_every_spelling_of_authorization(
