@@ -183,10 +183,10 @@ _LAST_RESORT_BYTES = bytes(_LAST_RESORT.SerializeToString())
 _PLAIN_ALLOW_BYTES = bytes(_PLAIN_ALLOW.SerializeToString())
 
 
-#: Allows with headers or claims whose encoding is kept. An allow's content
-#: comes from one verified token (claims capped by ``claim_metadata``, header
-#: values by ``jwt_policy.MAX_CLAIM_HEADER_CHARS``), so each entry is a few KiB
-#: at most and the cache a few MiB.
+#: Allows whose encoding is kept (by value, and by identity below). An allow's
+#: content comes from one verified token (claims capped by ``claim_metadata``,
+#: header values by ``jwt_policy.MAX_CLAIM_HEADER_CHARS``), so each entry is a
+#: few KiB at most and each cache a few MiB.
 ENCODED_ALLOWS = 1024
 
 
@@ -198,13 +198,31 @@ def _encoded_allow(decision: Decision) -> bytes:
     return bytes(response_for(decision).SerializeToString())
 
 
+#: ``id(decision) -> (decision, bytes)`` for the allows answered last: the
+#: engine hands back the very Decision its token cache holds, so one dict
+#: lookup and an identity test find its bytes (the lru_cache above hashes
+#: and compares the whole value, a Python ``__hash__`` per call). Holding the
+#: decision keeps its id from being reused while the entry lives.
+_BY_IDENTITY: dict[int, tuple[Decision, bytes]] = {}
+
+
 def encode_response(decision: Decision) -> bytes:
-    """``response_for(decision)``, serialized (prebuilt bytes for denies and plain allows)."""
+    """``response_for(decision)``, serialized (prebuilt bytes for denies and
+    plain allows); never raises: an allow that cannot be encoded is denied."""
     if not decision.allowed:
         return _DENY_BYTES.get(decision.reason, _LAST_RESORT_BYTES)
-    if _plain(decision):
-        return _PLAIN_ALLOW_BYTES
-    return _encoded_allow(decision)
+    known = _BY_IDENTITY.get(id(decision))
+    if known is not None and known[0] is decision:
+        return known[1]
+    try:
+        encoded = _PLAIN_ALLOW_BYTES if _plain(decision) else _encoded_allow(decision)
+    except Exception as exc:
+        log.error("building CheckResponse failed; denying", extra={"error": type(exc).__name__})
+        return _LAST_RESORT_BYTES
+    if len(_BY_IDENTITY) >= ENCODED_ALLOWS:
+        del _BY_IDENTITY[next(iter(_BY_IDENTITY))]  # the oldest first
+    _BY_IDENTITY[id(decision)] = (decision, encoded)
+    return encoded
 
 
 class CheckHandler:
@@ -240,6 +258,8 @@ class CheckHandler:
             decision = self._service.check_now(attrs, "grpc")
             if decision is None:  # a key-id miss that a JWKS refetch may cure: wait for it
                 decision = await self._service.check(attrs, "grpc")
+            if self._recorder is None:
+                return encode_response(decision)
             return self._respond(request, attrs, decision)
         # Envoy's tracer puts its ext_authz client span in the call's
         # metadata; without one, the request's own headers (below).
