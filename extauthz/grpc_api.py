@@ -53,6 +53,12 @@ _OVERWRITE = base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
 _CheckRequest = external_auth_pb2.CheckRequest
 
 
+_AUTHORIZATION = b"authorization"
+# A C-level constructor: CheckAttributes(...) runs the named tuple's Python
+# ``__new__``, a frame on every call.
+_new_attributes = functools.partial(tuple.__new__, CheckAttributes)
+
+
 def attributes_from_check(
     request: external_auth_pb2.CheckRequest, raw: bytes | None = None
 ) -> CheckAttributes:
@@ -60,33 +66,44 @@ def attributes_from_check(
     attributes = request.attributes
     http = attributes.request.http
     headers = http.headers
-    if (
-        raw is not None and raw.count(b"authorization") == raw.lower().count(b"authorization")
-    ) or "".join(headers).islower():
-        # Envoy always lower-cases keys, so one lookup finds the only copy.
+    # Envoy always lower-cases keys, so one lookup finds the only copy.
+    value = headers.get("authorization")
+    if (raw is not None and raw.lower().count(_AUTHORIZATION) == (0 if value is None else 1)) or (
+        raw is None and "".join(headers).islower()
+    ):
         # With the request's bytes at hand, that no key can be another
         # spelling of "authorization" is told without building a string of
-        # every key: no occurrence in the bytes has a capital (and no
-        # non-ASCII letter lower-cases to one of its letters).
-        value = headers.get("authorization")
-        authorization = [] if value is None else [value]
+        # every key: the bytes hold no case-insensitive occurrence but the
+        # key just found (a key's bytes are on the wire as they are, and no
+        # non-ASCII letter lower-cases to one of its letters), so one count
+        # of the lowered bytes tells.
+        authorization: tuple[str, ...] = () if value is None else (value,)
     else:
         # Hand-built request: collect every spelling, so that two
         # differently-cased copies are denied as duplicates.
-        authorization = [headers[key] for key in headers if key.lower() == "authorization"]
+        authorization = tuple(headers[key] for key in headers if key.lower() == "authorization")
     path = http.path
     if not path:
         path = headers.get(":path", "")
     if http.HasField("header_map"):
-        for entry in http.header_map.headers:
-            lowered = entry.key.lower()
-            value = entry.raw_value.decode("utf-8", "replace") if entry.raw_value else entry.value
-            if lowered == "authorization":
-                authorization.append(value)
-            elif lowered == ":path" and not path:
-                path = value
+        path, authorization = _with_header_map(http.header_map, path, authorization)
     policy = attributes.context_extensions.get(POLICY_CONTEXT_KEY) or None
-    return CheckAttributes(path, tuple(authorization), policy)
+    return _new_attributes((path, authorization, policy))
+
+
+def _with_header_map(
+    header_map: base_pb2.HeaderMap, path: str, authorization: tuple[str, ...]
+) -> tuple[str, tuple[str, ...]]:
+    """The path and authorization values once Envoy's raw ``header_map`` is read too."""
+    values = list(authorization)
+    for entry in header_map.headers:
+        lowered = entry.key.lower()
+        value = entry.raw_value.decode("utf-8", "replace") if entry.raw_value else entry.value
+        if lowered == "authorization":
+            values.append(value)
+        elif lowered == ":path" and not path:
+            path = value
+    return path, tuple(values)
 
 
 def _build_deny(reason: Reason) -> external_auth_pb2.CheckResponse:
@@ -166,10 +183,10 @@ _LAST_RESORT_BYTES = bytes(_LAST_RESORT.SerializeToString())
 _PLAIN_ALLOW_BYTES = bytes(_PLAIN_ALLOW.SerializeToString())
 
 
-#: Allows with headers or claims whose encoding is kept. An allow's content
-#: comes from one verified token (claims capped by ``claim_metadata``, header
-#: values by ``jwt_policy.MAX_CLAIM_HEADER_CHARS``), so each entry is a few KiB
-#: at most and the cache a few MiB.
+#: Allows whose encoding is kept (by value, and by identity below). An allow's
+#: content comes from one verified token (claims capped by ``claim_metadata``,
+#: header values by ``jwt_policy.MAX_CLAIM_HEADER_CHARS``), so each entry is a
+#: few KiB at most and each cache a few MiB.
 ENCODED_ALLOWS = 1024
 
 
@@ -181,13 +198,31 @@ def _encoded_allow(decision: Decision) -> bytes:
     return bytes(response_for(decision).SerializeToString())
 
 
+#: ``id(decision) -> (decision, bytes)`` for the allows answered last: the
+#: engine hands back the very Decision its token cache holds, so one dict
+#: lookup and an identity test find its bytes (the lru_cache above hashes
+#: and compares the whole value, a Python ``__hash__`` per call). Holding the
+#: decision keeps its id from being reused while the entry lives.
+_BY_IDENTITY: dict[int, tuple[Decision, bytes]] = {}
+
+
 def encode_response(decision: Decision) -> bytes:
-    """``response_for(decision)``, serialized (prebuilt bytes for denies and plain allows)."""
+    """``response_for(decision)``, serialized (prebuilt bytes for denies and
+    plain allows); never raises: an allow that cannot be encoded is denied."""
     if not decision.allowed:
         return _DENY_BYTES.get(decision.reason, _LAST_RESORT_BYTES)
-    if _plain(decision):
-        return _PLAIN_ALLOW_BYTES
-    return _encoded_allow(decision)
+    known = _BY_IDENTITY.get(id(decision))
+    if known is not None and known[0] is decision:
+        return known[1]
+    try:
+        encoded = _PLAIN_ALLOW_BYTES if _plain(decision) else _encoded_allow(decision)
+    except Exception as exc:
+        log.error("building CheckResponse failed; denying", extra={"error": type(exc).__name__})
+        return _LAST_RESORT_BYTES
+    if len(_BY_IDENTITY) >= ENCODED_ALLOWS:
+        del _BY_IDENTITY[next(iter(_BY_IDENTITY))]  # the oldest first
+    _BY_IDENTITY[id(decision)] = (decision, encoded)
+    return encoded
 
 
 class CheckHandler:
@@ -213,28 +248,37 @@ class CheckHandler:
 
     async def __call__(self, raw: bytes) -> bytes:
         tracing = self._tracing
-        traceparent: str | None = None
-        tracestate: str | None = None
-        if tracing is not None:
-            # Envoy's tracer puts its ext_authz client span in the call's
-            # metadata; without one, the request's own headers (below).
-            traceparent, tracestate = incoming_trace_context()
+        if tracing is None:
+            # The usual call (tracing off): one frame from bytes to bytes.
+            try:
+                request = _CheckRequest.FromString(raw)
+                attrs = attributes_from_check(request, raw)
+            except Exception as exc:
+                return _unreadable(exc)
+            decision = self._service.check_now(attrs, "grpc")
+            if decision is None:  # a key-id miss that a JWKS refetch may cure: wait for it
+                decision = await self._service.check(attrs, "grpc")
+            if self._recorder is None:
+                return encode_response(decision)
+            return self._respond(request, attrs, decision)
+        # Envoy's tracer puts its ext_authz client span in the call's
+        # metadata; without one, the request's own headers (below).
+        traceparent, tracestate = incoming_trace_context()
         try:
             request = _CheckRequest.FromString(raw)
             attrs = attributes_from_check(request, raw)
         except Exception as exc:
-            if tracing is not None and tracing.gate(traceparent):
+            if tracing.gate(traceparent):
                 return _traced_unreadable(tracing, exc)
             return _unreadable(exc)
-        if tracing is not None:
-            if traceparent is None:
-                headers = request.attributes.request.http.headers
-                traceparent = headers.get("traceparent")
-                if traceparent is not None:
-                    tracestate = headers.get("tracestate")
-            # The gate first: a sampled-out call takes the untraced path.
-            if tracing.gate(traceparent):
-                return await self._traced(tracing, request, attrs, traceparent, tracestate)
+        if traceparent is None:
+            headers = request.attributes.request.http.headers
+            traceparent = headers.get("traceparent")
+            if traceparent is not None:
+                tracestate = headers.get("tracestate")
+        # The gate first: a sampled-out call takes the untraced path.
+        if tracing.gate(traceparent):
+            return await self._traced(tracing, request, attrs, traceparent, tracestate)
         return await self._answer(request, attrs)
 
     async def _answer(
@@ -248,6 +292,12 @@ class CheckHandler:
             decision = await self._service.check(attrs, "grpc")
         if span is not None:
             _annotate(span, decision)
+        return self._respond(request, attrs, decision)
+
+    def _respond(
+        self, request: external_auth_pb2.CheckRequest, attrs: CheckAttributes, decision: Decision
+    ) -> bytes:
+        """The serialized response (after the decision line, when they are on)."""
         try:
             if self._recorder is not None:
                 return self._logged(request, attrs, decision)

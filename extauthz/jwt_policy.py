@@ -28,7 +28,7 @@ from extauthz import claim_metadata
 from extauthz.config import ExtAuthzConfig, JwksUriConfig, PolicyConfig
 from extauthz.keyring import KeyRing, RemoteKeys
 from extauthz.keys import KeySet
-from extauthz.paths import decode_path_claim, normalize_request_path, path_allowed
+from extauthz.paths import PathMemo, decode_path_claim, path_allowed
 from extauthz.reasons import Decision, Denied, Reason, deny
 from extauthz.token_cache import (
     REFUSED_MAX_CHARS,
@@ -99,7 +99,13 @@ def _header_value(value: Any) -> str | None:
 class CompiledPolicy:
     """A policy ready to decide: config, its key ring and its token cache."""
 
-    def __init__(self, config: PolicyConfig, keyring: KeyRing, cache_size: int) -> None:
+    def __init__(
+        self,
+        config: PolicyConfig,
+        keyring: KeyRing,
+        cache_size: int,
+        paths: PathMemo | None = None,
+    ) -> None:
         self.config = config
         self.name = config.name
         self.keyring = keyring
@@ -113,6 +119,12 @@ class CompiledPolicy:
             issuer=config.jwt.issuer,
             audiences=config.jwt.audiences,
         )
+        # Read on every check: one attribute each, not a chain through the config.
+        self._leeway = self.rules.leeway_seconds
+        path_claim = config.path_claim
+        self._path_match = None if path_claim is None else path_claim.match
+        self._paths = PathMemo() if paths is None else paths
+        self._known_paths = self._paths.known
         self._base_removes: tuple[str, ...] = (
             ("authorization",) if config.remove_authorization else ()
         )
@@ -153,20 +165,23 @@ class CompiledPolicy:
                 return self._denies[exc.reason]
             assert header is not None  # extract_bearer accepts exactly one value
             self.cache.put(header, entry, generation)
-        leeway = self.rules.leeway_seconds
+        leeway = self._leeway
         if now + leeway < entry.nbf:
             return self._denies[Reason.NOT_YET_VALID]
         if now - leeway >= entry.exp:
             if header is not None:
                 self.cache.discard(header)
             return self._denies[Reason.EXPIRED]
-        path_claim = self.config.path_claim
-        if entry.prefix is not None and path_claim is not None:
-            try:
-                path = normalize_request_path(attrs.path)
-            except Denied as exc:
-                return self._denies[exc.reason]
-            if not path_allowed(path, entry.prefix, path_claim.match):
+        match = self._path_match
+        if match is not None and entry.prefix is not None:
+            raw_path = attrs.path
+            path = self._known_paths.get(raw_path)
+            if path is None:
+                try:
+                    path = self._paths.normalize(raw_path)
+                except Denied as exc:
+                    return self._denies[exc.reason]
+            if not path_allowed(path, entry.prefix, match):
                 return self._denies[Reason.PATH_NOT_ALLOWED]
         return entry.allow
 
@@ -190,6 +205,7 @@ class Engine:
         self.config = config
         self.default_policy = config.default_policy
         self.policies: dict[str, CompiledPolicy] = {}
+        paths = PathMemo()  # normalization is the same for every policy: one memo
         for name, policy in config.policies.items():
             remotes: list[RemoteKeys] = []
             for uri_config in policy.jwt.jwks_uris:
@@ -197,7 +213,7 @@ class Engine:
                     raise ValueError(f"policy {name!r} needs remote JWKS but no factory given")
                 remotes.append(remote_for(uri_config))
             ring = KeyRing(policy.jwt.static_keys, remotes)
-            self.policies[name] = CompiledPolicy(policy, ring, config.token_cache_size)
+            self.policies[name] = CompiledPolicy(policy, ring, config.token_cache_size, paths)
         self._allow = Decision(True, Reason.ALLOW_POLICY, "allow")
         self._deny = deny(Reason.DENY_POLICY, "deny")
 
@@ -214,6 +230,9 @@ class Engine:
         return deny(Reason.UNKNOWN_POLICY)
 
     def decide(self, attrs: CheckAttributes, now: float) -> Decision:
+        policy = self.policies.get(self.default_policy if attrs.policy is None else attrs.policy)
+        if policy is not None:  # the usual check, without select's isinstance
+            return policy.decide(attrs, now)
         selected = self.select(attrs)
         if isinstance(selected, Decision):
             return selected

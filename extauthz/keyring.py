@@ -11,6 +11,7 @@ config simply becomes garbage, with nothing to unregister.
 from __future__ import annotations
 
 import asyncio
+import operator
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -32,6 +33,9 @@ class RemoteKeys(Protocol):
     def request_refetch(self) -> asyncio.Future[bool] | None: ...
 
 
+_VERSION = operator.attrgetter("version")
+
+
 class KeyRing:
     def __init__(self, static: Sequence[VerifyKey], remotes: Sequence[RemoteKeys] = ()) -> None:
         self._static = KeySet.of(tuple(static))
@@ -48,7 +52,8 @@ class KeyRing:
     def current(self) -> tuple[KeySet, int]:
         """The merged key set and its generation (cheap when nothing changed)."""
         if self._remotes:
-            versions = tuple(remote.version for remote in self._remotes)
+            # map + attrgetter: no generator frame on every check.
+            versions = tuple(map(_VERSION, self._remotes))
             if versions != self._versions:
                 merged = self._static
                 for remote in self._remotes:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from extauthz.paths import (
+    MEMO_MAX_CHARS,
     PathMatch,
+    PathMemo,
     decode_path_claim,
     normalize_request_path,
     path_allowed,
@@ -161,3 +163,21 @@ def test_prefix_and_segment_matching(
 ) -> None:
     assert path_allowed(path, prefix, PathMatch.PREFIX) is prefix_ok
     assert path_allowed(path, prefix, PathMatch.SEGMENT) is segment_ok
+
+
+def test_path_memo_answers_as_normalization_and_stays_bounded() -> None:
+    memo = PathMemo(max_entries=2)
+    assert memo.normalize("/a/b/../c?x=1") == "/a/c"
+    assert memo.known == {"/a/b/../c?x=1": "/a/c"}
+    # A refused target raises every time and is never kept.
+    for _ in range(2):
+        with pytest.raises(Denied) as info:
+            memo.normalize("/a%2Fb")
+        assert info.value.reason is Reason.BAD_PATH
+    assert "/a%2Fb" not in memo.known
+    memo.normalize("/b")
+    memo.normalize("/c")  # the oldest entry makes room
+    assert list(memo.known) == ["/b", "/c"]
+    long = "/" + "x" * MEMO_MAX_CHARS
+    assert memo.normalize(long) == long
+    assert long not in memo.known
