@@ -25,6 +25,7 @@ import asyncio
 import cProfile
 import os
 import pstats
+import shutil
 import sys
 import tempfile
 import time
@@ -118,13 +119,18 @@ async def _rls_app() -> tuple[GrpcAsgiApp, list[tuple[str, str]], bytes, Any]:
     message = request.SerializeToString()
     body = b"\x00" + len(message).to_bytes(4, "big") + message
     headers = [(name, asgi_cost.RLS if name == ":path" else value) for name, value in REQUEST]
-    return GrpcAsgiApp(ctx.services, ctx.health, tuple(rls.service_names)), headers, body, rls
+
+    async def stop() -> None:
+        await rls.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    return GrpcAsgiApp(ctx.services, ctx.health, tuple(rls.service_names)), headers, body, stop
 
 
 async def _run(
     calls: int, batch: int, service: str, profiler: cProfile.Profile | None = None
 ) -> tuple[float, float, int]:
-    app, request, body, worker = await (_rls_app() if service == "rls" else _noop_app())
+    app, request, body, stop = await (_rls_app() if service == "rls" else _noop_app())
     owner = ConnectionSet(app, H2Settings(), H2Stats())
     proto = owner.protocol()
     transport = _CountingTransport()
@@ -155,8 +161,8 @@ async def _run(
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
     if profiler is not None:
         profiler.disable()
-    if worker is not None:
-        await worker.stop()
+    if stop is not None:
+        await stop()
     return cpu, wall, transport.writes
 
 

@@ -183,26 +183,17 @@ _LAST_RESORT_BYTES = bytes(_LAST_RESORT.SerializeToString())
 _PLAIN_ALLOW_BYTES = bytes(_PLAIN_ALLOW.SerializeToString())
 
 
-#: Allows whose encoding is kept (by value, and by identity below). An allow's
-#: content comes from one verified token (claims capped by ``claim_metadata``,
-#: header values by ``jwt_policy.MAX_CLAIM_HEADER_CHARS``), so each entry is a
-#: few KiB at most and each cache a few MiB.
+#: Allows whose encoding is kept, by the Decision object itself: the engine
+#: hands back the very Decision its token cache holds for every request with
+#: that token, so one dict lookup and an identity test find its bytes, and
+#: building the protobuf (about 5 us with two claims) is paid once per
+#: cached token, not per call (a value-keyed cache would hash the whole
+#: decision on every call). Holding the decision keeps its id from being
+#: reused while the entry lives. An allow's content comes from one verified
+#: token (claims capped by ``claim_metadata``, header values by
+#: ``jwt_policy.MAX_CLAIM_HEADER_CHARS``), so each entry is a few KiB at most
+#: and the cache a few MiB.
 ENCODED_ALLOWS = 1024
-
-
-@functools.lru_cache(maxsize=ENCODED_ALLOWS)
-def _encoded_allow(decision: Decision) -> bytes:
-    """The serialized allow: the engine caches a token's allow decision, so
-    the same value comes back for every request with that token, and building
-    the protobuf (about 5 us with two claims) is paid once, not per call."""
-    return bytes(response_for(decision).SerializeToString())
-
-
-#: ``id(decision) -> (decision, bytes)`` for the allows answered last: the
-#: engine hands back the very Decision its token cache holds, so one dict
-#: lookup and an identity test find its bytes (the lru_cache above hashes
-#: and compares the whole value, a Python ``__hash__`` per call). Holding the
-#: decision keeps its id from being reused while the entry lives.
 _BY_IDENTITY: dict[int, tuple[Decision, bytes]] = {}
 
 
@@ -215,7 +206,11 @@ def encode_response(decision: Decision) -> bytes:
     if known is not None and known[0] is decision:
         return known[1]
     try:
-        encoded = _PLAIN_ALLOW_BYTES if _plain(decision) else _encoded_allow(decision)
+        encoded = (
+            _PLAIN_ALLOW_BYTES
+            if _plain(decision)
+            else bytes(response_for(decision).SerializeToString())
+        )
     except Exception as exc:
         log.error("building CheckResponse failed; denying", extra={"error": type(exc).__name__})
         return _LAST_RESORT_BYTES

@@ -45,7 +45,8 @@ MAX_HEADERS = 128
 MAX_JWT_CLAIMS = 4
 
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
-_HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
+#: An HTTP field name (an RFC 9110 token); the API's one rule for header names.
+HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
 
 
 class _Model(BaseModel):
@@ -108,7 +109,7 @@ class HeaderMatch(_Model):
     @field_validator("name")
     @classmethod
     def _token(cls, v: str) -> str:
-        if not _HEADER_NAME.match(v):
+        if not HEADER_NAME.match(v):
             raise ValueError("must be an HTTP header name")
         return v.lower()
 

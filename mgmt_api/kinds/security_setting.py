@@ -21,6 +21,7 @@ from pydantic import Field
 
 from meshplane.kinds_contract import Kind
 from mgmt_api import fqn as fqnmod
+from mgmt_api.compiler.traffic_policy import HEADER_NAME
 from mgmt_api.domain.uris import check_grpc_uri
 from mgmt_api.errors import invalid
 from mgmt_api.kinds.base import Behaviour, KindDef, Write
@@ -46,14 +47,14 @@ class ExternalAuthorization(ApiModel):
     include_request_headers_in_check: list[str] | None = Field(
         default=None,
         max_length=64,
-        description="Request headers the server reads besides authorization, traceparent "
-        "and tracestate (the only ones a Check carries otherwise; method and path always).",
+        description="Request headers the server reads. With them, or with a policy named, "
+        "a Check carries only these and authorization, traceparent and tracestate; with "
+        "neither, every request header (method and path always).",
     )
 
 
 _CLAIM = r"^[A-Za-z0-9_.:-]{1,128}$"
-# An HTTP field name (RFC 9110 token); a leading ":" names an HTTP/2 pseudo-header.
-_HEADER_NAME = re.compile(r"^:?[A-Za-z0-9!#$%&'*+.^_`|~-]{1,256}$")
+_MAX_HEADER_CHARS = 256
 _METHOD = r"^(GET|HEAD|POST|PUT|DELETE|PATCH|OPTIONS|CONNECT|TRACE)$"
 
 
@@ -143,7 +144,9 @@ class SecuritySettingBehaviour(Behaviour):
                 )
             field = f"{prefix}.authorization.http.external.includeRequestHeadersInCheck"
             for i, header in enumerate(external.get("includeRequestHeadersInCheck") or []):
-                if not _HEADER_NAME.match(header):
+                # A leading ":" names an HTTP/2 pseudo-header (``:authority``).
+                name = header.removeprefix(":")
+                if len(name) > _MAX_HEADER_CHARS or not HEADER_NAME.match(name):
                     raise invalid(f"{field}[{i}]", f"{header!r} is not an HTTP header name")
         local = (authz.get("http") or {}).get("local")
         if local is not None:
