@@ -38,6 +38,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
+from meshplane import workload_contract
 from meshplane.sidecar_contract import SidecarNode, spiffe_id
 from mgmt_api.compiler import envoy_config, mesh_authz, tracing
 from mgmt_api.compiler.gateway_xds import (
@@ -60,8 +61,8 @@ _ROUTER = _TYPE + "envoy.extensions.filters.http.router.v3.Router"
 _TLS = _TYPE + "envoy.extensions.transport_sockets.tls.v3."
 TLS_SOCKET = "envoy.transport_sockets.tls"
 #: SDS secret names: the sidecar's workload certificate and key, and its cluster's mesh CA.
-SVID_SECRET = "svid"  # noqa: S105 - a name, not a secret
-CA_SECRET = "mesh-ca"  # noqa: S105 - a name, not a secret
+SVID_SECRET = workload_contract.SVID_SECRET
+CA_SECRET = workload_contract.CA_SECRET
 
 
 @dataclass(frozen=True, order=True)

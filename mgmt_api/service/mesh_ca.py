@@ -80,6 +80,14 @@ class MeshCaStore:
         doc = json.loads(stored)
         return self._keep(key, CertificateAuthority.load(trust_domain, doc["cert"], doc["key"]))
 
+    def trust_bundle(self, organization: str, cluster: str) -> tuple[str, ...]:
+        """The CA certificates (PEM) a workload of the cluster trusts, the signing CA first.
+
+        One CA per cluster and trust domain: its own certificate. The mesh-ca
+        secret sidecars get and the Sign answer carry this bundle.
+        """
+        return (self.get(organization, cluster).certificate_pem,)
+
     def _create(self, key: str, trust_domain: str) -> str:
         ca = mesh_ca.new_ca(trust_domain, self.clock(), mesh_ca.new_key())
         value = json.dumps({"cert": ca.certificate_pem, "key": ca.key_pem()})
