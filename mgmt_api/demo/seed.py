@@ -27,6 +27,7 @@ from mgmt_api.compiler.key_material import redact
 from mgmt_api.compiler.ratelimit import domain_of, route_rate_limits
 from mgmt_api.compiler.traffic_policy import BackendTrafficPolicy
 from mgmt_api.demo import mesh
+from mgmt_api.kinds import KINDS
 
 # A demo secret, printed in the README's commands: never reuse it.
 DEMO_HMAC_SECRET = "meshplane-demo-hmac-secret-do-not-use"  # noqa: S105
@@ -312,13 +313,12 @@ def _security_resources(
 def _differs(stored: Mapping[str, Any], wanted: Mapping[str, Any], field: str) -> bool:
     """Whether the server's object differs from the plan.
 
-    An ExtAuthzPolicy comes back with its secrets redacted (a marker with the
-    secret's fingerprint): compare it with the plan redacted the same way, so
-    an unchanged secret is "unchanged" and a changed one is sent again.
+    Key material comes back redacted (a marker with the secret's
+    fingerprint): compare it with the plan redacted the same way, so an
+    unchanged secret is "unchanged" and a changed one is sent again.
     """
-    if field == "extAuthzPolicy":
-        wanted = redact(dict(wanted))
-    return not _holds(stored, wanted)
+    secrets = next(k.behaviour.secrets for k in KINDS.values() if k.body_field == field)
+    return not _holds(stored, redact(dict(wanted), secrets))
 
 
 def _holds(stored: Any, wanted: Any) -> bool:
