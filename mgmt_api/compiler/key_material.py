@@ -29,11 +29,14 @@ can be computed by any client.
 What people read is redacted, what machines consume is not: REST objects
 and the cluster's ``envoyconfig`` document (:func:`redact_envoy_config`, every
 format) show markers; the ext_authz snapshots, the policy stream and ADS keep
-the real values.
+the real values. In ``envoyconfig`` an inline JWKS keeps its shape (kids,
+algorithms, public members) and each secret member shows as the marker of
+that member, so the document still loads in Envoy and verifies no token.
 """
 
 from __future__ import annotations
 
+import base64
 import copy
 import enum
 import hashlib
@@ -95,12 +98,17 @@ def is_secret_key(value: str) -> bool:
     try:
         doc = json.loads(value)
     except ValueError:
-        labels = _PEM_LABEL.findall(value)
-        return not labels or any(label not in _PUBLIC_PEM_LABELS for label in labels)
+        return not is_public_pem(value)
     if isinstance(doc, dict) and "keys" in doc:
         keys = doc["keys"]
         return not isinstance(keys, list) or any(_jwk_is_secret(k) for k in keys)
     return _jwk_is_secret(doc)
+
+
+def is_public_pem(value: str) -> bool:
+    """Whether ``value`` is PEM holding public keys and certificates only."""
+    labels = _PEM_LABEL.findall(value)
+    return bool(labels) and all(label in _PUBLIC_PEM_LABELS for label in labels)
 
 
 def is_secret(material: Material, value: str) -> bool:
@@ -193,39 +201,64 @@ _KEY_SOURCES = frozenset({"localJwks", "local_jwks"})
 _INLINE = frozenset({"inlineString", "inline_string", "inlineBytes", "inline_bytes"})
 
 
-def _looks_like_secret_key(value: str) -> bool:
-    """A string anywhere that holds a private PEM block or a JWK(S) with private members."""
-    if "PRIVATE KEY-----" in value:
-        return True
-    return '"kty"' in value and value.lstrip()[:1] in ("{", "[") and is_secret_key(value)
+def _redact_jwk(jwk: dict[str, Any]) -> dict[str, Any]:
+    """A JWK with each private or symmetric member replaced by the member's marker.
+
+    An ``oct`` key's ``k`` becomes the base64url of its marker: Envoy refuses a
+    JWKS whose only key has a ``k`` that is not base64url, and the document
+    must still load (it then verifies no token: it fails closed)."""
+    out = dict(jwk)
+    for member in PRIVATE_JWK_MEMBERS & jwk.keys():
+        value = jwk[member]
+        text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+        out[member] = marker(text)
+        if member == "k":
+            out[member] = base64.urlsafe_b64encode(out[member].encode()).decode().rstrip("=")
+    return out
+
+
+def redact_key_text(value: str) -> str:
+    """Inline key material as people may read it: a JWKS (or JWK) keeps its shape
+    and public members, each secret member shows as its marker; anything else
+    secret (a private PEM, text that is no key) is replaced by one marker."""
+    if not is_secret_key(value):
+        return value
+    try:
+        doc = json.loads(value)
+    except ValueError:
+        return marker(value)
+    keys = doc.get("keys") if isinstance(doc, dict) else None
+    if isinstance(keys, list) and all(isinstance(k, dict) for k in keys):
+        return json.dumps({**doc, "keys": [_redact_jwk(k) for k in keys]}, separators=(",", ":"))
+    if isinstance(doc, dict) and "keys" not in doc:
+        return json.dumps(_redact_jwk(doc), separators=(",", ":"))
+    return marker(value)
 
 
 def redact_envoy_config(document: Any) -> Any:
-    """A copy of a protojson Envoy config with every key secret replaced by its marker.
+    """A copy of a protojson Envoy config with every key secret replaced (:func:`redact_key_text`).
 
     Structural where the place is known (the inline source of a jwt_authn
-    ``localJwks``: judged as :data:`Material.KEY`), and by content anywhere
-    else (a private PEM block, a JWK with private members), so a key that
-    reaches a new place of the document stays hidden.
+    ``localJwks``), and by content anywhere else (a private PEM block, a JWK
+    with private members), so a key that reaches a new place of the document
+    stays hidden.
     """
 
     def walk(value: Any, key_source: bool) -> Any:
         if isinstance(value, dict):
             return {
-                k: _leaf(v, key_source and k in _INLINE)
+                k: leaf(v, key_source and k in _INLINE)
                 if isinstance(v, str)
                 else walk(v, k in _KEY_SOURCES)
                 for k, v in value.items()
             }
         if isinstance(value, list):
             return [walk(v, False) for v in value]
-        return _leaf(value, False) if isinstance(value, str) else value
+        return leaf(value, False) if isinstance(value, str) else value
 
-    def _leaf(value: str, inline_key: bool) -> str:
-        if is_marker(value):
-            return value
-        if (inline_key and is_secret_key(value)) or _looks_like_secret_key(value):
-            return marker(value)
-        return value
+    def leaf(value: str, inline_key: bool) -> str:
+        if inline_key or '"kty"' in value:
+            return redact_key_text(value)
+        return marker(value) if "PRIVATE KEY-----" in value else value
 
     return walk(document, False)

@@ -23,7 +23,7 @@ from pydantic import Field
 
 from meshplane.kinds_contract import Kind
 from mgmt_api import fqn as fqnmod
-from mgmt_api.compiler.key_material import Material, SecretField
+from mgmt_api.compiler.key_material import Material, SecretField, is_public_pem
 from mgmt_api.compiler.traffic_policy import HEADER_NAME
 from mgmt_api.domain.uris import check_grpc_uri
 from mgmt_api.errors import invalid
@@ -196,6 +196,13 @@ def _validate_local(field: str, local: dict[str, Any]) -> None:
         sources.append("pem")
     if len(sources) != 1:
         raise invalid(f"{field}.keys", "give exactly one of jwks.value, jwks.uri or pem")
+    if keys.get("pem") is not None and not is_public_pem(keys["pem"]):
+        # Verifying needs the public half only; the value is never quoted back.
+        raise invalid(
+            f"{field}.keys.pem",
+            "must be PEM public keys (-----BEGIN PUBLIC KEY-----); a private key never "
+            "belongs here, and an HMAC key goes in jwks.value as an oct JWK",
+        )
     uri = jwks.get("uri")
     if uri is not None and not re.match(r"^https?://[^/\s]+(/\S*)?$", uri):
         raise invalid(f"{field}.keys.jwks.uri", f"{uri!r} is not an http(s) URL")
