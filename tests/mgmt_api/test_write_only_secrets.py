@@ -6,7 +6,8 @@ JWTs. Each needs a row in :data:`FIELDS`: why it holds no secret, or the
 cases that put a secret there through the real REST app (``mgmt-api serve``)
 and read everything back: the write's own answer, GET and list as admin and
 as ``rbac/reader``, and the cluster's ``envoyconfig`` as JSON and YAML (each
-accepted by a real Envoy). No byte of the secret may appear. A new field
+accepted by a real Envoy), and for policy kinds their console pages. No
+byte of the secret may appear. A new field
 with such a name and no row fails :func:`test_every_key_bearing_field_has_a_row`.
 
 Keys a kind mints and shows once (a service account's private key, a
@@ -15,6 +16,7 @@ cluster's install template) are in the creating answer and in no read after.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
@@ -32,7 +34,7 @@ from jwt.algorithms import RSAAlgorithm
 
 from mgmt_api.compiler.key_material import EACH, SecretField
 from mgmt_api.kinds import KINDS
-from tests.mgmt_api.harness import err, ok, unique
+from tests.mgmt_api.harness import ADMIN_PASSWORD, MgmtServer, err, ok, unique
 from tests.mgmt_api.rbac_helpers import grant
 from tests.support.envoy import assert_envoy_accepts, get_envoyconfig
 
@@ -100,6 +102,10 @@ class Env:
     org: str
     group: str  # /v2/... of a security group that reaches ``cluster``
     cluster: str  # /v2/... of cluster c1
+    consoles: dict[str, httpx.Client]  # console sessions: admin, reader
+
+    def group_ui(self) -> str:
+        return f"/ui/o/{self.org}/t/t/w/w/g/g"
 
 
 @dataclass
@@ -112,6 +118,7 @@ class Planted:
     answer: str  # the write's response body
     shown_once: bool = False  # the answer is the one response allowed to carry them
     in_envoyconfig: str | None = None  # a public value proving the object reached it
+    console: str | None = None  # the console page of the object
     extra: list[str] = field(default_factory=list)  # more bodies to search
 
 
@@ -159,7 +166,12 @@ def local_jwks_hmac(env: Env) -> Planted:
     answer = _setting(env, {"jwks": {"value": json.dumps(jwks)}})
     created = ok(answer)
     return Planted(
-        created["fqn"], f"{env.group}/settings", [HMAC_K], answer.text, in_envoyconfig=kid
+        created["fqn"],
+        f"{env.group}/settings",
+        [HMAC_K],
+        answer.text,
+        in_envoyconfig=kid,
+        console=f"{env.group_ui()}/settings/{created['fqn'].rsplit('/', 1)[1]}",
     )
 
 
@@ -170,7 +182,12 @@ def local_jwks_rsa_private(env: Env) -> Planted:
     created = ok(answer)
     secrets = [jwk[m] for m in PRIVATE_MEMBERS]
     return Planted(
-        created["fqn"], f"{env.group}/settings", secrets, answer.text, in_envoyconfig=kid
+        created["fqn"],
+        f"{env.group}/settings",
+        secrets,
+        answer.text,
+        in_envoyconfig=kid,
+        console=f"{env.group_ui()}/settings/{created['fqn'].rsplit('/', 1)[1]}",
     )
 
 
@@ -203,7 +220,9 @@ def _extauthz(env: Env, keys: list[dict[str, Any]], *algorithms: str) -> httpx.R
 def extauthz_hmac_secret(env: Env) -> Planted:
     secret = f"extauthz-hmac-{uuid.uuid4().hex}"
     answer = _extauthz(env, [{"hmacSecret": {"value": secret}}], "HS256")
-    return Planted(ok(answer)["fqn"], f"{env.group}/extauthzpolicies", [secret], answer.text)
+    fqn = ok(answer)["fqn"]
+    console = f"{env.group_ui()}/jwt/{fqn.rsplit('/', 1)[1]}"
+    return Planted(fqn, f"{env.group}/extauthzpolicies", [secret], answer.text, console=console)
 
 
 def extauthz_jwks(env: Env) -> Planted:
@@ -212,7 +231,9 @@ def extauthz_jwks(env: Env) -> Planted:
     value = json.dumps({"keys": [jwk, oct_key]})
     answer = _extauthz(env, [{"jwks": {"value": value}}], "RS256", "HS256")
     secrets = [HMAC_K, *(jwk[m] for m in PRIVATE_MEMBERS)]
-    return Planted(ok(answer)["fqn"], f"{env.group}/extauthzpolicies", secrets, answer.text)
+    fqn = ok(answer)["fqn"]
+    console = f"{env.group_ui()}/jwt/{fqn.rsplit('/', 1)[1]}"
+    return Planted(fqn, f"{env.group}/extauthzpolicies", secrets, answer.text, console=console)
 
 
 def extauthz_private_pem_is_refused(env: Env) -> Planted:
@@ -367,8 +388,23 @@ def test_every_declared_secret_field_is_planted() -> None:
 # ---- reading it all back ---------------------------------------------------
 
 
+@contextlib.contextmanager
+def _console(server: MgmtServer, login: str, password: str) -> Iterator[httpx.Client]:
+    """A console session, signed in through the login form as a browser is."""
+    with server.client() as browser:
+        form = browser.get("/ui/login")
+        nonce = re.search(r'name="_csrf" value="([^"]+)"', form.text)
+        assert nonce is not None, form.text
+        fields = {"_csrf": nonce.group(1), "next": "/ui/", "login": login, "password": password}
+        signed = browser.post("/ui/login", data=fields)
+        assert signed.status_code == 303, signed.text
+        yield browser
+
+
 @pytest.fixture
-def env(admin: httpx.Client, org: str, make_user: Callable[..., httpx.Client]) -> Iterator[Env]:
+def env(
+    server: MgmtServer, admin: httpx.Client, org: str, make_user: Callable[..., httpx.Client]
+) -> Iterator[Env]:
     base = f"/v2/organizations/{org}"
     ok(admin.post(f"{base}/clusters", json={"name": "c1", "cluster": {}}))
     ok(admin.post(f"{base}/tenants", json={"name": "t", "tenant": {}}))
@@ -379,8 +415,13 @@ def env(admin: httpx.Client, org: str, make_user: Callable[..., httpx.Client]) -
     name = unique("r")
     reader = make_user(org, name)
     grant(admin, f"organizations/{org}", "rbac/reader", {"user": f"{base[4:]}/users/{name}"})
-    with reader:
-        yield Env(admin, reader, org, f"{group}/g", f"{base}/clusters/c1")
+    with (
+        reader,
+        _console(server, "admin", ADMIN_PASSWORD) as admin_ui,
+        _console(server, f"{org}/{name}", "user-password-1") as reader_ui,
+    ):
+        consoles = {"admin": admin_ui, "reader": reader_ui}
+        yield Env(admin, reader, org, f"{group}/g", f"{base}/clusters/c1", consoles)
 
 
 def _reads(env: Env, planted: Planted) -> Iterator[tuple[str, str]]:
@@ -398,6 +439,13 @@ def _reads(env: Env, planted: Planted) -> Iterator[tuple[str, str]]:
         text = client.get(f"{env.cluster}/envoyconfig", params={"format": "yaml"}).text
         assert_envoy_accepts(yaml.safe_load(text))
         yield f"{who} envoyconfig?format=yaml", text
+        console = env.consoles[who]
+        for page in (planted.console, env.group_ui()) if planted.console else ():
+            response = console.get(page)
+            assert response.status_code == 200, (page, response.status_code)
+            if page == planted.console and "/jwt/" in page:  # its form shows the keys
+                assert "redacted sha256:" in response.text, page
+            yield f"{who} console {page}", response.text
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
