@@ -52,6 +52,9 @@ _MARKER = re.compile(r"^<redacted sha256:([0-9a-f]{16})>$")
 PRIVATE_JWK_MEMBERS = frozenset({"k", "d", "p", "q", "dp", "dq", "qi", "oth"})
 _PUBLIC_PEM_LABELS = frozenset({"PUBLIC KEY", "RSA PUBLIC KEY", "CERTIFICATE"})
 _PEM_LABEL = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----")
+#: An HMAC key shorter than the hash is refused (RFC 7518 section 3.2). It also
+#: keeps the unkeyed fingerprint in the marker from helping a reader guess it.
+MIN_HMAC_KEY_BYTES = 32
 #: A list index in a :class:`SecretField` path: every item of the list.
 EACH = "*"
 
@@ -103,6 +106,41 @@ def is_secret_key(value: str) -> bool:
         keys = doc["keys"]
         return not isinstance(keys, list) or any(_jwk_is_secret(k) for k in keys)
     return _jwk_is_secret(doc)
+
+
+def _b64url_len(text: str) -> int | None:
+    try:
+        return len(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+    except ValueError:
+        return None
+
+
+def jwks_problem(value: str) -> str | None:
+    """Why ``value`` is not a usable inline JWKS, in words that never quote it; None if it is.
+
+    Checked on write, so a bad set is a 400 naming the field rather than a
+    config every proxy refuses, and so no short HMAC key is ever stored."""
+    try:
+        doc = json.loads(value)
+    except ValueError:
+        return 'is not JSON (a JWKS: {"keys": [{"kty": ...}]})'
+    keys = doc.get("keys") if isinstance(doc, dict) else None
+    if not isinstance(keys, list) or not keys:
+        return 'is not a JWKS: it needs a non-empty "keys" list'
+    for i, jwk in enumerate(keys):
+        if not isinstance(jwk, dict) or not isinstance(jwk.get("kty"), str):
+            return f'keys[{i}] is not a JWK (an object with "kty")'
+        if jwk["kty"] == "oct":
+            size = _b64url_len(jwk["k"]) if isinstance(jwk.get("k"), str) else None
+            if size is None:
+                return f'keys[{i}]: an oct key needs "k", base64url'
+            if size < MIN_HMAC_KEY_BYTES:
+                return (
+                    f"keys[{i}]: an HMAC key (k) must be at least {MIN_HMAC_KEY_BYTES} bytes "
+                    "(RFC 7518 section 3.2); generate one, e.g. `openssl rand 32 | basenc "
+                    "--base64url`"
+                )
+    return None
 
 
 def is_public_pem(value: str) -> bool:

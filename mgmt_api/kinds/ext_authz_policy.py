@@ -18,13 +18,11 @@ from pydantic import Field
 from meshplane.config_error import ConfigError
 from meshplane.kinds_contract import Kind
 from mgmt_api.compiler import extauthz as extauthz_compiler
-from mgmt_api.compiler.key_material import EACH, Material, SecretField
+from mgmt_api.compiler.key_material import EACH, MIN_HMAC_KEY_BYTES, Material, SecretField
 from mgmt_api.errors import invalid
 from mgmt_api.kinds.base import Behaviour, KindDef, Write
 from mgmt_api.schemas.resources import Meta
 
-# An HS256 key shorter than the hash is refused (RFC 7518 section 3.2).
-MIN_HMAC_SECRET_BYTES = 32
 _POLICY_KEYS = ("jwt", "pathClaim", "removeAuthorization", "claimsToHeaders")
 
 
@@ -55,12 +53,12 @@ class ExtAuthzPolicyBehaviour(Behaviour):
         spec, prefix = write.spec, write.prefix
         for i, entry in enumerate(((spec.get("jwt") or {}).get("keys")) or []):
             value = ((entry or {}).get("hmacSecret") or {}).get("value")
-            if isinstance(value, str) and len(value.encode()) < MIN_HMAC_SECRET_BYTES:
+            if isinstance(value, str) and len(value.encode()) < MIN_HMAC_KEY_BYTES:
                 # It also keeps the unkeyed fingerprint that REST shows
                 # instead of the secret from helping anyone with READ guess it.
                 raise invalid(
                     f"{prefix}.jwt.keys[{i}].hmacSecret.value",
-                    f"an HMAC secret must be at least {MIN_HMAC_SECRET_BYTES} bytes "
+                    f"an HMAC secret must be at least {MIN_HMAC_KEY_BYTES} bytes "
                     "(RFC 7518 section 3.2); generate one, e.g. `openssl rand -base64 32`",
                 )
         try:

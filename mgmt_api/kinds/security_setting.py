@@ -23,7 +23,7 @@ from pydantic import Field
 
 from meshplane.kinds_contract import Kind
 from mgmt_api import fqn as fqnmod
-from mgmt_api.compiler.key_material import Material, SecretField, is_public_pem
+from mgmt_api.compiler.key_material import Material, SecretField, is_public_pem, jwks_problem
 from mgmt_api.compiler.traffic_policy import HEADER_NAME
 from mgmt_api.domain.uris import check_grpc_uri
 from mgmt_api.errors import invalid
@@ -196,6 +196,9 @@ def _validate_local(field: str, local: dict[str, Any]) -> None:
         sources.append("pem")
     if len(sources) != 1:
         raise invalid(f"{field}.keys", "give exactly one of jwks.value, jwks.uri or pem")
+    problem = jwks_problem(jwks["value"]) if jwks.get("value") is not None else None
+    if problem is not None:
+        raise invalid(f"{field}.keys.jwks.value", problem)
     if keys.get("pem") is not None and not is_public_pem(keys["pem"]):
         # Verifying needs the public half only; the value is never quoted back.
         raise invalid(

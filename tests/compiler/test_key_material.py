@@ -16,7 +16,7 @@ from mgmt_api.compiler.key_material import EACH, Material, SecretField
 
 PUBLIC_PEM = "-----BEGIN PUBLIC KEY-----\nMIIB\n-----END PUBLIC KEY-----\n"
 PRIVATE_PEM = "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n"
-OCT = {"kty": "oct", "kid": "h", "k": "c2VjcmV0LXNlY3JldC1zZWNyZXQ"}
+OCT = {"kty": "oct", "kid": "h", "k": "c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LXNlY3JldC0zNg"}
 RSA_PUBLIC = {"kty": "RSA", "kid": "r", "n": "0vx7", "e": "AQAB"}
 
 
@@ -85,3 +85,24 @@ def test_envoy_config_keeps_the_jwks_shape_and_loads() -> None:
     assert out["pem"] == km.marker(PRIVATE_PEM)
     assert out["public"] == document["public"]
     assert "c2VjcmV0" not in json.dumps(out) and "dddd" not in json.dumps(out)
+
+
+SHORT_K = base64.urlsafe_b64encode(b"short-hmac-key-31-bytes-long-xx").decode().rstrip("=")
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        (json.dumps({"keys": [OCT, RSA_PUBLIC]}), None),
+        ("secret-pasted-as-text", "is not JSON"),
+        (json.dumps({"keys": []}), "non-empty"),
+        (json.dumps(RSA_PUBLIC), "non-empty"),
+        (json.dumps({"keys": [{"kid": "x"}]}), "keys[0] is not a JWK"),
+        (json.dumps({"keys": [RSA_PUBLIC, {"kty": "oct"}]}), 'keys[1]: an oct key needs "k"'),
+        (json.dumps({"keys": [{"kty": "oct", "k": SHORT_K}]}), "at least 32 bytes"),
+    ],
+)
+def test_jwks_problem_never_quotes_the_value(value: str, problem: str | None) -> None:
+    said = km.jwks_problem(value)
+    assert (said is None) if problem is None else (said is not None and problem in said)
+    assert said is None or (SHORT_K not in said and "secret-pasted" not in said)

@@ -495,3 +495,19 @@ def test_a_reader_gets_no_local_jwt_key_and_a_round_trip_keeps_it(env: Env) -> N
     err(_setting(env, marker_keys), 400)
     # The reader cannot write at all.
     err(env.reader.put(path, json=ok(env.admin.get(path))), 403)
+
+
+@pytest.mark.parametrize(
+    ("jwks", "says"),
+    [
+        ("an-hmac-secret-pasted-as-text-0123456789", "is not JSON"),
+        (json.dumps({"keys": [{"kty": "oct", "k": "c2hvcnQta2V5LW9mLTI0LWJ5dGVzLW9r"}]}), "32"),
+    ],
+)
+def test_a_bad_local_jwks_is_refused_without_quoting_it(env: Env, jwks: str, says: str) -> None:
+    """A set every proxy would refuse, or a guessable HMAC key, never gets stored."""
+    body = err(_setting(env, {"jwks": {"value": jwks}}), 400)
+    assert _field(body) == "securitySetting.authorization.http.local.keys.jwks.value", body
+    assert says in body["message"]
+    secret = jwks if says == "is not JSON" else "c2hvcnQta2V5LW9mLTI0LWJ5dGVzLW9r"
+    assert secret not in json.dumps(body)
