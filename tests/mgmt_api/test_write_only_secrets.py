@@ -2,13 +2,15 @@
 
 The schema of every kind in the registry (:data:`mgmt_api.kinds.KINDS`) is
 walked for fields whose names speak of keys, secrets, passwords, tokens or
-JWTs. Each needs a row in :data:`FIELDS`: why it holds no secret, or the
+JWTs, and for free-form objects (a key can land in one whatever its name).
+Each needs a row in :data:`FIELDS` or :data:`FREE_FORM`: why it holds no secret, or the
 cases that put a secret there through the real REST app (``mgmt-api serve``)
 and read everything back: the write's own answer, GET and list as admin and
 as ``rbac/reader``, and the cluster's ``envoyconfig`` as JSON and YAML (each
 accepted by a real Envoy), and for policy kinds their console pages. No
 byte of the secret may appear. A new field
-with such a name and no row fails :func:`test_every_key_bearing_field_has_a_row`.
+with such a name, or a new free-form object, with no row fails
+:func:`test_every_key_bearing_field_has_a_row`.
 
 Keys a kind mints and shows once (a service account's private key, a
 cluster's install template) are in the creating answer and in no read after.
@@ -79,6 +81,29 @@ def _fields(schema: dict[str, Any], defs: dict[str, Any], path: tuple[str, ...])
         yield from _fields(schema.get("items", {}), defs, (*path, EACH))
     elif path and not schema.get("anyOf") and schema.get("type") != "null":
         yield ".".join(path)
+
+
+def free_form_fields() -> set[tuple[str, str]]:
+    """(kind, dotted path) of every object field of any shape: a key can land in one
+    whatever its name, so each needs a row too."""
+    out: set[tuple[str, str]] = set()
+
+    def walk(schema: dict[str, Any], defs: dict[str, Any], kind: str, path: str) -> None:
+        if "$ref" in schema:
+            schema = defs[schema["$ref"].rsplit("/", 1)[1]]
+        for alternative in (*schema.get("anyOf", ()), *schema.get("allOf", ())):
+            walk(alternative, defs, kind, path)
+        for name, sub in (schema.get("properties") or {}).items():
+            walk(sub, defs, kind, f"{path}.{name}" if path else name)
+        if schema.get("type") == "array":
+            walk(schema.get("items", {}), defs, kind, f"{path}.{EACH}")
+        if schema.get("type") == "object" and schema.get("additionalProperties") is True:
+            out.add((kind, path))
+
+    for kind, kdef in KINDS.items():
+        schema = kdef.model.model_json_schema(by_alias=True)
+        walk(schema, schema.get("$defs", {}), kind, "")
+    return out
 
 
 def key_bearing_fields() -> set[tuple[str, str]]:
@@ -295,6 +320,19 @@ def cluster_agent_key_and_gateway_token(env: Env) -> Planted:
     )
 
 
+def profile_with_a_password_is_refused(env: Env) -> Planted:
+    """Profiles are free-form and read by everyone below them: no secret goes in."""
+    password = f"pw-{uuid.uuid4().hex}"
+    url = f"redis://default:{password}@redis.example:6379"
+    profile = {"mandates": {"rateLimit": {"backend": {"type": "Redis", "redis": {"url": url}}}}}
+    answer = env.admin.post(
+        f"/v2/organizations/{env.org}/profiles", json={"name": unique("p"), "profile": profile}
+    )
+    body = err(answer, 400)
+    assert _field(body) == "profile.mandates.rateLimit.backend.redis.url", body
+    return Planted("", f"/v2/organizations/{env.org}/profiles", [password], answer.text)
+
+
 CASES: dict[str, Callable[[Env], Planted]] = {
     f.__name__: f
     for f in (
@@ -307,6 +345,7 @@ CASES: dict[str, Callable[[Env], Planted]] = {
         user_password,
         service_account_key,
         cluster_agent_key_and_gateway_token,
+        profile_with_a_password_is_refused,
     )
 }
 
@@ -354,6 +393,20 @@ FIELDS: dict[tuple[str, str], tuple[str, ...] | str] = {
     },
 }
 
+#: Every object field of any shape: the cases that plant a secret in it, or why
+#: none can be there.
+FREE_FORM: dict[tuple[str, str], tuple[str, ...] | str] = {
+    ("ExtAuthzPolicy", "jwt"): FIELDS[("ExtAuthzPolicy", "jwt")],
+    ("ExtAuthzPolicy", "pathClaim"): "checked by the ext_authz loader: {name, match}",
+    ("ExtAuthzPolicy", "claimsToHeaders.*"): "checked by the ext_authz loader: {claim, header}",
+    ("Profile", "defaults"): ("profile_with_a_password_is_refused",),
+    ("Profile", "mandates"): ("profile_with_a_password_is_refused",),
+    ("Cluster", "installTemplate.helm"): ("cluster_agent_key_and_gateway_token",),
+    ("Cluster", "installTemplate.gateway.secrets"): ("cluster_agent_key_and_gateway_token",),
+    ("Cluster", "namespaces.*"): "output only: what the agent reports of a namespace",
+    ("Cluster", "state"): "output only: the agent's last report",
+}
+
 #: The key fields each kind declares write-only (``Behaviour.secrets``), by the case
 #: that plants a secret in each.
 DECLARED: dict[tuple[str, str], str] = {
@@ -370,7 +423,11 @@ def test_every_key_bearing_field_has_a_row() -> None:
     found = key_bearing_fields()
     assert sorted(found - set(FIELDS)) == [], "add a row to FIELDS (and a case if secret)"
     assert sorted(set(FIELDS) - found) == [], "a row names a field no kind has"
-    used = {case for row in FIELDS.values() if isinstance(row, tuple) for case in row}
+    free = free_form_fields()
+    assert sorted(free - set(FREE_FORM)) == [], "add a row to FREE_FORM (and a case)"
+    assert sorted(set(FREE_FORM) - free) == [], "a row names a field no kind has"
+    rows = [*FIELDS.values(), *FREE_FORM.values()]
+    used = {case for row in rows if isinstance(row, tuple) for case in row}
     assert used == set(CASES)
 
 
