@@ -99,8 +99,8 @@ class WorkloadCertificatesServicer(pb_grpc.WorkloadCertificatesServicer):
         now = self.clock()
         certificate = mesh_ca.issue_svid(ca, identity, key, now, self.certificate_ttl)
         not_after = int(certificate.not_valid_after_utc.timestamp())
-        if self.directory is not None and request.instance:
-            self.directory.issued(org, cluster, request.instance, not_after)
+        if self.directory is not None:
+            self.directory.issued(org, cluster, attested.grant, not_after)
         self.counts.issued()
         log.info(
             "issued a workload certificate",
