@@ -76,6 +76,11 @@ class WorkloadCertificatesServicer(pb_grpc.WorkloadCertificatesServicer):
             )
             await context.abort(_CODES.get(exc.reason, grpc.StatusCode.PERMISSION_DENIED), str(exc))
             raise  # pragma: no cover - abort raises
+        except Exception:  # the store, the CA: said in the log, not to the caller
+            self.counts.refused("internal")
+            log.exception("cannot sign a workload certificate")
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "cannot sign now; retry")
+            raise  # pragma: no cover - abort raises
 
     def _sign(self, request: pb.SignRequest, token: str) -> pb.SignResponse:
         if not token:
