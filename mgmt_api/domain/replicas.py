@@ -18,6 +18,9 @@ A header that is not exactly ``t=<digits>,n=<32 hex>,r=<replica id>,v1=<64 hex>`
 only, at most :data:`MAX_HEADER_CHARS`) is malformed, which the receiver
 answers as any other bad signature: 401. The clock is an argument everywhere.
 
+The hop carries the agents' answers (config dumps, logs), so it goes over
+HTTPS; plain HTTP only to this machine's loopback (:func:`plain_hop`).
+
 Periodic jobs run once per period across replicas: a period is
 ``floor(now / interval)``, and the replica that first records (job, period)
 runs it (:mod:`mgmt_api.store.replicas`).
@@ -32,7 +35,10 @@ import hmac
 import math
 import re
 import struct
+import urllib.parse
 from dataclasses import dataclass
+
+from meshplane.netaddr import is_loopback_host
 
 MAX_SKEW_SECONDS = 30.0
 SIGNATURE_HEADER = "x-meshplane-replica-signature"
@@ -170,6 +176,13 @@ class NonceCache:
         while self._heap and self._heap[0][0] < now:
             _, nonce = heapq.heappop(self._heap)
             del self._expiry[nonce]
+
+
+def plain_hop(address: str) -> bool:
+    """Whether a replica address is plain HTTP off this machine (refused: the hop would
+    carry the agents' answers in clear). ``https://``, or a loopback host, is not."""
+    parts = urllib.parse.urlsplit(address)
+    return parts.scheme.lower() != "https" and not is_loopback_host(parts.hostname or "")
 
 
 def period_of(now: float, interval: float) -> int:

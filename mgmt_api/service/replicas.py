@@ -185,6 +185,12 @@ class ReplicaPeers:
         body = self._request(organization, cluster, call, caller)
         hop = rules.Hop("POST", FORWARD_PATH, body)
         for target, address in holders:
+            if rules.plain_hop(address):
+                log.warning(
+                    "a replica's address is plain HTTP off this machine; not forwarding there",
+                    extra={"replica": address},
+                )
+                continue
             signature = rules.sign(
                 self.secret, hop, target=target, now=self._clock(), nonce=secrets.token_hex(16)
             )

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import secrets
 import sqlite3
 import ssl
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -190,3 +193,37 @@ def test_no_signature_at_all_is_a_401_and_the_server_keeps_serving(holder: Holde
     log = holder.server.log_path.read_text()
     assert "Traceback" not in log
     assert '"reason": "replayed"' in log or '"reason":"replayed"' in log
+
+
+@pytest.mark.parametrize(
+    ("listen", "address"),
+    [
+        ("0.0.0.0:0", None),  # derived from --listen without TLS: http://<host name>
+        ("127.0.0.1:0", "http://10.0.0.7:8443"),
+    ],
+    ids=["derived", "given"],
+)
+def test_a_plain_http_hop_off_this_machine_stops_the_start(
+    listen: str, address: str | None, tmp_path: Path
+) -> None:
+    env = {
+        **os.environ,
+        "MESHPLANE_DATA_DIR": str(tmp_path),
+        "MESHPLANE_REPLICA_SECRET": SECRET,
+        "COLUMNS": "1000",  # the error box unwrapped
+    }
+    env.pop("MESHPLANE_REPLICA_ADDRESS", None)
+    if address is not None:
+        env["MESHPLANE_REPLICA_ADDRESS"] = address
+    done = subprocess.run(
+        [sys.executable, "-m", "mgmt_api.cli", "serve", "--listen", listen, "--grpc-listen", "off"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "MESHPLANE_REPLICA_ADDRESS" in done.stderr and "plain HTTP" in done.stderr
+    assert SECRET not in done.stderr

@@ -151,3 +151,21 @@ def test_a_frame_over_the_cap_is_refused_before_it_is_buffered() -> None:
     header = (rules.MAX_FRAME_BYTES + 1).to_bytes(4, "big")
     with pytest.raises(ValueError, match="over the cap"):
         rules.FrameReader().feed(header)
+
+
+@pytest.mark.parametrize(
+    ("address", "plain"),
+    [
+        ("https://10.0.0.7:8443", False),
+        ("HTTPS://mgmt-api-0.example:8443", False),
+        ("http://127.0.0.1:8443", False),
+        ("http://[::1]:8443", False),
+        ("http://localhost:8443", False),
+        ("http://10.0.0.7:8443", True),
+        ("http://mgmt-api-0:8443", True),
+        ("10.0.0.7:8443", True),
+        ("", True),
+    ],
+)
+def test_the_hop_is_https_off_this_machine(address: str, plain: bool) -> None:
+    assert rules.plain_hop(address) is plain
