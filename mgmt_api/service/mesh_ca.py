@@ -306,9 +306,11 @@ class MeshCaStore:
             found = repo.kv_scan(conn, "mesh-ca/", mesh_ca.ROTATION_SUFFIX, limit=MAX_ROTATIONS)
         moved = 0
         for key, value in found:
-            if ca_rotation.from_json(json.loads(value)).phase in ca_rotation.RUNNING:
-                ca_key = key.removesuffix(mesh_ca.ROTATION_SUFFIX)
-                moved += self._advance(ca_key, value)
+            try:
+                if ca_rotation.from_json(json.loads(value)).phase in ca_rotation.RUNNING:
+                    moved += self._advance(key.removesuffix(mesh_ca.ROTATION_SUFFIX), value)
+            except Exception:  # one cluster's failure does not stop the others'
+                log.exception("cannot advance a mesh CA rotation")
         return moved
 
     def _advance(self, ca_key: str, seen: str) -> int:

@@ -1,8 +1,11 @@
 """The mesh CA rotates under load, started by meshctl, with zero failed requests.
 
-One stack: mgmt-api and two workloads (``a`` in ``ns1``, ``c`` in ``ns2``)
+A stack of mgmt-api and two workloads (``a`` in ``ns1``, ``c`` in ``ns2``)
 behind real sidecar Envoys, calling each other over mTLS in a loop while the
-cluster's mesh CA goes idle → trusting → signing → done. What each sidecar
+cluster's mesh CA goes idle → trusting → signing → done; once on one replica
+(SQLite), once on two replicas sharing PostgreSQL, the rotation started and
+watched on replica A while the sidecars stream from replica B (every replica
+agrees on the phase; both tick, and a phase is applied once). What each sidecar
 trusts and presents is read from its own Envoy (``/config_dump`` of its
 active secrets: the ``mesh-ca`` bundle and the ``svid`` chain), never from
 mgmt-api. The rotation is started and watched with ``meshctl`` (a subprocess
@@ -10,7 +13,8 @@ logged in as the admin), its REST refusals checked with an editor's token.
 
 Relies on (for whoever changes the sidecar flow): ``tests.support.mesh``'s
 ``MeshStack``/``Workload`` (``workload``, ``sidecars_converged``, ``status``,
-``Workload.call`` and ``Workload.envoy.admin``), the sidecar Envoys' dynamic
+``Workload.call`` and ``Workload.envoy.admin``; ``_ReplicatedMesh`` sets
+``workloads`` and calls ``GatewayStack.__init__`` itself), the sidecar Envoys' dynamic
 secrets named ``svid`` and ``mesh-ca`` (:mod:`meshplane.workload_contract`),
 and certificates being re-issued when the trust bundle's first CA is not the
 issuer of the current one.
@@ -32,27 +36,51 @@ from cryptography.exceptions import InvalidSignature
 
 from meshplane.workload_contract import CA_SECRET, SVID_SECRET
 from mgmt_api.domain import ca_rotation, mesh_ca
+from tests.distribution.test_replicas import database  # noqa: F401 - a fixture
 from tests.meshctl.conftest import Meshctl
 from tests.mgmt_api.harness import ADMIN_PASSWORD, err
 from tests.mgmt_api.rbac_helpers import bound_account
-from tests.support.gateway import CLUSTER, CLUSTER_PATH, ORG
+from tests.support.gateway import CLUSTER, CLUSTER_PATH, ORG, GatewayStack
 from tests.support.mesh import MeshStack, Workload
 from tests.support.processes import wait_until
 
 TARGET = f"{ORG}/{CLUSTER}"
+MGMT_ENV = {"MESHPLANE_SIDECAR_CERT_TTL": "30s"}
 CONFLICT = 5  # meshctl's exit code for a 409
 
 
-@pytest.fixture(scope="module")
-def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MeshStack]:
-    stack = MeshStack(Path(tmp_path_factory.mktemp("mesh-ca")), certificate_ttl="30s")
+class _ReplicatedMesh(MeshStack):
+    """:class:`MeshStack` on two mgmt-api replicas sharing PostgreSQL: REST (and meshctl)
+    on replica A, the sidecars' ADS on replica B (:class:`GatewayStack`'s split)."""
+
+    def __init__(self, tmp: Path, database_url: str) -> None:
+        self.workloads = []
+        GatewayStack.__init__(self, tmp, database_url=database_url, mgmt_env=MGMT_ENV)
+
+
+@pytest.fixture(scope="module", params=["one replica", "two replicas"])
+def mesh(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[MeshStack]:
+    tmp = Path(tmp_path_factory.mktemp("mesh-ca"))
+    mp = pytest.MonkeyPatch()
+    stack: MeshStack | None = None
     try:
+        if request.param == "one replica":
+            stack = MeshStack(tmp, certificate_ttl=MGMT_ENV["MESHPLANE_SIDECAR_CERT_TTL"])
+        else:
+            _, url = request.getfixturevalue("database")
+            # What crosses the replicas does so through PostgreSQL NOTIFY.
+            mp.setenv("MESHPLANE_REVISION_POLL", "1h")
+            stack = _ReplicatedMesh(tmp, url)
         stack.workload("a", "ns1", "sa-a")
         stack.workload("c", "ns2", "sa-c")
         stack.sidecars_converged()
         yield stack
     finally:
-        stack.close()
+        mp.undo()
+        if stack is not None:
+            stack.close()
 
 
 @pytest.fixture(scope="module")
