@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from meshplane import workload_contract
@@ -172,8 +173,15 @@ def upstream_tls(inp: SidecarInput, endpoints: list[SidecarEndpoint]) -> JsonDic
     return {"name": TLS_SOCKET, "typedConfig": context}
 
 
-def secrets(certificate_chain: str, private_key: str, ca_certificate: str) -> tuple[JsonDict, ...]:
-    """The two SDS secrets of a sidecar (PEM strings); they carry its private key."""
+def secrets(
+    certificate_chain: str, private_key: str, trust_bundle: Sequence[str]
+) -> tuple[JsonDict, ...]:
+    """The two SDS secrets of a sidecar (PEM strings); they carry its private key.
+
+    ``mesh-ca`` holds every CA of ``trust_bundle``, concatenated: Envoy trusts
+    each, which is how both CAs are trusted during a rotation's overlap.
+    """
+    bundle = "".join(trust_bundle)  # PEM blocks end with a newline
     return (
         {
             "name": SVID_SECRET,
@@ -184,7 +192,7 @@ def secrets(certificate_chain: str, private_key: str, ca_certificate: str) -> tu
         },
         {
             "name": CA_SECRET,
-            "validationContext": {"trustedCa": {"inlineString": ca_certificate}},
+            "validationContext": {"trustedCa": {"inlineString": bundle}},
         },
     )
 

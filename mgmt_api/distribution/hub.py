@@ -47,6 +47,7 @@ from opentelemetry.trace import Tracer
 from meshplane.distribution_contract import NodeIdentity
 from meshplane.netaddr import is_loopback_host
 from meshplane.proto.distribution.v1 import distribution_pb2_grpc as pb_grpc
+from meshplane.sidecar_contract import SidecarNode
 from meshplane.tls import ListenerTlsFiles, grpcio_credentials, tls_files_from
 from meshplane.tracing import child_span
 from mgmt_api.auth import tokens
@@ -62,7 +63,7 @@ from mgmt_api.domain.mesh_ca import CertificateAuthority
 from mgmt_api.errors import invalid
 from mgmt_api.service.enforcement import EnforcementService, Snapshot
 from mgmt_api.service.instances import SubscriberRegistry
-from mgmt_api.service.mesh_ca import MeshCaStore
+from mgmt_api.service.mesh_ca import MeshCaStore, advance_forever
 from mgmt_api.service.stream_auth import Revocation, StreamAuth
 from mgmt_api.settings import Settings
 from mgmt_api.store.notify import listen_revisions
@@ -170,6 +171,16 @@ class Distribution:
     async def _mesh_ca(self, key: tuple[str, str]) -> CertificateAuthority:
         return await asyncio.to_thread(self._cas.get, *key)
 
+    async def _note_signed(self, node: SidecarNode, issuer_serial: int, not_after: float) -> None:
+        await asyncio.to_thread(
+            self._cas.note_signed,
+            node.organization,
+            node.cluster,
+            node.instance,
+            issuer_serial,
+            not_after,
+        )
+
     def _sidecar_streams(self, feed: ChangeFeed) -> SidecarStreams | None:
         """The sidecar half of ADS, when the enforcement service has a sidecar directory."""
         if self.enforcement.sidecars is None:
@@ -184,8 +195,10 @@ class Distribution:
             heartbeat=REVALIDATE_SECONDS,
             still_admitted=self._still_admitted,
             certificate_ttl=self.certificate_ttl,
+            note_signed=self._note_signed,
         )
         self._tasks.append(sidecars.start())
+        self._tasks.append(asyncio.create_task(advance_forever(self._cas)))
         return sidecars
 
     async def _still_admitted(self, key_id: str, node: NodeIdentity) -> Revocation | None:

@@ -48,6 +48,13 @@ log = logging.getLogger(__name__)
 SidecarBuild = Callable[[tuple[str, str]], Awaitable[sidecar_xds.SidecarInput]]
 # (organization, cluster) → the cluster's mesh CA (created on first use).
 CaSource = Callable[[tuple[str, str]], Awaitable[CertificateAuthority]]
+# (node, issuer serial, notAfter) → recorded, before the certificate is sent
+# (MeshCaStore.note_signed: what a mesh CA rotation waits on).
+NoteSigned = Callable[[SidecarNode, int, float], Awaitable[None]]
+
+
+async def _not_noted(node: SidecarNode, issuer_serial: int, not_after: float) -> None:
+    return None
 
 
 class WorkloadIdentity:
@@ -60,9 +67,13 @@ class WorkloadIdentity:
         self.node = node
         self.ttl = ttl
         self._issued = issued
-        self._ca_serial: int | None = None
+        self._trusted: tuple[str, ...] = ()  # the trust bundle sent with the certificate
         self._certificate: x509.Certificate | None = None
         self._secrets: tuple[JsonDict, ...] = ()
+
+    @property
+    def certificate(self) -> x509.Certificate | None:
+        return self._certificate
 
     @property
     def serial(self) -> str:
@@ -70,12 +81,13 @@ class WorkloadIdentity:
         return "" if self._certificate is None else f"{self._certificate.serial_number:x}"
 
     def secrets(self, ca: CertificateAuthority, now: float) -> tuple[JsonDict, ...]:
-        """The SDS secrets to serve at ``now``: a new certificate when none, the CA
-        changed, or the current one is past its half-life."""
+        """The SDS secrets to serve at ``now``: a new certificate when none, the
+        trust bundle (the signing CA first) changed, or the current one is past
+        its half-life."""
         current = self._certificate
         if (
             current is None
-            or self._ca_serial != ca.certificate.serial_number
+            or self._trusted != ca.trust_bundle
             or mesh_ca.rotation_due(current, now)
         ):
             self._issue(ca, now)
@@ -87,9 +99,9 @@ class WorkloadIdentity:
         identity = spiffe_id(ca.trust_domain, node.namespace, node.service_account)
         certificate = mesh_ca.issue_svid(ca, identity, key.public_key(), now, self.ttl)
         self._secrets = sidecar_xds.secrets(
-            mesh_ca.pem(certificate), mesh_ca.key_pem(key), ca.certificate_pem
+            mesh_ca.pem(certificate), mesh_ca.key_pem(key), ca.trust_bundle
         )
-        self._certificate, self._ca_serial = certificate, ca.certificate.serial_number
+        self._certificate, self._trusted = certificate, ca.trust_bundle
         not_after = certificate.not_valid_after_utc.timestamp()
         self._issued(not_after)
         log.info(
@@ -119,8 +131,10 @@ class SidecarStreams:
         clock: Callable[[], float] = time.time,
         heartbeat: float = 30.0,
         certificate_ttl: float = mesh_ca.DEFAULT_SVID_TTL,
+        note_signed: NoteSigned = _not_noted,
     ) -> None:
         """``certificate_ttl``: the workload certificates' lifetime (seconds)."""
+        self.note_signed = note_signed
         self.directory = directory
         self.certificate_ttl = certificate_ttl
         self.feed = ChangeFeed()
@@ -165,7 +179,11 @@ class SidecarStreams:
             key = (node.organization, node.cluster)
             inp = await self._builds.get(key, revision)
             ca = await self._cas.get(key, revision)
+            serial = identity.serial
             sds = identity.secrets(ca, self.plane.clock())
+            if identity.serial != serial and identity.certificate is not None:
+                not_after = identity.certificate.not_valid_after_utc.timestamp()
+                await self.note_signed(node, ca.certificate.serial_number, not_after)
             return inp.version(), identity.serial, sidecar_xds.compile_sidecar(inp, node, sds)
         except UnknownCluster:
             raise

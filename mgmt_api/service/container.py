@@ -25,6 +25,7 @@ from mgmt_api.service.clusters import ClusterService
 from mgmt_api.service.enforcement import EnforcementService
 from mgmt_api.service.instances import SubscriberRegistry
 from mgmt_api.service.inventory import InventoryService
+from mgmt_api.service.mesh_ca import MeshCaStore
 from mgmt_api.service.onboarding import OnboardingService
 from mgmt_api.service.policies import PolicyService
 from mgmt_api.service.profiles import ProfileService
@@ -65,6 +66,8 @@ class Services:
     registry: SubscriberRegistry | None
     #: Proxy diagnostics through the agents' tunnels (on the gRPC server); None when off.
     proxytools: ProxyTools | None
+    #: The clusters' mesh CAs: the rotation REST starts and the status shows.
+    mesh_ca: MeshCaStore
 
     @classmethod
     def build(cls, engine: Engine, settings: Settings) -> Services:
@@ -93,6 +96,7 @@ class Services:
             if settings.replica_secret and settings.replica_address:
                 proxytools.peers = _peers(uow, proxytools.hub, settings)
         enforcement = EnforcementService(uow, sidecars)
+        cas = MeshCaStore(uow)
         return cls(
             settings=settings,
             uow=uow,
@@ -117,9 +121,10 @@ class Services:
             audit=AuditService(uow),
             enforcement=enforcement,
             stream_auth=StreamAuth(uow),
-            status=StatusService(uow, enforcement, registry),
+            status=StatusService(uow, enforcement, registry, cas),
             registry=registry,
             proxytools=proxytools,
+            mesh_ca=cas,
         )
 
 

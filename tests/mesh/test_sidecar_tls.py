@@ -16,7 +16,7 @@ ENDPOINTS = (
     SidecarEndpoint("ns1", "b", "10.0.0.3", 15006, "sa-b2"),
     SidecarEndpoint("ns2", "c", "10.0.0.4", 15006, "sa-c"),
 )
-SDS = sidecar_xds.secrets("CHAIN", "KEY", "CA")
+SDS = sidecar_xds.secrets("CHAIN", "KEY", ("CA",))
 
 
 def _context(socket: dict[str, Any]) -> dict[str, Any]:
