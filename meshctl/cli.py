@@ -34,6 +34,7 @@ from meshctl import sidecar as sidecar_mod
 from meshctl import status as status_mod
 from meshctl.client import ApiClient
 from meshctl.config import Profile, load_config
+from meshctl.confirm import confirm
 from meshctl.errors import ApiFailure, Exit, MeshctlError
 from meshctl.kinds import (
     Kind,
@@ -52,6 +53,7 @@ from meshctl.ops import (
     empty_policy,
     get_object,
     list_objects,
+    needs_confirmation,
     refine,
 )
 from meshctl.output import FORMATS, render_objects
@@ -561,13 +563,20 @@ def delete(  # noqa: PLR0917 - typer maps options to parameters
     force: Annotated[
         bool, typer.Option("--force", help="Also delete protected objects below it.")
     ] = False,
+    yes: Annotated[
+        bool,
+        typer.Option(
+            "--yes", "-y", help="Delete organizations, clusters and objects with children unasked."
+        ),
+    ] = False,
 ) -> None:
     """Delete an object and everything below it (refused when protected, unless --force).
 
-    ``-f FILE`` undoes ``apply -f FILE``: its objects are deleted (children
-    first), then its access policies emptied (a policy always exists; it is
-    emptied as a PUT may, not deleted). ``meshctl delete policy TARGET``
-    empties one policy.
+    An organization, a cluster or an object with children is deleted only
+    once its name is typed on the terminal, or with --yes. ``-f FILE`` undoes
+    ``apply -f FILE``: its objects are deleted (children first), then its
+    access policies emptied (a policy always exists; it is emptied as a PUT
+    may, not deleted). ``meshctl delete policy TARGET`` empties one policy.
     """
     state = state_of(ctx)
     refs: list[Ref] = []
@@ -601,6 +610,13 @@ def delete(  # noqa: PLR0917 - typer maps options to parameters
             raise MeshctlError(f"meshctl delete {what} NAME: the name is required", Exit.USAGE)
         refs.append(ref)
     with state.client() as client:
+        if not yes:
+            confirm(
+                [r for r in refs if needs_confirmation(client, r)],
+                terminal=sys.stdin.isatty() and "-" not in (filename or ()),
+                ask=lambda label: _ask(label, None),
+                tell=lambda line: typer.echo(line, err=True),
+            )
         for ref, outcome in delete_all(client, refs, force=force):
             done = "deleted" if outcome == "deleted" else "already gone (its parent is listed too)"
             typer.echo(f"{ref.describe()} {done}")
