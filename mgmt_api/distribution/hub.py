@@ -91,6 +91,10 @@ SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
     ("grpc.http2.max_pings_without_data", 0),
+    # gRPC sets SO_REUSEPORT by default on Linux: a second mgmt-api would then
+    # share the port and split the gateways and sidecars between two control
+    # planes. Off, a taken port fails the bind (see Distribution.start).
+    ("grpc.so_reuseport", 0),
 )
 
 
@@ -238,12 +242,7 @@ class Distribution:
         add_to_server(self._workload_certificates(attestation), server)
         for add in self.servicers:
             add(server)
-        if self.tls is not None:
-            port = server.add_secure_port(self.listen, grpcio_credentials(self.tls))
-        else:
-            port = server.add_insecure_port(self.listen)
-        if port == 0:
-            raise OSError(f"cannot listen for gRPC on {self.listen}")
+        port = self._bind(server)
         await server.start()
         self._server, self.port = server, port
         poll = STORE_POLL_SECONDS
@@ -262,6 +261,23 @@ class Distribution:
                 "set MESHPLANE_GRPC_TLS_CERT and MESHPLANE_GRPC_TLS_KEY",
                 extra={"address": self.listen},
             )
+
+    def _bind(self, server: grpc.aio.Server) -> int:
+        """Add the listening port; raise OSError naming the address and the
+        flag when it cannot be bound (taken: reuse of the port is off)."""
+        try:
+            if self.tls is not None:
+                port = server.add_secure_port(self.listen, grpcio_credentials(self.tls))
+            else:
+                port = server.add_insecure_port(self.listen)
+        except RuntimeError:  # grpcio's "Failed to bind to address ..."
+            port = 0
+        if port == 0:
+            raise OSError(
+                f"cannot listen for gRPC on {self.listen} (--grpc-listen): the port is in use"
+                " or the address is not this host's"
+            )
+        return port
 
     async def _listen(self, url: str, feed: ChangeFeed) -> None:
         """Other replicas' commits, as PostgreSQL notifications."""

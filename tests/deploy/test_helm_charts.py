@@ -215,12 +215,16 @@ def _mtls_case(pki: Pki) -> tuple[dict[str, Any], dict[str, Any]]:
 def matrix(pki: Pki) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
     """Case name -> (values of meshplane, values of meshplane-cluster without the template)."""
     tls = {"redis": {"tls": {"certificateRef": "counters-tls"}}}
+    # Envoy Gateway's SecretObjectReference, as its users write it (kind optional).
+    ref = {"name": "counters-tls", "namespace": NAMESPACE, "kind": "Secret"}
+    tls_object = {"redis": {"tls": {"certificateRef": ref}}}
     sidecar = {"enforcement": {"placement": "sidecar"}}
     return {
         "defaults": ({}, {}),
         "redis-disabled-url": _redis_url_case(),
         "redis-disabled-urlRef": _redis_urlref_case(),
         "redis-tls-certificateRef": (tls, tls),
+        "redis-tls-certificateRef-object": (tls_object, tls_object),
         "sidecar-loopback": ({}, sidecar),
         # The h2 backend on a Unix socket: the pair where its worker count and socket rules meet.
         "sidecar-uds": (
@@ -249,6 +253,7 @@ CASES = [
     "redis-disabled-url",
     "redis-disabled-urlRef",
     "redis-tls-certificateRef",
+    "redis-tls-certificateRef-object",
     "sidecar-loopback",
     "sidecar-uds",
     "replicas-3",
@@ -762,11 +767,10 @@ def test_spec_2_9_url_ref_mounts_the_secret_where_the_cluster_switches_look(
     ]
 
 
-def test_spec_2_9_tls_certificate_ref(rendered: dict[tuple[str, str], Rendered]) -> None:
-    mgmt, cluster = (
-        rendered["redis-tls-certificateRef", MGMT],
-        rendered["redis-tls-certificateRef", CLUSTER],
-    )
+@pytest.mark.parametrize("case", ["redis-tls-certificateRef", "redis-tls-certificateRef-object"])
+def test_spec_2_9_tls_certificate_ref(rendered: dict[tuple[str, str], Rendered], case: str) -> None:
+    """The Secret's name (string) and Envoy Gateway's {name, namespace, kind} render the same."""
+    mgmt, cluster = rendered[case, MGMT], rendered[case, CLUSTER]
     redis = mgmt.get("Deployment", "-redis")["spec"]["template"]["spec"]
     args = redis["containers"][0]["args"]
     assert _arg(args, "--port") == "0" and _arg(args, "--tls-port") == "6379"
@@ -1027,6 +1031,15 @@ WRONG: list[tuple[str, dict[str, Any], str]] = [
         "gateway-helm.config.envoyGateway.rateLimit.backend.redis.urlRef.namespace",
     ),
     (CLUSTER, nested(BACKEND, {"redis": {"url": "r:6379"}}), "redis.disabled"),
+    *(
+        (chart, {"redis": {"tls": {"certificateRef": ref}}}, named)
+        for chart in (MGMT, CLUSTER)
+        for ref, named in (
+            ({"name": "t", "namespace": "elsewhere"}, "redis.tls.certificateRef.namespace"),
+            ({"name": "t", "kind": "ConfigMap"}, "/redis/tls/certificateRef"),
+            ({"namespace": NAMESPACE}, "/redis/tls/certificateRef"),
+        )
+    ),
     (MGMT, nested(BACKEND, {"redis": {"urlRef": {"name": "r"}}}), "redis.disabled"),
     (
         CLUSTER,
