@@ -25,6 +25,7 @@ from mgmt_api.service.clusters import ClusterService
 from mgmt_api.service.enforcement import EnforcementService
 from mgmt_api.service.instances import SubscriberRegistry
 from mgmt_api.service.inventory import InventoryService
+from mgmt_api.service.mesh_ca import MeshCaStore
 from mgmt_api.service.onboarding import OnboardingService
 from mgmt_api.service.policies import PolicyService
 from mgmt_api.service.profiles import ProfileService
@@ -36,6 +37,7 @@ from mgmt_api.service.sidecars import SidecarDirectory
 from mgmt_api.service.status import StatusService
 from mgmt_api.service.stream_auth import StreamAuth
 from mgmt_api.service.tunnel_hub import TunnelHub
+from mgmt_api.service.workload_trust import Attestation, WorkloadTrustStore
 from mgmt_api.settings import Settings
 from mgmt_api.store.uow import UnitOfWork
 
@@ -65,6 +67,10 @@ class Services:
     registry: SubscriberRegistry | None
     #: Proxy diagnostics through the agents' tunnels (on the gRPC server); None when off.
     proxytools: ProxyTools | None
+    #: Workload token verification (Sign, sidecar ADS) over the inventory's read model.
+    attestation: Attestation
+    #: The clusters' mesh CAs: the rotation REST starts and the status shows.
+    mesh_ca: MeshCaStore
 
     @classmethod
     def build(cls, engine: Engine, settings: Settings) -> Services:
@@ -93,6 +99,8 @@ class Services:
             if settings.replica_secret and settings.replica_address:
                 proxytools.peers = _peers(uow, proxytools.hub, settings)
         enforcement = EnforcementService(uow, sidecars)
+        trust = WorkloadTrustStore(uow)
+        cas = MeshCaStore(uow)
         return cls(
             settings=settings,
             uow=uow,
@@ -111,15 +119,19 @@ class Services:
             clusters=ClusterService(uow),
             approvals=ApprovalService(uow),
             cleanup=CleanupService(uow, kind_settings),
-            inventory=InventoryService(uow, kind_settings.stale_after_seconds),
+            inventory=InventoryService(
+                uow, kind_settings.stale_after_seconds, reported=trust.reported
+            ),
             onboarding=OnboardingService(uow, kind_settings),
             profiles=ProfileService(uow),
             audit=AuditService(uow),
             enforcement=enforcement,
             stream_auth=StreamAuth(uow),
-            status=StatusService(uow, enforcement, registry),
+            status=StatusService(uow, enforcement, registry, cas),
             registry=registry,
             proxytools=proxytools,
+            attestation=Attestation(uow, trust),
+            mesh_ca=cas,
         )
 
 

@@ -126,7 +126,10 @@ def cluster_base(template: dict[str, Any], pki: Pki) -> dict[str, Any]:
     return merge(
         template["helm"],
         {"gateway": template["gateway"]},
-        {"controlPlane": {"ca": pki.ca_pem}, "injector": {"caBundle": pki.ca_pem}},
+        {
+            "controlPlane": {"ca": pki.ca_pem},
+            "injector": {"caBundle": pki.ca_pem, "clientAuth": {"ca": pki.ca_pem}},
+        },
     )
 
 
@@ -212,12 +215,16 @@ def _mtls_case(pki: Pki) -> tuple[dict[str, Any], dict[str, Any]]:
 def matrix(pki: Pki) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
     """Case name -> (values of meshplane, values of meshplane-cluster without the template)."""
     tls = {"redis": {"tls": {"certificateRef": "counters-tls"}}}
+    # Envoy Gateway's SecretObjectReference, as its users write it (kind optional).
+    ref = {"name": "counters-tls", "namespace": NAMESPACE, "kind": "Secret"}
+    tls_object = {"redis": {"tls": {"certificateRef": ref}}}
     sidecar = {"enforcement": {"placement": "sidecar"}}
     return {
         "defaults": ({}, {}),
         "redis-disabled-url": _redis_url_case(),
         "redis-disabled-urlRef": _redis_urlref_case(),
         "redis-tls-certificateRef": (tls, tls),
+        "redis-tls-certificateRef-object": (tls_object, tls_object),
         "sidecar-loopback": ({}, sidecar),
         # The h2 backend on a Unix socket: the pair where its worker count and socket rules meet.
         "sidecar-uds": (
@@ -246,6 +253,7 @@ CASES = [
     "redis-disabled-url",
     "redis-disabled-urlRef",
     "redis-tls-certificateRef",
+    "redis-tls-certificateRef-object",
     "sidecar-loopback",
     "sidecar-uds",
     "replicas-3",
@@ -491,7 +499,9 @@ def test_probes_ask_each_program_on_the_port_it_serves_health_on(
                     "/healthz",
                     "/readyz",
                 )
-                assert _probe_ports(c) == {_port(_arg(args, "--listen"))}
+                # The plain-HTTP listener: the webhook's asks for a client certificate.
+                assert live["httpGet"]["scheme"] == ready["httpGet"]["scheme"] == "HTTP"
+                assert _probe_ports(c) == {_port(_arg(args, "--metrics-listen"))}
             elif program == "envoy":
                 admin = _gateway_bootstrap(rendered[case, chart])["admin"]["address"]
                 assert live["httpGet"]["path"] == "/ready"
@@ -757,11 +767,10 @@ def test_spec_2_9_url_ref_mounts_the_secret_where_the_cluster_switches_look(
     ]
 
 
-def test_spec_2_9_tls_certificate_ref(rendered: dict[tuple[str, str], Rendered]) -> None:
-    mgmt, cluster = (
-        rendered["redis-tls-certificateRef", MGMT],
-        rendered["redis-tls-certificateRef", CLUSTER],
-    )
+@pytest.mark.parametrize("case", ["redis-tls-certificateRef", "redis-tls-certificateRef-object"])
+def test_spec_2_9_tls_certificate_ref(rendered: dict[tuple[str, str], Rendered], case: str) -> None:
+    """The Secret's name (string) and Envoy Gateway's {name, namespace, kind} render the same."""
+    mgmt, cluster = rendered[case, MGMT], rendered[case, CLUSTER]
     redis = mgmt.get("Deployment", "-redis")["spec"]["template"]["spec"]
     args = redis["containers"][0]["args"]
     assert _arg(args, "--port") == "0" and _arg(args, "--tls-port") == "6379"
@@ -926,6 +935,61 @@ def test_the_injector_webhook_cannot_block_system_pods(
     assert {"key": "meshplane.io/injection", "operator": "DoesNotExist"} in second
 
 
+def _injector(r: Rendered) -> tuple[dict[str, Any], dict[str, Any]]:
+    pod = r.get("Deployment", "-injector")["spec"]["template"]["spec"]
+    return pod, pod["containers"][0]
+
+
+@pytest.mark.parametrize("case", ["defaults", "mtls"])
+def test_the_injector_webhook_answers_only_the_api_servers_client_certificate(
+    rendered: dict[tuple[str, str], Rendered], case: str
+) -> None:
+    r = rendered[case, CLUSTER]
+    pod, container = _injector(r)
+    args = container["args"]
+    assert "--insecure-no-client-auth" not in args
+    path = _arg(args, "--client-ca")
+    mount = next(m for m in container["volumeMounts"] if path.startswith(m["mountPath"] + "/"))
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    config_map = r.get("ConfigMap", volume["configMap"]["name"])
+    assert config_map["data"]["ca.crt"] == r.values["injector"]["clientAuth"]["ca"]
+    assert "--client-name" not in args  # any certificate of that CA, unless narrowed
+
+
+def test_the_injector_client_ca_from_a_config_map_names_and_off(
+    install_template: dict[str, Any], pki: Pki
+) -> None:
+    base = cluster_base(install_template, pki)
+    client = {"caConfigMap": "apiserver-ca", "names": ["kube-apiserver", "apiserver-webhooks"]}
+    objects = render(CLUSTER, merge(base, {"injector": {"clientAuth": client}}))
+    r = Rendered("client-ca-configmap", CLUSTER, base, objects)
+    pod, container = _injector(r)
+    args = container["args"]
+    names = [args[i + 1] for i, a in enumerate(args) if a == "--client-name"]
+    assert names == ["kube-apiserver", "apiserver-webhooks"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["client-ca"]["configMap"]["name"] == "apiserver-ca"
+    assert not r.maybe("ConfigMap", "-injector-client-ca")  # yours, not the chart's
+    off = render(CLUSTER, merge(base, {"injector": {"clientAuth": {"enabled": False}}}))
+    r = Rendered("client-ca-off", CLUSTER, base, off)
+    pod, container = _injector(r)
+    assert "--insecure-no-client-auth" in container["args"]
+    assert "--client-ca" not in container["args"]
+    assert "client-ca" not in {v["name"] for v in pod["volumes"]}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_replica_hop_is_https_in_every_case(
+    rendered: dict[tuple[str, str], Rendered], case: str
+) -> None:
+    """Replicas reach each other over HTTPS (the REST port's TLS), the peer's chain checked."""
+    pod = rendered[case, MGMT].get("Deployment", "-mgmt-api")["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["MESHPLANE_REPLICA_ADDRESS"].startswith("https://"), env
+    assert env["MESHPLANE_TLS_CERT"] and env["MESHPLANE_TLS_KEY"]
+    assert env["MESHPLANE_REPLICA_CA"] == "/etc/meshplane/tls/ca.crt"
+
+
 # --- wrong values fail the render, naming the value ---------------------------------------------
 
 
@@ -967,6 +1031,15 @@ WRONG: list[tuple[str, dict[str, Any], str]] = [
         "gateway-helm.config.envoyGateway.rateLimit.backend.redis.urlRef.namespace",
     ),
     (CLUSTER, nested(BACKEND, {"redis": {"url": "r:6379"}}), "redis.disabled"),
+    *(
+        (chart, {"redis": {"tls": {"certificateRef": ref}}}, named)
+        for chart in (MGMT, CLUSTER)
+        for ref, named in (
+            ({"name": "t", "namespace": "elsewhere"}, "redis.tls.certificateRef.namespace"),
+            ({"name": "t", "kind": "ConfigMap"}, "/redis/tls/certificateRef"),
+            ({"namespace": NAMESPACE}, "/redis/tls/certificateRef"),
+        )
+    ),
     (MGMT, nested(BACKEND, {"redis": {"urlRef": {"name": "r"}}}), "redis.disabled"),
     (
         CLUSTER,
@@ -980,6 +1053,8 @@ WRONG: list[tuple[str, dict[str, Any], str]] = [
     ),
     (CLUSTER, {"gateway": None, "gatewayProxy": {"enabled": False}}, "controlPlane.address"),
     (CLUSTER, {"injector": {"caBundle": ""}}, "injector.caBundle"),
+    (CLUSTER, {"injector": {"clientAuth": {"ca": ""}}}, "injector.clientAuth.ca"),
+    (CLUSTER, {"injector": {"clientAuth": {"names": ["a b"]}}}, "/injector/clientAuth/names/0"),
     (CLUSTER, {"controlPlane": {"ca": ""}}, "controlPlane.ca"),
 ]
 

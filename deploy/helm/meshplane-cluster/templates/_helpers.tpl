@@ -142,3 +142,18 @@ seccompProfile:
 {{- else if $be.url -}}/etc/meshplane/redis-url/url
 {{- end -}}
 {{- end -}}
+
+{{/* The Secret of redis.tls.certificateRef: its name, "" when unset. A name, or
+Envoy Gateway's object form {name, namespace, kind: Secret}; the namespace (when
+given) must be the release's, since a pod mounts Secrets of its own namespace only. */}}
+{{- define "mc.redisTlsSecret" -}}
+{{- $ref := .Values.redis.tls.certificateRef -}}
+{{- if kindIs "map" $ref -}}
+{{- if and $ref.namespace (ne $ref.namespace .Release.Namespace) -}}
+{{- fail (printf "redis.tls.certificateRef.namespace must be this release's namespace %q (a pod mounts Secrets of its own namespace only), not %q" .Release.Namespace $ref.namespace) -}}
+{{- end -}}
+{{- $ref.name -}}
+{{- else -}}
+{{- $ref | default "" -}}
+{{- end -}}
+{{- end -}}
