@@ -320,6 +320,20 @@ def cluster_agent_key_and_gateway_token(env: Env) -> Planted:
     )
 
 
+def cluster_issuer_private_jwk_is_refused(env: Env) -> Planted:
+    """A workload token issuer's JWKS verifies tokens: public keys only, the rest refused."""
+    jwk = {**_rsa_private_jwk(), "kid": _kid(), "alg": "RS256"}
+    identity = {"issuers": [{"issuer": "https://issuer.test", "jwks": {"keys": [jwk]}}]}
+    answer = env.admin.post(
+        f"/v2/organizations/{env.org}/clusters",
+        json={"name": unique("c"), "cluster": {"workloadIdentity": identity}},
+    )
+    body = err(answer, 400)
+    assert _field(body).startswith("cluster.workloadIdentity.issuers[0]"), body
+    secrets = [jwk[m] for m in PRIVATE_MEMBERS]
+    return Planted("", f"/v2/organizations/{env.org}/clusters", secrets, answer.text)
+
+
 def profile_with_a_password_is_refused(env: Env) -> Planted:
     """Profiles are free-form and read by everyone below them: no secret goes in."""
     password = f"pw-{uuid.uuid4().hex}"
@@ -346,6 +360,7 @@ CASES: dict[str, Callable[[Env], Planted]] = {
         service_account_key,
         cluster_agent_key_and_gateway_token,
         profile_with_a_password_is_refused,
+        cluster_issuer_private_jwk_is_refused,
     )
 }
 
@@ -382,6 +397,7 @@ FIELDS: dict[tuple[str, str], tuple[str, ...] | str] = {
     ("Cluster", "serviceAccount.keys.*.encoding"): _PUBLIC_KEY,
     ("Cluster", "installTemplate.gateway.tokenExpireTime"): "a time",
     ("Cluster", "tokenTtl"): "a duration",
+    ("Cluster", "workloadIdentity.issuers.*.jwks"): ("cluster_issuer_private_jwk_is_refused",),
     ("Cluster", "rateLimit.backend.redis.tls.certificateRef.name"): "names a Secret, holds none",
     ("Cluster", "rateLimit.backend.redis.tls.certificateRef.namespace"): "names a Secret",
     **{
@@ -403,6 +419,7 @@ FREE_FORM: dict[tuple[str, str], tuple[str, ...] | str] = {
     ("Profile", "mandates"): ("profile_with_a_password_is_refused",),
     ("Cluster", "installTemplate.helm"): ("cluster_agent_key_and_gateway_token",),
     ("Cluster", "installTemplate.gateway.secrets"): ("cluster_agent_key_and_gateway_token",),
+    ("Cluster", "workloadIdentity.issuers.*.jwks"): ("cluster_issuer_private_jwk_is_refused",),
     ("Cluster", "namespaces.*"): "output only: what the agent reports of a namespace",
     ("Cluster", "state"): "output only: the agent's last report",
 }
