@@ -293,7 +293,7 @@ def _redact_pairs(text: str) -> tuple[str, int]:
     return "".join(out), count
 
 
-def embedded_json(text: str) -> Any:
+def _embedded_json(text: str) -> Any:
     """The object or list a string holds as JSON text (an inline JWKS), else None."""
     if text.lstrip()[:1] not in ("{", "["):
         return None
@@ -353,7 +353,7 @@ def redact(document: Any) -> tuple[Any, int]:
                 count += 1
                 return REDACTED
             if '"kty"' in value:
-                inner = embedded_json(value)
+                inner = _embedded_json(value)
                 if inner is not None:
                     before = count
                     clean_inner = walk(inner)
