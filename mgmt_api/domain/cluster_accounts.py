@@ -124,3 +124,22 @@ def channel_for(audience: str, kind: str) -> Channel | None:
         if channel.audience == audience and channel.kind == kind:
             return channel
     return None
+
+
+def docs_table() -> str:
+    """The table as docs/api.md shows it (a test keeps the two equal): one row per
+    channel, one column per account, and the REST role each holds (none)."""
+    head = "| Asks for | " + " | ".join(f"`{a.name}` key" for a in ACCOUNTS) + " |"
+    rule = "|---|" + "---|" * len(ACCOUNTS)
+    rows = [
+        f"| {channel.title} | "
+        + " | ".join("yes" if channel in a.channels else "refused" for a in ACCOUNTS)
+        + " |"
+        for channel in CHANNELS
+    ]
+    rest = (
+        "| any other REST call (reads, writes: no role) | "
+        + " | ".join("refused" for _ in ACCOUNTS)
+        + " |"
+    )
+    return "\n".join([head, rule, *rows, rest])

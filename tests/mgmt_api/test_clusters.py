@@ -256,3 +256,19 @@ def test_gateway_knob_rejections_name_the_field(
     assert _violation(body) == field, body
     assert says in body["message"], body
     err(admin.get(f"{base}/bad"), 404)
+
+
+def test_the_template_creates_an_account_the_cluster_lacks(
+    server: MgmtServer, admin: httpx.Client, org: str
+) -> None:
+    """A cluster created before its extauthz account existed (or whose account was
+    deleted) gets it back, with a key, from the next template."""
+    base = f"/v2/organizations/{org}/clusters"
+    ok(admin.post(base, json={"name": "old", "cluster": {}}))
+    account = f"{base}/old/serviceaccounts/extauthz"
+    ok(admin.delete(account))
+    err(admin.get(account), 404)
+    template = ok(admin.get(f"{base}/old", params={"includeInstallTemplate": "true"}))
+    entry = template["installTemplate"]["helm"]["secrets"]["extauthzServiceAccount"]
+    keys = ok(admin.get(account))["keys"]
+    assert [k["id"] for k in keys] == [entry["keyId"]]
