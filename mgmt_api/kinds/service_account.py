@@ -111,7 +111,8 @@ class ServiceAccountBehaviour(base.Behaviour):
         if not write.creating:
             return {}
         # The creator is rbac/admin of the new account, so this refuses only a
-        # cluster's agent account recreated by someone who is not an org admin.
+        # cluster's account (agent, gateway, extauthz, ratelimit) recreated by
+        # someone who is not an org admin.
         NEW_KEY.require(env.tx.conn, env.principal, res.fqn)
         pair = new_key(env.tx.conn, res.fqn)
         encoding = str(write.options.get("key_encoding", "PEM"))
