@@ -10,7 +10,7 @@ besides CREATE, as does a GET with ``includeInstallTemplate=true``, which
 mints a new key of each (creating the accounts a cluster made before some
 of them existed lacks): keys of a cluster's accounts are managed on the
 organization (:func:`~mgmt_api.kinds.service_account.key_scope`,
-:data:`CREATE_AGENT`, :data:`INSTALL_TEMPLATE`).
+:data:`CREATE_ACCOUNTS`, :data:`INSTALL_TEMPLATE`).
 
 ``namespaces`` and ``state`` are what the cluster's agent last reported
 (output only); ``fetchWorkloads`` includes the reported workloads, which are
@@ -340,9 +340,6 @@ def install_template(
     }
 
 
-_DESCRIPTIONS = {a.name: f"Credential of {a.description}" for a in accounts.ACCOUNTS}
-
-
 def _mint_keys(env: WriteEnv, cluster: repo.Resource) -> dict[str, keymod.KeyPair]:
     """A new key of each of the cluster's accounts, creating the accounts it lacks (a
     cluster created before some of them existed, or an account deleted since). None of
@@ -353,7 +350,7 @@ def _mint_keys(env: WriteEnv, cluster: repo.Resource) -> dict[str, keymod.KeyPai
         if not repo.exists(env.tx.conn, sa_fqn):
             spec = {
                 "displayName": f"{account.name.capitalize()} of {cluster.name}",
-                "description": _DESCRIPTIONS[account.name],
+                "description": f"Credential of {account.description}",
             }
             if create_object(env, Kind.SERVICE_ACCOUNT, sa_fqn, spec) is None:
                 raise ApiError(
