@@ -40,6 +40,7 @@ from mgmt_api.auth.tokens import sign_service_account
 from mgmt_api.compiler import gateway_xds
 from mgmt_api.domain import cluster_accounts as accounts
 from tests.mgmt_api.harness import MgmtServer, err, ok
+from tests.mgmt_api.rbac_helpers import bound_account
 from tests.support.cluster_credentials import write_credential
 
 ORG = "scoped"
@@ -328,3 +329,18 @@ def test_the_table_row_by_row(account: accounts.Account, channel: accounts.Chann
 def test_the_docs_show_the_table_of_the_code() -> None:
     """docs/api.md shows the table inside the "Clusters" list (indented two spaces)."""
     assert textwrap.indent(accounts.docs_table(), "  ") in DOCS.read_text(encoding="utf-8")
+
+
+def test_an_editor_of_the_cluster_cannot_recreate_a_component_account(setup: Setup) -> None:
+    """Recreating ``.../serviceaccounts/extauthz`` mints a key that would open the policy
+    stream: it needs SET_POLICY on the organization, like the template."""
+    account = f"{CLUSTER_PATH}/serviceaccounts/extauthz"
+    name = f"organizations/{ORG}/clusters/{OTHER}"
+    ok(setup.admin.delete(f"/v2/{name}/serviceaccounts/extauthz"))
+    # an editor of the whole organization: CREATE and WRITE everywhere, no SET_POLICY
+    _, editor = bound_account(setup.mgmt, setup.admin, ORG, "rbac/editor", f"organizations/{ORG}")
+    with editor:
+        body = {"name": "extauthz", "serviceAccount": {}}
+        err(editor.post(f"/v2/{name}/serviceaccounts", json=body), 403, "PERMISSION_DENIED")
+        err(editor.post(f"{account}/keys"), 403, "PERMISSION_DENIED")  # nor mint a key
+    err(setup.admin.get(f"/v2/{name}/serviceaccounts/extauthz"), 404)
