@@ -59,13 +59,13 @@ from mgmt_api.distribution.metrics import AttestationCounts
 from mgmt_api.distribution.server import DistributionServicer
 from mgmt_api.distribution.sidecar_ads import SidecarStreams
 from mgmt_api.distribution.workload_certs import WorkloadCertificatesServicer, add_to_server
-from mgmt_api.domain import mesh_ca
+from mgmt_api.domain import cluster_accounts, mesh_ca
 from mgmt_api.domain.durations import parse_duration
 from mgmt_api.errors import invalid
 from mgmt_api.service.enforcement import EnforcementService, Snapshot
 from mgmt_api.service.instances import SubscriberRegistry
 from mgmt_api.service.mesh_ca import MeshCaStore, advance_forever
-from mgmt_api.service.stream_auth import Revocation, StreamAuth
+from mgmt_api.service.stream_auth import AuthError, Revocation, StreamAuth
 from mgmt_api.service.workload_trust import Attestation, WorkloadTrustStore
 from mgmt_api.settings import Settings
 from mgmt_api.store.notify import listen_revisions
@@ -165,11 +165,18 @@ class Distribution:
         return await self.enforcement.snapshot_async(node.kind, node.organization, node.cluster)
 
     async def _authenticate(self, token: str, node: NodeIdentity) -> str:
-        return await self.stream_auth.authenticate_async(token, node.organization, node.cluster)
+        return await self._admit(token, node, tokens.DISTRIBUTION_AUDIENCE)
 
     async def _authenticate_gateway(self, token: str, node: NodeIdentity) -> str:
+        return await self._admit(token, node, tokens.GATEWAY_AUDIENCE)
+
+    async def _admit(self, token: str, node: NodeIdentity, audience: str) -> str:
+        """The stream's channel (its audience and node kind) decides which account may open it."""
+        channel = cluster_accounts.channel_for(audience, node.kind)
+        if channel is None:
+            raise AuthError(f"no cluster credential opens this stream as {node.kind!r}")
         return await self.stream_auth.authenticate_async(
-            token, node.organization, node.cluster, tokens.GATEWAY_AUDIENCE
+            token, node.organization, node.cluster, channel
         )
 
     async def _build_gateway(self, key: tuple[str, str]) -> GatewayInput:

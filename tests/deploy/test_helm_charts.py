@@ -604,11 +604,56 @@ def test_rendered_service_files_load_with_the_service_namesloaders(
     url = _secret(r, "-redis-url")
     if url is not None:
         assert parse_redis_url(url["url"])
-    credentials = json.loads(_secret(r, "-credentials")["credentials.json"])  # type: ignore[index]
-    (tmp_path / "credentials.json").write_text(json.dumps(credentials))
     from meshplane.control_plane import load_credentials
 
-    assert load_credentials(tmp_path / "credentials.json").private_jwk["d"]
+    for component in _credential_holders(r):
+        secret = _secret(r, f"-{component}-credentials")
+        assert secret is not None, f"{case}: no credentials Secret of {component}"
+        path = tmp_path / f"{component}.json"
+        path.write_text(secret["credentials.json"])
+        key = load_credentials(path)
+        assert key.private_jwk["d"]
+        assert (key.subject or "").endswith(f"/serviceaccounts/{component}")
+
+
+def _credential_holders(r: Rendered) -> list[str]:
+    """The components that subscribe with a key: the agent, and extauthz and ratelimit
+    unless they run from a standalone config."""
+    return [
+        "agent",
+        *(c for c in ("extauthz", "ratelimit") if not r.values.get(c, {}).get("config")),
+    ]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_each_component_mounts_its_own_credentials_and_no_one_elses(
+    rendered: dict[tuple[str, str], Rendered], case: str
+) -> None:
+    """One Secret per component, mounted in that component's container alone; the
+    gateway (its bootstrap's token), the injector and its webhook get none."""
+    r = rendered[case, CLUSTER]
+    holders = _credential_holders(r)
+    secrets = sorted(
+        o["metadata"]["name"]
+        for o in r.of_kind("Secret")
+        if o["metadata"]["name"].endswith("-credentials")
+    )
+    assert secrets == sorted(f"{CLUSTER}-{c}-credentials" for c in holders)
+    mounted: list[str] = []
+    for workload in workloads(r):
+        pod = workload["spec"]["template"]["spec"]
+        by_volume = {
+            v["name"]: v["secret"]["secretName"] for v in pod.get("volumes", []) if "secret" in v
+        }
+        for container in containers(workload):
+            for mount in container.get("volumeMounts", []):
+                secret = by_volume.get(mount["name"], "")
+                if secret.endswith("-credentials"):
+                    where = f"{case}: {workload['metadata']['name']}/{container['name']}"
+                    assert secret == f"{CLUSTER}-{container['name']}-credentials", where
+                    mounted.append(container["name"])
+        assert {n for n in by_volume.values() if n.endswith("-credentials")} <= set(secrets)
+    assert sorted(set(mounted)) == sorted(holders)
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -1045,6 +1090,12 @@ WRONG: list[tuple[str, dict[str, Any], str]] = [
         CLUSTER,
         {"secrets": {"clusterServiceAccount": {"clusterFqn": "acme/east"}}},
         "/secrets/clusterServiceAccount/clusterFqn",
+    ),
+    # a template of a release that gave the cluster one key: the extauthz key is missing
+    (
+        CLUSTER,
+        {"secrets": {"extauthzServiceAccount": {"jwk": ""}}},
+        "secrets.extauthzServiceAccount",
     ),
     (
         CLUSTER,

@@ -64,7 +64,7 @@ periodSeconds: {{ .period }}
     {{- if .Values.extauthz.config }}
     - {name: extauthz-config, mountPath: /etc/meshplane/extauthz, readOnly: true}
     {{- else }}
-    {{- include "mc.subscriberMounts" . | nindent 4 }}
+    {{- include "mc.subscriberMounts" (dict "ctx" . "component" "extauthz") | nindent 4 }}
     {{- end }}
 {{- end -}}
 
@@ -128,7 +128,7 @@ periodSeconds: {{ .period }}
     {{- if .Values.ratelimit.config }}
     - {name: ratelimit-rules, mountPath: /etc/meshplane/ratelimit/rules, readOnly: true}
     {{- else }}
-    {{- include "mc.subscriberMounts" . | nindent 4 }}
+    {{- include "mc.subscriberMounts" (dict "ctx" . "component" "ratelimit") | nindent 4 }}
     {{- end }}
     {{- if or (not .Values.redis.disabled) $be.url }}
     - {name: redis-url, mountPath: /etc/meshplane/redis-url, readOnly: true}
