@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import textwrap
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -42,6 +41,7 @@ from mgmt_api.domain import cluster_accounts as accounts
 from tests.mgmt_api.harness import MgmtServer, err, ok
 from tests.mgmt_api.rbac_helpers import bound_account
 from tests.support.cluster_credentials import write_credential
+from tests.support.stream_probe import Held, first_answer
 
 ORG = "scoped"
 CLUSTER = "c1"
@@ -99,38 +99,12 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
 # ---- one opener per channel: None when admitted, else the refusal's code ----
 
 
-class _Held:
-    """A request iterator that sends ``first`` and then holds the stream open."""
-
-    def __init__(self, first: Any) -> None:
-        self.first = first
-        self.done = threading.Event()
-
-    def __iter__(self) -> Iterator[Any]:
-        yield self.first
-        self.done.wait(30)
-
-
-def _first_answer(open_stream: Callable[[_Held], Any], first: Any) -> grpc.StatusCode | None:
-    """Open a stream, wait for its first message; None if one came, else the code."""
-    held = _Held(first)
-    call = open_stream(held)
-    try:
-        next(call)
-    except grpc.RpcError as exc:
-        return exc.code()  # type: ignore[no-any-return]
-    finally:
-        call.cancel()
-        held.done.set()
-    return None
-
-
 def policy_stream(setup: Setup, token: str, kind: str) -> grpc.StatusCode | None:
     node = dpb.Node(kind=kind, organization=ORG, cluster=CLUSTER, instance="probe")
     with grpc.insecure_channel(setup.target) as channel:
         stub = dpb_grpc.PolicyDistributionStub(channel)  # type: ignore[no-untyped-call]
         metadata = [("authorization", f"Bearer {token}")]
-        return _first_answer(
+        return first_answer(
             lambda held: stub.StreamSnapshots(iter(held), metadata=metadata, timeout=20),
             dpb.SnapshotRequest(node=node),
         )
@@ -153,7 +127,7 @@ def ads(setup: Setup, token: str, *, sidecar: bool = False) -> grpc.StatusCode |
     with grpc.insecure_channel(setup.target) as channel:
         stub = ads_pb2_grpc.AggregatedDiscoveryServiceStub(channel)
         metadata = [("authorization", f"Bearer {token}")]
-        return _first_answer(
+        return first_answer(
             lambda held: stub.StreamAggregatedResources(iter(held), metadata=metadata, timeout=20),
             first,
         )
@@ -162,7 +136,7 @@ def ads(setup: Setup, token: str, *, sidecar: bool = False) -> grpc.StatusCode |
 def tunnel(setup: Setup, token: str) -> grpc.StatusCode | None:
     """The tunnel sends nothing first: admitted is its initial metadata on a live call."""
     hello = tpb.AgentHello(organization=ORG, cluster=CLUSTER, instance="probe")
-    held = _Held(tpb.AgentMessage(hello=hello))
+    held = Held(tpb.AgentMessage(hello=hello))
     with grpc.insecure_channel(setup.target) as channel:
         stub = tpb_grpc.AgentTunnelStub(channel)  # type: ignore[no-untyped-call]
         call = stub.Connect(iter(held), metadata=[("authorization", f"Bearer {token}")])
@@ -278,7 +252,7 @@ def test_revoking_the_gateway_key_ends_its_ads_stream(setup: Setup) -> None:
     created = ok(setup.admin.get(f"{CLUSTER_PATH}", params={"includeInstallTemplate": "true"}))
     path = setup.tmp / "revoked-gateway.json"
     key = load_credentials(write_credential(created, "gateway", path))
-    held = _Held(
+    held = Held(
         discovery_pb2.DiscoveryRequest(node=_ads_node(False), type_url=gateway_xds.CLUSTER_TYPE)
     )
     with grpc.insecure_channel(setup.target) as channel:
