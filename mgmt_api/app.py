@@ -164,6 +164,7 @@ def _distribution(settings: Settings, services: Services) -> Distribution | None
         enforcement=services.enforcement,
         stream_auth=services.stream_auth,
         registry=services.registry,
+        attestation=services.attestation,
         tls=tls_from(settings),
         database_url=settings.database_url,
         revision_poll=parse_duration(settings.revision_poll, "MESHPLANE_REVISION_POLL")
@@ -329,6 +330,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         registry.register(DistributionCollector(services.registry))
     if services.enforcement.sidecars is not None:
         registry.register(SidecarCertificateCollector(services.enforcement.sidecars))
+    if distribution is not None:
+        registry.register(distribution.counts)
     app.state.registry = registry
     app.state.identity = identity
     _mount_routes(app)

@@ -25,8 +25,10 @@ The shape (docs/mesh.md):
   ``spiffe://TD/ns/NS/sa/SA`` as ``principal.authenticated.principal_name``;
   each outbound cluster presents the sidecar's own certificate and accepts
   only the SPIFFE ids of the callee service's connected sidecars. Both take
-  the certificate (:data:`SVID_SECRET`) and the CA (:data:`CA_SECRET`) over
-  SDS on the ADS stream (:func:`secrets`), so a rotation is one secret push.
+  the workload certificate (:data:`SVID_SECRET`) over SDS from the pod-local
+  sidecar agent (the bootstrap's :data:`~meshplane.workload_contract.SDS_CLUSTER`),
+  which holds its key, and the trust bundle (:data:`CA_SECRET`) over SDS on
+  the ADS stream (:func:`secrets`), so a CA rotation is one secret push.
 
 Pure: no store, no clock. :meth:`SidecarInput.version` is the digest of the
 cluster-wide input; what differs between sidecars is fixed for a stream.
@@ -129,7 +131,20 @@ def _router() -> JsonDict:
 
 
 def _sds(name: str) -> JsonDict:
-    return {"name": name, "sdsConfig": {"ads": {}, "resourceApiVersion": "V3"}}
+    """Where Envoy gets secret ``name``: the workload certificate from the pod-local
+    agent's SDS, the trust bundle on the ADS stream."""
+    if name == SVID_SECRET:
+        source: JsonDict = {
+            "apiConfigSource": {
+                "apiType": "GRPC",
+                "transportApiVersion": "V3",
+                "grpcServices": [{"envoyGrpc": {"clusterName": workload_contract.SDS_CLUSTER}}],
+            },
+            "resourceApiVersion": "V3",
+        }
+    else:
+        source = {"ads": {}, "resourceApiVersion": "V3"}
+    return {"name": name, "sdsConfig": source}
 
 
 def _validation(sans: list[JsonDict]) -> JsonDict:
@@ -172,21 +187,11 @@ def upstream_tls(inp: SidecarInput, endpoints: list[SidecarEndpoint]) -> JsonDic
     return {"name": TLS_SOCKET, "typedConfig": context}
 
 
-def secrets(certificate_chain: str, private_key: str, ca_certificate: str) -> tuple[JsonDict, ...]:
-    """The two SDS secrets of a sidecar (PEM strings); they carry its private key."""
-    return (
-        {
-            "name": SVID_SECRET,
-            "tlsCertificate": {
-                "certificateChain": {"inlineString": certificate_chain},
-                "privateKey": {"inlineString": private_key},
-            },
-        },
-        {
-            "name": CA_SECRET,
-            "validationContext": {"trustedCa": {"inlineString": ca_certificate}},
-        },
-    )
+def secrets(trust_bundle: tuple[str, ...]) -> tuple[JsonDict, ...]:
+    """The one SDS secret mgmt-api serves a sidecar: the trust bundle (CA PEMs,
+    concatenated). No key: the workload's stays in its pod."""
+    pems = "".join(p if p.endswith("\n") else p + "\n" for p in trust_bundle)
+    return ({"name": CA_SECRET, "validationContext": {"trustedCa": {"inlineString": pems}}},)
 
 
 def _static_cluster(name: str, endpoints: list[tuple[str, int]]) -> JsonDict:

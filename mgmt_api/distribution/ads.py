@@ -29,9 +29,11 @@ one) gets the current resources; for the route type, only the names Envoy
 asks for are sent. Types other than clusters, listeners, routes and (sidecars only) SDS
 secrets get no answer (nothing else is dynamic in a gateway).
 
-Sidecars also subscribe to their SDS secrets (workload certificate and mesh
-CA, :mod:`mgmt_api.distribution.sidecar_ads`). The secrets' ``version_info``
-is the configuration version plus the certificate's serial, so a rotation
+Sidecars are admitted by their pod's workload token, not by the cluster's
+agent key (:meth:`~mgmt_api.distribution.sidecar_ads.SidecarStreams.admit`),
+and also subscribe to one SDS secret on ADS, the trust bundle
+(:mod:`mgmt_api.distribution.sidecar_ads`). The secret's ``version_info``
+is the configuration version plus the bundle's digest, so a CA rotation
 sends the secret type alone, and the status keeps reporting configuration
 versions (an ACK of a version means every type, secrets included, was
 accepted).
@@ -85,7 +87,7 @@ from meshplane.sidecar_contract import SIDECAR_KIND, SidecarNode
 from mgmt_api.compiler import gateway_xds
 from mgmt_api.compiler.protojson import JsonDict
 from mgmt_api.distribution.feed import ChangeFeed, SharedBuilds
-from mgmt_api.distribution.sidecar_ads import SidecarStreams, WorkloadIdentity
+from mgmt_api.distribution.sidecar_ads import SidecarStreams
 from mgmt_api.distribution.streams import (
     Admitted,
     StillAdmitted,
@@ -138,7 +140,7 @@ class _Compiled:
     version: str
     resources: dict[str, list[tuple[str, any_pb2.Any]]]  # type → [(name, packed)]
     warnings: tuple[str, ...]
-    serial: str = ""  # a sidecar's certificate serial (its secrets' version)
+    serial: str = ""  # a sidecar's trust bundle digest (its secret's version)
 
     def type_version(self, type_url: str) -> str:
         """The ``version_info`` of ``type_url``'s responses (see the module docstring)."""
@@ -225,8 +227,14 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
                 node = parse_node(first.node.id, first.node.cluster, metadata)
         except NodeError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        kind = SIDECAR_KIND if isinstance(node, SidecarNode) else GATEWAY_KIND
-        identity = NodeIdentity(kind, node.organization, node.cluster, node.instance)
+        if isinstance(node, SidecarNode):
+            # The pod's workload token, never the agent key or a gateway token.
+            assert self._sidecars is not None
+            sidecars, sidecar = self._sidecars, node
+            identity = NodeIdentity(SIDECAR_KIND, node.organization, node.cluster, node.instance)
+            grant = await admit_bearer(context, lambda token: sidecars.admit(token, sidecar))
+            return node, identity, grant
+        identity = NodeIdentity(GATEWAY_KIND, node.organization, node.cluster, node.instance)
         grant = await admit_bearer(context, lambda token: self._authenticate(token, identity))
         return node, identity, grant
 
@@ -314,8 +322,7 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
                 handle = self._sidecars.directory.join(node)
             except DirectoryFull as exc:
                 await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
-            certificate = self._sidecars.identity(node, handle)
-            build = functools.partial(self._compile_sidecar, node, certificate)
+            build = functools.partial(self._compile_sidecar, node)
         else:
             build = functools.partial(self._compile, node)
         responses = follow(
@@ -355,7 +362,7 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
         stream.compiled = latest
         types = stream.types
         if before is not None and latest.version == before.version:
-            types = (gateway_xds.SECRET_TYPE,)  # a rotated certificate, nothing else
+            types = (gateway_xds.SECRET_TYPE,)  # a new trust bundle, nothing else
         else:
             self._plane.registry.sent(stream.identity, latest.version, self._plane.clock())
         return [
@@ -371,11 +378,9 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
         response = self._answer(stream, stream.compiled, request)
         return () if response is None else (response,)
 
-    async def _compile_sidecar(
-        self, node: SidecarNode, identity: WorkloadIdentity, revision: int
-    ) -> _Compiled | None:
+    async def _compile_sidecar(self, node: SidecarNode, revision: int) -> _Compiled | None:
         assert self._sidecars is not None
-        compiled = await self._sidecars.compile(node, identity, revision)
+        compiled = await self._sidecars.compile(node, revision)
         if compiled is None:
             return None
         version, serial, resources = compiled

@@ -2,8 +2,9 @@
 
 One gRPC server, one port, serves the ``PolicyDistribution`` stream of the
 ratelimit and extauthz instances, Envoy's Aggregated Discovery Service for
-the gateways (:mod:`mgmt_api.distribution.ads`) and the agent tunnel; all
-three wake on the same feed.
+the gateways and sidecars (:mod:`mgmt_api.distribution.ads`), the agent
+tunnel, and ``WorkloadCertificates/Sign`` for the pod-local sidecar agents
+(:mod:`mgmt_api.distribution.workload_certs`); the streams wake on the same feed.
 
 It runs in the same event loop as the REST app (started and stopped by the
 FastAPI lifespan). A committed write reaches the open snapshot streams
@@ -54,16 +55,18 @@ from mgmt_api.compiler.gateway_xds import GatewayInput
 from mgmt_api.compiler.sidecar_xds import SidecarInput
 from mgmt_api.distribution.ads import AggregatedDiscoveryServicer
 from mgmt_api.distribution.feed import ChangeFeed
+from mgmt_api.distribution.metrics import AttestationCounts
 from mgmt_api.distribution.server import DistributionServicer
 from mgmt_api.distribution.sidecar_ads import SidecarStreams
+from mgmt_api.distribution.workload_certs import WorkloadCertificatesServicer, add_to_server
 from mgmt_api.domain import mesh_ca
 from mgmt_api.domain.durations import parse_duration
-from mgmt_api.domain.mesh_ca import CertificateAuthority
 from mgmt_api.errors import invalid
 from mgmt_api.service.enforcement import EnforcementService, Snapshot
 from mgmt_api.service.instances import SubscriberRegistry
 from mgmt_api.service.mesh_ca import MeshCaStore
 from mgmt_api.service.stream_auth import Revocation, StreamAuth
+from mgmt_api.service.workload_trust import Attestation, WorkloadTrustStore
 from mgmt_api.settings import Settings
 from mgmt_api.store.notify import listen_revisions
 from mgmt_api.store.uow import UnitOfWork
@@ -124,11 +127,15 @@ class Distribution:
     enforcement: EnforcementService
     stream_auth: StreamAuth
     registry: SubscriberRegistry
+    #: Verifies workload tokens (Sign, sidecar ADS); by default over its own read model.
+    attestation: Attestation | None = None
     tls: ListenerTlsFiles | None = None
     database_url: str | None = None
     revision_poll: float | None = None
-    #: Lifetime of the sidecars' workload certificates (MESHPLANE_SIDECAR_CERT_TTL).
+    #: Lifetime of the workload certificates Sign issues (MESHPLANE_SIDECAR_CERT_TTL).
     certificate_ttl: float = mesh_ca.DEFAULT_SVID_TTL
+    #: Sign's and sidecar admission's outcomes (a Prometheus collector).
+    counts: AttestationCounts = field(default_factory=AttestationCounts)
     feed: ChangeFeed | None = field(default=None, init=False)
     port: int | None = field(default=None, init=False)
     _loop: asyncio.AbstractEventLoop | None = field(default=None, init=False)
@@ -167,26 +174,34 @@ class Distribution:
     async def _build_sidecar(self, key: tuple[str, str]) -> SidecarInput:
         return await self.enforcement.sidecar_async(*key)
 
-    async def _mesh_ca(self, key: tuple[str, str]) -> CertificateAuthority:
-        return await asyncio.to_thread(self._cas.get, *key)
+    async def _trust_bundle(self, key: tuple[str, str]) -> tuple[str, ...]:
+        return await asyncio.to_thread(self._cas.trust_bundle, *key)
 
-    def _sidecar_streams(self, feed: ChangeFeed) -> SidecarStreams | None:
+    def _sidecar_streams(self, feed: ChangeFeed, attestation: Attestation) -> SidecarStreams | None:
         """The sidecar half of ADS, when the enforcement service has a sidecar directory."""
         if self.enforcement.sidecars is None:
             return None
-        self._cas = MeshCaStore(self.uow)
         sidecars = SidecarStreams(
             self._build_sidecar,
-            self._mesh_ca,
+            self._trust_bundle,
             self.enforcement.sidecars,
             feed,
             self.registry,
+            attestation=attestation,
+            counts=self.counts,
             heartbeat=REVALIDATE_SECONDS,
-            still_admitted=self._still_admitted,
-            certificate_ttl=self.certificate_ttl,
         )
         self._tasks.append(sidecars.start())
         return sidecars
+
+    def _workload_certificates(self, attestation: Attestation) -> WorkloadCertificatesServicer:
+        return WorkloadCertificatesServicer(
+            attestation,
+            self._cas,
+            self.counts,
+            directory=self.enforcement.sidecars,
+            certificate_ttl=self.certificate_ttl,
+        )
 
     async def _still_admitted(self, key_id: str, node: NodeIdentity) -> Revocation | None:
         return await self.stream_auth.still_admitted_async(key_id, node.organization, node.cluster)
@@ -197,6 +212,8 @@ class Distribution:
         feed = self.feed = ChangeFeed(self._read_revision)
         feed.notify(await self._read_revision())
         self.uow.listeners.subscribe(self.committed)
+        self._cas = MeshCaStore(self.uow)
+        attestation = self.attestation or Attestation(self.uow, WorkloadTrustStore(self.uow))
         servicer = DistributionServicer(
             self._build,
             self._authenticate,
@@ -214,9 +231,10 @@ class Distribution:
             self.registry,
             heartbeat=REVALIDATE_SECONDS,
             still_admitted=self._still_admitted,
-            sidecars=self._sidecar_streams(feed),
+            sidecars=self._sidecar_streams(feed, attestation),
         )
         ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(gateways, server)
+        add_to_server(self._workload_certificates(attestation), server)
         for add in self.servicers:
             add(server)
         if self.tls is not None:

@@ -27,6 +27,7 @@ rules need per sidecar (bounded by the sidecars a replica admits per cluster,
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -111,10 +112,11 @@ class DistributionCollector(Collector):
 class SidecarCertificateCollector(Collector):
     """``meshplane_sidecar_certificate_expiry_timestamp_seconds{cluster, instance}``.
 
-    The notAfter (Unix seconds) of the workload certificate each connected
-    sidecar was last sent (docs/mesh.md); ``cluster`` is ``ORG/CLUSTER``.
-    Read from the sidecar directory at scrape time; a closed stream's series
-    is gone with it, so a certificate nobody uses cannot raise the alert.
+    The notAfter (Unix seconds) of the workload certificate last signed
+    (``WorkloadCertificates/Sign``) for each sidecar connected here
+    (docs/mesh.md); ``cluster`` is ``ORG/CLUSTER``. Read from the sidecar
+    directory at scrape time; a closed stream's series is gone with it, so a
+    certificate nobody uses cannot raise the alert.
     """
 
     def __init__(self, directory: SidecarDirectory) -> None:
@@ -131,3 +133,51 @@ class SidecarCertificateCollector(Collector):
         ):
             gauge.add_metric([node.node_cluster, node.instance], not_after)
         yield gauge
+
+
+class AttestationCounts(Collector):
+    """``mgmt_api_workload_certificates_total{outcome, reason}``: Sign's answers.
+
+    ``outcome`` is ``issued`` or ``refused``; ``reason`` a refusal's bounded
+    label (:mod:`mgmt_api.domain.workload_attest`), ``""`` for an issue.
+    Sidecar ADS refusals count under ``mgmt_api_sidecar_admissions_total``
+    with the same reasons.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._signs: Counter[tuple[str, str]] = Counter({("issued", ""): 0})
+        self._admissions: Counter[tuple[str, str]] = Counter({("admitted", ""): 0})
+
+    def issued(self) -> None:
+        with self._lock:
+            self._signs["issued", ""] += 1
+
+    def refused(self, reason: str) -> None:
+        with self._lock:
+            self._signs["refused", reason] += 1
+
+    def admission(self, reason: str = "") -> None:
+        """A sidecar stream admitted (``reason`` empty) or refused."""
+        with self._lock:
+            self._admissions["refused" if reason else "admitted", reason] += 1
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            signs, admissions = dict(self._signs), dict(self._admissions)
+        for name, doc, counts in (
+            (
+                "mgmt_api_workload_certificates",
+                "Workload certificate requests (Sign), issued or refused by reason",
+                signs,
+            ),
+            (
+                "mgmt_api_sidecar_admissions",
+                "Sidecar ADS streams admitted, or refused by reason",
+                admissions,
+            ),
+        ):
+            family = CounterMetricFamily(name, doc, labels=["outcome", "reason"])
+            for (outcome, reason), count in sorted(counts.items()):
+                family.add_metric([outcome, reason], count)
+            yield family

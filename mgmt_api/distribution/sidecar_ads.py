@@ -1,8 +1,19 @@
 """The sidecar half of the ADS server (:mod:`mgmt_api.distribution.ads`).
 
-Sidecars share the gateway's ADS protocol handling and differ in three ways,
+Sidecars share the gateway's ADS protocol handling and differ in four ways,
 all kept here:
 
+- **admission** (:meth:`SidecarStreams.admit`): the stream's bearer is the
+  pod's workload token (relayed by the pod-local sidecar agent), verified
+  like ``WorkloadCertificates/Sign`` verifies it
+  (:class:`~mgmt_api.service.workload_trust.Attestation`); the cluster
+  agent's key and the gateway token are no workload's, so they never verify.
+  The node metadata must announce the verified namespace and service account,
+  a service the pod is in and the pod's address
+  (:func:`~mgmt_api.domain.workload_attest.sidecar_refusal`): otherwise
+  PERMISSION_DENIED, and the refusal is audited. Every wake re-checks that
+  the pod is still in the inventory with the same uid (:meth:`SidecarStreams.still_admitted`):
+  a deleted pod's stream closes, and it leaves the endpoints;
 - their resources come from :func:`mgmt_api.compiler.sidecar_xds.compile_sidecar`;
 - their input depends on which sidecars are connected (the endpoints), not
   only on the store, so their streams follow their OWN change feed, moved by
@@ -10,98 +21,42 @@ all kept here:
   :class:`~mgmt_api.service.sidecars.SidecarDirectory` (the store's revision
   numbers cannot be bumped locally: another replica's writes would then be
   missed);
-- a sidecar joins the directory while its stream is open;
-- each sidecar stream holds a workload certificate (:class:`WorkloadIdentity`):
-  its key is generated here, in mgmt-api's memory, for this stream only, and
-  never stored or logged (docs/mesh.md says why not in the pod). It is issued
-  on the first build and re-issued, with a new key, on the first build past
-  its half-life: the stream wakes every ``heartbeat`` seconds, so rotation is
-  at most that late, and it goes out as an SDS push on the open stream. When
-  the stream ends (the sidecar left, its key or cluster was revoked), so does
-  issuance for it.
+- the only secret served is the cluster's trust bundle
+  (:data:`~meshplane.workload_contract.CA_SECRET`). The workload certificate
+  and its key never pass here: the pod-local agent holds the key, has it
+  signed through Sign and serves it to Envoy over SDS in the pod.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from cryptography import x509
-
-from meshplane.sidecar_contract import SidecarNode, spiffe_id
+from meshplane.distribution_contract import NodeIdentity
+from meshplane.sidecar_contract import SidecarNode
 from mgmt_api.compiler import sidecar_xds
 from mgmt_api.compiler.gateway_xds import GatewayResources
-from mgmt_api.compiler.protojson import JsonDict
 from mgmt_api.distribution.feed import ChangeFeed, SharedBuilds
-from mgmt_api.distribution.streams import StillAdmitted, StreamPlane
-from mgmt_api.domain import mesh_ca
-from mgmt_api.domain.mesh_ca import CertificateAuthority
+from mgmt_api.distribution.metrics import AttestationCounts
+from mgmt_api.distribution.streams import StreamPlane
+from mgmt_api.domain.workload_attest import AttestationError, sidecar_refusal
 from mgmt_api.service.enforcement import UnknownCluster
 from mgmt_api.service.instances import SubscriberRegistry
 from mgmt_api.service.sidecars import SidecarDirectory
+from mgmt_api.service.stream_auth import AuthError, Revocation
+from mgmt_api.service.workload_trust import Attestation
 
 log = logging.getLogger(__name__)
 
 # (organization, cluster) → the cluster's sidecar input.
 SidecarBuild = Callable[[tuple[str, str]], Awaitable[sidecar_xds.SidecarInput]]
-# (organization, cluster) → the cluster's mesh CA (created on first use).
-CaSource = Callable[[tuple[str, str]], Awaitable[CertificateAuthority]]
-
-
-class WorkloadIdentity:
-    """One sidecar stream's workload certificate (see the module docstring)."""
-
-    def __init__(
-        self, node: SidecarNode, ttl: float, issued: Callable[[float], None] = lambda _: None
-    ) -> None:
-        """``issued(not_after)`` hears of every new certificate (the expiry gauge)."""
-        self.node = node
-        self.ttl = ttl
-        self._issued = issued
-        self._ca_serial: int | None = None
-        self._certificate: x509.Certificate | None = None
-        self._secrets: tuple[JsonDict, ...] = ()
-
-    @property
-    def serial(self) -> str:
-        """The current certificate's serial in hex ("" before the first)."""
-        return "" if self._certificate is None else f"{self._certificate.serial_number:x}"
-
-    def secrets(self, ca: CertificateAuthority, now: float) -> tuple[JsonDict, ...]:
-        """The SDS secrets to serve at ``now``: a new certificate when none, the CA
-        changed, or the current one is past its half-life."""
-        current = self._certificate
-        if (
-            current is None
-            or self._ca_serial != ca.certificate.serial_number
-            or mesh_ca.rotation_due(current, now)
-        ):
-            self._issue(ca, now)
-        return self._secrets
-
-    def _issue(self, ca: CertificateAuthority, now: float) -> None:
-        node = self.node
-        key = mesh_ca.new_key()
-        identity = spiffe_id(ca.trust_domain, node.namespace, node.service_account)
-        certificate = mesh_ca.issue_svid(ca, identity, key.public_key(), now, self.ttl)
-        self._secrets = sidecar_xds.secrets(
-            mesh_ca.pem(certificate), mesh_ca.key_pem(key), ca.certificate_pem
-        )
-        self._certificate, self._ca_serial = certificate, ca.certificate.serial_number
-        not_after = certificate.not_valid_after_utc.timestamp()
-        self._issued(not_after)
-        log.info(
-            "issued a workload certificate",
-            extra={
-                "cluster": node.cluster,
-                "instance": node.instance,
-                "spiffeId": identity,
-                "serial": self.serial,
-                "notAfter": int(not_after),
-            },
-        )
+# (organization, cluster) → the cluster's trust bundle (PEMs, the signing CA first).
+BundleSource = Callable[[tuple[str, str]], Awaitable[tuple[str, ...]]]
+#: The audit operation of a refused sidecar stream.
+REFUSE_SIDECAR = "REFUSE_SIDECAR"
 
 
 class SidecarStreams:
@@ -110,29 +65,31 @@ class SidecarStreams:
     def __init__(
         self,
         build: SidecarBuild,
-        ca: CaSource,
+        bundle: BundleSource,
         directory: SidecarDirectory,
         store_feed: ChangeFeed,
         registry: SubscriberRegistry,
         *,
-        still_admitted: StillAdmitted | None = None,
+        attestation: Attestation,
+        counts: AttestationCounts | None = None,
         clock: Callable[[], float] = time.time,
         heartbeat: float = 30.0,
-        certificate_ttl: float = mesh_ca.DEFAULT_SVID_TTL,
     ) -> None:
-        """``certificate_ttl``: the workload certificates' lifetime (seconds)."""
         self.directory = directory
-        self.certificate_ttl = certificate_ttl
+        self.attestation = attestation
+        self.counts = counts or AttestationCounts()
         self.feed = ChangeFeed()
-        self.plane = StreamPlane(self.feed, registry, still_admitted, clock, heartbeat)
+        self.plane = StreamPlane(self.feed, registry, self.still_admitted, clock, heartbeat)
         self._store_feed = store_feed
         self._builds: SharedBuilds[tuple[str, str], sidecar_xds.SidecarInput] = SharedBuilds(
             self.feed, build
         )
         # Shared like the input: one store read per cluster and change, not per
         # stream and heartbeat (a CA changes only with a write: a new trust
-        # domain, a recreated cluster).
-        self._cas: SharedBuilds[tuple[str, str], CertificateAuthority] = SharedBuilds(self.feed, ca)
+        # domain, a recreated cluster, a rotation).
+        self._bundles: SharedBuilds[tuple[str, str], tuple[str, ...]] = SharedBuilds(
+            self.feed, bundle
+        )
         directory.listeners.append(self._moved)
 
     def _moved(self) -> None:
@@ -148,25 +105,70 @@ class SidecarStreams:
     def start(self) -> asyncio.Task[None]:
         return asyncio.create_task(self.follow_store())
 
-    def identity(self, node: SidecarNode, handle: int) -> WorkloadIdentity:
-        """A new stream's certificate holder; its expiries go to the directory's gauge."""
-        return WorkloadIdentity(
-            node,
-            self.certificate_ttl,
-            lambda not_after: self.directory.certified(handle, not_after),
-        )
+    async def admit(self, token: str, node: SidecarNode) -> str:
+        """The grant of a sidecar stream whose bearer is ``token``; :class:`AuthError` if not.
+
+        The grant (the pod and its uid) is what :meth:`still_admitted` re-checks.
+        """
+        org, cluster = node.organization, node.cluster
+        try:
+            attested = await asyncio.to_thread(self.attestation.verify, token, org, cluster)
+        except UnknownCluster:
+            self.counts.admission("cluster")
+            raise AuthError(f"no cluster {node.node_cluster}") from None
+        except AttestationError as exc:
+            self.counts.admission(exc.reason)
+            log.warning(
+                "refused a sidecar stream",
+                extra={"cluster": node.node_cluster, "instance": node.instance, "error": str(exc)},
+            )
+            raise AuthError(str(exc)) from None
+        refusal = sidecar_refusal(attested, node)
+        if refusal is not None:
+            self.counts.admission(refusal.reason)
+            log.warning(
+                "refused a sidecar stream",
+                extra={
+                    "cluster": node.node_cluster,
+                    "instance": node.instance,
+                    "pod": f"{attested.pod.namespace}/{attested.pod.name}",
+                    "error": str(refusal),
+                },
+            )
+            await asyncio.to_thread(
+                self.attestation.audit_refusal,
+                org,
+                cluster,
+                attested,
+                refusal,
+                operation=REFUSE_SIDECAR,
+                instance=node.instance,
+            )
+            raise AuthError(str(refusal))
+        self.counts.admission()
+        return attested.grant
+
+    async def still_admitted(self, grant: str, node: NodeIdentity) -> Revocation | None:
+        """None while the stream's pod is in the inventory with its uid."""
+        org, cluster = node.organization, node.cluster
+        try:
+            gone = await asyncio.to_thread(self.attestation.still_there, grant, org, cluster)
+        except UnknownCluster:
+            return Revocation("the cluster was deleted", cluster_gone=True)
+        return None if gone is None else Revocation(gone)
 
     async def compile(
-        self, node: SidecarNode, identity: WorkloadIdentity, revision: int
+        self, node: SidecarNode, revision: int
     ) -> tuple[str, str, GatewayResources] | None:
-        """(version, certificate serial, resources) of this sidecar at ``revision``;
+        """(version, trust bundle digest, resources) of this sidecar at ``revision``;
         None when they cannot compile."""
         try:
             key = (node.organization, node.cluster)
             inp = await self._builds.get(key, revision)
-            ca = await self._cas.get(key, revision)
-            sds = identity.secrets(ca, self.plane.clock())
-            return inp.version(), identity.serial, sidecar_xds.compile_sidecar(inp, node, sds)
+            bundle = await self._bundles.get(key, revision)
+            digest = hashlib.sha256("".join(bundle).encode()).hexdigest()[:16]
+            sds = sidecar_xds.secrets(bundle)
+            return inp.version(), digest, sidecar_xds.compile_sidecar(inp, node, sds)
         except UnknownCluster:
             raise
         except Exception:

@@ -38,7 +38,7 @@ from mgmt_api import fqn as fqnmod
 from mgmt_api.auth import keys as keymod
 from mgmt_api.compiler import tracing
 from mgmt_api.compiler.envoy_config import MAX_TIMEOUT_SECONDS, MIN_TIMEOUT_SECONDS
-from mgmt_api.domain import inventory, mesh_ca
+from mgmt_api.domain import inventory, mesh_ca, workload_attest
 from mgmt_api.domain.durations import format_duration, parse_duration
 from mgmt_api.domain.times import rfc3339
 from mgmt_api.errors import ApiError, Code, invalid
@@ -58,7 +58,7 @@ from mgmt_api.kinds.base import (
     render_common,
 )
 from mgmt_api.kinds.service_account import ServiceAccount, key_scope, key_view, new_key
-from mgmt_api.schemas.base import QueryBool
+from mgmt_api.schemas.base import ApiModel, QueryBool
 from mgmt_api.schemas.resources import (
     CircuitBreakers,
     ClusterExtAuthz,
@@ -122,6 +122,31 @@ INSTALL_TEMPLATE = AccessGrant(
     targets=_agent_key_scope,
 )
 
+WORKLOAD_ISSUERS = AccessGrant(
+    "Cluster",
+    "workloadIdentity.issuers",
+    "a token its keys sign proves a workload identity: it gets that workload's certificate "
+    "and endpoints",
+    field=("workloadIdentity", "issuers"),
+)
+
+
+class WorkloadIssuer(ApiModel):
+    issuer: str = Field(description="The tokens' iss (a URL).")
+    jwks: dict[str, Any] = Field(description='{"keys": [public JWKs]}: RSA or EC, no private part.')
+
+
+class WorkloadIdentity(ApiModel):
+    issuers: list[WorkloadIssuer] | None = Field(
+        default=None,
+        description=(
+            "Service-account token issuers whose tokens prove a workload of this cluster "
+            "(besides the one its agent reports): for workloads outside Kubernetes. At most "
+            f"{workload_attest.MAX_ISSUERS}, each JWKS at most "
+            f"{workload_attest.MAX_JWKS_BYTES // 1024} KiB."
+        ),
+    )
+
 
 class Cluster(Meta):
     token_ttl: str | None = Field(default=None, description="Join-token lifetime, default 3600s.")
@@ -136,6 +161,7 @@ class Cluster(Meta):
     ext_authz: ClusterExtAuthz | None = None
     circuit_breakers: CircuitBreakers | None = None
     tracing: ClusterTracing | None = None
+    workload_identity: WorkloadIdentity | None = None
     namespaces: list[dict[str, Any]] | None = Field(
         default=None, description="Output only (agents)."
     )
@@ -189,6 +215,24 @@ def _rate_limit(prefix: str, rate_limit: dict[str, Any] | None) -> None:
                 fqnmod.validate_name(
                     ref["namespace"], f"{prefix}.backend.redis.{ref_field}.namespace"
                 )
+
+
+def _workload_issuers(prefix: str, section: dict[str, Any] | None) -> None:
+    """At most :data:`~mgmt_api.domain.workload_attest.MAX_ISSUERS` issuers, each once,
+    each a public JWKS within the caps (a private member is refused: it would be
+    stored and read back by every reader of the cluster)."""
+    issuers = (section or {}).get("issuers") or []
+    if len(issuers) > workload_attest.MAX_ISSUERS:
+        raise invalid(prefix, f"at most {workload_attest.MAX_ISSUERS} issuers")
+    seen: set[str] = set()
+    for i, issuer in enumerate(issuers):
+        problem = workload_attest.issuer_problem(issuer)
+        if problem is not None:
+            member, message = problem
+            raise invalid(f"{prefix}[{i}].{member}".rstrip("."), message)
+        if issuer["issuer"] in seen:
+            raise invalid(f"{prefix}[{i}].issuer", f"{issuer['issuer']!r} is given twice")
+        seen.add(issuer["issuer"])
 
 
 def filter_timeout(section: dict[str, Any] | None, field: str) -> None:
@@ -340,7 +384,7 @@ def _create_agent(env: WriteEnv, cluster: repo.Resource) -> dict[str, Any]:
 
 class ClusterBehaviour(Behaviour):
     route_params = (FETCH_WORKLOADS, INCLUDE_INSTALL_TEMPLATE)
-    grants = (CREATE_AGENT, INSTALL_TEMPLATE)
+    grants = (CREATE_AGENT, INSTALL_TEMPLATE, WORKLOAD_ISSUERS)
 
     def validate(self, write: Write) -> None:
         spec = write.spec
@@ -356,6 +400,7 @@ class ClusterBehaviour(Behaviour):
                 mesh_ca.validate_trust_domain(spec["trustDomain"])
             except mesh_ca.TrustDomainError as exc:
                 raise invalid(f"{write.prefix}.trustDomain", str(exc)) from None
+        _workload_issuers(f"{write.prefix}.workloadIdentity.issuers", spec.get("workloadIdentity"))
         ttl = spec.get("tokenTtl")
         seconds = parse_duration(ttl, f"{write.prefix}.tokenTtl") if ttl is not None else 3600.0
         spec["tokenTtl"] = format_duration(seconds)

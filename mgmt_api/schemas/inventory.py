@@ -8,6 +8,8 @@ the API-wide request body limit bounds the whole report.
 
 from __future__ import annotations
 
+from typing import Annotated, Any
+
 from pydantic import Field
 
 from mgmt_api.schemas.base import ApiModel
@@ -17,6 +19,8 @@ MAX_SERVICES = 1000  # per namespace
 MAX_WORKLOADS = 1000  # per service
 MAX_ITEMS = 100  # ports, addresses, versions, ...
 MAX_MAP = 64  # labels, annotations, selectors
+MAX_PODS = 5000  # per namespace
+MAX_POD_SERVICES = 32  # services one pod is in
 
 Map = dict[str, str]
 
@@ -66,6 +70,22 @@ class ReportedService(ApiModel):
     workloads: list[Workload] | None = Field(default=None, max_length=MAX_WORKLOADS)
 
 
+class ReportedPod(ApiModel):
+    """A pod of the namespace: what workload attestation checks a workload token against."""
+
+    name: str = Field(max_length=253)
+    uid: str = Field(min_length=1, max_length=64)
+    ip: str | None = Field(
+        default=None, max_length=64, description="The pod IP (loopback in the static mode)."
+    )
+    service_account: str | None = Field(default=None, max_length=253)
+    services: list[Annotated[str, Field(max_length=63)]] | None = Field(
+        default=None,
+        max_length=MAX_POD_SERVICES,
+        description="Services of the namespace whose selector matches the pod.",
+    )
+
+
 class IstioSettings(ApiModel):
     istio_injection: str | None = Field(default=None, max_length=64)
     istio_revision: str | None = Field(default=None, max_length=64)
@@ -85,6 +105,7 @@ class ReportedNamespace(ApiModel):
         ),
     )
     services: list[ReportedService] | None = Field(default=None, max_length=MAX_SERVICES)
+    pods: list[ReportedPod] | None = Field(default=None, max_length=MAX_PODS)
 
 
 class IstioRevision(ApiModel):
@@ -107,6 +128,13 @@ class ReportedState(ApiModel):
     kubernetes_version: str | None = Field(default=None, max_length=64)
     discovered_locality: ReportedLocality | None = None
     mode: str | None = Field(default=None, max_length=32, description="CONTROL or OBSERVE")
+    service_account_issuer: dict[str, Any] | None = Field(
+        default=None,
+        description=(
+            'The cluster\'s service-account issuer: {"issuer": URL, "jwks": {"keys": '
+            "[public JWKs]}} (at most 16 keys, 16 KiB). Workload tokens it signs verify."
+        ),
+    )
 
 
 class InventoryReport(ApiModel):

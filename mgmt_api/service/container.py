@@ -36,6 +36,7 @@ from mgmt_api.service.sidecars import SidecarDirectory
 from mgmt_api.service.status import StatusService
 from mgmt_api.service.stream_auth import StreamAuth
 from mgmt_api.service.tunnel_hub import TunnelHub
+from mgmt_api.service.workload_trust import Attestation, WorkloadTrustStore
 from mgmt_api.settings import Settings
 from mgmt_api.store.uow import UnitOfWork
 
@@ -65,6 +66,8 @@ class Services:
     registry: SubscriberRegistry | None
     #: Proxy diagnostics through the agents' tunnels (on the gRPC server); None when off.
     proxytools: ProxyTools | None
+    #: Workload token verification (Sign, sidecar ADS) over the inventory's read model.
+    attestation: Attestation
 
     @classmethod
     def build(cls, engine: Engine, settings: Settings) -> Services:
@@ -93,6 +96,7 @@ class Services:
             if settings.replica_secret and settings.replica_address:
                 proxytools.peers = _peers(uow, proxytools.hub, settings)
         enforcement = EnforcementService(uow, sidecars)
+        trust = WorkloadTrustStore(uow)
         return cls(
             settings=settings,
             uow=uow,
@@ -111,7 +115,9 @@ class Services:
             clusters=ClusterService(uow),
             approvals=ApprovalService(uow),
             cleanup=CleanupService(uow, kind_settings),
-            inventory=InventoryService(uow, kind_settings.stale_after_seconds),
+            inventory=InventoryService(
+                uow, kind_settings.stale_after_seconds, reported=trust.reported
+            ),
             onboarding=OnboardingService(uow, kind_settings),
             profiles=ProfileService(uow),
             audit=AuditService(uow),
@@ -120,6 +126,7 @@ class Services:
             status=StatusService(uow, enforcement, registry),
             registry=registry,
             proxytools=proxytools,
+            attestation=Attestation(uow, trust),
         )
 
 

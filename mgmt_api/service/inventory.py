@@ -17,6 +17,7 @@ row lock on the cluster instead (see :mod:`mgmt_api.kinds.onboarding`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import ValidationError
@@ -27,7 +28,7 @@ from mgmt_api import access as authz
 from mgmt_api import fqn as fqnmod
 from mgmt_api.access import CallContext
 from mgmt_api.domain import inventory as inv
-from mgmt_api.domain import listing, lookup, rbac
+from mgmt_api.domain import listing, lookup, rbac, workload_attest
 from mgmt_api.domain import onboarding as ob
 from mgmt_api.domain.times import rfc3339
 from mgmt_api.errors import ApiError, Code, invalid, not_found
@@ -43,7 +44,14 @@ LOOKUP_BATCH = 16
 
 
 def _check_names(report: InventoryReport) -> None:
-    """DNS-1123 names, each namespace once and each service once per namespace."""
+    """DNS-1123 names, each namespace once, each service and pod once per namespace,
+    and the issuer a public JWKS within its caps."""
+    issuer = report.state.service_account_issuer
+    if issuer is not None:
+        problem = workload_attest.issuer_problem(issuer)
+        if problem is not None:
+            member, message = problem
+            raise invalid(".".join(filter(None, ("state.serviceAccountIssuer", member))), message)
     seen: set[str] = set()
     for i, ns in enumerate(report.namespaces):
         field = f"namespaces[{i}].name"
@@ -58,12 +66,26 @@ def _check_names(report: InventoryReport) -> None:
             if svc.name in services:
                 raise invalid(sfield, f"{svc.name!r} is reported twice in {ns.name}")
             services.add(svc.name)
+        pods: set[str] = set()
+        for j, pod in enumerate(ns.pods or []):
+            pfield = f"namespaces[{i}].pods[{j}].name"
+            if pod.name in pods:
+                raise invalid(pfield, f"{pod.name!r} is reported twice in {ns.name}")
+            pods.add(pod.name)
 
 
 class InventoryService:
-    def __init__(self, uow: UnitOfWork, stale_after_seconds: float) -> None:
+    def __init__(
+        self,
+        uow: UnitOfWork,
+        stale_after_seconds: float,
+        reported: Callable[[str], None] = lambda _fqn: None,
+    ) -> None:
+        """``reported(cluster_fqn)`` hears of every stored report (the attestation's
+        read model drops its copy of the cluster's pods)."""
         self.uow = uow
         self.stale_after_seconds = stale_after_seconds
+        self._reported = reported
 
     def report(
         self, ctx: CallContext, cluster_fqn: str, report: InventoryReport
@@ -115,6 +137,7 @@ class InventoryService:
             )
             if config is not None:
                 onboarding.refresh_status(tx, config, ob.report_of(status))
+        self._reported(cluster_fqn)
         return ClusterStateView.model_validate(
             inv.state_view(status, now, self.stale_after_seconds)
         )

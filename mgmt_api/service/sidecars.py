@@ -7,15 +7,17 @@ sidecar sees the instances connected to the replica it streams from
 (docs/mesh.md, "what is not done"). Every change calls the listeners, so the
 streams of the cluster recompile.
 
-It also holds when each connected sidecar's current certificate expires
-(:meth:`SidecarDirectory.certified`), which the
-``meshplane_sidecar_certificate_expiry_timestamp_seconds`` gauge reads at
-scrape time; a sidecar that leaves takes its series with it.
+It also holds when the certificate last signed for each instance expires
+(:meth:`SidecarDirectory.issued`, told by ``WorkloadCertificates/Sign``),
+which the ``meshplane_sidecar_certificate_expiry_timestamp_seconds`` gauge
+reads at scrape time for the sidecars connected here: a sidecar that leaves
+takes its series with it, and a certificate nobody streams with raises no alert.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 
 from meshplane.sidecar_contract import SidecarNode
@@ -24,6 +26,8 @@ from mgmt_api.compiler.sidecar_xds import SidecarEndpoint
 #: Cap on the sidecars one cluster may register here (each is an endpoint every
 #: sidecar of the cluster receives): past it, a new stream is refused.
 MAX_SIDECARS_PER_CLUSTER = 4096
+#: Instances whose last certificate expiry is remembered (oldest forgotten).
+MAX_EXPIRIES = 65_536
 
 
 class DirectoryFull(RuntimeError):
@@ -36,7 +40,8 @@ class SidecarDirectory:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._nodes: dict[tuple[str, str], dict[int, SidecarNode]] = {}
-        self._expiry: dict[int, tuple[SidecarNode, float]] = {}  # handle → (node, notAfter)
+        # (organization, cluster, instance) → notAfter of its last signed certificate
+        self._expiry: OrderedDict[tuple[str, str, str], float] = OrderedDict()
         self._ids = 0
         self.listeners: list[Callable[[], None]] = []
 
@@ -60,22 +65,28 @@ class SidecarDirectory:
         with self._lock:
             nodes = self._nodes.get((node.organization, node.cluster), {})
             nodes.pop(handle, None)
-            self._expiry.pop(handle, None)
             if not nodes:
                 self._nodes.pop((node.organization, node.cluster), None)
         self._changed()
 
-    def certified(self, handle: int, not_after: float) -> None:
-        """A connected sidecar was sent a certificate valid until ``not_after`` (Unix s)."""
+    def issued(self, organization: str, cluster: str, instance: str, not_after: float) -> None:
+        """A certificate valid until ``not_after`` (Unix s) was signed for ``instance``."""
+        key = (organization, cluster, instance)
         with self._lock:
-            for nodes in self._nodes.values():
-                if handle in nodes:
-                    self._expiry[handle] = (nodes[handle], not_after)
+            self._expiry[key] = not_after
+            self._expiry.move_to_end(key)
+            while len(self._expiry) > MAX_EXPIRIES:
+                self._expiry.popitem(last=False)
 
     def expiries(self) -> list[tuple[SidecarNode, float]]:
-        """(node, notAfter) of every connected sidecar that holds a certificate."""
+        """(node, notAfter) of every connected sidecar a certificate was signed for."""
         with self._lock:
-            return list(self._expiry.values())
+            return [
+                (node, self._expiry[key])
+                for (org, cluster), nodes in self._nodes.items()
+                for node in nodes.values()
+                if (key := (org, cluster, node.instance)) in self._expiry
+            ]
 
     def endpoints(self, organization: str, cluster: str) -> tuple[SidecarEndpoint, ...]:
         """The cluster's sidecars as endpoints, sorted (one per address)."""

@@ -31,7 +31,7 @@ from meshplane.yamlconf import load_yaml
 from tests.injector.support import apply_patch, pod, write_config
 from tests.support.certs import CertificateAuthority
 from tests.support.envoy import validate
-from tests.support.workload_tokens import TokenIssuer
+from tests.support.workload_tokens import PodRef, TestIssuer
 
 POD_NAME = "cart-7d4f9c-x2x9q"
 
@@ -52,10 +52,7 @@ def command(container: dict[str, Any], tmp: Path) -> tuple[list[str], dict[str, 
     projected token minted by a test issuer, ``$(VAR)`` expanded as the kubelet does."""
     token_dir, sockets = tmp / "token", tmp / "s"
     token_dir.mkdir()
-    issuer = TokenIssuer()
-    (token_dir / "token").write_text(
-        issuer.mint("shop", "cart", POD_NAME, "uid-1"), encoding="ascii"
-    )
+    TestIssuer().write(token_dir / "token", PodRef("shop", POD_NAME, "cart"))
     mounts = {
         str(shape.TOKEN_PATH): str(token_dir / "token"),
         str(shape.SOCKET_DIR): str(sockets),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from meshplane import workload_contract
 from meshplane.sidecar_contract import SidecarNode
 from mgmt_api.compiler import envoy_config, gateway_xds, sidecar_xds, tracing
 from mgmt_api.compiler.sidecar_xds import SidecarEndpoint, SidecarInput
@@ -16,15 +17,24 @@ ENDPOINTS = (
     SidecarEndpoint("ns1", "b", "10.0.0.3", 15006, "sa-b2"),
     SidecarEndpoint("ns2", "c", "10.0.0.4", 15006, "sa-c"),
 )
-SDS = sidecar_xds.secrets("CHAIN", "KEY", "CA")
+SDS = sidecar_xds.secrets(("CA1\n", "CA2"))
 
 
 def _context(socket: dict[str, Any]) -> dict[str, Any]:
     assert socket["name"] == "envoy.transport_sockets.tls"
     context: dict[str, Any] = socket["typedConfig"]["commonTlsContext"]
-    assert context["tlsCertificateSdsSecretConfigs"][0]["name"] == sidecar_xds.SVID_SECRET
+    svid = context["tlsCertificateSdsSecretConfigs"][0]
+    assert svid["name"] == sidecar_xds.SVID_SECRET
+    # The workload certificate comes from the pod-local agent's SDS, never over ADS.
+    assert svid["sdsConfig"]["apiConfigSource"]["grpcServices"] == [
+        {"envoyGrpc": {"clusterName": workload_contract.SDS_CLUSTER}}
+    ]
     combined = context["combinedValidationContext"]
-    assert combined["validationContextSdsSecretConfig"]["name"] == sidecar_xds.CA_SECRET
+    ca = combined["validationContextSdsSecretConfig"]
+    assert ca == {
+        "name": sidecar_xds.CA_SECRET,
+        "sdsConfig": {"ads": {}, "resourceApiVersion": "V3"},
+    }
     return combined["defaultValidationContext"]  # type: ignore[no-any-return]
 
 
@@ -48,7 +58,12 @@ def test_inbound_requires_a_mesh_client_certificate_and_outbound_pins_the_callee
     for type_url, items in resources.by_type().items():  # Envoy's protos accept every one
         for item in items:
             pack(type_url, item)
-    assert {s["name"] for s in resources.by_type()[gateway_xds.SECRET_TYPE]} == {"svid", "mesh-ca"}
+    # mgmt-api serves the trust bundle only (both CAs of a rotation, concatenated): no key.
+    (bundle,) = resources.by_type()[gateway_xds.SECRET_TYPE]
+    assert bundle == {
+        "name": "mesh-ca",
+        "validationContext": {"trustedCa": {"inlineString": "CA1\nCA2\n"}},
+    }
 
 
 def test_the_version_follows_the_trust_domain_and_the_callee_accounts() -> None:

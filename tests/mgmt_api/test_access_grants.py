@@ -119,6 +119,18 @@ def _install_template(admin: httpx.Client, p: Place, _: str) -> Attempt:
     return Attempt("GET", path, None, _keys_of(admin, agent), rbac.READ)
 
 
+def _add_issuer(body: dict[str, Any], _: str) -> None:
+    """A workload token issuer (public EC key) the caller would have proven workloads with."""
+    jwk = {"kty": "EC", "crv": "P-256", "kid": unique("k")}
+    jwk |= {
+        "x": "f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU",
+        "y": "x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0",
+    }
+    issuers = (body.get("workloadIdentity") or {}).get("issuers") or []
+    issuer = {"issuer": f"https://{unique('iss')}.example", "jwks": {"keys": [jwk]}}
+    body["workloadIdentity"] = {"issuers": [*issuers, issuer]}
+
+
 def _exists(admin: httpx.Client, path: str) -> Callable[[], Any]:
     return lambda: admin.get(path).status_code
 
@@ -171,6 +183,7 @@ REQUESTS: dict[tuple[str, str], Request] = {
     ("ServiceAccount", "revoke a key (DELETE .../keys/{keyId})"): _revoke_key,
     ("Cluster", "create (creates the agent account, mints its key)"): _create_cluster,
     ("Cluster", "GET ?includeInstallTemplate=true (mints an agent key)"): _install_template,
+    ("Cluster", "workloadIdentity.issuers"): _put(lambda p: f"{p.o}/clusters/c", _add_issuer),
 }
 
 

@@ -16,13 +16,13 @@ from sidecar_agent import identity
 from sidecar_agent.identity import Issued, TokenUnreadable
 from sidecar_agent.relay import trust_bundle_of
 from sidecar_agent.sds import SECRET_TYPE, answer, svid_secret
-from tests.support.workload_tokens import TokenIssuer
+from tests.support.workload_tokens import PodRef, TestIssuer
 
 TD = "east.acme.mesh.local"
 
 
 def test_the_token_names_the_identity_the_csr_asks_for() -> None:
-    token = TokenIssuer().mint("shop", "web", "web-1", "u-1")
+    token = TestIssuer().token(PodRef("shop", "web-1", "web"))
     claims = identity.token_claims(token)
     assert (claims.namespace, claims.service_account, claims.pod_name) == ("shop", "web", "web-1")
     assert identity.workload_id(TD, claims) == f"spiffe://{TD}/ns/shop/sa/web"
@@ -43,11 +43,10 @@ def test_an_unreadable_token_says_why_and_never_what(token: str, words: str) -> 
 
 
 def test_a_token_without_a_pod_claim_is_refused() -> None:
-    issuer = TokenIssuer()
-    claims = issuer.claims("shop", "web", "web-1", "u-1")
-    del claims["kubernetes.io"]["pod"]
+    kube = {"namespace": "shop", "serviceaccount": {"name": "web", "uid": "u"}}
+    token = TestIssuer().token(PodRef("shop", "web-1", "web"), **{"kubernetes.io": kube})
     with pytest.raises(TokenUnreadable, match="not bound to a pod"):
-        identity.token_claims(issuer.sign(claims))
+        identity.token_claims(token)
 
 
 def test_the_csr_holds_one_uri_san_and_a_fresh_p256_key() -> None:

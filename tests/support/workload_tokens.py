@@ -1,13 +1,10 @@
-"""Projected-style workload tokens for tests: a test issuer key stands in for the API server's.
+"""A test service-account issuer: projected-style workload tokens signed with a test key.
 
-No Kubernetes API server runs here. :class:`TokenIssuer` holds an ES256 key
-and mints JWTs with the claims of a projected service-account token
-(``iss``, ``aud: ["meshplane"]``, ``sub: system:serviceaccount:NS:SA``, the
-``kubernetes.io`` claim with the namespace, the pod and the service
-account, ``iat``/``nbf``/``exp``), the shape
-:func:`meshplane.workload_contract.claims_of` reads; :meth:`TokenIssuer.jwks`
-is the public half that the cluster's admin registers
-(``cluster.workloadIdentity.issuers``).
+No Kubernetes API server runs here; this stands in for the issuer's signing
+key (what the kubelet's projected token would carry), with the same claim
+shape: ``iss``, ``sub`` ``system:serviceaccount:NS:SA``, ``aud``, ``exp``,
+``iat``, ``nbf`` and the ``kubernetes.io`` claim naming the namespace, the pod
+and the service account.
 """
 
 from __future__ import annotations
@@ -15,72 +12,96 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import jwt
-from cryptography.hazmat.primitives.asymmetric import ec
-from jwt.algorithms import ECAlgorithm
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from meshplane.workload_contract import TOKEN_AUDIENCE
 
 
-class TokenIssuer:
-    """One issuer: its URL, its key id and its private key (test-only)."""
+@dataclass(frozen=True)
+class PodRef:
+    namespace: str
+    name: str
+    service_account: str = "default"
+    uid: str = field(default_factory=lambda: str(uuid.uuid4()))
+    ip: str = "127.0.0.1"
+    services: tuple[str, ...] = ()
 
-    def __init__(self, issuer: str = "https://issuer.test.meshplane", kid: str | None = None):
-        self.issuer = issuer
-        self.kid = kid or uuid.uuid4().hex[:12]
-        self.key = ec.generate_private_key(ec.SECP256R1())
-
-    def jwks(self) -> dict[str, Any]:
-        """The public JWKS (no private member)."""
-        jwk = json.loads(ECAlgorithm.to_jwk(self.key.public_key()))
-        return {"keys": [jwk | {"kid": self.kid, "use": "sig", "alg": "ES256"}]}
-
-    def registration(self) -> dict[str, Any]:
-        """An entry of ``cluster.workloadIdentity.issuers``."""
-        return {"issuer": self.issuer, "jwks": self.jwks()}
-
-    def claims(
-        self,
-        namespace: str,
-        account: str,
-        pod: str,
-        uid: str,
-        *,
-        ttl: float = 3600,
-        now: float | None = None,
-        audience: list[str] | None = None,
-    ) -> dict[str, Any]:
-        issued = int(time.time() if now is None else now)
+    def report(self) -> dict[str, Any]:
+        """The pod as an inventory report lists it (under its namespace)."""
         return {
-            "iss": self.issuer,
-            "aud": audience if audience is not None else [TOKEN_AUDIENCE],
-            "sub": f"system:serviceaccount:{namespace}:{account}",
-            "iat": issued,
-            "nbf": issued,
-            "exp": int(issued + ttl),
-            "kubernetes.io": {
-                "namespace": namespace,
-                "pod": {"name": pod, "uid": uid},
-                "serviceaccount": {"name": account, "uid": f"sa-{namespace}-{account}"},
-            },
+            "name": self.name,
+            "uid": self.uid,
+            "ip": self.ip,
+            "serviceAccount": self.service_account,
+            "services": list(self.services),
         }
 
-    def sign(self, claims: dict[str, Any]) -> str:
-        return jwt.encode(claims, self.key, algorithm="ES256", headers={"kid": self.kid})
 
-    def mint(self, namespace: str, account: str, pod: str, uid: str, **kw: Any) -> str:
-        """A token for pod ``namespace/pod`` (uid ``uid``) of service account ``account``."""
-        return self.sign(self.claims(namespace, account, pod, uid, **kw))
+class TestIssuer:
+    """An issuer URL and its signing key (ES256 by default, RS256 with ``rsa=True``)."""
 
-    def write(
-        self, path: Path, namespace: str, account: str, pod: str, uid: str, **kw: Any
-    ) -> Path:
-        """Write a token file as the kubelet does: a new file renamed over the old one."""
+    __test__ = False  # not a pytest class
+
+    def __init__(self, issuer: str = "https://kubernetes.test", *, rsa_key: bool = False) -> None:
+        self.issuer = issuer
+        self.kid = uuid.uuid4().hex[:16]
+        self.alg = "RS256" if rsa_key else "ES256"
+        self._key: Any = (
+            rsa.generate_private_key(public_exponent=65537, key_size=2048)
+            if rsa_key
+            else ec.generate_private_key(ec.SECP256R1())
+        )
+
+    def jwks(self) -> dict[str, Any]:
+        algorithm = jwt.get_algorithm_by_name(self.alg)
+        public = json.loads(algorithm.to_jwk(self._key.public_key()))
+        return {"keys": [{**public, "kid": self.kid, "use": "sig", "alg": self.alg}]}
+
+    def registration(self) -> dict[str, Any]:
+        """``{issuer, jwks}``: as an agent reports it, or an admin registers it."""
+        return {"issuer": self.issuer, "jwks": self.jwks()}
+
+    def token(
+        self,
+        pod: PodRef,
+        *,
+        now: float | None = None,
+        ttl: float = 3600,
+        audience: str | list[str] = TOKEN_AUDIENCE,
+        alg: str | None = None,
+        **overrides: Any,
+    ) -> str:
+        """A projected-style token for ``pod``; ``overrides`` replace claims (None drops one)."""
+        now = time.time() if now is None else now
+        claims: dict[str, Any] = {
+            "iss": self.issuer,
+            "sub": f"system:serviceaccount:{pod.namespace}:{pod.service_account}",
+            "aud": audience,
+            "iat": int(now),
+            "nbf": int(now),
+            "exp": int(now + ttl),
+            "kubernetes.io": {
+                "namespace": pod.namespace,
+                "pod": {"name": pod.name, "uid": pod.uid},
+                "serviceaccount": {"name": pod.service_account, "uid": str(uuid.uuid4())},
+            },
+        }
+        for name, value in overrides.items():
+            if value is None:
+                claims.pop(name, None)
+            else:
+                claims[name] = value
+        return jwt.encode(claims, self._key, algorithm=alg or self.alg, headers={"kid": self.kid})
+
+    def write(self, path: Path, pod: PodRef, **kw: Any) -> Path:
+        """Write ``pod``'s token file as the kubelet does: a new file renamed over the old."""
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(path.name + ".tmp")
-        partial.write_text(self.mint(namespace, account, pod, uid, **kw), encoding="ascii")
+        partial.write_text(self.token(pod, **kw), encoding="ascii")
         partial.replace(path)
         return path
