@@ -1,15 +1,17 @@
-"""The mesh: workloads in two namespaces behind real sidecar Envoys configured over ADS.
+"""The mesh: workloads in two namespaces behind real sidecar Envoys, each run by its pod agent.
 
 One stack for the module: mgmt-api, three workloads (``a`` and ``b`` in
-``ns1``, ``c`` in ``ns2``), each behind its sidecar. Calls go app → its
-sidecar's outbound listener (by service name) → mTLS with the workload
-certificates mgmt-api serves over SDS → the callee's sidecar's inbound
+``ns1``, ``c`` in ``ns2``), each behind its sidecar agent and Envoy. Calls
+go app → its sidecar's outbound listener (by service name) → mTLS with the
+workload certificates (keys made by each pod's agent, signed by mgmt-api,
+served to Envoy over SDS on a Unix socket) → the callee's sidecar's inbound
 listener → the callee app. Certificates live 30 s here, so they rotate (at
-half-life) while the module runs.
+half-life, with a new key) while the module runs.
 """
 
 from __future__ import annotations
 
+import json
 import socket
 import ssl
 import threading
@@ -18,8 +20,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from meshplane.sidecar_contract import SIDECAR_KIND, spiffe_id
+from meshplane.workload_contract import SVID_SECRET
 from mgmt_api.domain import mesh_ca
 from tests.mgmt_api.harness import ok
 from tests.support.certs import CertificateAuthority
@@ -67,10 +71,54 @@ def test_a_sidecar_that_leaves_is_no_endpoint_and_one_that_joins_is(mesh: MeshSt
     d = mesh.workload("d", "ns2", "sa-d")
     mesh.sidecars_converged()
     assert a.call(d).json()["app"] == "d"
-    d.stop()
+    # SIGTERM drains the agent: Envoy stops, the sockets go, the exit code is 0.
+    sockets = d.sockets
     mesh.workloads.remove(d)
+    assert d.stop() == 0, d.log.read_text()[-3000:]
+    assert not any(Path(p).exists() for p in (sockets.xds, sockets.sds, sockets.admin))
+    mesh.report_pods()
     mesh.sidecars_converged()
     assert a.call(d).status_code == 404
+
+
+def test_the_bootstrap_holds_no_token_and_the_admin_api_is_a_socket(mesh: MeshStack) -> None:
+    a = mesh.workloads[0]
+    bootstrap = (Path(a.sockets.directory) / "envoy.yaml").read_text()
+    doc = yaml.safe_load(bootstrap)
+    assert doc["admin"] == {"address": {"pipe": {"path": a.sockets.admin}}}
+    assert "initial_metadata" not in bootstrap and "Bearer" not in bootstrap
+    token = a.token_file.read_text().strip()
+    dump = a.admin("GET", "/config_dump").text
+    assert token not in dump and "Bearer" not in dump
+    # Envoy binds no TCP port but the mesh's listeners: nothing else answers on loopback.
+    listeners = a.admin("GET", "/listeners", params={"format": "json"}).json()
+    ports = {
+        entry["local_address"]["socket_address"]["port_value"]
+        for entry in listeners["listener_statuses"]
+    }
+    assert ports == {a.node.inbound_port, a.node.outbound_port}
+
+
+def test_the_private_key_is_in_no_config_dump_and_no_log(mesh: MeshStack) -> None:
+    a = mesh.workloads[0]
+    dump = a.admin("GET", "/config_dump", params={"include_eds": "true"}).json()
+    secrets = [
+        s
+        for section in dump["configs"]
+        if section["@type"].endswith("SecretsConfigDump")
+        for s in section.get("dynamic_active_secrets", [])
+    ]
+    svid = [s for s in secrets if s["name"] == SVID_SECRET]
+    assert svid, secrets
+    key = svid[0]["secret"]["tls_certificate"]["private_key"]
+    assert key == {"inline_string": "[redacted]"}, key
+    text = json.dumps(dump)
+    assert "PRIVATE KEY" not in text
+    token = a.token_file.read_text().strip()
+    for log in (a.log, a.envoy_log):
+        content = log.read_text()
+        assert "PRIVATE KEY" not in content, log
+        assert token not in content, log
 
 
 def test_every_sidecar_holds_a_certificate_of_its_own_spiffe_id(mesh: MeshStack) -> None:
@@ -184,14 +232,16 @@ def test_certificates_rotate_under_load_with_no_failed_request(mesh: MeshStack) 
     assert all(after[w.node.instance] > expiries[w.node.instance] for w in (a, c))
 
 
-def test_revoking_the_key_ends_the_sidecar_stream_and_its_certificates(mesh: MeshStack) -> None:
+def test_deleting_the_pod_ends_the_sidecar_stream_and_its_certificates(mesh: MeshStack) -> None:
     a = mesh.workloads[0]
-    key_id, credentials = mesh.new_agent_key()
-    e = mesh.workload("e", "ns2", "sa-e", credentials=credentials)
+    e = mesh.workload("e", "ns2", "sa-e")
     mesh.sidecars_converged()
     assert a.call(e).json()["app"] == "e"
     assert e.node.instance in mesh.certificate_expiries()
-    mesh.revoke_agent_key(key_id)
+    # The cluster agent no longer reports the pod: its token proves nothing any more.
+    mesh.extra_pods = []
+    mesh.workloads.remove(e)
+    mesh.report_pods()
 
     def closed() -> bool:
         instances = mesh.status()["instances"]
@@ -204,4 +254,3 @@ def test_revoking_the_key_ends_the_sidecar_stream_and_its_certificates(mesh: Mes
     )
     wait_until(lambda: a.call(e).status_code == 404, 30, "e to leave a's routes")
     e.stop()
-    mesh.workloads.remove(e)
