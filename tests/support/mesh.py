@@ -168,6 +168,14 @@ class Workload:
         """Serial numbers of the workload certificates the sidecar serves with."""
         return {c["serial_number"] for c in self.certificates()}
 
+    def envoy_pid(self) -> int:
+        """The pid of the agent's Envoy (its only child process)."""
+        assert self.agent is not None and self.agent.proc is not None
+        pid = self.agent.proc.pid
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        assert len(children) == 1, children
+        return int(children[0])
+
     def agent_metrics(self) -> str:
         return httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10).text
 
