@@ -15,6 +15,7 @@ are reported over the cluster agent's inventory API with the agent's key.
 from __future__ import annotations
 
 import json
+import queue
 import re
 import shutil
 import tempfile
@@ -24,10 +25,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import grpc
 import httpx
+from envoy.config.core.v3 import base_pb2
+from envoy.extensions.transport_sockets.tls.v3 import secret_pb2
+from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
+from google.protobuf import json_format, struct_pb2
 
 from meshplane import sidecar_contract as sc
+from meshplane import workload_contract
 from mgmt_api.auth.tokens import sign_service_account
+from sidecar_agent.sds import SECRET_TYPE
 from tests.mgmt_api.harness import ok
 from tests.support.gateway import (
     BASE,
@@ -41,6 +49,7 @@ from tests.support.net import free_port
 from tests.support.processes import Service, wait_until
 from tests.support.workload_tokens import PodRef, TestIssuer
 
+CLUSTER_TYPE = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
 AGENT_PATH = f"{CLUSTER_PATH}/serviceaccounts/agent"
 EXPIRY_METRIC = "meshplane_sidecar_certificate_expiry_timestamp_seconds"
 AGENT_EXPIRY_METRIC = "meshplane_sidecar_agent_certificate_expiry_timestamp_seconds"
@@ -188,6 +197,47 @@ class Workload:
         self.app.server_close()
         shutil.rmtree(self.sockets.directory, ignore_errors=True)
         return code
+
+
+class RawAds:
+    """A raw ADS client (not Envoy): one stream with ``token``, announcing ``node``.
+
+    What an attacker in a pod can run against mgmt-api's gRPC port.
+    """
+
+    def __init__(self, channel: grpc.Channel, token: str | None, node: sc.SidecarNode) -> None:
+        self._requests: queue.Queue[discovery_pb2.DiscoveryRequest | None] = queue.Queue()
+        metadata = struct_pb2.Struct()
+        json_format.ParseDict(node.metadata(), metadata)
+        envoy_node = base_pb2.Node(id=node.instance, cluster=node.node_cluster, metadata=metadata)
+        self._requests.put(discovery_pb2.DiscoveryRequest(node=envoy_node, type_url=CLUSTER_TYPE))
+        stub = ads_pb2_grpc.AggregatedDiscoveryServiceStub(channel)
+        headers = () if token is None else (("authorization", f"Bearer {token}"),)
+        self.responses = stub.StreamAggregatedResources(
+            iter(self._requests.get, None), metadata=headers, timeout=60
+        )
+
+    def secrets(self) -> list[secret_pb2.Secret]:
+        """Ask for the secrets the sidecar configuration names; the first answer's."""
+        self._requests.put(
+            discovery_pb2.DiscoveryRequest(
+                type_url=SECRET_TYPE,
+                resource_names=[workload_contract.SVID_SECRET, workload_contract.CA_SECRET],
+            )
+        )
+        for response in self.responses:
+            if response.type_url == SECRET_TYPE:
+                out = []
+                for item in response.resources:
+                    secret = secret_pb2.Secret()
+                    item.Unpack(secret)
+                    out.append(secret)
+                return out
+        return []
+
+    def close(self) -> None:
+        self._requests.put(None)
+        self.responses.cancel()
 
 
 class MeshStack(GatewayStack):
