@@ -32,6 +32,12 @@ MAX_LOGGERS = 200
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 MAX_TAIL_LINES = 100_000
+# The inventory's pods: at most this many per namespace, and services per pod
+# (mgmt-api refuses a report past them; the agent reports the first ones).
+MAX_PODS_PER_NAMESPACE = 5000
+MAX_POD_SERVICES = 32
+# The service-account issuer's JWKS in a report (mgmt-api refuses a larger one).
+MAX_JWKS_BYTES = 16 * 1024
 
 
 class StatusCode(IntEnum):

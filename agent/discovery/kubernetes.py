@@ -5,7 +5,18 @@ In-cluster credentials, as every controller uses them: the API server from
 on every request: projected tokens rotate) and ``ca.crt`` from
 ``/var/run/secrets/kubernetes.io/serviceaccount``. The agent needs
 ``list`` on pods, services and namespaces and ``get`` on ``pods/log``
-(the ``meshplane-cluster`` Helm chart's ClusterRole, ``deploy/helm/``).
+(the ``meshplane-cluster`` Helm chart's ClusterRole, ``deploy/helm/``), and
+the service-account issuer discovery endpoints
+(``system:service-account-issuer-discovery``).
+
+The inventory lists every pod of the watched namespaces (name, uid, IP,
+service account, and the services whose selector matches its labels) and
+the cluster's service-account issuer: ``GET /.well-known/openid-configuration``
+for the issuer URL and its ``jwks_uri``, whose path is then read from the
+API server itself (the URL may name an address only the outside reaches).
+mgmt-api verifies the pods' projected tokens against both (docs/mesh.md).
+The issuer is read again every :data:`ISSUER_TTL_SECONDS`; when it cannot
+be read the report goes without it (and says so in the log).
 
 A pod is a proxy when it matches ``--selector``, runs and has an IP; its
 workload is the first of ``--workload-label`` it carries (else the pod
@@ -21,27 +32,36 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import logging
 import os
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
-from agent.contract import StatusCode
+from agent.contract import MAX_JWKS_BYTES, StatusCode
 from agent.discovery import LogEntry, LogRequest, LogsUnavailable, Proxy
 from agent.envoy_admin import AdminCallError
-from agent.inventory import NamespaceInfo, ServiceInfo, build_report
+from agent.inventory import NamespaceInfo, PodInfo, ServiceInfo, build_report
 from agent.logs import DEFAULT_TAIL_LINES
 from agent.logtail import LineSplitter, rfc3339_seconds
 from meshplane.config_error import ConfigError
+
+log = logging.getLogger(__name__)
 
 CREDENTIALS_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 DEFAULT_SELECTOR = "security.istio.io/tlsMode=istio"
 DEFAULT_WORKLOAD_LABELS = ("service.istio.io/canonical-name", "app.kubernetes.io/name", "app")
 LIST_TTL_SECONDS = 2.0
+#: How long the issuer's discovery document and keys are reused.
+ISSUER_TTL_SECONDS = 300.0
+#: Pod phases that no longer run a workload.
+_ENDED = ("Succeeded", "Failed")
 TIMEOUT = httpx.Timeout(10.0, read=None)  # log streams wait for lines as long as they follow
 
 
@@ -70,6 +90,7 @@ class KubernetesSource:
             base_url=config.api_url, verify=verify, timeout=TIMEOUT, trust_env=False
         )
         self._cached: tuple[float, list[Proxy]] | None = None
+        self._issuer: tuple[float, dict[str, Any]] | None = None
         self._lock = asyncio.Lock()
 
     @classmethod
@@ -191,6 +212,7 @@ class KubernetesSource:
         version = None
         with contextlib.suppress(AdminCallError, KeyError, TypeError):
             version = (await self._get("/version"))["gitVersion"]
+        pods = [p for p in (_pod(item) for item in await self._list("pods")) if p is not None]
         return build_report(
             proxies,
             provider="kubernetes",
@@ -198,7 +220,32 @@ class KubernetesSource:
             namespaces=namespaces,
             services=services,
             kubernetes_version=version,
+            pods=pods,
+            issuer=await self.issuer(),
         )
+
+    async def issuer(self) -> dict[str, Any] | None:
+        """``{issuer, jwks}`` of the cluster's service-account issuer (cached), or None."""
+        now = time.monotonic()
+        if self._issuer is not None and now - self._issuer[0] < ISSUER_TTL_SECONDS:
+            return self._issuer[1]
+        try:
+            discovery = await self._get("/.well-known/openid-configuration")
+            jwks_path = urlsplit(str(discovery["jwks_uri"])).path
+            jwks = await self._get(jwks_path)
+            found = {"issuer": str(discovery["issuer"]), "jwks": {"keys": list(jwks["keys"])}}
+        except (AdminCallError, KeyError, TypeError, ValueError) as exc:
+            log.warning(
+                "cannot read the service-account issuer: workload tokens of this cluster "
+                "verify only against issuers registered on the cluster",
+                extra={"error": str(exc)[:300]},
+            )
+            return self._issuer[1] if self._issuer is not None else None
+        if len(json.dumps(found["jwks"])) > MAX_JWKS_BYTES:
+            log.warning("the service-account issuer's JWKS is too large to report")
+            return None
+        self._issuer = (now, found)
+        return found
 
     async def logs(self, proxy: Proxy, request: LogRequest) -> AsyncIterator[LogEntry]:
         params = {"timestamps": "true", "follow": "true" if request.follow else "false"}
@@ -232,6 +279,21 @@ class KubernetesSource:
 
     async def close(self) -> None:
         await self._http.aclose()
+
+
+def _pod(item: dict[str, Any]) -> PodInfo | None:
+    """A pod of the inventory; None once it ended (or without a uid)."""
+    meta, spec, status = item.get("metadata", {}), item.get("spec", {}), item.get("status", {})
+    if status.get("phase") in _ENDED or not meta.get("uid") or not meta.get("name"):
+        return None
+    return PodInfo(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta["name"]),
+        uid=str(meta["uid"]),
+        ip=status.get("podIP") or None,
+        service_account=spec.get("serviceAccountName") or None,
+        labels=meta.get("labels") or {},
+    )
 
 
 def _entry(line: str) -> LogEntry:

@@ -41,6 +41,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from agent.contract import MAX_JWKS_BYTES
 from meshplane import workload_contract
 from meshplane.sidecar_contract import SidecarNode, spiffe_id
 from meshplane.workload_contract import WorkloadClaims, WorkloadTokenError
@@ -55,7 +56,6 @@ MAX_TOKEN_BYTES = 8192
 MAX_CSR_BYTES = 8192
 #: Issuers a cluster may have registered by its admin; a JWKS's size; keys per JWKS.
 MAX_ISSUERS = 8
-MAX_JWKS_BYTES = 16 * 1024
 MAX_JWKS_KEYS = 16
 MAX_ISSUER_URL = 512
 #: JWK members that hold a private key (RFC 7518): refused in a registered JWKS.

@@ -31,6 +31,7 @@ from fastapi import Query
 from pydantic import Field
 from sqlalchemy.engine import Connection
 
+from agent.contract import MAX_JWKS_BYTES
 from meshplane import gateway_contract
 from meshplane.control_plane import ServiceAccountKey
 from meshplane.kinds_contract import Kind
@@ -143,7 +144,7 @@ class WorkloadIdentity(ApiModel):
             "Service-account token issuers whose tokens prove a workload of this cluster "
             "(besides the one its agent reports): for workloads outside Kubernetes. At most "
             f"{workload_attest.MAX_ISSUERS}, each JWKS at most "
-            f"{workload_attest.MAX_JWKS_BYTES // 1024} KiB."
+            f"{MAX_JWKS_BYTES // 1024} KiB."
         ),
     )
 

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
+from agent.contract import MAX_POD_SERVICES, MAX_PODS_PER_NAMESPACE
 from mgmt_api.schemas.base import ApiModel
 
 MAX_NAMESPACES = 2000
@@ -19,8 +20,7 @@ MAX_SERVICES = 1000  # per namespace
 MAX_WORKLOADS = 1000  # per service
 MAX_ITEMS = 100  # ports, addresses, versions, ...
 MAX_MAP = 64  # labels, annotations, selectors
-MAX_PODS = 5000  # per namespace
-MAX_POD_SERVICES = 32  # services one pod is in
+MAX_PODS = MAX_PODS_PER_NAMESPACE
 
 Map = dict[str, str]
 

@@ -1,10 +1,12 @@
 """A fake Kubernetes API server: the one fake in the agent's tests (no cluster runs here).
 
 HTTPS with a test CA and a bearer token, as in a pod. It serves what the
-agent reads: pods (with equality label selectors), namespaces, services,
-``/version``, and ``pods/{pod}/log`` (``tailLines``, ``follow``,
-``timestamps``), whose lines are a real Envoy's log file, so pod logs are
-what that proxy really wrote.
+agent reads: pods (with equality label selectors; uid, service account),
+namespaces, services, ``/version``, the service-account issuer discovery
+(``/.well-known/openid-configuration`` and its ``jwks_uri``, when
+:attr:`FakeKubeApi.issuer` is set), and ``pods/{pod}/log`` (``tailLines``,
+``follow``, ``timestamps``), whose lines are a real Envoy's log file, so pod
+logs are what that proxy really wrote.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import json
 import select
 import ssl
 import threading
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -30,6 +33,8 @@ class FakeKubeApi:
         self.log_files: dict[str, Path] = {}  # pod name -> log file
         self.requests: list[tuple[str, dict[str, list[str]]]] = []
         self.open_streams = 0
+        #: The service-account issuer: {"issuer": URL, "jwks": {"keys": [...]}}, or None.
+        self.issuer: dict[str, Any] | None = None
         self._lock = threading.Lock()
         fake = self
 
@@ -62,16 +67,27 @@ class FakeKubeApi:
         self.server.shutdown()
         self.server.server_close()
 
-    def add_pod(self, namespace: str, name: str, ip: str | None, labels: dict[str, str]) -> None:
+    def add_pod(
+        self,
+        namespace: str,
+        name: str,
+        ip: str | None,
+        labels: dict[str, str],
+        service_account: str = "default",
+    ) -> str:
+        """A pod; returns its uid."""
+        uid = str(uuid.uuid4())
         self.pods.append(
             {
-                "metadata": {"namespace": namespace, "name": name, "labels": labels},
+                "metadata": {"namespace": namespace, "name": name, "labels": labels, "uid": uid},
+                "spec": {"serviceAccountName": service_account},
                 "status": {
                     "phase": "Running" if ip else "Pending",
                     **({"podIP": ip} if ip else {}),
                 },
             }
         )
+        return uid
 
     def _json(self, handler: BaseHTTPRequestHandler, status: int, body: Any) -> None:
         data = json.dumps(body).encode()
@@ -104,6 +120,12 @@ class FakeKubeApi:
                 if all(p["metadata"]["labels"].get(k) == v for k, v in selector.items())
             ]
             self._json(handler, 200, {"kind": "PodList", "items": items})
+        elif url.path == "/.well-known/openid-configuration" and self.issuer is not None:
+            # jwks_uri names the issuer's public address; the agent reads its path here.
+            jwks_uri = "https://issuer.example.test/openid/v1/jwks"
+            self._json(handler, 200, {"issuer": self.issuer["issuer"], "jwks_uri": jwks_uri})
+        elif url.path == "/openid/v1/jwks" and self.issuer is not None:
+            self._json(handler, 200, self.issuer["jwks"])
         elif url.path == "/api/v1/namespaces":
             items = [{"metadata": {"name": n, "labels": {}}} for n in self.namespaces]
             self._json(handler, 200, {"kind": "NamespaceList", "items": items})

@@ -25,9 +25,12 @@ from tests.mgmt_api.harness import ok
 from tests.support.certs import CertificateAuthority
 from tests.support.envoy import EnvoyProcess, minimal_bootstrap
 from tests.support.processes import wait_until
+from tests.support.workload_tokens import PodRef, TestIssuer, sign
 
 PODS = {"web-7d9f-a": "127.0.0.2", "web-7d9f-b": "127.0.0.3"}
 WEB = {"namespace": "shop", "workload": "web"}
+# The cluster's service-account issuer, as the fake API server publishes it.
+ISSUER = TestIssuer("https://kubernetes.default.svc.cluster.local")
 
 
 def _shared_port() -> int:
@@ -50,6 +53,7 @@ class Kube:
         self.envoys: dict[str, EnvoyProcess] = {}
         self.agent: Agent | None = None
         self.api: FakeKubeApi | None = None
+        self.uids: dict[str, str] = {}
 
     def start(self, fleet: Fleet, tmp: Path) -> None:
         ca = CertificateAuthority(tmp)
@@ -59,12 +63,14 @@ class Kube:
         (credentials / "token").write_text(TOKEN + "\n")
         (credentials / "ca.crt").write_bytes(ca.path.read_bytes())
         self.api = api = FakeKubeApi(server.cert, server.key).start()
+        api.issuer = ISSUER.registration()
         port = _shared_port()
         for pod, ip in PODS.items():
             config = minimal_bootstrap(ip, port)
             config["node"] = {"id": pod, "cluster": "web"}
             self.envoys[pod] = EnvoyProcess(config, directory=tmp / pod).start()
-            api.add_pod("shop", pod, ip, {"app": "web", "security.istio.io/tlsMode": "istio"})
+            labels = {"app": "web", "security.istio.io/tlsMode": "istio"}
+            self.uids[pod] = api.add_pod("shop", pod, ip, labels, service_account="web")
             assert self.envoys[pod].log_path is not None
             api.log_files[pod] = self.envoys[pod].log_path  # type: ignore[assignment]
         api.add_pod(
@@ -171,3 +177,32 @@ def test_pod_logs_tail_and_follow(fleet: Fleet, kube: Kube) -> None:
                     break
     # the client left: the agent closed the pod log stream
     wait_until(lambda: kube.fake.open_streams == 0, timeout=30, what="the pod log stream to close")
+
+
+def test_inventory_reports_pods_and_the_issuer_and_their_tokens_verify(
+    fleet: Fleet, kube: Kube
+) -> None:
+    """Pods (uid, IP, service account, services by selector) and the issuer read from the
+    FAKE API server's discovery reach mgmt-api, and a pod's token then gets a certificate."""
+
+    def reported() -> Any:
+        cluster = ok(fleet.admin.get(f"/v2/organizations/{ORG}/clusters/kube"))
+        return cluster if cluster.get("state", {}).get("serviceAccountIssuer") else None
+
+    cluster = wait_until(reported, timeout=30, what="the inventory with the issuer")
+    assert cluster["state"]["serviceAccountIssuer"] == ISSUER.registration()
+    pods = {p["name"]: p for p in {n["name"]: n for n in cluster["namespaces"]}["shop"]["pods"]}
+    for pod, ip in PODS.items():
+        assert pods[pod] == {
+            "name": pod,
+            "uid": kube.uids[pod],
+            "ip": ip,
+            "serviceAccount": "web",
+            "services": ["web"],
+        }
+    assert "services" not in pods["db-0"]  # no service selects app=db
+    assert "ip" not in pods["web-7d9f-pending"]
+    assert ("/openid/v1/jwks", {}) in kube.fake.requests  # jwks_uri's path, on the API server
+    pod = PodRef("shop", "web-7d9f-a", "web", uid=kube.uids["web-7d9f-a"])
+    answer = sign(fleet.mgmt.grpc_port, ORG, "kube", ISSUER.token(pod), "shop", "web")
+    assert answer.not_after_unix > 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -189,7 +190,40 @@ def _too_many(n: int) -> dict:
             },
             "namespaces[0].services[0].ports[0].number",
         ),
-        ({"namespaces": [{"name": "a", "pods": []}], "state": {}}, "namespaces[0].pods"),
+        ({"namespaces": [{"name": "a", "widgets": []}], "state": {}}, "namespaces[0].widgets"),
+        (
+            {"namespaces": [{"name": "a", "pods": [{"name": "p"}]}], "state": {}},
+            "namespaces[0].pods[0].uid",
+        ),
+        (
+            {"namespaces": [{"name": "a", "pods": [{"name": "p", "uid": "u"}] * 2}], "state": {}},
+            "namespaces[0].pods[1].name",
+        ),
+        (
+            {
+                "namespaces": [
+                    {"name": "a", "pods": [{"name": "p", "uid": "u", "services": ["s"] * 33}]}
+                ],
+                "state": {},
+            },
+            "namespaces[0].pods[0].services",
+        ),
+        (
+            {
+                "namespaces": [],
+                "state": {
+                    "serviceAccountIssuer": {
+                        "issuer": "https://i",
+                        "jwks": {"keys": [{"kty": "oct", "k": "c2VjcmV0"}]},
+                    }
+                },
+            },
+            "state.serviceAccountIssuer.jwks",
+        ),
+        (
+            {"namespaces": [], "state": {"serviceAccountIssuer": {"jwks": {"keys": []}}}},
+            "state.serviceAccountIssuer.issuer",
+        ),
         (_too_many(2001), "namespaces"),
         (
             {
@@ -208,6 +242,7 @@ def test_bad_reports_are_refused_and_the_last_good_one_kept(
         good = ok(report(east_agent, east, namespace("shop", "cart")))
         got = err(east_agent.put(inventory_path(east), json=body), 400, "INVALID_ARGUMENT")
         assert got["details"][1]["fieldViolations"][0]["field"] == field, got
+        assert "c2VjcmV0" not in json.dumps(got)  # a refused key is not echoed
     cluster = ok(admin.get(f"/v2/{east['fqn']}"))
     assert cluster["namespaces"] == [namespace("shop", "cart")]
     assert cluster["state"]["lastSyncTime"] == good["lastSyncTime"]

@@ -16,9 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import grpc
 import jwt
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
+from meshplane.proto.workload.v1 import workload_pb2 as pb
+from meshplane.proto.workload.v1 import workload_pb2_grpc as pb_grpc
+from meshplane.sidecar_contract import spiffe_id
 from meshplane.workload_contract import TOKEN_AUDIENCE
 
 
@@ -105,3 +111,30 @@ class TestIssuer:
         partial.write_text(self.token(pod, **kw), encoding="ascii")
         partial.replace(path)
         return path
+
+
+def csr_pem(*uris: str, key: ec.EllipticCurvePrivateKey | None = None) -> str:
+    """A PKCS#10 CSR in PEM with these URI SANs (a new P-256 key unless given)."""
+    key = key or ec.generate_private_key(ec.SECP256R1())
+    names: list[x509.GeneralName] = [x509.UniformResourceIdentifier(u) for u in uris]
+    csr = (
+        x509.CertificateSigningRequestBuilder()
+        .subject_name(x509.Name([]))
+        .add_extension(x509.SubjectAlternativeName(names), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    return csr.public_bytes(serialization.Encoding.PEM).decode()
+
+
+def sign(
+    grpc_port: int, org: str, cluster: str, token: str, namespace: str, account: str
+) -> pb.SignResponse:
+    """``WorkloadCertificates/Sign`` on mgmt-api for the cluster's default trust domain."""
+    identity = spiffe_id(f"{cluster}.{org}.mesh.local", namespace, account)
+    with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+        stub = pb_grpc.WorkloadCertificatesStub(channel)  # type: ignore[no-untyped-call]
+        request = pb.SignRequest(csr_pem=csr_pem(identity), cluster=f"{org}/{cluster}")
+        answer: pb.SignResponse = stub.Sign(
+            request, metadata=(("authorization", f"Bearer {token}"),), timeout=10
+        )
+        return answer
