@@ -154,6 +154,10 @@ def default_trust_domain(organization: str, cluster: str) -> str:
     return f"{cluster}.{organization}.{DEFAULT_TRUST_DOMAIN_SUFFIX}"
 
 
+#: The longest socket path (bytes) a sidecar's directory may give (sun_path holds 108).
+MAX_SOCKET_PATH = 100
+
+
 @dataclass(frozen=True)
 class Sockets:
     """The pod-local socket paths of one sidecar (in a directory only Envoy and the agent share)."""
@@ -174,6 +178,10 @@ class Sockets:
     @property
     def admin(self) -> str:
         return self.path(workload_contract.ADMIN_SOCKET)
+
+    def fits(self) -> bool:
+        """Whether every socket path is short enough for a Unix socket."""
+        return all(len(p.encode()) <= MAX_SOCKET_PATH for p in (self.xds, self.sds, self.admin))
 
 
 def _pipe(path: str) -> dict[str, Any]:

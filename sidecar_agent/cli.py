@@ -121,7 +121,7 @@ def options(args: argparse.Namespace) -> AgentOptions:
     except gateway_contract.NodeError as exc:
         raise ConfigError(str(exc)) from None
     sockets = sc.Sockets(str(Path(args.socket_dir).absolute()))
-    if len(sockets.admin.encode()) > 100:
+    if not sockets.fits():
         raise ConfigError("is too long for a Unix socket path", field="--socket-dir")
     return AgentOptions(
         node=node,

@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import errno
 import functools
+import hashlib
 import json
 import os
 import secrets
@@ -50,6 +51,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -580,8 +582,17 @@ class Stack:
         self._wait("the gateway to ACK its configuration", lambda: self._gateway_acked(client))
 
     def sidecar_dir(self, w: mesh.DemoWorkload) -> Path:
-        """The workload's private directory: its token, and its agent's sockets (admin too)."""
+        """The workload's private directory in the state: its token."""
         return self.state / "sidecars" / w.instance
+
+    def socket_dir(self, w: mesh.DemoWorkload) -> Path:
+        """Its agent's sockets (Envoy's admin too) and bootstrap: in the workload's directory,
+        or, when that path is too long for a Unix socket, in a short one of the temp dir."""
+        here = self.sidecar_dir(w)
+        if sidecar_contract.Sockets(str(here)).fits():
+            return here
+        digest = hashlib.sha256(str(self.state).encode()).hexdigest()[:12]
+        return Path(tempfile.gettempdir()) / f"meshplane-demo-{digest}" / w.instance
 
     def write_workload_tokens(self) -> None:
         """Each workload's token file, minted now (rewritten, as the kubelet does, whole)."""
@@ -607,7 +618,7 @@ class Stack:
         argv += ["--node-id", w.instance, "--inbound", p.at(w.port(p, "inbound"))]
         argv += ["--outbound-port", str(w.port(p, "outbound"))]
         argv += ["--token-file", str(self.sidecar_dir(w) / "token")]
-        argv += ["--socket-dir", str(self.sidecar_dir(w))]
+        argv += ["--socket-dir", str(self.socket_dir(w))]
         envoy = ["--concurrency", "1", "--log-format", envoy_log_format(f"{w.name}-sidecar")]
         return argv + [f"--envoy-arg={arg}" for arg in envoy]
 
@@ -803,7 +814,7 @@ def banner(stack: Stack) -> str:
         *(
             f"  {w.host:<16} app http://{p.at(w.port(p, 'app'))}  sidecar: outbound"
             f" http://{p.at(w.port(p, 'outbound'))}  inbound {p.at(w.port(p, 'inbound'))}"
-            f"  admin unix:{stack.sidecar_dir(w) / 'admin.sock'}"
+            f"  admin unix:{stack.socket_dir(w) / 'admin.sock'}"
             for w in mesh.WORKLOADS
         ),
         f"  logs       {stack.state / 'logs'}",
