@@ -48,8 +48,6 @@ DEFAULT_INBOUND_PORT = 15006
 #: (the injector passes it so: a CA certificate is public, a volume would need an
 #: object per namespace).
 CONTROL_PLANE_CA_ENV = "MESHPLANE_CONTROL_PLANE_CA"
-#: The mesh CA's trust domain of a cluster whose spec names none (ClusterConfig shows it).
-DEFAULT_TRUST_DOMAIN_SUFFIX = "mesh.local"
 
 # DNS-1123 labels: namespaces, service accounts, services.
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -147,11 +145,6 @@ def parse_node(node_id: str, node_cluster: str, metadata: Mapping[str, Any]) -> 
             f"node.metadata[{SIDECAR_KEY!r}]: appPort, inbound.port and outboundPort must differ"
         )
     return node
-
-
-def default_trust_domain(organization: str, cluster: str) -> str:
-    """The trust domain of a cluster whose spec names none: ``CLUSTER.ORG.mesh.local``."""
-    return f"{cluster}.{organization}.{DEFAULT_TRUST_DOMAIN_SUFFIX}"
 
 
 #: The longest socket path (bytes) a sidecar's directory may give (sun_path holds 108).

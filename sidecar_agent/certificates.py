@@ -8,7 +8,9 @@ signing CA that did not issue the current certificate. While mgmt-api is
 away, Envoy keeps the certificate it has (it is valid for the other half of
 its life) and the keeper retries with a jittered backoff
 (:class:`meshplane.backoff.Backoff`). The key exists only in this process
-and in the SDS answer to Envoy.
+and in the SDS answer to Envoy. Without a trust domain given, it waits for
+the first trust bundle the relay sees and takes the one its signing CA names
+(:func:`~sidecar_agent.identity.trust_domain_of`).
 """
 
 from __future__ import annotations
@@ -74,13 +76,14 @@ class CertificateKeeper:
         sign: SignCall,
         *,
         token: Callable[[], str],
-        trust_domain: str,
+        trust_domain: str | None,
         state: SecretState,
         clock: Callable[[], float],
         metrics: KeeperMetrics | None = None,
         backoff: Backoff | None = None,
     ) -> None:
         self.sign, self.token, self.trust_domain = sign, token, trust_domain
+        self._learn = trust_domain is None  # from the trust bundle, and again on a change
         self.state, self.clock = state, clock
         self.metrics = metrics or KeeperMetrics()
         self.backoff = backoff or Backoff(maximum=30.0)
@@ -93,7 +96,12 @@ class CertificateKeeper:
         if ca_pem == self._last_ca:
             return
         self._last_ca = ca_pem
-        if self.issued is not None and not self.issued.signed_by(ca_pem):
+        learned = identity.trust_domain_of(ca_pem) if self._learn else None
+        if learned is not None and learned != self.trust_domain:
+            log.info("the mesh's trust domain", extra={"trustDomain": learned})
+            self.trust_domain = learned
+            self._wake.set()
+        elif self.issued is not None and not self.issued.signed_by(ca_pem):
             log.info("the mesh CA changed: signing a new certificate")
             self._wake.set()
 
@@ -104,6 +112,8 @@ class CertificateKeeper:
             claims = identity.token_claims(token)
         except TokenUnreadable as exc:
             raise SignFailed(str(exc)) from None
+        if self.trust_domain is None:
+            raise SignFailed("the trust domain is not known yet")
         key = identity.new_key()
         csr = identity.csr_pem(key, identity.workload_id(self.trust_domain, claims))
         response = await self.sign(csr, token)
@@ -124,6 +134,10 @@ class CertificateKeeper:
         """Forever: renew when due (or on a CA change), retry with backoff on failure."""
         while True:
             self._wake.clear()
+            if self.trust_domain is None:
+                log.info("waiting for the trust bundle, which names the trust domain")
+                await self._wake.wait()
+                continue
             try:
                 issued = await self.renew()
                 self.backoff.reset()

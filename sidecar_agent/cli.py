@@ -59,7 +59,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--outbound-port", type=int, default=sc.DEFAULT_OUTBOUND_PORT)
     p.add_argument("--token-file", default=str(workload_contract.DEFAULT_TOKEN_PATH))
     p.add_argument("--socket-dir", default=str(workload_contract.DEFAULT_SOCKET_DIR))
-    p.add_argument("--trust-domain", help="the mesh's trust domain (default: the cluster's)")
+    p.add_argument(
+        "--trust-domain",
+        help="the mesh's trust domain (default: the one the cluster's mesh CA names)",
+    )
     p.add_argument("--listen", help="HOST:PORT of /metrics, /healthz, /readyz (default: none)")
     p.add_argument("--envoy-arg", action="append", default=[], help="an extra Envoy flag")
     p.add_argument("--envoy-log", help="Envoy's log file (default: its stderr)")
@@ -129,7 +132,7 @@ def options(args: argparse.Namespace) -> AgentOptions:
         tls=_tls(args, target.tls),
         token_file=Path(args.token_file),
         sockets=sockets,
-        trust_domain=args.trust_domain or sc.default_trust_domain(organization, cluster),
+        trust_domain=args.trust_domain or None,
         envoy_args=tuple(args.envoy_arg),
         envoy_log=Path(args.envoy_log) if args.envoy_log else None,
     )

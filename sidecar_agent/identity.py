@@ -134,6 +134,25 @@ class Issued:
         return True
 
 
+def trust_domain_of(ca_pem: str) -> str | None:
+    """The trust domain a mesh CA certificate names (its URI SAN ``spiffe://TD``), or None.
+
+    How the agent learns the cluster's effective trust domain without being
+    told: mgmt-api sends the trust bundle over ADS before any certificate is
+    needed, and its signing CA names the domain it signs for.
+    """
+    try:
+        ca = x509.load_pem_x509_certificate(ca_pem.encode())
+        sans = ca.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except (ValueError, x509.ExtensionNotFound):
+        return None
+    for uri in sans.get_values_for_type(x509.UniformResourceIdentifier):
+        domain = uri.removeprefix("spiffe://")
+        if uri.startswith("spiffe://") and domain and "/" not in domain:
+            return domain
+    return None
+
+
 def first_certificate(bundle_pem: str) -> str | None:
     """The first PEM certificate of a concatenation (the signing CA of a trust bundle)."""
     marker = "-----END CERTIFICATE-----"

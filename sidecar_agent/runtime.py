@@ -46,7 +46,7 @@ class AgentOptions:
     tls: ClientTlsFiles | None
     token_file: Path
     sockets: sc.Sockets
-    trust_domain: str
+    trust_domain: str | None
     envoy_args: tuple[str, ...] = ()
     envoy_log: Path | None = None
 

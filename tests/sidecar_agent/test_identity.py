@@ -120,7 +120,7 @@ def test_sds_answers_once_per_version_and_only_what_was_asked() -> None:
     assert answer(2, secret, asked, 1, 2) is not None  # a new certificate
 
 
-def test_the_default_trust_domain_is_the_mesh_cas() -> None:
-    from meshplane.sidecar_contract import default_trust_domain
-
-    assert default_trust_domain("acme", "east") == mesh_ca.default_trust_domain("acme", "east")
+def test_the_trust_domain_is_the_one_the_mesh_ca_names() -> None:
+    ca = mesh_ca.new_ca("custom.example", time.time(), mesh_ca.new_key())
+    assert identity.trust_domain_of(mesh_ca.pem(ca.certificate)) == "custom.example"
+    assert identity.trust_domain_of("garbage") is None

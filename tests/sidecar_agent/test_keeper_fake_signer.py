@@ -117,3 +117,28 @@ def test_while_mgmt_api_is_away_the_certificate_stays_and_sign_is_retried() -> N
             task.cancel()
 
     asyncio.run(scenario())
+
+
+def test_without_a_trust_domain_it_waits_for_the_bundle_and_takes_its_cas() -> None:
+    async def scenario() -> None:
+        signer, failures = FakeSigner(), list[int]()
+        state = SecretState()
+        keeper = CertificateKeeper(
+            signer,
+            token=lambda: TOKEN,
+            trust_domain=None,
+            state=state,
+            clock=time.time,
+            metrics=KeeperMetrics(failed=lambda: failures.append(1)),
+        )
+        task = asyncio.ensure_future(keeper.run())
+        try:
+            await asyncio.sleep(0.2)
+            assert signer.keys == [] and failures == []  # nothing asked, nothing failed
+            keeper.signing_ca_seen(mesh_ca.pem(signer.ca.certificate))
+            await _until(lambda: state.version == 1)
+            assert keeper.trust_domain == TD
+        finally:
+            task.cancel()
+
+    asyncio.run(scenario())
