@@ -319,7 +319,7 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
             assert self._sidecars is not None  # _admit refuses sidecars otherwise
             plane = self._sidecars.plane
             try:
-                handle = self._sidecars.directory.join(node)
+                handle = self._sidecars.directory.join(node, grant)
             except DirectoryFull as exc:
                 await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
             build = functools.partial(self._compile_sidecar, node)

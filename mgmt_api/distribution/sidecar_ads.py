@@ -120,7 +120,11 @@ class SidecarStreams:
             self.counts.admission(exc.reason)
             log.warning(
                 "refused a sidecar stream",
-                extra={"cluster": node.node_cluster, "instance": node.instance, "error": str(exc)},
+                extra={
+                    "cluster": node.node_cluster,
+                    "instance": node.instance[:256],
+                    "error": str(exc),
+                },
             )
             raise AuthError(str(exc)) from None
         refusal = sidecar_refusal(attested, node)
@@ -130,20 +134,23 @@ class SidecarStreams:
                 "refused a sidecar stream",
                 extra={
                     "cluster": node.node_cluster,
-                    "instance": node.instance,
+                    "instance": node.instance[:256],
                     "pod": f"{attested.pod.namespace}/{attested.pod.name}",
                     "error": str(refusal),
                 },
             )
-            await asyncio.to_thread(
-                self.attestation.audit_refusal,
-                org,
-                cluster,
-                attested,
-                refusal,
-                operation=REFUSE_SIDECAR,
-                instance=node.instance,
-            )
+            try:
+                await asyncio.to_thread(
+                    self.attestation.audit_refusal,
+                    org,
+                    cluster,
+                    attested,
+                    refusal,
+                    operation=REFUSE_SIDECAR,
+                    instance=node.instance,
+                )
+            except Exception:  # the refusal stands even when the store cannot record it
+                log.exception("cannot audit a refused sidecar stream")
             raise AuthError(str(refusal))
         self.counts.admission()
         return attested.grant

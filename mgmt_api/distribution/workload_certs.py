@@ -76,6 +76,11 @@ class WorkloadCertificatesServicer(pb_grpc.WorkloadCertificatesServicer):
             )
             await context.abort(_CODES.get(exc.reason, grpc.StatusCode.PERMISSION_DENIED), str(exc))
             raise  # pragma: no cover - abort raises
+        except Exception:  # the store, the CA: said in the log, not to the caller
+            self.counts.refused("internal")
+            log.exception("cannot sign a workload certificate")
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "cannot sign now; retry")
+            raise  # pragma: no cover - abort raises
 
     def _sign(self, request: pb.SignRequest, token: str) -> pb.SignResponse:
         if not token:
@@ -99,8 +104,8 @@ class WorkloadCertificatesServicer(pb_grpc.WorkloadCertificatesServicer):
         now = self.clock()
         certificate = mesh_ca.issue_svid(ca, identity, key, now, self.certificate_ttl)
         not_after = int(certificate.not_valid_after_utc.timestamp())
-        if self.directory is not None and request.instance:
-            self.directory.issued(org, cluster, request.instance, not_after)
+        if self.directory is not None:
+            self.directory.issued(org, cluster, attested.grant, not_after)
         self.counts.issued()
         log.info(
             "issued a workload certificate",

@@ -39,7 +39,7 @@ from typing import Any
 import jwt
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from agent.contract import MAX_JWKS_BYTES
 from meshplane import workload_contract
@@ -58,6 +58,8 @@ MAX_CSR_BYTES = 8192
 MAX_ISSUERS = 8
 MAX_JWKS_KEYS = 16
 MAX_ISSUER_URL = 512
+#: Smallest RSA key a registered issuer may use.
+MIN_RSA_BITS = 2048
 #: JWK members that hold a private key (RFC 7518): refused in a registered JWKS.
 PRIVATE_MEMBERS = frozenset({"d", "p", "q", "dp", "dq", "qi", "k", "oth"})
 #: SPKI digests remembered per replica (16 bytes each, ~100 B with the table: ~10 MiB).
@@ -134,10 +136,22 @@ def jwks_problem(value: object) -> str | None:
         private = sorted(PRIVATE_MEMBERS & set(key))
         if private:
             return f"keys[{i}] holds private members {private}: give public keys only"
-        try:
-            jwt.PyJWK(dict(key), "RS256" if key["kty"] == "RSA" else "ES256")
-        except jwt.PyJWTError as exc:
-            return f"keys[{i}] is not a usable key: {exc}"
+        problem = _key_problem(key)
+        if problem is not None:
+            return f"keys[{i}] {problem}"
+    return None
+
+
+def _key_problem(key: Mapping[str, Any]) -> str | None:
+    """Why a public JWK cannot verify RS256 (RSA, 2048 bits or more) or ES256 (P-256)."""
+    if key["kty"] == "EC" and key.get("crv") != "P-256":
+        return "must be on curve P-256 (ES256)"
+    try:
+        loaded = jwt.PyJWK(dict(key), "RS256" if key["kty"] == "RSA" else "ES256").key
+    except (jwt.PyJWTError, ValueError, TypeError) as exc:
+        return f"is not a usable key: {exc}"
+    if isinstance(loaded, rsa.RSAPublicKey) and loaded.key_size < MIN_RSA_BITS:
+        return f"must be an RSA key of at least {MIN_RSA_BITS} bits"
     return None
 
 

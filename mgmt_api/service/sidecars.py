@@ -7,11 +7,13 @@ sidecar sees the instances connected to the replica it streams from
 (docs/mesh.md, "what is not done"). Every change calls the listeners, so the
 streams of the cluster recompile.
 
-It also holds when the certificate last signed for each instance expires
-(:meth:`SidecarDirectory.issued`, told by ``WorkloadCertificates/Sign``),
-which the ``meshplane_sidecar_certificate_expiry_timestamp_seconds`` gauge
-reads at scrape time for the sidecars connected here: a sidecar that leaves
-takes its series with it, and a certificate nobody streams with raises no alert.
+It also holds when the certificate last signed for each pod expires
+(:meth:`SidecarDirectory.issued`, told by ``WorkloadCertificates/Sign`` with
+the VERIFIED pod, so no caller can set another's), which the
+``meshplane_sidecar_certificate_expiry_timestamp_seconds`` gauge reads at
+scrape time for the sidecars connected here (each joined with its verified
+pod): a sidecar that leaves takes its series with it, and a certificate
+nobody streams with raises no alert.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from mgmt_api.compiler.sidecar_xds import SidecarEndpoint
 #: Cap on the sidecars one cluster may register here (each is an endpoint every
 #: sidecar of the cluster receives): past it, a new stream is refused.
 MAX_SIDECARS_PER_CLUSTER = 4096
-#: Instances whose last certificate expiry is remembered (oldest forgotten).
+#: Pods whose last certificate expiry is remembered (oldest forgotten).
 MAX_EXPIRIES = 65_536
 
 
@@ -40,7 +42,8 @@ class SidecarDirectory:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._nodes: dict[tuple[str, str], dict[int, SidecarNode]] = {}
-        # (organization, cluster, instance) → notAfter of its last signed certificate
+        self._pods: dict[int, str] = {}  # handle → its verified pod ("NS/NAME/UID")
+        # (organization, cluster, pod) → notAfter of its last signed certificate
         self._expiry: OrderedDict[tuple[str, str, str], float] = OrderedDict()
         self._ids = 0
         self.listeners: list[Callable[[], None]] = []
@@ -49,8 +52,8 @@ class SidecarDirectory:
         for listener in list(self.listeners):
             listener()
 
-    def join(self, node: SidecarNode) -> int:
-        """Register a connected sidecar; the id to :meth:`leave` with."""
+    def join(self, node: SidecarNode, pod: str = "") -> int:
+        """Register a connected sidecar of the verified ``pod``; the id to :meth:`leave` with."""
         with self._lock:
             nodes = self._nodes.setdefault((node.organization, node.cluster), {})
             if len(nodes) >= MAX_SIDECARS_PER_CLUSTER:
@@ -58,6 +61,7 @@ class SidecarDirectory:
             self._ids += 1
             nodes[self._ids] = node
             handle = self._ids
+            self._pods[handle] = pod
         self._changed()
         return handle
 
@@ -65,13 +69,14 @@ class SidecarDirectory:
         with self._lock:
             nodes = self._nodes.get((node.organization, node.cluster), {})
             nodes.pop(handle, None)
+            self._pods.pop(handle, None)
             if not nodes:
                 self._nodes.pop((node.organization, node.cluster), None)
         self._changed()
 
-    def issued(self, organization: str, cluster: str, instance: str, not_after: float) -> None:
-        """A certificate valid until ``not_after`` (Unix s) was signed for ``instance``."""
-        key = (organization, cluster, instance)
+    def issued(self, organization: str, cluster: str, pod: str, not_after: float) -> None:
+        """A certificate valid until ``not_after`` (Unix s) was signed for the verified ``pod``."""
+        key = (organization, cluster, pod)
         with self._lock:
             self._expiry[key] = not_after
             self._expiry.move_to_end(key)
@@ -79,13 +84,13 @@ class SidecarDirectory:
                 self._expiry.popitem(last=False)
 
     def expiries(self) -> list[tuple[SidecarNode, float]]:
-        """(node, notAfter) of every connected sidecar a certificate was signed for."""
+        """(node, notAfter) of every connected sidecar whose pod a certificate was signed for."""
         with self._lock:
             return [
                 (node, self._expiry[key])
                 for (org, cluster), nodes in self._nodes.items()
-                for node in nodes.values()
-                if (key := (org, cluster, node.instance)) in self._expiry
+                for handle, node in nodes.items()
+                if (key := (org, cluster, self._pods.get(handle, ""))) in self._expiry
             ]
 
     def endpoints(self, organization: str, cluster: str) -> tuple[SidecarEndpoint, ...]:

@@ -34,9 +34,11 @@ from mgmt_api.store.uow import UnitOfWork
 
 #: How long an entry serves without a store read (bounds another replica's lag).
 MAX_AGE_SECONDS = 5.0
-#: Clusters kept. A report is at most the API's 1 MiB body, so this bounds the
-#: cache to well under 64 MiB even if every cluster reported that much.
+#: Clusters kept, and pods kept across them (a pod is ~1 KiB in memory with its
+#: strings and index entry: ~100 MiB at most). A cluster with more pods than
+#: that is read from the store each time instead.
 MAX_CACHED = 64
+MAX_CACHED_PODS = 100_000
 
 
 class WorkloadTrustStore:
@@ -72,12 +74,18 @@ class WorkloadTrustStore:
         if res is None or res.kind != Kind.CLUSTER:
             raise UnknownCluster(cluster_fqn)
         trust = trust_of(res.status, res.spec)
+        if len(trust.pods) <= MAX_CACHED_PODS:
+            self._keep(cluster_fqn, now, trust)
+        return trust
+
+    def _keep(self, cluster_fqn: str, now: float, trust: ClusterTrust) -> None:
         with self._lock:
             self._cache[cluster_fqn] = (now, trust)
             self._cache.move_to_end(cluster_fqn)
-            while len(self._cache) > MAX_CACHED:
-                self._cache.popitem(last=False)
-        return trust
+            pods = sum(len(t.pods) for _, t in self._cache.values())
+            while len(self._cache) > MAX_CACHED or pods > MAX_CACHED_PODS:
+                _, (_, dropped) = self._cache.popitem(last=False)
+                pods -= len(dropped.pods)
 
 
 #: A refusal of the same pod for the same reason is audited once per this window

@@ -6,6 +6,7 @@ in the projected service-account token's claim shape.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -140,6 +141,11 @@ def test_a_deleted_pod_stops_verifying_with_the_next_inventory() -> None:
 # ---- JWKS and issuers, as written by an admin or reported by an agent -------------------
 
 
+def _small_rsa() -> dict[str, Any]:
+    key = rsa.generate_private_key(public_exponent=65537, key_size=1024).public_key()
+    return {"keys": [json.loads(jwt.get_algorithm_by_name("RS256").to_jwk(key))]}
+
+
 @pytest.mark.parametrize(
     ("value", "member", "problem"),
     [
@@ -172,6 +178,19 @@ def test_a_deleted_pod_stops_verifying_with_the_next_inventory() -> None:
             "16384 bytes",
         ),
         ("nope", "", "must be"),
+        (
+            {
+                "issuer": "https://i",
+                "jwks": {"keys": [{**ISSUER.jwks()["keys"][0], "crv": "P-384"}]},
+            },
+            "jwks",
+            "P-256",
+        ),
+        (
+            {"issuer": "https://i", "jwks": _small_rsa()},
+            "jwks",
+            "at least 2048 bits",
+        ),
     ],
 )
 def test_issuer_validation(value: object, member: str | None, problem: str | None) -> None:

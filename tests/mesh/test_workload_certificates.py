@@ -308,13 +308,23 @@ def _node(cluster: Cluster, pod: PodRef = WEB, **kw: Any) -> SidecarNode:
     return SidecarNode(cluster.org, cluster.name, f"{pod.name}.{pod.namespace}", **{**base, **kw})
 
 
-def test_a_sidecar_with_its_own_token_gets_its_configuration(
-    channel: grpc.Channel, c1: Cluster
+def test_a_sidecar_with_its_own_token_gets_its_configuration_and_the_expiry_gauge_its_pods(
+    channel: grpc.Channel, admin: httpx.Client, c1: Cluster
 ) -> None:
-    ads = Ads(channel, ISSUER.token(WEB), _node(c1))
+    node = _node(c1)
+    ads = Ads(channel, ISSUER.token(WEB), node)
     try:
         first = next(ads.responses)
         assert first.type_url == gateway_xds.CLUSTER_TYPE and first.resources
+        # The gauge shows what Sign issued for the stream's verified pod, whoever asks.
+        _sign(channel, c1, ISSUER.token(PAYMENTS), _csr(_own(c1, PAYMENTS)))
+        not_after = _sign(channel, c1, ISSUER.token(WEB), _csr(_own(c1))).not_after_unix
+        series = (
+            "meshplane_sidecar_certificate_expiry_timestamp_seconds"
+            f'{{cluster="{c1.node_cluster}",instance="{node.instance}"}} '
+        )
+        lines = [line for line in ok_text(admin.get("/metrics")).splitlines() if series in line]
+        assert [float(line.rsplit(" ", 1)[1]) for line in lines] == [not_after]
     finally:
         ads.close()
 
