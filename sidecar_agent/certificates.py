@@ -32,6 +32,9 @@ from sidecar_agent.sds import SecretState, svid_secret
 log = logging.getLogger(__name__)
 
 SIGN_TIMEOUT_SECONDS = 10.0
+#: The shortest wait between two signed certificates (a certificate about to expire,
+#: say of a CA at its end, must not make the agent ask Sign in a tight loop).
+MIN_RENEW_SECONDS = 1.0
 
 #: (CSR PEM, token) → the Sign answer; raises :class:`SignFailed`.
 SignCall = Callable[[str, str], Awaitable[workload_pb2.SignResponse]]
@@ -118,7 +121,9 @@ class CertificateKeeper:
         csr = identity.csr_pem(key, identity.workload_id(self.trust_domain, claims))
         response = await self.sign(csr, token)
         try:
-            issued = Issued.of(response.certificate_chain_pem, tuple(response.trust_bundle_pem))
+            issued = Issued.of(
+                response.certificate_chain_pem, tuple(response.trust_bundle_pem), self.clock()
+            )
         except ValueError:
             raise SignFailed("the management plane answered no certificate") from None
         await self.state.set(svid_secret(issued.certificate_pem, identity.key_pem(key)))
@@ -141,7 +146,7 @@ class CertificateKeeper:
             try:
                 issued = await self.renew()
                 self.backoff.reset()
-                delay = max(0.0, issued.renew_at - self.clock())
+                delay = max(MIN_RENEW_SECONDS, issued.renew_at - self.clock())
             except SignFailed as exc:
                 self.metrics.failed()
                 delay = self.backoff.next_wait()

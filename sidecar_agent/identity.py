@@ -96,25 +96,30 @@ class Issued:
 
     certificate_pem: str
     trust_bundle: tuple[str, ...]
-    not_before: float
+    received: float
     not_after: float
     serial: int
 
     @classmethod
-    def of(cls, certificate_pem: str, trust_bundle: tuple[str, ...]) -> Issued:
+    def of(cls, certificate_pem: str, trust_bundle: tuple[str, ...], now: float) -> Issued:
+        """The answer to a Sign call made at ``now``."""
         leaf = x509.load_pem_x509_certificate(certificate_pem.encode())
         return cls(
             certificate_pem,
             trust_bundle,
-            _timestamp(leaf.not_valid_before_utc),
+            max(now, _timestamp(leaf.not_valid_before_utc)),
             _timestamp(leaf.not_valid_after_utc),
             leaf.serial_number,
         )
 
     @property
     def renew_at(self) -> float:
-        """When to sign a new key: at half-life (still valid for the other half)."""
-        return self.not_before + (self.not_after - self.not_before) * RENEW_AT
+        """When to sign a new key: half-way from receiving it to its expiry.
+
+        Not from ``notBefore``: the mesh CA backdates it (peers' clock skew),
+        which would put a short-lived certificate past its "half-life" at once.
+        """
+        return self.received + (self.not_after - self.received) * RENEW_AT
 
     def due(self, now: float) -> bool:
         return now >= self.renew_at
@@ -161,11 +166,3 @@ def first_certificate(bundle_pem: str) -> str | None:
     if start < 0 or end < 0:
         return None
     return bundle_pem[start : end + len(marker)] + "\n"
-
-
-def retry_wait(issued: Issued | None, now: float, backoff_wait: float) -> float:
-    """How long to wait before retrying a failed Sign: the backoff's wait, but never
-    past the current certificate's expiry (there is nothing better to do then)."""
-    if issued is None:
-        return backoff_wait
-    return max(0.0, min(backoff_wait, issued.not_after - now))

@@ -225,11 +225,18 @@ def test_certificates_rotate_under_load_with_no_failed_request(mesh: MeshStack) 
             TTL * 2,
             "both sidecars to rotate their certificates",
         )
+        rotated = time.time()
         calls = load.calls
         wait_until(lambda: load.calls > calls + 10, 30, "more calls after the rotation")
     assert load.failures == [], load.failures[:5]
     after = mesh.certificate_expiries()
-    assert all(after[w.node.instance] > expiries[w.node.instance] for w in (a, c))
+    assert all(after[w.node.instance] > expiries[w.node.instance] for w in (a, c)), (
+        after,
+        expiries,
+    )
+    # At half-life, not before: the first certificates were signed at expiry - TTL.
+    signed = min(expiries[w.node.instance] for w in (a, c)) - TTL
+    assert rotated - signed >= TTL * 0.4, (rotated, signed)
 
 
 def test_deleting_the_pod_ends_the_sidecar_stream_and_its_certificates(mesh: MeshStack) -> None:

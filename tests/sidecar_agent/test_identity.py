@@ -66,7 +66,7 @@ def test_the_csr_holds_one_uri_san_and_a_fresh_p256_key() -> None:
 def _issued(ca: mesh_ca.CertificateAuthority, now: float) -> Issued:
     key = mesh_ca.new_key()
     cert = mesh_ca.issue_svid(ca, f"spiffe://{TD}/ns/shop/sa/web", key.public_key(), now)
-    return Issued.of(mesh_ca.pem(cert), (mesh_ca.pem(ca.certificate),))
+    return Issued.of(mesh_ca.pem(cert), (mesh_ca.pem(ca.certificate),), now)
 
 
 @pytest.mark.parametrize(
@@ -75,8 +75,19 @@ def _issued(ca: mesh_ca.CertificateAuthority, now: float) -> Issued:
 def test_renewal_is_due_at_half_life(share: float, due: bool) -> None:
     now = time.time()
     issued = _issued(mesh_ca.new_ca(TD, now, mesh_ca.new_key()), now)
-    life = issued.not_after - issued.not_before
-    assert issued.due(issued.not_before + life * share) is due
+    life = issued.not_after - now  # from receiving it (its notBefore is backdated)
+    assert issued.due(now + life * share) is due
+
+
+def test_a_short_lived_certificate_is_not_due_at_once_despite_its_backdated_not_before() -> None:
+    now = time.time()
+    ca = mesh_ca.new_ca(TD, now, mesh_ca.new_key())
+    key = mesh_ca.new_key()
+    cert = mesh_ca.issue_svid(ca, f"spiffe://{TD}/ns/shop/sa/web", key.public_key(), now, 30)
+    issued = Issued.of(mesh_ca.pem(cert), (), now)
+    assert cert.not_valid_before_utc.timestamp() < now - 30  # backdated for clock skew
+    assert not issued.due(now + 1)
+    assert issued.due(now + 15)
 
 
 def test_a_new_signing_ca_is_not_the_issuer_of_the_current_certificate() -> None:
