@@ -23,7 +23,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 import httpx
@@ -36,7 +36,7 @@ from meshplane import sidecar_contract as sc
 from meshplane import workload_contract
 from mgmt_api.auth.tokens import sign_service_account
 from sidecar_agent.sds import SECRET_TYPE
-from tests.mgmt_api.harness import ok
+from tests.mgmt_api.harness import MgmtServer, ok
 from tests.support.gateway import (
     BASE,
     CLUSTER,
@@ -83,10 +83,39 @@ class _App(BaseHTTPRequestHandler):
         del format, args
 
 
+class Plane(Protocol):
+    """What a :class:`Workload` needs of its stack."""
+
+    tmp: Path
+    issuer: TestIssuer
+
+    @property
+    def control_plane(self) -> str: ...
+    def agent_args(self) -> list[str]: ...
+    def agent_env(self) -> dict[str, str] | None: ...
+
+
+def report_pods(mgmt: MgmtServer, credentials: Path, pods: list[PodRef]) -> None:
+    """Report ``pods`` (``pods`` of each namespace) with the cluster agent's key, as it does."""
+    secret = json.loads(credentials.read_text())
+    token = sign_service_account(
+        json.loads(secret["jwk"]), secret["serviceAccountFqn"], time.time(), 600
+    )
+    namespaces: dict[str, list[dict[str, Any]]] = {}
+    for pod in pods:
+        namespaces.setdefault(pod.namespace, []).append(pod.report())
+    body = {
+        "namespaces": [{"name": ns, "pods": items} for ns, items in sorted(namespaces.items())],
+        "state": {"provider": "static"},
+    }
+    with mgmt.client(headers={"Authorization": f"Bearer {token}"}) as client:
+        ok(client.put(f"/v2/{secret['clusterFqn']}/inventory", json=body))
+
+
 class Workload:
     """One app, its sidecar agent (and so its Envoy), and a client of the outbound listener."""
 
-    def __init__(self, stack: MeshStack, name: str, namespace: str, account: str) -> None:
+    def __init__(self, stack: Plane, name: str, namespace: str, account: str) -> None:
         self.name, self.namespace, self.account = name, namespace, account
         self.stack = stack
         self.app = ThreadingHTTPServer(("127.0.0.1", 0), _App)
@@ -129,11 +158,8 @@ class Workload:
     def argv(self, extra_args: tuple[str, ...] = ()) -> list[str]:
         """``python -m`` arguments of the sidecar agent (the injected container's command)."""
         node = self.node
-        args = [
-            "sidecar_agent",
-            "--control-plane",
-            f"grpc://127.0.0.1:{self.stack.attach.grpc_port}",
-        ]
+        args = ["sidecar_agent", "--control-plane", self.stack.control_plane]
+        args += self.stack.agent_args()
         args += ["--cluster", node.node_cluster, "--service", node.service]
         args += ["--app-port", str(node.app_port), "--node-id", node.instance]
         args += ["--inbound", f"{node.inbound_host}:{node.inbound_port}"]
@@ -146,7 +172,9 @@ class Workload:
     def start(self, extra_args: tuple[str, ...] = ()) -> Workload:
         """Mint the pod's token, start its agent; ``extra_args`` go to Envoy."""
         self.stack.issuer.write(self.token_file, self.pod)
-        self.agent = Service(self.argv(extra_args), Path(self.sockets.admin), self.log).start()
+        self.agent = Service(
+            self.argv(extra_args), Path(self.sockets.admin), self.log, self.stack.agent_env()
+        ).start()
         return self
 
     def call(
@@ -277,29 +305,23 @@ class MeshStack(GatewayStack):
 
     # -- the cluster agent's part: the inventory --------------------------
 
-    def agent_client(self) -> httpx.Client:
-        """A client authenticated as the cluster's agent (its key, as the agent signs)."""
-        secret = json.loads(self.credentials.read_text())
-        token = sign_service_account(
-            json.loads(secret["jwk"]), secret["serviceAccountFqn"], time.time(), 600
-        )
-        assert self.mgmt is not None
-        return self.mgmt.client(headers={"Authorization": f"Bearer {token}"})
+    @property
+    def control_plane(self) -> str:
+        return f"grpc://127.0.0.1:{self.attach.grpc_port}"
+
+    def agent_args(self) -> list[str]:
+        return []
+
+    def agent_env(self) -> dict[str, str] | None:
+        return None
 
     def pods(self) -> list[PodRef]:
         return [w.pod for w in self.workloads] + self.extra_pods
 
     def report_pods(self) -> None:
         """Report every pod (``pods`` of each namespace), as the cluster agent does."""
-        namespaces: dict[str, list[dict[str, Any]]] = {}
-        for pod in self.pods():
-            namespaces.setdefault(pod.namespace, []).append(pod.report())
-        body = {
-            "namespaces": [{"name": ns, "pods": items} for ns, items in sorted(namespaces.items())],
-            "state": {"provider": "static"},
-        }
-        with self.agent_client() as client:
-            ok(client.put(f"{CLUSTER_PATH}/inventory", json=body))
+        assert self.mgmt is not None
+        report_pods(self.mgmt, self.credentials, self.pods())
 
     # -- security objects over REST (tenant ``t``) ------------------------
 
