@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 
@@ -97,6 +98,9 @@ def test_the_bootstrap_holds_no_token_and_the_admin_api_is_a_socket(mesh: MeshSt
         for entry in listeners["listener_statuses"]
     }
     assert ports == {a.node.inbound_port, a.node.outbound_port}
+    # The agent's own endpoint: alive, and ready while it holds a certificate.
+    for path in ("/healthz", "/readyz"):
+        assert httpx.get(f"http://127.0.0.1:{a.metrics_port}{path}", timeout=10).status_code == 200
 
 
 def test_the_private_key_is_in_no_config_dump_and_no_log(mesh: MeshStack) -> None:
@@ -261,3 +265,63 @@ def test_deleting_the_pod_ends_the_sidecar_stream_and_its_certificates(mesh: Mes
     )
     wait_until(lambda: a.call(e).status_code == 404, 30, "e to leave a's routes")
     e.stop()
+
+
+def _sign_failures(workload: Workload) -> float:
+    for line in workload.agent_metrics().splitlines():
+        if line.startswith("meshplane_sidecar_agent_sign_failures_total "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def test_the_token_file_is_read_again_for_every_sign(mesh: MeshStack) -> None:
+    """The kubelet rewrites the token: the agent uses the file's current content. An expired
+    token fails Sign (the certificate held keeps serving); a fresh one signs again."""
+    a = mesh.workloads[0]
+    t = mesh.workload("t", "ns2", "sa-t")
+    try:
+        mesh.sidecars_converged()
+        first = t.serials()
+        mesh.issuer.write(t.token_file, t.pod, now=time.time() - 7200, ttl=3600)
+        wait_until(lambda: _sign_failures(t) >= 1, TTL, "a Sign with the expired token to fail")
+        assert a.call(t).status_code == 200  # the certificate it holds still serves
+        mesh.issuer.write(t.token_file, t.pod)
+        wait_until(
+            lambda: t.serials().isdisjoint(first), TTL * 2, "a certificate from the new token"
+        )
+        assert a.call(t).json()["app"] == "t"
+    finally:
+        mesh.remove(t)
+
+
+def test_while_mgmt_api_is_away_calls_go_on_and_the_agents_sign_again_after(
+    mesh: MeshStack,
+) -> None:
+    """mgmt-api stops for a while: the sidecars keep their configuration and certificates
+    and every call goes on (Sign fails and is retried); once it is back, the agents
+    relay their Envoys' new streams and sign again."""
+    a, c = mesh.workloads[0], mesh.workloads[2]
+    assert mesh.mgmt is not None
+    failures = {w.name: _sign_failures(w) for w in (a, c)}
+    with _Load(a, c) as load:
+        mesh.mgmt.stop()
+        try:
+            wait_until(
+                lambda: all(_sign_failures(w) > failures[w.name] for w in (a, c)),
+                TTL * 2,
+                "Sign to fail while mgmt-api is away",
+            )
+            calls = load.calls
+            wait_until(lambda: load.calls > calls + 10, 30, "more calls while it is away")
+        finally:
+            away = list(load.failures)
+            mesh.mgmt.start()
+    assert away == [], away[:5]
+    before = {w.name: w.serials() for w in (a, c)}
+    wait_until(
+        lambda: all(w.serials().isdisjoint(before[w.name]) for w in (a, c)),
+        TTL * 2,
+        "both agents to sign again",
+    )
+    mesh.sidecars_converged()
+    assert a.call(c).json()["app"] == "c"
