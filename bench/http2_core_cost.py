@@ -16,7 +16,7 @@ walked, ``send_headers`` (RESPONSE_GRPC), ``send_data``, ``send_headers``
 The client sends a connection WINDOW_UPDATE every 64 calls, as clients batch
 theirs. Figures are process CPU µs per call, the median and the best of the
 rounds (the best is the least disturbed by other processes on the CPU); the
-prototype's whole server (``bench/h2_floor.py``) costs ~7.5 µs a call at
+whole ``h2`` server's no-op (``bench/h2_noop.py``) costs ~12 µs a call at
 saturation, socket and loop included (docs/benchmarks.md), and this core's
 budget is 5 µs.
 """

@@ -1,14 +1,22 @@
 """``meshplane-injector``: the sidecar injection webhook.
 
     meshplane-injector serve --listen 0.0.0.0:9443 --tls-cert FILE --tls-key FILE \\
-        --config FILE [--metrics-listen 127.0.0.1:9106]
+        --client-ca FILE [--client-name NAME ...] --config FILE \\
+        [--metrics-listen 127.0.0.1:9106]
 
 The injected container runs ``meshplane-sidecar-agent`` (:mod:`sidecar_agent`).
 
 ``serve`` answers ``POST /mutate``, ``GET /healthz`` and ``GET /readyz`` over
-HTTPS (the certificate files are re-read when they change) and ``/metrics``
-over plain HTTP. SIGTERM drains: ``/readyz`` turns 503, the listeners stop
-accepting, reviews in progress are answered, then the process exits 0.
+HTTPS (the certificate files are re-read when they change) to the API server
+only: the handshake requires a client certificate that ``--client-ca`` signs
+(and, with ``--client-name``, that names one of them), so nothing else gets
+a patch (it says which Secrets and images a pod runs with). ``/metrics``,
+``/healthz`` and ``/readyz`` are also served over plain HTTP on the metrics
+listener, for the kubelet's probes, which present no certificate.
+``--insecure-no-client-auth`` serves anyone, for a test bench only.
+
+SIGTERM drains: ``/readyz`` turns 503, the listeners stop accepting, reviews
+in progress are answered, then the process exits 0.
 """
 
 from __future__ import annotations
@@ -50,6 +58,23 @@ def parser() -> argparse.ArgumentParser:
     )
     srv.add_argument("--tls-cert", required=True, help="PEM certificate chain (re-read on change)")
     srv.add_argument("--tls-key", required=True, help="PEM private key of --tls-cert")
+    srv.add_argument(
+        "--client-ca",
+        help="PEM CA bundle the API server's client certificate chains to (re-read on change)",
+    )
+    srv.add_argument(
+        "--client-name",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="accept only a client certificate with this subject CN or DNS name (repeatable; "
+        "default: any certificate --client-ca signs)",
+    )
+    srv.add_argument(
+        "--insecure-no-client-auth",
+        action="store_true",
+        help="serve clients without a certificate (a test bench only: anyone gets patches)",
+    )
     srv.add_argument("--config", required=True, help="the injector's YAML configuration")
     srv.add_argument(
         "--metrics-listen", default="127.0.0.1:9106", help="plain HTTP /metrics HOST:PORT"
@@ -60,22 +85,33 @@ def parser() -> argparse.ArgumentParser:
 class Service:
     """The two listeners and the webhook, wired."""
 
-    def __init__(self, webhook: Webhook, tls: ReloadingServerContext) -> None:
+    def __init__(
+        self,
+        webhook: Webhook,
+        tls: ReloadingServerContext,
+        client_names: frozenset[str] = frozenset(),
+    ) -> None:
         self.webhook = webhook
         self.tls = tls
         self.ready = False
+        health = {
+            "/healthz": Route("GET", lambda _r: Response.text(200, "ok")),
+            "/readyz": Route("GET", self._readyz),
+        }
         self.https = HttpServer(
             "webhook",
             {
                 "/mutate": Route("POST", self._mutate),
-                "/healthz": Route("GET", lambda _r: Response.text(200, "ok")),
-                "/readyz": Route("GET", self._readyz),
+                **health,
             },
             max_body=review.MAX_REVIEW_BYTES,
             tls=tls,
             on_refused=self._refused,
+            client_allowed=(lambda names: bool(names & client_names)) if client_names else None,
         )
-        self.metrics = HttpServer("metrics", {"/metrics": Route("GET", self._metrics)}, max_body=0)
+        self.metrics = HttpServer(
+            "metrics", {"/metrics": Route("GET", self._metrics), **health}, max_body=0
+        )
 
     def _mutate(self, request: Request) -> Response:
         status, doc = self.webhook.mutate(request.body, request.headers.get("content-type"))
@@ -118,17 +154,37 @@ class Service:
         return 0
 
 
+def client_ca(args: argparse.Namespace) -> str | None:
+    """The client CA file, or None when client certificates are (explicitly) not asked for."""
+    if args.insecure_no_client_auth:
+        if args.client_ca or args.client_name:
+            raise ConfigError(
+                "--insecure-no-client-auth cannot go with --client-ca or --client-name",
+                field="--insecure-no-client-auth",
+            )
+        log.warning("serving without client certificates: anyone who reaches the port gets patches")
+        return None
+    if not args.client_ca:
+        raise ConfigError(
+            "the API server's client CA is required (only it may ask for a patch); "
+            "--insecure-no-client-auth serves anyone, for a test bench only",
+            field="--client-ca",
+        )
+    return str(args.client_ca)
+
+
 def serve(args: argparse.Namespace) -> int:
     parse_listen(args.listen)
     parse_listen(args.metrics_listen)
     config = config_mod.load(Path(args.config))
     ca_pem = config_mod.read_ca(config)
-    files = ListenerTlsFiles(args.tls_cert, args.tls_key).absolute()
+    files = ListenerTlsFiles(args.tls_cert, args.tls_key, client_ca(args)).absolute()
     try:
         tls = ReloadingServerContext(files, listener="webhook")
     except (OSError, ValueError) as exc:
         raise ConfigError(str(exc), field="--tls-cert") from None
-    service = Service(Webhook(config, ca_pem, InjectorMetrics()), tls)
+    names = frozenset(args.client_name)
+    service = Service(Webhook(config, ca_pem, InjectorMetrics()), tls, names)
     return asyncio.run(service.run(args.listen, args.metrics_listen))
 
 

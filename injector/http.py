@@ -7,7 +7,13 @@ the request), a timeout on every read, keep-alive (the API server reuses
 connections), and a drain on SIGTERM that stops accepting, lets requests in
 progress finish and closes idle connections. Bad requests get a JSON
 ``{code, message, details}`` with a 4xx status; nothing here answers 5xx
-for a client's fault.
+for a client's fault, and a handler's own failure is a logged 500, never an
+unanswered request.
+
+With a TLS context that requires client certificates, a client without one
+the CA signed never gets past the handshake; ``client_allowed`` can narrow
+that to certain names (:func:`peer_names`): any other client is answered
+403 and the connection closed, before its request is read.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +62,8 @@ class Response:
 
 
 Handler = Callable[[Request], Response]
+#: Whether the names of a client's verified certificate (:func:`peer_names`) may call.
+ClientCheck = Callable[[frozenset[str]], bool]
 #: Told of each request the server itself refused (path, status), for metrics.
 RefusalHook = Callable[[str, int], None]
 
@@ -78,6 +87,18 @@ class _Refused(Exception):
         )
 
 
+def peer_names(peercert: Any) -> frozenset[str]:
+    """The subject common names and DNS names of a verified peer certificate
+    (:meth:`ssl.SSLSocket.getpeercert`'s dict); empty without one."""
+    if not isinstance(peercert, dict):
+        return frozenset()
+    names = {
+        value for rdn in peercert.get("subject", ()) for key, value in rdn if key == "commonName"
+    }
+    names.update(value for kind, value in peercert.get("subjectAltName", ()) if kind == "DNS")
+    return frozenset(names)
+
+
 def _target(request_line: bytes) -> str:
     """The path of a request line, or "" when it has none."""
     parts = request_line.split(b" ")
@@ -95,12 +116,14 @@ class HttpServer:
         max_body: int,
         tls: ssl.SSLContext | None = None,
         on_refused: RefusalHook | None = None,
+        client_allowed: ClientCheck | None = None,
     ) -> None:
         self.name = name
         self._routes = routes
         self._max_body = max_body
         self._tls = tls
         self._on_refused = on_refused
+        self._client_allowed = client_allowed
         self._server: asyncio.Server | None = None
         self._connections: dict[asyncio.StreamWriter, bool] = {}  # writer -> busy
         self._draining = False
@@ -145,6 +168,10 @@ class HttpServer:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         try:
+            if not self._client_ok(writer):
+                refused = _Refused(403, "this client certificate may not call the webhook")
+                await self._send(writer, refused.response(), False)
+                return
             while not self._draining:
                 if not await self._one(reader, writer):
                     break
@@ -156,6 +183,15 @@ class HttpServer:
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+    def _client_ok(self, writer: asyncio.StreamWriter) -> bool:
+        if self._client_allowed is None:
+            return True
+        names = peer_names(writer.get_extra_info("peercert"))
+        if self._client_allowed(names):
+            return True
+        log.warning("client certificate refused", extra={"names": sorted(names)[:5]})
+        return False
 
     def _busy(self, writer: asyncio.StreamWriter, busy: bool) -> None:
         self._connections[writer] = busy
@@ -182,6 +218,12 @@ class HttpServer:
             request, keep_alive, response = None, False, refused.response()
             if self._on_refused is not None:
                 self._on_refused(_target(first), refused.status)
+        except Exception as exc:  # a handler's bug: answered, logged by type only
+            log.error(
+                "request failed", extra={"path": _target(first)[:100], "error": type(exc).__name__}
+            )
+            request, keep_alive = None, False
+            response = _Refused(500, "the request failed; see the injector's log").response()
         keep_alive = keep_alive and not self._draining
         await self._send(writer, response, keep_alive)
         self._busy(writer, False)

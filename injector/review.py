@@ -2,8 +2,9 @@
 
 Pure. Two kinds of bad input, two answers (docs/injector.md, "Bad input"):
 
-- a body that is not an AdmissionReview at all (not JSON, another
-  apiVersion/kind, no ``request.uid``) is refused with HTTP 400 and a JSON
+- a body that is not an AdmissionReview at all (not JSON, JSON nested
+  deeper than :data:`MAX_DEPTH`, another apiVersion/kind, no
+  ``request.uid``) is refused with HTTP 400 and a JSON
   ``{code, message, details}`` naming the field (:class:`BadReview`): there
   is no uid to answer, and the API server, with ``failurePolicy: Ignore``,
   admits the pod unchanged. Never a 5xx, so nothing retries in a loop;
@@ -27,6 +28,9 @@ KIND = "AdmissionReview"
 #: Largest review read. A pod is at most ~1.5 MiB (etcd's object limit) and a
 #: CREATE review carries it once (``oldObject`` is null).
 MAX_REVIEW_BYTES = 2 * 1024 * 1024
+#: Deepest JSON nesting read. A pod nests about 12 levels (affinity terms are the
+#: deepest) under the review's 3; anything deeper is no pod.
+MAX_DEPTH = 64
 #: Kubernetes caps a warning at 120 characters of ASCII, and shows a few of them.
 MAX_WARNING_CHARS = 120
 
@@ -73,6 +77,10 @@ def parse(body: bytes) -> Review:
         doc = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise BadReview(f"the body is not JSON: {exc}") from None
+    except RecursionError:  # the parser's own limit, far below what a 2 MiB body can nest
+        raise BadReview(f"the body nests JSON deeper than {MAX_DEPTH} levels") from None
+    if too_deep(doc, MAX_DEPTH):
+        raise BadReview(f"the body nests JSON deeper than {MAX_DEPTH} levels")
     if not isinstance(doc, dict):
         raise BadReview("the body must be a JSON object (an AdmissionReview)")
     if doc.get("apiVersion") != API_VERSION:
@@ -97,6 +105,23 @@ def parse(body: bytes) -> Review:
         object=request.get("object"),
         dry_run=request.get("dryRun") is True,
     )
+
+
+def too_deep(doc: Any, limit: int) -> bool:
+    """Whether ``doc`` nests objects and arrays more than ``limit`` levels (no recursion)."""
+    stack: list[tuple[Any, int]] = [(doc, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict):
+            children: Any = value.values()
+        elif isinstance(value, list):
+            children = value
+        else:
+            continue
+        if depth >= limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 def is_pod_create(review: Review) -> bool:

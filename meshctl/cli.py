@@ -29,6 +29,7 @@ from meshctl import approvals as approvals_mod
 from meshctl import diag as diag_mod
 from meshctl import gateway as gateway_mod
 from meshctl import login as login_mod
+from meshctl import meshca as meshca_mod
 from meshctl import proxy as proxy_mod
 from meshctl import sidecar as sidecar_mod
 from meshctl import status as status_mod
@@ -70,8 +71,10 @@ app = typer.Typer(
 )
 config_app = typer.Typer(help="Profiles: servers, defaults and stored credentials.")
 clusters_app = typer.Typer(help="Cluster-specific operations.")
+rotate_app = typer.Typer(help="Rotate a cluster's credentials.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
 app.add_typer(clusters_app, name="clusters")
+app.add_typer(rotate_app, name="rotate")
 app.add_typer(approvals_mod.app, name="approvals")
 app.add_typer(diag_mod.app, name="diag")
 app.add_typer(gateway_mod.app, name="gateway")
@@ -754,6 +757,29 @@ def status(
         typer.echo(status_mod.render_data(clusters, kinds, fmt), nl=False)
     if status_mod.failing(clusters, kinds):
         raise typer.Exit(status_mod.UNHEALTHY)
+
+
+@rotate_app.command("meshca")
+def rotate_meshca(
+    ctx: typer.Context,
+    cluster: Annotated[str, typer.Option("--cluster", help="ORG/CLUSTER, or CLUSTER with --org.")],
+    org: OrgOpt = None,
+    output: OutputOpt = "table",
+) -> None:
+    """Start a rotation of the cluster's mesh CA (needs SET_POLICY on the cluster;
+    exit 5 while one runs). Watch it with meshctl status."""
+    state = state_of(ctx)
+    fmt = _check_format(output, status_mod.FORMATS)
+    _, profile = state.load()
+    with state.client() as client:
+        (name,) = status_mod.cluster_names(client, cluster, org or profile.organization)
+        section = meshca_mod.rotate(client, name)
+    if fmt == "table":
+        typer.echo(f"{name}: {meshca_mod.describe(section, status_mod.now())}")
+    elif fmt == "json":
+        typer.echo(json.dumps(section, indent=2))
+    else:
+        typer.echo(yaml.safe_dump(section, sort_keys=False), nl=False)
 
 
 # ---- clusters --------------------------------------------------------------------------------

@@ -4,7 +4,10 @@ Reads ``GET .../clusters/{c}/status`` (the server's one view of every
 subscribed ratelimit and extauthz instance and gateway Envoy) for one cluster
 (``--cluster ORG/CLUSTER``) or every cluster of the organization the user can
 list, and prints one row per instance: its applied and wanted version, ACK or
-NACK with the error, and its last contact. The exit code makes it a CI gate:
+NACK with the error, and its last contact; then, for a cluster whose mesh CA
+was ever rotated, one line (:func:`meshctl.meshca.describe`: the rotation's
+phase and progress).
+The exit code makes it a CI gate:
 
 - 0: no instance is failing (those still applying are shown as such);
 - 7 (:data:`UNHEALTHY`): an instance NACKed the wanted version, is stale or
@@ -28,6 +31,7 @@ import yaml
 from meshctl.client import ApiClient
 from meshctl.errors import ApiFailure, Exit, MeshctlError
 from meshctl.kinds import parse_fqn, require_kind, resolve_parents
+from meshctl.meshca import describe as describe_mesh_ca
 from meshctl.ops import list_objects, refine
 from meshctl.output import age, table
 from meshplane.distribution_contract import SERVICE_KINDS
@@ -119,6 +123,9 @@ def render_table(clusters: Sequence[ClusterStatus], kinds: Iterable[str], now: d
             out += f"{cluster.name}: the {kind} snapshot does not compile: {error}\n"
         for message in cluster.policy_errors():
             out += f"{cluster.name}: not enforced as written: {message}\n"
+        mesh_ca = cluster.body.get("meshCa") or {}
+        if mesh_ca.get("phase", "idle") != "idle":  # once rotated
+            out += f"{cluster.name}: {describe_mesh_ca(mesh_ca, now)}\n"
     return out
 
 

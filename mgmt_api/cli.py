@@ -23,6 +23,7 @@ from meshplane.netaddr import is_loopback_host
 from meshplane.tls import ReloadingServerContext, tls_files_from
 from mgmt_api.app import create_app
 from mgmt_api.domain.client_address import parse_forwarded_header, parse_trusted_proxies
+from mgmt_api.domain.replicas import plain_hop
 from mgmt_api.settings import DEFAULT_GRPC_LISTEN, DEFAULT_LISTEN, Settings
 
 log = logging.getLogger(__name__)
@@ -160,6 +161,13 @@ def serve(  # noqa: PLR0917 - one parameter per command-line option, as typer wa
     if settings.replica_secret and not settings.replica_address:
         settings = dataclasses.replace(
             settings, replica_address=replica_address(host, port, https is not None)
+        )
+    if settings.replica_secret and plain_hop(settings.replica_address or ""):
+        raise typer.BadParameter(
+            f"{settings.replica_address} is plain HTTP off this machine; the hop between "
+            "replicas carries the agents' answers: serve REST over TLS (--tls-cert) or give "
+            "an https:// address",
+            param_hint="MESHPLANE_REPLICA_ADDRESS",
         )
     _run(create_app(settings), host, port, https)
 

@@ -4,7 +4,8 @@
 token's identity, ``WorkloadCertificates/Sign`` with the token, the answer
 into the SDS state. It signs again with a NEW key when half the
 certificate's lifetime has passed, and at once when the relay reports a
-signing CA that did not issue the current certificate. While mgmt-api is
+trust bundle other than the one the current certificate came with (a CA
+rotation's step: a new signing CA, or a CA added or dropped). While mgmt-api is
 away, Envoy keeps the certificate it has (it is valid for the other half of
 its life) and the keeper retries with a jittered backoff
 (:class:`meshplane.backoff.Backoff`). The key exists only in this process
@@ -92,20 +93,21 @@ class CertificateKeeper:
         self.backoff = backoff or Backoff(maximum=30.0)
         self.issued: Issued | None = None
         self._wake = asyncio.Event()
-        self._last_ca: str | None = None
+        self._last_bundle: tuple[str, ...] = ()
 
-    def signing_ca_seen(self, ca_pem: str) -> None:
-        """The relay saw the trust bundle's signing CA: re-sign now if it is a new one."""
-        if ca_pem == self._last_ca:
+    def trust_bundle_seen(self, bundle: tuple[str, ...]) -> None:
+        """The relay saw the trust bundle (signing CA first): sign now if it is a new one
+        the current certificate did not come with (each bundle once: no loop)."""
+        if not bundle or bundle == self._last_bundle:
             return
-        self._last_ca = ca_pem
-        learned = identity.trust_domain_of(ca_pem) if self._learn else None
+        self._last_bundle = bundle
+        learned = identity.trust_domain_of(bundle[0]) if self._learn else None
         if learned is not None and learned != self.trust_domain:
             log.info("the mesh's trust domain", extra={"trustDomain": learned})
             self.trust_domain = learned
             self._wake.set()
-        elif self.issued is not None and not self.issued.signed_by(ca_pem):
-            log.info("the mesh CA changed: signing a new certificate")
+        elif self.issued is not None and self.issued.outdated_by(bundle):
+            log.info("the mesh's trust bundle changed: signing a new certificate")
             self._wake.set()
 
     async def renew(self) -> Issued:

@@ -106,7 +106,7 @@ class Issued:
         leaf = x509.load_pem_x509_certificate(certificate_pem.encode())
         return cls(
             certificate_pem,
-            trust_bundle,
+            certificates_in("".join(trust_bundle)),
             max(now, _timestamp(leaf.not_valid_before_utc)),
             _timestamp(leaf.not_valid_after_utc),
             leaf.serial_number,
@@ -123,6 +123,15 @@ class Issued:
 
     def due(self, now: float) -> bool:
         return now >= self.renew_at
+
+    def outdated_by(self, bundle: tuple[str, ...]) -> bool:
+        """Whether a trust bundle (from :func:`certificates_in`) calls for a new certificate:
+        its signing CA (the first) did not issue this one, or it is not the bundle this
+        one was signed with (a CA rotation moved on: signing again tells mgmt-api this
+        pod holds the new bundle)."""
+        if not bundle:
+            return False
+        return bundle != self.trust_bundle or not self.signed_by(bundle[0])
 
     def signed_by(self, ca_pem: str) -> bool:
         """Whether ``ca_pem`` (a CA certificate) issued this certificate.
@@ -158,11 +167,19 @@ def trust_domain_of(ca_pem: str) -> str | None:
     return None
 
 
-def first_certificate(bundle_pem: str) -> str | None:
-    """The first PEM certificate of a concatenation (the signing CA of a trust bundle)."""
-    marker = "-----END CERTIFICATE-----"
-    start = bundle_pem.find("-----BEGIN CERTIFICATE-----")
-    end = bundle_pem.find(marker, start)
-    if start < 0 or end < 0:
-        return None
-    return bundle_pem[start : end + len(marker)] + "\n"
+_BEGIN, _END = "-----BEGIN CERTIFICATE-----", "-----END CERTIFICATE-----"
+#: A trust bundle holds one CA, or two during a rotation; more is not read.
+MAX_BUNDLE_CERTIFICATES = 8
+
+
+def certificates_in(bundle_pem: str) -> tuple[str, ...]:
+    """The PEM certificates of a concatenation, in order, each ending with one newline."""
+    out: list[str] = []
+    start = bundle_pem.find(_BEGIN)
+    while start >= 0 and len(out) < MAX_BUNDLE_CERTIFICATES:
+        end = bundle_pem.find(_END, start)
+        if end < 0:
+            break
+        out.append(bundle_pem[start : end + len(_END)] + "\n")
+        start = bundle_pem.find(_BEGIN, end)
+    return tuple(out)

@@ -10,10 +10,10 @@ refusal, a restart), the relay ends Envoy's with the same status and Envoy
 reconnects by itself, through the relay, with its usual backoff.
 
 One thing the relay looks at: a Secret response that carries the trust
-bundle (:data:`~meshplane.workload_contract.CA_SECRET`). Its first
-certificate is the signing CA; :func:`trust_bundle_of` extracts it and the
-agent re-signs at once when it did not issue the current certificate (how
-a CA rotation reaches every pod within seconds).
+bundle (:data:`~meshplane.workload_contract.CA_SECRET`), whose first
+certificate is the signing CA. :func:`trust_bundle_of` extracts it and the
+agent signs again at once when the bundle is not the one its certificate
+came with (how each step of a CA rotation reaches every pod within seconds).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from envoy.extensions.transport_sockets.tls.v3 import secret_pb2
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 
 from meshplane.workload_contract import CA_SECRET
-from sidecar_agent.identity import TokenUnreadable, first_certificate
+from sidecar_agent.identity import TokenUnreadable, certificates_in
 from sidecar_agent.sds import SECRET_TYPE
 
 log = logging.getLogger(__name__)
@@ -38,8 +38,8 @@ log = logging.getLogger(__name__)
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 
 
-def trust_bundle_of(response: discovery_pb2.DiscoveryResponse) -> str | None:
-    """The signing CA (first certificate of :data:`CA_SECRET`) in a Secret response."""
+def trust_bundle_of(response: discovery_pb2.DiscoveryResponse) -> tuple[str, ...] | None:
+    """The certificates of :data:`CA_SECRET` (the signing CA first) in a Secret response."""
     if response.type_url != SECRET_TYPE:
         return None
     for resource in response.resources:
@@ -48,7 +48,7 @@ def trust_bundle_of(response: discovery_pb2.DiscoveryResponse) -> str | None:
             continue
         trusted = secret.validation_context.trusted_ca
         pem = trusted.inline_string or trusted.inline_bytes.decode(errors="replace")
-        return first_certificate(pem)
+        return certificates_in(pem)
     return None
 
 
@@ -74,11 +74,11 @@ class AdsRelay(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ignore
         self,
         channel: grpc.aio.Channel,
         token: Callable[[], str],
-        on_signing_ca: Callable[[str], None],
+        on_trust_bundle: Callable[[tuple[str, ...]], None],
     ) -> None:
         self.stub = ads_pb2_grpc.AggregatedDiscoveryServiceStub(channel)
         self.token = token
-        self.on_signing_ca = on_signing_ca
+        self.on_trust_bundle = on_trust_bundle
 
     async def StreamAggregatedResources(
         self,
@@ -106,9 +106,9 @@ class AdsRelay(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ignore
         pumping = asyncio.ensure_future(pump())
         try:
             async for response in upstream:
-                ca = trust_bundle_of(response)
-                if ca is not None:
-                    self.on_signing_ca(ca)
+                bundle = trust_bundle_of(response)
+                if bundle:
+                    self.on_trust_bundle(bundle)
                 yield response
         except grpc.aio.AioRpcError as exc:
             log.info(

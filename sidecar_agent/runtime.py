@@ -103,7 +103,7 @@ class Agent:
             clock=time.time,
             metrics=self.metrics,
         )
-        relay = AdsRelay(self._channel, self.token, self.keeper.signing_ca_seen)
+        relay = AdsRelay(self._channel, self.token, self.keeper.trust_bundle_seen)
         await self._serve(
             sockets.sds,
             sds_pb2_grpc.add_SecretDiscoveryServiceServicer_to_server,

@@ -106,13 +106,13 @@ Buffering: ``receive`` keeps at most one incomplete frame (its length was
 checked against ``max_frame_size`` first) plus the bytes it was given.
 
 HPACK: requests are decoded with ``hpack.Decoder`` behind a per-connection
-cache from block bytes to the decoded, validated headers (the prototype's,
-``bench/h2_floor.py``): sound because it only keeps blocks whose decoding left
-the dynamic table as it found it (size limit, length and newest entry object
-unchanged; every insertion puts a new tuple first), so such a block decodes to
-the same headers while the table is unchanged, and it is emptied whenever a
-block changes the table. Bounded by ``header_cache_bytes`` (keys + values);
-full, it is emptied and refilled, so blocks a peer stops sending do not pin it.
+cache from block bytes to the decoded, validated headers: sound because it
+only keeps blocks whose decoding left the dynamic table as it found it (size
+limit, length and newest entry object unchanged; every insertion puts a new
+tuple first), so such a block decodes to the same headers while the table is
+unchanged, and it is emptied whenever a block changes the table. Bounded by
+``header_cache_bytes`` (keys + values); full, it is emptied and refilled, so
+blocks a peer stops sending do not pin it.
 """
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ from mgmt_api.domain.durations import parse_duration
 from mgmt_api.errors import invalid
 from mgmt_api.service.enforcement import EnforcementService, Snapshot
 from mgmt_api.service.instances import SubscriberRegistry
-from mgmt_api.service.mesh_ca import MeshCaStore
+from mgmt_api.service.mesh_ca import MeshCaStore, advance_forever
 from mgmt_api.service.stream_auth import Revocation, StreamAuth
 from mgmt_api.service.workload_trust import Attestation, WorkloadTrustStore
 from mgmt_api.settings import Settings
@@ -192,6 +192,7 @@ class Distribution:
             heartbeat=REVALIDATE_SECONDS,
         )
         self._tasks.append(sidecars.start())
+        self._tasks.append(asyncio.create_task(advance_forever(self._cas)))
         return sidecars
 
     def _workload_certificates(self, attestation: Attestation) -> WorkloadCertificatesServicer:

@@ -11,8 +11,10 @@ The pod-local sidecar agent sends a CSR with its pod's projected token as
    URI SAN, the SPIFFE id of the VERIFIED namespace and service account in
    the cluster's trust domain (another is PERMISSION_DENIED), a P-256 key
    this replica never signed before (else INVALID_ARGUMENT);
-3. signs it with the cluster's mesh CA for ``certificate_ttl`` and answers
-   the certificate, the trust bundle and its notAfter.
+3. signs it with the cluster's mesh CA (the one that signs in the current
+   phase of a CA rotation) for ``certificate_ttl``, records which CA signed
+   the pod's certificate (:meth:`MeshCaStore.note_signed`, what a rotation
+   waits on) and answers the certificate, the trust bundle and its notAfter.
 
 mgmt-api never generates or sees a workload's private key. Every issue is
 one log line (SPIFFE id, serial, notAfter) and every outcome a count
@@ -104,6 +106,8 @@ class WorkloadCertificatesServicer(pb_grpc.WorkloadCertificatesServicer):
         now = self.clock()
         certificate = mesh_ca.issue_svid(ca, identity, key, now, self.certificate_ttl)
         not_after = int(certificate.not_valid_after_utc.timestamp())
+        # Before the answer: a CA rotation waits on which CA signed each pod's certificate.
+        self.cas.note_signed(org, cluster, attested.grant, ca.certificate.serial_number, not_after)
         if self.directory is not None:
             self.directory.issued(org, cluster, attested.grant, not_after)
         self.counts.issued()

@@ -33,7 +33,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-#: How long a cluster's CA is valid. It is not rotated (docs/mesh.md): ten years.
+#: How long a cluster's CA is valid: ten years. It is replaced by a rotation
+#: (:mod:`mgmt_api.domain.ca_rotation`), which an operator starts.
 CA_LIFETIME = 10 * 365 * 86400
 #: Default lifetime of a workload certificate (issue 24: short-lived, 24 h).
 DEFAULT_SVID_TTL = 86400.0
@@ -88,15 +89,25 @@ def _time(seconds: float) -> dt.datetime:
 
 @dataclass(frozen=True)
 class CertificateAuthority:
-    """A cluster's CA: its certificate and private key (the key never leaves mgmt-api)."""
+    """A cluster's CA: its certificate and private key (the key never leaves mgmt-api).
+
+    ``also_trusted``: the other CA certificate (PEM) workloads trust beside this
+    one while a rotation overlaps them; empty outside a rotation.
+    """
 
     trust_domain: str
     certificate: x509.Certificate
     key: ec.EllipticCurvePrivateKey
+    also_trusted: tuple[str, ...] = ()
 
     @property
     def certificate_pem(self) -> str:
         return self.certificate.public_bytes(serialization.Encoding.PEM).decode()
+
+    @property
+    def trust_bundle(self) -> tuple[str, ...]:
+        """The CA certificates (PEM) a workload trusts: this one first."""
+        return (self.certificate_pem, *self.also_trusted)
 
     def key_pem(self) -> str:
         """The key, for the store only (docs/mesh.md: who can read it)."""
@@ -235,6 +246,20 @@ def pem(certificate: x509.Certificate) -> str:
     return certificate.public_bytes(serialization.Encoding.PEM).decode()
 
 
+def load_certificate(pem_text: str) -> x509.Certificate:
+    return x509.load_pem_x509_certificate(pem_text.encode())
+
+
+def serial(certificate: x509.Certificate) -> str:
+    """The serial number in hex, as logs and signing records show it."""
+    return f"{certificate.serial_number:x}"
+
+
+def fingerprint(certificate: x509.Certificate) -> str:
+    """``sha256:HEX`` of the certificate's DER (what ``openssl x509 -fingerprint`` shows)."""
+    return "sha256:" + certificate.fingerprint(hashes.SHA256()).hex()
+
+
 def store_prefix(cluster_fqn: str, create_time: int) -> str:
     """Where a cluster's CAs are stored (``server_kv``); a recreated cluster gets new ones."""
     digest = hashlib.sha256(f"{cluster_fqn}\0{create_time}".encode()).hexdigest()[:40]
@@ -247,3 +272,22 @@ def store_key(cluster_fqn: str, create_time: int, trust_domain: str) -> str:
         store_prefix(cluster_fqn, create_time)
         + hashlib.sha256(trust_domain.encode()).hexdigest()[:20]
     )
+
+
+#: Suffix of a CA's rotation state key (``store_key(...) + ROTATION_SUFFIX``).
+ROTATION_SUFFIX = "/rotation"
+
+
+def rotation_key(ca_key: str) -> str:
+    """Where the rotation of the CA stored at ``ca_key`` is kept (under the cluster's prefix,
+    so deleting the cluster deletes it)."""
+    return ca_key + ROTATION_SUFFIX
+
+
+def records_prefix(ca_key: str) -> str:
+    """Where the signing records of the CA stored at ``ca_key`` are kept, one per instance."""
+    return ca_key + "/signed/"
+
+
+def record_key(ca_key: str, instance: str) -> str:
+    return records_prefix(ca_key) + hashlib.sha256(instance.encode()).hexdigest()[:32]

@@ -23,6 +23,7 @@ from mgmt_api.service.cleanup import CleanupService
 from mgmt_api.service.container import Services
 from mgmt_api.service.enforcement import EnforcementService
 from mgmt_api.service.inventory import InventoryService
+from mgmt_api.service.mesh_ca import MeshCaStore
 from mgmt_api.service.onboarding import OnboardingService
 from mgmt_api.service.profiles import ProfileService
 from mgmt_api.service.status import StatusService
@@ -90,6 +91,7 @@ Inventory = Annotated[InventoryService, Depends(_service("inventory"))]
 Onboarding = Annotated[OnboardingService, Depends(_service("onboarding"))]
 Profiles = Annotated[ProfileService, Depends(_service("profiles"))]
 Status = Annotated[StatusService, Depends(_service("status"))]
+MeshCas = Annotated[MeshCaStore, Depends(_service("mesh_ca"))]
 
 #: A dependency that turns path parameters into an FQN.
 FqnOf = Callable[..., Awaitable[str]]

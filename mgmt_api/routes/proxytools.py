@@ -13,7 +13,8 @@ away, the agent is told to stop tailing.
 
 ``POST /internal/v1/tunnelcalls`` is the hop between replicas: another
 replica, which has already authenticated, authorized (and audited) the
-caller, signs the call with the shared secret; this replica sends it through
+caller, signs the call with the shared secret for this replica (method, path,
+body, a timestamp and a nonce this replica accepts once); this replica sends it through
 the agent tunnel it holds and answers the agent's replies as length-prefixed
 frames (:mod:`mgmt_api.service.replicas`). Nothing else is served there.
 """
@@ -271,7 +272,8 @@ async def forwarded_call(request: Request) -> StreamingResponse:
         body.extend(chunk)
         if len(body) > MAX_FORWARD_BODY_BYTES:
             break
-    forwarded = tools.peers.admit(request.headers.get(SIGNATURE_HEADER), bytes(body))
+    signature = request.headers.get(SIGNATURE_HEADER)
+    forwarded = tools.peers.admit(signature, request.method, request.url.path, bytes(body))
     organization, cluster = str(forwarded["organization"]), str(forwarded["cluster"])
     call = forwarded["call"]
     assert isinstance(call, pb.Call)

@@ -25,6 +25,7 @@ from mgmt_api.service.clusters import ClusterService
 from mgmt_api.service.enforcement import EnforcementService
 from mgmt_api.service.instances import SubscriberRegistry
 from mgmt_api.service.inventory import InventoryService
+from mgmt_api.service.mesh_ca import MeshCaStore
 from mgmt_api.service.onboarding import OnboardingService
 from mgmt_api.service.policies import PolicyService
 from mgmt_api.service.profiles import ProfileService
@@ -68,6 +69,8 @@ class Services:
     proxytools: ProxyTools | None
     #: Workload token verification (Sign, sidecar ADS) over the inventory's read model.
     attestation: Attestation
+    #: The clusters' mesh CAs: the rotation REST starts and the status shows.
+    mesh_ca: MeshCaStore
 
     @classmethod
     def build(cls, engine: Engine, settings: Settings) -> Services:
@@ -97,6 +100,7 @@ class Services:
                 proxytools.peers = _peers(uow, proxytools.hub, settings)
         enforcement = EnforcementService(uow, sidecars)
         trust = WorkloadTrustStore(uow)
+        cas = MeshCaStore(uow)
         return cls(
             settings=settings,
             uow=uow,
@@ -123,10 +127,11 @@ class Services:
             audit=AuditService(uow),
             enforcement=enforcement,
             stream_auth=StreamAuth(uow),
-            status=StatusService(uow, enforcement, registry),
+            status=StatusService(uow, enforcement, registry, cas),
             registry=registry,
             proxytools=proxytools,
             attestation=Attestation(uow, trust),
+            mesh_ca=cas,
         )
 
 

@@ -7,7 +7,9 @@ internal address and the clusters whose tunnels it holds, refreshed every
 replica without the cluster's tunnel forwards the call, already authorized
 (and, for ``PUT loggerlevels``, audited by this replica only), to
 ``POST /internal/v1/tunnelcalls`` of a replica that holds it, signed with
-the shared secret (:mod:`mgmt_api.domain.replicas`), and relays the agent's
+the shared secret for that replica alone, with a fresh nonce
+(:mod:`mgmt_api.domain.replicas`; the holder serves a signed call at most
+once), and relays the agent's
 replies as they come, streams included. Rows older than
 :data:`STALE_AFTER_SECONDS` are skipped; a holder that does not answer
 (died since its last heartbeat) is skipped for the next one.
@@ -27,6 +29,7 @@ import base64
 import contextlib
 import json
 import logging
+import secrets
 import ssl
 import time
 import uuid
@@ -114,6 +117,7 @@ class ReplicaPeers:
         self._clock = clock
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._nonces = rules.NonceCache()
         self._http = httpx.AsyncClient(
             timeout=httpx.Timeout(CONNECT_SECONDS, read=None),
             trust_env=False,
@@ -175,15 +179,22 @@ class ReplicaPeers:
         """The call answered by a live replica that holds the cluster's tunnel; 503 when none."""
         name = fqnmod.cluster_fqn(organization, cluster)
         fresh_since = self._clock() - STALE_AFTER_SECONDS
-        addresses = await asyncio.to_thread(
+        holders = await asyncio.to_thread(
             registry.holders, self.uow, name, exclude=self.replica_id, fresh_since=fresh_since
         )
         body = self._request(organization, cluster, call, caller)
-        for address in addresses:
-            headers = {
-                rules.SIGNATURE_HEADER: rules.sign(self.secret, self._clock(), body),
-                "content-type": "application/json",
-            }
+        hop = rules.Hop("POST", FORWARD_PATH, body)
+        for target, address in holders:
+            if rules.plain_hop(address):
+                log.warning(
+                    "a replica's address is plain HTTP off this machine; not forwarding there",
+                    extra={"replica": address},
+                )
+                continue
+            signature = rules.sign(
+                self.secret, hop, target=target, now=self._clock(), nonce=secrets.token_hex(16)
+            )
+            headers = {rules.SIGNATURE_HEADER: signature, "content-type": "application/json"}
             request = self._http.build_request(
                 "POST", address + FORWARD_PATH, content=body, headers=headers
             )
@@ -213,18 +224,30 @@ class ReplicaPeers:
             metadata={"cluster": name},
         )
 
-    def admit(self, signature: str | None, body: bytes) -> dict[str, object]:
-        """The forwarded request of another replica; 401 unless signed with the shared secret."""
-        if len(body) > MAX_FORWARD_BODY_BYTES or not rules.verify(
-            self.secret, signature, body, self._clock()
-        ):
+    def admit(
+        self, signature: str | None, method: str, path: str, body: bytes
+    ) -> dict[str, object]:
+        """The forwarded request of another replica; 401 unless signed with the shared secret
+        for this replica, within the window, and never seen before."""
+        now = self._clock()
+        outcome: rules.Signature | rules.Refusal = rules.Refusal.MALFORMED
+        if len(body) <= MAX_FORWARD_BODY_BYTES:
+            outcome = rules.verify(
+                self.secret, signature, rules.Hop(method, path, body), self.replica_id, now
+            )
+        if isinstance(outcome, rules.Signature):
+            outcome = self._nonces.admit(outcome, now) or outcome
+        if isinstance(outcome, rules.Refusal):
+            log.warning("a forwarded call was refused", extra={"reason": str(outcome)})
             raise ApiError(Code.UNAUTHENTICATED, "not a signed request of a meshplane replica")
         try:
             request = json.loads(body)
             call = pb.Call.FromString(base64.b64decode(request["call"], validate=True))
             fields = {k: str(request[k]) for k in ("organization", "cluster", "caller")}
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ApiError(Code.INVALID_ARGUMENT, f"malformed forwarded call: {exc}") from None
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
+            raise ApiError(
+                Code.INVALID_ARGUMENT, f"malformed forwarded call: {type(exc).__name__}"
+            ) from None
         return {**fields, "call": call}
 
 

@@ -5,8 +5,11 @@ cluster (ratelimit and extauthz instances on the policy stream, gateway
 Envoys on ADS), the applied snapshot version, whether the last snapshot was ACKed or
 NACKed (with the error), the last contact and whether the instance is stale,
 next to the version the cluster's current policies compile to, so "up to
-date" is answerable. The policy-side views show the same for one policy, listing every instance
-that carries it: the kinds its content compiles into
+date" is answerable, and its mesh CA (``meshCa``: the rotation's phase, the
+CAs' fingerprints and expiry, how many sidecars hold a certificate of the
+newest CA; :meth:`~mgmt_api.service.mesh_ca.MeshCaStore.view`). The
+policy-side views show the same for one policy, listing every instance that
+carries it: the kinds its content compiles into
 (:data:`~mgmt_api.service.enforcement.POLICY_REACH`: the service's instances
 and the gateways) of a BackendTrafficPolicy's cluster, or of each cluster an
 ExtAuthzPolicy's or SecuritySetting's group reaches. Each needs READ on the
@@ -33,6 +36,7 @@ from mgmt_api.domain import rbac
 from mgmt_api.errors import ApiError, Code, not_found
 from mgmt_api.service.enforcement import EnforcementService
 from mgmt_api.service.instances import SubscriberRegistry
+from mgmt_api.service.mesh_ca import MeshCaStore, MeshCaView
 from mgmt_api.store import repo
 from mgmt_api.store.uow import UnitOfWork
 
@@ -52,6 +56,7 @@ class ClusterStatusView(TypedDict):
     instances: list[InstanceView]
     compileErrors: NotRequired[dict[str, str]]
     policyErrors: NotRequired[list[ClaimLimitErrorJson]]
+    meshCa: NotRequired[MeshCaView]
 
 
 class ReachView(TypedDict):
@@ -90,10 +95,12 @@ class StatusService:
         uow: UnitOfWork,
         enforcement: EnforcementService,
         registry: SubscriberRegistry | None,
+        mesh_ca: MeshCaStore | None = None,
     ) -> None:
         self.uow = uow
         self.enforcement = enforcement
         self.registry = registry  # None: distribution is off on this server
+        self.mesh_ca = mesh_ca
 
     def _readable(self, ctx: CallContext, fqn: str) -> SubscriberRegistry:
         """READ on ``fqn`` (which must exist), and the registry."""
@@ -162,6 +169,8 @@ class StatusService:
         policy_errors = self._policy_errors(organization, cluster)
         if policy_errors:
             out["policyErrors"] = policy_errors
+        if self.mesh_ca is not None:
+            out["meshCa"] = self.mesh_ca.view(organization, cluster)
         return out
 
     def _policy_errors(self, organization: str, cluster: str) -> list[ClaimLimitErrorJson]:

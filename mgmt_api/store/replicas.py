@@ -38,17 +38,23 @@ def forget(uow: UnitOfWork, replica: str) -> None:
         conn.execute(sa.delete(replicas).where(replicas.c.replica_id == replica))
 
 
-def holders(uow: UnitOfWork, cluster_fqn: str, *, exclude: str, fresh_since: float) -> list[str]:
-    """Internal addresses of the live replicas (other than ``exclude``) holding the cluster's
-    tunnel, freshest heartbeat first."""
+def holders(
+    uow: UnitOfWork, cluster_fqn: str, *, exclude: str, fresh_since: float
+) -> list[tuple[str, str]]:
+    """(id, internal address) of the live replicas (other than ``exclude``) holding the
+    cluster's tunnel, freshest heartbeat first."""
     query = (
-        sa.select(replicas.c.address, replicas.c.clusters)
+        sa.select(replicas.c.replica_id, replicas.c.address, replicas.c.clusters)
         .where(replicas.c.replica_id != exclude, replicas.c.heartbeat >= fresh_since)
         .order_by(replicas.c.heartbeat.desc())
     )
     with uow.read() as conn:
         rows = conn.execute(query).all()
-    return [address for address, clusters in rows if cluster_fqn in json.loads(clusters)]
+    return [
+        (replica, address)
+        for replica, address, clusters in rows
+        if cluster_fqn in json.loads(clusters)
+    ]
 
 
 def claim_period(uow: UnitOfWork, job: str, period: int, replica: str, now: float) -> bool:

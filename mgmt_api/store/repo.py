@@ -697,6 +697,25 @@ def kv_insert_new(conn: Connection, key: str, value: str) -> None:
     conn.execute(sa.insert(server_kv).values(key=key, value=value))
 
 
+def kv_scan(
+    conn: Connection, prefix: str, suffix: str = "", limit: int = 10_000
+) -> list[tuple[str, str]]:
+    """(key, value) of at most ``limit`` keys starting with ``prefix`` and ending with
+    ``suffix`` (both taken literally), by key."""
+    stmt = sa.select(server_kv.c.key, server_kv.c.value).where(
+        server_kv.c.key.startswith(prefix, autoescape=True)
+    )
+    if suffix:
+        stmt = stmt.where(server_kv.c.key.endswith(suffix, autoescape=True))
+    return [(str(k), str(v)) for k, v in conn.execute(stmt.order_by(server_kv.c.key).limit(limit))]
+
+
+def kv_delete(conn: Connection, keys: list[str]) -> int:
+    if not keys:
+        return 0
+    return int(conn.execute(sa.delete(server_kv).where(server_kv.c.key.in_(keys))).rowcount)
+
+
 def kv_delete_prefix(conn: Connection, prefix: str) -> int:
     """Delete every key starting with ``prefix`` (taken literally)."""
     stmt = sa.delete(server_kv).where(server_kv.c.key.startswith(prefix, autoescape=True))

@@ -179,7 +179,7 @@ def test_pod_logs_tail_and_follow(fleet: Fleet, kube: Kube) -> None:
     wait_until(lambda: kube.fake.open_streams == 0, timeout=30, what="the pod log stream to close")
 
 
-def test_inventory_reports_pods_and_the_issuer_and_their_tokens_verify(
+def test_inventory_reports_pods_and_issuer_of_the_fake_api_server_and_their_tokens_verify(
     fleet: Fleet, kube: Kube
 ) -> None:
     """Pods (uid, IP, service account, services by selector) and the issuer read from the

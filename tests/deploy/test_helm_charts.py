@@ -126,7 +126,10 @@ def cluster_base(template: dict[str, Any], pki: Pki) -> dict[str, Any]:
     return merge(
         template["helm"],
         {"gateway": template["gateway"]},
-        {"controlPlane": {"ca": pki.ca_pem}, "injector": {"caBundle": pki.ca_pem}},
+        {
+            "controlPlane": {"ca": pki.ca_pem},
+            "injector": {"caBundle": pki.ca_pem, "clientAuth": {"ca": pki.ca_pem}},
+        },
     )
 
 
@@ -491,7 +494,9 @@ def test_probes_ask_each_program_on_the_port_it_serves_health_on(
                     "/healthz",
                     "/readyz",
                 )
-                assert _probe_ports(c) == {_port(_arg(args, "--listen"))}
+                # The plain-HTTP listener: the webhook's asks for a client certificate.
+                assert live["httpGet"]["scheme"] == ready["httpGet"]["scheme"] == "HTTP"
+                assert _probe_ports(c) == {_port(_arg(args, "--metrics-listen"))}
             elif program == "envoy":
                 admin = _gateway_bootstrap(rendered[case, chart])["admin"]["address"]
                 assert live["httpGet"]["path"] == "/ready"
@@ -926,6 +931,61 @@ def test_the_injector_webhook_cannot_block_system_pods(
     assert {"key": "meshplane.io/injection", "operator": "DoesNotExist"} in second
 
 
+def _injector(r: Rendered) -> tuple[dict[str, Any], dict[str, Any]]:
+    pod = r.get("Deployment", "-injector")["spec"]["template"]["spec"]
+    return pod, pod["containers"][0]
+
+
+@pytest.mark.parametrize("case", ["defaults", "mtls"])
+def test_the_injector_webhook_answers_only_the_api_servers_client_certificate(
+    rendered: dict[tuple[str, str], Rendered], case: str
+) -> None:
+    r = rendered[case, CLUSTER]
+    pod, container = _injector(r)
+    args = container["args"]
+    assert "--insecure-no-client-auth" not in args
+    path = _arg(args, "--client-ca")
+    mount = next(m for m in container["volumeMounts"] if path.startswith(m["mountPath"] + "/"))
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    config_map = r.get("ConfigMap", volume["configMap"]["name"])
+    assert config_map["data"]["ca.crt"] == r.values["injector"]["clientAuth"]["ca"]
+    assert "--client-name" not in args  # any certificate of that CA, unless narrowed
+
+
+def test_the_injector_client_ca_from_a_config_map_names_and_off(
+    install_template: dict[str, Any], pki: Pki
+) -> None:
+    base = cluster_base(install_template, pki)
+    client = {"caConfigMap": "apiserver-ca", "names": ["kube-apiserver", "apiserver-webhooks"]}
+    objects = render(CLUSTER, merge(base, {"injector": {"clientAuth": client}}))
+    r = Rendered("client-ca-configmap", CLUSTER, base, objects)
+    pod, container = _injector(r)
+    args = container["args"]
+    names = [args[i + 1] for i, a in enumerate(args) if a == "--client-name"]
+    assert names == ["kube-apiserver", "apiserver-webhooks"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["client-ca"]["configMap"]["name"] == "apiserver-ca"
+    assert not r.maybe("ConfigMap", "-injector-client-ca")  # yours, not the chart's
+    off = render(CLUSTER, merge(base, {"injector": {"clientAuth": {"enabled": False}}}))
+    r = Rendered("client-ca-off", CLUSTER, base, off)
+    pod, container = _injector(r)
+    assert "--insecure-no-client-auth" in container["args"]
+    assert "--client-ca" not in container["args"]
+    assert "client-ca" not in {v["name"] for v in pod["volumes"]}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_replica_hop_is_https_in_every_case(
+    rendered: dict[tuple[str, str], Rendered], case: str
+) -> None:
+    """Replicas reach each other over HTTPS (the REST port's TLS), the peer's chain checked."""
+    pod = rendered[case, MGMT].get("Deployment", "-mgmt-api")["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["MESHPLANE_REPLICA_ADDRESS"].startswith("https://"), env
+    assert env["MESHPLANE_TLS_CERT"] and env["MESHPLANE_TLS_KEY"]
+    assert env["MESHPLANE_REPLICA_CA"] == "/etc/meshplane/tls/ca.crt"
+
+
 # --- wrong values fail the render, naming the value ---------------------------------------------
 
 
@@ -980,6 +1040,8 @@ WRONG: list[tuple[str, dict[str, Any], str]] = [
     ),
     (CLUSTER, {"gateway": None, "gatewayProxy": {"enabled": False}}, "controlPlane.address"),
     (CLUSTER, {"injector": {"caBundle": ""}}, "injector.caBundle"),
+    (CLUSTER, {"injector": {"clientAuth": {"ca": ""}}}, "injector.clientAuth.ca"),
+    (CLUSTER, {"injector": {"clientAuth": {"names": ["a b"]}}}, "/injector/clientAuth/names/0"),
     (CLUSTER, {"controlPlane": {"ca": ""}}, "controlPlane.ca"),
 ]
 

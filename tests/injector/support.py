@@ -186,11 +186,20 @@ def write_config(
     return path
 
 
-class Injector:
-    """``python -m injector serve`` on free ports, with a server certificate of ``ca``."""
+#: The name on the client certificate the tests' fake API server presents.
+APISERVER = "kube-apiserver"
 
-    def __init__(self, tmp: Path, ca: CertificateAuthority, server: Issued) -> None:
+
+class Injector:
+    """``python -m injector serve`` on free ports, with a server certificate of ``ca``.
+
+    As in the chart, the webhook requires a client certificate: ``ca`` also
+    signs the one this fake API server presents (:meth:`tls_context`).
+    """
+
+    def __init__(self, tmp: Path, ca: CertificateAuthority, server: Issued, *extra: str) -> None:
         self.tmp, self.ca, self.server = tmp, ca, server
+        self.apiserver = ca.issue(APISERVER, client=True)
         self.port, self.metrics_port = free_port(), free_port()
         self.config = write_config(tmp / "injector.yaml", ca.path)
         self.log = tmp / "injector.log"
@@ -206,8 +215,11 @@ class Injector:
                 str(server.cert),
                 "--tls-key",
                 str(server.key),
+                "--client-ca",
+                str(ca.path),
                 "--config",
                 str(self.config),
+                *extra,
             ],
             self.port,
             self.log,
@@ -217,9 +229,16 @@ class Injector:
     def url(self) -> str:
         return f"https://127.0.0.1:{self.port}"
 
-    def client(self) -> httpx.Client:
+    def tls_context(self, client: Issued | None = None) -> ssl.SSLContext:
+        """A TLS client context that trusts the webhook and presents ``client`` (default:
+        the fake API server's certificate)."""
         context = ssl.create_default_context(cafile=str(self.ca.path))
-        return httpx.Client(base_url=self.url, verify=context, timeout=30)
+        chosen = client or self.apiserver
+        context.load_cert_chain(str(chosen.cert), str(chosen.key))
+        return context
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, verify=self.tls_context(), timeout=30)
 
     def metrics(self) -> str:
         return httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=30).text

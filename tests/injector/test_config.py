@@ -118,6 +118,8 @@ def test_serve_with_an_unreadable_certificate_exits_2(tmp_path: Path) -> None:
             str(missing),
             "--tls-key",
             str(missing),
+            "--client-ca",
+            str(ca.path),
             "--config",
             str(config),
         ],
@@ -128,3 +130,45 @@ def test_serve_with_an_unreadable_certificate_exits_2(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert "missing.crt" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("client_args", "named"),
+    [
+        ([], "--client-ca: the API server's client CA is required"),
+        (
+            ["--client-name", "kube-apiserver"],
+            "--client-ca: the API server's client CA is required",
+        ),
+        (["--insecure-no-client-auth", "--client-ca", "CA"], "--insecure-no-client-auth"),
+    ],
+    ids=["no-client-ca", "a-name-without-a-ca", "insecure-and-a-ca"],
+)
+def test_serve_without_the_api_servers_client_ca_exits_2(
+    tmp_path: Path, client_args: list[str], named: str
+) -> None:
+    ca = CertificateAuthority(tmp_path)
+    config = write_config(tmp_path / "injector.yaml", ca.path)
+    issued = ca.issue("injector")
+    args = [str(ca.path) if a == "CA" else a for a in client_args]
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "injector",
+            "serve",
+            "--tls-cert",
+            str(issued.cert),
+            "--tls-key",
+            str(issued.key),
+            "--config",
+            str(config),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert named in done.stderr

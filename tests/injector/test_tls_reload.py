@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import socket
-import ssl
 from pathlib import Path
 
 from cryptography import x509
@@ -17,7 +16,7 @@ from tests.support.processes import wait_until
 
 
 def served_serial(injector: Injector) -> int:
-    context = ssl.create_default_context(cafile=str(injector.ca.path))
+    context = injector.tls_context()
     with socket.create_connection(("127.0.0.1", injector.port), timeout=30) as sock:
         with context.wrap_socket(sock, server_hostname="localhost") as tls:
             der = tls.getpeercert(binary_form=True)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import signal
 import socket
-import ssl
 from typing import Any
 
 import httpx
@@ -272,7 +271,7 @@ def test_malformed_review_gets_a_clear_refusal_never_a_5xx_admission_review_payl
 
 
 def _raw(injector: Injector, request: bytes) -> bytes:
-    context = ssl.create_default_context(cafile=str(injector.ca.path))
+    context = injector.tls_context()
     with socket.create_connection(("127.0.0.1", injector.port), timeout=30) as sock:
         with context.wrap_socket(sock, server_hostname="localhost") as tls:
             tls.sendall(request)
@@ -324,7 +323,7 @@ def test_sigterm_answers_the_review_in_progress_then_exits_zero(tmp_path: Any) -
         f"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\n\r\n"
     ).encode()
-    context = ssl.create_default_context(cafile=str(ca.path))
+    context = running.tls_context()
     with socket.create_connection(("127.0.0.1", running.port), timeout=30) as sock:
         with context.wrap_socket(sock, server_hostname="localhost") as tls:
             tls.sendall(head + body[:100])  # a review in progress when SIGTERM comes

@@ -143,7 +143,9 @@ def _own(cluster: Cluster, pod: PodRef = WEB) -> str:
     return spiffe_id(cluster.trust_domain, pod.namespace, pod.service_account)
 
 
-def test_sign_issues_the_verified_identity_only(channel: grpc.Channel, c1: Cluster) -> None:
+def test_sign_issues_the_verified_identity_only(
+    channel: grpc.Channel, admin: httpx.Client, c1: Cluster
+) -> None:
     key = ec.generate_private_key(ec.SECP256R1())
     answer = _sign(channel, c1, ISSUER.token(WEB), _csr(_own(c1), key=key))
     cert = x509.load_pem_x509_certificate(answer.certificate_chain_pem.encode())
@@ -154,6 +156,9 @@ def test_sign_issues_the_verified_identity_only(channel: grpc.Channel, c1: Clust
     cert.verify_directly_issued_by(ca)
     assert answer.not_after_unix == int(cert.not_valid_after_utc.timestamp())
     assert answer.not_after_unix > time.time() + 3600
+    # Recorded for the CA rotation: the pod holds a certificate of the signing CA.
+    progress = ok(admin.get(f"/v2/{c1.fqn}/status"))["meshCa"]["progress"]
+    assert progress["sidecars"] >= 1 and progress["onNewCa"] >= 1, progress
 
 
 @pytest.mark.parametrize(

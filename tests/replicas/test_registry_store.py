@@ -34,8 +34,8 @@ def test_holders_are_the_live_other_replicas_holding_the_cluster(uow: UnitOfWork
     registry.heartbeat(uow, "new", "http://new", [CLUSTER], NOW - 1)
     registry.heartbeat(uow, "none", "http://none", ["organizations/o/clusters/b"], NOW)
     assert registry.holders(uow, CLUSTER, exclude="self", fresh_since=NOW - 6) == [
-        "http://new",
-        "http://old",
+        ("new", "http://new"),
+        ("old", "http://old"),
     ]
 
 

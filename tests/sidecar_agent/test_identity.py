@@ -113,7 +113,7 @@ def test_the_relay_reads_the_signing_ca_first_in_the_trust_bundle() -> None:
     first, second = (
         mesh_ca.pem(mesh_ca.new_ca(TD, now, mesh_ca.new_key()).certificate) for _ in range(2)
     )
-    assert trust_bundle_of(_ca_response(first, second)) == first.strip() + "\n"
+    assert trust_bundle_of(_ca_response(first, second)) == (first, second)
     other = discovery_pb2.DiscoveryResponse(type_url="type.googleapis.com/x", version_info="1")
     assert trust_bundle_of(other) is None
 

@@ -71,7 +71,7 @@ async def _until(predicate: object, timeout: float = 10.0) -> None:
         await asyncio.sleep(0.01)
 
 
-def test_a_new_signing_ca_re_signs_at_once_with_a_new_key() -> None:
+def test_each_new_trust_bundle_re_signs_at_once_with_a_new_key() -> None:
     async def scenario() -> None:
         signer, failures = FakeSigner(), list[int]()
         keeper, state = _keeper(signer, failures)
@@ -80,15 +80,23 @@ def test_a_new_signing_ca_re_signs_at_once_with_a_new_key() -> None:
             await _until(lambda: state.version == 1)
             first = keeper.issued
             assert first is not None
-            keeper.signing_ca_seen(mesh_ca.pem(signer.ca.certificate))  # the same CA
+            keeper.trust_bundle_seen((mesh_ca.pem(signer.ca.certificate),))  # the same CA
             await asyncio.sleep(0.2)
             assert state.version == 1
-            signer.ca = mesh_ca.new_ca(TD, time.time(), mesh_ca.new_key())  # rotation
-            keeper.signing_ca_seen(mesh_ca.pem(signer.ca.certificate))
+            old = mesh_ca.pem(signer.ca.certificate)
+            new_ca = mesh_ca.new_ca(TD, time.time(), mesh_ca.new_key())
+            # A rotation's first step: the new CA joins the bundle, the old one still signs.
+            keeper.trust_bundle_seen((old, mesh_ca.pem(new_ca.certificate)))
             await _until(lambda: state.version == 2)
+            # Its second: the new CA signs.
+            signer.ca = new_ca
+            keeper.trust_bundle_seen((mesh_ca.pem(new_ca.certificate), old))
+            await _until(lambda: state.version == 3)
             assert keeper.issued is not None
-            assert keeper.issued.signed_by(mesh_ca.pem(signer.ca.certificate))
-            assert len(set(signer.keys)) == 2  # a new key each time
+            assert keeper.issued.signed_by(mesh_ca.pem(new_ca.certificate))
+            assert len(set(signer.keys)) == 3  # a new key each time
+            await asyncio.sleep(0.2)
+            assert state.version == 3  # each bundle once: no loop
         finally:
             task.cancel()
 
@@ -109,7 +117,7 @@ def test_while_mgmt_api_is_away_the_certificate_stays_and_sign_is_retried() -> N
             held = state.secret
             signer.down = True
             signer.ca = mesh_ca.new_ca(TD, time.time(), mesh_ca.new_key())
-            keeper.signing_ca_seen(mesh_ca.pem(signer.ca.certificate))
+            keeper.trust_bundle_seen((mesh_ca.pem(signer.ca.certificate),))
             count = len(failures)
             await _until(lambda: len(failures) >= count + 2)
             assert state.secret is held and state.version == 1  # still served
@@ -135,7 +143,7 @@ def test_without_a_trust_domain_it_waits_for_the_bundle_and_takes_its_cas() -> N
         try:
             await asyncio.sleep(0.2)
             assert signer.keys == [] and failures == []  # nothing asked, nothing failed
-            keeper.signing_ca_seen(mesh_ca.pem(signer.ca.certificate))
+            keeper.trust_bundle_seen((mesh_ca.pem(signer.ca.certificate),))
             await _until(lambda: state.version == 1)
             assert keeper.trust_domain == TD
         finally:

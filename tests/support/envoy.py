@@ -294,7 +294,7 @@ def ext_authz_gateway_bootstrap(
 ) -> dict[str, Any]:
     """A gateway Envoy listening on ``port``: every request asks ext_authz at ``authz_port``
     (gRPC, HTTP/2 to the service), then answers 200 itself. The smallest real path of a
-    Check: the h2 backend's tests and ``bench/h2_floor_bench.py`` run it."""
+    Check: the h2 backend's tests run it."""
     hcm = {
         "@type": "type.googleapis.com/envoy.extensions.filters.network."
         "http_connection_manager.v3.HttpConnectionManager",

@@ -271,14 +271,17 @@ class RawAds:
 class MeshStack(GatewayStack):
     """The gateway stack plus workloads behind sidecars."""
 
-    def __init__(self, tmp: Path, certificate_ttl: str | None = None) -> None:
-        """``certificate_ttl``: the workload certificates' lifetime (default: mgmt-api's)."""
+    def __init__(
+        self, tmp: Path, certificate_ttl: str | None = None, database_url: str | None = None
+    ) -> None:
+        """``certificate_ttl``: the workload certificates' lifetime (default: mgmt-api's);
+        ``database_url``: two replicas sharing PostgreSQL (:class:`GatewayStack`'s split)."""
         self.workloads: list[Workload] = []
         #: Pods the cluster's inventory reports beyond the workloads' (an attacker's).
         self.extra_pods: list[PodRef] = []
         self.issuer = TestIssuer(ISSUER_URL)
         env = {"MESHPLANE_SIDECAR_CERT_TTL": certificate_ttl} if certificate_ttl else None
-        super().__init__(tmp, mgmt_env=env)
+        super().__init__(tmp, database_url=database_url, mgmt_env=env)
         try:
             self.cluster_spec(
                 **TEST_DEADLINES, workloadIdentity={"issuers": [self.issuer.registration()]}
