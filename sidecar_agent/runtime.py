@@ -92,6 +92,9 @@ class Agent:
     async def start(self) -> None:
         """Sockets up, the keeper running, Envoy started."""
         sockets = self.options.sockets
+        # Sockets and files the agent makes are its own (and its child Envoy's): a socket
+        # is created 0600 from the start, not after a window of the default mode.
+        os.umask(0o077)
         os.makedirs(sockets.directory, mode=0o700, exist_ok=True)
         self._channel = self._open_channel()
         node = self.options.node

@@ -12,6 +12,7 @@ half-life, with a new key) while the module runs.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import ssl
 import threading
@@ -98,6 +99,9 @@ def test_the_bootstrap_holds_no_token_and_the_admin_api_is_a_socket(mesh: MeshSt
         for entry in listeners["listener_statuses"]
     }
     assert ports == {a.node.inbound_port, a.node.outbound_port}
+    # The sockets and their directory are the agent's (and its Envoy's) alone.
+    for path in (a.sockets.xds, a.sockets.sds, a.sockets.admin, a.sockets.directory):
+        assert os.stat(path).st_mode & 0o077 == 0, (path, oct(os.stat(path).st_mode))
     # The agent's own endpoint: alive, and ready while it holds a certificate.
     for path in ("/healthz", "/readyz"):
         assert httpx.get(f"http://127.0.0.1:{a.metrics_port}{path}", timeout=10).status_code == 200
