@@ -418,6 +418,10 @@ def test_only_the_agent_and_the_injector_hold_api_credentials_and_only_read(
                 "verbs": ["get", "list"],
             },
             {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+            {
+                "nonResourceURLs": ["/.well-known/openid-configuration", "/openid/v1/jwks"],
+                "verbs": ["get"],
+            },
         ],
         "injector": [
             {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]}
