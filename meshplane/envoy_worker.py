@@ -32,7 +32,14 @@ import sys
 from typing import Any
 
 from meshplane.asgi_grpc import GrpcAsgiApp, Receive, Scope, Send
-from meshplane.envoy_server import DRAIN, ENV_CONTROL_FD, WorkerSpec, admin_post, load_spec
+from meshplane.envoy_server import (
+    DRAIN,
+    ENV_CONTROL_FD,
+    MAX_HELD_REQUEST_BYTES,
+    WorkerSpec,
+    admin_post,
+    load_spec,
+)
 from meshplane.grpc_wire import Code
 from meshplane.logging import configure_logging
 from meshplane.rpc import Serving
@@ -88,7 +95,12 @@ class EnvoyWorkerApp:
         ctx = new_worker_context(app)
         await app.start(ctx)
         self._app, self._ctx = app, ctx
-        self.grpc = GrpcAsgiApp(ctx.services, ctx.health, tuple(app.service_names))
+        self.grpc = GrpcAsgiApp(
+            ctx.services,
+            ctx.health,
+            tuple(app.service_names),
+            max_held_request_bytes=MAX_HELD_REQUEST_BYTES,
+        )
         if app.http_app is not None and spec.options.http_listen:
             self._http = HttpSide.start(app.http_app, spec.options.http_listen)
         freeze_startup_heap()
