@@ -119,11 +119,22 @@ class HeldBytes:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.held = 0
+        self.peak = 0  # the most held since the allocator last gave memory back
 
     def take(self, size: int) -> None:
-        if self.held + size > self.limit:
+        held = self.held + size
+        if held > self.limit:
             raise RpcError(Code.RESOURCE_EXHAUSTED, "the worker's request buffer budget is spent")
-        self.held += size
+        self.held = held
+        self.peak = max(self.peak, held)
+
+    def give_back(self) -> bool:
+        """Once most of a large peak is released: True, and the peak restarts (the
+        caller returns free heap pages to the system)."""
+        if self.peak >= self.limit // 4 and self.held < self.peak // 4:
+            self.peak = self.held
+            return True
+        return False
 
 
 class CallsInFlight:

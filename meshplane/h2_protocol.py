@@ -268,9 +268,8 @@ class ConnectionSet:
 
     def give_back(self) -> bool:
         """Once most of a large peak of buffered bytes is released: True, and the
-        peak restarts (the caller returns the allocator's free pages to the system:
-        glibc keeps freed bodies' pages, which stayed resident, hundreds of MiB,
-        after the peers that sent them were gone)."""
+        peak restarts (the caller returns the allocator's free pages to the
+        system, :func:`meshplane.worker_support.trim_heap`)."""
         if self.buffered_peak >= self.budget // 4 and self.buffered < self.buffered_peak // 4:
             self.buffered_peak = self.buffered
             return True

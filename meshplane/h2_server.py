@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import logging
 import os
 import stat
@@ -69,6 +68,7 @@ from meshplane.worker_support import (
     reuseport_socket,
     serve_until_stopped,
     spawned_starter,
+    trim_heap,
 )
 
 log = logging.getLogger(__name__)
@@ -236,7 +236,7 @@ class _Worker:
             connections = self.connections
             _publish(self.stats, len(connections.open) if connections else 0)
             if connections is not None and connections.give_back():
-                _trim_heap()
+                trim_heap()
 
     async def drain(self, grace: float) -> None:
         """NOT_SERVING, stop accepting, GOAWAY, wait for the calls in flight, close."""
@@ -266,13 +266,6 @@ class _Worker:
             self._metrics.cancel()
         _publish(self.stats, 0)
         await self.app.stop()
-
-
-def _trim_heap() -> None:
-    """glibc's ``malloc_trim(0)``: free heap pages go back to the system (a no-op
-    where the C library is not glibc)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def _remove_stale_socket(path: str) -> None:
