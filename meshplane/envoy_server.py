@@ -67,15 +67,18 @@ MAX_CONNECTION_SECONDS = 600
 
 #: The heap budget of one worker's Envoy (the overload manager's fixed_heap
 #: monitor: tcmalloc's heap, which holds Envoy's buffers and, in this process,
-#: the embedded app's objects too). About 30 MiB at idle and 130 MiB with the
-#: app's held bodies at their budget (:data:`MAX_HELD_REQUEST_BYTES`), measured:
-#: the overload manager is the backstop above what the app bounds itself.
+#: the embedded app's objects too). About 30 MiB at idle and 130 MiB with 64 MiB
+#: of bodies held by the app (:data:`MAX_HELD_REQUEST_BYTES` bounds them),
+#: measured: the overload manager is the backstop above what the app bounds.
 MAX_HEAP_BYTES = 256 * 1024 * 1024
 #: Request bytes a worker's calls may hold before their message is whole
 #: (:class:`meshplane.asgi_grpc.HeldBytes`): pyvoy hands each chunk to the app
 #: as it arrives, so the bodies are the app's, not buffers the overload manager
-#: could reset. Sixteen full gRPC messages, as the h2 backend's budget.
-MAX_HELD_REQUEST_BYTES = 64 * 1024 * 1024
+#: could reset. Eight full gRPC messages, half the h2 backend's budget: each
+#: held byte costs this worker about three (pyvoy's copy, the app's growing
+#: buffer, Envoy's own), measured: 120 x 4 streams holding 3.9 MiB each took
+#: it 190-240 MiB above idle with 64 MiB, 140 MiB with 32.
+MAX_HELD_REQUEST_BYTES = 32 * 1024 * 1024
 #: Free heap bytes given back to the system each second, at most.
 HEAP_RELEASE_BYTES = 64 * 1024 * 1024
 
