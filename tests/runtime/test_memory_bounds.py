@@ -40,11 +40,11 @@ from tests.runtime.hostile_peers import (
     worker_pid,
 )
 from tests.runtime.supervisors import Supervisor
+from tests.support.backends import BACKENDS
 
 PEAK_BOUND = 256 * MIB
 AFTER_BOUND = 128 * MIB
 P99_BOUND = 1.0
-BACKENDS = ("h2", "envoy")
 CONNECTIONS, STREAMS = 120, 4
 
 
@@ -94,6 +94,10 @@ def test_held_bodies_past_the_budget_are_cut_off_and_given_back(
     """120 x 4 unfinished 3.9 MiB bodies: past the worker's budget the holders lose
     their streams or connections; the memory goes back once they are gone."""
     sup, pid = worker
+    if sup.kind == "grpcio":
+        # Measured: +1.9 GiB at the peak, 1.5 GiB kept after the peers left.
+        # grpcio's Python API has no resource quota (the C core's memory bound).
+        pytest.xfail("grpcio's server holds every unfinished body: no budget to set")
     idle = _idle(pid)
 
     def settled(result: HoldResult) -> bool:
