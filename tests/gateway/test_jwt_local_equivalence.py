@@ -458,3 +458,51 @@ def test_a_token_the_local_form_cannot_judge_is_referred_to_extauthz(verdicts: V
     expired = _bearer(_token(exp=now - 60))
     assert verdicts.ask("hs.local", "/headers", expired) == (403, "expired")
     assert verdicts.checks() == before + 1
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"enforcement": "external"}, "enforcement: external"),
+        ({"claimsToHeaders": [{"claim": "sub", "header": "x-sub"}]}, "claimsToHeaders"),
+        (
+            {"jwt": {"algorithms": ["HS256"], "keys": [{"jwks": {"uri": "https://idp/jwks"}}]}},
+            "JWKS URL",
+        ),
+        ({"jwt": {**POLICIES["hs"]["jwt"], "leewaySeconds": 1.5}}, "whole number"),
+        (
+            {"jwt": {"algorithms": ["HS256"], "keys": [{**_HS, "kid": "a"}, _HS]}},
+            "with and without a kid",
+        ),
+    ],
+)
+def test_what_the_local_form_cannot_express_stays_external(
+    change: dict[str, Any], reason: str
+) -> None:
+    """Each stays on ext_authz, and the route entry of ``envoyconfig`` says why."""
+    spec = {**POLICIES["hs"], **change}
+    route = envoy_config.ExtAuthzRoute(f"{GROUP}/settings/s", GROUP, ("ns",), "grpc://a:1", "p")
+    document = envoy_config.render(
+        envoy_config.EnvoyConfigInput(
+            ORG_CLUSTER, "c1", (), (route,), extauthz_policies=(("p", spec),)
+        )
+    )
+    (entry,) = document["routes"]
+    assert entry["enforcement"]["path"] == "external"
+    assert reason in entry["enforcement"]["reason"]
+    assert "envoy.filters.http.lua" not in entry["typedPerFilterConfig"]
+    assert [f["name"] for f in document["httpFilters"]] == ["envoy.filters.http.ext_authz"]
+
+
+def test_claims_published_for_claim_limits_keep_the_policy_external() -> None:
+    route = envoy_config.ExtAuthzRoute(f"{GROUP}/settings/s", GROUP, ("ns",), "grpc://a:1", "p")
+    inp = envoy_config.EnvoyConfigInput(
+        ORG_CLUSTER,
+        "c1",
+        (),
+        (route,),
+        extauthz_policies=(("p", POLICIES["hs"]),),
+        published_claims={"p": ("sub",)},
+    )
+    (entry,) = envoy_config.render(inp)["routes"]
+    assert entry["enforcement"]["path"] == "external"
