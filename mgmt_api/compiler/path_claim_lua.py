@@ -233,34 +233,37 @@ local function deny(handle, reason)
     '{"error":"forbidden","reason":"' .. reason .. '"}')
 end
 
-local function decide(handle)
-  local md = handle:streamInfo():dynamicMetadata():get(JWT_NS)
-  if md == nil then return REFER end
+-- What a token grants, by its Authorization value: {reason} for a refusal
+-- or a referral, else {nil, prefix, nbf, exp}. It depends only on the token
+-- (which jwt_authn verified) and the policy, so a client's next request skips
+-- the decoding. Per worker; emptied when it holds CACHE_ENTRIES values or
+-- CACHE_BYTES of keys.
+local CACHE_ENTRIES, CACHE_BYTES = 1024, 1048576
+local cache, cached, cached_bytes = {}, 0, 0
+
+local function judge(auth, md)
   local payload, header = md[P.payload], md[P.header]
-  if type(payload) ~= "table" or type(header) ~= "table" then return REFER end
-  local headers = handle:headers()
-  if headers:getNumValues("authorization") ~= 1 then return REFER end
-  local auth = headers:get("authorization")
-  if #auth > 8256 or auth:find(",", 1, true) then return REFER end
+  if type(payload) ~= "table" or type(header) ~= "table" then return {REFER} end
+  if #auth > 8256 or auth:find(",", 1, true) then return {REFER} end
   local token = auth:match("^[ \t]*[Bb][Ee][Aa][Rr][Ee][Rr] +([%w_%-]+%.[%w_%-]+%.[%w_%-]+)[ \t]*$")
-  if token == nil or #token > 8192 then return REFER end
+  if token == nil or #token > 8192 then return {REFER} end
   local h64, p64 = token:match("^([^.]+)%.([^.]+)%.")
   local htext, ptext = segment_json(h64), segment_json(p64)
   if htext == nil or ptext == nil or not plain_json(htext) or not plain_json(ptext) then
-    return REFER
+    return {REFER}
   end
   local alg = header.alg
-  if type(alg) ~= "string" or not P.algorithms[alg] then return REFER end
-  if htext:find('"crit"', 1, true) or htext:find('"b64"', 1, true) then return REFER end
+  if type(alg) ~= "string" or not P.algorithms[alg] then return {REFER} end
+  if htext:find('"crit"', 1, true) or htext:find('"b64"', 1, true) then return {REFER} end
   local kid = header.kid
-  if kid ~= nil and (type(kid) ~= "string" or not P.kids[kid]) then return REFER end
-  if kid == nil and htext:find('"kid"', 1, true) then return REFER end
+  if kid ~= nil and (type(kid) ~= "string" or not P.kids[kid]) then return {REFER} end
+  if kid == nil and htext:find('"kid"', 1, true) then return {REFER} end
   local nbf, exp = payload.nbf, payload.exp
-  if type(nbf) ~= "number" or type(exp) ~= "number" then return "bad_time_claim" end
+  if type(nbf) ~= "number" or type(exp) ~= "number" then return {"bad_time_claim"} end
   -- Whole seconds only: os.time() is whole, so the comparisons below are
   -- then exactly extauthz's on its fractional clock.
-  if nbf ~= math.floor(nbf) or exp ~= math.floor(exp) then return REFER end
-  if P.issuer ~= nil and payload.iss ~= P.issuer then return "issuer_mismatch" end
+  if nbf ~= math.floor(nbf) or exp ~= math.floor(exp) then return {REFER} end
+  if P.issuer ~= nil and payload.iss ~= P.issuer then return {"issuer_mismatch"} end
   if P.audiences ~= nil then
     local aud, ok = payload.aud, false
     if type(aud) == "string" then ok = P.audiences[aud] == true
@@ -269,18 +272,38 @@ local function decide(handle)
         if type(v) == "string" and P.audiences[v] then ok = true end
       end
     end
-    if not ok then return "audience_mismatch" end
+    if not ok then return {"audience_mismatch"} end
   end
-  local prefix = nil
+  local prefix = false
   if P.claim ~= nil then
     prefix = decode_claim(payload[P.claim])
-    if prefix == REFER then return REFER end
-    if prefix == "bad" then return "bad_path_claim" end
+    if prefix == REFER then return {REFER} end
+    if prefix == "bad" then return {"bad_path_claim"} end
   end
+  return {nil, prefix, nbf, exp}
+end
+
+local function decide(handle)
+  local md = handle:streamInfo():dynamicMetadata():get(JWT_NS)
+  if md == nil then return REFER end
+  local headers = handle:headers()
+  if headers:getNumValues("authorization") ~= 1 then return REFER end
+  local auth = headers:get("authorization")
+  local grant = cache[auth]
+  if grant == nil then
+    grant = judge(auth, md)
+    if cached >= CACHE_ENTRIES or cached_bytes + #auth > CACHE_BYTES then
+      cache, cached, cached_bytes = {}, 0, 0
+    end
+    cache[auth] = grant
+    cached, cached_bytes = cached + 1, cached_bytes + #auth
+  end
+  if grant[1] ~= nil then return grant[1] end
+  local prefix, nbf, exp = grant[2], grant[3], grant[4]
   local now = os.time()
   if now + P.leeway < nbf then return "not_yet_valid" end
   if now - P.leeway >= exp then return "expired" end
-  if prefix ~= nil then
+  if prefix then
     local path, why = normalize(headers:get(":path"))
     if path == nil then return why end
     if not allowed(path, prefix, P.segment) then return "path_not_allowed" end
