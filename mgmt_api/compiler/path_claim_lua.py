@@ -151,9 +151,10 @@ local function allowed(path, prefix, segment)
   return #path == n or prefix:sub(-1) == "/" or path:sub(n + 1, n + 1) == "/"
 end
 
--- A JSON text refers unless it is one object whose strings have no escapes
--- and whose members (at every depth) have distinct names: what extauthz's
--- strict parser and Envoy's would then read alike.
+-- A JSON text refers unless it is one object of strict JSON (no escapes or
+-- control characters in strings, RFC 8259 numbers, true/false/null) whose
+-- members (at every depth) have distinct names: what extauthz's strict
+-- parser and Envoy's then read alike.
 local function plain_json(text)
   if text:find("\\", 1, true) then return false end
   local pos, n = 1, #text
@@ -163,6 +164,7 @@ local function plain_json(text)
     local e = text:find('"', pos + 1, true)
     if not e then return nil end
     local s = text:sub(pos + 1, e - 1)
+    if s:find("[%z\1-\31]") then return nil end
     pos = e + 1
     return s
   end
@@ -207,9 +209,28 @@ local function plain_json(text)
     if c == "{" then return object() end
     if c == "[" then return array() end
     if c == '"' then return str() ~= nil end
-    local s, e = text:find("^[%w%.%+%-]+", pos)
-    if not s then return false end
-    pos = e + 1
+    for _, word in ipairs({"true", "false", "null"}) do
+      if text:sub(pos, pos + #word - 1) == word then pos = pos + #word; return true end
+    end
+    -- A JSON number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
+    local e = select(2, text:find("^%-?", pos)) + 1
+    if text:sub(e, e) == "0" then e = e + 1
+    else
+      local _, d = text:find("^[1-9]%d*", e)
+      if not d then return false end
+      e = d + 1
+    end
+    if text:sub(e, e) == "." then
+      local _, d = text:find("^%d+", e + 1)
+      if not d then return false end
+      e = d + 1
+    end
+    if text:find("^[eE]", e) then
+      local _, d = text:find("^[+-]?%d+", e + 1)
+      if not d then return false end
+      e = d + 1
+    end
+    pos = e
     return true
   end
   ws()
@@ -249,7 +270,8 @@ local function judge(auth, md)
   if token == nil or #token > 8192 then return {REFER} end
   local h64, p64 = token:match("^([^.]+)%.([^.]+)%.")
   local htext, ptext = segment_json(h64), segment_json(p64)
-  if htext == nil or ptext == nil or not plain_json(htext) or not plain_json(ptext) then
+  if htext == nil or ptext == nil or (htext .. ptext):find("[\128-\255]") then return {REFER} end
+  if not plain_json(htext) or not plain_json(ptext) then
     return {REFER}
   end
   local alg = header.alg

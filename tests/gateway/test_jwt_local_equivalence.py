@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import socket
 import tempfile
 import time
@@ -167,6 +168,7 @@ class Verdicts:
     def __init__(self, port: int, gateway: EnvoyProcess) -> None:
         self.port = port
         self.gateway = gateway
+        self.last_headers: dict[str, str] = {}
 
     def checks(self) -> int:
         """The Checks the gateway has sent to extauthz so far (Envoy's own count)."""
@@ -187,12 +189,12 @@ class Verdicts:
                 data += chunk
         head = data.split(b"\r\n\r\n", 1)[0].decode("latin-1").split("\r\n")
         status = int(head[0].split(" ", 2)[1])
-        reason = ""
+        found = {}
         for line in head[1:]:
             name, _, value = line.partition(":")
-            if name.strip().lower() == "x-ext-authz-reason":
-                reason = value.strip()
-        return status, reason
+            found[name.strip().lower()] = value.strip()
+        self.last_headers = found
+        return status, found.get("x-ext-authz-reason", "")
 
 
 @pytest.fixture(scope="module")
@@ -319,7 +321,15 @@ CLAIMS: list[Any] = [
 now = int(NOW)
 _ISS = {"iss": "https://idp.example", "aud": "api"}
 _ESCAPED = '{"p\\u0061th":"L2hlYWRlcnM=","nbf":%d,"exp":%d}'
-Row = tuple[str, str | None, str, tuple[str, ...]]  # (name, policy, target, Authorization)
+Row = tuple[str, str | None, str, tuple[str, ...]]
+
+
+def _times(text: str) -> str:
+    """``text`` with NBF a minute ago and EXP in ten minutes."""
+    return text.replace("NBF", str(now - 60)).replace("EXP", str(now + 600))
+
+
+# (name, policy, target, Authorization)
 
 #: Tokens the local form must refer or refuse as extauthz does, beyond the table.
 EXTRA: list[Row] = [
@@ -347,6 +357,17 @@ EXTRA: list[Row] = [
         _bearer(make_token(None, raw_payload=_ESCAPED % (now - 60, now + 600))),
     ),
     ("remove-authorization", "strip", "/headers", _bearer(_token())),
+    *(
+        (f"json-{name}", None, "/headers", _bearer(make_token(None, raw_payload=_times(text))))
+        for name, text in {
+            "leading-zero": '{"path":"L2hlYWRlcnM=","nbf":0NBF,"exp":EXP}',
+            "trailing-comma": '{"path":"L2hlYWRlcnM=","nbf":NBF,"exp":EXP,}',
+            "raw-tab": '{"path":"L2hlYWRlcnM=","x":"a\tb","nbf":NBF,"exp":EXP}',
+            "nested-duplicate": '{"path":"L2hlYWRlcnM=","o":{"a":1,"a":2},"nbf":NBF,"exp":EXP}',
+            "exponent": '{"path":"L2hlYWRlcnM=","nbf":NBF,"exp":1.9e9,"n":-0.5E+2}',
+            "utf8-member": '{"path":"L2hlYWRlcnM=","é":1,"nbf":NBF,"exp":EXP}',
+        }.items()
+    ),
     ("segment-at-boundary", "seg", "/headers/x", _bearer(_token("/headers/"))),
     ("segment-off-boundary", "seg", "/headersx", _bearer(_token("/headers"))),
     ("prefix-off-boundary", None, "/headersx", _bearer(_token("/headers"))),
@@ -451,6 +472,8 @@ def test_the_local_form_decides_without_calling_extauthz(
     before = verdicts.checks()
     assert verdicts.ask(f"{policy}.local", target, auth) == expected
     assert verdicts.checks() == before
+    if expected[0] == 403:  # a local denial names its decision: 32 hex digits
+        assert re.fullmatch("[0-9a-f]{32}", verdicts.last_headers.get("x-decision-id", ""))
 
 
 def test_a_token_the_local_form_cannot_judge_is_referred_to_extauthz(verdicts: Verdicts) -> None:
