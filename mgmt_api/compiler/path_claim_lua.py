@@ -245,6 +245,10 @@ local function segment_json(seg)
   return (b64decode(seg))
 end
 
+-- Decision ids only correlate a denial with logs; the seed differs per
+-- worker and start (the clock and a table's address), not secret.
+math.randomseed(os.time() + tonumber(tostring({}):match("0x(%x+)") or "0", 16) % 1000003)
+
 local function deny(handle, reason)
   local words = {}
   for i = 1, 8 do words[i] = string.format("%04x", math.random(0, 65535)) end
@@ -258,7 +262,7 @@ end
 -- or a referral, else {nil, prefix, nbf, exp}. It depends only on the token
 -- (which jwt_authn verified) and the policy, so a client's next request skips
 -- the decoding. Per worker; emptied when it holds CACHE_ENTRIES values or
--- CACHE_BYTES of keys.
+-- CACHE_BYTES of keys and prefixes.
 local CACHE_ENTRIES, CACHE_BYTES = 1024, 1048576
 local cache, cached, cached_bytes = {}, 0, 0
 
@@ -314,11 +318,12 @@ local function decide(handle)
   local grant = cache[auth]
   if grant == nil then
     grant = judge(auth, md)
-    if cached >= CACHE_ENTRIES or cached_bytes + #auth > CACHE_BYTES then
+    if cached >= CACHE_ENTRIES or cached_bytes + #auth + 4096 > CACHE_BYTES then
       cache, cached, cached_bytes = {}, 0, 0
     end
     cache[auth] = grant
-    cached, cached_bytes = cached + 1, cached_bytes + #auth
+    local size = #auth + (type(grant[2]) == "string" and #grant[2] or 0)
+    cached, cached_bytes = cached + 1, cached_bytes + size
   end
   if grant[1] ~= nil then return grant[1] end
   local prefix, nbf, exp = grant[2], grant[3], grant[4]
