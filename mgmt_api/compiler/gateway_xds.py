@@ -262,7 +262,9 @@ def _per_route_policies(
 #: "Pass-through filters"). Not leaving them out of the listener instead: a
 #: listener change reaches new connections only, so a route added under local
 #: rules would be served unchecked on connections opened before it.
-_ROUTE_ONLY_FILTERS = frozenset({local_jwt.JWT_AUTHN_FILTER, local_jwt.RBAC_FILTER})
+_ROUTE_ONLY_FILTERS = frozenset(
+    {local_jwt.JWT_AUTHN_FILTER, local_jwt.RBAC_FILTER, local_jwt.LUA_FILTER}
+)
 _FILTER_CONFIG = _TYPE + "envoy.config.route.v3.FilterConfig"
 
 

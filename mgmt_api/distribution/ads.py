@@ -65,6 +65,7 @@ from envoy.extensions.access_loggers.filters.cel.v3 import (  # noqa: F401 - the
 # Imported for their descriptors: typed configs inside the resources name them.
 from envoy.extensions.filters.http.ext_authz.v3 import ext_authz_pb2  # noqa: F401
 from envoy.extensions.filters.http.jwt_authn.v3 import config_pb2  # noqa: F401 - local JWT rules
+from envoy.extensions.filters.http.lua.v3 import lua_pb2  # noqa: F401 - the path-claim check
 from envoy.extensions.filters.http.ratelimit.v3 import rate_limit_pb2  # noqa: F401
 from envoy.extensions.filters.http.rbac.v3 import rbac_pb2  # noqa: F401 - local JWT rules
 from envoy.extensions.filters.http.router.v3 import router_pb2  # noqa: F401

@@ -11,7 +11,7 @@ that sends a marker back keeps the stored secret it stands for
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -36,6 +36,15 @@ class ExtAuthzPolicy(Meta):
     path_claim: dict[str, Any] | None = Field(default=None, description="{name, match}")
     remove_authorization: bool | None = None
     claims_to_headers: list[dict[str, Any]] | None = None
+    enforcement: Literal["local", "external"] | None = Field(
+        default=None,
+        description=(
+            "local: gateways check the token and the path claim inside Envoy "
+            "(jwt_authn and a Lua check) where that is exactly the service's "
+            "decision, else they call ext_authz; external: always call ext_authz. "
+            "Unset is local. docs/gateway.md"
+        ),
+    )
 
 
 #: Every inline key of ``jwt.keys``: write-only (:mod:`mgmt_api.compiler.key_material`).

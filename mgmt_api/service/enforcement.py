@@ -526,4 +526,8 @@ def gateway_input(
         ratelimit_service=ratelimit_service,
         notes=policies.notes,
         gateway=policies.gateway(),
+        extauthz_policies=tuple(
+            (name, cast(Mapping[str, Any], spec)) for name, spec in policies.extauthz_policies
+        ),
+        published_claims=policies.claim_limits().published,
     )

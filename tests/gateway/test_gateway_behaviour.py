@@ -38,7 +38,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayStack]:
         st.route("secure.web", "/headers", backend="default.app")
         st.route("default.open", "/open", backend="default.app")
         st.route("default.slow", "/slow", backend="default.app")
-        st.jwt_security(SECRET)
+        # The ext_authz service decides (its decision lines are tested here);
+        # the same policy inside Envoy: test_jwt_local_equivalence.py.
+        st.jwt_security(SECRET, enforcement="external")
         st.rate_limit("secure.web-limit", "web", (3, "Minute"), (100, "Hour"))
         st.gateway()
         st.converged()

@@ -129,6 +129,16 @@ def _setting(
     )
 
 
+def _filter(config: dict[str, Any], short: str) -> dict[str, Any]:
+    """The typed config of the document's ``envoy.filters.http.{short}`` filter."""
+    (found,) = [
+        f["typedConfig"]
+        for f in config["httpFilters"]
+        if f["name"] == f"envoy.filters.http.{short}"
+    ]
+    return dict(found)
+
+
 @pytest.fixture
 def cluster(admin: httpx.Client, org: str) -> str:
     """Cluster ``east`` (failing closed) with one traffic policy and one ext_authz
@@ -173,7 +183,11 @@ def test_filters_routes_and_clusters_parse_into_envoys_protos(
     for piece in config["clusters"]:
         parse(piece, cluster_pb2.Cluster())
     hcm = listener_hcm(parse_bootstrap(envoy_config_bootstrap(config)))
+    # The policy runs inside Envoy (jwt_authn and the Lua check), ext_authz
+    # behind them for what the check refers (docs/gateway.md).
     assert [f.name for f in hcm.http_filters] == [
+        "envoy.filters.http.jwt_authn",
+        "envoy.filters.http.lua",
         "envoy.filters.http.ext_authz",
         "envoy.filters.http.ratelimit",
         "envoy.filters.http.router",
@@ -185,7 +199,7 @@ def test_ext_authz_filter_calls_the_settings_server_and_routes_select_its_policy
     admin: httpx.Client, cluster: str
 ) -> None:
     config = get_envoyconfig(admin, cluster)
-    ext = parse_typed(config["httpFilters"][0]["typedConfig"], ext_authz_pb2.ExtAuthz())
+    ext = parse_typed(_filter(config, "ext_authz"), ext_authz_pb2.ExtAuthz())
     assert not ext.failure_mode_allow
     assert ext.status_on_error.code == 503
     clusters = {c["name"]: parse(c, cluster_pb2.Cluster()) for c in config["clusters"]}
@@ -203,6 +217,7 @@ def test_ext_authz_filter_calls_the_settings_server_and_routes_select_its_policy
     group = f"organizations/{org}/tenants/t/workspaces/w/securitygroups/g"
     assert route["workloads"] == {"securityGroup": group, "namespaces": ["shop"]}
     assert route["setting"] == f"{group}/settings/authz"
+    assert route["enforcement"]["path"] == "local"
     per_route = parse_typed(
         route["typedPerFilterConfig"]["envoy.filters.http.ext_authz"],
         ext_authz_pb2.ExtAuthzPerRoute(),
@@ -225,7 +240,7 @@ def test_include_request_headers_in_check_adds_to_what_the_check_carries(
     group = _group(admin, org, "w", "g", ["east/shop"])
     _setting(admin, group, "grpc://own:9191", "jwt", ["X-Api-Key", "traceparent"])
     config = get_envoyconfig(admin, f"{base}/clusters/east")
-    ext = parse_typed(config["httpFilters"][0]["typedConfig"], ext_authz_pb2.ExtAuthz())
+    ext = parse_typed(_filter(config, "ext_authz"), ext_authz_pb2.ExtAuthz())
     assert [m.exact for m in ext.allowed_headers.patterns] == [
         "authorization",
         "traceparent",
@@ -432,8 +447,8 @@ def test_gateway_knobs_render_into_the_filters_and_circuit_breakers(
     """Unset: the explicit defaults (100 ms rate-limit timeout, not Envoy's 20 ms;
     ext_authz 200 ms, closed; no circuit breakers). Set over REST: rendered."""
     config = get_envoyconfig(admin, cluster)
-    ext = parse_typed(config["httpFilters"][0]["typedConfig"], ext_authz_pb2.ExtAuthz())
-    rl = parse_typed(config["httpFilters"][1]["typedConfig"], rate_limit_pb2.RateLimit())
+    ext = parse_typed(_filter(config, "ext_authz"), ext_authz_pb2.ExtAuthz())
+    rl = parse_typed(_filter(config, "ratelimit"), rate_limit_pb2.RateLimit())
     assert (ext.grpc_service.timeout.ToMilliseconds(), ext.failure_mode_allow) == (200, False)
     assert (rl.timeout.ToMilliseconds(), rl.failure_mode_deny) == (100, True)
     assert config["circuitBreakers"] is None
@@ -447,8 +462,8 @@ def test_gateway_knobs_render_into_the_filters_and_circuit_breakers(
     }
     ok(admin.put(cluster, json={**current, **knobs}))
     config = get_envoyconfig(admin, cluster)
-    ext = parse_typed(config["httpFilters"][0]["typedConfig"], ext_authz_pb2.ExtAuthz())
-    rl = parse_typed(config["httpFilters"][1]["typedConfig"], rate_limit_pb2.RateLimit())
+    ext = parse_typed(_filter(config, "ext_authz"), ext_authz_pb2.ExtAuthz())
+    rl = parse_typed(_filter(config, "ratelimit"), rate_limit_pb2.RateLimit())
     assert (ext.grpc_service.timeout.ToMilliseconds(), ext.failure_mode_allow) == (50, True)
     assert ext.status_on_error.code == 503
     assert (rl.timeout.ToMilliseconds(), rl.failure_mode_deny) == (250, True)
@@ -473,7 +488,7 @@ def test_gateway_knobs_render_into_the_filters_and_circuit_breakers(
     current = ok(admin.get(cluster))
     ok(admin.put(cluster, json={**current, "rateLimit": {"failureMode": "allow"}}))
     config = get_envoyconfig(admin, cluster)
-    rl = parse_typed(config["httpFilters"][1]["typedConfig"], rate_limit_pb2.RateLimit())
+    rl = parse_typed(_filter(config, "ratelimit"), rate_limit_pb2.RateLimit())
     assert (rl.timeout.ToMilliseconds(), rl.failure_mode_deny) == (100, False)  # fail open
 
 

@@ -331,8 +331,17 @@ class GatewayStack:
         }
         self.put("backendtrafficpolicies", name, "backendTrafficPolicy", {"spec": spec})
 
-    def jwt_security(self, secret: str, namespaces: str = f"{CLUSTER}/secure") -> None:
-        """Tenant t, workspace w selecting ``namespaces``, group g, its JWT policy and setting."""
+    def jwt_security(
+        self,
+        secret: str,
+        namespaces: str = f"{CLUSTER}/secure",
+        enforcement: str | None = "external",
+    ) -> None:
+        """Tenant t, workspace w selecting ``namespaces``, group g, its JWT policy and setting.
+
+        ``enforcement`` is the policy's switch: ``external`` by default, since
+        the stacks built with this test the ext_authz path (its calls, spans,
+        metrics and decision lines); None leaves it unset (local where exact)."""
         ok(self.admin.post(f"{BASE}/tenants", json={"name": "t", "tenant": {}}))
         workspace = {"namespaceSelector": {"names": [namespaces]}}
         ok(
@@ -350,6 +359,8 @@ class GatewayStack:
             "jwt": {"algorithms": ["HS256"], "keys": [{"hmacSecret": {"value": secret}}]},
             "pathClaim": {"name": "path", "match": "PREFIX"},
         }
+        if enforcement is not None:
+            policy["enforcement"] = enforcement
         ok(
             self.admin.post(
                 f"{GROUP_PATH}/extauthzpolicies", json={"name": "jwt", "extAuthzPolicy": policy}
