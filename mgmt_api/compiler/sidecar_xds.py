@@ -322,20 +322,45 @@ def outbound_routes(inp: SidecarInput, node: SidecarNode) -> JsonDict:
     return {"name": OUTBOUND_ROUTES, "virtualHosts": virtual_hosts, "validateClusters": False}
 
 
+def app_cluster(app_port: int) -> JsonDict:
+    """The inbound listener's upstream: the app on loopback."""
+    return _static_cluster(APP_CLUSTER, [("127.0.0.1", app_port)])
+
+
+def outbound_cluster(
+    inp: SidecarInput, namespace: str, service: str, endpoints: list[SidecarEndpoint]
+) -> JsonDict:
+    """The cluster of one service as its callers reach it (the same for every caller)."""
+    cluster = _static_cluster(
+        outbound_cluster_name(namespace, service), [(e.host, e.port) for e in endpoints]
+    )
+    if inp.trust_domain:
+        cluster["transportSocket"] = upstream_tls(inp, endpoints)
+    return cluster
+
+
+def policy_digest(inp: SidecarInput) -> str:
+    """Digest of what a sidecar's listeners and inbound route depend on (not the endpoints)."""
+    content = {
+        "cluster": inp.cluster,
+        "trustDomain": inp.trust_domain,
+        "settings": [s.to_json() for s in inp.settings],
+        "extAuthz": [inp.knobs.ext_authz_timeout, inp.knobs.ext_authz_failure_mode_allow],
+        "tracing": tracing.document_section(inp.knobs.tracing),
+    }
+    encoded = json.dumps(content, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(encoded).hexdigest()[:20]
+
+
 def compile_sidecar(
     inp: SidecarInput, node: SidecarNode, sds: tuple[JsonDict, ...] = ()
 ) -> GatewayResources:
     """The listeners, routes and clusters of one sidecar; ``sds``: its :func:`secrets`."""
     authz = inbound_authz(inp, node)
-    clusters = [_static_cluster(APP_CLUSTER, [("127.0.0.1", node.app_port)])]
+    clusters = [app_cluster(node.app_port)]
     clusters.extend(authz.clusters)
     for (namespace, service), endpoints in sorted(inp.services().items()):
-        cluster = _static_cluster(
-            outbound_cluster_name(namespace, service), [(e.host, e.port) for e in endpoints]
-        )
-        if inp.trust_domain:
-            cluster["transportSocket"] = upstream_tls(inp, endpoints)
-        clusters.append(cluster)
+        clusters.append(outbound_cluster(inp, namespace, service, endpoints))
     if inp.knobs.tracing is not None:
         clusters.append(tracing.collector_cluster(inp.knobs.tracing))
     return GatewayResources(

@@ -42,7 +42,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import grpc
-from envoy.service.discovery.v3 import ads_pb2_grpc
 from opentelemetry.trace import Tracer
 
 from meshplane.distribution_contract import NodeIdentity
@@ -58,6 +57,7 @@ from mgmt_api.distribution.feed import ChangeFeed
 from mgmt_api.distribution.metrics import AttestationCounts
 from mgmt_api.distribution.server import DistributionServicer
 from mgmt_api.distribution.sidecar_ads import SidecarStreams
+from mgmt_api.distribution.wire import add_to_server as add_ads_to_server
 from mgmt_api.distribution.workload_certs import WorkloadCertificatesServicer, add_to_server
 from mgmt_api.domain import mesh_ca
 from mgmt_api.domain.durations import parse_duration
@@ -191,7 +191,7 @@ class Distribution:
             counts=self.counts,
             heartbeat=REVALIDATE_SECONDS,
         )
-        self._tasks.append(sidecars.start())
+        self._tasks.extend(sidecars.start())
         self._tasks.append(asyncio.create_task(advance_forever(self._cas)))
         return sidecars
 
@@ -234,7 +234,7 @@ class Distribution:
             still_admitted=self._still_admitted,
             sidecars=self._sidecar_streams(feed, attestation),
         )
-        ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(gateways, server)
+        add_ads_to_server(gateways, server)
         add_to_server(self._workload_certificates(attestation), server)
         for add in self.servicers:
             add(server)
@@ -277,6 +277,9 @@ class Distribution:
             feed.notify(await self._read_revision())
 
     async def stop(self, grace: float = 2.0) -> None:
+        if self.enforcement.sidecars is not None:
+            # The sidecars reconnect to a replica: stopping takes no endpoint away.
+            self.enforcement.sidecars.closing()
         self.uow.listeners.unsubscribe(self.committed)
         for task in self._tasks:
             task.cancel()

@@ -1,0 +1,132 @@
+"""The mesh's endpoint registry: one row per connected sidecar, shared by every replica.
+
+A service's endpoints are the rows of its sidecars, whichever replica holds
+their streams, so every replica serves every sidecar the same view and a
+restarted replica serves them at once (``mesh_sidecars``, migration 0006).
+What moves a row (:mod:`mgmt_api.service.sidecars` decides when):
+
+- :func:`join`: a stream was admitted. The row is (re)written with the
+  stream's token, so a reconnect on another replica owns it from then on;
+- :func:`leave`: that stream's client went away. Deletes the row only while
+  the stream still owns it (a late leave of a replaced stream is a no-op);
+- :func:`refresh`: the holding replica still has these streams (``heard``);
+- :func:`sweep`: rows unheard since a cut-off (their replica died, and the
+  sidecar has not come back anywhere) are deleted.
+
+Joins, leaves and sweeps that delete are revision-bumping writes: the
+commit wakes this replica's streams and, through PostgreSQL ``NOTIFY``, every
+other replica's. Refreshes change no endpoint, so they bump nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from mgmt_api.compiler.sidecar_xds import SidecarEndpoint
+from mgmt_api.store.tables import mesh_sidecars
+from mgmt_api.store.uow import SYSTEM, UnitOfWork
+
+#: Streams refreshed per statement (keeps each IN list bounded).
+_CHUNK = 500
+
+
+@dataclass(frozen=True)
+class SidecarRow:
+    """One connected sidecar as the registry holds it."""
+
+    organization: str
+    cluster: str
+    instance: str
+    endpoint: SidecarEndpoint
+    pod: str  # the verified pod, "NS/NAME/UID"
+    stream: str  # the owning stream's token
+    replica: str
+
+
+def join(uow: UnitOfWork, row: SidecarRow, now: float) -> None:
+    """Record a newly admitted stream; it owns the instance's row from now on."""
+    key = _key(row.organization, row.cluster, row.instance)
+    e = row.endpoint
+    with uow.write(SYSTEM) as tx:
+        tx.conn.execute(sa.delete(mesh_sidecars).where(*key))
+        tx.conn.execute(
+            sa.insert(mesh_sidecars).values(
+                organization=row.organization,
+                cluster=row.cluster,
+                instance=row.instance,
+                namespace=e.namespace,
+                service=e.service,
+                host=e.host,
+                port=e.port,
+                service_account=e.service_account,
+                pod=row.pod,
+                stream=row.stream,
+                replica_id=row.replica,
+                heard=now,
+            )
+        )
+
+
+def leave(uow: UnitOfWork, organization: str, cluster: str, instance: str, stream: str) -> bool:
+    """Drop the instance's row if ``stream`` still owns it; whether it did (and woke anyone)."""
+    query = sa.select(mesh_sidecars.c.stream).where(*_key(organization, cluster, instance))
+    with uow.read() as conn:
+        if conn.execute(query).scalar() != stream:
+            return False
+    with uow.write(SYSTEM) as tx:
+        tx.conn.execute(
+            sa.delete(mesh_sidecars).where(
+                *_key(organization, cluster, instance), mesh_sidecars.c.stream == stream
+            )
+        )
+    return True
+
+
+def refresh(uow: UnitOfWork, streams: Iterable[str], now: float) -> None:
+    """These streams are still open here: their rows were heard from at ``now``."""
+    tokens = sorted(streams)
+    if not tokens:
+        return
+    with uow.write_rows() as conn:
+        for start in range(0, len(tokens), _CHUNK):
+            chunk = tokens[start : start + _CHUNK]
+            conn.execute(
+                sa.update(mesh_sidecars).where(mesh_sidecars.c.stream.in_(chunk)).values(heard=now)
+            )
+
+
+def sweep(uow: UnitOfWork, unheard_since: float) -> int:
+    """Delete rows not heard from since ``unheard_since``; how many."""
+    stale = mesh_sidecars.c.heard < unheard_since
+    with uow.read() as conn:
+        if conn.execute(sa.select(sa.func.count()).where(stale)).scalar_one() == 0:
+            return 0
+    with uow.write(SYSTEM) as tx:
+        return int(tx.conn.execute(sa.delete(mesh_sidecars).where(stale)).rowcount or 0)
+
+
+def endpoints(uow: UnitOfWork, organization: str, cluster: str) -> tuple[SidecarEndpoint, ...]:
+    """The cluster's registered sidecars as endpoints, sorted, one per address."""
+    c = mesh_sidecars.c
+    query = sa.select(c.namespace, c.service, c.host, c.port, c.service_account).where(
+        c.organization == organization, c.cluster == cluster
+    )
+    with uow.read() as conn:
+        rows = conn.execute(query).all()
+    return tuple(sorted({SidecarEndpoint(*row) for row in rows}))
+
+
+def count(uow: UnitOfWork, organization: str, cluster: str) -> int:
+    """How many sidecars the cluster has registered (the per-cluster cap reads it)."""
+    c = mesh_sidecars.c
+    query = sa.select(sa.func.count()).where(c.organization == organization, c.cluster == cluster)
+    with uow.read() as conn:
+        return int(conn.execute(query).scalar_one())
+
+
+def _key(organization: str, cluster: str, instance: str) -> tuple[sa.ColumnElement[bool], ...]:
+    c = mesh_sidecars.c
+    return (c.organization == organization, c.cluster == cluster, c.instance == instance)
