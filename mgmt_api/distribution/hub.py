@@ -68,7 +68,7 @@ from mgmt_api.service.mesh_ca import MeshCaStore, advance_forever
 from mgmt_api.service.stream_auth import Revocation, StreamAuth
 from mgmt_api.service.workload_trust import Attestation, WorkloadTrustStore
 from mgmt_api.settings import Settings
-from mgmt_api.store.notify import listen_revisions
+from mgmt_api.store.notify import SIDECARS_CHANNEL, listen_revisions
 from mgmt_api.store.uow import UnitOfWork
 
 log = logging.getLogger(__name__)
@@ -192,6 +192,10 @@ class Distribution:
             heartbeat=REVALIDATE_SECONDS,
         )
         self._tasks.extend(sidecars.start())
+        if self._notify_url is not None:
+            self._tasks.append(
+                asyncio.create_task(self._listen_sidecars(self._notify_url, sidecars))
+            )
         self._tasks.append(asyncio.create_task(advance_forever(self._cas)))
         return sidecars
 
@@ -262,6 +266,12 @@ class Distribution:
                 "set MESHPLANE_GRPC_TLS_CERT and MESHPLANE_GRPC_TLS_KEY",
                 extra={"address": self.listen},
             )
+
+    async def _listen_sidecars(self, url: str, sidecars: SidecarStreams) -> None:
+        """Other replicas' changes of the mesh's endpoint registry (and, after each
+        (re)connect, whatever changed while not listening)."""
+        moved = sidecars.registry_moved
+        await listen_revisions(url, lambda _: moved(), connected=moved, channel=SIDECARS_CHANNEL)
 
     async def _listen(self, url: str, feed: ChangeFeed) -> None:
         """Other replicas' commits, as PostgreSQL notifications."""

@@ -36,6 +36,7 @@ all kept here:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
@@ -66,6 +67,10 @@ log = logging.getLogger(__name__)
 SidecarBuild = Callable[[tuple[str, str]], Awaitable[sidecar_xds.SidecarInput]]
 # (organization, cluster) → the cluster's trust bundle (PEMs, the signing CA first).
 BundleSource = Callable[[tuple[str, str]], Awaitable[tuple[str, ...]]]
+#: How long the store must be quiet before the sidecars' feed moves (see follow_store).
+DEBOUNCE_SECONDS = 0.1
+#: The longest a write waits for a quiet store.
+DEBOUNCE_MAX_SECONDS = 1.0
 #: The audit operation of a refused sidecar stream.
 REFUSE_SIDECAR = "REFUSE_SIDECAR"
 
@@ -102,18 +107,55 @@ class SidecarStreams:
         self.cache = EntryCache()
         self.assembled = 0  # sidecar configurations assembled (tests read it)
         self._leaving: set[asyncio.Task[None]] = set()
+        # What the sidecars' input follows: the store's writes and the registry's moves.
+        self._inputs = ChangeFeed()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        directory.listeners.append(self._registry_changed)
 
     async def follow_store(self) -> None:
-        """Move the sidecar feed whenever the store's moves; cancel to stop."""
+        """Every move of the store's feed is a change of the sidecars' input; cancel to stop."""
         seen = self._store_feed.revision
         while True:
             seen = await self._store_feed.wait_beyond(seen)
+            self._inputs.notify()
+
+    def registry_moved(self) -> None:
+        """The endpoint registry changed (another replica's NOTIFY); on the loop."""
+        self._inputs.notify()
+
+    def _registry_changed(self) -> None:
+        """This replica changed the registry; from any thread."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop is shutting down
+                loop.call_soon_threadsafe(self._inputs.notify)
+
+    async def debounce(self) -> None:
+        """Move the sidecar feed when the input changed, a burst of changes at once; cancel
+        to stop.
+
+        After a change, the feed moves once the input has been quiet for
+        :data:`DEBOUNCE_SECONDS`, or :data:`DEBOUNCE_MAX_SECONDS` after that
+        change however busy it stays (Istio debounces its pushes alike): a
+        join storm compiles a few versions, not one per sidecar.
+        """
+        seen = self._inputs.revision
+        while True:
+            seen = await self._inputs.wait_beyond(seen)
+            first = time.monotonic()
+            while time.monotonic() - first < DEBOUNCE_MAX_SECONDS:
+                moved = await self._inputs.wait_beyond(seen, DEBOUNCE_SECONDS)
+                if moved == seen:
+                    break
+                seen = moved
             self.feed.notify()
 
     def start(self) -> list[asyncio.Task[None]]:
         """Follow the store's feed; keep this replica's rows in the registry fresh."""
+        self._loop = asyncio.get_running_loop()
         return [
             asyncio.create_task(self.follow_store()),
+            asyncio.create_task(self.debounce()),
             asyncio.create_task(self.directory.refresh_forever()),
         ]
 

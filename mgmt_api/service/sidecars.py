@@ -96,6 +96,12 @@ class SidecarDirectory:
         self._expiry: OrderedDict[tuple[str, str, str], float] = OrderedDict()
         self._ids = 0
         self._closing = False
+        #: Called (from any thread) after this replica changed the registry.
+        self.listeners: list[Callable[[], None]] = []
+
+    def _changed(self) -> None:
+        for listener in list(self.listeners):
+            listener()
 
     def closing(self) -> None:
         """This replica is stopping: the streams it drops keep their rows."""
@@ -117,6 +123,7 @@ class SidecarDirectory:
             self.replica,
         )  # fmt: skip
         registry.join(self.uow, row, self._clock())
+        self._changed()
         with self._lock:
             self._ids += 1
             self._held[self._ids] = held
@@ -129,7 +136,8 @@ class SidecarDirectory:
         if held is None or self._closing:
             return
         node = held.node
-        registry.leave(self.uow, node.organization, node.cluster, node.instance, held.stream)
+        if registry.leave(self.uow, node.organization, node.cluster, node.instance, held.stream):
+            self._changed()
 
     def refresh(self) -> None:
         """Tell the registry this replica's streams are open; sweep the long-unheard rows."""
@@ -140,6 +148,7 @@ class SidecarDirectory:
         if now - self._started >= self.stale_after:
             dropped = registry.sweep(self.uow, now - self.stale_after)
             if dropped:
+                self._changed()
                 log.info("dropped sidecars no replica has heard from", extra={"count": dropped})
 
     async def refresh_forever(self, every: float = REFRESH_SECONDS) -> None:

@@ -13,9 +13,12 @@ What moves a row (:mod:`mgmt_api.service.sidecars` decides when):
 - :func:`sweep`: rows unheard since a cut-off (their replica died, and the
   sidecar has not come back anywhere) are deleted.
 
-Joins, leaves and sweeps that delete are revision-bumping writes: the
-commit wakes this replica's streams and, through PostgreSQL ``NOTIFY``, every
-other replica's. Refreshes change no endpoint, so they bump nothing.
+None of them is a configuration revision (nothing else compiles from these
+rows): they do not bump the revision, so they wake neither the gateways nor
+the policy streams. Joins, leaves and sweeps that delete return True, and on
+PostgreSQL send ``NOTIFY meshplane_sidecars`` with their commit, which every
+replica's sidecar streams follow (:mod:`mgmt_api.store.notify`); the caller
+wakes its own replica's. Refreshes change no endpoint and notify nobody.
 """
 
 from __future__ import annotations
@@ -26,11 +29,19 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from mgmt_api.compiler.sidecar_xds import SidecarEndpoint
+from mgmt_api.store.notify import SIDECARS_CHANNEL
 from mgmt_api.store.tables import mesh_sidecars
-from mgmt_api.store.uow import SYSTEM, UnitOfWork
+from mgmt_api.store.uow import UnitOfWork
 
 #: Streams refreshed per statement (keeps each IN list bounded).
 _CHUNK = 500
+_NOTIFY = sa.text(f"SELECT pg_notify('{SIDECARS_CHANNEL}', '1')")
+
+
+def _notify(conn: sa.Connection) -> None:
+    """Tell the other replicas, when this transaction commits (PostgreSQL only)."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(_NOTIFY)
 
 
 @dataclass(frozen=True)
@@ -50,9 +61,9 @@ def join(uow: UnitOfWork, row: SidecarRow, now: float) -> None:
     """Record a newly admitted stream; it owns the instance's row from now on."""
     key = _key(row.organization, row.cluster, row.instance)
     e = row.endpoint
-    with uow.write(SYSTEM) as tx:
-        tx.conn.execute(sa.delete(mesh_sidecars).where(*key))
-        tx.conn.execute(
+    with uow.write_rows() as conn:
+        conn.execute(sa.delete(mesh_sidecars).where(*key))
+        conn.execute(
             sa.insert(mesh_sidecars).values(
                 organization=row.organization,
                 cluster=row.cluster,
@@ -68,21 +79,24 @@ def join(uow: UnitOfWork, row: SidecarRow, now: float) -> None:
                 heard=now,
             )
         )
+        _notify(conn)
 
 
 def leave(uow: UnitOfWork, organization: str, cluster: str, instance: str, stream: str) -> bool:
-    """Drop the instance's row if ``stream`` still owns it; whether it did (and woke anyone)."""
+    """Drop the instance's row if ``stream`` still owns it; whether it did."""
     query = sa.select(mesh_sidecars.c.stream).where(*_key(organization, cluster, instance))
     with uow.read() as conn:
         if conn.execute(query).scalar() != stream:
             return False
-    with uow.write(SYSTEM) as tx:
-        tx.conn.execute(
+    with uow.write_rows() as conn:
+        deleted = conn.execute(
             sa.delete(mesh_sidecars).where(
                 *_key(organization, cluster, instance), mesh_sidecars.c.stream == stream
             )
-        )
-    return True
+        ).rowcount
+        if deleted:
+            _notify(conn)
+    return bool(deleted)
 
 
 def refresh(uow: UnitOfWork, streams: Iterable[str], now: float) -> None:
@@ -104,19 +118,26 @@ def sweep(uow: UnitOfWork, unheard_since: float) -> int:
     with uow.read() as conn:
         if conn.execute(sa.select(sa.func.count()).where(stale)).scalar_one() == 0:
             return 0
-    with uow.write(SYSTEM) as tx:
-        return int(tx.conn.execute(sa.delete(mesh_sidecars).where(stale)).rowcount or 0)
+    with uow.write_rows() as conn:
+        deleted = int(conn.execute(sa.delete(mesh_sidecars).where(stale)).rowcount or 0)
+        if deleted:
+            _notify(conn)
+    return deleted
 
 
 def endpoints(uow: UnitOfWork, organization: str, cluster: str) -> tuple[SidecarEndpoint, ...]:
     """The cluster's registered sidecars as endpoints, sorted, one per address."""
     c = mesh_sidecars.c
-    query = sa.select(c.namespace, c.service, c.host, c.port, c.service_account).where(
-        c.organization == organization, c.cluster == cluster
+    columns = (c.namespace, c.service, c.host, c.port, c.service_account)
+    query = (
+        sa.select(*columns)
+        .where(c.organization == organization, c.cluster == cluster)
+        .order_by(*columns)
     )
     with uow.read() as conn:
         rows = conn.execute(query).all()
-    return tuple(sorted({SidecarEndpoint(*row) for row in rows}))
+    # Sorted by the store (the endpoints' own order), duplicates dropped.
+    return tuple(SidecarEndpoint(*row) for row in dict.fromkeys(tuple(r) for r in rows))
 
 
 def count(uow: UnitOfWork, organization: str, cluster: str) -> int:
