@@ -283,6 +283,7 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
                     yield response
         finally:
             if isinstance(node, SidecarNode) and self._sidecars is not None:
+                self._sidecars.forget(node)
                 self._sidecars.leave(handle)
 
     def _built(self, stream: _Stream, latest: Compiled | None) -> Sequence[bytes] | None:

@@ -41,7 +41,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 
 from meshplane.distribution_contract import NodeIdentity
@@ -53,7 +53,8 @@ from mgmt_api.compiler.protojson import JsonDict
 from mgmt_api.distribution.feed import ChangeFeed, SharedBuilds
 from mgmt_api.distribution.metrics import AttestationCounts
 from mgmt_api.distribution.streams import StreamPlane
-from mgmt_api.distribution.wire import Compiled, Entry, EntryCache, entry
+from mgmt_api.distribution.wire import Compiled, Entry, EntryCache, Miss, entry
+from mgmt_api.domain import workload_attest
 from mgmt_api.domain.workload_attest import AttestationError, sidecar_refusal
 from mgmt_api.service.enforcement import UnknownCluster
 from mgmt_api.service.instances import SubscriberRegistry
@@ -71,6 +72,8 @@ BundleSource = Callable[[tuple[str, str]], Awaitable[tuple[str, ...]]]
 DEBOUNCE_SECONDS = 0.1
 #: The longest a write waits for a quiet store.
 DEBOUNCE_MAX_SECONDS = 1.0
+#: How old the attestation read model a stream's re-check reads may be.
+TRUST_FRESH_SECONDS = 1.0
 #: The audit operation of a refused sidecar stream.
 REFUSE_SIDECAR = "REFUSE_SIDECAR"
 
@@ -111,6 +114,13 @@ class SidecarStreams:
         self._inputs = ChangeFeed()
         self._loop: asyncio.AbstractEventLoop | None = None
         directory.listeners.append(self._registry_changed)
+        self._trusts: dict[
+            tuple[str, str], tuple[float, asyncio.Future[workload_attest.ClusterTrust]]
+        ] = {}
+        # (organization, cluster) → instance → node: the sidecars streaming here,
+        # whose own pieces a new version builds at once, in one thread hop.
+        self._nodes: dict[tuple[str, str], dict[str, SidecarNode]] = {}
+        self._last: dict[tuple[str, str], SharedBuild] = {}  # per cluster
 
     async def follow_store(self) -> None:
         """Every move of the store's feed is a change of the sidecars' input; cancel to stop."""
@@ -162,6 +172,12 @@ class SidecarStreams:
     async def join(self, node: SidecarNode, grant: str) -> int:
         """Register an admitted sidecar in the shared registry (a store write)."""
         return await asyncio.to_thread(self.directory.join, node, grant)
+
+    def forget(self, node: SidecarNode) -> None:
+        """The stream of ``node`` ended here: its pieces are no longer built ahead."""
+        nodes = self._nodes.get((node.organization, node.cluster), {})
+        if nodes.get(node.instance) is node:
+            del nodes[node.instance]
 
     def leave(self, handle: int) -> None:
         """The stream ``handle`` ended: leave the registry, even though the call that
@@ -228,17 +244,48 @@ class SidecarStreams:
 
     async def still_admitted(self, grant: str, node: NodeIdentity) -> Revocation | None:
         """None while the stream's pod is in the inventory with its uid."""
-        org, cluster = node.organization, node.cluster
         try:
-            gone = await asyncio.to_thread(self.attestation.still_there, grant, org, cluster)
+            trust = await self._trust((node.organization, node.cluster))
         except UnknownCluster:
             return Revocation("the cluster was deleted", cluster_gone=True)
+        gone = workload_attest.still_there(trust, grant)
         return None if gone is None else Revocation(gone)
+
+    async def _trust(self, key: tuple[str, str]) -> workload_attest.ClusterTrust:
+        """The cluster's attestation read model, read once per :data:`TRUST_FRESH_SECONDS`
+        for all its streams (one store read, not one thread hop per stream and wake)."""
+        now = time.monotonic()
+        entry = self._trusts.get(key)
+        if (
+            entry is None
+            or now - entry[0] > TRUST_FRESH_SECONDS
+            or (entry[1].done() and entry[1].exception() is not None)
+        ):
+            read = asyncio.to_thread(self.attestation.trust.get, *key)
+            entry = self._trusts[key] = (now, asyncio.ensure_future(read))
+        return await asyncio.shield(entry[1])
 
     async def _prepare(self, key: tuple[str, str]) -> SharedBuild:
         inp = await self._build(key)
         bundle = await self._bundle(key)
-        return await asyncio.to_thread(self._prepare_shared, inp, bundle)
+        last = self._last.get(key)
+        if last is not None and last.inp == inp and last.bundle == bundle:
+            return last  # another cluster's write, or nothing that reaches sidecars
+        nodes = list(self._nodes.get(key, {}).values())
+        shared = await asyncio.to_thread(self._prepare_all, inp, bundle, nodes)
+        self._last[key] = shared
+        return shared
+
+    def _prepare_all(
+        self, inp: sidecar_xds.SidecarInput, bundle: tuple[str, ...], nodes: list[SidecarNode]
+    ) -> SharedBuild:
+        """What the cluster's sidecars share, and the pieces of each sidecar streaming
+        here, so that their streams assemble from the cache on the loop."""
+        shared = self._prepare_shared(inp, bundle)
+        for node in nodes:
+            with contextlib.suppress(Exception):  # that stream logs it when it assembles
+                self.assemble(shared, node)
+        return shared
 
     def _prepare_shared(
         self, inp: sidecar_xds.SidecarInput, bundle: tuple[str, ...]
@@ -270,7 +317,7 @@ class SidecarStreams:
             lambda: [entry(SECRET_TYPE, s) for s in sidecar_xds.secrets(bundle)],
         )
         return SharedBuild(
-            inp, inp.version(), policy, serial, secrets, (*outbound, *extra),
+            inp, bundle, inp.version(), policy, serial, secrets, (*outbound, *extra),
             hashlib.sha256(names).hexdigest()[:20],
         )  # fmt: skip
 
@@ -295,8 +342,12 @@ class SidecarStreams:
             and previous.serial == shared.serial
         ):
             return previous  # nothing changed: nothing rebuilt
+        self._nodes.setdefault((node.organization, node.cluster), {})[node.instance] = node
         try:
-            return await asyncio.to_thread(self.assemble, shared, node)
+            try:
+                return self.assemble(shared, node, build=False)
+            except Miss:  # a piece to build: off the loop
+                return await asyncio.to_thread(self.assemble, shared, node)
         except Exception:  # Envoy's protos refuse it: the sidecar keeps what it has
             log.exception(
                 "cannot compile the sidecar's configuration",
@@ -304,29 +355,32 @@ class SidecarStreams:
             )
             return None
 
-    def assemble(self, shared: SharedBuild, node: SidecarNode) -> Compiled:
-        """One sidecar's resources from the shared pieces (built on a miss only)."""
-        self.assembled += 1
-        inp, policy, cache = shared.inp, shared.policy, self.cache
+    def assemble(self, shared: SharedBuild, node: SidecarNode, *, build: bool = True) -> Compiled:
+        """One sidecar's resources from the shared pieces (built on a miss only; without
+        ``build``, a miss raises :class:`Miss`)."""
+        inp, policy = shared.inp, shared.policy
+
+        def cache(key: Hashable, make: Callable[[], list[Entry]]) -> tuple[Entry, ...]:
+            return self.cache.get(key, make, build=build)
 
         def authz() -> mesh_authz.InboundAuthz:
             return sidecar_xds.inbound_authz(inp, node)
 
-        app = cache.get(("app", node.app_port), lambda: [
+        app = cache(("app", node.app_port), lambda: [
             entry(CLUSTER_TYPE, sidecar_xds.app_cluster(node.app_port))
         ])  # fmt: skip
-        authz_clusters = cache.get(("authz", policy, node.namespace), lambda: [
+        authz_clusters = cache(("authz", policy, node.namespace), lambda: [
             entry(CLUSTER_TYPE, c) for c in authz().clusters
         ])  # fmt: skip
-        inbound_routes = cache.get(("inbound", policy, node.namespace), lambda: [
+        inbound_routes = cache(("inbound", policy, node.namespace), lambda: [
             entry(ROUTE_TYPE, sidecar_xds.inbound_routes(authz()))
         ])  # fmt: skip
-        outbound_routes = cache.get(("routes", shared.services, node.namespace), lambda: [
+        outbound_routes = cache(("routes", shared.services, node.namespace), lambda: [
             entry(ROUTE_TYPE, sidecar_xds.outbound_routes(inp, node))
         ])  # fmt: skip
         shape = (node.namespace, node.service, node.inbound_host, node.inbound_port,
                  node.outbound_port)  # fmt: skip
-        listeners = cache.get(("listeners", policy, shape), lambda: [
+        listeners = cache(("listeners", policy, shape), lambda: [
             entry(LISTENER_TYPE, sidecar_xds.inbound_listener(inp, node)),
             entry(LISTENER_TYPE, sidecar_xds.outbound_listener(inp, node)),
         ])  # fmt: skip
@@ -336,6 +390,7 @@ class SidecarStreams:
             LISTENER_TYPE: list(listeners),
             ROUTE_TYPE: [*outbound_routes, *inbound_routes],
         }
+        self.assembled += 1
         return Compiled(shared.version, resources, (), shared.serial)
 
 
@@ -344,6 +399,7 @@ class SharedBuild:
     """One cluster's sidecar input at one revision, and what all its sidecars share."""
 
     inp: sidecar_xds.SidecarInput
+    bundle: tuple[str, ...]
     version: str  # the input's digest
     policy: str  # what listeners and inbound routes depend on (sidecar_xds.policy_digest)
     serial: str  # the trust bundle's digest

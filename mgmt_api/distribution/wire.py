@@ -111,6 +111,10 @@ class Compiled:
         return self.version
 
 
+class Miss(LookupError):
+    """Not cached, and not to be built here (see :meth:`EntryCache.get`)."""
+
+
 class EntryCache:
     """Key → serialized entries, least recently used first out, bounded in bytes.
 
@@ -125,12 +129,17 @@ class EntryCache:
         self._bytes = 0
         self.built = 0  # how many times ``make`` ran (tests and the bench read it)
 
-    def get(self, key: Hashable, make: Callable[[], Sequence[Entry]]) -> tuple[Entry, ...]:
+    def get(
+        self, key: Hashable, make: Callable[[], Sequence[Entry]], *, build: bool = True
+    ) -> tuple[Entry, ...]:
+        """The entries of ``key``, made (once) on a miss; :class:`Miss` then unless ``build``."""
         with self._lock:
             found = self._entries.get(key)
             if found is not None:
                 self._entries.move_to_end(key)
                 return found
+        if not build:
+            raise Miss(key)
         made = tuple(make())
         size = sum(len(name) + len(data) for name, data in made)
         with self._lock:
