@@ -32,11 +32,14 @@ secrets get no answer (nothing else is dynamic in a gateway).
 Sidecars are admitted by their pod's workload token, not by the cluster's
 agent key (:meth:`~mgmt_api.distribution.sidecar_ads.SidecarStreams.admit`),
 and also subscribe to one SDS secret on ADS, the trust bundle
-(:mod:`mgmt_api.distribution.sidecar_ads`). The secret's ``version_info``
-is the configuration version plus the bundle's digest, so a CA rotation
-sends the secret type alone, and the status keeps reporting configuration
-versions (an ACK of a version means every type, secrets included, was
-accepted).
+(:mod:`mgmt_api.distribution.sidecar_ads`). Each of a sidecar's types has
+its own ``version_info``, the digest of what its resources are made from
+(the secret: the bundle's; listeners: the policy's; routes: the policy's
+and the service names'; clusters: the whole input's), and a new version
+sends only the types whose resources changed: a join or leave sends
+clusters, a CA rotation the secret. The status keeps reporting
+configuration versions: a version is applied once every type is ACKed at
+that version's type versions.
 
 While a stream is open, the gateway counts as heard from (gRPC keepalive
 pings close it when the peer is gone), and every wake-up re-checks the
@@ -301,15 +304,15 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
         ):
             return None if before is None else ()
         stream.compiled = latest
-        types = stream.types
-        if before is not None and latest.version == before.version:
-            types = (gateway_xds.SECRET_TYPE,)  # a new trust bundle, nothing else
-        else:
+        if before is None or latest.version != before.version:
             self._plane.registry.sent(stream.identity, latest.version, self._plane.clock())
+        # Only the types whose resources changed (a sidecar's join changes its
+        # clusters; a CA rotation its secret), in the order of stream.types.
         return [
             self._response(stream, latest, type_url)
-            for type_url in types
+            for type_url in stream.types
             if type_url in stream.subscribed
+            and (before is None or latest.type_version(type_url) != before.type_version(type_url))
         ]
 
     def _requested(

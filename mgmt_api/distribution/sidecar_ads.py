@@ -391,7 +391,12 @@ class SidecarStreams:
             ROUTE_TYPE: [*outbound_routes, *inbound_routes],
         }
         self.assembled += 1
-        return Compiled(shared.version, resources, (), shared.serial)
+        versions = {
+            SECRET_TYPE: shared.serial,
+            LISTENER_TYPE: policy,
+            ROUTE_TYPE: f"{policy}.{shared.services}",
+        }
+        return Compiled(shared.version, resources, (), shared.serial, versions)
 
 
 @dataclass(frozen=True)

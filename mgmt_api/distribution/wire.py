@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
@@ -102,13 +102,13 @@ class Compiled:
     resources: dict[str, list[Entry]]  # type → entries, in order
     warnings: tuple[str, ...]
     serial: str = ""  # a sidecar's trust bundle digest (its secret's version)
+    #: type → the ``version_info`` of its responses, when not ``version`` (a sidecar's:
+    #: a type whose resources did not change keeps its version, and is not sent again)
+    versions: dict[str, str] = field(default_factory=dict)
 
     def type_version(self, type_url: str) -> str:
-        """The ``version_info`` of ``type_url``'s responses: a sidecar's secret carries
-        the bundle's digest too, so a CA rotation sends the secret alone."""
-        if type_url == gateway_xds.SECRET_TYPE:
-            return f"{self.version}/{self.serial}"
-        return self.version
+        """The ``version_info`` of ``type_url``'s responses."""
+        return self.versions.get(type_url, self.version)
 
 
 class Miss(LookupError):

@@ -104,9 +104,9 @@ class SimSidecar:
 
     @property
     def version(self) -> str:
-        """The configuration version ACKed on every type, or ""."""
-        versions = {v.partition("/")[0] for v in self.acked.values()}
-        return versions.pop() if len(self.acked) == 4 and len(versions) == 1 else ""
+        """The configuration version ACKed (the clusters' version, once every type is
+        ACKed: a sidecar's other types keep theirs while their resources do not change)."""
+        return self.acked.get(CLUSTER, "") if len(self.acked) == 4 else ""
 
     async def run(self, channel: grpc.aio.Channel) -> None:
         """Stream until closed (:meth:`close`) or refused (``error``)."""
