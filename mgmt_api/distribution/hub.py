@@ -17,7 +17,10 @@ without any broker:
 - writes of other replicas: on PostgreSQL each write also sends ``NOTIFY``,
   which :func:`mgmt_api.store.notify.listen_revisions` hears within
   milliseconds; a slow poll of the stored revision stays behind it (and is
-  the only cross-process path on SQLite, which has no notifications).
+  the only cross-process path on SQLite, which has no notifications);
+- changes of the mesh's endpoint registry (sidecars joining and leaving,
+  :mod:`mgmt_api.store.sidecars`) are not revisions: they arrive on their
+  own channel, ``meshplane_sidecars``, and wake only the sidecar streams.
 
 What a stream sends comes from the read model (:mod:`mgmt_api.service.enforcement`),
 who may open one from :mod:`mgmt_api.service.stream_auth`, and what each
