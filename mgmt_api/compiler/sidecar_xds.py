@@ -14,11 +14,11 @@ The shape (docs/mesh.md):
   ``SERVICE.NAMESPACE`` (and ``SERVICE.NAMESPACE.svc.cluster.local``; bare
   ``SERVICE`` for the sidecar's own namespace). The app calls
   ``http://127.0.0.1:OUTBOUND/`` with that ``Host``; an unknown name is 404;
-- **clusters**: ``inbound/app`` and one ``outbound/NAMESPACE/SERVICE`` per
-  service, whose endpoints are the inbound addresses of that service's
-  connected sidecars (what their nodes announced). Endpoints are carried in the
-  cluster (STATIC); an instance joining or leaving changes the version, so
-  every sidecar of the cluster gets new clusters;
+- **clusters**: ``inbound/app`` (STATIC) and one EDS cluster
+  ``outbound/NAMESPACE/SERVICE`` per service, whose endpoints come over ADS
+  as that cluster's ``ClusterLoadAssignment`` (:func:`load_assignment`): the
+  inbound addresses of the service's sidecars in the mesh's registry. An
+  instance joining or leaving changes that one assignment, not the clusters;
 - **mTLS** (when the input has a trust domain, which mgmt-api always gives):
   the inbound listener requires a client certificate of the cluster's mesh CA
   with a URI SAN in the trust domain, so Envoy's RBAC sees the caller's
@@ -194,17 +194,25 @@ def secrets(trust_bundle: tuple[str, ...]) -> tuple[JsonDict, ...]:
     return ({"name": CA_SECRET, "validationContext": {"trustedCa": {"inlineString": pems}}},)
 
 
+#: The type of an EDS resource (a cluster's endpoints).
+ENDPOINT_TYPE = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
+
+
+def _assignment(name: str, endpoints: list[tuple[str, int]]) -> JsonDict:
+    return {
+        "clusterName": name,
+        "endpoints": [
+            {"lbEndpoints": [{"endpoint": {"address": _socket(h, p)}} for h, p in endpoints]}
+        ],
+    }
+
+
 def _static_cluster(name: str, endpoints: list[tuple[str, int]]) -> JsonDict:
     return {
         "name": name,
         "type": "STATIC",
         "connectTimeout": UPSTREAM_CONNECT_TIMEOUT,
-        "loadAssignment": {
-            "clusterName": name,
-            "endpoints": [
-                {"lbEndpoints": [{"endpoint": {"address": _socket(h, p)}} for h, p in endpoints]}
-            ],
-        },
+        "loadAssignment": _assignment(name, endpoints),
     }
 
 
@@ -330,13 +338,28 @@ def app_cluster(app_port: int) -> JsonDict:
 def outbound_cluster(
     inp: SidecarInput, namespace: str, service: str, endpoints: list[SidecarEndpoint]
 ) -> JsonDict:
-    """The cluster of one service as its callers reach it (the same for every caller)."""
-    cluster = _static_cluster(
-        outbound_cluster_name(namespace, service), [(e.host, e.port) for e in endpoints]
-    )
+    """The EDS cluster of one service as its callers reach it (the same for every caller):
+    its endpoints are :func:`load_assignment`'s, its TLS accepts the ids of ``endpoints``."""
+    cluster: JsonDict = {
+        "name": outbound_cluster_name(namespace, service),
+        "type": "EDS",
+        "connectTimeout": UPSTREAM_CONNECT_TIMEOUT,
+        "edsClusterConfig": {"edsConfig": {"ads": {}, "resourceApiVersion": "V3"}},
+    }
     if inp.trust_domain:
         cluster["transportSocket"] = upstream_tls(inp, endpoints)
     return cluster
+
+
+def load_assignment(namespace: str, service: str, endpoints: list[SidecarEndpoint]) -> JsonDict:
+    """The endpoints of a service's outbound cluster (an EDS resource)."""
+    name = outbound_cluster_name(namespace, service)
+    return _assignment(name, [(e.host, e.port) for e in endpoints])
+
+
+def load_assignments(inp: SidecarInput) -> list[JsonDict]:
+    """Every outbound cluster's endpoints, by cluster name."""
+    return [load_assignment(ns, svc, e) for (ns, svc), e in sorted(inp.services().items())]
 
 
 def policy_digest(inp: SidecarInput) -> str:

@@ -65,7 +65,7 @@ from meshplane import sidecar_contract
 from meshplane.distribution_contract import NodeIdentity
 from meshplane.gateway_contract import GATEWAY_KIND, GatewayNode, NodeError, parse_node
 from meshplane.sidecar_contract import SIDECAR_KIND, SidecarNode
-from mgmt_api.compiler import gateway_xds
+from mgmt_api.compiler import gateway_xds, sidecar_xds
 from mgmt_api.distribution.feed import ChangeFeed, SharedBuilds
 from mgmt_api.distribution.sidecar_ads import SidecarStreams
 from mgmt_api.distribution.streams import (
@@ -89,9 +89,15 @@ TYPES: tuple[str, ...] = (
     gateway_xds.ROUTE_TYPE,
 )
 # A sidecar's secrets come first: its clusters and listener name them.
-SIDECAR_TYPES: tuple[str, ...] = (gateway_xds.SECRET_TYPE, *TYPES)
+SIDECAR_TYPES: tuple[str, ...] = (
+    gateway_xds.SECRET_TYPE,
+    gateway_xds.CLUSTER_TYPE,
+    sidecar_xds.ENDPOINT_TYPE,  # after the clusters that name them, as Envoy asks
+    gateway_xds.LISTENER_TYPE,
+    gateway_xds.ROUTE_TYPE,
+)
 # Types whose responses carry only the names Envoy asked for.
-_BY_NAME = (gateway_xds.ROUTE_TYPE, gateway_xds.SECRET_TYPE)
+_BY_NAME = (gateway_xds.ROUTE_TYPE, gateway_xds.SECRET_TYPE, sidecar_xds.ENDPOINT_TYPE)
 
 # (bearer token, node) → a grant (the key id), or raise AuthError.
 Authenticate = Callable[[str, NodeIdentity], Awaitable[str]]
@@ -135,7 +141,12 @@ class _Stream:
         return SIDECAR_TYPES if isinstance(self.node, SidecarNode) else TYPES
 
     def all_acked(self, compiled: Compiled) -> bool:
-        return all(self.acked.get(t) == compiled.type_version(t) for t in self.types)
+        """Every type of ``compiled`` accepted (a type with no resources, once subscribed)."""
+        return all(
+            self.acked.get(t) == compiled.type_version(t)
+            for t in self.types
+            if compiled.resources.get(t) or t in self.subscribed
+        )
 
 
 class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ignore[misc]
@@ -189,11 +200,18 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
         grant = await admit_bearer(context, lambda token: self._authenticate(token, identity))
         return node, identity, grant
 
-    def _response(self, stream: _Stream, compiled: Compiled, type_url: str) -> bytes:
+    def _response(
+        self, stream: _Stream, compiled: Compiled, type_url: str, since: Compiled | None = None
+    ) -> bytes:
+        """``type_url``'s resources (those subscribed by name; with ``since``, only those
+        that differ from its: EDS is incremental, an assignment not sent is kept)."""
         names = stream.subscribed.get(type_url, ())
-        items = compiled.resources[type_url]
+        items = compiled.resources.get(type_url, [])
         if type_url in _BY_NAME and names:
             items = [(n, r) for n, r in items if n in names]
+        if since is not None:
+            before = dict(since.resources.get(type_url, []))
+            items = [(n, r) for n, r in items if before.get(n) != r]
         nonce = str(next(self._nonces))
         version = compiled.type_version(type_url)
         stream.sent[type_url] = (nonce, version)
@@ -306,14 +324,24 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
         stream.compiled = latest
         if before is None or latest.version != before.version:
             self._plane.registry.sent(stream.identity, latest.version, self._plane.clock())
-        # Only the types whose resources changed (a sidecar's join changes its
-        # clusters; a CA rotation its secret), in the order of stream.types.
-        return [
-            self._response(stream, latest, type_url)
-            for type_url in stream.types
-            if type_url in stream.subscribed
-            and (before is None or latest.type_version(type_url) != before.type_version(type_url))
-        ]
+        # Only the types whose resources changed, in the order of stream.types: a
+        # join or leave sends the changed service's endpoints alone, a CA rotation
+        # the secret. After new clusters, every endpoint again (a cluster Envoy
+        # warms waits for its assignment, changed or not).
+        sends, clusters_sent = [], False
+        for type_url in stream.types:
+            if type_url not in stream.subscribed:
+                continue
+            changed = before is None or latest.type_version(type_url) != before.type_version(
+                type_url
+            )
+            if type_url == sidecar_xds.ENDPOINT_TYPE and not clusters_sent:
+                if changed:
+                    sends.append(self._response(stream, latest, type_url, since=before))
+            elif changed or type_url == sidecar_xds.ENDPOINT_TYPE:
+                sends.append(self._response(stream, latest, type_url))
+                clusters_sent = clusters_sent or type_url == gateway_xds.CLUSTER_TYPE
+        return sends
 
     def _requested(
         self, stream: _Stream, request: discovery_pb2.DiscoveryRequest

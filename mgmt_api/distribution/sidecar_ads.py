@@ -50,6 +50,7 @@ from mgmt_api.compiler import mesh_authz, sidecar_xds
 from mgmt_api.compiler import tracing as tracing_settings
 from mgmt_api.compiler.gateway_xds import CLUSTER_TYPE, LISTENER_TYPE, ROUTE_TYPE, SECRET_TYPE
 from mgmt_api.compiler.protojson import JsonDict
+from mgmt_api.compiler.sidecar_xds import ENDPOINT_TYPE
 from mgmt_api.distribution.feed import ChangeFeed, SharedBuilds
 from mgmt_api.distribution.metrics import AttestationCounts
 from mgmt_api.distribution.streams import StreamPlane
@@ -292,13 +293,26 @@ class SidecarStreams:
     ) -> SharedBuild:
         services = inp.services()
         outbound: list[Entry] = []
+        assignments: list[Entry] = []
+        shapes = []  # what the clusters are made from (their type's version)
         for (namespace, service), endpoints in sorted(services.items()):
-            key = ("out", inp.trust_domain, namespace, service, tuple(endpoints))
+            accounts = tuple(sorted({e.service_account for e in endpoints}))
+            shapes.append([namespace, service, list(accounts)])
+            key = ("out", inp.trust_domain, namespace, service, accounts)
             outbound.extend(
                 self.cache.get(
                     key,
                     lambda n=namespace, s=service, e=endpoints: [  # type: ignore[misc]
                         entry(CLUSTER_TYPE, sidecar_xds.outbound_cluster(inp, n, s, e))
+                    ],
+                )
+            )
+            addresses = tuple((e.host, e.port) for e in endpoints)
+            assignments.extend(
+                self.cache.get(
+                    ("eds", namespace, service, addresses),
+                    lambda n=namespace, s=service, e=endpoints: [  # type: ignore[misc]
+                        entry(ENDPOINT_TYPE, sidecar_xds.load_assignment(n, s, e))
                     ],
                 )
             )
@@ -316,9 +330,11 @@ class SidecarStreams:
             ("secret", serial),
             lambda: [entry(SECRET_TYPE, s) for s in sidecar_xds.secrets(bundle)],
         )
+        shape = json.dumps([inp.trust_domain, policy, shapes], separators=(",", ":"))
         return SharedBuild(
             inp, bundle, inp.version(), policy, serial, secrets, (*outbound, *extra),
-            hashlib.sha256(names).hexdigest()[:20],
+            tuple(assignments), hashlib.sha256(names).hexdigest()[:20],
+            hashlib.sha256(shape.encode()).hexdigest()[:20],
         )  # fmt: skip
 
     async def compile(
@@ -389,9 +405,11 @@ class SidecarStreams:
             CLUSTER_TYPE: [*app, *authz_clusters, *shared.outbound],
             LISTENER_TYPE: list(listeners),
             ROUTE_TYPE: [*outbound_routes, *inbound_routes],
+            ENDPOINT_TYPE: list(shared.assignments),
         }
         self.assembled += 1
         versions = {
+            CLUSTER_TYPE: f"{shared.clusters}.{node.app_port}",
             SECRET_TYPE: shared.serial,
             LISTENER_TYPE: policy,
             ROUTE_TYPE: f"{policy}.{shared.services}",
@@ -410,7 +428,9 @@ class SharedBuild:
     serial: str  # the trust bundle's digest
     secrets: tuple[Entry, ...]
     outbound: tuple[Entry, ...]  # every service's cluster (and the tracer's)
+    assignments: tuple[Entry, ...]  # every service's endpoints (EDS)
     services: str  # digest of the service names (the outbound routes')
+    clusters: str  # digest of what the clusters are made from (their type's version)
 
 
 def sidecar_collector(settings: tracing_settings.TracingSettings) -> JsonDict:

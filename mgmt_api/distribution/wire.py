@@ -21,6 +21,7 @@ from typing import Any
 
 import grpc
 from envoy.config.cluster.v3 import cluster_pb2
+from envoy.config.endpoint.v3 import endpoint_pb2
 from envoy.config.listener.v3 import listener_pb2
 from envoy.config.route.v3 import route_pb2
 from envoy.config.trace.v3 import opentelemetry_pb2  # noqa: F401 - the tracer's typed config
@@ -48,12 +49,14 @@ from google.protobuf.message import Message
 
 from mgmt_api.compiler import gateway_xds
 from mgmt_api.compiler.protojson import JsonDict
+from mgmt_api.compiler.sidecar_xds import ENDPOINT_TYPE
 
 _MESSAGES: dict[str, type[Message]] = {
     gateway_xds.CLUSTER_TYPE: cluster_pb2.Cluster,
     gateway_xds.LISTENER_TYPE: listener_pb2.Listener,
     gateway_xds.ROUTE_TYPE: route_pb2.RouteConfiguration,
     gateway_xds.SECRET_TYPE: secret_pb2.Secret,
+    ENDPOINT_TYPE: endpoint_pb2.ClusterLoadAssignment,
 }
 _RESOURCES_TAG = b"\x12"  # field 2 (resources), length-delimited
 #: What :class:`EntryCache` keeps by default (serialized bytes).
@@ -84,7 +87,8 @@ def _varint(value: int) -> bytes:
 def entry(type_url: str, resource: JsonDict) -> Entry:
     """``resource`` packed and serialized as one ``resources`` field of a response."""
     data = pack(type_url, resource).SerializeToString()
-    return str(resource["name"]), _RESOURCES_TAG + _varint(len(data)) + data
+    name = resource["clusterName"] if type_url == ENDPOINT_TYPE else resource["name"]
+    return str(name), _RESOURCES_TAG + _varint(len(data)) + data
 
 
 def response(version: str, type_url: str, nonce: str, entries: Sequence[Entry]) -> bytes:

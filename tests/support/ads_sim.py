@@ -2,11 +2,11 @@
 
 No Envoy runs here: each :class:`SimSidecar` is what a sidecar's Envoy (behind
 its pod-local agent, which adds the pod's workload token) says on its ADS
-stream: clusters and listeners first, then the trust bundle its clusters
-name and the routes its listeners name; every response is ACKed with its
-version and nonce. They run on one asyncio loop (thousands per process for
-the bench, ``bench/mesh/``); :class:`SimLoop` runs that loop on a thread for
-tests that drive it from plain code.
+stream: clusters and listeners first, then the trust bundle and the
+endpoints (EDS) its clusters name and the routes its listeners name; every
+response is ACKed with its version and nonce. They run on one asyncio loop
+(thousands per process for the bench, ``bench/mesh/``); :class:`SimLoop`
+runs that loop on a thread for tests that drive it from plain code.
 
 :class:`MeshCluster` is a cluster created over REST whose agent reports the
 pods (with their IPs and services) and the issuer their tokens are minted
@@ -27,11 +27,12 @@ import grpc
 import httpx
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.core.v3 import base_pb2
+from envoy.config.endpoint.v3 import endpoint_pb2
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 from google.protobuf import json_format, struct_pb2
 
 from meshplane.sidecar_contract import SidecarNode
-from mgmt_api.compiler import gateway_xds
+from mgmt_api.compiler import gateway_xds, sidecar_xds
 from tests.mgmt_api.agents import agent, create_cluster
 from tests.mgmt_api.harness import MgmtServer, ok
 from tests.support.workload_tokens import PodRef, TestIssuer
@@ -39,6 +40,7 @@ from tests.support.workload_tokens import PodRef, TestIssuer
 T = TypeVar("T")
 CLUSTER, LISTENER = gateway_xds.CLUSTER_TYPE, gateway_xds.LISTENER_TYPE
 ROUTE, SECRET = gateway_xds.ROUTE_TYPE, gateway_xds.SECRET_TYPE
+ENDPOINT = sidecar_xds.ENDPOINT_TYPE
 ROUTES = ("inbound", "outbound")
 CA = "mesh-ca"
 
@@ -71,8 +73,9 @@ class SimSidecar:
     token: str
     #: type → version last ACKed
     acked: dict[str, str] = field(default_factory=dict)
-    #: cluster name → [port] of its endpoints, from the last clusters response
+    #: EDS cluster name → [port] of its endpoints (what EDS sent, incrementally)
     endpoints: dict[str, list[int]] = field(default_factory=dict)
+    eds: tuple[str, ...] = ()  # the EDS clusters subscribed to
     #: configuration version → when it was ACKed on every type (time.monotonic)
     converged_at: dict[str, float] = field(default_factory=dict)
     error: str = ""
@@ -104,9 +107,9 @@ class SimSidecar:
 
     @property
     def version(self) -> str:
-        """The configuration version ACKed (the clusters' version, once every type is
+        """The configuration version ACKed (the endpoints' version, once every type is
         ACKed: a sidecar's other types keep theirs while their resources do not change)."""
-        return self.acked.get(CLUSTER, "") if len(self.acked) == 4 else ""
+        return self.acked.get(ENDPOINT, "") if len(self.acked) == 5 else ""
 
     async def run(self, channel: grpc.aio.Channel) -> None:
         """Stream until closed (:meth:`close`) or refused (``error``)."""
@@ -132,14 +135,21 @@ class SimSidecar:
         if type_url == CLUSTER:
             if SECRET not in self.acked:
                 self._request(SECRET, (CA,))
-            if self.parse_clusters:
-                self.endpoints = _endpoints(response)
+            eds = _eds_names(response)
+            if eds != self.eds:  # Envoy asks for the endpoints of its EDS clusters
+                self.eds = eds
+                self._request(ENDPOINT, eds)
+                self.endpoints = {n: v for n, v in self.endpoints.items() if n in eds}
+        elif type_url == ENDPOINT and self.parse_clusters:
+            self.endpoints.update(_endpoints(response))  # EDS is incremental
         elif type_url == LISTENER and ROUTE not in self.acked:
             self._request(ROUTE, ROUTES)
         if type_url == ROUTE:
             names = ROUTES
         elif type_url == SECRET:
             names = (CA,)
+        elif type_url == ENDPOINT:
+            names = self.eds
         ack = discovery_pb2.DiscoveryRequest(
             type_url=type_url,
             version_info=response.version_info,
@@ -165,14 +175,24 @@ class SimSidecar:
             self._call.cancel()
 
 
-def _endpoints(response: discovery_pb2.DiscoveryResponse) -> dict[str, list[int]]:
-    out: dict[str, list[int]] = {}
+def _eds_names(response: discovery_pb2.DiscoveryResponse) -> tuple[str, ...]:
+    names = []
     for packed in response.resources:
         cluster = cluster_pb2.Cluster()
         packed.Unpack(cluster)
-        out[cluster.name] = sorted(
+        if cluster.type == cluster_pb2.Cluster.EDS:
+            names.append(cluster.name)
+    return tuple(sorted(names))
+
+
+def _endpoints(response: discovery_pb2.DiscoveryResponse) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for packed in response.resources:
+        assignment = endpoint_pb2.ClusterLoadAssignment()
+        packed.Unpack(assignment)
+        out[assignment.cluster_name] = sorted(
             lb.endpoint.address.socket_address.port_value
-            for group in cluster.load_assignment.endpoints
+            for group in assignment.endpoints
             for lb in group.lb_endpoints
         )
     return out
