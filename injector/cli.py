@@ -1,9 +1,10 @@
-"""``meshplane-injector``: the sidecar injection webhook, and the sidecar's own start command.
+"""``meshplane-injector``: the sidecar injection webhook.
 
     meshplane-injector serve --listen 0.0.0.0:9443 --tls-cert FILE --tls-key FILE \\
         --client-ca FILE [--client-name NAME ...] --config FILE \\
         [--metrics-listen 127.0.0.1:9106]
-    meshplane-injector sidecar ...   (the injected container's command; see injector.sidecar)
+
+The injected container runs ``meshplane-sidecar-agent`` (:mod:`sidecar_agent`).
 
 ``serve`` answers ``POST /mutate``, ``GET /healthz`` and ``GET /readyz`` over
 HTTPS (the certificate files are re-read when they change) to the API server
@@ -30,7 +31,7 @@ from pathlib import Path
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from injector import config as config_mod
-from injector import review, sidecar
+from injector import review
 from injector.http import HttpServer, Request, Response, Route
 from injector.metrics import InjectorMetrics
 from injector.webhook import Webhook
@@ -78,8 +79,6 @@ def parser() -> argparse.ArgumentParser:
     srv.add_argument(
         "--metrics-listen", default="127.0.0.1:9106", help="plain HTTP /metrics HOST:PORT"
     )
-    side = sub.add_parser("sidecar", help="render the sidecar's bootstrap and run Envoy")
-    sidecar.add_arguments(side)
     return p
 
 
@@ -193,8 +192,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     configure_logging(SERVICE)
     try:
-        if args.command == "sidecar":
-            return sidecar.main(args)
         return serve(args)
     except (ConfigError, ValueError) as exc:
         return fail(SERVICE, str(exc))

@@ -20,8 +20,6 @@ from meshplane.yamlconf import load_yaml
 #: Spec 2.1's default system namespaces: never injected, whatever the selector lets through.
 DEFAULT_SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease", "meshplane-system")
 DEFAULT_OPT_OUT_LABEL = "sidecar.meshplane.io/inject"
-DEFAULT_CREDENTIALS_SECRET = "meshplane-cluster-credentials"  # noqa: S105 - a Secret's name
-DEFAULT_ADMIN_PORT = 15000
 #: A CA bundle is a few KiB; the injector copies it into every pod it patches.
 MAX_CA_BYTES = 64 * 1024
 
@@ -29,7 +27,6 @@ MAX_CA_BYTES = 64 * 1024
 @dataclass(frozen=True)
 class SidecarSettings:
     image: str
-    admin_port: int = DEFAULT_ADMIN_PORT
     resources: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -42,7 +39,6 @@ class InjectorConfig:
     control_plane: str
     sidecar: SidecarSettings
     control_plane_ca_file: str | None = None
-    credentials_secret: str = DEFAULT_CREDENTIALS_SECRET
     system_namespaces: frozenset[str] = frozenset(DEFAULT_SYSTEM_NAMESPACES)
     opt_out_label: str = DEFAULT_OPT_OUT_LABEL
 
@@ -52,6 +48,8 @@ class InjectorConfig:
 
 
 _TOP_REQUIRED = ("cluster", "controlPlane", "sidecar")
+#: ``credentialsSecret`` and ``sidecar.adminPort`` are accepted and ignored: no cluster
+#: credential is mounted into pods, and the sidecar's admin API is a Unix socket.
 _TOP_OPTIONAL = ("controlPlaneCaFile", "credentialsSecret", "systemNamespaces", "optOut")
 
 
@@ -69,9 +67,9 @@ def _sidecar(node: Node) -> SidecarSettings:
     resources = fields.optional("resources")
     if resources is not None:
         resources.fields(optional=("requests", "limits"))
+    fields.integer("adminPort", 1, lo=1, hi=65535)  # ignored (see _TOP_OPTIONAL)
     return SidecarSettings(
         image=fields.required("image").string(strip=True),
-        admin_port=fields.integer("adminPort", DEFAULT_ADMIN_PORT, lo=1, hi=65535),
         resources=_plain(resources.value) if resources is not None else {},
     )
 
@@ -110,15 +108,14 @@ def parse(doc: Any, source: str | None = None) -> InjectorConfig:
     if opt_out is not None:
         label = opt_out.fields(optional=("label",)).present("label")
     secret = fields.optional("credentialsSecret")
+    if secret is not None:
+        secret.string(strip=True)  # ignored (see _TOP_OPTIONAL)
     return InjectorConfig(
         organization=organization,
         cluster=name,
         control_plane=_control_plane(fields.required("controlPlane"), ca_file),
         sidecar=_sidecar(fields.required("sidecar")),
         control_plane_ca_file=ca_file,
-        credentials_secret=(
-            secret.string(strip=True) if secret is not None else DEFAULT_CREDENTIALS_SECRET
-        ),
         system_namespaces=(
             frozenset(n.string(strip=True) for n in namespaces.items(of="namespace names"))
             if namespaces is not None

@@ -1,11 +1,12 @@
 """The JSONPatch (RFC 6902) that adds the sidecar to a pod: pure, from the pod and the config.
 
 The patch only *adds*: a container at the end of ``spec.containers``, two
-volumes, one annotation. It never replaces what the pod has, so it cannot
-drop a field that the API server or another webhook set. Anything that
-would make the result unsafe (a volume or port already taken, a pod
-object of an unexpected shape) raises :class:`Unsafe`, and the pod is
-admitted without the sidecar (docs/injector.md).
+volumes (the projected token, the sockets' emptyDir), one annotation. It
+never replaces what the pod has, so it cannot drop a field that the API
+server or another webhook set. Anything that would make the result unsafe
+(a volume or port already taken, a pod object of an unexpected shape)
+raises :class:`Unsafe`, and the pod is admitted without the sidecar
+(docs/injector.md).
 """
 
 from __future__ import annotations
@@ -17,10 +18,13 @@ from typing import Any
 from injector import shape
 from injector.config import InjectorConfig
 from injector.decision import SIDECAR_CONTAINER, STATUS_ANNOTATION, PodFacts
+from meshplane.workload_contract import TOKEN_AUDIENCE
 
 #: Labels naming the workload, first present wins; else the service account.
 APP_LABELS = ("app.kubernetes.io/name", "app")
-VERSION = "0.1.0"
+VERSION = "0.2.0"
+#: The sidecar container's command (the sidecar agent's console script).
+AGENT_COMMAND = "meshplane-sidecar-agent"
 
 
 class Unsafe(ValueError):
@@ -73,8 +77,10 @@ def app_name(pod: PodFacts, service_account: str) -> str:
 
 
 def sidecar_ports(config: InjectorConfig) -> frozenset[int]:
-    """The ports the sidecar binds in the pod: inbound, outbound and Envoy's admin."""
-    return frozenset((shape.LISTEN_PORT, shape.OUTBOUND_PORT, config.sidecar.admin_port))
+    """The ports the sidecar binds in the pod: inbound and outbound (its admin API is a
+    Unix socket, never a port)."""
+    del config
+    return frozenset((shape.LISTEN_PORT, shape.OUTBOUND_PORT))
 
 
 def app_port(pod: PodFacts, spec: Mapping[str, Any], taken: frozenset[int]) -> int:
@@ -103,17 +109,21 @@ def _port(value: int, where: str, taken: frozenset[int]) -> int:
 def sidecar_container(
     config: InjectorConfig, app: str, port: int, ca_pem: str | None
 ) -> dict[str, Any]:
-    """The container: ``meshplane-injector sidecar`` renders the bootstrap, then runs Envoy."""
-    args = ["--cluster", config.cluster_ref, "--control-plane", config.control_plane]
-    args += ["--credentials", shape.CREDENTIALS_DIR, "--bootstrap-dir", shape.BOOTSTRAP_DIR]
-    args += ["--app", app, "--app-port", str(port)]
-    args += ["--admin-port", str(config.sidecar.admin_port)]
+    """The container: ``meshplane-sidecar-agent`` proves the pod's identity, then runs Envoy.
+
+    Its arguments expand the downward-API variables (``$(POD_NAME)``), as the
+    kubelet does; the namespace and service account are the token's.
+    """
+    args = ["--control-plane", config.control_plane, "--cluster", config.cluster_ref]
+    args += ["--service", app, "--app-port", str(port)]
+    args += ["--node-id", f"$({shape.POD_NAME_ENV})"]
+    args += ["--inbound", f"$({shape.POD_IP_ENV}):{shape.LISTEN_PORT}"]
+    args += ["--outbound-port", str(shape.OUTBOUND_PORT)]
+    args += ["--token-file", str(shape.TOKEN_PATH), "--socket-dir", str(shape.SOCKET_DIR)]
     env: list[dict[str, Any]] = [
         {"name": name, "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": path}}}
         for name, path in (
             (shape.POD_NAME_ENV, "metadata.name"),
-            (shape.POD_NAMESPACE_ENV, "metadata.namespace"),
-            (shape.SERVICE_ACCOUNT_ENV, "spec.serviceAccountName"),
             (shape.POD_IP_ENV, "status.podIP"),
         )
     ]
@@ -123,7 +133,7 @@ def sidecar_container(
         "name": SIDECAR_CONTAINER,
         "image": config.sidecar.image,
         "imagePullPolicy": "IfNotPresent",
-        "command": ["meshplane-injector", "sidecar"],
+        "command": [AGENT_COMMAND],
         "args": args,
         "env": env,
         "ports": [{"name": "mesh-listener", "containerPort": shape.LISTEN_PORT}],
@@ -138,11 +148,11 @@ def sidecar_container(
         },
         "volumeMounts": [
             {
-                "name": shape.CREDENTIALS_VOLUME,
-                "mountPath": shape.CREDENTIALS_DIR,
+                "name": shape.TOKEN_VOLUME,
+                "mountPath": str(shape.TOKEN_PATH.parent),
                 "readOnly": True,
             },
-            {"name": shape.BOOTSTRAP_VOLUME, "mountPath": shape.BOOTSTRAP_DIR},
+            {"name": shape.SOCKET_VOLUME, "mountPath": str(shape.SOCKET_DIR)},
         ],
     }
     if config.sidecar.resources:
@@ -151,16 +161,25 @@ def sidecar_container(
 
 
 def volumes(config: InjectorConfig) -> list[dict[str, Any]]:
+    """The projected token (audience ``meshplane``, one hour) and the sockets' emptyDir."""
+    del config
+    token = {
+        "serviceAccountToken": {
+            "audience": TOKEN_AUDIENCE,
+            "expirationSeconds": shape.TOKEN_EXPIRATION_SECONDS,
+            "path": shape.TOKEN_PATH.name,
+        }
+    }
     return [
-        {"name": shape.CREDENTIALS_VOLUME, "secret": {"secretName": config.credentials_secret}},
-        {"name": shape.BOOTSTRAP_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
+        {"name": shape.TOKEN_VOLUME, "projected": {"sources": [token]}},
+        {"name": shape.SOCKET_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
     ]
 
 
 def _check_free(spec: Mapping[str, Any], config: InjectorConfig) -> None:
     """Volume names and container ports the sidecar needs must not be the pod's already."""
     taken_volumes = {v.get("name") for v in spec.get("volumes") or [] if isinstance(v, Mapping)}
-    for name in (shape.CREDENTIALS_VOLUME, shape.BOOTSTRAP_VOLUME):
+    for name in (shape.TOKEN_VOLUME, shape.SOCKET_VOLUME):
         if name in taken_volumes:
             raise Unsafe(f"the pod already has a volume named {name}")
     ports = sidecar_ports(config)

@@ -1,28 +1,27 @@
-"""The injected sidecar's shape, shared by the patch (:mod:`injector.patch`) and the
-process that runs in it (:mod:`injector.sidecar`): paths, variables, ports.
+"""The injected sidecar's shape (:mod:`injector.patch`): paths, variables, ports, volumes.
 
-The shape: a sidecar Envoy per pod (:mod:`meshplane.sidecar_contract`: an
-inbound listener on the pod IP in front of the app's port, an outbound
-listener on loopback) that authenticates to mgmt-api's ADS with the
-cluster's credentials and receives its SPIFFE certificate over SDS.
-A per-workload credential instead of the cluster key is not built yet
-(docs/mesh.md).
+The shape: one sidecar container per pod running the pod-local sidecar
+agent (``meshplane-sidecar-agent``), which starts the sidecar Envoy
+(:mod:`meshplane.sidecar_contract`: an inbound listener on the pod IP in
+front of the app's port, an outbound listener on loopback). The agent
+proves the pod's identity with the pod's projected service-account token
+(audience :data:`~meshplane.workload_contract.TOKEN_AUDIENCE`), generates
+the workload key in memory and serves Envoy ADS and SDS over Unix sockets in
+an emptyDir only the sidecar container mounts; Envoy's admin API is a socket
+there too. No cluster credential is mounted into the pod.
 """
 
 from __future__ import annotations
 
-#: Where the cluster credentials Secret is mounted (read-only, in the sidecar only).
-CREDENTIALS_DIR = "/etc/meshplane/credentials"
-#: In-memory emptyDir where the sidecar writes its bootstrap (it holds a token).
-BOOTSTRAP_DIR = "/run/meshplane"
-#: The control plane's CA bundle (PEM), given by value: the sidecar writes it next to
-#: the bootstrap. A CA certificate is public; a volume would need an object per namespace.
-CA_ENV = "MESHPLANE_CONTROL_PLANE_CA"
-#: Downward-API variables: the pod's name is only known once the pod is created
-#: (a Deployment's pods have a generateName), so the sidecar reads it at start.
+from meshplane import sidecar_contract, workload_contract
+
+#: The control plane's CA bundle (PEM), given by value (the agent writes it to its
+#: socket directory): a CA certificate is public; a volume would need an object per
+#: namespace.
+CA_ENV = sidecar_contract.CONTROL_PLANE_CA_ENV
+#: Downward-API variables the container's arguments expand (``$(POD_NAME)``): the pod's
+#: name is only known once the pod is created (a Deployment's pods have a generateName).
 POD_NAME_ENV = "POD_NAME"
-POD_NAMESPACE_ENV = "POD_NAMESPACE"
-SERVICE_ACCOUNT_ENV = "POD_SERVICE_ACCOUNT"
 #: The pod's IP: the sidecar's inbound address, which other sidecars reach it at.
 POD_IP_ENV = "POD_IP"
 #: The sidecar's inbound listener (mTLS from other sidecars; Istio's inbound port).
@@ -31,8 +30,14 @@ LISTEN_PORT = 15006
 OUTBOUND_PORT = 15001
 #: The app's port when the pod says it (else its first container's first port).
 APP_PORT_ANNOTATION = "meshplane.io/app-port"
+#: The projected token: where it is mounted, its audience and lifetime (the kubelet
+#: rewrites the file at 80 % of it; the agent reads it again for every call).
+TOKEN_PATH = workload_contract.DEFAULT_TOKEN_PATH
+TOKEN_EXPIRATION_SECONDS = 3600
+#: The agent's and Envoy's private directory (sockets, the bootstrap, the CA file).
+SOCKET_DIR = workload_contract.DEFAULT_SOCKET_DIR
 #: Volume names the patch adds; a pod that already has one is not injected.
-CREDENTIALS_VOLUME = "meshplane-credentials"
-BOOTSTRAP_VOLUME = "meshplane-bootstrap"
+TOKEN_VOLUME = "meshplane-token"  # noqa: S105 - a volume name
+SOCKET_VOLUME = "meshplane-sockets"
 #: The image's user (deploy/Dockerfile).
 RUN_AS_USER = 10001

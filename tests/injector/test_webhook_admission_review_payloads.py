@@ -56,12 +56,19 @@ def test_pod_in_an_onboarded_namespace_gets_the_sidecar_admission_review_payload
     assert containers[0] == original["spec"]["containers"][0]  # the app is untouched
     sidecar = containers[1]
     assert sidecar["image"] == "ghcr.io/meshplane/meshplane:0.1.0"
-    assert sidecar["command"] == ["meshplane-injector", "sidecar"]
+    # The pod-local agent runs Envoy; the identity is the projected token's.
+    assert sidecar["command"] == ["meshplane-sidecar-agent"]
     args = sidecar["args"]
     assert args[args.index("--cluster") + 1] == "acme/east"
     assert args[args.index("--control-plane") + 1] == "grpcs://mgmt.test:8444"
-    assert args[args.index("--app") + 1] == "cart"
+    assert args[args.index("--service") + 1] == "cart"
+    assert args[args.index("--node-id") + 1] == "$(POD_NAME)"
+    assert args[args.index("--inbound") + 1] == "$(POD_IP):15006"
+    assert args[args.index("--token-file") + 1] == "/var/run/secrets/meshplane.io/token"
+    assert args[args.index("--socket-dir") + 1] == "/var/run/meshplane"
+    assert not any("admin" in a or "credentials" in a for a in args)
     env = {e["name"]: e for e in sidecar["env"]}
+    assert set(env) == {"POD_NAME", "POD_IP", "MESHPLANE_CONTROL_PLANE_CA"}
     assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
     assert "BEGIN CERTIFICATE" in env["MESHPLANE_CONTROL_PLANE_CA"]["value"]
@@ -74,12 +81,25 @@ def test_pod_in_an_onboarded_namespace_gets_the_sidecar_admission_review_payload
     assert security["allowPrivilegeEscalation"] is False
     assert security["capabilities"] == {"drop": ["ALL"]}
     volumes = {v["name"]: v for v in patched["spec"]["volumes"]}
-    assert volumes["meshplane-credentials"]["secret"]["secretName"] == (
-        "meshplane-cluster-credentials"
-    )
-    assert volumes["meshplane-bootstrap"]["emptyDir"]["medium"] == "Memory"
-    mounts = {m["name"] for m in sidecar["volumeMounts"]}
-    assert mounts == set(volumes)
+    # No cluster credential: no Secret volume at all; the pod's own projected token.
+    assert not any("secret" in v for v in volumes.values())
+    assert volumes["meshplane-token"]["projected"]["sources"] == [
+        {
+            "serviceAccountToken": {
+                "audience": "meshplane",
+                "expirationSeconds": 3600,
+                "path": "token",
+            }
+        }
+    ]
+    assert volumes["meshplane-sockets"]["emptyDir"]["medium"] == "Memory"
+    mounts = {m["name"]: m for m in sidecar["volumeMounts"]}
+    assert set(mounts) == set(volumes)
+    assert mounts["meshplane-token"]["mountPath"] == "/var/run/secrets/meshplane.io"
+    assert mounts["meshplane-token"]["readOnly"] is True
+    assert mounts["meshplane-sockets"]["mountPath"] == "/var/run/meshplane"
+    # Envoy's admin API is a socket: the sidecar exposes only the inbound listener's port.
+    assert sidecar["ports"] == [{"name": "mesh-listener", "containerPort": 15006}]
     assert json.loads(patched["metadata"]["annotations"][STATUS])["containers"] == [SIDECAR]
     # Only additions: every field of the original pod is still there, unchanged.
     assert patched["metadata"]["labels"] == original["metadata"]["labels"]
@@ -95,8 +115,8 @@ def test_existing_volumes_and_annotations_are_kept_admission_review_payloads(
     assert patched["spec"]["volumes"][0] == data
     assert [v["name"] for v in patched["spec"]["volumes"]] == [
         "data",
-        "meshplane-credentials",
-        "meshplane-bootstrap",
+        "meshplane-token",
+        "meshplane-sockets",
     ]
     annotations = patched["metadata"]["annotations"]
     assert annotations["team"] == "payments" and annotations["a/b~c"] == "x"
@@ -144,10 +164,10 @@ def test_already_injected_pod_is_untouched_admission_review_payloads(injector: I
 def test_pod_that_cannot_be_patched_safely_is_admitted_unchanged_with_a_warning(
     injector: Injector,
 ) -> None:
-    taken = pod(volumes=[{"name": "meshplane-bootstrap", "emptyDir": {}}])
+    taken = pod(volumes=[{"name": "meshplane-sockets", "emptyDir": {}}])
     answer = mutate(injector, review(taken))
     assert patch_of(answer) is None
-    assert any("meshplane-bootstrap" in w for w in answer["response"]["warnings"])
+    assert any("meshplane-sockets" in w for w in answer["response"]["warnings"])
     port = pod(containers=[{"name": "app", "image": "x", "ports": [{"containerPort": 15006}]}])
     answer = mutate(injector, review(port))
     assert patch_of(answer) is None
@@ -158,7 +178,7 @@ def test_pod_that_cannot_be_patched_safely_is_admitted_unchanged_with_a_warning(
     assert any(APP_PORT_ANNOTATION in w for w in answer["response"]["warnings"])
 
 
-TAKEN = frozenset((15006, 15001, 15000))  # sidecar_ports of the default config
+TAKEN = frozenset((15006, 15001))  # sidecar_ports of the default config
 
 
 @pytest.mark.parametrize(
@@ -170,7 +190,8 @@ TAKEN = frozenset((15006, 15001, 15000))  # sidecar_ports of the default config
         ({APP_PORT_ANNOTATION: "nine"}, [{"containerPort": 8080}], None),
         ({APP_PORT_ANNOTATION: "70000"}, [], None),
         ({APP_PORT_ANNOTATION: "15001"}, [], None),  # the sidecar's outbound port
-        ({APP_PORT_ANNOTATION: "15000"}, [], None),  # its admin port
+        ({APP_PORT_ANNOTATION: "15006"}, [], None),  # its inbound port
+        ({APP_PORT_ANNOTATION: "15000"}, [], 15000),  # no admin port: Envoy's is a socket
         ({}, [], None),
     ],
 )

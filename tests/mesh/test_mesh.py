@@ -1,15 +1,18 @@
-"""The mesh: workloads in two namespaces behind real sidecar Envoys configured over ADS.
+"""The mesh: workloads in two namespaces behind real sidecar Envoys, each run by its pod agent.
 
 One stack for the module: mgmt-api, three workloads (``a`` and ``b`` in
-``ns1``, ``c`` in ``ns2``), each behind its sidecar. Calls go app → its
-sidecar's outbound listener (by service name) → mTLS with the workload
-certificates mgmt-api serves over SDS → the callee's sidecar's inbound
+``ns1``, ``c`` in ``ns2``), each behind its sidecar agent and Envoy. Calls
+go app → its sidecar's outbound listener (by service name) → mTLS with the
+workload certificates (keys made by each pod's agent, signed by mgmt-api,
+served to Envoy over SDS on a Unix socket) → the callee's sidecar's inbound
 listener → the callee app. Certificates live 30 s here, so they rotate (at
-half-life) while the module runs.
+half-life, with a new key) while the module runs.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import socket
 import ssl
 import threading
@@ -17,9 +20,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
+import yaml
 
 from meshplane.sidecar_contract import SIDECAR_KIND, spiffe_id
+from meshplane.workload_contract import SVID_SECRET
 from mgmt_api.domain import mesh_ca
 from tests.mgmt_api.harness import ok
 from tests.support.certs import CertificateAuthority
@@ -67,10 +73,60 @@ def test_a_sidecar_that_leaves_is_no_endpoint_and_one_that_joins_is(mesh: MeshSt
     d = mesh.workload("d", "ns2", "sa-d")
     mesh.sidecars_converged()
     assert a.call(d).json()["app"] == "d"
-    d.stop()
+    # SIGTERM drains the agent: Envoy stops, the sockets go, the exit code is 0.
+    sockets = d.sockets
     mesh.workloads.remove(d)
+    assert d.stop() == 0, d.log.read_text()[-3000:]
+    assert not any(Path(p).exists() for p in (sockets.xds, sockets.sds, sockets.admin))
+    mesh.report_pods()
     mesh.sidecars_converged()
     assert a.call(d).status_code == 404
+
+
+def test_the_bootstrap_holds_no_token_and_the_admin_api_is_a_socket(mesh: MeshStack) -> None:
+    a = mesh.workloads[0]
+    bootstrap = (Path(a.sockets.directory) / "envoy.yaml").read_text()
+    doc = yaml.safe_load(bootstrap)
+    assert doc["admin"] == {"address": {"pipe": {"path": a.sockets.admin}}}
+    assert "initial_metadata" not in bootstrap and "Bearer" not in bootstrap
+    token = a.token_file.read_text().strip()
+    dump = a.admin("GET", "/config_dump").text
+    assert token not in dump and "Bearer" not in dump
+    # Envoy binds no TCP port but the mesh's listeners: nothing else answers on loopback.
+    listeners = a.admin("GET", "/listeners", params={"format": "json"}).json()
+    ports = {
+        entry["local_address"]["socket_address"]["port_value"]
+        for entry in listeners["listener_statuses"]
+    }
+    assert ports == {a.node.inbound_port, a.node.outbound_port}
+    # The sockets and their directory are the agent's (and its Envoy's) alone.
+    for path in (a.sockets.xds, a.sockets.sds, a.sockets.admin, a.sockets.directory):
+        assert os.stat(path).st_mode & 0o077 == 0, (path, oct(os.stat(path).st_mode))
+    # The agent's own endpoint: alive, and ready while it holds a certificate.
+    for path in ("/healthz", "/readyz"):
+        assert httpx.get(f"http://127.0.0.1:{a.metrics_port}{path}", timeout=10).status_code == 200
+
+
+def test_the_private_key_is_in_no_config_dump_and_no_log(mesh: MeshStack) -> None:
+    a = mesh.workloads[0]
+    dump = a.admin("GET", "/config_dump", params={"include_eds": "true"}).json()
+    secrets = [
+        s
+        for section in dump["configs"]
+        if section["@type"].endswith("SecretsConfigDump")
+        for s in section.get("dynamic_active_secrets", [])
+    ]
+    svid = [s for s in secrets if s["name"] == SVID_SECRET]
+    assert svid, secrets
+    key = svid[0]["secret"]["tls_certificate"]["private_key"]
+    assert key == {"inline_string": "[redacted]"}, key
+    text = json.dumps(dump)
+    assert "PRIVATE KEY" not in text
+    token = a.token_file.read_text().strip()
+    for log in (a.log, a.envoy_log):
+        content = log.read_text()
+        assert "PRIVATE KEY" not in content, log
+        assert token not in content, log
 
 
 def test_every_sidecar_holds_a_certificate_of_its_own_spiffe_id(mesh: MeshStack) -> None:
@@ -177,21 +233,30 @@ def test_certificates_rotate_under_load_with_no_failed_request(mesh: MeshStack) 
             TTL * 2,
             "both sidecars to rotate their certificates",
         )
+        rotated = time.time()
         calls = load.calls
         wait_until(lambda: load.calls > calls + 10, 30, "more calls after the rotation")
     assert load.failures == [], load.failures[:5]
     after = mesh.certificate_expiries()
-    assert all(after[w.node.instance] > expiries[w.node.instance] for w in (a, c))
+    assert all(after[w.node.instance] > expiries[w.node.instance] for w in (a, c)), (
+        after,
+        expiries,
+    )
+    # At half-life, not before: the first certificates were signed at expiry - TTL.
+    signed = min(expiries[w.node.instance] for w in (a, c)) - TTL
+    assert rotated - signed >= TTL * 0.4, (rotated, signed)
 
 
-def test_revoking_the_key_ends_the_sidecar_stream_and_its_certificates(mesh: MeshStack) -> None:
+def test_deleting_the_pod_ends_the_sidecar_stream_and_its_certificates(mesh: MeshStack) -> None:
     a = mesh.workloads[0]
-    key_id, credentials = mesh.new_agent_key()
-    e = mesh.workload("e", "ns2", "sa-e", credentials=credentials)
+    e = mesh.workload("e", "ns2", "sa-e")
     mesh.sidecars_converged()
     assert a.call(e).json()["app"] == "e"
     assert e.node.instance in mesh.certificate_expiries()
-    mesh.revoke_agent_key(key_id)
+    # The cluster agent no longer reports the pod: its token proves nothing any more.
+    mesh.extra_pods = []
+    mesh.workloads.remove(e)
+    mesh.report_pods()
 
     def closed() -> bool:
         instances = mesh.status()["instances"]
@@ -204,4 +269,63 @@ def test_revoking_the_key_ends_the_sidecar_stream_and_its_certificates(mesh: Mes
     )
     wait_until(lambda: a.call(e).status_code == 404, 30, "e to leave a's routes")
     e.stop()
-    mesh.workloads.remove(e)
+
+
+def _sign_failures(workload: Workload) -> float:
+    for line in workload.agent_metrics().splitlines():
+        if line.startswith("meshplane_sidecar_agent_sign_failures_total "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def test_the_token_file_is_read_again_for_every_sign(mesh: MeshStack) -> None:
+    """The kubelet rewrites the token: the agent uses the file's current content. An expired
+    token fails Sign (the certificate held keeps serving); a fresh one signs again."""
+    a = mesh.workloads[0]
+    t = mesh.workload("t", "ns2", "sa-t")
+    try:
+        mesh.sidecars_converged()
+        first = t.serials()
+        mesh.issuer.write(t.token_file, t.pod, now=time.time() - 7200, ttl=3600)
+        wait_until(lambda: _sign_failures(t) >= 1, TTL, "a Sign with the expired token to fail")
+        assert a.call(t).status_code == 200  # the certificate it holds still serves
+        mesh.issuer.write(t.token_file, t.pod)
+        wait_until(
+            lambda: t.serials().isdisjoint(first), TTL * 2, "a certificate from the new token"
+        )
+        assert a.call(t).json()["app"] == "t"
+    finally:
+        mesh.remove(t)
+
+
+def test_while_mgmt_api_is_away_calls_go_on_and_the_agents_sign_again_after(
+    mesh: MeshStack,
+) -> None:
+    """mgmt-api stops for a while: the sidecars keep their configuration and certificates
+    and every call goes on (Sign fails and is retried); once it is back, the agents
+    relay their Envoys' new streams and sign again."""
+    a, c = mesh.workloads[0], mesh.workloads[2]
+    assert mesh.mgmt is not None
+    failures = {w.name: _sign_failures(w) for w in (a, c)}
+    with _Load(a, c) as load:
+        mesh.mgmt.stop()
+        try:
+            wait_until(
+                lambda: all(_sign_failures(w) > failures[w.name] for w in (a, c)),
+                TTL * 2,
+                "Sign to fail while mgmt-api is away",
+            )
+            calls = load.calls
+            wait_until(lambda: load.calls > calls + 10, 30, "more calls while it is away")
+        finally:
+            away = list(load.failures)
+            mesh.mgmt.start()
+    assert away == [], away[:5]
+    before = {w.name: w.serials() for w in (a, c)}
+    wait_until(
+        lambda: all(w.serials().isdisjoint(before[w.name]) for w in (a, c)),
+        TTL * 2,
+        "both agents to sign again",
+    )
+    mesh.sidecars_converged()
+    assert a.call(c).json()["app"] == "c"

@@ -121,7 +121,7 @@ def test_local_jwt_rules_at_a_sidecar(mesh: MeshStack) -> None:
     assert response.status_code == 401
     assert "www-authenticate" in response.headers
     assert DENIED_HEADER not in response.headers  # the mode did not refuse it
-    dump = e.envoy.admin("GET", "/config_dump?resource=dynamic_listeners").text  # type: ignore[union-attr]
+    dump = e.admin("GET", "/config_dump?resource=dynamic_listeners").text
     assert "envoy.filters.http.ext_authz" not in dump
 
 
@@ -133,7 +133,7 @@ def test_a_mode_change_over_rest_applies_with_no_restart(mesh: MeshStack) -> Non
     DISABLED then admits it on the same connections, once every sidecar ACKed."""
     w = workloads(mesh)
     a, c = w["a"], w["c"]
-    pids = {x.name: x.envoy.pid for x in mesh.workloads}  # type: ignore[union-attr]
+    pids = {x.name: x.envoy_pid() for x in mesh.workloads}
     before = mesh.sidecars_converged()["desiredVersions"][SIDECAR_KIND]
     mesh.setting(G1, {"mode": "NAMESPACE"})
     status = mesh.sidecars_converged()
@@ -152,7 +152,7 @@ def test_a_mode_change_over_rest_applies_with_no_restart(mesh: MeshStack) -> Non
     mesh.sidecars_converged()
     assert c.call(a).status_code == 200
     assert DENIED_HEADER not in c.call(a).headers
-    assert pids == {x.name: x.envoy.pid for x in mesh.workloads}  # type: ignore[union-attr]
+    assert pids == {x.name: x.envoy_pid() for x in mesh.workloads}
 
 
 #: Callee ``a`` (ns1; group g1: ns1, ns2; workspace w: ns1, ns2, ns3) called by

@@ -13,11 +13,11 @@ logged in as the admin), its REST refusals checked with an editor's token.
 
 Relies on (for whoever changes the sidecar flow): ``tests.support.mesh``'s
 ``MeshStack``/``Workload`` (``workload``, ``sidecars_converged``, ``status``,
-``Workload.call`` and ``Workload.envoy.admin``; ``_ReplicatedMesh`` sets
-``workloads`` and calls ``GatewayStack.__init__`` itself), the sidecar Envoys' dynamic
+``Workload.call`` and ``Workload.admin``, the Envoy admin API on its socket; two
+replicas with ``database_url``), the sidecar Envoys' dynamic
 secrets named ``svid`` and ``mesh-ca`` (:mod:`meshplane.workload_contract`),
-and certificates being re-issued when the trust bundle's first CA is not the
-issuer of the current one.
+and each pod agent signing again when the trust bundle's first CA is not the
+issuer of its current certificate.
 """
 
 from __future__ import annotations
@@ -40,22 +40,13 @@ from tests.distribution.test_replicas import database  # noqa: F401 - a fixture
 from tests.meshctl.conftest import Meshctl
 from tests.mgmt_api.harness import ADMIN_PASSWORD, err
 from tests.mgmt_api.rbac_helpers import bound_account
-from tests.support.gateway import CLUSTER, CLUSTER_PATH, ORG, GatewayStack
+from tests.support.gateway import CLUSTER, CLUSTER_PATH, ORG
 from tests.support.mesh import MeshStack, Workload
 from tests.support.processes import wait_until
 
 TARGET = f"{ORG}/{CLUSTER}"
 MGMT_ENV = {"MESHPLANE_SIDECAR_CERT_TTL": "30s"}
 CONFLICT = 5  # meshctl's exit code for a 409
-
-
-class _ReplicatedMesh(MeshStack):
-    """:class:`MeshStack` on two mgmt-api replicas sharing PostgreSQL: REST (and meshctl)
-    on replica A, the sidecars' ADS on replica B (:class:`GatewayStack`'s split)."""
-
-    def __init__(self, tmp: Path, database_url: str) -> None:
-        self.workloads = []
-        GatewayStack.__init__(self, tmp, database_url=database_url, mgmt_env=MGMT_ENV)
 
 
 @pytest.fixture(scope="module", params=["one replica", "two replicas"])
@@ -72,7 +63,7 @@ def mesh(
             _, url = request.getfixturevalue("database")
             # What crosses the replicas does so through PostgreSQL NOTIFY.
             mp.setenv("MESHPLANE_REVISION_POLL", "1h")
-            stack = _ReplicatedMesh(tmp, url)
+            stack = MeshStack(tmp, MGMT_ENV["MESHPLANE_SIDECAR_CERT_TTL"], database_url=url)
         stack.workload("a", "ns1", "sa-a")
         stack.workload("c", "ns2", "sa-c")
         stack.sidecars_converged()
@@ -125,8 +116,7 @@ class _Load:
 
 
 def _secrets(workload: Workload) -> dict[str, dict[str, Any]]:
-    assert workload.envoy is not None
-    dump = workload.envoy.admin(
+    dump = workload.admin(
         "GET", "/config_dump", params={"resource": "dynamic_active_secrets"}
     ).json()
     return {c["name"]: c["secret"] for c in dump.get("configs", [])}

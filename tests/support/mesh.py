@@ -1,33 +1,60 @@
-"""A mesh on loopback: workloads (tiny HTTP apps) behind real sidecar Envoys over ADS.
+"""A mesh on loopback: workloads (tiny HTTP apps) behind real sidecar Envoys, each run by
+its pod-local sidecar agent (``python -m sidecar_agent``, as the injected container runs it).
 
 :class:`MeshStack` extends the gateway stack (mgmt-api, redis, ratelimit,
 extauthz) with apps served by one in-process HTTP server per workload (real
 sockets; each answers with its own name and the headers the sidecar passed)
-and a sidecar Envoy per workload booted from
-:func:`meshplane.sidecar_contract.bootstrap`.
+and a sidecar agent per workload, which makes the workload's key, has it
+signed with the workload's token, relays ADS and starts Envoy (admin on a
+Unix socket). No Kubernetes API server runs here: the tokens are minted by a
+test issuer (:class:`tests.support.workload_tokens.TestIssuer`) that the
+stack registers on the cluster (``workloadIdentity.issuers``), and the pods
+are reported over the cluster agent's inventory API with the agent's key.
 """
 
 from __future__ import annotations
 
 import json
+import queue
 import re
+import shutil
+import tempfile
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+import grpc
 import httpx
+from envoy.config.core.v3 import base_pb2
+from envoy.extensions.transport_sockets.tls.v3 import secret_pb2
+from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
+from google.protobuf import json_format, struct_pb2
 
-from meshctl import sidecar as sidecar_cli
 from meshplane import sidecar_contract as sc
-from tests.mgmt_api.harness import ok
-from tests.support.envoy import EnvoyProcess
-from tests.support.gateway import BASE, CLUSTER, CLUSTER_PATH, ORG, GatewayStack
+from meshplane import workload_contract
+from mgmt_api.auth.tokens import sign_service_account
+from sidecar_agent.sds import SECRET_TYPE
+from tests.mgmt_api.harness import MgmtServer, ok
+from tests.support.gateway import (
+    BASE,
+    CLUSTER,
+    CLUSTER_PATH,
+    ORG,
+    TEST_DEADLINES,
+    GatewayStack,
+)
 from tests.support.net import free_port
-from tests.support.processes import wait_until
+from tests.support.processes import Service, wait_until
+from tests.support.workload_tokens import PodRef, TestIssuer
 
+CLUSTER_TYPE = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
 AGENT_PATH = f"{CLUSTER_PATH}/serviceaccounts/agent"
 EXPIRY_METRIC = "meshplane_sidecar_certificate_expiry_timestamp_seconds"
+AGENT_EXPIRY_METRIC = "meshplane_sidecar_agent_certificate_expiry_timestamp_seconds"
+#: The issuer the test cluster's admin registers (``cluster.workloadIdentity.issuers``).
+ISSUER_URL = "https://issuer.mesh.test"
 
 
 def ok_text(response: httpx.Response) -> str:
@@ -56,19 +83,41 @@ class _App(BaseHTTPRequestHandler):
         del format, args
 
 
-class Workload:
-    """One app, its sidecar and a client of the sidecar's outbound listener."""
+class Plane(Protocol):
+    """What a :class:`Workload` needs of its stack."""
 
-    def __init__(
-        self,
-        stack: MeshStack,
-        name: str,
-        namespace: str,
-        account: str,
-        credentials: Path | None = None,
-    ) -> None:
+    tmp: Path
+    issuer: TestIssuer
+
+    @property
+    def control_plane(self) -> str: ...
+    def agent_args(self) -> list[str]: ...
+    def agent_env(self) -> dict[str, str] | None: ...
+
+
+def report_pods(mgmt: MgmtServer, credentials: Path, pods: list[PodRef]) -> None:
+    """Report ``pods`` (``pods`` of each namespace) with the cluster agent's key, as it does."""
+    secret = json.loads(credentials.read_text())
+    token = sign_service_account(
+        json.loads(secret["jwk"]), secret["serviceAccountFqn"], time.time(), 600
+    )
+    namespaces: dict[str, list[dict[str, Any]]] = {}
+    for pod in pods:
+        namespaces.setdefault(pod.namespace, []).append(pod.report())
+    body = {
+        "namespaces": [{"name": ns, "pods": items} for ns, items in sorted(namespaces.items())],
+        "state": {"provider": "static"},
+    }
+    with mgmt.client(headers={"Authorization": f"Bearer {token}"}) as client:
+        ok(client.put(f"/v2/{secret['clusterFqn']}/inventory", json=body))
+
+
+class Workload:
+    """One app, its sidecar agent (and so its Envoy), and a client of the outbound listener."""
+
+    def __init__(self, stack: Plane, name: str, namespace: str, account: str) -> None:
         self.name, self.namespace, self.account = name, namespace, account
-        self.credentials = credentials or stack.credentials
+        self.stack = stack
         self.app = ThreadingHTTPServer(("127.0.0.1", 0), _App)
         self.app.app_name = name  # type: ignore[attr-defined]
         self.app.daemon_threads = True
@@ -86,31 +135,45 @@ class Workload:
             free_port(),
             free_port(),
         )
-        self.envoy: EnvoyProcess | None = None
+        self.pod = PodRef(namespace, self.node.instance, account, services=(name,))
+        self.files = stack.tmp / self.node.instance  # logs and the token
+        self.files.mkdir(exist_ok=True)
+        self.token_file = self.files / "token"
+        # Socket paths are at most 107 bytes: a short directory of their own.
+        self.sockets = sc.Sockets(tempfile.mkdtemp(prefix="mp-"))
+        self.metrics_port = free_port()
+        self.agent: Service | None = None
         self.client = httpx.Client(
             base_url=f"http://127.0.0.1:{self.node.outbound_port}", timeout=10
         )
-        self.stack = stack
+
+    @property
+    def log(self) -> Path:
+        return self.files / "agent.log"
+
+    @property
+    def envoy_log(self) -> Path:
+        return self.files / "envoy.log"
+
+    def argv(self, extra_args: tuple[str, ...] = ()) -> list[str]:
+        """``python -m`` arguments of the sidecar agent (the injected container's command)."""
+        node = self.node
+        args = ["sidecar_agent", "--control-plane", self.stack.control_plane]
+        args += self.stack.agent_args()
+        args += ["--cluster", node.node_cluster, "--service", node.service]
+        args += ["--app-port", str(node.app_port), "--node-id", node.instance]
+        args += ["--inbound", f"{node.inbound_host}:{node.inbound_port}"]
+        args += ["--outbound-port", str(node.outbound_port)]
+        args += ["--token-file", str(self.token_file), "--socket-dir", self.sockets.directory]
+        args += ["--listen", f"127.0.0.1:{self.metrics_port}", "--envoy-log", str(self.envoy_log)]
+        envoy = ("--concurrency", "1", "--file-flush-interval-msec", "50", *extra_args)
+        return args + [f"--envoy-arg={a}" for a in envoy]
 
     def start(self, extra_args: tuple[str, ...] = ()) -> Workload:
-        """Start the sidecar; ``extra_args`` go to Envoy (``--disable-extensions``...)."""
-        # What `meshctl sidecar bootstrap` prints, from the cluster's credentials.
-        node = self.node
-        doc = sidecar_cli.render(
-            cluster=node.node_cluster,
-            credentials=self.credentials,
-            ads=f"grpc://127.0.0.1:{self.stack.attach.grpc_port}",
-            namespace=node.namespace,
-            service_account=node.service_account,
-            service=node.service,
-            app_port=node.app_port,
-            node_id=node.instance,
-            inbound=f"{node.inbound_host}:{node.inbound_port}",
-            outbound_port=node.outbound_port,
-            admin=f"127.0.0.1:{free_port()}",
-        )
-        self.envoy = EnvoyProcess(
-            doc, directory=self.stack.tmp / self.node.instance, extra_args=extra_args
+        """Mint the pod's token, start its agent; ``extra_args`` go to Envoy."""
+        self.stack.issuer.write(self.token_file, self.pod)
+        self.agent = Service(
+            self.argv(extra_args), Path(self.sockets.admin), self.log, self.stack.agent_env()
         ).start()
         return self
 
@@ -127,46 +190,141 @@ class Workload:
     def spiffe_id(self) -> str:
         return sc.spiffe_id(TRUST_DOMAIN, self.namespace, self.account)
 
+    def admin(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        """Envoy's admin API, on its Unix socket (the only place it listens)."""
+        transport = httpx.HTTPTransport(uds=self.sockets.admin)
+        with httpx.Client(transport=transport, base_url="http://envoy", timeout=10) as client:
+            return client.request(method, path, **kw)
+
     def certificates(self) -> list[dict[str, Any]]:
         """The certificates (chains' leaves) the sidecar's Envoy holds (admin ``/certs``)."""
-        assert self.envoy is not None
-        contexts = self.envoy.admin("GET", "/certs").json().get("certificates", [])
+        contexts = self.admin("GET", "/certs").json().get("certificates", [])
         return [c for ctx in contexts for c in ctx.get("cert_chain", [])]
 
     def serials(self) -> set[str]:
         """Serial numbers of the workload certificates the sidecar serves with."""
         return {c["serial_number"] for c in self.certificates()}
 
-    def stop(self) -> None:
+    def envoy_pid(self) -> int:
+        """The pid of the agent's Envoy (its only child process)."""
+        assert self.agent is not None and self.agent.proc is not None
+        pid = self.agent.proc.pid
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        assert len(children) == 1, children
+        return int(children[0])
+
+    def agent_metrics(self) -> str:
+        return httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10).text
+
+    def stop(self) -> Any:
+        """SIGTERM to the agent (it stops Envoy and removes its sockets); its exit code."""
         self.client.close()
-        if self.envoy is not None:
-            self.envoy.stop()
+        code = self.agent.stop() if self.agent is not None else None
+        self.agent = None
         self.app.shutdown()
         self.app.server_close()
+        shutil.rmtree(self.sockets.directory, ignore_errors=True)
+        return code
+
+
+class RawAds:
+    """A raw ADS client (not Envoy): one stream with ``token``, announcing ``node``.
+
+    What an attacker in a pod can run against mgmt-api's gRPC port.
+    """
+
+    def __init__(self, channel: grpc.Channel, token: str | None, node: sc.SidecarNode) -> None:
+        self._requests: queue.Queue[discovery_pb2.DiscoveryRequest | None] = queue.Queue()
+        metadata = struct_pb2.Struct()
+        json_format.ParseDict(node.metadata(), metadata)
+        envoy_node = base_pb2.Node(id=node.instance, cluster=node.node_cluster, metadata=metadata)
+        self._requests.put(discovery_pb2.DiscoveryRequest(node=envoy_node, type_url=CLUSTER_TYPE))
+        stub = ads_pb2_grpc.AggregatedDiscoveryServiceStub(channel)
+        headers = () if token is None else (("authorization", f"Bearer {token}"),)
+        self.responses = stub.StreamAggregatedResources(
+            iter(self._requests.get, None), metadata=headers, timeout=60
+        )
+
+    def secrets(self) -> list[secret_pb2.Secret]:
+        """Ask for the secrets the sidecar configuration names; the first answer's."""
+        self._requests.put(
+            discovery_pb2.DiscoveryRequest(
+                type_url=SECRET_TYPE,
+                resource_names=[workload_contract.SVID_SECRET, workload_contract.CA_SECRET],
+            )
+        )
+        for response in self.responses:
+            if response.type_url == SECRET_TYPE:
+                out = []
+                for item in response.resources:
+                    secret = secret_pb2.Secret()
+                    item.Unpack(secret)
+                    out.append(secret)
+                return out
+        return []
+
+    def close(self) -> None:
+        self._requests.put(None)
+        self.responses.cancel()
 
 
 class MeshStack(GatewayStack):
     """The gateway stack plus workloads behind sidecars."""
 
-    def __init__(self, tmp: Path, certificate_ttl: str | None = None) -> None:
-        """``certificate_ttl``: the workload certificates' lifetime (default: mgmt-api's)."""
+    def __init__(
+        self, tmp: Path, certificate_ttl: str | None = None, database_url: str | None = None
+    ) -> None:
+        """``certificate_ttl``: the workload certificates' lifetime (default: mgmt-api's);
+        ``database_url``: two replicas sharing PostgreSQL (:class:`GatewayStack`'s split)."""
         self.workloads: list[Workload] = []
+        #: Pods the cluster's inventory reports beyond the workloads' (an attacker's).
+        self.extra_pods: list[PodRef] = []
+        self.issuer = TestIssuer(ISSUER_URL)
         env = {"MESHPLANE_SIDECAR_CERT_TTL": certificate_ttl} if certificate_ttl else None
-        super().__init__(tmp, mgmt_env=env)
+        super().__init__(tmp, database_url=database_url, mgmt_env=env)
+        try:
+            self.cluster_spec(
+                **TEST_DEADLINES, workloadIdentity={"issuers": [self.issuer.registration()]}
+            )
+        except BaseException:
+            self.close()
+            raise
 
     def workload(
-        self,
-        name: str,
-        namespace: str,
-        account: str = "default",
-        credentials: Path | None = None,
-        extra_args: tuple[str, ...] = (),
+        self, name: str, namespace: str, account: str = "default", extra_args: tuple[str, ...] = ()
     ) -> Workload:
-        """A workload and its sidecar; ``credentials``: another agent key's file,
-        ``extra_args``: the sidecar Envoy's extra flags."""
-        workload = Workload(self, name, namespace, account, credentials)
+        """A workload, its pod in the inventory, and its sidecar agent; ``extra_args``: the
+        sidecar Envoy's extra flags."""
+        workload = Workload(self, name, namespace, account)
         self.workloads.append(workload)
+        self.report_pods()
         return workload.start(extra_args)
+
+    def remove(self, workload: Workload) -> None:
+        """Stop ``workload`` and delete its pod from the inventory."""
+        workload.stop()
+        self.workloads.remove(workload)
+        self.report_pods()
+
+    # -- the cluster agent's part: the inventory --------------------------
+
+    @property
+    def control_plane(self) -> str:
+        return f"grpc://127.0.0.1:{self.attach.grpc_port}"
+
+    def agent_args(self) -> list[str]:
+        return []
+
+    def agent_env(self) -> dict[str, str] | None:
+        return None
+
+    def pods(self) -> list[PodRef]:
+        return [w.pod for w in self.workloads] + self.extra_pods
+
+    def report_pods(self) -> None:
+        """Report every pod (``pods`` of each namespace), as the cluster agent does."""
+        assert self.mgmt is not None
+        report_pods(self.mgmt, self.credentials, self.pods())
 
     # -- security objects over REST (tenant ``t``) ------------------------
 
@@ -199,29 +357,13 @@ class MeshStack(GatewayStack):
             sidecars = [
                 i for i in status["instances"] if i["kind"] == sc.SIDECAR_KIND and i["connected"]
             ]
-            if len(sidecars) != len([w for w in self.workloads if w.envoy is not None]):
+            if len(sidecars) != len([w for w in self.workloads if w.agent is not None]):
                 return None
             if all(i["appliedVersion"] == desired and i["lastResult"] == "ACK" for i in sidecars):
                 return status
             return None
 
         return wait_until(done, timeout, "every sidecar to ACK the desired version")
-
-    def new_agent_key(self) -> tuple[str, Path]:
-        """A second key of the cluster's agent account: (key id, a credentials file)."""
-        created = ok(self.admin.post(f"{AGENT_PATH}/keys", params={"keyEncoding": "JWK"}))
-        path = self.tmp / f"credentials-{created['id']}.json"
-        doc = {
-            "clusterFqn": CLUSTER_PATH.removeprefix("/v2/"),
-            "serviceAccountFqn": AGENT_PATH.removeprefix("/v2/"),
-            "keyId": created["id"],
-            "jwk": json.loads(created["privateKey"]),
-        }
-        path.write_text(json.dumps(doc))
-        return created["id"], path
-
-    def revoke_agent_key(self, key_id: str) -> None:
-        ok(self.admin.delete(f"{AGENT_PATH}/keys/{key_id}"))
 
     def certificate_expiries(self) -> dict[str, float]:
         """instance → the expiry gauge mgmt-api exports for its sidecar's certificate."""

@@ -13,6 +13,7 @@ import json
 import time
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -102,6 +103,14 @@ class TestIssuer:
             else:
                 claims[name] = value
         return jwt.encode(claims, self._key, algorithm=alg or self.alg, headers={"kid": self.kid})
+
+    def write(self, path: Path, pod: PodRef, **kw: Any) -> Path:
+        """Write ``pod``'s token file as the kubelet does: a new file renamed over the old."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(path.name + ".tmp")
+        partial.write_text(self.token(pod, **kw), encoding="ascii")
+        partial.replace(path)
+        return path
 
 
 def csr_pem(*uris: str, key: ec.EllipticCurvePrivateKey | None = None) -> str:

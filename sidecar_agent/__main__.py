@@ -1,0 +1,3 @@
+from sidecar_agent.cli import main
+
+raise SystemExit(main())
