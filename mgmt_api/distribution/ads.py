@@ -149,6 +149,14 @@ class _Stream:
         )
 
 
+def _changed_names(before: Compiled, after: Compiled, type_url: str) -> frozenset[str]:
+    """Names of ``type_url``'s resources that are new or differ in ``after``."""
+    if before.type_version(type_url) == after.type_version(type_url):
+        return frozenset()
+    old = dict(before.resources.get(type_url, []))
+    return frozenset(n for n, r in after.resources.get(type_url, []) if old.get(n) != r)
+
+
 class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ignore[misc]
     """ADS for gateway Envoys; see the module docstring."""
 
@@ -201,17 +209,23 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
         return node, identity, grant
 
     def _response(
-        self, stream: _Stream, compiled: Compiled, type_url: str, since: Compiled | None = None
+        self,
+        stream: _Stream,
+        compiled: Compiled,
+        type_url: str,
+        since: Compiled | None = None,
+        also: frozenset[str] = frozenset(),
     ) -> bytes:
         """``type_url``'s resources (those subscribed by name; with ``since``, only those
-        that differ from its: EDS is incremental, an assignment not sent is kept)."""
+        that differ from its, and those named in ``also``: EDS is incremental, an
+        assignment not sent is kept)."""
         names = stream.subscribed.get(type_url, ())
         items = compiled.resources.get(type_url, [])
         if type_url in _BY_NAME and names:
             items = [(n, r) for n, r in items if n in names]
         if since is not None:
             before = dict(since.resources.get(type_url, []))
-            items = [(n, r) for n, r in items if before.get(n) != r]
+            items = [(n, r) for n, r in items if n in also or before.get(n) != r]
         nonce = str(next(self._nonces))
         version = compiled.type_version(type_url)
         stream.sent[type_url] = (nonce, version)
@@ -326,21 +340,24 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
             self._plane.registry.sent(stream.identity, latest.version, self._plane.clock())
         # Only the types whose resources changed, in the order of stream.types: a
         # join or leave sends the changed service's endpoints alone, a CA rotation
-        # the secret. After new clusters, every endpoint again (a cluster Envoy
-        # warms waits for its assignment, changed or not).
-        sends, clusters_sent = [], False
+        # the secret. With new clusters, the endpoints of every cluster that is new
+        # or changed too (Envoy warms such a cluster until its assignment comes),
+        # changed or not; an unchanged cluster keeps the assignment it has.
+        sends = []
         for type_url in stream.types:
             if type_url not in stream.subscribed:
                 continue
             changed = before is None or latest.type_version(type_url) != before.type_version(
                 type_url
             )
-            if type_url == sidecar_xds.ENDPOINT_TYPE and not clusters_sent:
-                if changed:
-                    sends.append(self._response(stream, latest, type_url, since=before))
-            elif changed or type_url == sidecar_xds.ENDPOINT_TYPE:
+            if type_url == sidecar_xds.ENDPOINT_TYPE and before is not None:
+                warming = _changed_names(before, latest, gateway_xds.CLUSTER_TYPE)
+                if changed or warming:
+                    sends.append(
+                        self._response(stream, latest, type_url, since=before, also=warming)
+                    )
+            elif changed:
                 sends.append(self._response(stream, latest, type_url))
-                clusters_sent = clusters_sent or type_url == gateway_xds.CLUSTER_TYPE
         return sends
 
     def _requested(
