@@ -250,6 +250,9 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
             return None  # stale: an answer to a response Envoy has since been sent again
         now = self._plane.clock()
         if request.HasField("error_detail"):
+            # The configuration version the rejected type was last sent with (a
+            # sidecar's type has a version of its own; the status shows the whole's).
+            version = compiled.version
             self._plane.registry.nacked(
                 stream.identity, stream.applied, version, request.error_detail.message, now
             )
