@@ -35,9 +35,10 @@ and also subscribe to one SDS secret on ADS, the trust bundle
 (:mod:`mgmt_api.distribution.sidecar_ads`). Each of a sidecar's types has
 its own ``version_info``, the digest of what its resources are made from
 (the secret: the bundle's; listeners: the policy's; routes: the policy's
-and the service names'; clusters: the whole input's), and a new version
-sends only the types whose resources changed: a join or leave sends
-clusters, a CA rotation the secret. The status keeps reporting
+and the service names'; clusters: the policy's and the services';
+endpoints (EDS): the services' addresses), and a new version sends only the
+types whose resources changed: a join or leave sends the changed
+service's assignment, a CA rotation the secret. The status keeps reporting
 configuration versions: a version is applied once every type is ACKed at
 that version's type versions.
 

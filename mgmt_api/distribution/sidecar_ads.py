@@ -295,6 +295,7 @@ class SidecarStreams:
         outbound: list[Entry] = []
         assignments: list[Entry] = []
         shapes = []  # what the clusters are made from (their type's version)
+        placed = []  # what the assignments are made from (theirs)
         for (namespace, service), endpoints in sorted(services.items()):
             accounts = tuple(sorted({e.service_account for e in endpoints}))
             shapes.append([namespace, service, list(accounts)])
@@ -308,6 +309,7 @@ class SidecarStreams:
                 )
             )
             addresses = tuple((e.host, e.port) for e in endpoints)
+            placed.append([namespace, service, [list(a) for a in addresses]])
             assignments.extend(
                 self.cache.get(
                     ("eds", namespace, service, addresses),
@@ -335,6 +337,7 @@ class SidecarStreams:
             inp, bundle, inp.version(), policy, serial, secrets, (*outbound, *extra),
             tuple(assignments), hashlib.sha256(names).hexdigest()[:20],
             hashlib.sha256(shape.encode()).hexdigest()[:20],
+            hashlib.sha256(json.dumps(placed, separators=(",", ":")).encode()).hexdigest()[:20],
         )  # fmt: skip
 
     async def compile(
@@ -410,6 +413,7 @@ class SidecarStreams:
         self.assembled += 1
         versions = {
             CLUSTER_TYPE: f"{shared.clusters}.{node.app_port}",
+            ENDPOINT_TYPE: shared.placement,
             SECRET_TYPE: shared.serial,
             LISTENER_TYPE: policy,
             ROUTE_TYPE: f"{policy}.{shared.services}",
@@ -431,6 +435,7 @@ class SharedBuild:
     assignments: tuple[Entry, ...]  # every service's endpoints (EDS)
     services: str  # digest of the service names (the outbound routes')
     clusters: str  # digest of what the clusters are made from (their type's version)
+    placement: str  # digest of every service's endpoints (the assignments' version)
 
 
 def sidecar_collector(settings: tracing_settings.TracingSettings) -> JsonDict:

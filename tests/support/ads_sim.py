@@ -107,9 +107,12 @@ class SimSidecar:
 
     @property
     def version(self) -> str:
-        """The configuration version ACKed (the endpoints' version, once every type is
-        ACKed: a sidecar's other types keep theirs while their resources do not change)."""
-        return self.acked.get(ENDPOINT, "") if len(self.acked) == 5 else ""
+        """What the sidecar runs, once every type is ACKed: its clusters' and endpoints'
+        versions (a sidecar's other types keep theirs while their resources do not
+        change; a policy change moves the clusters', a join or leave the endpoints')."""
+        if len(self.acked) != 5:
+            return ""
+        return f"{self.acked[CLUSTER]}|{self.acked[ENDPOINT]}"
 
     async def run(self, channel: grpc.aio.Channel) -> None:
         """Stream until closed (:meth:`close`) or refused (``error``)."""
