@@ -18,7 +18,11 @@ secret (``token_endpoint``, ``cookie_names``) or its first a quantity
 fields about it (``token_secret: {name, sds_config}`` stays readable); what
 cannot be a credential (booleans, certificates, log levels, Envoy's own
 ``[redacted]``) is kept; text is searched for private keys, auth schemes,
-``name: value`` pairs with secret names and passwords in URLs.
+``name: value`` pairs with secret names and passwords in URLs. A JWK (an
+object with ``kty``) loses its private and symmetric members
+(:data:`JWK_PRIVATE_MEMBERS`), wherever it is: in the answer's JSON, in a
+string that holds JSON (a jwt_authn provider's ``local_jwks.inline_string``
+is a whole JWKS as text), or in a log line.
 
 Pure: no I/O; table-tested in ``tests/agent/test_redact.py``.
 """
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import json
 import re
 from typing import Any
 
@@ -176,6 +181,16 @@ _VALUE = re.compile(
     re.IGNORECASE,
 )
 _PARAMETER_END = re.compile(r"[\s&;,]")
+#: The members of a JWK that are key material: the private parts of RSA, EC and
+#: OKP keys and the whole of a symmetric (``oct``) key (RFC 7518 section 6;
+#: ``oth`` holds further RSA primes). A JWK's names do not say "secret".
+JWK_PRIVATE_MEMBERS = frozenset({"k", "d", "p", "q", "dp", "dq", "qi", "oth"})
+# ``"d": "..."`` in JSON as text, quotes escaped or not (a JWKS in a log line or in
+# an escaped string); the values are base64url.
+_JWK_MEMBER_TEXT = re.compile(
+    r"""(?P<pre>(?P<bs>\\?)"(?:k|d|p|q|dp|dq|qi)(?P=bs)"\s*:\s*(?P=bs)")"""
+    r"""[A-Za-z0-9_\-+/=]+(?P<post>(?P=bs)")"""
+)
 _SCHEMES = ("bearer", "basic", "digest", "negotiate")
 # HeaderValue: ``value`` and, in newer Envoys, ``raw_value`` (bytes).
 _HEADER_VALUE_FIELDS = frozenset({"value", "raw_value"})
@@ -228,6 +243,9 @@ def redact_text(text: str) -> tuple[str, int]:
     none, and a log stream passes every line through here.
     """
     count = 0
+    if "kty" in text:
+        text, n = _JWK_MEMBER_TEXT.subn(rf"\g<pre>{REDACTED}\g<post>", text)
+        count += n
     if "-----BEGIN" in text:
         text, n = _PEM_PRIVATE_BLOCK.subn(REDACTED, text)
         count += n
@@ -275,6 +293,16 @@ def _redact_pairs(text: str) -> tuple[str, int]:
     return "".join(out), count
 
 
+def _embedded_json(text: str) -> Any:
+    """The object or list a string holds as JSON text (an inline JWKS), else None."""
+    if text.lstrip()[:1] not in ("{", "["):
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:  # not JSON after all: the text rules still apply
+        return None
+
+
 def _guarded_fields(value: dict[str, Any]) -> frozenset[str] | tuple[str, ...]:
     """The fields of a header (``{key, value}``) or of a header or query parameter
     matcher (``{name, exact_match | string_match | ...}``) that hold the value of a
@@ -312,6 +340,8 @@ def redact(document: Any) -> tuple[Any, int]:
         nonlocal count
         if isinstance(value, dict):
             guarded = _guarded_fields(value)
+            if isinstance(value.get("kty"), str):  # a JWK
+                guarded = frozenset(guarded) | JWK_PRIVATE_MEMBERS
             return {
                 key: secret(item) if key in guarded or is_secret_name(key) else walk(item)
                 for key, item in value.items()
@@ -322,6 +352,13 @@ def redact(document: Any) -> tuple[Any, int]:
             if "-----BEGIN" in value and _PEM_PRIVATE.search(value):
                 count += 1
                 return REDACTED
+            if '"kty"' in value:
+                inner = _embedded_json(value)
+                if inner is not None:
+                    before = count
+                    clean_inner = walk(inner)
+                    if count > before:
+                        return json.dumps(clean_inner, separators=(",", ":"))
             clean, n = redact_text(value)
             count += n
             return clean

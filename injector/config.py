@@ -48,9 +48,7 @@ class InjectorConfig:
 
 
 _TOP_REQUIRED = ("cluster", "controlPlane", "sidecar")
-#: ``credentialsSecret`` and ``sidecar.adminPort`` are accepted and ignored: no cluster
-#: credential is mounted into pods, and the sidecar's admin API is a Unix socket.
-_TOP_OPTIONAL = ("controlPlaneCaFile", "credentialsSecret", "systemNamespaces", "optOut")
+_TOP_OPTIONAL = ("controlPlaneCaFile", "systemNamespaces", "optOut")
 
 
 def _plain(value: Any) -> Any:
@@ -63,11 +61,10 @@ def _plain(value: Any) -> Any:
 
 
 def _sidecar(node: Node) -> SidecarSettings:
-    fields = node.fields(required=("image",), optional=("adminPort", "resources"))
+    fields = node.fields(required=("image",), optional=("resources",))
     resources = fields.optional("resources")
     if resources is not None:
         resources.fields(optional=("requests", "limits"))
-    fields.integer("adminPort", 1, lo=1, hi=65535)  # ignored (see _TOP_OPTIONAL)
     return SidecarSettings(
         image=fields.required("image").string(strip=True),
         resources=_plain(resources.value) if resources is not None else {},
@@ -107,9 +104,6 @@ def parse(doc: Any, source: str | None = None) -> InjectorConfig:
     label = None
     if opt_out is not None:
         label = opt_out.fields(optional=("label",)).present("label")
-    secret = fields.optional("credentialsSecret")
-    if secret is not None:
-        secret.string(strip=True)  # ignored (see _TOP_OPTIONAL)
     return InjectorConfig(
         organization=organization,
         cluster=name,

@@ -1,5 +1,5 @@
 """``python -m meshctl``: the same entry point as the ``meshctl`` console script."""
 
-from meshctl.cli import main
+from meshctl.entry import main
 
 main()

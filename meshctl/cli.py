@@ -4,6 +4,10 @@ Command wiring only: profiles live in ``config``, the REST client in
 ``client``, resource operations in ``ops``, logins in ``login``. Every
 failure is raised as ``MeshctlError`` and printed by ``main`` as exactly one
 line ``error: ...`` with its documented exit code (``errors.Exit``).
+
+Imports are what ``meshctl get`` needs: a command group with a module of its
+own is a row of :data:`LAZY_COMMANDS` (imported when run, :mod:`meshctl.lazy`),
+and what only one command uses (an editor, a login flow) is imported in it.
 """
 
 from __future__ import annotations
@@ -11,13 +15,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import getpass
 import json
 import os
-import shlex
-import subprocess
 import sys
-import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -25,16 +25,10 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-from meshctl import approvals as approvals_mod
-from meshctl import diag as diag_mod
-from meshctl import gateway as gateway_mod
-from meshctl import login as login_mod
-from meshctl import meshca as meshca_mod
-from meshctl import proxy as proxy_mod
-from meshctl import sidecar as sidecar_mod
-from meshctl import status as status_mod
 from meshctl.client import ApiClient
 from meshctl.config import Profile, load_config
+from meshctl.confirm import confirm
+from meshctl.entry import version_line
 from meshctl.errors import ApiFailure, Exit, MeshctlError
 from meshctl.kinds import (
     Kind,
@@ -46,6 +40,7 @@ from meshctl.kinds import (
     require_kind,
     resolve_parents,
 )
+from meshctl.lazy import lazy_group
 from meshctl.manifest import Manifest, dump, policy_manifest, read_manifests, to_manifest
 from meshctl.ops import (
     apply_manifest,
@@ -53,14 +48,31 @@ from meshctl.ops import (
     empty_policy,
     get_object,
     list_objects,
+    needs_confirmation,
     refine,
 )
-from meshctl.output import FORMATS, render_objects
+from meshctl.output import check_format as _check_format
+from meshctl.output import render_objects
 from meshctl.state import State, state_of
 from meshplane.kinds_contract import Kind as KindName
 from meshplane.secret_file import write_secret
 
+# Command groups and commands in modules of their own: name -> "module:attribute"
+# of a typer.Typer (a group) or of a command's function, imported only when the
+# command runs (or --help lists it). A new group is a row here, never an import
+# at the top of this module (meshctl.lazy).
+LAZY_COMMANDS: dict[str, str] = {
+    "approvals": "meshctl.approvals:app",
+    "diag": "meshctl.diag:app",
+    "gateway": "meshctl.gateway:app",
+    "sidecar": "meshctl.sidecar:app",
+    "proxy": "meshctl.proxy:app",
+    "status": "meshctl.status:status",
+    "rotate": "meshctl.rotate:app",
+}
+
 app = typer.Typer(
+    cls=lazy_group(LAZY_COMMANDS),
     add_completion=False,
     no_args_is_help=True,
     help="Manage a meshplane management plane: log in, then get, apply, edit and delete "
@@ -71,15 +83,15 @@ app = typer.Typer(
 )
 config_app = typer.Typer(help="Profiles: servers, defaults and stored credentials.")
 clusters_app = typer.Typer(help="Cluster-specific operations.")
-rotate_app = typer.Typer(help="Rotate a cluster's credentials.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
 app.add_typer(clusters_app, name="clusters")
-app.add_typer(rotate_app, name="rotate")
-app.add_typer(approvals_mod.app, name="approvals")
-app.add_typer(diag_mod.app, name="diag")
-app.add_typer(gateway_mod.app, name="gateway")
-app.add_typer(sidecar_mod.app, name="sidecar")
-app.add_typer(proxy_mod.app, name="proxy")
+
+
+def _print_version(value: bool) -> None:
+    """``--version`` among other options (alone, meshctl.entry answers it before this module)."""
+    if value:
+        typer.echo(version_line())
+        raise typer.Exit()
 
 
 @app.callback()
@@ -97,6 +109,12 @@ def _root(
     ] = None,
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Log each request line to stderr.")
+    ] = False,
+    _version: Annotated[
+        bool,
+        typer.Option(
+            "--version", is_eager=True, callback=_print_version, help="Print the version."
+        ),
     ] = False,
 ) -> None:
     ctx.obj = State(profile, server, verbose)
@@ -119,12 +137,6 @@ OutputOpt = Annotated[str, typer.Option("--output", "-o", help="table, yaml or j
 FilesOpt = Annotated[
     list[str] | None, typer.Option("--filename", "-f", help="Manifest file, or - for stdin.")
 ]
-
-
-def _check_format(fmt: str, allowed: tuple[str, ...] = FORMATS) -> str:
-    if fmt not in allowed:
-        raise MeshctlError(f"--output must be one of {', '.join(allowed)}", Exit.USAGE)
-    return fmt
 
 
 def _ref(
@@ -255,6 +267,8 @@ def login(  # noqa: PLR0917 - typer maps options to parameters
         access_token=access_token,
     )
 
+    from meshctl import login as login_mod  # noqa: PLC0415 - the login flows: login only
+
     def say(text: str) -> None:
         typer.echo(text, err=True)
 
@@ -310,6 +324,10 @@ def _check_login_modes(
 
 def _login_password(username: str, *, password_stdin: bool) -> str:
     """The password from stdin (--password-stdin) or a terminal prompt; never an argument."""
+    import getpass  # noqa: PLC0415 - login only
+
+    from meshctl import login as login_mod  # noqa: PLC0415 - login only
+
     if password_stdin:
         return login_mod.read_secret_from_stdin("password")
     if sys.stdin.isatty():
@@ -324,6 +342,8 @@ def _login_access_token(access_token: str | None) -> str:
     if not access_token:
         raise MeshctlError("--use-token-exchange needs --access-token TOKEN", Exit.USAGE)
     if access_token == "-":  # noqa: S105 - "-" means stdin
+        from meshctl import login as login_mod  # noqa: PLC0415 - login only
+
         return login_mod.read_secret_from_stdin("access token")
     return access_token
 
@@ -564,13 +584,20 @@ def delete(  # noqa: PLR0917 - typer maps options to parameters
     force: Annotated[
         bool, typer.Option("--force", help="Also delete protected objects below it.")
     ] = False,
+    yes: Annotated[
+        bool,
+        typer.Option(
+            "--yes", "-y", help="Delete organizations, clusters and objects with children unasked."
+        ),
+    ] = False,
 ) -> None:
     """Delete an object and everything below it (refused when protected, unless --force).
 
-    ``-f FILE`` undoes ``apply -f FILE``: its objects are deleted (children
-    first), then its access policies emptied (a policy always exists; it is
-    emptied as a PUT may, not deleted). ``meshctl delete policy TARGET``
-    empties one policy.
+    An organization, a cluster or an object with children is deleted only
+    once its name is typed on the terminal, or with --yes. ``-f FILE`` undoes
+    ``apply -f FILE``: its objects are deleted (children first), then its
+    access policies emptied (a policy always exists; it is emptied as a PUT
+    may, not deleted). ``meshctl delete policy TARGET`` empties one policy.
     """
     state = state_of(ctx)
     refs: list[Ref] = []
@@ -604,6 +631,13 @@ def delete(  # noqa: PLR0917 - typer maps options to parameters
             raise MeshctlError(f"meshctl delete {what} NAME: the name is required", Exit.USAGE)
         refs.append(ref)
     with state.client() as client:
+        if not yes:
+            confirm(
+                [r for r in refs if needs_confirmation(client, r)],
+                terminal=sys.stdin.isatty() and "-" not in (filename or ()),
+                ask=lambda label: _ask(label, None),
+                tell=lambda line: typer.echo(line, err=True),
+            )
         for ref, outcome in delete_all(client, refs, force=force):
             done = "deleted" if outcome == "deleted" else "already gone (its parent is listed too)"
             typer.echo(f"{ref.describe()} {done}")
@@ -669,6 +703,8 @@ def edit(  # noqa: PLR0917 - typer maps options to parameters
             action = _apply_edit(client, doc, edited)
         except MeshctlError as exc:
             # Never lose the user's work: keep the edited copy and say where it is.
+            import tempfile  # noqa: PLC0415 - edit only
+
             fd, kept = tempfile.mkstemp(prefix="meshctl-edit-", suffix=".yaml")
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 handle.write(edited)
@@ -702,6 +738,10 @@ def _apply_edit(client: ApiClient, doc: dict[str, Any], edited: str) -> str:
 
 def _run_editor(text: str) -> str | None:
     """Run the user's editor on ``text``; None when the result is empty."""
+    import shlex  # noqa: PLC0415 - edit only
+    import subprocess  # noqa: PLC0415
+    import tempfile  # noqa: PLC0415
+
     editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
     fd, path = tempfile.mkstemp(prefix="meshctl-edit-", suffix=".yaml")
     try:
@@ -721,65 +761,6 @@ def _run_editor(text: str) -> str | None:
             os.unlink(path)
     body = "\n".join(line for line in result.splitlines() if not line.lstrip().startswith("#"))
     return result if body.strip() else None
-
-
-# ---- status ----------------------------------------------------------------------------------
-
-
-@app.command()
-def status(
-    ctx: typer.Context,
-    cluster: Annotated[
-        str | None,
-        typer.Option("--cluster", help="ORG/CLUSTER (default: every cluster of the organization)."),
-    ] = None,
-    org: OrgOpt = None,
-    kind: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--kind", help=f"Only instances of this kind ({', '.join(status_mod.INSTANCE_KINDS)})."
-        ),
-    ] = None,
-    output: OutputOpt = "table",
-) -> None:
-    """Each instance's applied and wanted version, ACK/NACK and last contact
-    (exit 7 when one NACKs, is stale or gone)."""
-    state = state_of(ctx)
-    fmt = _check_format(output, status_mod.FORMATS)
-    kinds = status_mod.check_kinds(kind or [])
-    _, profile = state.load()
-    with state.client() as client:
-        names = status_mod.cluster_names(client, cluster, org or profile.organization)
-        clusters = status_mod.fetch(client, names)
-    if fmt == "table":
-        typer.echo(status_mod.render_table(clusters, kinds, status_mod.now()), nl=False)
-    else:
-        typer.echo(status_mod.render_data(clusters, kinds, fmt), nl=False)
-    if status_mod.failing(clusters, kinds):
-        raise typer.Exit(status_mod.UNHEALTHY)
-
-
-@rotate_app.command("meshca")
-def rotate_meshca(
-    ctx: typer.Context,
-    cluster: Annotated[str, typer.Option("--cluster", help="ORG/CLUSTER, or CLUSTER with --org.")],
-    org: OrgOpt = None,
-    output: OutputOpt = "table",
-) -> None:
-    """Start a rotation of the cluster's mesh CA (needs SET_POLICY on the cluster;
-    exit 5 while one runs). Watch it with meshctl status."""
-    state = state_of(ctx)
-    fmt = _check_format(output, status_mod.FORMATS)
-    _, profile = state.load()
-    with state.client() as client:
-        (name,) = status_mod.cluster_names(client, cluster, org or profile.organization)
-        section = meshca_mod.rotate(client, name)
-    if fmt == "table":
-        typer.echo(f"{name}: {meshca_mod.describe(section, status_mod.now())}")
-    elif fmt == "json":
-        typer.echo(json.dumps(section, indent=2))
-    else:
-        typer.echo(yaml.safe_dump(section, sort_keys=False), nl=False)
 
 
 # ---- clusters --------------------------------------------------------------------------------

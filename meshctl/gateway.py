@@ -4,8 +4,9 @@ A gateway of a cluster receives its listener, routes, filters and upstream
 clusters from mgmt-api over ADS; all it needs on disk is who it is, where
 the ADS server is, and a token proving it belongs to the cluster
 (:mod:`meshplane.gateway_contract`). This command renders that file from the
-cluster's credentials (the install template's ``clusterServiceAccount``, as
-``ratelimit``/``extauthz --credentials`` read it), offline: it calls no
+cluster's gateway credentials (the install template's
+``gatewayServiceAccount``, in the format ``ratelimit``/``extauthz
+--credentials`` read), offline: it calls no
 server, so it runs where the key is (a CI job, an init container) and the
 key never travels.
 
@@ -143,7 +144,8 @@ def bootstrap_command(  # noqa: PLR0917 - typer maps options to parameters
         Path,
         typer.Option(
             "--credentials",
-            help="The cluster's key: the install template's clusterServiceAccount (or its jwk).",
+            help="The cluster's gateway key: the install template's gatewayServiceAccount "
+            "(or its jwk).",
         ),
     ],
     ads: Annotated[

@@ -166,6 +166,12 @@ def resolve_parents(kind: Kind, names: Mapping[str, str | None]) -> tuple[tuple[
     )
 
 
+def child_kinds(ref: Ref) -> list[Kind]:
+    """The kinds that can live directly under ``ref`` (by the parent chain it ends)."""
+    chain = (*(k.name for k, _ in ref.parents), ref.kind.name)
+    return [k for k in KINDS.values() if chain in k.chains]
+
+
 def parse_fqn(fqn: str) -> Ref:
     """``organizations/o/clusters/c`` -> Ref(Cluster, "c", ((Organization, "o"),))."""
     text = fqn.strip().strip("/")

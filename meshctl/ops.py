@@ -13,8 +13,9 @@ from typing import Any
 
 from meshctl.client import ApiClient
 from meshctl.errors import ApiFailure, Exit, MeshctlError
-from meshctl.kinds import Kind, Ref, collection_path, policy_path
+from meshctl.kinds import Kind, Ref, child_kinds, collection_path, policy_path
 from meshctl.manifest import Manifest, desired_body
+from meshplane.kinds_contract import Kind as KindName
 
 MAX_PAGE_SIZE = 1000
 
@@ -175,6 +176,29 @@ def delete_object(client: ApiClient, ref: Ref, *, force: bool) -> None:
         client.delete(ref.path, {"force": "true"} if force else None)
     except ApiFailure as exc:
         raise refine(exc, ref) from None
+
+
+#: Kinds whose delete always asks: they carry the live mesh (an organization's
+#: clusters, a cluster's gateways, agents and sidecars), children or not.
+ALWAYS_CONFIRMED = frozenset({KindName.ORGANIZATION.value, KindName.CLUSTER.value})
+
+
+def needs_confirmation(client: ApiClient, ref: Ref) -> bool:
+    """Whether deleting ``ref`` takes more than itself: an organization or a
+    cluster always; another object when any of its child collections holds an
+    object (one page of one item each). A child list that cannot be read
+    counts as holding some; an object that is gone holds none."""
+    if ref.kind.name in ALWAYS_CONFIRMED:
+        return True
+    below = (*ref.parents, (ref.kind, ref.name))
+    for kind in child_kinds(ref):
+        try:
+            page = client.get(collection_path(kind, below), {"pageSize": "1"})
+        except ApiFailure as exc:
+            return exc.code_name != "NOT_FOUND"  # unreadable: assume it holds some
+        if isinstance(page, dict) and page.get(kind.list_field):
+            return True
+    return False
 
 
 def deletion_order(refs: Sequence[Ref]) -> list[Ref]:

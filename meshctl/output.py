@@ -6,10 +6,18 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from meshctl.errors import Exit, MeshctlError
 from meshctl.kinds import Kind
 from meshctl.manifest import dump, to_manifest
 
 FORMATS = ("table", "yaml", "json")
+
+
+def check_format(fmt: str, allowed: tuple[str, ...] = FORMATS) -> str:
+    """``fmt`` when it is one of ``allowed`` (an ``--output`` value), else a usage error."""
+    if fmt not in allowed:
+        raise MeshctlError(f"--output must be one of {', '.join(allowed)}", Exit.USAGE)
+    return fmt
 
 
 def age(stamp: Any, now: datetime) -> str:

@@ -15,7 +15,8 @@ The exit code makes it a CI gate:
 - the usual meshctl codes for the API's refusals (docs/meshctl.md).
 
 Pure parts (:func:`instance_state`, :func:`failing`, :func:`render_table`)
-take the status bodies and the clock as arguments.
+take the status bodies and the clock as arguments; the command is the
+one-command :data:`app` at the end (a row of ``meshctl.cli.LAZY_COMMANDS``).
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 
+import typer
 import yaml
 
 from meshctl.client import ApiClient
@@ -33,7 +35,8 @@ from meshctl.errors import ApiFailure, Exit, MeshctlError
 from meshctl.kinds import parse_fqn, require_kind, resolve_parents
 from meshctl.meshca import describe as describe_mesh_ca
 from meshctl.ops import list_objects, refine
-from meshctl.output import age, table
+from meshctl.output import age, check_format, table
+from meshctl.state import state_of
 from meshplane.distribution_contract import SERVICE_KINDS
 from meshplane.gateway_contract import GATEWAY_KIND
 from meshplane.sidecar_contract import SIDECAR_KIND
@@ -190,3 +193,35 @@ def fetch(client: ApiClient, names: Sequence[str]) -> list[ClusterStatus]:
 
 def now() -> datetime:
     return datetime.now(UTC)
+
+
+def status(
+    ctx: typer.Context,
+    cluster: Annotated[
+        str | None,
+        typer.Option("--cluster", help="ORG/CLUSTER (default: every cluster of the organization)."),
+    ] = None,
+    org: Annotated[
+        str | None,
+        typer.Option("--org", "--organization", help="Organization (default: profile's)."),
+    ] = None,
+    kind: Annotated[
+        list[str] | None,
+        typer.Option("--kind", help=f"Only instances of this kind ({', '.join(INSTANCE_KINDS)})."),
+    ] = None,
+    output: Annotated[str, typer.Option("--output", "-o", help="table, yaml or json.")] = "table",
+) -> None:
+    """Each instance's applied and wanted version, ACK/NACK and last contact
+    (exit 7 when one NACKs, is stale or gone)."""
+    state = state_of(ctx)
+    fmt = check_format(output, FORMATS)
+    kinds = check_kinds(kind or [])
+    _, profile = state.load()
+    with state.client() as client:
+        clusters = fetch(client, cluster_names(client, cluster, org or profile.organization))
+    if fmt == "table":
+        typer.echo(render_table(clusters, kinds, now()), nl=False)
+    else:
+        typer.echo(render_data(clusters, kinds, fmt), nl=False)
+    if failing(clusters, kinds):
+        raise typer.Exit(UNHEALTHY)

@@ -50,6 +50,7 @@ import math
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from google.protobuf import descriptor_pool
 from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
@@ -100,6 +101,40 @@ _UNSUPPORTED_MEDIA = {
     "headers": [(b"content-type", b"text/plain")],
 }
 _EMPTY_BODY = {"type": "http.response.body", "body": b"", "more_body": False}
+
+
+class HeldBytes:
+    """The worker's budget for request bytes its calls hold before their message is
+    whole (a backend whose HTTP/2 layer does not count them: the Envoy backend,
+    where pyvoy hands each chunk over as it arrives and Envoy's overload manager
+    sees no buffer of its own to reset).
+
+    A call that would take the total past ``limit`` is answered
+    RESOURCE_EXHAUSTED and its bytes are released: the peer that sends the
+    bytes crossing the budget loses its call, and while the budget is spent
+    every call that needs to hold a body is refused (a call whose message came
+    whole in its first chunk holds nothing here and is served).
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+        self.peak = 0  # the most held since the allocator last gave memory back
+
+    def take(self, size: int) -> None:
+        held = self.held + size
+        if held > self.limit:
+            raise RpcError(Code.RESOURCE_EXHAUSTED, "the worker's request buffer budget is spent")
+        self.held = held
+        self.peak = max(self.peak, held)
+
+    def give_back(self) -> bool:
+        """Once most of a large peak is released: True, and the peak restarts (the
+        caller returns free heap pages to the system)."""
+        if self.peak >= self.limit // 4 and self.held < self.peak // 4:
+            self.peak = self.held
+            return True
+        return False
 
 
 class CallsInFlight:
@@ -248,6 +283,7 @@ class GrpcAsgiApp:
         service_names: Sequence[str],
         *,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        max_held_request_bytes: int | None = None,
     ) -> None:
         self._unary: dict[str, UnaryHandler] = dict(services.methods)
         self._unary[f"/{HEALTH_SERVICE}/Check"] = self._health_check
@@ -257,10 +293,10 @@ class GrpcAsgiApp:
             f"/{REFLECTION_SERVICE}/ServerReflectionInfo": self._reflection_info,
         }
         self._health = health
-        self._reflection = reflection.ReflectionServicer(
-            (*service_names, HEALTH_SERVICE, REFLECTION_SERVICE)
-        )
+        names = (*service_names, HEALTH_SERVICE, REFLECTION_SERVICE)
+        self._reflection = reflection.ReflectionServicer(names, pool=reflection_pool(names))
         self._max = max_message_bytes
+        self.held = None if max_held_request_bytes is None else HeldBytes(max_held_request_bytes)
         self.in_flight = CallsInFlight()
         self.deadlines = Deadlines()
 
@@ -438,7 +474,8 @@ class GrpcAsgiApp:
         reader = self._reader(encoding)
         try:
             async with asyncio.timeout(deadline):  # cancels the handler when it passes
-                response = await handler(await _read_one(reader, first, receive))
+                request = await _read_one(reader, first, receive, self.held)
+                response = await handler(request)
         except Exception as exc:
             await _failed(send, exc)
             return
@@ -491,7 +528,14 @@ class GrpcAsgiApp:
         self, first: bytes, reader: MessageReader, receive: Receive, send: Send
     ) -> None:
         """Answer each request as it arrives (grpcurl waits for one answer
-        before it sends its next request on the same stream)."""
+        before it sends its next request on the same stream).
+
+        A peer may pipeline thousands of small requests, each asking for an
+        answer a hundred times bigger: each answer is one ``send``, which waits
+        while the peer does not take them (the backend's high-water marks) and
+        raises once the stream is reset, and the loop yields between answers,
+        so other calls run meanwhile and a peer that left costs nothing more.
+        """
         await send(_START)
         pending = [first]
         while True:
@@ -500,6 +544,7 @@ class GrpcAsgiApp:
                 (reply,) = self._reflection.ServerReflectionInfo(iter([request]), None)
                 body = frame(reply.SerializeToString())
                 await send({"type": "http.response.body", "body": body, "more_body": True})
+                await asyncio.sleep(0)
             if reader.closed:
                 await send(_EMPTY_BODY)
                 await send(_OK_TRAILERS)
@@ -509,6 +554,32 @@ class GrpcAsgiApp:
                 return  # the client went away
             pending = reader.feed(message.get("body", b""))
             reader.closed = not message.get("more_body")
+
+
+def reflection_pool(service_names: Sequence[str]) -> descriptor_pool.DescriptorPool:
+    """The files reflection serves: those defining ``service_names`` and what they
+    import, nothing else of the process's descriptor pool (which holds every
+    proto any imported module loaded: descriptor.proto alone is a 14 KB answer
+    to a 34-byte request). Names without a descriptor (raw-bytes services) are
+    skipped."""
+    default = descriptor_pool.Default()
+    pool = descriptor_pool.DescriptorPool()
+    added: set[str] = set()
+
+    def add(file: Any) -> None:
+        if file.name in added:
+            return
+        added.add(file.name)
+        for dependency in file.dependencies:
+            add(dependency)
+        pool.AddSerializedFile(file.serialized_pb)
+
+    for name in service_names:
+        try:
+            add(default.FindServiceByName(name).file)
+        except KeyError:
+            continue
+    return pool
 
 
 def _trailers(code: Code, message: str) -> Message:
@@ -570,16 +641,28 @@ async def _failed(send: Send, exc: Exception) -> None:
         await send(_EMPTY_BODY)
 
 
-async def _read_one(reader: MessageReader, message: Message, receive: Receive) -> bytes:
-    """The one message of a unary request, from ``message`` (the first chunk) on."""
+async def _read_one(
+    reader: MessageReader, message: Message, receive: Receive, held: HeldBytes | None
+) -> bytes:
+    """The one message of a unary request, from ``message`` (the first chunk) on;
+    the bytes held meanwhile are charged to ``held``, if given."""
     messages: list[bytes] = []
-    while True:
-        if message["type"] != "http.request":
-            raise RpcError(Code.CANCELLED, "the client went away")
-        messages += reader.feed(message.get("body", b""))
-        if not message.get("more_body"):
-            break
-        message = await receive()
+    taken = 0
+    try:
+        while True:
+            if message["type"] != "http.request":
+                raise RpcError(Code.CANCELLED, "the client went away")
+            body = message.get("body", b"")
+            if held is not None and message.get("more_body"):
+                held.take(len(body))
+                taken += len(body)
+            messages += reader.feed(body)
+            if not message.get("more_body"):
+                break
+            message = await receive()
+    finally:
+        if held is not None:
+            held.held -= taken
     if reader.pending:
         raise RpcError(Code.INTERNAL, "the request ended in the middle of a message")
     if not messages:

@@ -88,7 +88,9 @@ def add_arguments(
     group.add_argument("--control-plane-key", help="PEM key of --control-plane-cert")
     group.add_argument("--cluster", help="ORG/CLUSTER whose policies this instance enforces")
     group.add_argument(
-        "--credentials", help="the cluster's service-account key (install template secret)"
+        "--credentials",
+        help="this component's key of the cluster (its install-template entry, e.g. "
+        "secrets.extauthzServiceAccount)",
     )
     if cache:
         group.add_argument(

@@ -41,6 +41,7 @@ from typing import Any
 import httpx
 
 from meshplane.envoy_binary import ensure_envoy_api, envoy_path
+from meshplane.http2.limits import DEFAULT_LIMITS
 from meshplane.netaddr import parse_listen, unix_listen_path
 from meshplane.server_contract import GrpcApp, ServeOptions, StartWorker
 from meshplane.tls import envoy_sds_documents, envoy_transport_socket
@@ -63,6 +64,23 @@ DRAIN = b"drain"
 #: Connections are recycled after this long (GOAWAY, then a new connection),
 #: as grpcio's ``max_connection_age``: SO_REUSEPORT balances by connection.
 MAX_CONNECTION_SECONDS = 600
+
+#: The heap budget of one worker's Envoy (the overload manager's fixed_heap
+#: monitor: tcmalloc's heap, which holds Envoy's buffers and, in this process,
+#: the embedded app's objects too). About 30 MiB at idle and 130 MiB with 64 MiB
+#: of bodies held by the app (:data:`MAX_HELD_REQUEST_BYTES` bounds them),
+#: measured: the overload manager is the backstop above what the app bounds.
+MAX_HEAP_BYTES = 256 * 1024 * 1024
+#: Request bytes a worker's calls may hold before their message is whole
+#: (:class:`meshplane.asgi_grpc.HeldBytes`): pyvoy hands each chunk to the app
+#: as it arrives, so the bodies are the app's, not buffers the overload manager
+#: could reset. Eight full gRPC messages, half the h2 backend's budget: each
+#: held byte costs this worker about three (pyvoy's copy, the app's growing
+#: buffer, Envoy's own), measured: 120 x 4 streams holding 3.9 MiB each took
+#: it 190-240 MiB above idle with 64 MiB, 140 MiB with 32.
+MAX_HELD_REQUEST_BYTES = 32 * 1024 * 1024
+#: Free heap bytes given back to the system each second, at most.
+HEAP_RELEASE_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -121,23 +139,79 @@ def envoy_config(
                     # connections would hang in the kernel's accept queue
                     # until the worker exits instead of being refused.
                     "traffic_direction": "INBOUND",
+                    # Envoy's default, stated: what one connection's reads and
+                    # each stream's filter buffers may hold before flow control.
+                    "per_connection_buffer_limit_bytes": 1024 * 1024,
                     "filter_chains": [chain],
                 }
             ]
         },
-        # An explicit connection limit (Envoy warns at startup without one).
-        "overload_manager": {
-            "resource_monitors": [
-                {
-                    "name": "envoy.resource_monitors.global_downstream_max_connections",
-                    "typed_config": {
-                        "@type": "type.googleapis.com/envoy.extensions.resource_monitors."
-                        "downstream_connections.v3.DownstreamConnectionsConfig",
-                        "max_active_downstream_connections": 50_000,
-                    },
-                }
-            ]
+        "overload_manager": _overload_manager(),
+        # Free heap pages go back to the system each second (tcmalloc keeps them
+        # otherwise: 3.2 GiB stayed resident after a held-bodies attack ended).
+        "memory_allocator_manager": {
+            "bytes_to_release": str(HEAP_RELEASE_BYTES),
+            "memory_release_interval": "1s",
         },
+    }
+
+
+def _overload_manager() -> dict[str, Any]:
+    """Envoy's load shedding: a connection limit (Envoy warns at startup without
+    one) and the worker's heap budget (:data:`MAX_HEAP_BYTES`).
+
+    Past 80% of the budget the streams that hold the most buffered bytes are
+    reset, more of them the closer it gets to 95% (a peer holding unfinished
+    bodies loses them, a small call does not); past 90%, new requests are
+    refused (UNAVAILABLE, which gRPC clients retry) and connections are told to
+    go away; past 95%, no new connection is accepted.
+    """
+    return {
+        "refresh_interval": "0.1s",
+        # Track the buffers of every stream holding 1 MiB or more, so that
+        # reset_high_memory_stream can find the biggest.
+        "buffer_factory_config": {"minimum_account_to_track_power_of_two": 20},
+        "resource_monitors": [
+            {
+                "name": "envoy.resource_monitors.global_downstream_max_connections",
+                "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.resource_monitors."
+                    "downstream_connections.v3.DownstreamConnectionsConfig",
+                    "max_active_downstream_connections": 50_000,
+                },
+            },
+            {
+                "name": "envoy.resource_monitors.fixed_heap",
+                "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.resource_monitors."
+                    "fixed_heap.v3.FixedHeapConfig",
+                    "max_heap_size_bytes": str(MAX_HEAP_BYTES),
+                },
+            },
+        ],
+        "actions": [
+            {
+                "name": "envoy.overload_actions.reset_high_memory_stream",
+                "triggers": [
+                    {
+                        "name": "envoy.resource_monitors.fixed_heap",
+                        "scaled": {"scaling_threshold": 0.80, "saturation_threshold": 0.95},
+                    }
+                ],
+            },
+            _heap_action("envoy.overload_actions.stop_accepting_requests", 0.90),
+            _heap_action("envoy.overload_actions.disable_http_keepalive", 0.90),
+            _heap_action("envoy.overload_actions.stop_accepting_connections", 0.95),
+        ],
+    }
+
+
+def _heap_action(name: str, threshold: float) -> dict[str, Any]:
+    return {
+        "name": name,
+        "triggers": [
+            {"name": "envoy.resource_monitors.fixed_heap", "threshold": {"value": threshold}}
+        ],
     }
 
 
@@ -160,6 +234,13 @@ def _grpc_connection_manager() -> dict[str, Any]:
         "stream_idle_timeout": "0s",
         "common_http_protocol_options": {
             "max_connection_duration": f"{MAX_CONNECTION_SECONDS}s",
+        },
+        # The h2 backend's windows and stream cap (Envoy's defaults are 256 MiB
+        # windows and 2^31 streams: what one connection can make a worker hold).
+        "http2_protocol_options": {
+            "max_concurrent_streams": DEFAULT_LIMITS.max_concurrent_streams,
+            "initial_stream_window_size": DEFAULT_LIMITS.stream_window,
+            "initial_connection_window_size": DEFAULT_LIMITS.connection_window,
         },
         "route_config": {"virtual_hosts": [{"name": "grpc", "domains": ["*"]}]},
         "http_filters": [

@@ -32,12 +32,19 @@ import sys
 from typing import Any
 
 from meshplane.asgi_grpc import GrpcAsgiApp, Receive, Scope, Send
-from meshplane.envoy_server import DRAIN, ENV_CONTROL_FD, WorkerSpec, admin_post, load_spec
+from meshplane.envoy_server import (
+    DRAIN,
+    ENV_CONTROL_FD,
+    MAX_HELD_REQUEST_BYTES,
+    WorkerSpec,
+    admin_post,
+    load_spec,
+)
 from meshplane.grpc_wire import Code
 from meshplane.logging import configure_logging
 from meshplane.rpc import Serving
 from meshplane.server_contract import GrpcApp, WorkerContext, new_worker_context
-from meshplane.worker_support import HttpSide, freeze_startup_heap
+from meshplane.worker_support import HttpSide, freeze_startup_heap, trim_heap
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +60,7 @@ class EnvoyWorkerApp:
         self._http: HttpSide | None = None
         self._control: socket.socket | None = None
         self._draining: asyncio.Task[None] | None = None
+        self._trimming: asyncio.Task[None] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -88,9 +96,15 @@ class EnvoyWorkerApp:
         ctx = new_worker_context(app)
         await app.start(ctx)
         self._app, self._ctx = app, ctx
-        self.grpc = GrpcAsgiApp(ctx.services, ctx.health, tuple(app.service_names))
+        self.grpc = GrpcAsgiApp(
+            ctx.services,
+            ctx.health,
+            tuple(app.service_names),
+            max_held_request_bytes=MAX_HELD_REQUEST_BYTES,
+        )
         if app.http_app is not None and spec.options.http_listen:
             self._http = HttpSide.start(app.http_app, spec.options.http_listen)
+        self._trimming = loop.create_task(self._give_back_heap(self.grpc))
         freeze_startup_heap()
         log.info(
             "worker serving",
@@ -134,7 +148,17 @@ class EnvoyWorkerApp:
         await grpc.in_flight.drain(grace)
         os.kill(os.getpid(), signal.SIGTERM)  # Envoy shuts down, then lifespan shutdown
 
+    async def _give_back_heap(self, grpc: GrpcAsgiApp) -> None:
+        """Each second: once the held bodies of a large peak are gone, the freed heap
+        goes back to the system (Envoy's own heap: ``memory_allocator_manager``)."""
+        while True:
+            await asyncio.sleep(1.0)
+            if grpc.held is not None and grpc.held.give_back():
+                trim_heap()
+
     async def _stop(self) -> None:
+        if self._trimming is not None:
+            self._trimming.cancel()
         if self._http is not None:
             await self._http.stop()
         if self._app is not None:

@@ -23,7 +23,12 @@ health, reflection and tracing metadata are the Envoy backend's, unchanged):
   answer, one HEADERS frame with END_STREAM; otherwise HEADERS, DATA and
   the trailers' HEADERS. Header blocks are HPACK-encoded once per distinct
   header list (the app reuses the same few) and never touch the peer's
-  dynamic table (:mod:`meshplane.http2.hpack_blocks`).
+  dynamic table (:mod:`meshplane.http2.hpack_blocks`). A body message with
+  more to come waits while the transport is paused or the answers queued
+  behind the peer's windows pass ``max_stream_queued_bytes`` on the stream or
+  ``max_queued_response_bytes`` on the connection; on a reset stream ``send``
+  raises ``ConnectionResetError`` (and the handler's task is cancelled), so a
+  streaming handler stops working for a peer that left.
 
 A request whose body came whole goes to the app's entry for complete unary
 calls (``GrpcAsgiApp.complete_unary``: the same call, answered in one
@@ -68,7 +73,13 @@ Protections that need time or the socket, and so live here, not in the core
   which evens out SO_REUSEPORT's split between workers) and is closed
   ``max_age_grace_seconds`` later if calls are still open;
 - at most ``max_connections`` connections per worker: more are closed at
-  once (the kernel's backlog and the other workers take the load).
+  once (the kernel's backlog and the other workers take the load);
+- the worker's buffer budget, ``max_buffered_bytes``: request bytes held by
+  open streams plus answer bytes queued, over every connection (each charges
+  its own at each read and flush; a large answer at once). At or above it,
+  new streams are refused (REFUSED_STREAM); above it, the connection holding
+  the most is cut off (GOAWAY ENHANCE_YOUR_CALM, its handlers cancelled at
+  once). This, not the connection cap, bounds a worker's memory.
 
 Which timeout fires is decided by :func:`timeout_verdict`, pure (the loop's
 clock is its argument) and table-tested; the protocol keeps one timer per
@@ -99,6 +110,7 @@ from meshplane.http2.connection import (
     INTERNAL_ERROR,
     NO_ERROR,
     PROTOCOL_ERROR,
+    REFUSED_STREAM,
     Connection,
     ConnectionTerminated,
     DataReceived,
@@ -143,13 +155,27 @@ class H2Settings:
     #: After that GOAWAY, the calls still open (a Watch) get this long, then the
     #: connection closes (grpcio's ``max_connection_age_grace``).
     max_age_grace_seconds: float = 30.0
-    #: Connections per worker; beyond, new ones are closed at once. Each costs
-    #: at most its windows and queues (see Limits), so 10 000 bounds a worker's
-    #: memory while staying far above what a sidecar fleet opens.
+    #: Connections per worker; beyond, new ones are closed at once: bounds the
+    #: sockets and per-connection state (file descriptors, HPACK tables, timers),
+    #: far above what a sidecar fleet opens. Not memory: each connection may hold
+    #: 16 MiB of request bodies and 16 MiB of answers, so what bounds a worker's
+    #: memory is ``max_buffered_bytes``.
     max_connections: int = 10_000
-    #: Answers held back by the peer's flow control above this: new requests wait.
-    #: Four default gRPC messages.
+    #: Answers held back by the peer's flow control above this on one connection:
+    #: new requests wait, and a handler's ``send`` waits. Four default gRPC messages.
     max_queued_response_bytes: int = 16 * 1024 * 1024
+    #: Answers held back on one stream above this: its handler's ``send`` waits
+    #: (a streaming handler, such as reflection answering pipelined requests,
+    #: cannot queue without end behind a peer that keeps its window shut).
+    max_stream_queued_bytes: int = 1024 * 1024
+    #: The worker's budget: request bytes its connections hold (open streams'
+    #: bodies) plus answer bytes they queue. At or above it, new streams are
+    #: refused (REFUSED_STREAM, which gRPC clients retry); above it, the
+    #: connection holding the most is cut off (GOAWAY ENHANCE_YOUR_CALM) until
+    #: the total is under it again. 64 MiB: sixteen full gRPC messages at once;
+    #: a worker's resident memory stays within about three times this above its
+    #: idle size (the bytes, their copies on the way, the allocator's slack).
+    max_buffered_bytes: int = 64 * 1024 * 1024
 
     def __post_init__(self) -> None:
         for name in (
@@ -164,8 +190,13 @@ class H2Settings:
                 raise ValueError(f"{name} must be positive")
         if self.max_connections < 1:
             raise ValueError("max_connections must be at least 1")
-        if self.max_queued_response_bytes < 1:
-            raise ValueError("max_queued_response_bytes must be at least 1")
+        for name in (
+            "max_queued_response_bytes",
+            "max_stream_queued_bytes",
+            "max_buffered_bytes",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
 
 
 #: The name of every HTTP/2 error code (RFC 9113 section 7; the values are the
@@ -220,7 +251,7 @@ class H2Stats:
 
 
 class ConnectionSet:
-    """The open connections of one worker: the cap, the drain, the open count."""
+    """The open connections of one worker: the cap, the buffer budget, the drain."""
 
     def __init__(self, app: ASGIApp, settings: H2Settings, stats: H2Stats) -> None:
         self.app = app
@@ -228,7 +259,35 @@ class ConnectionSet:
         self.stats = stats
         self.open: set[H2Protocol] = set()
         self.draining = False
+        #: Request and answer bytes the connections hold (each charges its own).
+        self.buffered = 0
+        self.budget = settings.max_buffered_bytes
+        #: The most ``buffered`` reached since the allocator last gave memory back.
+        self.buffered_peak = 0
         self._all_closed: asyncio.Event | None = None
+
+    def give_back(self) -> bool:
+        """Once most of a large peak of buffered bytes is released: True, and the
+        peak restarts (the caller returns the allocator's free pages to the
+        system, :func:`meshplane.worker_support.trim_heap`)."""
+        if self.buffered_peak >= self.budget // 4 and self.buffered < self.buffered_peak // 4:
+            self.buffered_peak = self.buffered
+            return True
+        return False
+
+    def over_budget(self) -> None:
+        """Past the budget: the biggest holders are cut off until it holds again.
+
+        The biggest, not the one whose bytes crossed the line: a peer that holds
+        much is the likely attacker, and a small call that arrives at the wrong
+        moment keeps its connection. A scan of the open connections, paid only
+        past the budget.
+        """
+        while self.buffered > self.budget:
+            holders = [proto for proto in self.open if proto.charged]
+            if not holders:
+                return
+            max(holders, key=lambda proto: proto.charged).cut_off()
 
     def protocol(self) -> H2Protocol:
         """The protocol factory of ``loop.create_server``."""
@@ -274,6 +333,9 @@ _MAX_BY_OBJECT = 64
 #: Scopes kept per connection (one per distinct request header list).
 _MAX_SCOPES = 64
 _STATUS_TEXT = {status: str(status).encode() for status in range(100, 600)}
+#: An answer this big is charged to the worker's budget at once, not at the flush:
+#: the calls of one read run back to back, and each could add as much.
+_ACCOUNT_NOW = 64 * 1024
 
 
 def _block_of(message: Message, status: int | None) -> bytes:
@@ -308,6 +370,7 @@ class _Stream:
     __slots__ = (
         "chunks",
         "done",
+        "drained",
         "end_delivered",
         "ended",
         "finished",
@@ -334,6 +397,7 @@ class _Stream:
         self.start: bytes | None = None  # the held response HEADERS block
         self.trailers = False  # the start announced trailers
         self.waiter: asyncio.Future[None] | None = None
+        self.drained: asyncio.Future[None] | None = None  # a send waiting on the queues
         self.task: asyncio.Task[None] | None = None
 
     def wake(self) -> None:
@@ -342,6 +406,13 @@ class _Stream:
             self.waiter = None
             if not waiter.done():
                 waiter.set_result(None)
+
+    def wake_sender(self) -> None:
+        drained = self.drained
+        if drained is not None:
+            self.drained = None
+            if not drained.done():
+                drained.set_result(None)
 
     async def receive(self) -> Message:
         while True:
@@ -379,12 +450,18 @@ class _Stream:
             conn.send_headers(stream_id, _block_of(trailers, None), end_stream=True)
             if conn.queued_bytes > proto.max_queued:
                 proto.hold_requests()
+            if len(body) > _ACCOUNT_NOW:
+                proto.account()  # before the read's next call makes another
         self.finished = True
         proto.schedule_flush()
 
     async def send(self, message: Message) -> None:
-        if self.reset or self.finished:
-            return  # the client is gone (or the answer is over): nobody to tell
+        if self.reset:
+            # ASGI's rule for a send after the disconnect: a handler that streams
+            # (reflection, Watch) stops here instead of working for nobody.
+            raise ConnectionResetError("the stream was reset")
+        if self.finished:
+            return  # the answer is over: nothing more to send
         kind = message["type"]
         proto = self.proto
         conn = proto.conn
@@ -406,6 +483,12 @@ class _Stream:
                 self.finished = last
                 if body and conn.queued_bytes > proto.max_queued:
                     proto.hold_requests()
+                if len(body) > _ACCOUNT_NOW:
+                    proto.account()  # before the read's next call makes another
+                if more and proto.must_wait(self):
+                    proto.schedule_flush()
+                    await proto.writable(self)
+                    return
         elif kind == "http.response.start":
             self.start = _block_of(message, int(message["status"]))
             self.trailers = bool(message.get("trailers", False))
@@ -431,6 +514,10 @@ class H2Protocol(asyncio.Protocol):
         settings = owner.settings
         self.settings = settings
         self.max_queued = settings.max_queued_response_bytes
+        self.max_stream_queued = settings.max_stream_queued_bytes
+        #: The bytes this connection holds, as charged to the worker's budget.
+        self.charged = 0
+        self._senders: list[_Stream] = []  # streams whose send waits on the queues
         self.loop = asyncio.get_running_loop()
         self.conn = Connection(settings.limits)
         self.transport: asyncio.Transport | None = None
@@ -489,6 +576,7 @@ class H2Protocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
+        self._uncharge()
         self.owner.closed(self)
         if self._timer is not None:
             self._timer.cancel()
@@ -496,6 +584,7 @@ class H2Protocol(asyncio.Protocol):
         for stream in list(self.streams.values()):
             self._drop(stream)
         self._held.clear()
+        self._senders.clear()
         self.transport = None
 
     def pause_writing(self) -> None:
@@ -546,6 +635,7 @@ class H2Protocol(asyncio.Protocol):
             self._block_since = None
         if self._holding and conn.queued_bytes <= self.max_queued // 2:
             self._release_held()
+        self.account()
         self.schedule_flush()
 
     def _events(self, events: list[h2c.Event]) -> None:
@@ -603,6 +693,14 @@ class H2Protocol(asyncio.Protocol):
             self._scopes[id(headers)] = (headers, scope)
         else:
             scope = known[1]
+        if self._closing:
+            return  # cut off while this read's events were handled
+        if self.owner.buffered >= self.owner.budget:
+            # The worker holds its budget: no new work until peers give bytes back
+            # (gRPC clients retry a refused stream; it never reached the app).
+            self.conn.reset_stream(stream_id, REFUSED_STREAM)
+            self._stats.resets[REFUSED_STREAM] += 1
+            return
         stream = _Stream(self, stream_id, scope)
         stream.ended = ended
         self.streams[stream_id] = stream
@@ -633,6 +731,9 @@ class H2Protocol(asyncio.Protocol):
         for index, stream in enumerate(batch):
             if stream.reset:
                 continue
+            if self._holding:  # the calls before filled the queue: the rest wait too
+                self._held.extend(batch[index:])
+                return
             call = self._call(stream)
             try:
                 awaited = call.send(None)
@@ -700,6 +801,7 @@ class H2Protocol(asyncio.Protocol):
         if self.streams.get(stream.stream_id) is stream:
             del self.streams[stream.stream_id]
         stream.wake()
+        stream.wake_sender()
         task = stream.task
         if task is not None and not stream.done:
             task.cancel()
@@ -712,17 +814,78 @@ class H2Protocol(asyncio.Protocol):
             self.conn.acknowledge(stream_id, size)
             self.schedule_flush()
 
+    def must_wait(self, stream: _Stream) -> bool:
+        """A streaming handler's next message would queue behind a peer that does
+        not take them: the transport is paused, or the connection's or the
+        stream's queue is above its mark."""
+        conn = self.conn
+        return (
+            self._write_paused_at is not None
+            or conn.queued_bytes > self.max_queued
+            or conn.stream_queued_bytes(stream.stream_id) > self.max_stream_queued
+        )
+
+    async def writable(self, stream: _Stream) -> None:
+        """Until the queues ``stream`` waits on are under their marks again (checked
+        at each flush) or the stream is reset (``send`` raises then)."""
+        while not stream.reset and self.must_wait(stream):
+            if stream.drained is None:
+                stream.drained = self.loop.create_future()
+                self._senders.append(stream)
+            await stream.drained
+        if stream.reset:
+            raise ConnectionResetError("the stream was reset")
+
+    def _wake_senders(self) -> None:
+        waiting = self._senders
+        if waiting and self._write_paused_at is None:
+            self._senders = []
+            for stream in waiting:
+                if stream.reset or not self.must_wait(stream):
+                    stream.wake_sender()
+                else:
+                    self._senders.append(stream)
+
+    def account(self) -> None:
+        """This connection's bytes to the worker's budget (see ``max_buffered_bytes``)."""
+        conn = self.conn
+        now = conn.held_bytes + conn.queued_bytes
+        delta = now - self.charged
+        if delta:
+            self.charged = now
+            owner = self.owner
+            owner.buffered += delta
+            if delta > 0:
+                owner.buffered_peak = max(owner.buffered_peak, owner.buffered)
+                if owner.buffered > owner.budget:
+                    owner.over_budget()
+
+    def _uncharge(self) -> None:
+        self.owner.buffered -= self.charged
+        self.charged = 0
+
+    def cut_off(self) -> None:
+        """Past the worker's budget, this connection holds the most: GOAWAY
+        (ENHANCE_YOUR_CALM), its streams dropped (their handlers cancelled, their
+        bytes released) now, not when the socket is finally gone."""
+        self.close(ENHANCE_YOUR_CALM, "the worker's buffer budget is spent")
+        for stream in list(self.streams.values()):
+            self._drop(stream)
+        self._held.clear()
+        self._uncharge()
+
     def hold_requests(self) -> None:
         """Too many answers wait for the peer's window: new requests wait too."""
         self._holding = True
 
     def _release_held(self) -> None:
+        """The queue drained: the waiting requests run, in order, in one drain (which
+        holds the rest again if their answers fill the queue anew)."""
         self._holding = False
-        held = self._held
-        while held:
-            stream = held.popleft()
-            if not stream.reset:
-                stream.task = self.loop.create_task(self._call(stream))
+        waiting = [stream for stream in self._held if not stream.reset]
+        self._held.clear()
+        if waiting:
+            self._context.run(self.loop.create_task, self._drain(waiting))
 
     # ---- writing and closing -------------------------------------------------------------
 
@@ -737,6 +900,7 @@ class H2Protocol(asyncio.Protocol):
         if transport is None or self._write_paused_at is not None:
             return  # paused: the core keeps it; resume_writing flushes
         conn = self.conn
+        self.account()
         data = conn.data_to_send()
         if data:
             transport.write(data)
@@ -744,6 +908,8 @@ class H2Protocol(asyncio.Protocol):
             self._watch_window_stall(conn.data_frames_sent)
         else:
             self._window_stall_since = None
+        if self._senders:
+            self._wake_senders()
         if conn.terminated or (self._draining and not self.streams):
             self._closing = True
             transport.close()  # after the buffered bytes

@@ -8,8 +8,14 @@ and hands each stream to the same ASGI gRPC adapter the Envoy backend runs
 and Watch, reflection, tracing metadata). A call costs one ``epoll_wait``
 wake-up, one read and one write, no thread hand-off: the cheapest backend
 per call (docs/benchmarks.md). What Envoy has and this has not: Envoy's
-fuzzed, hardened C++ codec and its overload manager (load shedding on
-memory); here the limits are the core's and :class:`~meshplane.h2_protocol.H2Settings`.
+fuzzed, hardened C++ codec; here the limits are the core's and
+:class:`~meshplane.h2_protocol.H2Settings`. A worker's memory is bounded by
+its buffer budget (``max_buffered_bytes``: request bytes held plus answer
+bytes queued, over all its connections; past it new streams are refused and
+the biggest holder is cut off), not by the connection cap: a connection may
+hold 16 MiB of bodies and 16 MiB of answers, so 10,000 of them would be
+320 GiB. Once most of a large peak is released, the worker hands the freed
+heap back to the system (glibc's ``malloc_trim``).
 
 A worker is what a grpcio worker is (:func:`meshplane.worker_support.spawned_starter`):
 SO_REUSEPORT on a TCP port, or one worker on a ``unix:`` path; the app's
@@ -31,7 +37,7 @@ Tunables, for operators (environment, read by each worker; defaults in
 :class:`~meshplane.h2_protocol.H2Settings`): ``MESHPLANE_H2_HANDSHAKE_SECONDS``,
 ``MESHPLANE_H2_IDLE_SECONDS``, ``MESHPLANE_H2_FRAME_SECONDS``,
 ``MESHPLANE_H2_SEND_STALL_SECONDS``, ``MESHPLANE_H2_MAX_CONNECTIONS``,
-``MESHPLANE_H2_MAX_AGE_SECONDS``.
+``MESHPLANE_H2_MAX_AGE_SECONDS``, ``MESHPLANE_H2_MAX_BUFFERED_BYTES``.
 
 Metrics (created at zero, summed over workers): connections opened, refused
 (over the cap) and open; streams; stream resets and connection ends by
@@ -62,6 +68,7 @@ from meshplane.worker_support import (
     reuseport_socket,
     serve_until_stopped,
     spawned_starter,
+    trim_heap,
 )
 
 log = logging.getLogger(__name__)
@@ -81,7 +88,10 @@ ENV_SETTINGS: Mapping[str, str] = {
     "MESHPLANE_H2_SEND_STALL_SECONDS": "send_stall_seconds",
     "MESHPLANE_H2_MAX_CONNECTIONS": "max_connections",
     "MESHPLANE_H2_MAX_AGE_SECONDS": "max_age_seconds",
+    "MESHPLANE_H2_MAX_BUFFERED_BYTES": "max_buffered_bytes",
 }
+#: The settings that are counts (the others are seconds).
+_INT_SETTINGS = frozenset({"max_connections", "max_buffered_bytes"})
 
 CONNECTIONS_OPENED = Counter(
     "meshplane_h2_connections_opened_total", "HTTP/2 connections accepted (--server h2)."
@@ -117,7 +127,7 @@ def settings_from_env(environ: Mapping[str, str] | None = None) -> H2Settings:
         if text is None or not text.strip():
             continue
         try:
-            changes[attr] = int(text) if attr == "max_connections" else float(text)
+            changes[attr] = int(text) if attr in _INT_SETTINGS else float(text)
         except ValueError:
             raise ValueError(f"{name}={text!r} is not a number") from None
     try:
@@ -223,7 +233,10 @@ class _Worker:
     async def _publish_metrics(self) -> None:
         while True:
             await asyncio.sleep(METRICS_FLUSH_SECONDS)
-            _publish(self.stats, len(self.connections.open) if self.connections else 0)
+            connections = self.connections
+            _publish(self.stats, len(connections.open) if connections else 0)
+            if connections is not None and connections.give_back():
+                trim_heap()
 
     async def drain(self, grace: float) -> None:
         """NOT_SERVING, stop accepting, GOAWAY, wait for the calls in flight, close."""

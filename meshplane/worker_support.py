@@ -268,6 +268,15 @@ class HttpSide:
         await self.task
 
 
+def trim_heap() -> None:
+    """glibc's ``malloc_trim(0)``: free heap pages go back to the system (a no-op
+    where the C library is not glibc). Called once most of a large peak of
+    buffered request bytes is released: glibc keeps freed bodies' pages, which
+    stayed resident, hundreds of MiB, after the peers that sent them were gone."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
 def freeze_startup_heap() -> None:
     """Keep the objects that live as long as the worker out of every GC pass.
 

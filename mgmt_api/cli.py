@@ -7,6 +7,7 @@ requests and runs the shutdown hook that closes the store's pool.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import gc
 import logging
 import signal
@@ -154,6 +155,10 @@ def serve(  # noqa: PLR0917 - one parameter per command-line option, as typer wa
     )
     _check_client_address(settings)
     host, port = _split_listen(listen)
+    # Before the migrations: a taken port fails in a second, naming its flag.
+    _check_port_free(host, port, "--listen")
+    if settings.grpc_listen is not None:
+        _check_port_free(*_split_listen(settings.grpc_listen), "--grpc-listen")
     try:
         https = rest_tls(settings, host)
     except (ValueError, OSError, ssl.SSLError) as exc:
@@ -182,6 +187,31 @@ def _check_client_address(settings: Settings) -> None:
         parse_forwarded_header(settings.forwarded_header)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--forwarded-header") from None
+
+
+def _check_port_free(host: str, port: int, flag: str) -> None:
+    """Refuse a port another process listens on, naming it and its flag.
+
+    A probe bind (with SO_REUSEADDR and without SO_REUSEPORT, as both servers
+    bind) only gives the clear message early; the servers' own binds are the
+    guarantee (the gRPC server's port reuse is off, mgmt_api.distribution.hub).
+    """
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                message = (
+                    f"port {port} on {host} is in use (another mgmt-api?): stop what listens"
+                    f" there or pass {flag} HOST:PORT with a free port"
+                )
+            else:
+                message = f"cannot listen on {host}:{port}: {exc.strerror}"
+            raise typer.BadParameter(message, param_hint=flag) from None
 
 
 def _run(application: FastAPI, host: str, port: int, https: ReloadingServerContext | None) -> None:

@@ -190,14 +190,10 @@ class RateLimitService:
         """The store's round trip as a child span of the current one."""
         assert self._tracing is not None
         with self._tracing.tracer.start_as_current_span(
-            f"ratelimit store {self._store_kind}", kind=SpanKind.CLIENT
+            f"ratelimit store {self._store.kind}", kind=SpanKind.CLIENT
         ) as child:
             child.set_attribute("meshplane.buckets", len(plan.buckets))
             return await self._store.apply(plan.buckets, now)
-
-    @property
-    def _store_kind(self) -> str:
-        return "redis" if "redis" in type(self._store).__name__.lower() else "memory"
 
     async def close(self) -> None:
         """Flush the aggregated metrics and release the store (and the decision log)."""

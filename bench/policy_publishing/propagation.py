@@ -51,7 +51,7 @@ from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 from meshplane.control_plane import load_credentials
 from meshplane.proto.distribution.v1 import distribution_pb2 as dpb
 from meshplane.proto.distribution.v1 import distribution_pb2_grpc as dpb_grpc
-from mgmt_api.demo.seed import DemoPlan, demo_plan, seed
+from mgmt_api.demo.seed import DemoPlan, credential_files, demo_plan, seed
 
 FIRST_LIMIT = 1000
 POLL_PAUSE = 0.001  # between two polls of one subscriber
@@ -318,9 +318,10 @@ def run(
     procs: list[subprocess.Popen[bytes]] = []
     try:
         plan = demo_plan(requests=FIRST_LIMIT, unit="Hour")
-        credentials = work / "credentials.json"
+        keys = credential_files(work)
+        credentials = keys["ratelimit"]  # the subscribers are ratelimit instances
         with mgmt.admin() as client:
-            seed(client, plan, credentials)
+            seed(client, plan, keys)
         ports = []
         for index in range(subscribers):
             grpc_port = mgmts[index % replicas].grpc_port

@@ -3,16 +3,17 @@
 It is :mod:`mgmt_api.demo.seed` (the seeder behind ``scripts/run``) with the
 compose network's addresses: the SecuritySetting points Envoy at the
 ``extauthz`` service, the cluster's counter store is the ``redis`` service,
-and the cluster's service-account key lands where ``ratelimit`` and
-``extauthz`` read their ``--credentials``; the demo Backend is the
-``upstream`` service. With ``--gateway-template`` it also writes the
-gateway's bootstrap: ``envoy.yaml`` beside this file with its
-:data:`TOKEN_PLACEHOLDER` replaced by a token signed with that key for the
-xDS audience, mode 0600 (a token is a secret; the template in the
-repository holds none). Idempotent, so ``docker compose up`` may run it on
-every start, which also renews the gateway's token.
+and each component's key lands in ``--credentials-dir``
+(``{component}-credentials.json``, where ``ratelimit`` and ``extauthz`` each
+read their own ``--credentials``); the demo Backend is the ``upstream``
+service. With ``--gateway-template`` it also writes the gateway's bootstrap:
+``envoy.yaml`` beside this file with its :data:`TOKEN_PLACEHOLDER` replaced
+by a token signed with the gateway's key for the xDS audience, mode 0600
+(a token is a secret; the template in the repository holds none).
+Idempotent, so ``docker compose up`` may run it on every start, which also
+renews the gateway's token.
 
-    python seed.py --url http://mgmt-api:8080 --credentials /credentials/demo.json \
+    python seed.py --url http://mgmt-api:8080 --credentials-dir /credentials \
         --gateway-template /seed/envoy.yaml --gateway-bootstrap /gateway/envoy.yaml
 """
 
@@ -29,7 +30,7 @@ import httpx
 from meshplane import control_plane, gateway_contract
 from meshplane.config_error import ConfigError
 from meshplane.secret_file import write_secret
-from mgmt_api.demo.seed import DemoPlan, SeedError, demo_plan, seed
+from mgmt_api.demo.seed import DemoPlan, SeedError, credential_files, demo_plan, seed
 
 EXTAUTHZ_URI = "grpc://extauthz:9191"
 REDIS_URL = "redis://redis:6379/0"
@@ -64,7 +65,9 @@ def _wait_ready(client: httpx.Client, seconds: float) -> None:
 def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="seed", description="seed the compose demo")
     parser.add_argument("--url", required=True, help="mgmt-api base URL")
-    parser.add_argument("--credentials", required=True, help="where to write the cluster key")
+    parser.add_argument(
+        "--credentials-dir", required=True, help="where to write each component's key"
+    )
     parser.add_argument("--extauthz-uri", default=EXTAUTHZ_URI, help="ext_authz Envoy calls")
     parser.add_argument("--redis-url", default=REDIS_URL, help="the cluster's counter store")
     parser.add_argument("--upstream", default=UPSTREAM, help="the demo Backend's HOST:PORT")
@@ -98,11 +101,12 @@ def main(argv: list[str] | None = None) -> int:
     with httpx.Client(base_url=args.url, auth=("admin", password), timeout=10) as client:
         try:
             _wait_ready(client, args.wait_seconds)
-            report = seed(client, plan, Path(args.credentials))
+            keys = credential_files(Path(args.credentials_dir))
+            report = seed(client, plan, keys)
             if args.gateway_template:
                 write_gateway_bootstrap(
                     Path(args.gateway_template),
-                    Path(args.credentials),
+                    keys["gateway"],
                     Path(args.gateway_bootstrap),
                 )
         except (SeedError, ConfigError, OSError) as exc:

@@ -342,6 +342,19 @@ class Connection:
         return self._queued
 
     @property
+    def held_bytes(self) -> int:
+        """Request DATA bytes of the open streams (the application holds them until
+        the stream closes): what the adapter's worker-wide budget counts."""
+        return self._held
+
+    def stream_queued_bytes(self, stream_id: int) -> int:
+        """Response bytes of one stream held back by the peer's flow control."""
+        stream = self._streams.get(stream_id)
+        if stream is None or not stream.pending:
+            return 0
+        return sum(len(item[0]) for item in stream.pending)
+
+    @property
     def data_frames_sent(self) -> int:
         """DATA frames queued so far: the adapter's sign that a held queue still moves."""
         return self._data_frames

@@ -7,7 +7,8 @@
   header ``kid`` names the key, which selects the stored public key. A token
   must carry ``iat`` and ``exp`` and its lifetime (``exp - iat``) may not
   exceed the account's ``tokenTtl`` (the cluster's, for a cluster agent).
-* Audiences keep the two uses of a cluster agent's key apart. A token for
+* Audiences keep the uses of a cluster account's key apart (which account
+  may open which stream is ``mgmt_api.domain.cluster_accounts``). A token for
   the policy-distribution stream carries ``aud`` = :data:`DISTRIBUTION_AUDIENCE`
   and is refused by REST; REST tokens carry no such audience and are refused
   by the stream. A token seen on one channel (a stream token is sent on

@@ -3,8 +3,9 @@
 Data-driven and idempotent, so ``scripts/run`` (and a compose seed step) can
 run it on every start: :func:`demo_plan` describes the objects, :func:`seed`
 makes the server match them (create what is missing, update what differs,
-leave the rest alone) and writes the cluster's service-account key for the
-services' ``--credentials``. Everything goes through the public REST API,
+leave the rest alone) and writes each cluster component's key (agent,
+gateway, extauthz, ratelimit: :func:`credential_files`) for its own
+``--credentials``. Everything goes through the public REST API,
 as an admin would, so the demo exercises the same validation and
 distribution paths as production writes.
 """
@@ -27,6 +28,8 @@ from mgmt_api.compiler.key_material import redact
 from mgmt_api.compiler.ratelimit import domain_of, route_rate_limits
 from mgmt_api.compiler.traffic_policy import BackendTrafficPolicy
 from mgmt_api.demo import mesh
+from mgmt_api.domain import cluster_accounts
+from mgmt_api.kinds import KINDS
 
 # A demo secret, printed in the README's commands: never reuse it.
 DEMO_HMAC_SECRET = "meshplane-demo-hmac-secret-do-not-use"  # noqa: S105
@@ -316,13 +319,12 @@ def _security_resources(
 def _differs(stored: Mapping[str, Any], wanted: Mapping[str, Any], field: str) -> bool:
     """Whether the server's object differs from the plan.
 
-    An ExtAuthzPolicy comes back with its secrets redacted (a marker with the
-    secret's fingerprint): compare it with the plan redacted the same way, so
-    an unchanged secret is "unchanged" and a changed one is sent again.
+    Key material comes back redacted (a marker with the secret's
+    fingerprint): compare it with the plan redacted the same way, so an
+    unchanged secret is "unchanged" and a changed one is sent again.
     """
-    if field == "extAuthzPolicy":
-        wanted = redact(dict(wanted))
-    return not _holds(stored, wanted)
+    secrets = next(k.behaviour.secrets for k in KINDS.values() if k.body_field == field)
+    return not _holds(stored, redact(dict(wanted), secrets))
 
 
 def _holds(stored: Any, wanted: Any) -> bool:
@@ -371,22 +373,31 @@ def _write_secret(path: Path, doc: Mapping[str, Any]) -> None:
         json.dump(doc, handle)
 
 
-def _cluster_key(body: Any) -> Mapping[str, Any]:
+def credential_files(directory: Path) -> dict[str, Path]:
+    """Where each cluster component's key goes: ``DIR/{component}-credentials.json``."""
+    return {a.name: directory / f"{a.name}-credentials.json" for a in cluster_accounts.ACCOUNTS}
+
+
+def _write_keys(body: Any, credentials: Mapping[str, Path]) -> None:
+    """Each component's entry of the install template to its own file."""
     try:
-        secret = body["installTemplate"]["helm"]["secrets"]["clusterServiceAccount"]
+        secrets = body["installTemplate"]["helm"]["secrets"]
     except (KeyError, TypeError):
         raise SeedError("the cluster came back without its install template") from None
-    if not isinstance(secret, Mapping):
-        raise SeedError("the install template has no clusterServiceAccount")
-    return secret
+    for account in cluster_accounts.ACCOUNTS:
+        secret = secrets.get(account.template_secret) if isinstance(secrets, Mapping) else None
+        if not isinstance(secret, Mapping):
+            raise SeedError(f"the install template has no {account.template_secret}")
+        _write_secret(credentials[account.name], secret)
 
 
-def seed(client: httpx.Client, plan: DemoPlan, credentials: Path) -> dict[str, str]:
-    """Make the server hold ``plan``; write the cluster key to ``credentials``.
+def seed(client: httpx.Client, plan: DemoPlan, credentials: Mapping[str, Path]) -> dict[str, str]:
+    """Make the server hold ``plan``; write each component's key to ``credentials``
+    (component -> file, :func:`credential_files`).
 
-    The key is written when the cluster is created, or fetched again (a new
-    key) when the file is missing, so a re-run with the same state directory
-    changes nothing and one with a fresh directory still gets a key.
+    The keys are written when the cluster is created, or fetched again (new
+    keys) when a file is missing, so a re-run with the same state directory
+    changes nothing and one with a fresh directory still gets keys.
     Returns each object's path → what was done.
     """
     report: dict[str, str] = {}
@@ -395,8 +406,8 @@ def seed(client: httpx.Client, plan: DemoPlan, credentials: Path) -> dict[str, s
         report[resource.path] = action
         if resource.field == "cluster" and resource.name == plan.cluster:
             if action == "created":
-                _write_secret(credentials, _cluster_key(body))
-            elif not credentials.exists():
+                _write_keys(body, credentials)
+            elif not all(path.exists() for path in credentials.values()):
                 fresh = client.get(resource.path, params={"includeInstallTemplate": "true"})
-                _write_secret(credentials, _cluster_key(_check(fresh, resource.path)))
+                _write_keys(_check(fresh, resource.path), credentials)
     return report

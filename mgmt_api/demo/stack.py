@@ -70,7 +70,14 @@ from meshplane.envoy_server import envoy_log_format
 from meshplane.netaddr import format_listen
 from meshplane.secret_file import write_secret
 from mgmt_api.demo import mesh
-from mgmt_api.demo.seed import MESH_PATH, DemoPlan, SeedError, demo_plan, seed
+from mgmt_api.demo.seed import (
+    MESH_PATH,
+    DemoPlan,
+    SeedError,
+    credential_files,
+    demo_plan,
+    seed,
+)
 
 # Variables that would take the children off their embedded defaults.
 _SCRUBBED_ENV = (
@@ -304,7 +311,9 @@ class Stack:
         (self.state / "logs").mkdir(parents=True, exist_ok=True)
         (self.state / "mgmt").mkdir(exist_ok=True)
         self.password = _admin_password(self.state)
-        self.credentials = self.state / "cluster-credentials.json"
+        # Each component's own key (the agent's, the gateway's, extauthz's, ratelimit's).
+        self.keys = credential_files(self.state)
+        self.credentials = self.keys["agent"]
         env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED_ENV}
         self.env = {**env, "PYTHONUNBUFFERED": "1"}
         self._log: Callable[[str], None] = print
@@ -404,8 +413,9 @@ class Stack:
         self._log(f"  {name}: pid {child.proc.pid}, log {child.log}")
         return child
 
-    def _control_plane_args(self) -> list[str]:
-        """How the services and the agent reach mgmt-api, and as which cluster."""
+    def _control_plane_args(self, component: str) -> list[str]:
+        """How the services and the agent reach mgmt-api, as which cluster, with
+        ``component``'s own key."""
         return [
             "--control-plane",
             # Explicit plaintext on loopback (a bare HOST:PORT logs a warning).
@@ -413,11 +423,12 @@ class Stack:
             "--cluster",
             f"{self.plan.organization}/{self.plan.cluster}",
             "--credentials",
-            str(self.credentials),
+            str(self.keys[component]),
         ]
 
     def _subscribe_args(self, service: str) -> list[str]:
-        return [*self._control_plane_args(), "--cache-dir", str(self.state / f"{service}-cache")]
+        cache = str(self.state / f"{service}-cache")
+        return [*self._control_plane_args(service), "--cache-dir", cache]
 
     def write_agent_proxies(self) -> Path:
         """The agent's static discovery file: the gateway, by its admin API and log, and
@@ -441,7 +452,7 @@ class Stack:
         p = self.ports
         argv = [sys.executable, "-m", "agent", "--listen", p.at(p.agent)]
         argv += ["--instance", "demo-agent", "--static-proxies", str(self.write_agent_proxies())]
-        argv += self._control_plane_args()
+        argv += self._control_plane_args("agent")
         self._spawn_argv("agent", argv)
         ready = f"http://{format_listen(_reachable(p.host), p.agent)}/readyz"
         self._wait("the agent's tunnel to mgmt-api", lambda: _answers_200(ready))
@@ -449,7 +460,7 @@ class Stack:
     def write_gateway_bootstrap(self) -> Path:
         """The gateway's bootstrap (node, admin, ADS with a fresh token), mode 0600.
 
-        Rendered again on every start from the cluster's credentials, so the
+        Rendered again on every start from the gateway's key, so the
         token (:data:`~meshplane.gateway_contract.GATEWAY_TOKEN_TTL_SECONDS`)
         never expires under a demo that is restarted now and then.
         """
@@ -462,7 +473,7 @@ class Stack:
             listen_port=p.gateway,
             ratelimit_service=f"grpc://{p.at(p.ratelimit)}",
         )
-        token = control_plane.load_credentials(self.credentials).token(
+        token = control_plane.load_credentials(self.keys["gateway"]).token(
             ttl=gateway_contract.GATEWAY_TOKEN_TTL_SECONDS, audience=gateway_contract.XDS_AUDIENCE
         )
         doc = gateway_contract.bootstrap(
@@ -515,7 +526,7 @@ class Stack:
         """Make the server match the demo plan; return what was created/updated/unchanged."""
         self._log(f"seeding organization {self.plan.organization!r}, cluster {self.plan.cluster!r}")
         try:
-            report = seed(client, self.plan, self.credentials)
+            report = seed(client, self.plan, self.keys)
         except (SeedError, httpx.HTTPError) as exc:
             raise Stopping(
                 f"seeding failed: {exc} (a state dir from another password? "

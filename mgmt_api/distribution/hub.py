@@ -62,13 +62,13 @@ from mgmt_api.distribution.server import DistributionServicer
 from mgmt_api.distribution.sidecar_ads import SidecarStreams
 from mgmt_api.distribution.wire import add_to_server as add_ads_to_server
 from mgmt_api.distribution.workload_certs import WorkloadCertificatesServicer, add_to_server
-from mgmt_api.domain import mesh_ca
+from mgmt_api.domain import cluster_accounts, mesh_ca
 from mgmt_api.domain.durations import parse_duration
 from mgmt_api.errors import invalid
 from mgmt_api.service.enforcement import EnforcementService, Snapshot
 from mgmt_api.service.instances import SubscriberRegistry
 from mgmt_api.service.mesh_ca import MeshCaStore, advance_forever
-from mgmt_api.service.stream_auth import Revocation, StreamAuth
+from mgmt_api.service.stream_auth import AuthError, Revocation, StreamAuth
 from mgmt_api.service.workload_trust import Attestation, WorkloadTrustStore
 from mgmt_api.settings import Settings
 from mgmt_api.store.notify import SIDECARS_CHANNEL, listen_revisions
@@ -94,6 +94,10 @@ SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
     ("grpc.http2.max_pings_without_data", 0),
+    # gRPC sets SO_REUSEPORT by default on Linux: a second mgmt-api would then
+    # share the port and split the gateways and sidecars between two control
+    # planes. Off, a taken port fails the bind (see Distribution.start).
+    ("grpc.so_reuseport", 0),
 )
 
 
@@ -164,11 +168,18 @@ class Distribution:
         return await self.enforcement.snapshot_async(node.kind, node.organization, node.cluster)
 
     async def _authenticate(self, token: str, node: NodeIdentity) -> str:
-        return await self.stream_auth.authenticate_async(token, node.organization, node.cluster)
+        return await self._admit(token, node, tokens.DISTRIBUTION_AUDIENCE)
 
     async def _authenticate_gateway(self, token: str, node: NodeIdentity) -> str:
+        return await self._admit(token, node, tokens.GATEWAY_AUDIENCE)
+
+    async def _admit(self, token: str, node: NodeIdentity, audience: str) -> str:
+        """The stream's channel (its audience and node kind) decides which account may open it."""
+        channel = cluster_accounts.channel_for(audience, node.kind)
+        if channel is None:
+            raise AuthError(f"no cluster credential opens this stream as {node.kind!r}")
         return await self.stream_auth.authenticate_async(
-            token, node.organization, node.cluster, tokens.GATEWAY_AUDIENCE
+            token, node.organization, node.cluster, channel
         )
 
     async def _build_gateway(self, key: tuple[str, str]) -> GatewayInput:
@@ -245,12 +256,7 @@ class Distribution:
         add_to_server(self._workload_certificates(attestation), server)
         for add in self.servicers:
             add(server)
-        if self.tls is not None:
-            port = server.add_secure_port(self.listen, grpcio_credentials(self.tls))
-        else:
-            port = server.add_insecure_port(self.listen)
-        if port == 0:
-            raise OSError(f"cannot listen for gRPC on {self.listen}")
+        port = self._bind(server)
         await server.start()
         self._server, self.port = server, port
         poll = STORE_POLL_SECONDS
@@ -275,6 +281,23 @@ class Distribution:
         (re)connect, whatever changed while not listening)."""
         moved = sidecars.registry_moved
         await listen_revisions(url, lambda _: moved(), connected=moved, channel=SIDECARS_CHANNEL)
+
+    def _bind(self, server: grpc.aio.Server) -> int:
+        """Add the listening port; raise OSError naming the address and the
+        flag when it cannot be bound (taken: reuse of the port is off)."""
+        try:
+            if self.tls is not None:
+                port = server.add_secure_port(self.listen, grpcio_credentials(self.tls))
+            else:
+                port = server.add_insecure_port(self.listen)
+        except RuntimeError:  # grpcio's "Failed to bind to address ..."
+            port = 0
+        if port == 0:
+            raise OSError(
+                f"cannot listen for gRPC on {self.listen} (--grpc-listen): the port is in use"
+                " or the address is not this host's"
+            )
+        return port
 
     async def _listen(self, url: str, feed: ChangeFeed) -> None:
         """Other replicas' commits, as PostgreSQL notifications."""

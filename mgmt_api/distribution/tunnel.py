@@ -31,13 +31,13 @@ from mgmt_api import fqn as fqnmod
 from mgmt_api.distribution.feed import ChangeFeed
 from mgmt_api.distribution.hub import REVALIDATE_SECONDS, Distribution
 from mgmt_api.distribution.streams import StillAdmitted, admit_bearer
+from mgmt_api.domain import cluster_accounts
+from mgmt_api.domain.cluster_accounts import AGENT_KIND
 from mgmt_api.service.inventory import InventoryService
-from mgmt_api.service.stream_auth import Revocation, StreamAuth
+from mgmt_api.service.stream_auth import AuthError, Revocation, StreamAuth
 from mgmt_api.service.tunnel_hub import AgentSession, TunnelHub
 
 log = logging.getLogger(__name__)
-
-AGENT_KIND = "agent"
 
 # (token, node, audience) → the grant (key id), or AuthError.
 Authenticate = Callable[[str, NodeIdentity, str], Awaitable[str]]
@@ -178,7 +178,10 @@ def tunnel_servicer(
     auth: StreamAuth = distribution.stream_auth
 
     async def authenticate(token: str, node: NodeIdentity, audience: str) -> str:
-        return await auth.authenticate_async(token, node.organization, node.cluster, audience)
+        channel = cluster_accounts.channel_for(audience, node.kind)
+        if channel is None:
+            raise AuthError(f"no cluster credential opens the tunnel as {node.kind!r}")
+        return await auth.authenticate_async(token, node.organization, node.cluster, channel)
 
     async def still_admitted(grant: str, node: NodeIdentity) -> Revocation | None:
         return await auth.still_admitted_async(grant, node.organization, node.cluster)

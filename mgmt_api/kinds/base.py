@@ -11,7 +11,9 @@ is handling. The hooks, in the order a write calls them:
 2. :meth:`Behaviour.check_writable`: objects the kind never lets clients
    change (built-in roles);
 3. :meth:`Behaviour.merge_update` (updates only): values the stored object
-   keeps that the body cannot express (write-only secrets, synced fields);
+   keeps that the body cannot express (synced fields; the markers of
+   write-only key material, :attr:`Behaviour.secrets`, are put back by the
+   generic update itself);
 4. :meth:`Behaviour.authorize`: permissions beyond the generic one; before
    it, the generic path checks the kind's :attr:`Behaviour.grants` (fields
    whose change grants access need what a policy change needs);
@@ -42,6 +44,7 @@ from meshplane.kinds_contract import SHAPES, Kind, KindShape
 from mgmt_api import access
 from mgmt_api import fqn as fqnmod
 from mgmt_api.access import Principal
+from mgmt_api.compiler.key_material import SecretField
 from mgmt_api.domain import rbac
 from mgmt_api.domain.times import rfc3339
 from mgmt_api.schemas.base import ApiModel
@@ -308,6 +311,10 @@ class Behaviour:
     route_params: tuple[RouteParam, ...] = ()
     #: Fields and operations of the kind that grant access (:class:`AccessGrant`).
     grants: tuple[AccessGrant, ...] = ()
+    #: Key-bearing fields: write-only, read back as a fingerprint marker. The
+    #: generic CRUD redacts, restores and refuses markers for every kind alike
+    #: (:mod:`mgmt_api.compiler.key_material`), so a kind only declares them.
+    secrets: tuple[SecretField, ...] = ()
 
     def validate(self, write: Write) -> None:
         """Check and normalise ``write.spec`` (pure: no store)."""

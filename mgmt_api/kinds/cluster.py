@@ -1,13 +1,16 @@
-"""Cluster: a Kubernetes-style cluster, its agent and its onboarding.
+"""Cluster: a Kubernetes-style cluster, its components' accounts and its onboarding.
 
-Creating a cluster also creates its agent service account
-(``{cluster}/serviceaccounts/agent``), binds it ``rbac/editor`` on the
-cluster, mints its first key and returns the install template with that
-key, in the same transaction; the key is never stored. Creating one needs
-SET_POLICY on the organization besides CREATE, as does a GET with
-``includeInstallTemplate=true``, which mints a new key: both mint a key of
-the agent account, which :func:`~mgmt_api.kinds.service_account.key_scope`
-checks on the organization (:data:`CREATE_AGENT`, :data:`INSTALL_TEMPLATE`).
+Creating a cluster also creates one service account per component that
+talks to mgmt-api (``{cluster}/serviceaccounts/{agent,gateway,extauthz,ratelimit}``,
+:data:`mgmt_api.domain.cluster_accounts.ACCOUNTS`, which also says what each
+key opens), mints a first key of each and returns the install template with
+those keys, in the same transaction; no private key is stored. None of the
+accounts gets a role. Creating one needs SET_POLICY on the organization
+besides CREATE, as does a GET with ``includeInstallTemplate=true``, which
+mints a new key of each (creating the accounts a cluster made before some
+of them existed lacks): keys of a cluster's accounts are managed on the
+organization (:func:`~mgmt_api.kinds.service_account.key_scope`,
+:data:`CREATE_ACCOUNTS`, :data:`INSTALL_TEMPLATE`).
 
 ``namespaces`` and ``state`` are what the cluster's agent last reported
 (output only); ``fetchWorkloads`` includes the reported workloads, which are
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
@@ -39,6 +43,7 @@ from mgmt_api import fqn as fqnmod
 from mgmt_api.auth import keys as keymod
 from mgmt_api.compiler import tracing
 from mgmt_api.compiler.envoy_config import MAX_TIMEOUT_SECONDS, MIN_TIMEOUT_SECONDS
+from mgmt_api.domain import cluster_accounts as accounts
 from mgmt_api.domain import inventory, mesh_ca, workload_attest
 from mgmt_api.domain.durations import format_duration, parse_duration
 from mgmt_api.domain.times import rfc3339
@@ -80,8 +85,6 @@ GATEWAY_INSTANCE = "gateway-1"
 #: trusted_ca of a grpcs:// ADS address: the system bundle of Debian/Ubuntu (and of
 #: Envoy's images), right for a publicly signed mgmt-api certificate.
 GATEWAY_CA_FILE = "/etc/ssl/certs/ca-certificates.crt"
-#: The role the agent gets on its cluster.
-AGENT_ROLE = "rbac/editor"
 
 FETCH_WORKLOADS = RouteParam(
     "fetch_workloads",
@@ -95,7 +98,10 @@ INCLUDE_INSTALL_TEMPLATE = RouteParam(
         QueryBool,
         Query(
             alias="includeInstallTemplate",
-            description="Mints a new agent key; needs SET_POLICY on the organization.",
+            description=(
+                "Mints a new key of each of the cluster's accounts; needs SET_POLICY "
+                "on the organization."
+            ),
         ),
     ],
     False,
@@ -103,24 +109,35 @@ INCLUDE_INSTALL_TEMPLATE = RouteParam(
 )
 
 
-def _agent_key_scope(conn: Connection, cluster_fqn: str, kind: str) -> list[tuple[str, str]]:
-    return [key_scope(fqnmod.agent_fqn(cluster_fqn))]
+_ACCOUNTS_ON = "the organization (where the cluster accounts' keys are managed)"
 
 
-_AGENT_ON = "the organization (where the agent account's keys are managed)"
-CREATE_AGENT = AccessGrant(
-    "Cluster",
-    "create (creates the agent account, mints its key)",
-    "the key acts as the cluster's agent",
-    on=_AGENT_ON,
-    targets=_agent_key_scope,
+def _key_scope_of(name: str) -> Callable[[Connection, str, str], list[tuple[str, str]]]:
+    def targets(conn: Connection, cluster_fqn: str, kind: str) -> list[tuple[str, str]]:
+        return [key_scope(accounts.account_fqn(cluster_fqn, name))]
+
+    return targets
+
+
+def _grant(operation: str, account: accounts.Account) -> AccessGrant:
+    opens = " and the ".join(sorted(c.title for c in account.channels))
+    return AccessGrant(
+        "Cluster",
+        operation.format(name=account.name),
+        f"the key acts as {account.description}: it opens the {opens}",
+        on=_ACCOUNTS_ON,
+        targets=_key_scope_of(account.name),
+    )
+
+
+#: Creating a cluster creates each account and mints its first key.
+CREATE_ACCOUNTS = tuple(
+    _grant("create (creates the {name} account, mints its key)", a) for a in accounts.ACCOUNTS
 )
-INSTALL_TEMPLATE = AccessGrant(
-    "Cluster",
-    "GET ?includeInstallTemplate=true (mints an agent key)",
-    "the key acts as the cluster's agent",
-    on=_AGENT_ON,
-    targets=_agent_key_scope,
+#: ``includeInstallTemplate`` mints a new key of each account.
+INSTALL_TEMPLATE = tuple(
+    _grant("GET ?includeInstallTemplate=true (mints a key of the {name} account)", a)
+    for a in accounts.ACCOUNTS
 )
 
 WORKLOAD_ISSUERS = AccessGrant(
@@ -271,9 +288,10 @@ def gateway_template(
 ) -> dict[str, Any]:
     """A ready-to-run bootstrap for one gateway Envoy of ``cluster``, reaching ADS at ``ads``.
 
-    Its token is signed with the freshly minted agent key (Envoy cannot sign
-    tokens, so it carries one of :data:`gateway_contract.GATEWAY_TOKEN_TTL_SECONDS`,
-    valid only with the ADS audience): deleting the key revokes it. The
+    Its token is signed with the freshly minted key of the cluster's gateway
+    account (Envoy cannot sign tokens, so it carries one of
+    :data:`gateway_contract.GATEWAY_TOKEN_TTL_SECONDS`, valid only with the ADS
+    audience): deleting the key revokes it. The
     bootstrap sits under ``secrets`` because it is one, as the key is.
     """
     now = time.time()
@@ -309,35 +327,48 @@ def gateway_template(
     }
 
 
+def credential(cluster: repo.Resource, sa_fqn: str, pair: keymod.KeyPair) -> dict[str, str]:
+    """One account's key as the template hands it out (what ``--credentials`` reads)."""
+    return {
+        "clusterFqn": cluster.fqn,
+        "serviceAccountFqn": sa_fqn,
+        "keyId": pair.id,
+        "jwk": json.dumps(pair.private_jwk, separators=(",", ":")),
+        "encodedJwk": keymod.encode_jwk(pair.private_jwk),
+    }
+
+
 def install_template(
     base_url: str,
     cluster: repo.Resource,
-    sa_fqn: str,
-    pair: keymod.KeyPair,
+    keys: dict[str, keymod.KeyPair],
     ads: str | None = None,
 ) -> dict[str, Any]:
-    """Minimal values to install the cluster's agent, and its gateway when ``ads`` is
-    known; carries the API key (and a gateway token made with it), never stored."""
+    """Minimal values to install the cluster's components, and its gateway when ``ads``
+    is known; carries a new key of each account (and a gateway token made with the
+    gateway's), never stored. ``keys``: account name -> its new key."""
     url = urlsplit(base_url)
     port = url.port or (443 if url.scheme == "https" else 80)
-    gateway = {"gateway": gateway_template(ads, cluster, sa_fqn, pair)} if ads else {}
+    gateway_fqn = accounts.account_fqn(cluster.fqn, "gateway")
+    gateway = (
+        {"gateway": gateway_template(ads, cluster, gateway_fqn, keys["gateway"])} if ads else {}
+    )
+    secrets = {
+        a.template_secret: credential(
+            cluster, accounts.account_fqn(cluster.fqn, a.name), keys[a.name]
+        )
+        for a in accounts.ACCOUNTS
+    }
     return {
         "message": (
-            "Install the meshplane cluster agent with these values. The API key (secrets."
-            "clusterServiceAccount) is shown only now; "
-            "fetching the template again mints a new key."
+            "Install the meshplane cluster components with these values. Each component's "
+            "API key (secrets.clusterServiceAccount: the agent's; secrets."
+            "gatewayServiceAccount, extauthzServiceAccount, ratelimitServiceAccount) "
+            "is shown only now; fetching the template again mints new keys."
         ),
         "helm": {
             "operator": {"deletionProtection": "disabled", "controlPlaneMode": "CONTROL"},
-            "secrets": {
-                "clusterServiceAccount": {
-                    "clusterFqn": cluster.fqn,
-                    "serviceAccountFqn": sa_fqn,
-                    "keyId": pair.id,
-                    "jwk": json.dumps(pair.private_jwk, separators=(",", ":")),
-                    "encodedJwk": keymod.encode_jwk(pair.private_jwk),
-                }
-            },
+            "secrets": secrets,
             "spec": {
                 "managementPlane": {
                     "url": base_url.rstrip("/"),
@@ -354,38 +385,46 @@ def install_template(
     }
 
 
-def _create_agent(env: WriteEnv, cluster: repo.Resource) -> dict[str, Any]:
-    """The cluster's agent account, its binding on the cluster, its first key and template."""
-    conn = env.tx.conn
-    sa_fqn = fqnmod.agent_fqn(cluster.fqn)
-    spec = {"displayName": f"Agent of {cluster.name}", "description": "Cluster service account"}
-    account = create_object(env, Kind.SERVICE_ACCOUNT, sa_fqn, spec)
-    if account is None:
-        raise ApiError(Code.ALREADY_EXISTS, f"{sa_fqn} already exists", metadata={"fqn": sa_fqn})
-    policy = repo.get_policies(conn, [cluster.fqn])[cluster.fqn]
-    allow = [*policy.allow, {"role": AGENT_ROLE, "subjects": [{"serviceAccount": sa_fqn}]}]
-    repo.update_policy_if_etag(
-        conn,
-        cluster.fqn,
-        old_etag=policy.etag,
-        allow=allow,
-        description=policy.description,
-        etag=env.tx.etag(cluster.fqn, "#policy!"),
-    )
-    pair = new_key(conn, sa_fqn)
+def _mint_keys(env: WriteEnv, cluster: repo.Resource) -> dict[str, keymod.KeyPair]:
+    """A new key of each of the cluster's accounts, creating the accounts it lacks (a
+    cluster created before some of them existed, or an account deleted since). None of
+    them gets a role: what each key opens is the table of ``cluster_accounts``."""
+    keys = {}
+    for account in accounts.ACCOUNTS:
+        sa_fqn = accounts.account_fqn(cluster.fqn, account.name)
+        if not repo.exists(env.tx.conn, sa_fqn):
+            spec = {
+                "displayName": f"{account.name.capitalize()} of {cluster.name}",
+                "description": f"Credential of {account.description}",
+            }
+            if create_object(env, Kind.SERVICE_ACCOUNT, sa_fqn, spec) is None:
+                raise ApiError(
+                    Code.ALREADY_EXISTS, f"{sa_fqn} already exists", metadata={"fqn": sa_fqn}
+                )
+        keys[account.name] = new_key(env.tx.conn, sa_fqn)
+    return keys
+
+
+def _create_accounts(env: WriteEnv, cluster: repo.Resource) -> dict[str, Any]:
+    """The cluster's accounts, their first keys and the template; ``serviceAccount``
+    shows the agent's account with its key."""
+    keys = _mint_keys(env, cluster)
+    agent = keys[fqnmod.AGENT_SERVICE_ACCOUNT]
+    account = repo.get(env.tx.conn, fqnmod.agent_fqn(cluster.fqn))
+    assert account is not None  # created just now
     account_view = render_common(account)
-    account_view["keys"] = [key_view(pair.id, pair.public_jwk, "PEM", pair)]
+    account_view["keys"] = [key_view(agent.id, agent.public_jwk, "PEM", agent)]
     return {
         "serviceAccount": account_view,
         "installTemplate": install_template(
-            env.base_url, cluster, sa_fqn, pair, env.settings.ads_url(env.base_url)
+            env.base_url, cluster, keys, env.settings.ads_url(env.base_url)
         ),
     }
 
 
 class ClusterBehaviour(Behaviour):
     route_params = (FETCH_WORKLOADS, INCLUDE_INSTALL_TEMPLATE)
-    grants = (CREATE_AGENT, INSTALL_TEMPLATE, WORKLOAD_ISSUERS)
+    grants = (*CREATE_ACCOUNTS, *INSTALL_TEMPLATE, WORKLOAD_ISSUERS)
 
     def validate(self, write: Write) -> None:
         spec = write.spec
@@ -409,10 +448,11 @@ class ClusterBehaviour(Behaviour):
 
     def authorize(self, env: WriteEnv, write: Write) -> None:
         if write.creating:
-            CREATE_AGENT.require(env.tx.conn, env.principal, write.fqn)
+            for grant in CREATE_ACCOUNTS:
+                grant.require(env.tx.conn, env.principal, write.fqn)
 
     def after_write(self, env: WriteEnv, write: Write, res: repo.Resource) -> dict[str, Any]:
-        return _create_agent(env, res) if write.creating else {}
+        return _create_accounts(env, res) if write.creating else {}
 
     def before_delete(self, env: WriteEnv, fqn: str) -> None:
         onboarding.offboard_cluster(env, fqn)
@@ -438,21 +478,20 @@ class ClusterBehaviour(Behaviour):
     def on_read_write(
         self, env: WriteEnv, res: repo.Resource, options: QueryOptions
     ) -> dict[str, Any]:
-        """``includeInstallTemplate``: a new agent key and the template carrying it."""
-        INSTALL_TEMPLATE.require(env.tx.conn, env.principal, res.fqn)
-        sa_fqn = fqnmod.agent_fqn(res.fqn)
-        if not repo.exists(env.tx.conn, sa_fqn):
-            raise ApiError(Code.FAILED_PRECONDITION, f"{sa_fqn} was deleted; recreate the cluster")
-        pair = new_key(env.tx.conn, sa_fqn)
-        env.tx.audit(
-            sa_fqn,
-            Kind.SERVICE_ACCOUNT,
-            "GENERATE_KEY",
-            f"install template requested for {res.fqn}",
-            keyId=pair.id,
-        )
+        """``includeInstallTemplate``: a new key of each account and the template carrying them."""
+        for grant in INSTALL_TEMPLATE:
+            grant.require(env.tx.conn, env.principal, res.fqn)
+        keys = _mint_keys(env, res)
+        for name, pair in keys.items():
+            env.tx.audit(
+                accounts.account_fqn(res.fqn, name),
+                Kind.SERVICE_ACCOUNT,
+                "GENERATE_KEY",
+                f"install template requested for {res.fqn}",
+                keyId=pair.id,
+            )
         ads = env.settings.ads_url(env.base_url)
-        return {"installTemplate": install_template(env.base_url, res, sa_fqn, pair, ads)}
+        return {"installTemplate": install_template(env.base_url, res, keys, ads)}
 
 
 KIND = KindDef(Kind.CLUSTER, Cluster, behaviour=ClusterBehaviour(), protectable=True)

@@ -9,7 +9,9 @@ RBAC on the caller's SPIFFE id (``mgmt_api.compiler.mesh_authz``; the table of
 what each mode admits is in docs/mesh.md; ``RULES`` is not modelled and
 refuses). ``http.external`` is the ext_authz server Envoy calls, with any
 mode, at gateways and sidecars; ``http.local`` are local JWT rules Envoy
-enforces itself. ``mode: DISABLED`` turns all of it off.
+enforces itself, whose inline keys are write-only (:data:`SECRETS`: a read
+shows a fingerprint marker, an update that sends it back keeps the key).
+``mode: DISABLED`` turns all of it off.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pydantic import Field
 
 from meshplane.kinds_contract import Kind
 from mgmt_api import fqn as fqnmod
+from mgmt_api.compiler.key_material import Material, SecretField, is_public_pem, jwks_problem
 from mgmt_api.compiler.traffic_policy import HEADER_NAME
 from mgmt_api.domain.uris import check_grpc_uri
 from mgmt_api.errors import invalid
@@ -131,7 +134,18 @@ class SecuritySetting(Meta):
     authorization: AuthorizationSettings | None = None
 
 
+_LOCAL_KEYS = ("authorization", "http", "local", "keys")
+#: The local JWT keys given inline: write-only (:mod:`mgmt_api.compiler.key_material`).
+#: An HMAC key (``k``) verifies and mints alike; a public JWKS or PEM reads back as is.
+SECRETS = (
+    SecretField((*_LOCAL_KEYS, "jwks", "value"), Material.KEY),
+    SecretField((*_LOCAL_KEYS, "pem"), Material.KEY),
+)
+
+
 class SecuritySettingBehaviour(Behaviour):
+    secrets = SECRETS
+
     def validate(self, write: Write) -> None:
         prefix = write.prefix
         authz = write.spec.get("authorization") or {}
@@ -182,6 +196,16 @@ def _validate_local(field: str, local: dict[str, Any]) -> None:
         sources.append("pem")
     if len(sources) != 1:
         raise invalid(f"{field}.keys", "give exactly one of jwks.value, jwks.uri or pem")
+    problem = jwks_problem(jwks["value"]) if jwks.get("value") is not None else None
+    if problem is not None:
+        raise invalid(f"{field}.keys.jwks.value", problem)
+    if keys.get("pem") is not None and not is_public_pem(keys["pem"]):
+        # Verifying needs the public half only; the value is never quoted back.
+        raise invalid(
+            f"{field}.keys.pem",
+            "must be PEM public keys (-----BEGIN PUBLIC KEY-----); a private key never "
+            "belongs here, and an HMAC key goes in jwks.value as an oct JWK",
+        )
     uri = jwks.get("uri")
     if uri is not None and not re.match(r"^https?://[^/\s]+(/\S*)?$", uri):
         raise invalid(f"{field}.keys.jwks.uri", f"{uri!r} is not an http(s) URL")

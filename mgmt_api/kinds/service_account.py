@@ -5,9 +5,10 @@ Creating one mints its first key; the private half is in that response only
 
 A key acts as the account, so minting or revoking one is managing the
 account's credentials: it needs SET_POLICY (:data:`NEW_KEY`,
-:data:`REVOKE_KEY`), on the account, or for a cluster's agent account on
-its organization, as the cluster's install template does (spec 4.7: the
-agent's key is the organization admins' to hand out).
+:data:`REVOKE_KEY`), on the account, or for a cluster's agent, gateway,
+extauthz or ratelimit account on its organization, as the cluster's install
+template does (spec 4.7: the agent's key is the organization admins' to hand
+out, and so are the other components').
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from sqlalchemy.engine import Connection
 from meshplane.kinds_contract import Kind
 from mgmt_api import fqn as fqnmod
 from mgmt_api.auth import keys as keymod
+from mgmt_api.domain import cluster_accounts
 from mgmt_api.kinds import base
 from mgmt_api.schemas.resources import KeyPair, Meta
 from mgmt_api.store import repo
@@ -33,11 +35,12 @@ KEY_ENCODING = base.RouteParam(
 
 
 def key_scope(sa_fqn: str) -> tuple[str, str]:
-    """Where managing ``sa_fqn``'s keys is checked: its organization for a cluster's
-    agent account (whose keys the install template hands out), else the account."""
-    cluster = fqnmod.cluster_of(sa_fqn)
-    if cluster is not None and sa_fqn == fqnmod.agent_fqn(cluster):
-        return fqnmod.parse(cluster).parent, "Organization"
+    """Where managing ``sa_fqn``'s keys is checked: its organization for one of a
+    cluster's accounts (agent, gateway, extauthz, ratelimit: the install template
+    hands out their keys, and each opens a stream), else the account."""
+    found = cluster_accounts.account_of(sa_fqn)
+    if found is not None:
+        return fqnmod.parse(found[0]).parent, "Organization"
     return sa_fqn, "ServiceAccount"
 
 
@@ -45,7 +48,7 @@ def _key_targets(conn: Connection, sa_fqn: str, kind: str) -> list[tuple[str, st
     return [key_scope(sa_fqn)]
 
 
-_KEY_ON = "the account; a cluster's agent account: its organization"
+_KEY_ON = "the account; a cluster's agent, gateway, extauthz or ratelimit account: its organization"
 NEW_KEY = base.AccessGrant(
     "ServiceAccount",
     "new key (POST .../keys; creating the account mints its first)",
@@ -56,7 +59,7 @@ NEW_KEY = base.AccessGrant(
 REVOKE_KEY = base.AccessGrant(
     "ServiceAccount",
     "revoke a key (DELETE .../keys/{keyId})",
-    "takes the account's credential away (a cluster's agent would stop)",
+    "takes the account's credential away (a cluster's component would stop)",
     on=_KEY_ON,
     targets=_key_targets,
 )
@@ -108,7 +111,8 @@ class ServiceAccountBehaviour(base.Behaviour):
         if not write.creating:
             return {}
         # The creator is rbac/admin of the new account, so this refuses only a
-        # cluster's agent account recreated by someone who is not an org admin.
+        # cluster's account (agent, gateway, extauthz, ratelimit) recreated by
+        # someone who is not an org admin.
         NEW_KEY.require(env.tx.conn, env.principal, res.fqn)
         pair = new_key(env.tx.conn, res.fqn)
         encoding = str(write.options.get("key_encoding", "PEM"))

@@ -7,7 +7,10 @@ group that reaches the cluster, rendered by :mod:`mgmt_api.compiler.envoy_config
 from the same read model the extauthz and ratelimit snapshots come from
 (:mod:`mgmt_api.service.enforcement`), so the context extensions Envoy sends
 name the policies the cluster's ext_authz instances load. Needs READ on the
-cluster.
+cluster. It is for people to read: key material (a local JWT provider's
+inline JWKS with an HMAC or private key) shows as its fingerprint marker
+(:func:`mgmt_api.compiler.key_material.redact_envoy_config`), in every format;
+the gateways get the real keys over ADS.
 
 ``?format=yaml`` returns the same document as YAML; ``?rateLimitService=
 grpc://host:port`` says where the gateway reaches the ratelimit service (the

@@ -2,7 +2,8 @@
 
 Authenticated like every endpoint; only a bearer token signed with a key of
 this cluster's agent service account (``.../clusters/{cluster}/serviceaccounts/agent``)
-is accepted, the same credential the policy distribution admits.
+is accepted, as the table of ``mgmt_api.domain.cluster_accounts`` says (the
+agent holds no role).
 """
 
 from typing import Annotated

@@ -41,7 +41,7 @@ from meshplane.sidecar_contract import SIDECAR_KIND
 from mgmt_api import access
 from mgmt_api import fqn as fqnmod
 from mgmt_api.access import CallContext
-from mgmt_api.compiler import envoy_config, gateway_xds, mesh_authz, sidecar_xds
+from mgmt_api.compiler import envoy_config, gateway_xds, key_material, mesh_authz, sidecar_xds
 from mgmt_api.compiler import extauthz as extauthz_compiler
 from mgmt_api.compiler.http_route import Backend, HTTPRoute
 from mgmt_api.compiler.identity_limits import (
@@ -477,7 +477,10 @@ class EnforcementService:
     def envoy_config(
         self, ctx: CallContext, organization: str, cluster: str, ratelimit_service: str
     ) -> dict[str, Any]:
-        """The gateway's Envoy config for the cluster (needs READ on the cluster)."""
+        """The gateway's Envoy config for the cluster (needs READ on the cluster).
+
+        For people to read, so key material shows as its marker; gateways get
+        theirs unredacted over ADS (:mod:`mgmt_api.compiler.gateway_xds`)."""
         check_grpc_uri("rateLimitService", ratelimit_service)
         cluster_fqn = fqnmod.cluster_fqn(organization, cluster)
         with self.uow.read() as conn:
@@ -485,7 +488,9 @@ class EnforcementService:
             policies = read_cluster(conn, organization, cluster)
         if policies is None:
             raise not_found(cluster_fqn)
-        return envoy_config.render(gateway_input(policies, ratelimit_service))
+        document = envoy_config.render(gateway_input(policies, ratelimit_service))
+        redacted: dict[str, Any] = key_material.redact_envoy_config(document)
+        return redacted
 
     def policy_errors(self, organization: str, cluster: str) -> list[ClaimLimitErrorJson]:
         """What compiles but cannot be enforced as written (claim limits on a route

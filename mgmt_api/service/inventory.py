@@ -27,8 +27,8 @@ from meshplane.kinds_contract import Kind
 from mgmt_api import access as authz
 from mgmt_api import fqn as fqnmod
 from mgmt_api.access import CallContext
+from mgmt_api.domain import cluster_accounts, listing, lookup, rbac, workload_attest
 from mgmt_api.domain import inventory as inv
-from mgmt_api.domain import listing, lookup, rbac, workload_attest
 from mgmt_api.domain import onboarding as ob
 from mgmt_api.domain.times import rfc3339
 from mgmt_api.errors import ApiError, Code, invalid, not_found
@@ -92,12 +92,15 @@ class InventoryService:
     ) -> ClusterStateView:
         """Replace the cluster's reported inventory; only its own agent may send it."""
         _check_names(report)
-        expected = fqnmod.agent_fqn(cluster_fqn)
-        if ctx.principal.fqn != expected:
+        # Admitted by the cluster-accounts table, not by a role: the agent holds none.
+        refused = cluster_accounts.refusal(
+            ctx.principal.fqn, cluster_fqn, cluster_accounts.INVENTORY_REPORT
+        )
+        if refused is not None:
             raise ApiError(
                 Code.PERMISSION_DENIED,
-                f"only the cluster's agent ({expected}) may report the inventory of "
-                f"{cluster_fqn}, not {ctx.principal.fqn}",
+                f"only the cluster's agent ({fqnmod.agent_fqn(cluster_fqn)}) may report the "
+                f"inventory of {cluster_fqn}: {refused}",
                 metadata={"permission": rbac.WRITE, "fqn": cluster_fqn, "kind": Kind.CLUSTER},
             )
         namespaces = [ns.model_dump(by_alias=True, exclude_none=True) for ns in report.namespaces]
@@ -105,7 +108,6 @@ class InventoryService:
         digest = inv.digest(namespaces, state)
         with self.uow.write(ctx.principal.fqn, bump=False) as tx:
             conn = tx.conn
-            authz.require(conn, ctx.principal, cluster_fqn, Kind.CLUSTER, rbac.WRITE)
             # The row lock serialises reports of this cluster (and config
             # writes, which take it too); the revision stays as it is.
             cluster = repo.lock(conn, cluster_fqn)

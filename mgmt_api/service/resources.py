@@ -26,6 +26,7 @@ from sqlalchemy.engine import Connection
 from mgmt_api import access, kinds
 from mgmt_api import fqn as fqnmod
 from mgmt_api.access import CallContext, Principal
+from mgmt_api.compiler import key_material
 from mgmt_api.domain import listing, rbac
 from mgmt_api.errors import ApiError, Code, already_exists, invalid, not_found
 from mgmt_api.kinds import principals
@@ -79,6 +80,32 @@ def _not_its_schema(res: repo.Resource, exc: pydantic.ValidationError) -> ApiErr
     )
 
 
+def _restore_secrets(kdef: KindDef, stored: repo.Resource, write: Write) -> None:
+    """The markers a GET returned, put back as the stored secrets they fingerprint."""
+    try:
+        restored = key_material.restore(write.spec, stored.spec, kdef.behaviour.secrets)
+    except key_material.UnknownMarker as exc:
+        raise invalid(
+            f"{write.prefix}.{exc.field}",
+            "is a redacted value that matches none of this object's stored secrets; "
+            "send the secret itself",
+        ) from None
+    write.spec.clear()
+    write.spec.update(restored)
+
+
+def _refuse_markers(kdef: KindDef, write: Write) -> None:
+    """A marker left in a body (a create, or one copied from another object):
+    storing it would make the marker the secret."""
+    field = key_material.first_marker(write.spec, kdef.behaviour.secrets)
+    if field is not None:
+        raise invalid(
+            f"{write.prefix}.{field}",
+            "is a redacted value; send the secret itself (a marker is only accepted "
+            "on an update of the object it was read from)",
+        )
+
+
 class ResourceService:
     """Create, read, list, update and delete objects of any kind."""
 
@@ -104,7 +131,8 @@ class ResourceService:
         """
         kdef = kinds.get(res.kind)
         env = RenderEnv(conn, self.settings, repo.now_us(), options or {})
-        rendered = kdef.behaviour.render(res, env)
+        # Key material reads back as markers; ``extra`` (a new key, shown once) never does.
+        rendered = key_material.redact(kdef.behaviour.render(res, env), kdef.behaviour.secrets)
         rendered.update(extra or {})
         try:
             return kdef.model.model_validate(rendered)
@@ -132,6 +160,7 @@ class ResourceService:
         write = Write(
             fqn, parent, name, kdef.body_field, spec_from(kdef, body), body, True, options or {}
         )
+        _refuse_markers(kdef, write)
         behaviour.validate(write)
         behaviour.check_writable(fqn, "create")
         try:
@@ -231,9 +260,11 @@ class ResourceService:
         with self.uow.read() as conn:
             before = repo.get(conn, fqn)
         if before is not None:
+            _restore_secrets(kdef, before, write)
             behaviour.merge_update(before, write)
             if kdef.protectable and _PROTECTION not in write.spec and before.protected:
                 write.spec[_PROTECTION] = True
+        _refuse_markers(kdef, write)
         behaviour.validate(write)
         with self.uow.write(ctx.principal.fqn) as tx:
             env = self._env(ctx, tx)

@@ -2,7 +2,7 @@
 
 A service's endpoints are the rows of its sidecars, whichever replica holds
 their streams, so every replica serves every sidecar the same view and a
-restarted replica serves them at once (``mesh_sidecars``, migration 0006).
+restarted replica serves them at once (``mesh_sidecars``, migration 0007).
 What moves a row (:mod:`mgmt_api.service.sidecars` decides when):
 
 - :func:`join`: a stream was admitted. The row is (re)written with the

@@ -107,6 +107,9 @@ class CounterStore(Protocol):
 
     #: True when counters are shared by every instance.
     is_global: bool
+    #: Where the counters live ("memory", "redis"): a wrapper says its inner
+    #: store's, so the store span names the store a request really reaches.
+    kind: str
 
     async def apply(self, buckets: Sequence[Bucket], now: float) -> Outcome:
         """Decide atomically; buckets have distinct keys. Raises StoreUnavailable."""

@@ -44,6 +44,7 @@ class LocalCacheStore:
         self._seen: OrderedDict[tuple[str, int], tuple[int, int]] = OrderedDict()
         self._on_hit = on_hit
         self.is_global = inner.is_global
+        self.kind = inner.kind  # a cache in front: the span names the store behind it
 
     def __len__(self) -> int:
         return len(self._seen)

@@ -24,6 +24,7 @@ class MemoryStore:
     """
 
     is_global = False
+    kind = "memory"
 
     def __init__(self) -> None:
         self._counters: dict[str, tuple[int, int]] = {}

@@ -187,6 +187,7 @@ class RedisStore:
     """The CounterStore on Redis standalone, Sentinel or Cluster."""
 
     is_global = True
+    kind = "redis"
 
     def __init__(
         self,

@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 
+from mgmt_api.compiler.local_jwt import compile_local_jwt
 from tests.mgmt_api.harness import MgmtServer, ok
 from tests.support.certs import CertificateAuthority, Issued
 from tests.support.envoy import EnvoyProcess, minimal_bootstrap
@@ -42,6 +43,8 @@ SECRETS = {
     "lua_api_key": "lua-inline-key-value",
     "generic_secret": "oauth-generic-secret-value",
     "config_yaml_password": "yaml-inline-password",
+    # the HMAC key (JWK ``k``) of a SecuritySetting's local JWT keys, compiled as a gateway gets it
+    "jwk_k": "bG9jYWwtand0LWhtYWMta2V5LXNlY3JldC0wMTIzNDU2Nzg5",
 }
 # Ordinary values that sit next to them, with names close to secret ones; all stay visible.
 VISIBLE = {
@@ -53,6 +56,19 @@ VISIBLE = {
     "plain": "visible-value",
 }
 _TYPES = "type.googleapis.com/envoy.extensions"
+
+
+def _local_jwt_filter() -> dict[str, Any]:
+    """The jwt_authn filter mgmt-api compiles for a SecuritySetting whose local keys are
+    an HMAC JWKS (``authorization.http.local``), as gateways and sidecars get it over ADS:
+    its ``localJwks.inlineString`` is the JWKS text, ``k`` and all."""
+    jwks = {"keys": [{"kty": "oct", "alg": "HS256", "kid": "h", "k": SECRETS["jwk_k"]}]}
+    local = {
+        "rules": [{"from": [{"jwt": {"iss": "https://idp.test"}}]}],
+        "keys": {"jwks": {"value": json.dumps(jwks)}},
+    }
+    jwt_authn: dict[str, Any] = compile_local_jwt("local", local).http_filters[0]
+    return jwt_authn
 
 
 def _listener(tls: Issued) -> dict[str, Any]:
@@ -123,6 +139,7 @@ def _listener(tls: Issued) -> dict[str, Any]:
                     },
                 },
             },
+            _local_jwt_filter(),
             {
                 "name": "router",
                 "typed_config": {"@type": f"{_TYPES}.filters.http.router.v3.Router"},

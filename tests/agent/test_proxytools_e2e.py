@@ -4,8 +4,9 @@ Values are checked against the Envoy admin API called directly. Also: a
 level set through ``PUT loggerlevels`` shows in ``/logging``; ``streamlogs``
 follows a line Envoy writes after the stream started (and across a log
 rotation), and the agent stops tailing when the client goes away; no
-answer carries a secret (config dump, server info, stats, clusters, logger
-levels, log lines), while ordinary values stay; bad fields are 400 naming
+answer carries a secret (config dump, a jwt_authn provider's JWK ``k``
+included, server info, stats, clusters, logger levels, log lines), while
+ordinary values stay; bad fields are 400 naming
 the field.
 """
 
@@ -75,6 +76,26 @@ def _leaks(answer: Any) -> list[str]:
     return [secret for secret in planted if secret in text]
 
 
+def _local_jwks(answer: Any) -> str:
+    """The ``local_jwks.inline_string`` of the one jwt_authn provider in the answer
+    (the bootstrap's and the listeners' dumps both show it)."""
+    found: list[str] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            if isinstance(value.get("local_jwks"), dict):
+                found.append(value["local_jwks"]["inline_string"])
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+
+    walk(answer)
+    assert found and len(set(found)) == 1, found
+    return found[0]
+
+
 def test_configdump_is_redacted(fleet: Fleet) -> None:
     direct = fleet.envoys["api-1"].admin("GET", "/config_dump").text
     # The dump Envoy itself serves holds the secrets ...
@@ -93,6 +114,10 @@ def test_configdump_is_redacted(fleet: Fleet) -> None:
         "BEGIN CERTIFICATE",
     ):
         assert reference in text, reference
+    # The local JWT keys' JWKS (jwt_authn local_jwks, as a gateway gets it over ADS):
+    # still a JWKS, its HMAC key (JWK k) redacted, its public members readable.
+    inline = _local_jwks(answer)
+    assert json.loads(inline)["keys"] == [{"kty": "oct", "alg": "HS256", "kid": "h", "k": REDACTED}]
     [item] = answer["instances"]
     assert item["redactedFields"] >= 15
     kinds = [c["@type"].rsplit(".", 1)[1] for c in item["configDump"]["configs"]]

@@ -7,6 +7,7 @@ against a real Envoy's dump is in ``test_proxytools_e2e.py``.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -15,6 +16,14 @@ from agent.redact import REDACTED, is_secret_name, redact, redact_text
 
 PEM = "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----"
 CERT = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+# JWKs: a symmetric key (all of it is the secret), an RSA private key (n, e public).
+OCT = {"kty": "oct", "kid": "h", "alg": "HS256", "k": "c2VjcmV0LXNlY3JldC1zZWNyZXQ"}
+RSA = {"kty": "RSA", "kid": "r", "n": "0vx7", "e": "AQAB", "d": "X4cT", "p": "83i-"}
+RSA_MORE = {"q": "3dfO", "dp": "G4sP", "dq": "s9lA", "qi": "GyM_", "oth": [{"r": "a", "d": "b"}]}
+R = REDACTED
+OCT_REDACTED = {**OCT, "k": R}
+RSA_REDACTED = {**RSA, "d": R, "p": R}
+JWKS_TEXT = json.dumps({"keys": [OCT, RSA]})
 
 SECRET_NAMES = [
     "password",
@@ -222,6 +231,31 @@ def test_ordinary_names(name: str) -> None:
             {"stats": [{"name": "http.jwt_authn.token_missing", "value": 3}]},
             0,
         ),
+        # JWKs: private and symmetric members, wherever the JWK is (names do not tell)
+        ({"keys": [OCT]}, {"keys": [OCT_REDACTED]}, 1),
+        (
+            {"jwk": {**RSA, **RSA_MORE}},
+            {"jwk": {**RSA_REDACTED, **dict.fromkeys(RSA_MORE, R), "oth": [{"r": R, "d": R}]}},
+            8,
+        ),
+        # ... in a string holding a JWKS (jwt_authn's local_jwks in a config dump)
+        (
+            {"local_jwks": {"inline_string": JWKS_TEXT}},
+            {
+                "local_jwks": {
+                    "inline_string": json.dumps(
+                        {"keys": [OCT_REDACTED, RSA_REDACTED]}, separators=(",", ":")
+                    )
+                }
+            },
+            3,
+        ),
+        # a public JWKS, and members of that name outside a JWK, stay readable
+        (
+            {"keys": [{"kty": "RSA", "n": "0vx7", "e": "AQAB"}], "p": "1", "d": "x"},
+            {"keys": [{"kty": "RSA", "n": "0vx7", "e": "AQAB"}], "p": "1", "d": "x"},
+            0,
+        ),
     ],
 )
 def test_redact(document: Any, expected: Any, count: int) -> None:
@@ -271,6 +305,12 @@ def test_redact_does_not_change_its_input() -> None:
         ("Basic authentication failed", "Basic authentication failed"),
         ("the bearer token is expired", "the bearer token is expired"),
         ("Jwt verification fails: Jwt is expired", "Jwt verification fails: Jwt is expired"),
+        # a JWKS in a log line, as JSON or escaped inside a string
+        (
+            f"Invalid inline jwks for issuer: i, jwks: {json.dumps({'keys': [OCT]})}",
+            "Invalid inline jwks for issuer: i, jwks: " + json.dumps({"keys": [OCT_REDACTED]}),
+        ),
+        (json.dumps(json.dumps(RSA)), json.dumps(json.dumps(RSA_REDACTED))),
     ],
 )
 def test_redact_text(line: str, expected: str) -> None:

@@ -25,6 +25,7 @@ import httpx
 import pytest
 
 from tests.mgmt_api.harness import MgmtServer, ok
+from tests.support.cluster_credentials import write_credential
 from tests.support.envoy import EnvoyProcess, minimal_bootstrap
 from tests.support.net import free_port
 from tests.support.processes import Service, wait_until
@@ -56,21 +57,22 @@ class ConsoleStack:
     def url(self) -> str:
         return self.mgmt.url
 
-    def _credentials(self, cluster: str, template: dict[str, Any]) -> Path:
-        credentials = self.tmp / f"{cluster}-credentials.json"
-        credentials.write_text(json.dumps(template["helm"]["secrets"]["clusterServiceAccount"]))
-        return credentials
+    def _credentials(
+        self, cluster: str, template: dict[str, Any], component: str = "agent"
+    ) -> Path:
+        path = self.tmp / f"{cluster}-{component}-credentials.json"
+        return write_credential(template, component, path)
 
     def subscribe(self, org: str, cluster: str, template: dict[str, Any]) -> None:
         """Start ratelimit (in-memory counters) and extauthz for ``org/cluster`` with
-        the agent key of an install template the console downloaded."""
-        credentials = self._credentials(cluster, template)
+        their keys of an install template the console downloaded."""
         self.templates[cluster] = template
         env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "REDIS_URL_FILE")}
         for service in ("ratelimit", "extauthz"):
             port = free_port()
             args = [f"{service}.cli", "serve", "--listen", f"127.0.0.1:{port}"]
             args += ["--control-plane", f"grpc://127.0.0.1:{self.mgmt.grpc_port}"]
+            credentials = self._credentials(cluster, template, service)
             args += ["--cluster", f"{org}/{cluster}", "--credentials", str(credentials)]
             args += ["--cache-dir", str(self.tmp / f"{service}-{cluster}-cache")]
             log = self.tmp / f"{service}-{cluster}.log"
@@ -88,7 +90,8 @@ class ConsoleStack:
         port = free_port()
         args = ["agent", "--control-plane", f"grpc://127.0.0.1:{self.mgmt.grpc_port}"]
         args += ["--cluster", f"{org}/{cluster}", "--listen", f"127.0.0.1:{port}"]
-        args += ["--credentials", str(self.tmp / f"{cluster}-credentials.json")]
+        agent_key = self._credentials(cluster, self.templates[cluster], "agent")
+        args += ["--credentials", str(agent_key)]
         args += ["--static-proxies", str(proxies)]
         self.services.append(Service(args, port, self.tmp / "agent.log").start())
 

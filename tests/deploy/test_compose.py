@@ -37,6 +37,7 @@ import yaml
 from extauthz.cli import _parser as extauthz_parser
 from meshplane import control_plane, gateway_contract
 from mgmt_api.cli import app as mgmt_api_app
+from mgmt_api.demo.seed import credential_files
 from ratelimit.cli import _parser as ratelimit_parser
 from tests.mgmt_api.harness import ADMIN_PASSWORD, MgmtServer, ok
 from tests.support.envoy import get_envoyconfig, validate
@@ -161,7 +162,8 @@ def test_every_address_is_a_compose_service_listening_on_that_port() -> None:
         assert target.address == f"mgmt-api:{grpc}", service
         assert not target.bare, service  # an explicit scheme, not the deprecated HOST:PORT
         assert parsed.cluster == f"{plan.organization}/{plan.cluster}", service
-        assert parsed.credentials == seed.credentials, service
+        # each service its own key, as the seed writes it
+        assert parsed.credentials == str(credential_files(Path(seed.credentials_dir))[service])
         assert parsed.workers == 1, service
     url = urlsplit(seed.url)
     assert (url.hostname, url.port) == ("mgmt-api", listening["mgmt-api"])
@@ -192,7 +194,7 @@ def test_volumes_and_images() -> None:
     assert f"127.0.0.1:9901:{admin}" in envoy["ports"]
     assert "./seed.py:/seed/seed.py:ro" in services["seed"]["volumes"]
     assert "/gateway" in services["volumes"]["command"]
-    credentials_dir = str(Path(seed_args().credentials).parent)
+    credentials_dir = seed_args().credentials_dir
     for name in ("seed", "ratelimit", "extauthz"):
         assert any(
             v.split(":")[:2] == ["credentials", credentials_dir] for v in services[name]["volumes"]
@@ -218,14 +220,14 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
     server = MgmtServer().start()
     try:
         directory = tmp_path_factory.mktemp("compose")
-        credentials, bootstrap = directory / "demo.json", directory / "envoy.yaml"
+        credentials, bootstrap = directory / "keys", directory / "envoy.yaml"
         seed = seed_args()
         argv = [
             sys.executable,
             str(COMPOSE_DIR / "seed.py"),
             "--url",
             server.url,
-            "--credentials",
+            "--credentials-dir",
             str(credentials),
             "--extauthz-uri",
             seed.extauthz_uri,
@@ -257,7 +259,8 @@ def test_the_seed_writes_the_gateway_bootstrap_with_a_token(seeded: Seeded) -> N
     template = envoy_bootstrap()
     header = doc["dynamic_resources"]["ads_config"]["grpc_services"][0]["initial_metadata"][0]
     token = header["value"].removeprefix("Bearer ")
-    key = jwt.PyJWK.from_dict(control_plane.load_credentials(seeded.credentials).private_jwk)
+    gateway_key = credential_files(seeded.credentials)["gateway"]  # the gateway's own key
+    key = jwt.PyJWK.from_dict(control_plane.load_credentials(gateway_key).private_jwk)
     claims = jwt.decode(
         token,
         key.key.public_key(),  # type: ignore[union-attr]

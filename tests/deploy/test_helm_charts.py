@@ -215,12 +215,16 @@ def _mtls_case(pki: Pki) -> tuple[dict[str, Any], dict[str, Any]]:
 def matrix(pki: Pki) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
     """Case name -> (values of meshplane, values of meshplane-cluster without the template)."""
     tls = {"redis": {"tls": {"certificateRef": "counters-tls"}}}
+    # Envoy Gateway's SecretObjectReference, as its users write it (kind optional).
+    ref = {"name": "counters-tls", "namespace": NAMESPACE, "kind": "Secret"}
+    tls_object = {"redis": {"tls": {"certificateRef": ref}}}
     sidecar = {"enforcement": {"placement": "sidecar"}}
     return {
         "defaults": ({}, {}),
         "redis-disabled-url": _redis_url_case(),
         "redis-disabled-urlRef": _redis_urlref_case(),
         "redis-tls-certificateRef": (tls, tls),
+        "redis-tls-certificateRef-object": (tls_object, tls_object),
         "sidecar-loopback": ({}, sidecar),
         # The h2 backend on a Unix socket: the pair where its worker count and socket rules meet.
         "sidecar-uds": (
@@ -249,6 +253,7 @@ CASES = [
     "redis-disabled-url",
     "redis-disabled-urlRef",
     "redis-tls-certificateRef",
+    "redis-tls-certificateRef-object",
     "sidecar-loopback",
     "sidecar-uds",
     "replicas-3",
@@ -413,6 +418,10 @@ def test_only_the_agent_and_the_injector_hold_api_credentials_and_only_read(
                 "verbs": ["get", "list"],
             },
             {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+            {
+                "nonResourceURLs": ["/.well-known/openid-configuration", "/openid/v1/jwks"],
+                "verbs": ["get"],
+            },
         ],
         "injector": [
             {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]}
@@ -599,11 +608,56 @@ def test_rendered_service_files_load_with_the_service_namesloaders(
     url = _secret(r, "-redis-url")
     if url is not None:
         assert parse_redis_url(url["url"])
-    credentials = json.loads(_secret(r, "-credentials")["credentials.json"])  # type: ignore[index]
-    (tmp_path / "credentials.json").write_text(json.dumps(credentials))
     from meshplane.control_plane import load_credentials
 
-    assert load_credentials(tmp_path / "credentials.json").private_jwk["d"]
+    for component in _credential_holders(r):
+        secret = _secret(r, f"-{component}-credentials")
+        assert secret is not None, f"{case}: no credentials Secret of {component}"
+        path = tmp_path / f"{component}.json"
+        path.write_text(secret["credentials.json"])
+        key = load_credentials(path)
+        assert key.private_jwk["d"]
+        assert (key.subject or "").endswith(f"/serviceaccounts/{component}")
+
+
+def _credential_holders(r: Rendered) -> list[str]:
+    """The components that subscribe with a key: the agent, and extauthz and ratelimit
+    unless they run from a standalone config."""
+    return [
+        "agent",
+        *(c for c in ("extauthz", "ratelimit") if not r.values.get(c, {}).get("config")),
+    ]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_each_component_mounts_its_own_credentials_and_no_one_elses(
+    rendered: dict[tuple[str, str], Rendered], case: str
+) -> None:
+    """One Secret per component, mounted in that component's container alone; the
+    gateway (its bootstrap's token), the injector and its webhook get none."""
+    r = rendered[case, CLUSTER]
+    holders = _credential_holders(r)
+    secrets = sorted(
+        o["metadata"]["name"]
+        for o in r.of_kind("Secret")
+        if o["metadata"]["name"].endswith("-credentials")
+    )
+    assert secrets == sorted(f"{CLUSTER}-{c}-credentials" for c in holders)
+    mounted: list[str] = []
+    for workload in workloads(r):
+        pod = workload["spec"]["template"]["spec"]
+        by_volume = {
+            v["name"]: v["secret"]["secretName"] for v in pod.get("volumes", []) if "secret" in v
+        }
+        for container in containers(workload):
+            for mount in container.get("volumeMounts", []):
+                secret = by_volume.get(mount["name"], "")
+                if secret.endswith("-credentials"):
+                    where = f"{case}: {workload['metadata']['name']}/{container['name']}"
+                    assert secret == f"{CLUSTER}-{container['name']}-credentials", where
+                    mounted.append(container["name"])
+        assert {n for n in by_volume.values() if n.endswith("-credentials")} <= set(secrets)
+    assert sorted(set(mounted)) == sorted(holders)
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -762,11 +816,10 @@ def test_spec_2_9_url_ref_mounts_the_secret_where_the_cluster_switches_look(
     ]
 
 
-def test_spec_2_9_tls_certificate_ref(rendered: dict[tuple[str, str], Rendered]) -> None:
-    mgmt, cluster = (
-        rendered["redis-tls-certificateRef", MGMT],
-        rendered["redis-tls-certificateRef", CLUSTER],
-    )
+@pytest.mark.parametrize("case", ["redis-tls-certificateRef", "redis-tls-certificateRef-object"])
+def test_spec_2_9_tls_certificate_ref(rendered: dict[tuple[str, str], Rendered], case: str) -> None:
+    """The Secret's name (string) and Envoy Gateway's {name, namespace, kind} render the same."""
+    mgmt, cluster = rendered[case, MGMT], rendered[case, CLUSTER]
     redis = mgmt.get("Deployment", "-redis")["spec"]["template"]["spec"]
     args = redis["containers"][0]["args"]
     assert _arg(args, "--port") == "0" and _arg(args, "--tls-port") == "6379"
@@ -1027,11 +1080,26 @@ WRONG: list[tuple[str, dict[str, Any], str]] = [
         "gateway-helm.config.envoyGateway.rateLimit.backend.redis.urlRef.namespace",
     ),
     (CLUSTER, nested(BACKEND, {"redis": {"url": "r:6379"}}), "redis.disabled"),
+    *(
+        (chart, {"redis": {"tls": {"certificateRef": ref}}}, named)
+        for chart in (MGMT, CLUSTER)
+        for ref, named in (
+            ({"name": "t", "namespace": "elsewhere"}, "redis.tls.certificateRef.namespace"),
+            ({"name": "t", "kind": "ConfigMap"}, "/redis/tls/certificateRef"),
+            ({"namespace": NAMESPACE}, "/redis/tls/certificateRef"),
+        )
+    ),
     (MGMT, nested(BACKEND, {"redis": {"urlRef": {"name": "r"}}}), "redis.disabled"),
     (
         CLUSTER,
         {"secrets": {"clusterServiceAccount": {"clusterFqn": "acme/east"}}},
         "/secrets/clusterServiceAccount/clusterFqn",
+    ),
+    # a template of a release that gave the cluster one key: the extauthz key is missing
+    (
+        CLUSTER,
+        {"secrets": {"extauthzServiceAccount": {"jwk": ""}}},
+        "secrets.extauthzServiceAccount",
     ),
     (
         CLUSTER,

@@ -9,7 +9,6 @@ from the server side: it reconnects and notifications flow again.
 
 from __future__ import annotations
 
-import json
 import queue
 import threading
 from collections.abc import Iterator
@@ -23,6 +22,7 @@ from meshplane.control_plane import ServiceAccountKey, load_credentials
 from meshplane.proto.distribution.v1 import distribution_pb2 as dpb
 from meshplane.proto.distribution.v1 import distribution_pb2_grpc as dpb_grpc
 from tests.mgmt_api.harness import MgmtServer, ok
+from tests.support.cluster_credentials import write_credential
 from tests.support.postgres import PostgresServer, find_bin_dir
 from tests.support.processes import wait_until
 
@@ -111,9 +111,7 @@ def _policy(requests: int) -> dict[str, Any]:
 
 def _credentials(created: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Any:
     path = tmp_path_factory.mktemp("creds") / "cluster.json"
-    secret = created["installTemplate"]["helm"]["secrets"]["clusterServiceAccount"]
-    path.write_text(json.dumps(secret))
-    return load_credentials(path)
+    return load_credentials(write_credential(created, "ratelimit", path))
 
 
 def test_a_write_on_one_replica_reaches_the_streams_of_the_other(

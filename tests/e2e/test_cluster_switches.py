@@ -9,7 +9,6 @@ order, each from the state the previous one left.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,6 +19,7 @@ from envoy.service.ratelimit.v3 import rls_pb2
 
 from tests.e2e.test_policy_publishing import should_rate_limit, traffic_policy
 from tests.mgmt_api.harness import MgmtServer, ok
+from tests.support.cluster_credentials import write_credential
 from tests.support.net import free_port
 from tests.support.processes import Service, wait_until
 from tests.support.redis_server import RedisServer
@@ -109,9 +109,7 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
         created = ok(
             p.admin.post(f"/v2/organizations/{ORG}/clusters", json={"name": CLUSTER, "cluster": {}})
         )
-        secret = created["installTemplate"]["helm"]["secrets"]["clusterServiceAccount"]
-        credentials = p.tmp / "credentials.json"
-        credentials.write_text(json.dumps(secret))
+        credentials = write_credential(created, "ratelimit", p.tmp / "credentials.json")
         body = {"name": "default.web-limit", "backendTrafficPolicy": traffic_policy((1000, "Hour"))}
         ok(p.admin.post(f"{CLUSTER_PATH}/backendtrafficpolicies", json=body))
         p.start_ratelimit(credentials)

@@ -11,7 +11,6 @@ good snapshot.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from meshplane.proto.distribution.v1 import distribution_pb2 as dpb
 from meshplane.proto.distribution.v1 import distribution_pb2_grpc as dpb_grpc
 from tests.mgmt_api.harness import MgmtServer, ok
 from tests.support.certs import CertificateAuthority
+from tests.support.cluster_credentials import credential, write_credential
 from tests.support.net import free_port
 from tests.support.processes import Service, wait_until
 
@@ -82,9 +82,8 @@ def test_a_service_subscribes_over_tls_and_a_revoked_key_ends_its_stream(setup: 
     created = ok(
         setup.admin.post(f"/v2/organizations/{ORG}/clusters", json={"name": "c1", "cluster": {}})
     )
-    secret = created["installTemplate"]["helm"]["secrets"]["clusterServiceAccount"]
-    credentials = setup.tmp / "credentials.json"
-    credentials.write_text(json.dumps(secret))
+    secret = credential(created, "ratelimit")
+    credentials = write_credential(created, "ratelimit", setup.tmp / "credentials.json")
     policy = {
         "spec": {
             "targetRef": {"kind": "HTTPRoute", "name": "web"},
@@ -129,8 +128,8 @@ def test_a_service_subscribes_over_tls_and_a_revoked_key_ends_its_stream(setup: 
         assert info.value.code() == grpc.StatusCode.UNAVAILABLE
 
     # Revoke the key the service subscribed with: its open stream ends.
-    agent = f"{CLUSTER_PATH}/serviceaccounts/agent"
-    ok(setup.admin.delete(f"{agent}/keys/{secret['keyId']}"))
+    account = f"{CLUSTER_PATH}/serviceaccounts/ratelimit"
+    ok(setup.admin.delete(f"{account}/keys/{secret['keyId']}"))
     wait_until(
         lambda: not any(i["connected"] for i in setup.instances()),
         what="the revoked stream to close",

@@ -30,6 +30,7 @@ from meshplane.proto.distribution.v1 import distribution_pb2 as dpb
 from meshplane.proto.distribution.v1 import distribution_pb2_grpc as dpb_grpc
 from mgmt_api.auth.tokens import sign_service_account
 from tests.mgmt_api.harness import MgmtServer, ok
+from tests.support.cluster_credentials import write_credential
 from tests.support.envoy import get_envoyconfig
 from tests.support.net import free_port
 from tests.support.processes import Service, wait_until
@@ -59,15 +60,15 @@ class Stack:
         self.admin = self.mgmt.admin()
         self.redis = RedisServer().start()
         self.services: list[Service] = []
-        self.credentials: dict[str, Path] = {}
+        # cluster -> component -> its credentials file
+        self.credentials: dict[str, dict[str, Path]] = {}
 
-    def create_cluster(self, name: str) -> Path:
+    def create_cluster(self, name: str) -> None:
         created = ok(self.admin.post(f"{BASE}/clusters", json={"name": name, "cluster": {}}))
-        path = self.tmp / f"{name}-credentials.json"
-        secret = created["installTemplate"]["helm"]["secrets"]["clusterServiceAccount"]
-        path.write_text(json.dumps(secret))
-        self.credentials[name] = path
-        return path
+        self.credentials[name] = {
+            kind: write_credential(created, kind, self.tmp / f"{name}-{kind}-credentials.json")
+            for kind in ("agent", "extauthz", "ratelimit")
+        }
 
     def control_plane_args(self, service: str) -> list[str]:
         return [
@@ -76,7 +77,7 @@ class Stack:
             "--cluster",
             f"{ORG}/{CLUSTER}",
             "--credentials",
-            str(self.credentials[CLUSTER]),
+            str(self.credentials[CLUSTER][service]),
             "--cache-dir",
             str(self.tmp / f"{service}-cache"),
         ]
@@ -434,13 +435,13 @@ def _first_snapshot(stack: Stack, cluster: str, token: str) -> dpb.Snapshot:
 def test_8_a_cluster_a_subscriber_never_gets_cluster_b_policies(stack: Stack) -> None:
     body = {"name": "default.b-only", "backendTrafficPolicy": traffic_policy((1, "Hour"))}
     ok(stack.admin.post(f"{BASE}/clusters/{OTHER}/backendtrafficpolicies", json=body))
-    token_a = load_credentials(stack.credentials[CLUSTER]).token()
+    token_a = load_credentials(stack.credentials[CLUSTER]["ratelimit"]).token()
     own = _first_snapshot(stack, CLUSTER, token_a)
     assert all(b"b-only" not in f.content for f in own.files)
     with pytest.raises(grpc.RpcError) as denied:
         _first_snapshot(stack, OTHER, token_a)
     assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED
-    token_b = load_credentials(stack.credentials[OTHER]).token()
+    token_b = load_credentials(stack.credentials[OTHER]["ratelimit"]).token()
     theirs = _first_snapshot(stack, OTHER, token_b)
     assert any(b"b-only" in f.content for f in theirs.files)
 
@@ -448,14 +449,15 @@ def test_8_a_cluster_a_subscriber_never_gets_cluster_b_policies(stack: Stack) ->
 def test_8b_stream_and_rest_tokens_are_not_interchangeable(stack: Stack) -> None:
     """A stream token (seen on every connect) is no REST credential, and a REST
     token of the same key opens no stream."""
-    key = load_credentials(stack.credentials[CLUSTER])
+    key = load_credentials(stack.credentials[CLUSTER]["ratelimit"])
     headers = {"authorization": f"Bearer {key.token()}"}
     with stack.mgmt.client(headers=headers) as replayed:
         assert replayed.get(CLUSTER_PATH).status_code == 401
-    agent = f"organizations/{ORG}/clusters/{CLUSTER}/serviceaccounts/agent"
-    rest_token = sign_service_account(key.private_jwk, agent, time.time(), 300)
+    account = f"organizations/{ORG}/clusters/{CLUSTER}/serviceaccounts/ratelimit"
+    rest_token = sign_service_account(key.private_jwk, account, time.time(), 300)
     with stack.mgmt.client(headers={"authorization": f"Bearer {rest_token}"}) as rest:
-        assert rest.get(CLUSTER_PATH).status_code == 200
+        # authenticated (not 401), but the account holds no role
+        assert rest.get(CLUSTER_PATH).status_code == 403
     with pytest.raises(grpc.RpcError) as denied:
         _first_snapshot(stack, CLUSTER, rest_token)
     assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED

@@ -312,10 +312,10 @@ def test_a_second_run_on_the_same_state_reuses_the_seed(tmp_path: Path) -> None:
         if attempt == 0:
             assert f"seeded: {SEEDED} created, 0 updated, 0 unchanged" in orch.output
             first_password = (state / "admin-password").read_text()
-            first_key = (state / "cluster-credentials.json").read_text()
+            first_key = (state / "agent-credentials.json").read_text()
     assert f"seeded: 0 created, 0 updated, {SEEDED} unchanged" in orch.output, orch.output
     assert (state / "admin-password").read_text() == first_password
-    assert (state / "cluster-credentials.json").read_text() == first_key
+    assert (state / "agent-credentials.json").read_text() == first_key
 
 
 @pytest.mark.parametrize("busy", ["--mgmt-port", "--gateway-admin-port"])

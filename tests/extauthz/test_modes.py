@@ -14,6 +14,7 @@ import pytest
 from envoy.service.auth.v3 import external_auth_pb2
 
 from extauthz.reasons import Reason
+from tests.support.backends import BACKENDS
 from tests.support.h2client import H2Client, frame
 from tests.support.net import free_port, wait_for_port
 from tests.support.processes import Service
@@ -30,7 +31,7 @@ class Ports:
     http_port: int
 
 
-@pytest.fixture(scope="module", params=["grpcio", "envoy", "h2"])
+@pytest.fixture(scope="module", params=BACKENDS)
 def server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerThread | Ports]:

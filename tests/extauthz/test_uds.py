@@ -20,6 +20,7 @@ import grpc
 import pytest
 from envoy.service.auth.v3 import external_auth_pb2, external_auth_pb2_grpc
 
+from tests.support.backends import BACKENDS
 from tests.support.processes import Service
 
 from .cases import CASES, Case
@@ -29,7 +30,7 @@ from .support import check_request
 from .test_modes import assert_grpc_decision, grpc_headers
 
 
-@pytest.fixture(scope="module", params=["envoy", "grpcio"])
+@pytest.fixture(scope="module", params=BACKENDS)
 def socket_path(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Path]:

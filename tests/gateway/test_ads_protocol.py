@@ -9,7 +9,6 @@ this package.
 
 from __future__ import annotations
 
-import json
 import queue
 import time
 from collections.abc import Iterator
@@ -29,6 +28,7 @@ from meshplane.control_plane import load_credentials
 from mgmt_api.auth.tokens import sign_service_account
 from mgmt_api.compiler import gateway_xds
 from tests.mgmt_api.harness import MgmtServer, ok
+from tests.support.cluster_credentials import write_credential
 from tests.support.processes import wait_until
 
 ORG = "ads"
@@ -45,17 +45,15 @@ class Setup:
         self.mgmt = MgmtServer(data_dir=str(tmp / "mgmt")).start()
         self.admin = self.mgmt.admin()
         ok(self.admin.post("/v2/organizations", json={"name": ORG, "organization": {}}))
+        self.agent_keys: dict[str, Path] = {}
         self.keys = {name: self._cluster(name) for name in (CLUSTER, OTHER)}
 
     def _cluster(self, name: str) -> Path:
         created = ok(
             self.admin.post(f"/v2/organizations/{ORG}/clusters", json={"name": name, "cluster": {}})
         )
-        path = self.tmp / f"{name}.json"
-        path.write_text(
-            json.dumps(created["installTemplate"]["helm"]["secrets"]["clusterServiceAccount"])
-        )
-        return path
+        self.agent_keys[name] = write_credential(created, "agent", self.tmp / f"{name}-agent.json")
+        return write_credential(created, "gateway", self.tmp / f"{name}.json")
 
     def token(self, cluster: str = CLUSTER, audience: str = gc.XDS_AUDIENCE, ttl: int = 600) -> str:
         return load_credentials(self.keys[cluster]).token(ttl=ttl, audience=audience)
@@ -216,6 +214,7 @@ def rpc_error(setup: Setup, token: str | None, first: base_pb2.Node) -> grpc.Rpc
         ("another cluster's credentials", grpc.StatusCode.PERMISSION_DENIED),
         ("a REST token", grpc.StatusCode.PERMISSION_DENIED),
         ("expired", grpc.StatusCode.PERMISSION_DENIED),
+        ("the cluster agent's key", grpc.StatusCode.PERMISSION_DENIED),
     ],
 )
 def test_credentials_admit_only_their_own_cluster_and_audience(
@@ -227,6 +226,9 @@ def test_credentials_admit_only_their_own_cluster_and_audience(
         "another cluster's credentials": setup.token(cluster=OTHER),
         "a REST token": setup.rest_token(),
         "expired": setup.token(ttl=-60),
+        "the cluster agent's key": load_credentials(setup.agent_keys[CLUSTER]).token(
+            audience=gc.XDS_AUDIENCE
+        ),
     }[case]
     assert rpc_error(setup, token, node()).code() == code
 

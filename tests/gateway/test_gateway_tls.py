@@ -10,7 +10,6 @@ the status.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from meshplane import gateway_contract as gc
 from meshplane.control_plane import load_credentials
 from tests.mgmt_api.harness import MgmtServer, ok
 from tests.support.certs import CertificateAuthority
+from tests.support.cluster_credentials import write_credential
 from tests.support.envoy import EnvoyProcess
 from tests.support.net import free_port
 from tests.support.processes import wait_until
@@ -55,9 +55,7 @@ class Setup:
                 f"/v2/organizations/{ORG}/clusters", json={"name": CLUSTER, "cluster": {}}
             )
         )
-        self.credentials = tmp / "credentials.json"
-        secret = created["installTemplate"]["helm"]["secrets"]["clusterServiceAccount"]
-        self.credentials.write_text(json.dumps(secret))
+        self.credentials = write_credential(created, "gateway", tmp / "credentials.json")
 
     def gateway(self, instance: str, *, host: str = "127.0.0.1", **tls: Any) -> EnvoyProcess:
         token = load_credentials(self.credentials).token(

@@ -24,7 +24,9 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
 
+from tests.mgmt_api.harness import ok
 from tests.support.gateway import GROUP_PATH, Gateway, GatewayStack
+from tests.support.processes import wait_until
 
 ISSUER = "https://idp.test"
 KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
@@ -41,9 +43,20 @@ RULES = [
 ]
 
 
+# An HMAC key in the same set (kid h1): the setting then holds a secret, which
+# reads back as a marker and must survive a GET -> PUT round trip.
+HMAC_KEY = b"local-jwt-test-hmac-key-of-32-bytes-or-more"
+
+
 def jwks() -> str:
     public = json.loads(RSAAlgorithm.to_jwk(KEY.public_key()))
-    return json.dumps({"keys": [{**public, "kid": "k1", "alg": "RS256", "use": "sig"}]})
+    oct_key = {
+        "kty": "oct",
+        "kid": "h1",
+        "alg": "HS256",
+        "k": base64.urlsafe_b64encode(HMAC_KEY).decode().rstrip("="),
+    }
+    return json.dumps({"keys": [{**public, "kid": "k1", "alg": "RS256", "use": "sig"}, oct_key]})
 
 
 @pytest.fixture(scope="module")
@@ -134,6 +147,32 @@ def test_a_missing_or_unverifiable_token_is_401(gateway: Gateway, why: str) -> N
 def test_path_tricks_cannot_reach_a_path_no_rule_allows(gateway: Gateway, target: str) -> None:
     """Each is ``/admin`` once normalized, which alice's rule does not allow."""
     assert gateway.raw_status(target, "GET", token(**ALICE)) == 403
+
+
+def test_a_get_put_round_trip_keeps_the_hmac_key_enforced(stack: GatewayStack) -> None:
+    """The setting reads back with its key as a marker; sending the marker back with a
+    new rule keeps the key: a token signed with it passes the new rule once live."""
+    gateway = stack.gateways[0]
+    now = int(time.time())
+    claims = {"iss": ISSUER, "sub": "hmac", "nbf": now, "exp": now + 600}
+    hs256 = jwt.encode(claims, HMAC_KEY, algorithm="HS256", headers={"kid": "h1"})
+    assert gateway.raw_status("/hmac-check", "GET", hs256) == 403  # verified, no rule yet
+    path = f"{GROUP_PATH}/settings/s"
+    got = ok(stack.admin.get(path))
+    local = got["authorization"]["http"]["local"]
+    assert local["keys"]["jwks"]["value"].startswith("<redacted sha256:")
+    assert "hmac" not in json.dumps(got)  # the key id is inside the redacted value
+    local["rules"] = [
+        *local["rules"],
+        {"from": [{"jwt": {"iss": ISSUER, "sub": "hmac"}}], "to": [{"paths": ["/hmac-check"]}]},
+    ]
+    ok(stack.admin.put(path, json=got))
+    wait_until(
+        lambda: gateway.raw_status("/hmac-check", "GET", hs256) == 200,
+        timeout=60,
+        what="the new rule, verified with the kept HMAC key",
+    )
+    assert gateway.raw_status("/api/items", "GET", token(**ALICE)) == 200
 
 
 def test_an_unselected_namespace_is_not_checked(gateway: Gateway) -> None:

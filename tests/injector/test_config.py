@@ -19,9 +19,6 @@ def test_the_interface_example_loads(tmp_path: Path) -> None:
     ca = CertificateAuthority(tmp_path)
     config = load(write_config(tmp_path / "c.yaml", ca.path))
     assert config.cluster_ref == "acme/east"
-    # An older chart's credentialsSecret and sidecar.adminPort load, and mean nothing.
-    assert not hasattr(config, "credentials_secret")
-    assert not hasattr(config.sidecar, "admin_port")
     assert config.sidecar.resources["limits"] == {"cpu": "1", "memory": "256Mi"}
     assert "kube-node-lease" in config.system_namespaces
     assert config.opt_out_label == "sidecar.meshplane.io/inject"
@@ -55,7 +52,7 @@ def test_the_interface_example_loads(tmp_path: Path) -> None:
             "cluster: a/b\ncontrolPlane: grpc://a:1\nsidecar:\n  image: x\n  adminPort: 70000\n",
             "sidecar.adminPort",
             5,
-            "integer from 1 to 65535",
+            "unknown",
         ),
         (
             "cluster: a/b\ncontrolPlane: grpc://a:1\nsidecar: {image: x}\nextra: 1\n",
@@ -90,7 +87,7 @@ def test_serve_with_a_wrong_config_exits_2_naming_file_line_and_field(tmp_path: 
     ca = CertificateAuthority(tmp_path)
     server = ca.issue("injector")
     path = tmp_path / "injector.yaml"
-    path.write_text("cluster: a/b\ncontrolPlane: grpc://a:1\nsidecar:\n  adminPort: 15000\n")
+    path.write_text("cluster: a/b\ncontrolPlane: grpc://a:1\nsidecar:\n  resources: {}\n")
     args = ["--tls-cert", str(server.cert), "--tls-key", str(server.key), "--config", str(path)]
     done = subprocess.run(
         [sys.executable, "-m", "injector", "serve", "--listen", "127.0.0.1:0", *args],

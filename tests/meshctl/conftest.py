@@ -67,6 +67,9 @@ def launch(data: Path, port: int, *extra: str) -> ManagementPlane:
                 f"127.0.0.1:{port}",
                 "--database",
                 f"sqlite:///{data / 'db.sqlite'}",
+                # A port of its own: the default one may be another mgmt-api's.
+                "--grpc-listen",
+                f"127.0.0.1:{free_port()}",
                 *extra,
             ],
             env=env,

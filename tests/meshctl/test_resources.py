@@ -169,7 +169,7 @@ def test_creating_an_existing_object_with_its_old_etag_after_delete_is_a_conflic
     org = unique("gone")
     shared_admin.ok("apply", "-f", "-", input=f"kind: Organization\nmetadata: {{name: {org}}}\n")
     exported = shared_admin.ok("get", "org", org, "-o", "yaml")
-    shared_admin.ok("delete", "org", org)
+    shared_admin.ok("delete", "org", org, "--yes")
     line = shared_admin.fails(5, "apply", "-f", "-", input=exported)
     assert "does not exist" in line and "metadata.etag" in line
 
@@ -212,11 +212,11 @@ def test_delete_refuses_protected_trees_without_force_and_get_then_exits_4(
         f"metadata: {{name: locked, organization: {org}}}\n"
         "spec: {deletionProtectionEnabled: true}\n",
     )  # fmt: skip
-    line = shared_admin.fails(1, "delete", "organization", org)
+    line = shared_admin.fails(1, "delete", "organization", org, "--yes")
     assert "FAILED_PRECONDITION (400)" in line
     assert f"deletionProtectionEnabled: false on organizations/{org}/tenants/locked" in line
     assert "--force" in line
-    assert shared_admin.ok("delete", "organization", org, "--force").strip() == (
+    assert shared_admin.ok("delete", "organization", org, "--force", "--yes").strip() == (
         f"Organization organizations/{org} deleted"
     )
     line = shared_admin.fails(4, "get", "tenant", "locked", "--org", org)
@@ -233,7 +233,7 @@ def test_delete_by_file(shared_admin: Meshctl, mgmt: ManagementPlane, tmp_path: 
     only_clusters = "\n---\n".join(
         d for d in manifest.read_text().split("---\n") if "kind: Cluster" in d
     )
-    out = shared_admin.ok("delete", "-f", "-", input=only_clusters)
+    out = shared_admin.ok("delete", "-f", "-", "--yes", input=only_clusters)
     assert out.count(" deleted") == 2
     with mgmt.admin() as http:
         assert as_json(http.get(f"/v2/organizations/{org}/clusters"))["clusters"] == []
@@ -248,7 +248,7 @@ def test_delete_by_the_apply_manifest_undoes_it(
     manifest = tmp_path / "tree.yaml"
     manifest.write_text(tree(org).split("---\nkind: AccessPolicy")[0])
     shared_admin.ok("apply", "-f", str(manifest))
-    out = shared_admin.ok("delete", "-f", str(manifest))
+    out = shared_admin.ok("delete", "-f", str(manifest), "--yes")
     order = [line.split(" ", 2)[1] for line in out.splitlines()]
     assert order.index(f"organizations/{org}/tenants/t1/workspaces/w1") < order.index(
         f"organizations/{org}/tenants/t1"
@@ -259,7 +259,7 @@ def test_delete_by_the_apply_manifest_undoes_it(
         assert http.get(f"/v2/organizations/{org}").status_code == 404
     # Run again: what is gone under a listed parent is not an error; the
     # organization itself (listed, nothing above it) is.
-    again = shared_admin.run("delete", "-f", str(manifest))
+    again = shared_admin.run("delete", "-f", str(manifest), "--yes")
     assert again.returncode == 4, again.stderr
     assert again.stdout.count("already gone") == 4, again.stdout
     assert "NOT_FOUND" in again.stderr
@@ -518,7 +518,7 @@ def test_apply_get_and_delete_profiles_and_onboarding_configs(
     shared_admin.ok("delete", "profile", "strict", "--org", org, "--tenant", "t1")
     with mgmt.admin() as http:
         assert http.get(f"/v2/organizations/{org}/tenants/t1/profiles/strict").status_code == 404
-    shared_admin.ok("delete", "organization", org, "--force")
+    shared_admin.ok("delete", "organization", org, "--force", "--yes")
 
 
 def test_apply_gateway_routes_and_backends(shared_admin: Meshctl, mgmt: ManagementPlane) -> None:

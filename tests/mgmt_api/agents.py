@@ -13,6 +13,7 @@ import httpx
 
 from mgmt_api.auth.tokens import sign_service_account
 from tests.mgmt_api.harness import MgmtServer, ok
+from tests.support.cluster_credentials import credential
 
 
 def create_cluster(admin: httpx.Client, org: str, name: str) -> dict[str, Any]:
@@ -23,9 +24,10 @@ def create_cluster(admin: httpx.Client, org: str, name: str) -> dict[str, Any]:
     return created
 
 
-def agent(server: MgmtServer, cluster: dict[str, Any]) -> httpx.Client:
-    """A client that authenticates as the cluster's agent (JWT signed with its API key)."""
-    secret = cluster["installTemplate"]["helm"]["secrets"]["clusterServiceAccount"]
+def agent(server: MgmtServer, cluster: dict[str, Any], component: str = "agent") -> httpx.Client:
+    """A REST client that authenticates as the cluster's agent (JWT signed with its API
+    key), or as another of the cluster's accounts (``component``)."""
+    secret = credential(cluster, component)
     token = sign_service_account(
         json.loads(secret["jwk"]), secret["serviceAccountFqn"], time.time(), 600
     )

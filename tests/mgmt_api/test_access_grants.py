@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from mgmt_api.domain import rbac
+from mgmt_api.domain import cluster_accounts, rbac
 from mgmt_api.kinds import KINDS
 from mgmt_api.kinds.base import AccessGrant
 from mgmt_api.kinds.user import OIDC_BINDING_LABEL
@@ -113,10 +113,16 @@ def _create_cluster(admin: httpx.Client, p: Place, _: str) -> Attempt:
     return Attempt("POST", clusters, body, names, rbac.CREATE)
 
 
-def _install_template(admin: httpx.Client, p: Place, _: str) -> Attempt:
-    path = f"/v2/{p.o}/clusters/c?includeInstallTemplate=true"
-    agent = f"/v2/{p.o}/clusters/c/serviceaccounts/agent"
-    return Attempt("GET", path, None, _keys_of(admin, agent), rbac.READ)
+def _install_template(account: str) -> Request:
+    """The template mints a key of each of the cluster's accounts: ``account``'s must not
+    change when the request is refused."""
+
+    def make(admin: httpx.Client, p: Place, _: str) -> Attempt:
+        path = f"/v2/{p.o}/clusters/c?includeInstallTemplate=true"
+        sa = f"/v2/{p.o}/clusters/c/serviceaccounts/{account}"
+        return Attempt("GET", path, None, _keys_of(admin, sa), rbac.READ)
+
+    return make
 
 
 def _add_issuer(body: dict[str, Any], _: str) -> None:
@@ -181,9 +187,17 @@ REQUESTS: dict[tuple[str, str], Request] = {
     ("Role", "rules"): _put(lambda p: p.role, _widen_rules),
     ("ServiceAccount", "new key (POST .../keys; creating the account mints its first)"): _new_key,
     ("ServiceAccount", "revoke a key (DELETE .../keys/{keyId})"): _revoke_key,
-    ("Cluster", "create (creates the agent account, mints its key)"): _create_cluster,
-    ("Cluster", "GET ?includeInstallTemplate=true (mints an agent key)"): _install_template,
     ("Cluster", "workloadIdentity.issuers"): _put(lambda p: f"{p.o}/clusters/c", _add_issuer),
+    **{
+        ("Cluster", f"create (creates the {a.name} account, mints its key)"): _create_cluster
+        for a in cluster_accounts.ACCOUNTS
+    },
+    **{
+        ("Cluster", f"GET ?includeInstallTemplate=true (mints a key of the {a.name} account)"): (
+            _install_template(a.name)
+        )
+        for a in cluster_accounts.ACCOUNTS
+    },
 }
 
 

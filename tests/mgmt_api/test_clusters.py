@@ -47,15 +47,24 @@ def test_install_template_lifecycle_and_revocation(
     sa_view = ok(admin.get(f"/v2/{sa_fqn}"))
     assert all("privateKey" not in k for k in sa_view["keys"])
 
-    # the agent authenticates with the API key and may manage its cluster
+    # the agent authenticates with the API key but holds no role: REST reads and
+    # writes of its cluster are 403 (its only REST call is the inventory report)
     with _agent(server, template) as agent:
-        cfg = ok(agent.post(f"{base}/east/config"))
-        assert (
-            cfg["cluster"] == f"organizations/{org}/clusters/east" and cfg["tier1Cluster"] is True
-        )
-        perms = ok(agent.get(f"{base}/east/permissions"))["rules"][0]["permissions"]
-        assert perms == ["READ", "WRITE", "CREATE"]
+        err(agent.post(f"{base}/east/config"), 403)
+        etag = ok(admin.get(f"{base}/east"))["etag"]
+        err(agent.put(f"{base}/east", json={"tokenTtl": "720h", "etag": etag}), 403)
+        assert ok(agent.get(f"{base}/east/permissions"))["rules"] == []
         err(agent.get(f"/v2/organizations/{org}"), 403)
+    # each component has its own account, none bound to a role on the cluster
+    secrets = template["helm"]["secrets"]
+    names = {"clusterServiceAccount": "agent"} | {
+        f"{c}ServiceAccount": c for c in ("gateway", "extauthz", "ratelimit")
+    }
+    assert set(secrets) == set(names)
+    for entry, name in names.items():
+        assert secrets[entry]["serviceAccountFqn"] == f"{base[4:]}/east/serviceaccounts/{name}"
+    policy = ok(admin.get(f"{base}/east/policy"))
+    assert "serviceaccounts/" not in json.dumps(policy)
 
     # includeInstallTemplate mints a new key; both keys work
     again = ok(admin.get(f"{base}/east", params={"includeInstallTemplate": "true"}))
@@ -66,7 +75,7 @@ def test_install_template_lifecycle_and_revocation(
     )
     assert len(ok(admin.get(f"/v2/{sa_fqn}/jwks"))["keys"]) == 2
     with _agent(server, second) as agent:
-        ok(agent.get(f"{base}/east"))
+        err(agent.get(f"{base}/east"), 403)
 
     # delete unregisters the cluster and revokes every agent key
     old = _agent(server, template)
@@ -93,8 +102,8 @@ def test_token_ttl_is_honoured(server: MgmtServer, admin: httpx.Client, org: str
     created = ok(admin.post(base, json={"name": "short", "cluster": {"tokenTtl": "10m"}}))
     assert created["tokenTtl"] == "600s"
     template = created["installTemplate"]
-    with _agent(server, template, ttl=600) as agent:
-        ok(agent.get(f"{base}/short"))
+    with _agent(server, template, ttl=600) as agent:  # authenticated, holds no role
+        err(agent.get(f"{base}/short"), 403)
     with _agent(server, template, ttl=3600) as agent:  # longer than tokenTtl
         body = err(agent.get(f"{base}/short"), 401)
         assert "tokenTtl" in body["message"]
@@ -247,3 +256,19 @@ def test_gateway_knob_rejections_name_the_field(
     assert _violation(body) == field, body
     assert says in body["message"], body
     err(admin.get(f"{base}/bad"), 404)
+
+
+def test_the_template_creates_an_account_the_cluster_lacks(
+    server: MgmtServer, admin: httpx.Client, org: str
+) -> None:
+    """A cluster created before its extauthz account existed (or whose account was
+    deleted) gets it back, with a key, from the next template."""
+    base = f"/v2/organizations/{org}/clusters"
+    ok(admin.post(base, json={"name": "old", "cluster": {}}))
+    account = f"{base}/old/serviceaccounts/extauthz"
+    ok(admin.delete(account))
+    err(admin.get(account), 404)
+    template = ok(admin.get(f"{base}/old", params={"includeInstallTemplate": "true"}))
+    entry = template["installTemplate"]["helm"]["secrets"]["extauthzServiceAccount"]
+    keys = ok(admin.get(account))["keys"]
+    assert [k["id"] for k in keys] == [entry["keyId"]]

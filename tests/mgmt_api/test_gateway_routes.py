@@ -292,7 +292,8 @@ def test_the_install_template_carries_a_gateway_bootstrap_envoy_accepts(
     result = validate(bootstrap)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
-    secret = template["helm"]["secrets"]["clusterServiceAccount"]
+    secret = template["helm"]["secrets"]["gatewayServiceAccount"]  # the gateway's own key
+    assert secret["serviceAccountFqn"].endswith("/clusters/c/serviceaccounts/gateway")
     token = bootstrap_token(bootstrap)
     assert jwt.get_unverified_header(token)["kid"] == secret["keyId"]
     claims = jwt.decode(token, options={"verify_signature": False})
@@ -305,7 +306,7 @@ def test_the_install_template_carries_a_gateway_bootstrap_envoy_accepts(
     again = ok(
         admin.get(f"/v2/organizations/{org}/clusters/c", params={"includeInstallTemplate": "true"})
     )["installTemplate"]
-    new_key = again["helm"]["secrets"]["clusterServiceAccount"]["keyId"]
+    new_key = again["helm"]["secrets"]["gatewayServiceAccount"]["keyId"]
     new_token = bootstrap_token(again["gateway"]["secrets"]["bootstrap"])
     assert jwt.get_unverified_header(new_token)["kid"] == new_key != secret["keyId"]
 
@@ -319,13 +320,15 @@ def test_the_gateway_token_is_refused_on_rest(
     etag = created["etag"]
     ok(admin.put(f"{base}/c", json={"tokenTtl": "2600000s", "etag": etag}))
     template = created["installTemplate"]
-    secret = template["helm"]["secrets"]["clusterServiceAccount"]
+    secret = template["helm"]["secrets"]["gatewayServiceAccount"]
     ttl = gateway_contract.GATEWAY_TOKEN_TTL_SECONDS
     rest_token = sign_service_account(
         json.loads(secret["jwk"]), secret["serviceAccountFqn"], time.time(), ttl
     )
     with server.client(headers={"Authorization": f"Bearer {rest_token}"}) as agent:
-        ok(agent.get(f"{base}/c"))  # the same key and lifetime without the audience: accepted
+        # the same key and lifetime without the audience: authenticated (403, not 401:
+        # the gateway's account holds no role)
+        err(agent.get(f"{base}/c"), 403)
     gateway_token = bootstrap_token(template["gateway"]["secrets"]["bootstrap"])
     with server.client(headers={"Authorization": f"Bearer {gateway_token}"}) as gateway:
         answer = err(gateway.get(f"{base}/c"), 401, "UNAUTHENTICATED")
@@ -354,7 +357,7 @@ def test_a_grpcs_ads_address_renders_a_tls_bootstrap_envoy_accepts() -> None:
     fqn = "organizations/o/clusters/east"
     res = repo.new_resource(fqn, "Cluster", {}, revision=1, creator="users/admin")
     gateway = cluster_kind.gateway_template(
-        "grpcs://mgmt.example.com:8444", res, f"{fqn}/serviceaccounts/agent", keymod.generate()
+        "grpcs://mgmt.example.com:8444", res, f"{fqn}/serviceaccounts/gateway", keymod.generate()
     )
     bootstrap = gateway["secrets"]["bootstrap"]
     (xds,) = bootstrap["static_resources"]["clusters"]

@@ -157,12 +157,16 @@ def test_only_the_clusters_own_agent_may_report(
         ok(report(west_agent, west, namespace("shop")))
     assert ok(admin.get(f"/v2/{east['fqn']}"))["namespaces"] == []
 
-    # the agent's own binding is checked too: without WRITE on the cluster it is refused
+    # the agent holds no role: its report is admitted by the cluster-accounts table,
+    # and another account of the same cluster (extauthz's) is refused
     policy = ok(admin.get(f"/v2/{east['fqn']}/policy"))
-    kept = [b for b in policy["allow"] if b["role"] != "rbac/editor"]
-    ok(admin.put(f"/v2/{east['fqn']}/policy", json={"etag": policy["etag"], "allow": kept}))
+    assert "serviceaccounts/" not in json.dumps(policy)
     with agent(server, east) as east_agent:
-        err(report(east_agent, east, namespace("shop")), 403, "PERMISSION_DENIED")
+        ok(report(east_agent, east, namespace("shop")))
+        err(east_agent.get(f"/v2/{east['fqn']}"), 403, "PERMISSION_DENIED")
+    with agent(server, east, "extauthz") as extauthz:
+        denied = err(report(extauthz, east, namespace("evil")), 403, "PERMISSION_DENIED")
+        assert "serviceaccounts/extauthz" in denied["message"]
 
     # deleting the cluster revokes the key
     west_agent = agent(server, west)

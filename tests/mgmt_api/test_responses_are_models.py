@@ -19,6 +19,7 @@ import pytest
 
 from mgmt_api import fqn as fqnmod
 from mgmt_api.access import CallContext, Principal
+from mgmt_api.compiler.key_material import redact
 from mgmt_api.errors import ApiError, Code
 from mgmt_api.kinds import KINDS, KindDef, item_templates
 from mgmt_api.kinds.base import RenderEnv
@@ -67,12 +68,15 @@ def _without_response_only(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def _rendered(service: ResourceService, fqn: str) -> Any:
-    """What the kind renders for the stored object, as JSON (its own dict, no model)."""
+    """What the kind renders for the stored object, as JSON (its own dict, no model),
+    with its key material as markers (the service redacts every kind's declared
+    ``secrets`` alike)."""
     with service.uow.read() as conn:
         res = repo.get(conn, fqn)
         assert res is not None
         env = RenderEnv(conn, service.settings, repo.now_us(), {})
-        return json.loads(json.dumps(KINDS[res.kind].behaviour.render(res, env)))
+        behaviour = KINDS[res.kind].behaviour
+        return json.loads(json.dumps(redact(behaviour.render(res, env), behaviour.secrets)))
 
 
 def _ensure(service: ResourceService, fqn: str) -> ApiModel | None:

@@ -24,14 +24,17 @@ from extauthz.cli import mint_demo_token
 from meshplane.config_error import ConfigError
 from meshplane.rpc import set_trace_context
 from meshplane.tracing import TraceSettings, settings_from, start_tracing
+from ratelimit.app import build_store
 from ratelimit.config import load_config
 from ratelimit.service import RateLimitService
 from ratelimit.settings import Settings
+from ratelimit.store.local_cache import LocalCacheStore
 from ratelimit.store.memory import MemoryStore
 from tests.extauthz.support import GrpcClient, ServerThread, check_request
 from tests.mgmt_api.harness import ADMIN_PASSWORD, MgmtServer, ok
 from tests.ratelimit.conftest import T0, descriptor, request, write_config
 from tests.support.otlp_receiver import OtlpGrpcReceiver, OtlpHttpReceiver
+from tests.support.redis_server import redis_server
 
 SECRET = "traces-test-secret-0123456789abcdef"
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -255,6 +258,39 @@ def test_ratelimit_span_with_store_child_over_http_exporter(tmp_path: Path) -> N
     assert sorted(s.attributes["meshplane.decision"] for s in calls) == ["allow", "deny"]
     assert all(s.attributes["meshplane.policy"] == ["user"] for s in calls)
     assert "secret-api-key" not in repr(spans)
+
+
+def test_ratelimit_store_span_names_redis_behind_the_local_cache(
+    tmp_path: Path, grpc_receiver: OtlpGrpcReceiver
+) -> None:
+    """The store stack as deployed (the local cache of empty buckets in front
+    of a real redis-server): the store span says ``redis``, for the call the
+    store answered and for the one the cache answered in front of it."""
+    config = load_config(write_config(tmp_path, "traced.yaml", LIMITS))
+    tracing = start_tracing(TraceSettings(grpc_receiver.endpoint, service_name="ratelimit"))
+    assert tracing is not None
+    trace_id = "8ef92f3577b34da6a3ce929d0e0e4736"
+    raw = request("traced", descriptor(("user", "u"))).SerializeToString()
+    with redis_server() as redis:
+        store, _ = build_store(Settings(), redis.url)
+        assert isinstance(store, LocalCacheStore)
+        service = RateLimitService(
+            lambda: config, store, Settings(), clock=lambda: T0, tracing=tracing
+        )
+
+        async def three() -> None:
+            for _ in range(3):  # allowed, denied by Redis, denied by the cache
+                set_trace_context(f"00-{trace_id}-{PARENT_ID}-01", None)
+                await service.decide(raw)
+            await service.close()
+
+        asyncio.run(three())
+    tracing.shutdown()
+    spans = grpc_receiver.wait_for_spans(
+        lambda got: len([s for s in got if s.trace_id == trace_id]) >= 6
+    )
+    names = sorted(s.name for s in spans if s.trace_id == trace_id)
+    assert names == ["ratelimit ShouldRateLimit"] * 3 + ["ratelimit store redis"] * 3
 
 
 def test_ratelimit_sampling_zero_makes_no_span(tmp_path: Path, span_objects: list[object]) -> None:

@@ -1,8 +1,8 @@
 """The rate-limit service under a real supervisor, on either server, for tests.
 
 ``Server`` starts ``meshplane.server.serve`` in a subprocess with the clock
-standing still at ``T0`` (see ``fixed_clock``), on the Envoy-based server or
-on grpcio, counting in a real redis-server; an optional settings file is
+standing still at ``T0`` (see ``fixed_clock``), on any backend
+(``tests.support.backends``), counting in a real redis-server; an optional settings file is
 loaded over the tests' base settings, as ``ratelimit serve --settings`` does.
 """
 
@@ -20,10 +20,11 @@ import grpc
 from envoy.service.ratelimit.v3 import rls_pb2
 
 from tests.ratelimit.conftest import T0, request
+from tests.support.backends import BACKENDS
 from tests.support.net import free_port, wait_for_port, wait_for_socket
 
 METHOD = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
-SERVERS = ("envoy", "grpcio")
+SERVERS = BACKENDS
 
 SUPERVISOR = textwrap.dedent(
     """

@@ -49,8 +49,8 @@ MAX_DESCRIPTORS, MAX_ENTRIES, MAX_VALUE_BYTES = 256, 32, 65536  # the documented
 
 @pytest.fixture(scope="module")
 def stores() -> Iterator[dict[str, RedisServer]]:
-    with redis_server() as first, redis_server() as second:
-        yield {"envoy": first, "grpcio": second}
+    with contextlib.ExitStack() as stack:
+        yield {kind: stack.enter_context(redis_server()) for kind in SERVERS}
 
 
 @contextlib.contextmanager

@@ -29,9 +29,7 @@ from tests.support.redis_server import RedisServer, redis_server
 
 TRANSPORTS = ("tcp", "uds")
 #: Every (server, transport) pair: the first is the reference the others must match.
-#: (h2 here, not in ``servers.SERVERS``: the memory-flood tables stay on the two
-#: older servers, to keep CI short.)
-PAIRS = tuple((kind, transport) for transport in TRANSPORTS for kind in (*SERVERS, "h2"))
+PAIRS = tuple((kind, transport) for transport in TRANSPORTS for kind in SERVERS)
 
 CONFIG = """\
 domain: api

@@ -12,6 +12,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from tests.support.backends import BACKENDS
 from tests.support.net import free_port, wait_for_port
 
 SUPERVISOR = textwrap.dedent(
@@ -29,7 +30,7 @@ SUPERVISOR = textwrap.dedent(
     """
 )
 
-SERVERS = ("envoy", "grpcio", "h2")
+SERVERS = BACKENDS
 
 
 class Supervisor:

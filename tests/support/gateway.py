@@ -14,7 +14,6 @@ overflowed without a Python server in the way.
 
 from __future__ import annotations
 
-import json
 import socket
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ import httpx
 from meshplane import gateway_contract as gc
 from meshplane.control_plane import load_credentials
 from tests.mgmt_api.harness import MgmtServer, ok
+from tests.support.cluster_credentials import write_credential
 from tests.support.envoy import EnvoyProcess
 from tests.support.net import free_port
 from tests.support.processes import Service, wait_until
@@ -200,9 +200,12 @@ class GatewayStack:
         created = ok(
             self.admin.post(f"{BASE}/clusters", json={"name": CLUSTER, "cluster": TEST_DEADLINES})
         )
-        self.credentials = tmp / "credentials.json"
-        secret = created["installTemplate"]["helm"]["secrets"]["clusterServiceAccount"]
-        self.credentials.write_text(json.dumps(secret))
+        # The agent's key; each component gets its own (component_credentials).
+        self.credentials = write_credential(created, "agent", tmp / "credentials.json")
+        self.component_credentials = {
+            kind: write_credential(created, kind, tmp / f"{kind}-credentials.json")
+            for kind in ("gateway", "extauthz", "ratelimit")
+        }
         self.ratelimit_port = free_port()
         self.extauthz_port = free_port()
         self._service("ratelimit", self.ratelimit_port)
@@ -246,7 +249,7 @@ class GatewayStack:
             "--cluster",
             f"{ORG}/{CLUSTER}",
             "--credentials",
-            str(self.credentials),
+            str(self.component_credentials[kind]),
             "--cache-dir",
             str(self.tmp / f"{kind}-cache"),
             *self.service_args,
@@ -256,7 +259,7 @@ class GatewayStack:
         self.services.append(Service(args, path or port, self.tmp / f"{kind}.log").start())
 
     def gateway_token(self) -> str:
-        key = load_credentials(self.credentials)
+        key = load_credentials(self.component_credentials["gateway"])
         return key.token(ttl=gc.GATEWAY_TOKEN_TTL_SECONDS, audience=gc.XDS_AUDIENCE)
 
     def bootstrap(self, instance: str, port: int, **node: Any) -> dict[str, Any]:

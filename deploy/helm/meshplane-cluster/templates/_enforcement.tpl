@@ -64,7 +64,7 @@ periodSeconds: {{ .period }}
     {{- if .Values.extauthz.config }}
     - {name: extauthz-config, mountPath: /etc/meshplane/extauthz, readOnly: true}
     {{- else }}
-    {{- include "mc.subscriberMounts" . | nindent 4 }}
+    {{- include "mc.subscriberMounts" (dict "ctx" . "component" "extauthz") | nindent 4 }}
     {{- end }}
 {{- end -}}
 
@@ -128,7 +128,7 @@ periodSeconds: {{ .period }}
     {{- if .Values.ratelimit.config }}
     - {name: ratelimit-rules, mountPath: /etc/meshplane/ratelimit/rules, readOnly: true}
     {{- else }}
-    {{- include "mc.subscriberMounts" . | nindent 4 }}
+    {{- include "mc.subscriberMounts" (dict "ctx" . "component" "ratelimit") | nindent 4 }}
     {{- end }}
     {{- if or (not .Values.redis.disabled) $be.url }}
     - {name: redis-url, mountPath: /etc/meshplane/redis-url, readOnly: true}
@@ -136,8 +136,9 @@ periodSeconds: {{ .period }}
     {{- if and .Values.redis.disabled $be.urlRef }}
     - {name: redis-url-ref, mountPath: /var/run/secrets/meshplane/{{ $be.urlRef.namespace | default .Release.Namespace }}/{{ $be.urlRef.name }}, readOnly: true}
     {{- end }}
-    {{- if and (not .Values.redis.disabled) .Values.redis.tls.certificateRef }}
-    - {name: redis-ca, mountPath: /var/run/secrets/meshplane/{{ .Release.Namespace }}/{{ .Values.redis.tls.certificateRef }}, readOnly: true}
+    {{- $tlsSecret := include "mc.redisTlsSecret" . }}
+    {{- if and (not .Values.redis.disabled) $tlsSecret }}
+    - {name: redis-ca, mountPath: /var/run/secrets/meshplane/{{ .Release.Namespace }}/{{ $tlsSecret }}, readOnly: true}
     {{- end }}
 {{- end -}}
 
@@ -169,10 +170,11 @@ periodSeconds: {{ .period }}
     defaultMode: 0440
     items: [{key: url, path: url}]
 {{- end }}
-{{- if and (not .Values.redis.disabled) .Values.redis.tls.certificateRef }}
+{{- $tlsSecret := include "mc.redisTlsSecret" . }}
+{{- if and (not .Values.redis.disabled) $tlsSecret }}
 - name: redis-ca
   secret:
-    secretName: {{ .Values.redis.tls.certificateRef }}
+    secretName: {{ $tlsSecret }}
     defaultMode: 0440
     items: [{key: ca.crt, path: ca.crt}]
 {{- end }}

@@ -64,7 +64,8 @@ seccompProfile:
 {{- if or .Values.controlPlane.ca .Values.controlPlane.caConfigMap -}}/etc/meshplane/control-plane-ca/ca.crt{{- end -}}
 {{- end -}}
 
-{{/* The flags every subscriber (agent, extauthz, ratelimit) reaches mgmt-api with. */}}
+{{/* The flags every subscriber (agent, extauthz, ratelimit) reaches mgmt-api with;
+     --credentials is the component's own key (mc.credentialsVolume). */}}
 {{- define "mc.subscriberArgs" -}}
 - --control-plane
 - {{ include "mc.controlPlane" . | quote }}
@@ -84,21 +85,36 @@ seccompProfile:
 - /etc/meshplane/credentials/credentials.json
 {{- end -}}
 
+{{/* dict "ctx" . "component" NAME: the component's own credentials and the shared CA,
+     client certificate. */}}
 {{- define "mc.subscriberMounts" -}}
-- {name: credentials, mountPath: /etc/meshplane/credentials, readOnly: true}
+{{- $ctx := .ctx -}}
+- {name: {{ .component }}-credentials, mountPath: /etc/meshplane/credentials, readOnly: true}
+{{- with $ctx -}}
 {{- if include "mc.caFile" . }}
 - {name: control-plane-ca, mountPath: /etc/meshplane/control-plane-ca, readOnly: true}
 {{- end }}
 {{- if .Values.controlPlane.clientCertSecret }}
 - {name: client-cert, mountPath: /etc/meshplane/client-cert, readOnly: true}
 {{- end }}
+{{- end }}
 {{- end -}}
 
-{{- define "mc.subscriberVolumes" -}}
-- name: credentials
+{{/* The install template's entry holding COMPONENT's key (docs/api.md "Cluster credentials"). */}}
+{{- define "mc.credentialsEntry" -}}
+{{- ternary "clusterServiceAccount" (printf "%sServiceAccount" .) (eq . "agent") -}}
+{{- end -}}
+
+{{/* dict "ctx" . "component" NAME: the Secret volume of that component's key alone. */}}
+{{- define "mc.credentialsVolume" -}}
+- name: {{ .component }}-credentials
   secret:
-    secretName: {{ include "mc.fullname" . }}-credentials
+    secretName: {{ include "mc.fullname" .ctx }}-{{ .component }}-credentials
     defaultMode: 0440
+{{- end -}}
+
+{{/* What every subscriber's pod mounts besides its key: the CA, the client certificate. */}}
+{{- define "mc.subscriberVolumes" -}}
 {{- if include "mc.caFile" . }}
 - name: control-plane-ca
   configMap:
@@ -140,5 +156,20 @@ seccompProfile:
 {{- if not .Values.redis.disabled -}}/etc/meshplane/redis-url/url
 {{- else if $be.urlRef -}}/var/run/secrets/meshplane/{{ $be.urlRef.namespace | default .Release.Namespace }}/{{ $be.urlRef.name }}/url
 {{- else if $be.url -}}/etc/meshplane/redis-url/url
+{{- end -}}
+{{- end -}}
+
+{{/* The Secret of redis.tls.certificateRef: its name, "" when unset. A name, or
+Envoy Gateway's object form {name, namespace, kind: Secret}; the namespace (when
+given) must be the release's, since a pod mounts Secrets of its own namespace only. */}}
+{{- define "mc.redisTlsSecret" -}}
+{{- $ref := .Values.redis.tls.certificateRef -}}
+{{- if kindIs "map" $ref -}}
+{{- if and $ref.namespace (ne $ref.namespace .Release.Namespace) -}}
+{{- fail (printf "redis.tls.certificateRef.namespace must be this release's namespace %q (a pod mounts Secrets of its own namespace only), not %q" .Release.Namespace $ref.namespace) -}}
+{{- end -}}
+{{- $ref.name -}}
+{{- else -}}
+{{- $ref | default "" -}}
 {{- end -}}
 {{- end -}}

@@ -68,3 +68,18 @@ seccompProfile:
 {{- $rl := $eg.rateLimit | default dict -}}
 {{- toJson ($rl.backend | default dict) -}}
 {{- end -}}
+
+{{/* The Secret of redis.tls.certificateRef: its name, "" when unset. A name, or
+Envoy Gateway's object form {name, namespace, kind: Secret}; the namespace (when
+given) must be the release's, since a pod mounts Secrets of its own namespace only. */}}
+{{- define "meshplane.redisTlsSecret" -}}
+{{- $ref := .Values.redis.tls.certificateRef -}}
+{{- if kindIs "map" $ref -}}
+{{- if and $ref.namespace (ne $ref.namespace .Release.Namespace) -}}
+{{- fail (printf "redis.tls.certificateRef.namespace must be this release's namespace %q (a pod mounts Secrets of its own namespace only), not %q" .Release.Namespace $ref.namespace) -}}
+{{- end -}}
+{{- $ref.name -}}
+{{- else -}}
+{{- $ref | default "" -}}
+{{- end -}}
+{{- end -}}
