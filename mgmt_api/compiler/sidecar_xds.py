@@ -14,11 +14,11 @@ The shape (docs/mesh.md):
   ``SERVICE.NAMESPACE`` (and ``SERVICE.NAMESPACE.svc.cluster.local``; bare
   ``SERVICE`` for the sidecar's own namespace). The app calls
   ``http://127.0.0.1:OUTBOUND/`` with that ``Host``; an unknown name is 404;
-- **clusters**: ``inbound/app`` and one ``outbound/NAMESPACE/SERVICE`` per
-  service, whose endpoints are the inbound addresses of that service's
-  connected sidecars (what their nodes announced). Endpoints are carried in the
-  cluster (STATIC); an instance joining or leaving changes the version, so
-  every sidecar of the cluster gets new clusters;
+- **clusters**: ``inbound/app`` (STATIC) and one EDS cluster
+  ``outbound/NAMESPACE/SERVICE`` per service, whose endpoints come over ADS
+  as that cluster's ``ClusterLoadAssignment`` (:func:`load_assignment`): the
+  inbound addresses of the service's sidecars in the mesh's registry. An
+  instance joining or leaving changes that one assignment, not the clusters;
 - **mTLS** (when the input has a trust domain, which mgmt-api always gives):
   the inbound listener requires a client certificate of the cluster's mesh CA
   with a URI SAN in the trust domain, so Envoy's RBAC sees the caller's
@@ -194,17 +194,25 @@ def secrets(trust_bundle: tuple[str, ...]) -> tuple[JsonDict, ...]:
     return ({"name": CA_SECRET, "validationContext": {"trustedCa": {"inlineString": pems}}},)
 
 
+#: The type of an EDS resource (a cluster's endpoints).
+ENDPOINT_TYPE = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
+
+
+def _assignment(name: str, endpoints: list[tuple[str, int]]) -> JsonDict:
+    return {
+        "clusterName": name,
+        "endpoints": [
+            {"lbEndpoints": [{"endpoint": {"address": _socket(h, p)}} for h, p in endpoints]}
+        ],
+    }
+
+
 def _static_cluster(name: str, endpoints: list[tuple[str, int]]) -> JsonDict:
     return {
         "name": name,
         "type": "STATIC",
         "connectTimeout": UPSTREAM_CONNECT_TIMEOUT,
-        "loadAssignment": {
-            "clusterName": name,
-            "endpoints": [
-                {"lbEndpoints": [{"endpoint": {"address": _socket(h, p)}} for h, p in endpoints]}
-            ],
-        },
+        "loadAssignment": _assignment(name, endpoints),
     }
 
 
@@ -322,20 +330,60 @@ def outbound_routes(inp: SidecarInput, node: SidecarNode) -> JsonDict:
     return {"name": OUTBOUND_ROUTES, "virtualHosts": virtual_hosts, "validateClusters": False}
 
 
+def app_cluster(app_port: int) -> JsonDict:
+    """The inbound listener's upstream: the app on loopback."""
+    return _static_cluster(APP_CLUSTER, [("127.0.0.1", app_port)])
+
+
+def outbound_cluster(
+    inp: SidecarInput, namespace: str, service: str, endpoints: list[SidecarEndpoint]
+) -> JsonDict:
+    """The EDS cluster of one service as its callers reach it (the same for every caller):
+    its endpoints are :func:`load_assignment`'s, its TLS accepts the ids of ``endpoints``."""
+    cluster: JsonDict = {
+        "name": outbound_cluster_name(namespace, service),
+        "type": "EDS",
+        "connectTimeout": UPSTREAM_CONNECT_TIMEOUT,
+        "edsClusterConfig": {"edsConfig": {"ads": {}, "resourceApiVersion": "V3"}},
+    }
+    if inp.trust_domain:
+        cluster["transportSocket"] = upstream_tls(inp, endpoints)
+    return cluster
+
+
+def load_assignment(namespace: str, service: str, endpoints: list[SidecarEndpoint]) -> JsonDict:
+    """The endpoints of a service's outbound cluster (an EDS resource)."""
+    name = outbound_cluster_name(namespace, service)
+    return _assignment(name, [(e.host, e.port) for e in endpoints])
+
+
+def load_assignments(inp: SidecarInput) -> list[JsonDict]:
+    """Every outbound cluster's endpoints, by cluster name."""
+    return [load_assignment(ns, svc, e) for (ns, svc), e in sorted(inp.services().items())]
+
+
+def policy_digest(inp: SidecarInput) -> str:
+    """Digest of what a sidecar's listeners and inbound route depend on (not the endpoints)."""
+    content = {
+        "cluster": inp.cluster,
+        "trustDomain": inp.trust_domain,
+        "settings": [s.to_json() for s in inp.settings],
+        "extAuthz": [inp.knobs.ext_authz_timeout, inp.knobs.ext_authz_failure_mode_allow],
+        "tracing": tracing.document_section(inp.knobs.tracing),
+    }
+    encoded = json.dumps(content, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(encoded).hexdigest()[:20]
+
+
 def compile_sidecar(
     inp: SidecarInput, node: SidecarNode, sds: tuple[JsonDict, ...] = ()
 ) -> GatewayResources:
     """The listeners, routes and clusters of one sidecar; ``sds``: its :func:`secrets`."""
     authz = inbound_authz(inp, node)
-    clusters = [_static_cluster(APP_CLUSTER, [("127.0.0.1", node.app_port)])]
+    clusters = [app_cluster(node.app_port)]
     clusters.extend(authz.clusters)
     for (namespace, service), endpoints in sorted(inp.services().items()):
-        cluster = _static_cluster(
-            outbound_cluster_name(namespace, service), [(e.host, e.port) for e in endpoints]
-        )
-        if inp.trust_domain:
-            cluster["transportSocket"] = upstream_tls(inp, endpoints)
-        clusters.append(cluster)
+        clusters.append(outbound_cluster(inp, namespace, service, endpoints))
     if inp.knobs.tracing is not None:
         clusters.append(tracing.collector_cluster(inp.knobs.tracing))
     return GatewayResources(

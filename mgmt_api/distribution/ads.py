@@ -32,11 +32,15 @@ secrets get no answer (nothing else is dynamic in a gateway).
 Sidecars are admitted by their pod's workload token, not by the cluster's
 agent key (:meth:`~mgmt_api.distribution.sidecar_ads.SidecarStreams.admit`),
 and also subscribe to one SDS secret on ADS, the trust bundle
-(:mod:`mgmt_api.distribution.sidecar_ads`). The secret's ``version_info``
-is the configuration version plus the bundle's digest, so a CA rotation
-sends the secret type alone, and the status keeps reporting configuration
-versions (an ACK of a version means every type, secrets included, was
-accepted).
+(:mod:`mgmt_api.distribution.sidecar_ads`). Each of a sidecar's types has
+its own ``version_info``, the digest of what its resources are made from
+(the secret: the bundle's; listeners: the policy's; routes: the policy's
+and the service names'; clusters: the policy's and the services';
+endpoints (EDS): the services' addresses), and a new version sends only the
+types whose resources changed: a join or leave sends the changed
+service's assignment, a CA rotation the secret. The status keeps reporting
+configuration versions: a version is applied once every type is ACKed at
+that version's type versions.
 
 While a stream is open, the gateway counts as heard from (gRPC keepalive
 pings close it when the peer is gone), and every wake-up re-checks the
@@ -45,6 +49,7 @@ token's key and the cluster, as the policy stream does.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import itertools
@@ -54,39 +59,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 import grpc
-from envoy.config.cluster.v3 import cluster_pb2
-from envoy.config.listener.v3 import listener_pb2
-from envoy.config.route.v3 import route_pb2
-from envoy.config.trace.v3 import opentelemetry_pb2  # noqa: F401 - the tracer's typed config
-from envoy.extensions.access_loggers.filters.cel.v3 import (  # noqa: F401 - the mode header
-    cel_pb2,
-)
-
-# Imported for their descriptors: typed configs inside the resources name them.
-from envoy.extensions.filters.http.ext_authz.v3 import ext_authz_pb2  # noqa: F401
-from envoy.extensions.filters.http.jwt_authn.v3 import config_pb2  # noqa: F401 - local JWT rules
-from envoy.extensions.filters.http.lua.v3 import lua_pb2  # noqa: F401 - the path-claim check
-from envoy.extensions.filters.http.ratelimit.v3 import rate_limit_pb2  # noqa: F401
-from envoy.extensions.filters.http.rbac.v3 import rbac_pb2  # noqa: F401 - local JWT rules
-from envoy.extensions.filters.http.router.v3 import router_pb2  # noqa: F401
-from envoy.extensions.filters.network.http_connection_manager.v3 import (  # noqa: F401
-    http_connection_manager_pb2,
-)
-from envoy.extensions.transport_sockets.tls.v3 import (
-    secret_pb2,
-    tls_pb2,  # noqa: F401 - JWKS, mTLS
-)
-from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2  # noqa: F401
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
-from google.protobuf import any_pb2, json_format
-from google.protobuf.message import Message
+from google.protobuf import json_format
 
 from meshplane import sidecar_contract
 from meshplane.distribution_contract import NodeIdentity
 from meshplane.gateway_contract import GATEWAY_KIND, GatewayNode, NodeError, parse_node
 from meshplane.sidecar_contract import SIDECAR_KIND, SidecarNode
-from mgmt_api.compiler import gateway_xds
-from mgmt_api.compiler.protojson import JsonDict
+from mgmt_api.compiler import gateway_xds, sidecar_xds
 from mgmt_api.distribution.feed import ChangeFeed, SharedBuilds
 from mgmt_api.distribution.sidecar_ads import SidecarStreams
 from mgmt_api.distribution.streams import (
@@ -96,6 +76,7 @@ from mgmt_api.distribution.streams import (
     admit_bearer,
     follow,
 )
+from mgmt_api.distribution.wire import Compiled, entry, response
 from mgmt_api.service.enforcement import UnknownCluster
 from mgmt_api.service.instances import SubscriberRegistry
 from mgmt_api.service.sidecars import DirectoryFull
@@ -109,15 +90,15 @@ TYPES: tuple[str, ...] = (
     gateway_xds.ROUTE_TYPE,
 )
 # A sidecar's secrets come first: its clusters and listener name them.
-SIDECAR_TYPES: tuple[str, ...] = (gateway_xds.SECRET_TYPE, *TYPES)
-_MESSAGES: dict[str, type[Message]] = {
-    gateway_xds.CLUSTER_TYPE: cluster_pb2.Cluster,
-    gateway_xds.LISTENER_TYPE: listener_pb2.Listener,
-    gateway_xds.ROUTE_TYPE: route_pb2.RouteConfiguration,
-    gateway_xds.SECRET_TYPE: secret_pb2.Secret,
-}
+SIDECAR_TYPES: tuple[str, ...] = (
+    gateway_xds.SECRET_TYPE,
+    gateway_xds.CLUSTER_TYPE,
+    sidecar_xds.ENDPOINT_TYPE,  # after the clusters that name them, as Envoy asks
+    gateway_xds.LISTENER_TYPE,
+    gateway_xds.ROUTE_TYPE,
+)
 # Types whose responses carry only the names Envoy asked for.
-_BY_NAME = (gateway_xds.ROUTE_TYPE, gateway_xds.SECRET_TYPE)
+_BY_NAME = (gateway_xds.ROUTE_TYPE, gateway_xds.SECRET_TYPE, sidecar_xds.ENDPOINT_TYPE)
 
 # (bearer token, node) → a grant (the key id), or raise AuthError.
 Authenticate = Callable[[str, NodeIdentity], Awaitable[str]]
@@ -125,41 +106,17 @@ Authenticate = Callable[[str, NodeIdentity], Awaitable[str]]
 Build = Callable[[tuple[str, str]], Awaitable[gateway_xds.GatewayInput]]
 
 
-def pack(type_url: str, resource: JsonDict) -> any_pb2.Any:
-    """A protojson resource as the ``Any`` a DiscoveryResponse carries (strict parse)."""
-    message = _MESSAGES[type_url]()
-    json_format.ParseDict(resource, message)
-    packed = any_pb2.Any()
-    packed.Pack(message)
-    return packed
-
-
-@dataclass
-class _Compiled:
-    """One version's resources for this gateway, packed once."""
-
-    version: str
-    resources: dict[str, list[tuple[str, any_pb2.Any]]]  # type → [(name, packed)]
-    warnings: tuple[str, ...]
-    serial: str = ""  # a sidecar's trust bundle digest (its secret's version)
-
-    def type_version(self, type_url: str) -> str:
-        """The ``version_info`` of ``type_url``'s responses (see the module docstring)."""
-        if type_url == gateway_xds.SECRET_TYPE:
-            return f"{self.version}/{self.serial}"
-        return self.version
-
-
-def compile_for(inp: gateway_xds.GatewayInput, node: GatewayNode) -> _Compiled:
+def compile_for(inp: gateway_xds.GatewayInput, node: GatewayNode) -> Compiled:
     return packed(inp.version(), gateway_xds.compile_gateway(inp, node))
 
 
-def packed(version: str, compiled: gateway_xds.GatewayResources, serial: str = "") -> _Compiled:
+def packed(version: str, compiled: gateway_xds.GatewayResources) -> Compiled:
+    """A gateway's resources, serialized (each gateway's own: they differ by node)."""
     resources = {
-        type_url: [(r["name"], pack(type_url, r)) for r in items]
+        type_url: [entry(type_url, r) for r in items]
         for type_url, items in compiled.by_type().items()
     }
-    return _Compiled(version, resources, compiled.warnings, serial)
+    return Compiled(version, resources, compiled.warnings)
 
 
 @dataclass
@@ -172,7 +129,7 @@ class _Stream:
     sent: dict[str, tuple[str, str]] = field(default_factory=dict)  # type → (nonce, version)
     acked: dict[str, str] = field(default_factory=dict)  # type → version
     applied: str = ""
-    compiled: _Compiled | None = None  # the version last sent
+    compiled: Compiled | None = None  # the version last sent
 
     @property
     def role(self) -> str:
@@ -184,8 +141,21 @@ class _Stream:
         """The types this Envoy is served, in the order a new version sends them."""
         return SIDECAR_TYPES if isinstance(self.node, SidecarNode) else TYPES
 
-    def all_acked(self, compiled: _Compiled) -> bool:
-        return all(self.acked.get(t) == compiled.type_version(t) for t in self.types)
+    def all_acked(self, compiled: Compiled) -> bool:
+        """Every type of ``compiled`` accepted (a type with no resources, once subscribed)."""
+        return all(
+            self.acked.get(t) == compiled.type_version(t)
+            for t in self.types
+            if compiled.resources.get(t) or t in self.subscribed
+        )
+
+
+def _changed_names(before: Compiled, after: Compiled, type_url: str) -> frozenset[str]:
+    """Names of ``type_url``'s resources that are new or differ in ``after``."""
+    if before.type_version(type_url) == after.type_version(type_url):
+        return frozenset()
+    old = dict(before.resources.get(type_url, []))
+    return frozenset(n for n, r in after.resources.get(type_url, []) if old.get(n) != r)
 
 
 class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ignore[misc]
@@ -240,28 +210,34 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
         return node, identity, grant
 
     def _response(
-        self, stream: _Stream, compiled: _Compiled, type_url: str
-    ) -> discovery_pb2.DiscoveryResponse:
+        self,
+        stream: _Stream,
+        compiled: Compiled,
+        type_url: str,
+        since: Compiled | None = None,
+        also: frozenset[str] = frozenset(),
+    ) -> bytes:
+        """``type_url``'s resources (those subscribed by name; with ``since``, only those
+        that differ from its, and those named in ``also``: EDS is incremental, an
+        assignment not sent is kept)."""
         names = stream.subscribed.get(type_url, ())
-        items = compiled.resources[type_url]
+        items = compiled.resources.get(type_url, [])
         if type_url in _BY_NAME and names:
             items = [(n, r) for n, r in items if n in names]
+        if since is not None:
+            before = dict(since.resources.get(type_url, []))
+            items = [(n, r) for n, r in items if n in also or before.get(n) != r]
         nonce = str(next(self._nonces))
         version = compiled.type_version(type_url)
         stream.sent[type_url] = (nonce, version)
-        return discovery_pb2.DiscoveryResponse(
-            version_info=version,
-            resources=[r for _, r in items],
-            type_url=type_url,
-            nonce=nonce,
-        )
+        return response(version, type_url, nonce, items)
 
     def _answer(
         self,
         stream: _Stream,
-        compiled: _Compiled,
+        compiled: Compiled,
         request: discovery_pb2.DiscoveryRequest,
-    ) -> discovery_pb2.DiscoveryResponse | None:
+    ) -> bytes | None:
         """What a request calls for: a response, or None (an ACK, a NACK, stale, unknown)."""
         type_url = request.type_url
         if type_url not in stream.types:  # gateways have no secrets
@@ -275,6 +251,9 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
             return None  # stale: an answer to a response Envoy has since been sent again
         now = self._plane.clock()
         if request.HasField("error_detail"):
+            # The configuration version the rejected type was last sent with (a
+            # sidecar's type has a version of its own; the status shows the whole's).
+            version = compiled.version
             self._plane.registry.nacked(
                 stream.identity, stream.applied, version, request.error_detail.message, now
             )
@@ -305,7 +284,8 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
         self,
         request_iterator: AsyncIterator[discovery_pb2.DiscoveryRequest],
         context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
-    ) -> AsyncIterator[discovery_pb2.DiscoveryResponse]:
+    ) -> AsyncIterator[bytes]:
+        """Responses go out serialized already (:mod:`mgmt_api.distribution.wire`)."""
         requests = aiter(request_iterator)
         try:
             first = await anext(requests)
@@ -314,18 +294,18 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
         node, identity, grant = await self._admit(first, context)
         stream = _Stream(identity, node)
         plane = self._plane
-        build: Callable[[int], Awaitable[_Compiled | None]]
+        build: Callable[[int], Awaitable[Compiled | None]]
         handle = 0
         if isinstance(node, SidecarNode):
             assert self._sidecars is not None  # _admit refuses sidecars otherwise
             plane = self._sidecars.plane
             try:
-                handle = self._sidecars.directory.join(node, grant)
+                handle = await self._sidecars.join(node, grant)
             except DirectoryFull as exc:
                 await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
-            build = functools.partial(self._compile_sidecar, node)
+            build = functools.partial(self._compile_sidecar, stream, node)
         else:
-            build = functools.partial(self._compile, node)
+            build = functools.partial(self._compile, stream, node)
         responses = follow(
             plane,
             Admitted(identity, grant, context),
@@ -342,11 +322,10 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
                     yield response
         finally:
             if isinstance(node, SidecarNode) and self._sidecars is not None:
-                self._sidecars.directory.leave(node, handle)
+                self._sidecars.forget(node)
+                self._sidecars.leave(handle)
 
-    def _built(
-        self, stream: _Stream, latest: _Compiled | None
-    ) -> Sequence[discovery_pb2.DiscoveryResponse] | None:
+    def _built(self, stream: _Stream, latest: Compiled | None) -> Sequence[bytes] | None:
         """Every subscribed type again when the version changed, clusters first.
 
         None while nothing has compiled yet (the first build failed): requests
@@ -361,40 +340,45 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
         ):
             return None if before is None else ()
         stream.compiled = latest
-        types = stream.types
-        if before is not None and latest.version == before.version:
-            types = (gateway_xds.SECRET_TYPE,)  # a new trust bundle, nothing else
-        else:
+        if before is None or latest.version != before.version:
             self._plane.registry.sent(stream.identity, latest.version, self._plane.clock())
-        return [
-            self._response(stream, latest, type_url)
-            for type_url in types
-            if type_url in stream.subscribed
-        ]
+        # Only the types whose resources changed, in the order of stream.types: a
+        # join or leave sends the changed service's endpoints alone, a CA rotation
+        # the secret. With new clusters, the endpoints of every cluster that is new
+        # or changed too (Envoy warms such a cluster until its assignment comes),
+        # changed or not; an unchanged cluster keeps the assignment it has.
+        sends = []
+        for type_url in stream.types:
+            if type_url not in stream.subscribed:
+                continue
+            changed = before is None or latest.type_version(type_url) != before.type_version(
+                type_url
+            )
+            if type_url == sidecar_xds.ENDPOINT_TYPE and before is not None:
+                warming = _changed_names(before, latest, gateway_xds.CLUSTER_TYPE)
+                if changed or warming:
+                    sends.append(
+                        self._response(stream, latest, type_url, since=before, also=warming)
+                    )
+            elif changed:
+                sends.append(self._response(stream, latest, type_url))
+        return sends
 
     def _requested(
         self, stream: _Stream, request: discovery_pb2.DiscoveryRequest
-    ) -> Sequence[discovery_pb2.DiscoveryResponse]:
+    ) -> Sequence[bytes]:
         assert stream.compiled is not None  # requests wait for the first build
         response = self._answer(stream, stream.compiled, request)
         return () if response is None else (response,)
 
-    async def _compile_sidecar(self, node: SidecarNode, revision: int) -> _Compiled | None:
+    async def _compile_sidecar(
+        self, stream: _Stream, node: SidecarNode, revision: int
+    ) -> Compiled | None:
+        """The sidecar's resources at ``revision``: what it was last sent when nothing changed."""
         assert self._sidecars is not None
-        compiled = await self._sidecars.compile(node, revision)
-        if compiled is None:
-            return None
-        version, serial, resources = compiled
-        try:
-            return packed(version, resources, serial)
-        except Exception:  # as a gateway's: Envoy's protos refuse it, the sidecar keeps what it has
-            log.exception(
-                "cannot pack the sidecar's configuration",
-                extra={"cluster": node.cluster, "instance": node.instance},
-            )
-            return None
+        return await self._sidecars.compile(node, revision, stream.compiled)
 
-    async def _compile(self, node: GatewayNode, revision: int) -> _Compiled | None:
+    async def _compile(self, stream: _Stream, node: GatewayNode, revision: int) -> Compiled | None:
         """This gateway's resources at ``revision``; None when they cannot be compiled.
 
         A stored object the compiler or Envoy's protos refuse (written around
@@ -403,7 +387,10 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
         """
         try:
             inp = await self._builds.get((node.organization, node.cluster), revision)
-            return compile_for(inp, node)
+            version, previous = inp.version(), stream.compiled
+            if previous is not None and previous.version == version:
+                return previous  # nothing changed: nothing rebuilt
+            return await asyncio.to_thread(compile_for, inp, node)
         except UnknownCluster:
             raise
         except Exception:

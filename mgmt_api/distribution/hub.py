@@ -17,7 +17,10 @@ without any broker:
 - writes of other replicas: on PostgreSQL each write also sends ``NOTIFY``,
   which :func:`mgmt_api.store.notify.listen_revisions` hears within
   milliseconds; a slow poll of the stored revision stays behind it (and is
-  the only cross-process path on SQLite, which has no notifications).
+  the only cross-process path on SQLite, which has no notifications);
+- changes of the mesh's endpoint registry (sidecars joining and leaving,
+  :mod:`mgmt_api.store.sidecars`) are not revisions: they arrive on their
+  own channel, ``meshplane_sidecars``, and wake only the sidecar streams.
 
 What a stream sends comes from the read model (:mod:`mgmt_api.service.enforcement`),
 who may open one from :mod:`mgmt_api.service.stream_auth`, and what each
@@ -42,7 +45,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import grpc
-from envoy.service.discovery.v3 import ads_pb2_grpc
 from opentelemetry.trace import Tracer
 
 from meshplane.distribution_contract import NodeIdentity
@@ -58,6 +60,7 @@ from mgmt_api.distribution.feed import ChangeFeed
 from mgmt_api.distribution.metrics import AttestationCounts
 from mgmt_api.distribution.server import DistributionServicer
 from mgmt_api.distribution.sidecar_ads import SidecarStreams
+from mgmt_api.distribution.wire import add_to_server as add_ads_to_server
 from mgmt_api.distribution.workload_certs import WorkloadCertificatesServicer, add_to_server
 from mgmt_api.domain import cluster_accounts, mesh_ca
 from mgmt_api.domain.durations import parse_duration
@@ -68,7 +71,7 @@ from mgmt_api.service.mesh_ca import MeshCaStore, advance_forever
 from mgmt_api.service.stream_auth import AuthError, Revocation, StreamAuth
 from mgmt_api.service.workload_trust import Attestation, WorkloadTrustStore
 from mgmt_api.settings import Settings
-from mgmt_api.store.notify import listen_revisions
+from mgmt_api.store.notify import SIDECARS_CHANNEL, listen_revisions
 from mgmt_api.store.uow import UnitOfWork
 
 log = logging.getLogger(__name__)
@@ -202,7 +205,11 @@ class Distribution:
             counts=self.counts,
             heartbeat=REVALIDATE_SECONDS,
         )
-        self._tasks.append(sidecars.start())
+        self._tasks.extend(sidecars.start())
+        if self._notify_url is not None:
+            self._tasks.append(
+                asyncio.create_task(self._listen_sidecars(self._notify_url, sidecars))
+            )
         self._tasks.append(asyncio.create_task(advance_forever(self._cas)))
         return sidecars
 
@@ -245,7 +252,7 @@ class Distribution:
             still_admitted=self._still_admitted,
             sidecars=self._sidecar_streams(feed, attestation),
         )
-        ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(gateways, server)
+        add_ads_to_server(gateways, server)
         add_to_server(self._workload_certificates(attestation), server)
         for add in self.servicers:
             add(server)
@@ -268,6 +275,12 @@ class Distribution:
                 "set MESHPLANE_GRPC_TLS_CERT and MESHPLANE_GRPC_TLS_KEY",
                 extra={"address": self.listen},
             )
+
+    async def _listen_sidecars(self, url: str, sidecars: SidecarStreams) -> None:
+        """Other replicas' changes of the mesh's endpoint registry (and, after each
+        (re)connect, whatever changed while not listening)."""
+        moved = sidecars.registry_moved
+        await listen_revisions(url, lambda _: moved(), connected=moved, channel=SIDECARS_CHANNEL)
 
     def _bind(self, server: grpc.aio.Server) -> int:
         """Add the listening port; raise OSError naming the address and the
@@ -300,6 +313,9 @@ class Distribution:
             feed.notify(await self._read_revision())
 
     async def stop(self, grace: float = 2.0) -> None:
+        if self.enforcement.sidecars is not None:
+            # The sidecars reconnect to a replica: stopping takes no endpoint away.
+            self.enforcement.sidecars.closing()
         self.uow.listeners.unsubscribe(self.committed)
         for task in self._tasks:
             task.cancel()

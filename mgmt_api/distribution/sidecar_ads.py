@@ -14,13 +14,19 @@ all kept here:
   PERMISSION_DENIED, and the refusal is audited. Every wake re-checks that
   the pod is still in the inventory with the same uid (:meth:`SidecarStreams.still_admitted`):
   a deleted pod's stream closes, and it leaves the endpoints;
-- their resources come from :func:`mgmt_api.compiler.sidecar_xds.compile_sidecar`;
-- their input depends on which sidecars are connected (the endpoints), not
-  only on the store, so their streams follow their OWN change feed, moved by
-  the store's feed and by every join or leave of the
-  :class:`~mgmt_api.service.sidecars.SidecarDirectory` (the store's revision
-  numbers cannot be bumped locally: another replica's writes would then be
-  missed);
+- their resources are :mod:`mgmt_api.compiler.sidecar_xds`'s, built in
+  pieces, each serialized once per distinct input and shared by every
+  sidecar it is the same for (:meth:`SidecarStreams.compile`): a cluster's
+  outbound clusters once per version (and a service's cluster only when its
+  endpoints change), a namespace's routes and authorization once per
+  policy, a sidecar's own listeners once per policy. Nothing is rebuilt
+  when the cluster's input digest and trust bundle are what the stream was
+  last sent (a heartbeat, another cluster's write), and building runs off
+  the event loop that accepts streams;
+- their endpoints come from the registry every replica shares
+  (:class:`~mgmt_api.service.sidecars.SidecarDirectory`): a join or leave is
+  a store write, so it wakes the streams of every replica like any other
+  write;
 - the only secret served is the cluster's trust bundle
   (:data:`~meshplane.workload_contract.CA_SECRET`). The workload certificate
   and its key never pass here: the pod-local agent holds the key, has it
@@ -30,18 +36,26 @@ all kept here:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
+import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
+from dataclasses import dataclass
 
 from meshplane.distribution_contract import NodeIdentity
 from meshplane.sidecar_contract import SidecarNode
-from mgmt_api.compiler import sidecar_xds
-from mgmt_api.compiler.gateway_xds import GatewayResources
+from mgmt_api.compiler import mesh_authz, sidecar_xds
+from mgmt_api.compiler import tracing as tracing_settings
+from mgmt_api.compiler.gateway_xds import CLUSTER_TYPE, LISTENER_TYPE, ROUTE_TYPE, SECRET_TYPE
+from mgmt_api.compiler.protojson import JsonDict
+from mgmt_api.compiler.sidecar_xds import ENDPOINT_TYPE
 from mgmt_api.distribution.feed import ChangeFeed, SharedBuilds
 from mgmt_api.distribution.metrics import AttestationCounts
 from mgmt_api.distribution.streams import StreamPlane
+from mgmt_api.distribution.wire import Compiled, Entry, EntryCache, Miss, entry
+from mgmt_api.domain import workload_attest
 from mgmt_api.domain.workload_attest import AttestationError, sidecar_refusal
 from mgmt_api.service.enforcement import UnknownCluster
 from mgmt_api.service.instances import SubscriberRegistry
@@ -55,6 +69,12 @@ log = logging.getLogger(__name__)
 SidecarBuild = Callable[[tuple[str, str]], Awaitable[sidecar_xds.SidecarInput]]
 # (organization, cluster) → the cluster's trust bundle (PEMs, the signing CA first).
 BundleSource = Callable[[tuple[str, str]], Awaitable[tuple[str, ...]]]
+#: How long the store must be quiet before the sidecars' feed moves (see follow_store).
+DEBOUNCE_SECONDS = 0.1
+#: The longest a write waits for a quiet store.
+DEBOUNCE_MAX_SECONDS = 1.0
+#: How old the attestation read model a stream's re-check reads may be.
+TRUST_FRESH_SECONDS = 1.0
 #: The audit operation of a refused sidecar stream.
 REFUSE_SIDECAR = "REFUSE_SIDECAR"
 
@@ -81,29 +101,97 @@ class SidecarStreams:
         self.feed = ChangeFeed()
         self.plane = StreamPlane(self.feed, registry, self.still_admitted, clock, heartbeat)
         self._store_feed = store_feed
-        self._builds: SharedBuilds[tuple[str, str], sidecar_xds.SidecarInput] = SharedBuilds(
-            self.feed, build
+        self._build, self._bundle = build, bundle
+        # One store read and one serialization of what every sidecar of a
+        # cluster shares, per cluster and change (a CA changes only with a
+        # write: a new trust domain, a recreated cluster, a rotation).
+        self._shared: SharedBuilds[tuple[str, str], SharedBuild] = SharedBuilds(
+            self.feed, self._prepare
         )
-        # Shared like the input: one store read per cluster and change, not per
-        # stream and heartbeat (a CA changes only with a write: a new trust
-        # domain, a recreated cluster, a rotation).
-        self._bundles: SharedBuilds[tuple[str, str], tuple[str, ...]] = SharedBuilds(
-            self.feed, bundle
-        )
-        directory.listeners.append(self._moved)
-
-    def _moved(self) -> None:
-        self.feed.notify()
+        self.cache = EntryCache()
+        self.assembled = 0  # sidecar configurations assembled (tests read it)
+        self._leaving: set[asyncio.Task[None]] = set()
+        # What the sidecars' input follows: the store's writes and the registry's moves.
+        self._inputs = ChangeFeed()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        directory.listeners.append(self._registry_changed)
+        self._trusts: dict[
+            tuple[str, str], tuple[float, asyncio.Future[workload_attest.ClusterTrust]]
+        ] = {}
+        # (organization, cluster) → instance → node: the sidecars streaming here,
+        # whose own pieces a new version builds at once, in one thread hop.
+        self._nodes: dict[tuple[str, str], dict[str, SidecarNode]] = {}
+        self._last: dict[tuple[str, str], SharedBuild] = {}  # per cluster
 
     async def follow_store(self) -> None:
-        """Move the sidecar feed whenever the store's moves; cancel to stop."""
+        """Every move of the store's feed is a change of the sidecars' input; cancel to stop."""
         seen = self._store_feed.revision
         while True:
             seen = await self._store_feed.wait_beyond(seen)
+            self._inputs.notify()
+
+    def registry_moved(self) -> None:
+        """The endpoint registry changed (another replica's NOTIFY); on the loop."""
+        self._inputs.notify()
+
+    def _registry_changed(self) -> None:
+        """This replica changed the registry; from any thread."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop is shutting down
+                loop.call_soon_threadsafe(self._inputs.notify)
+
+    async def debounce(self) -> None:
+        """Move the sidecar feed when the input changed, a burst of changes at once; cancel
+        to stop.
+
+        After a change, the feed moves once the input has been quiet for
+        :data:`DEBOUNCE_SECONDS`, or :data:`DEBOUNCE_MAX_SECONDS` after that
+        change however busy it stays (Istio debounces its pushes alike): a
+        join storm compiles a few versions, not one per sidecar.
+        """
+        seen = self._inputs.revision
+        while True:
+            seen = await self._inputs.wait_beyond(seen)
+            first = time.monotonic()
+            while time.monotonic() - first < DEBOUNCE_MAX_SECONDS:
+                moved = await self._inputs.wait_beyond(seen, DEBOUNCE_SECONDS)
+                if moved == seen:
+                    break
+                seen = moved
             self.feed.notify()
 
-    def start(self) -> asyncio.Task[None]:
-        return asyncio.create_task(self.follow_store())
+    def start(self) -> list[asyncio.Task[None]]:
+        """Follow the store's feed; keep this replica's rows in the registry fresh."""
+        self._loop = asyncio.get_running_loop()
+        return [
+            asyncio.create_task(self.follow_store()),
+            asyncio.create_task(self.debounce()),
+            asyncio.create_task(self.directory.refresh_forever()),
+        ]
+
+    async def join(self, node: SidecarNode, grant: str) -> int:
+        """Register an admitted sidecar in the shared registry (a store write)."""
+        return await asyncio.to_thread(self.directory.join, node, grant)
+
+    def forget(self, node: SidecarNode) -> None:
+        """The stream of ``node`` ended here: its pieces are no longer built ahead."""
+        nodes = self._nodes.get((node.organization, node.cluster), {})
+        if nodes.get(node.instance) is node:
+            del nodes[node.instance]
+
+    def leave(self, handle: int) -> None:
+        """The stream ``handle`` ended: leave the registry, even though the call that
+        held it is being cancelled (the write runs in a task of its own)."""
+        task = asyncio.create_task(self._leave(handle))
+        self._leaving.add(task)
+        task.add_done_callback(self._leaving.discard)
+
+    async def _leave(self, handle: int) -> None:
+        try:
+            await asyncio.to_thread(self.directory.leave, handle)
+        except Exception:  # the store is down: the row goes stale and is swept
+            log.exception("cannot remove a sidecar from the registry")
 
     async def admit(self, token: str, node: SidecarNode) -> str:
         """The grant of a sidecar stream whose bearer is ``token``; :class:`AuthError` if not.
@@ -157,25 +245,108 @@ class SidecarStreams:
 
     async def still_admitted(self, grant: str, node: NodeIdentity) -> Revocation | None:
         """None while the stream's pod is in the inventory with its uid."""
-        org, cluster = node.organization, node.cluster
         try:
-            gone = await asyncio.to_thread(self.attestation.still_there, grant, org, cluster)
+            trust = await self._trust((node.organization, node.cluster))
         except UnknownCluster:
             return Revocation("the cluster was deleted", cluster_gone=True)
+        gone = workload_attest.still_there(trust, grant)
         return None if gone is None else Revocation(gone)
 
+    async def _trust(self, key: tuple[str, str]) -> workload_attest.ClusterTrust:
+        """The cluster's attestation read model, read once per :data:`TRUST_FRESH_SECONDS`
+        for all its streams (one store read, not one thread hop per stream and wake)."""
+        now = time.monotonic()
+        entry = self._trusts.get(key)
+        if (
+            entry is None
+            or now - entry[0] > TRUST_FRESH_SECONDS
+            or (entry[1].done() and entry[1].exception() is not None)
+        ):
+            read = asyncio.to_thread(self.attestation.trust.get, *key)
+            entry = self._trusts[key] = (now, asyncio.ensure_future(read))
+        return await asyncio.shield(entry[1])
+
+    async def _prepare(self, key: tuple[str, str]) -> SharedBuild:
+        inp = await self._build(key)
+        bundle = await self._bundle(key)
+        last = self._last.get(key)
+        if last is not None and last.inp == inp and last.bundle == bundle:
+            return last  # another cluster's write, or nothing that reaches sidecars
+        nodes = list(self._nodes.get(key, {}).values())
+        shared = await asyncio.to_thread(self._prepare_all, inp, bundle, nodes)
+        self._last[key] = shared
+        return shared
+
+    def _prepare_all(
+        self, inp: sidecar_xds.SidecarInput, bundle: tuple[str, ...], nodes: list[SidecarNode]
+    ) -> SharedBuild:
+        """What the cluster's sidecars share, and the pieces of each sidecar streaming
+        here, so that their streams assemble from the cache on the loop."""
+        shared = self._prepare_shared(inp, bundle)
+        for node in nodes:
+            with contextlib.suppress(Exception):  # that stream logs it when it assembles
+                self.assemble(shared, node)
+        return shared
+
+    def _prepare_shared(
+        self, inp: sidecar_xds.SidecarInput, bundle: tuple[str, ...]
+    ) -> SharedBuild:
+        services = inp.services()
+        outbound: list[Entry] = []
+        assignments: list[Entry] = []
+        shapes = []  # what the clusters are made from (their type's version)
+        placed = []  # what the assignments are made from (theirs)
+        for (namespace, service), endpoints in sorted(services.items()):
+            accounts = tuple(sorted({e.service_account for e in endpoints}))
+            shapes.append([namespace, service, list(accounts)])
+            key = ("out", inp.trust_domain, namespace, service, accounts)
+            outbound.extend(
+                self.cache.get(
+                    key,
+                    lambda n=namespace, s=service, e=endpoints: [  # type: ignore[misc]
+                        entry(CLUSTER_TYPE, sidecar_xds.outbound_cluster(inp, n, s, e))
+                    ],
+                )
+            )
+            addresses = tuple((e.host, e.port) for e in endpoints)
+            placed.append([namespace, service, [list(a) for a in addresses]])
+            assignments.extend(
+                self.cache.get(
+                    ("eds", namespace, service, addresses),
+                    lambda n=namespace, s=service, e=endpoints: [  # type: ignore[misc]
+                        entry(ENDPOINT_TYPE, sidecar_xds.load_assignment(n, s, e))
+                    ],
+                )
+            )
+        names = json.dumps(sorted(services), separators=(",", ":")).encode()
+        policy = sidecar_xds.policy_digest(inp)
+        serial = hashlib.sha256("".join(bundle).encode()).hexdigest()[:16]
+        extra: tuple[Entry, ...] = ()
+        if inp.knobs.tracing is not None:
+            tracing = inp.knobs.tracing
+            extra = self.cache.get(
+                ("tracing", policy),
+                lambda: [entry(CLUSTER_TYPE, sidecar_collector(tracing))],
+            )
+        secrets = self.cache.get(
+            ("secret", serial),
+            lambda: [entry(SECRET_TYPE, s) for s in sidecar_xds.secrets(bundle)],
+        )
+        shape = json.dumps([inp.trust_domain, policy, shapes], separators=(",", ":"))
+        return SharedBuild(
+            inp, bundle, inp.version(), policy, serial, secrets, (*outbound, *extra),
+            tuple(assignments), hashlib.sha256(names).hexdigest()[:20],
+            hashlib.sha256(shape.encode()).hexdigest()[:20],
+            hashlib.sha256(json.dumps(placed, separators=(",", ":")).encode()).hexdigest()[:20],
+        )  # fmt: skip
+
     async def compile(
-        self, node: SidecarNode, revision: int
-    ) -> tuple[str, str, GatewayResources] | None:
-        """(version, trust bundle digest, resources) of this sidecar at ``revision``;
-        None when they cannot compile."""
+        self, node: SidecarNode, revision: int, previous: Compiled | None
+    ) -> Compiled | None:
+        """This sidecar's resources at ``revision``: ``previous`` itself when the cluster's
+        input and trust bundle are unchanged; None when they cannot compile."""
         try:
-            key = (node.organization, node.cluster)
-            inp = await self._builds.get(key, revision)
-            bundle = await self._bundles.get(key, revision)
-            digest = hashlib.sha256("".join(bundle).encode()).hexdigest()[:16]
-            sds = sidecar_xds.secrets(bundle)
-            return inp.version(), digest, sidecar_xds.compile_sidecar(inp, node, sds)
+            shared = await self._shared.get((node.organization, node.cluster), revision)
         except UnknownCluster:
             raise
         except Exception:
@@ -184,3 +355,89 @@ class SidecarStreams:
                 extra={"cluster": node.cluster, "instance": node.instance},
             )
             return None
+        if (
+            previous is not None
+            and previous.version == shared.version
+            and previous.serial == shared.serial
+        ):
+            return previous  # nothing changed: nothing rebuilt
+        self._nodes.setdefault((node.organization, node.cluster), {})[node.instance] = node
+        try:
+            try:
+                return self.assemble(shared, node, build=False)
+            except Miss:  # a piece to build: off the loop
+                return await asyncio.to_thread(self.assemble, shared, node)
+        except Exception:  # Envoy's protos refuse it: the sidecar keeps what it has
+            log.exception(
+                "cannot compile the sidecar's configuration",
+                extra={"cluster": node.cluster, "instance": node.instance},
+            )
+            return None
+
+    def assemble(self, shared: SharedBuild, node: SidecarNode, *, build: bool = True) -> Compiled:
+        """One sidecar's resources from the shared pieces (built on a miss only; without
+        ``build``, a miss raises :class:`Miss`)."""
+        inp, policy = shared.inp, shared.policy
+
+        def cache(key: Hashable, make: Callable[[], list[Entry]]) -> tuple[Entry, ...]:
+            return self.cache.get(key, make, build=build)
+
+        def authz() -> mesh_authz.InboundAuthz:
+            return sidecar_xds.inbound_authz(inp, node)
+
+        app = cache(("app", node.app_port), lambda: [
+            entry(CLUSTER_TYPE, sidecar_xds.app_cluster(node.app_port))
+        ])  # fmt: skip
+        authz_clusters = cache(("authz", policy, node.namespace), lambda: [
+            entry(CLUSTER_TYPE, c) for c in authz().clusters
+        ])  # fmt: skip
+        inbound_routes = cache(("inbound", policy, node.namespace), lambda: [
+            entry(ROUTE_TYPE, sidecar_xds.inbound_routes(authz()))
+        ])  # fmt: skip
+        outbound_routes = cache(("routes", shared.services, node.namespace), lambda: [
+            entry(ROUTE_TYPE, sidecar_xds.outbound_routes(inp, node))
+        ])  # fmt: skip
+        shape = (node.namespace, node.service, node.inbound_host, node.inbound_port,
+                 node.outbound_port)  # fmt: skip
+        listeners = cache(("listeners", policy, shape), lambda: [
+            entry(LISTENER_TYPE, sidecar_xds.inbound_listener(inp, node)),
+            entry(LISTENER_TYPE, sidecar_xds.outbound_listener(inp, node)),
+        ])  # fmt: skip
+        resources = {
+            SECRET_TYPE: list(shared.secrets),
+            CLUSTER_TYPE: [*app, *authz_clusters, *shared.outbound],
+            LISTENER_TYPE: list(listeners),
+            ROUTE_TYPE: [*outbound_routes, *inbound_routes],
+            ENDPOINT_TYPE: list(shared.assignments),
+        }
+        self.assembled += 1
+        versions = {
+            CLUSTER_TYPE: f"{shared.clusters}.{node.app_port}",
+            ENDPOINT_TYPE: shared.placement,
+            SECRET_TYPE: shared.serial,
+            LISTENER_TYPE: policy,
+            ROUTE_TYPE: f"{policy}.{shared.services}",
+        }
+        return Compiled(shared.version, resources, (), shared.serial, versions)
+
+
+@dataclass(frozen=True)
+class SharedBuild:
+    """One cluster's sidecar input at one revision, and what all its sidecars share."""
+
+    inp: sidecar_xds.SidecarInput
+    bundle: tuple[str, ...]
+    version: str  # the input's digest
+    policy: str  # what listeners and inbound routes depend on (sidecar_xds.policy_digest)
+    serial: str  # the trust bundle's digest
+    secrets: tuple[Entry, ...]
+    outbound: tuple[Entry, ...]  # every service's cluster (and the tracer's)
+    assignments: tuple[Entry, ...]  # every service's endpoints (EDS)
+    services: str  # digest of the service names (the outbound routes')
+    clusters: str  # digest of what the clusters are made from (their type's version)
+    placement: str  # digest of every service's endpoints (the assignments' version)
+
+
+def sidecar_collector(settings: tracing_settings.TracingSettings) -> JsonDict:
+    """The tracer's collector cluster, as every sidecar of the cluster has it."""
+    return tracing_settings.collector_cluster(settings)

@@ -164,7 +164,8 @@ async def follow(
     ``build(revision)``, then :func:`fresh`'s check of the credentials;
     ``on_build`` says what the new build calls for (``None``: nothing to
     serve yet, so requests wait for the next build). Between builds each
-    request (``queued`` ones first) goes to ``on_request``. The stream ends
+    request (``queued`` ones first, every queued one before the next build) goes
+    to ``on_request``. The stream ends
     when the client ends its side, or with PERMISSION_DENIED when the
     credentials no longer hold; either way the registry is told
     (:func:`ended`). Use it under :func:`contextlib.aclosing`, so a
@@ -208,10 +209,19 @@ async def follow(
             await asyncio.wait({getter, waiter}, return_when=asyncio.FIRST_COMPLETED)
             if getter.done():
                 request, getter = getter.result(), None
-                if request is None:
+                # Every request queued so far before the next build: none waits
+                # behind a stream of wake-ups (a join storm), however many ACKs
+                # are ahead of it.
+                pending = [request]
+                while pending[-1] is not None and not inbox.empty():
+                    pending.append(inbox.get_nowait())
+                for each in pending:
+                    if each is None:
+                        break
+                    for message in on_request(each):
+                        yield message
+                if pending[-1] is None:
                     break  # the client ended the stream
-                for message in on_request(request):
-                    yield message
     finally:
         await cancel(getter, waiter, reader)
         ended(plane.registry, node, plane.clock(), stream, revoked)

@@ -93,7 +93,7 @@ class Services:
                 settings.distribution_stale_after, "MESHPLANE_DISTRIBUTION_STALE_AFTER"
             )
             registry = SubscriberRegistry(stale_after=stale_after)
-            sidecars = SidecarDirectory()
+            sidecars = SidecarDirectory(uow)
             timeout = parse_duration(settings.proxytools_timeout, "MESHPLANE_PROXYTOOLS_TIMEOUT")
             proxytools = ProxyTools(uow, TunnelHub(), timeout)
             if settings.replica_secret and settings.replica_address:

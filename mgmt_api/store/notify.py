@@ -27,6 +27,9 @@ from sqlalchemy.engine import make_url
 log = logging.getLogger(__name__)
 
 REVISION_CHANNEL = "meshplane_revision"
+#: The mesh's endpoint registry moved (mgmt_api.store.sidecars): not a configuration
+#: revision, so it wakes only the sidecar streams.
+SIDECARS_CHANNEL = "meshplane_sidecars"
 
 _BACKOFF_FIRST = 0.2
 _BACKOFF_MAX = 10.0
@@ -43,8 +46,11 @@ async def listen_revisions(
     on_revision: Callable[[int], None],
     *,
     connected: Callable[[], None] | None = None,
+    channel: str = REVISION_CHANNEL,
 ) -> None:
     """Call ``on_revision`` for every committed revision, from any replica; cancel to stop.
+
+    ``channel``: another channel whose payloads are integers (:data:`SIDECARS_CHANNEL`).
 
     ``connected`` runs after each successful ``LISTEN`` (the caller reads the
     stored revision then, covering the time it was not listening).
@@ -55,10 +61,8 @@ async def listen_revisions(
         try:
             conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
             async with conn:
-                await conn.execute(f"LISTEN {REVISION_CHANNEL}")
-                log.info(
-                    "listening for other replicas' commits", extra={"channel": REVISION_CHANNEL}
-                )
+                await conn.execute(f"LISTEN {channel}")
+                log.info("listening for other replicas' commits", extra={"channel": channel})
                 delay = _BACKOFF_FIRST
                 if connected is not None:
                     connected()

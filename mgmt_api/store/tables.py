@@ -163,3 +163,24 @@ periodic_job_runs = sa.Table(
     sa.Column("replica_id", sa.String(64), nullable=False),
     sa.Column("claimed_at", sa.Float, nullable=False),
 )
+
+# The mesh's endpoint registry: every connected sidecar, whichever replica holds
+# its stream (mgmt_api.store.sidecars).
+mesh_sidecars = sa.Table(
+    "mesh_sidecars",
+    metadata,
+    sa.Column("organization", sa.String(128), primary_key=True),
+    sa.Column("cluster", sa.String(128), primary_key=True),
+    sa.Column("instance", sa.String(256), primary_key=True),
+    sa.Column("namespace", sa.String(253), nullable=False),
+    sa.Column("service", sa.String(253), nullable=False),
+    sa.Column("host", sa.String(256), nullable=False),
+    sa.Column("port", sa.Integer, nullable=False),
+    sa.Column("service_account", sa.String(253), nullable=False),
+    sa.Column("pod", sa.String(600), nullable=False),
+    sa.Column("stream", sa.String(64), nullable=False),
+    sa.Column("replica_id", sa.String(64), nullable=False),
+    sa.Column("heard", sa.Float, nullable=False),
+    sa.Index("ix_mesh_sidecars_stream", "stream"),
+    sa.Index("ix_mesh_sidecars_heard", "heard"),
+)

@@ -8,7 +8,7 @@ from meshplane import workload_contract
 from meshplane.sidecar_contract import SidecarNode
 from mgmt_api.compiler import envoy_config, gateway_xds, sidecar_xds, tracing
 from mgmt_api.compiler.sidecar_xds import SidecarEndpoint, SidecarInput
-from mgmt_api.distribution.ads import pack
+from mgmt_api.distribution.wire import pack
 
 TD = "c1.acme.mesh.local"
 NODE = SidecarNode("acme", "c1", "ns1-a", "ns1", "sa-a", "a", 8080, "10.0.0.1", 15006, 15001)

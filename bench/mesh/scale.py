@@ -1,0 +1,226 @@
+"""Mesh scale: N simulated sidecar Envoys against one mgmt-api process.
+
+    uv run --frozen python bench/mesh/scale.py [--sizes 50,200,500,2000] [--idle 20]
+
+For each N (services = N/10, over 10 namespaces), a fresh ``mgmt-api serve``
+(SQLite, as a one-process install runs it) with one cluster whose agent
+reports N pods and the issuer their workload tokens are minted with; then N
+simulated sidecars (:mod:`tests.support.ads_sim`: real gRPC, one ADS stream
+each, subscribing and ACKing as Envoy does, 20 streams per HTTP/2
+connection) all start at once. Measured, on mgmt-api's process only
+(``/proc``):
+
+- **join storm**: seconds from the first stream opening until every sidecar
+  has ACKed, on every type, one version whose clusters hold all N endpoints;
+  mgmt-api's CPU seconds for it;
+- **idle CPU**: cores used over ``--idle`` seconds with nothing changing;
+- **policy change**: the cluster's ext_authz timeout changes over REST (every
+  sidecar's input digest changes); seconds from the write's answer until
+  each sidecar ACKed the new version (p50, p99, max) and CPU seconds;
+- **join / leave**: one more sidecar opens its stream, then closes it;
+  seconds until a sidecar of another service sees its endpoint appear, then
+  disappear;
+- **RSS** at the end.
+
+The clients share the machine (and its 2 cores) with mgmt-api; their CPU is
+not counted, but wall times include waiting for them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+import grpc  # noqa: E402
+
+from tests.mgmt_api.harness import MgmtServer, ok  # noqa: E402
+from tests.support.ads_sim import MeshCluster, SimSidecar, sidecar  # noqa: E402
+from tests.support.workload_tokens import PodRef, TestIssuer  # noqa: E402
+
+PER_CHANNEL = 20
+NAMESPACES = 10
+BASE_PORT = 20000
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def pods(n: int) -> list[PodRef]:
+    services = max(1, n // 10)
+    out = []
+    for i in range(n):
+        service = i % services
+        ns = f"ns{service % NAMESPACES}"
+        out.append(PodRef(ns, f"svc{service}-{i}", f"svc{service}", services=(f"svc{service}",)))
+    return out
+
+
+class Fleet:
+    """The simulated sidecars and their channels, on this process's loop."""
+
+    def __init__(self, server: MgmtServer, cluster: MeshCluster, issuer: TestIssuer) -> None:
+        self.server, self.cluster, self.issuer = server, cluster, issuer
+        self.sims: list[SimSidecar] = []
+        self.channels: list[grpc.aio.Channel] = []
+        self.tasks: list[asyncio.Task[None]] = []
+
+    def start(self, pod: PodRef, port: int, parse: bool) -> SimSidecar:
+        sim = sidecar(self.cluster.org, self.cluster.name, pod, port, self.issuer)
+        sim.parse_clusters = parse
+        if len(self.sims) % PER_CHANNEL == 0:
+            self.channels.append(grpc.aio.insecure_channel(f"127.0.0.1:{self.server.grpc_port}"))
+        self.sims.append(sim)
+        self.tasks.append(asyncio.create_task(sim.run(self.channels[-1])))
+        return sim
+
+    async def close(self) -> None:
+        for sim in self.sims:
+            sim.close()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        for channel in self.channels:
+            await channel.close()
+
+
+async def until(predicate: Any, limit: float, what: str) -> float:
+    start = time.monotonic()
+    while not predicate():
+        if time.monotonic() - start > limit:
+            raise TimeoutError(f"{what}: not within {limit}s")
+        await asyncio.sleep(0.005)
+    return time.monotonic() - start
+
+
+def total_endpoints(sim: SimSidecar) -> int:
+    return sum(len(v) for k, v in sim.endpoints.items() if k.startswith("outbound/"))
+
+
+async def one_size(n: int, idle: float, limit: float) -> dict[str, Any]:
+    issuer = TestIssuer("https://kubernetes.default.svc")
+    server = MgmtServer(None).start()
+    try:
+        assert server.proc is not None
+        pid = server.proc.pid
+        print(f"n={n}: mgmt-api pid {pid}", file=sys.stderr, flush=True)
+        with server.admin() as admin:
+            ok(admin.post("/v2/organizations", json={"name": "bench", "organization": {}}))
+            cluster = MeshCluster(server, admin, "bench", "c1")
+            everyone = pods(n + 1)  # the last one joins and leaves later
+            cluster.report(issuer, everyone)
+            fleet = Fleet(server, cluster, issuer)
+            probe_every = max(1, n // 5)
+            # ---- cold join storm
+            cpu0, t0, own0 = cpu_seconds(pid), time.monotonic(), time.process_time()
+            for i, pod in enumerate(everyone[:n]):
+                fleet.start(pod, BASE_PORT + i, parse=i < 3 or i % probe_every == 0)
+            probes = [s for s in fleet.sims if s.parse_clusters]
+
+            def converged() -> bool:
+                target = probes[0].version
+                if not target or any(total_endpoints(p) != n for p in probes):
+                    return False
+                return all(s.version == target for s in fleet.sims)
+
+            errors = lambda: [s.error for s in fleet.sims if s.error]  # noqa: E731
+            try:
+                storm = await until(lambda: converged() or bool(errors()), limit, "join storm")
+            except TimeoutError:
+                done = sum(1 for s in fleet.sims if s.version == probes[0].version)
+                return {"n": n, "storm": None, "note": f"{done}/{n} converged in {limit}s"}
+            if errors():
+                return {"n": n, "storm": None, "note": errors()[0]}
+            storm_cpu = cpu_seconds(pid) - cpu0
+            storm_clients_cpu = time.process_time() - own0
+            # ---- idle
+            await asyncio.sleep(2)  # the storm's tail (refreshes, logs) settles
+            cpu1, t1 = cpu_seconds(pid), time.monotonic()
+            await asyncio.sleep(idle)
+            idle_cores = (cpu_seconds(pid) - cpu1) / (time.monotonic() - t1)
+            # ---- one policy change
+            current = ok(admin.get(f"/v2/{cluster.fqn}"))
+            before = probes[0].version
+            cpu2, own2 = cpu_seconds(pid), time.process_time()
+            ok(
+                admin.put(
+                    f"/v2/{cluster.fqn}",
+                    json={"extAuthz": {"timeout": "0.25s"}, "etag": current["etag"]},
+                )
+            )
+            written = time.monotonic()
+            await until(lambda: probes[0].version not in ("", before), 60, "the change")
+            new = probes[0].version
+            await until(lambda: all(new in s.converged_at for s in fleet.sims), limit, "all")
+            delays = sorted(s.converged_at[new] - written for s in fleet.sims)
+            change_cpu = cpu_seconds(pid) - cpu2
+            clients_cpu = time.process_time() - own2
+            # ---- join and leave (a sidecar of another service watches)
+            joiner = everyone[n]
+            watcher = next(p for p in probes if p.node.service != joiner.services[0])
+            name = f"outbound/{joiner.namespace}/{joiner.services[0]}"
+            port = BASE_PORT + n
+            count = len(watcher.endpoints.get(name, []))
+            cpu3 = cpu_seconds(pid)
+            late = fleet.start(joiner, port, parse=False)
+            join = await until(lambda: port in watcher.endpoints.get(name, []), 60, "the join")
+            await until(lambda: bool(late.version), 60, "the joiner's configuration")
+            late.close()
+            leave = await until(lambda: port not in watcher.endpoints.get(name, []), 60, "leave")
+            join_leave_cpu = cpu_seconds(pid) - cpu3
+            assert len(watcher.endpoints.get(name, [])) == count
+            rss = rss_mb(pid)
+            await fleet.close()
+            return {
+                "n": n,
+                "services": max(1, n // 10),
+                "storm": round(storm, 2),
+                "storm_cpu": round(storm_cpu, 2),
+                "storm_clients_cpu": round(storm_clients_cpu, 2),
+                "idle_cores": round(idle_cores, 3),
+                "change_p50": round(statistics.median(delays), 3),
+                "change_p99": round(delays[min(len(delays) - 1, int(len(delays) * 0.99))], 3),
+                "change_max": round(delays[-1], 3),
+                "change_cpu": round(change_cpu, 2),
+                "change_clients_cpu": round(clients_cpu, 2),
+                "join": round(join, 3),
+                "leave": round(leave, 3),
+                "join_leave_cpu": round(join_leave_cpu, 2),
+                "rss_mb": round(rss),
+                "storm_started": round(t0, 1),
+            }
+    finally:
+        server.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="50,200,500,2000")
+    parser.add_argument("--idle", type=float, default=20.0)
+    parser.add_argument("--timeout", type=float, default=300.0)
+    args = parser.parse_args()
+    for n in (int(s) for s in args.sizes.split(",")):
+        result = asyncio.run(one_size(n, args.idle, args.timeout))
+        result.pop("storm_started", None)
+        print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()
