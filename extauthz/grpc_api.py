@@ -14,8 +14,8 @@ Header reading follows how Envoy fills ``AttributeContext``: ``headers``
 are lower-cased again here for hand-built requests, and every
 ``authorization`` value from either is collected so duplicates are denied.
 
-The handler works on wire bytes (``bytes -> bytes``), so both servers
-(grpcio and the Envoy-based one) carry it unchanged. Bytes that do not
+The handler works on wire bytes (``bytes -> bytes``), so every server
+backend (``meshplane.server_contract.SERVER_KINDS``) carries it unchanged. Bytes that do not
 parse as a CheckRequest are denied like any other failure, and the denies
 and the plain allow are serialized once, at import.
 """

@@ -92,9 +92,9 @@ class Serving(enum.IntEnum):
 class HealthState:
     """Readiness per service name (``""`` is the whole server), with watchers.
 
-    The source of truth for both servers: the grpcio adapter mirrors it into
-    grpcio's HealthServicer through a listener, the ASGI adapter answers
-    Check and Watch from it directly. Single-threaded (the worker's loop).
+    The source of truth for every backend: the grpcio adapter mirrors it into
+    grpcio's HealthServicer through a listener, the ASGI adapter (Envoy and
+    h2 backends) answers Check and Watch from it directly. Single-threaded (the worker's loop).
     """
 
     def __init__(self) -> None:

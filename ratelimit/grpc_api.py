@@ -7,7 +7,7 @@ Envoy's ``failure_mode_deny`` decide (fail open by default), as with the
 reference service.
 
 The handler gets the request's bytes and returns the response's, which is
-what both servers (grpcio and the Envoy-based one) carry: the service parses
+what every server backend (``meshplane.server_contract.SERVER_KINDS``) carries: the service parses
 a request only the first time it sees those bytes, and writes the response
 in wire format, so neither is built as a message and serialized again on
 the hot path. Clients see the same protocol as with the generated servicer.
