@@ -17,6 +17,7 @@ row lock on the cluster instead (see :mod:`mgmt_api.kinds.onboarding`).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -36,11 +37,43 @@ from mgmt_api.kinds import onboarding
 from mgmt_api.schemas.inventory import ClusterStateView, InventoryReport, RegisteredService
 from mgmt_api.service.authn import principal_for
 from mgmt_api.store import repo
-from mgmt_api.store.uow import UnitOfWork
+from mgmt_api.store.uow import Tx, UnitOfWork
+
+log = logging.getLogger(__name__)
 
 # Clusters whose status (the whole reported inventory, workloads included)
 # one lookup step loads at once: bounds memory, and a full page stops early.
 LOOKUP_BATCH = 16
+
+
+#: Audited when the service-account issuer an agent reports changes (docs/mesh.md, "Trust model").
+CHANGE_ISSUER = "CHANGE_WORKLOAD_ISSUER"
+
+
+def _audit_issuer_change(
+    tx: Tx, cluster_fqn: str, before: dict[str, Any], state: dict[str, Any]
+) -> None:
+    """The reported issuer is what workload tokens are verified against: a change of it
+    (a first report, a key rotation, or someone holding the agent key) is audited and
+    logged, naming the issuer and its key ids, never a key."""
+    old = (before.get("state") or {}).get("serviceAccountIssuer")
+    new = state.get("serviceAccountIssuer")
+    if old == new:
+        return
+    kids = sorted(str(k.get("kid", "")) for k in ((new or {}).get("jwks") or {}).get("keys", []))
+    issuer = (new or {}).get("issuer")
+    tx.audit(
+        cluster_fqn,
+        Kind.CLUSTER,
+        CHANGE_ISSUER,
+        f"agent reported the service-account issuer {issuer!r} (key ids {kids}) of {cluster_fqn}",
+        issuer=issuer,
+        keyIds=kids,
+    )
+    log.warning(
+        "the service-account issuer reported for the cluster changed",
+        extra={"cluster": cluster_fqn, "issuer": issuer, "keyIds": kids},
+    )
 
 
 def _check_names(report: InventoryReport) -> None:
@@ -123,6 +156,7 @@ class InventoryService:
                 "digest": digest,
             }
             repo.set_status(conn, cluster_fqn, status, cluster.etag)
+            _audit_issuer_change(tx, cluster_fqn, cluster.status, state)
             if cluster.status.get("digest") != digest:
                 tx.audit(
                     cluster_fqn,

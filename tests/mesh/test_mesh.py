@@ -15,7 +15,6 @@ import json
 import os
 import socket
 import ssl
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +29,7 @@ from mgmt_api.domain import mesh_ca
 from tests.mgmt_api.harness import ok
 from tests.support.certs import CertificateAuthority
 from tests.support.gateway import CLUSTER_PATH
-from tests.support.mesh import TRUST_DOMAIN, MeshStack, Workload
+from tests.support.mesh import TRUST_DOMAIN, CallLoop, MeshStack, Workload
 from tests.support.processes import wait_until
 
 TTL = 30  # the stack's certificate lifetime (s)
@@ -191,42 +190,12 @@ def test_the_inbound_listener_refuses_plaintext_and_foreign_certificates(
     assert mesh.workloads[1].call(a).status_code == 200
 
 
-class _Load:
-    """Calls a → c and c → a in a loop on a thread, recording every failure."""
-
-    def __init__(self, a: Workload, c: Workload) -> None:
-        self.pairs = ((a, c), (c, a))
-        self.done, self.failures = threading.Event(), list[str]()
-        self.calls = 0
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self.done.is_set():
-            for caller, callee in self.pairs:
-                try:
-                    response = caller.call(callee)
-                    if response.status_code != 200:
-                        self.failures.append(f"{response.status_code} {response.text[:200]}")
-                except Exception as exc:  # every failure counts, whatever it is
-                    self.failures.append(repr(exc))
-                self.calls += 1
-            time.sleep(0.02)
-
-    def __enter__(self) -> _Load:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.done.set()
-        self.thread.join(timeout=30)
-
-
 def test_certificates_rotate_under_load_with_no_failed_request(mesh: MeshStack) -> None:
     a, c = mesh.workloads[0], mesh.workloads[2]
     before = {w.name: w.serials() for w in (a, c)}
     assert all(len(s) == 1 for s in before.values()), before
     expiries = mesh.certificate_expiries()
-    with _Load(a, c) as load:
+    with CallLoop.both_ways(a, c) as load:
         # Half of the 30 s lifetime, plus a wake-up of the stream (5 s), plus slack.
         wait_until(
             lambda: all(w.serials().isdisjoint(before[w.name]) for w in (a, c)),
@@ -307,7 +276,7 @@ def test_while_mgmt_api_is_away_calls_go_on_and_the_agents_sign_again_after(
     a, c = mesh.workloads[0], mesh.workloads[2]
     assert mesh.mgmt is not None
     failures = {w.name: _sign_failures(w) for w in (a, c)}
-    with _Load(a, c) as load:
+    with CallLoop.both_ways(a, c) as load:
         mesh.mgmt.stop()
         try:
             wait_until(

@@ -23,8 +23,6 @@ issuer of its current certificate.
 from __future__ import annotations
 
 import json
-import threading
-import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -41,7 +39,7 @@ from tests.meshctl.conftest import Meshctl
 from tests.mgmt_api.harness import ADMIN_PASSWORD, err
 from tests.mgmt_api.rbac_helpers import bound_account
 from tests.support.gateway import CLUSTER, CLUSTER_PATH, ORG
-from tests.support.mesh import MeshStack, Workload
+from tests.support.mesh import CallLoop, MeshStack, Workload
 from tests.support.processes import wait_until
 
 TARGET = f"{ORG}/{CLUSTER}"
@@ -83,36 +81,6 @@ def ctl(tmp_path_factory: pytest.TempPathFactory, mesh: MeshStack) -> Meshctl:
         input=ADMIN_PASSWORD + "\n",
     )  # fmt: skip
     return meshctl
-
-
-class _Load:
-    """Calls a → c and c → a in a loop on a thread, recording every failure."""
-
-    def __init__(self, a: Workload, c: Workload) -> None:
-        self.pairs = ((a, c), (c, a))
-        self.done, self.failures = threading.Event(), list[str]()
-        self.calls = 0
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self.done.is_set():
-            for caller, callee in self.pairs:
-                try:
-                    response = caller.call(callee)
-                    if response.status_code != 200:
-                        self.failures.append(f"{response.status_code} {response.text[:200]}")
-                except Exception as exc:  # every failure counts, whatever it is
-                    self.failures.append(repr(exc))
-                self.calls += 1
-            time.sleep(0.02)  # pacing of the load, not a wait for a condition
-
-    def __enter__(self) -> _Load:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.done.set()
-        self.thread.join(timeout=30)
 
 
 def _secrets(workload: Workload) -> dict[str, dict[str, Any]]:
@@ -162,7 +130,7 @@ def test_the_mesh_ca_rotates_under_load_with_no_failed_request(
     before = mesh.status()["meshCa"]
     old = before["signing"]["fingerprint"]
     assert before["phase"] == "idle" and all(trusted(w) == [old] for w in (a, c))
-    with _Load(a, c) as load:
+    with CallLoop.both_ways(a, c) as load:
         started = json.loads(ctl.ok("rotate", "meshca", "--cluster", TARGET, "-o", "json"))
         assert started["phase"] == "trusting" and started["old"]["fingerprint"] == old
         new = started["new"]["fingerprint"]

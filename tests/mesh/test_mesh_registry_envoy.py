@@ -15,8 +15,6 @@ mgmt-api (SIGTERM, then kill -9) with calls flowing: not one fails either.
 from __future__ import annotations
 
 import itertools
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +25,7 @@ from meshplane.sidecar_contract import SIDECAR_KIND
 from tests.distribution.test_replicas import database  # noqa: F401 - a fixture
 from tests.mgmt_api.harness import MgmtServer, ok
 from tests.support.gateway import CLUSTER_PATH
-from tests.support.mesh import MeshStack, Workload
+from tests.support.mesh import CallLoop, MeshStack, Workload
 from tests.support.postgres import PostgresServer
 from tests.support.processes import wait_until
 
@@ -77,44 +75,6 @@ def mesh(
         stack.close()
 
 
-class _Load:
-    """Every caller → every callee in a loop on a thread, recording every failure."""
-
-    def __init__(self, workloads: list[Workload]) -> None:
-        self.pairs = list(itertools.permutations(workloads, 2))
-        self.done, self.failures = threading.Event(), list[str]()
-        self.calls = 0
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self.done.is_set():
-            for caller, callee in self.pairs:
-                try:
-                    response = caller.call(callee)
-                    if response.status_code != 200:
-                        self.failures.append(
-                            f"{caller.name}→{callee.name}: {response.status_code} "
-                            f"{response.text[:200]}"
-                        )
-                except Exception as exc:  # every failure counts, whatever it is
-                    self.failures.append(f"{caller.name}→{callee.name}: {exc!r}")
-                self.calls += 1
-            time.sleep(0.01)  # pacing of the load, not a wait for a condition
-
-    def more(self, n: int, timeout: float = 60) -> None:
-        """Wait until ``n`` more calls were made."""
-        target = self.calls + n
-        wait_until(lambda: self.calls >= target, timeout, f"{n} more calls")
-
-    def __enter__(self) -> _Load:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.done.set()
-        self.thread.join(timeout=30)
-
-
 def _connected(server: MgmtServer, instances: set[str]) -> None:
     """Wait until ``server`` holds the ADS streams of ``instances`` again."""
 
@@ -140,7 +100,7 @@ def test_a_replica_going_away_and_coming_back_fails_no_call(
     held = {w.node.instance for w in mesh.workloads[:2] if replica == "A"} | {
         w.node.instance for w in mesh.workloads[2:] if replica == "B"
     }
-    with _Load(mesh.workloads) as load:
+    with CallLoop(list(itertools.permutations(mesh.workloads, 2)), pause=0.01) as load:
         load.more(24)
         if stop == "kill -9":
             server.kill9()
@@ -173,7 +133,7 @@ def single(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MeshStack]:
 def test_the_only_replica_restarting_fails_no_call(single: MeshStack, stop: str) -> None:
     server = single.mgmt
     assert server is not None
-    with _Load(single.workloads) as load:
+    with CallLoop(list(itertools.permutations(single.workloads, 2)), pause=0.01) as load:
         load.more(18)
         if stop == "kill -9":
             server.kill9()

@@ -417,3 +417,30 @@ def test_a_deleted_pods_stream_is_closed(
         assert time.monotonic() - started < 30
     finally:
         ads.close()
+
+
+def test_a_change_of_the_reported_issuer_is_audited_naming_its_key_ids(
+    server: MgmtServer, admin: httpx.Client, org: str
+) -> None:
+    """What attestation trusts changes only with an audit record: the first report,
+    and every report whose issuer differs (a rotation, or whoever holds the agent key)."""
+    cluster = Cluster(server, admin, org, unique("iss"))
+    rotated = TestIssuer(ISSUER.issuer)
+
+    def changes() -> list[dict[str, Any]]:
+        logs = ok(
+            admin.get(
+                f"/v2/organizations/{org}/auditlogs",
+                params={"operation": "CHANGE_WORKLOAD_ISSUER", "fqnPrefix": cluster.fqn},
+            )
+        )
+        entries: list[dict[str, Any]] = logs["auditLogs"]
+        return entries
+
+    cluster.report(ISSUER, WEB)
+    cluster.report(ISSUER, WEB, PAYMENTS)  # same issuer: pods change, no issuer record
+    assert len(changes()) == 1
+    cluster.report(rotated, WEB)
+    newest = changes()
+    assert len(newest) == 2
+    assert rotated.kid in newest[0]["message"] and "-----" not in json.dumps(newest)

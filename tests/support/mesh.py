@@ -381,3 +381,50 @@ class MeshStack(GatewayStack):
         for workload in self.workloads:
             workload.stop()
         super().close()
+
+
+class CallLoop:
+    """Calls each (caller, callee) pair in a loop on a thread, recording every failure.
+
+    The load of the tests that change something under running traffic (a
+    certificate or CA rotation, a control-plane restart): use it as a context
+    manager, then assert ``failures`` is empty and ``calls`` grew.
+    """
+
+    def __init__(self, pairs: list[tuple[Workload, Workload]], pause: float = 0.02) -> None:
+        self.pairs, self.pause = pairs, pause
+        self.done, self.failures = threading.Event(), list[str]()
+        self.calls = 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    @classmethod
+    def both_ways(cls, a: Workload, c: Workload) -> CallLoop:
+        return cls([(a, c), (c, a)])
+
+    def _run(self) -> None:
+        while not self.done.is_set():
+            for caller, callee in self.pairs:
+                where = f"{caller.name}→{callee.name}"
+                try:
+                    response = caller.call(callee)
+                    if response.status_code != 200:
+                        self.failures.append(
+                            f"{where}: {response.status_code} {response.text[:200]}"
+                        )
+                except Exception as exc:  # every failure counts, whatever it is
+                    self.failures.append(f"{where}: {exc!r}")
+                self.calls += 1
+            time.sleep(self.pause)  # pacing of the load, not a wait for a condition
+
+    def more(self, n: int, timeout: float = 60) -> None:
+        """Wait until ``n`` more calls were made."""
+        target = self.calls + n
+        wait_until(lambda: self.calls >= target, timeout, f"{n} more calls")
+
+    def __enter__(self) -> CallLoop:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        self.thread.join(timeout=30)
