@@ -294,10 +294,13 @@ def test_what_the_gateway_gets_for_the_seeded_cluster_envoy_accepts(seeded: Seed
     )
     # The seed's billing setting has local JWT rules (for its sidecar), so the
     # cluster's gateways carry jwt_authn and rbac too, switched off until a
-    # route under local rules switches them on (docs/mesh.md).
+    # route under local rules switches them on (docs/mesh.md); the seeded JWT
+    # policy's path claim is checked inside Envoy (lua) before ext_authz, which
+    # decides only what the local check refers (docs/gateway.md).
     assert [f["name"] for f in document["httpFilters"]] == [
         "envoy.filters.http.jwt_authn",
         "envoy.filters.http.rbac",
+        "envoy.filters.http.lua",
         "envoy.filters.http.ext_authz",
         "envoy.filters.http.ratelimit",
     ]
