@@ -4,21 +4,37 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import threading
 import time
 from pathlib import Path
 
 _TCP_LISTEN = "0A"
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """Return a TCP port that was free a moment ago on ``host``.
+#: Every port :func:`free_port` handed out in this process (at most the ephemeral range).
+_HANDED_OUT: set[int] = set()
+_HANDING = threading.Lock()
 
-    There is an unavoidable race between closing the probe socket and the
-    server binding it; on a quiet loopback it does not matter in practice.
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """Return a TCP port that was free a moment ago on ``host``, never one this
+    process was given before.
+
+    The kernel may pick a port it just released again, so two calls in a row
+    (a server's REST and gRPC ports) could get the same one, and the server
+    then refuses to start (seen on CI). Remembering what was handed out rules
+    that out within a test process; the race between closing the probe and
+    the server binding it remains, and does not matter on a quiet loopback.
     """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    with _HANDING:
+        for _ in range(64):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.bind((host, 0))
+                port = int(s.getsockname()[1])
+            if port not in _HANDED_OUT:
+                _HANDED_OUT.add(port)
+                return port
+    raise RuntimeError("no port this process was not already given")
 
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
@@ -30,7 +46,10 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
                   for _ in range(count)]  # fmt: skip
         for probe in probes:
             probe.bind((host, 0))
-        return [int(probe.getsockname()[1]) for probe in probes]
+        ports = [int(probe.getsockname()[1]) for probe in probes]
+    with _HANDING:
+        _HANDED_OUT.update(ports)
+    return ports
 
 
 def wait_for_port(port: int, host: str = "127.0.0.1", timeout: float = 15.0) -> None:
