@@ -35,6 +35,8 @@ import json
 import re
 from typing import Any
 
+from meshplane.jwk import PRIVATE_MEMBERS
+
 REDACTED = "[redacted]"
 
 # A word that makes a name a secret wherever it appears (bar the exceptions below).
@@ -184,7 +186,7 @@ _PARAMETER_END = re.compile(r"[\s&;,]")
 #: The members of a JWK that are key material: the private parts of RSA, EC and
 #: OKP keys and the whole of a symmetric (``oct``) key (RFC 7518 section 6;
 #: ``oth`` holds further RSA primes). A JWK's names do not say "secret".
-JWK_PRIVATE_MEMBERS = frozenset({"k", "d", "p", "q", "dp", "dq", "qi", "oth"})
+JWK_PRIVATE_MEMBERS = PRIVATE_MEMBERS
 # ``"d": "..."`` in JSON as text, quotes escaped or not (a JWKS in a log line or in
 # an escaped string); the values are base64url.
 _JWK_MEMBER_TEXT = re.compile(

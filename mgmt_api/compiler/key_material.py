@@ -46,10 +46,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from meshplane.jwk import PRIVATE_MEMBERS
+
 _MARKER = re.compile(r"^<redacted sha256:([0-9a-f]{16})>$")
 #: The JWK members that are private (RSA, EC, OKP) or symmetric (``oct``) key
 #: material (RFC 7518 section 6; ``oth`` holds further RSA primes).
-PRIVATE_JWK_MEMBERS = frozenset({"k", "d", "p", "q", "dp", "dq", "qi", "oth"})
+PRIVATE_JWK_MEMBERS = PRIVATE_MEMBERS
 _PUBLIC_PEM_LABELS = frozenset({"PUBLIC KEY", "RSA PUBLIC KEY", "CERTIFICATE"})
 _PEM_LABEL = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----")
 #: An HMAC key shorter than the hash is refused (RFC 7518 section 3.2). It also

@@ -43,6 +43,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from agent.contract import MAX_JWKS_BYTES
 from meshplane import workload_contract
+from meshplane.jwk import PRIVATE_MEMBERS
 from meshplane.sidecar_contract import SidecarNode, spiffe_id
 from meshplane.workload_contract import WorkloadClaims, WorkloadTokenError
 
@@ -60,8 +61,6 @@ MAX_JWKS_KEYS = 16
 MAX_ISSUER_URL = 512
 #: Smallest RSA key a registered issuer may use.
 MIN_RSA_BITS = 2048
-#: JWK members that hold a private key (RFC 7518): refused in a registered JWKS.
-PRIVATE_MEMBERS = frozenset({"d", "p", "q", "dp", "dq", "qi", "k", "oth"})
 #: SPKI digests remembered per replica (16 bytes each, ~100 B with the table: ~10 MiB).
 MAX_SEEN_KEYS = 100_000
 
