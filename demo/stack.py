@@ -7,7 +7,8 @@
    the flag that moves it, before anything is started or written;
 1. ``mgmt-api serve`` on SQLite in ``STATE/mgmt`` with its policy stream and
    ADS on the gRPC port;
-2. the demo seeded through REST (:mod:`demo.seed`; idempotent);
+2. the demo seeded through REST (:mod:`demo.seed`): what is missing is
+   created, what exists is left as it is (a user's edit survives a restart);
 3. ``ratelimit serve`` (in-memory counters: the demo cluster says
    ``redis.disabled``) and ``extauthz serve`` (gRPC and HTTP mode), both
    subscribed with ``--control-plane`` and the cluster's key, and the demo
@@ -65,7 +66,11 @@ from jwt.algorithms import ECAlgorithm
 
 from demo import mesh
 from demo.seed import (
+    CREATED,
+    KEPT,
+    LEFT,
     MESH_PATH,
+    UPDATED,
     DemoPlan,
     SeedError,
     credential_files,
@@ -146,6 +151,49 @@ PORT_ROLES: dict[str, str] = {
 }
 
 
+#: Each port's fixed offset from ``--port-base N``: the port is N + offset. In the
+#: order of :data:`PORT_ROLES`; the README's table lists them.
+PORT_OFFSETS: dict[str, int] = {name: offset for offset, name in enumerate(PORT_ROLES)}
+MAX_PORT = 65535
+#: The highest ``--port-base``: its last port is still a port.
+MAX_PORT_BASE = MAX_PORT - max(PORT_OFFSETS.values())
+
+
+def port_value(highest: int = MAX_PORT) -> Callable[[str], int]:
+    """The argparse ``type`` of a port flag: an integer from 1 to ``highest``, or an
+    error that says what it takes (argparse names the flag: ``argument --port-base: ...``)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"want an integer from 1 to {highest}, got {text!r}"
+            ) from None
+        if not 1 <= value <= highest:
+            why = (
+                f" (its last port is N+{max(PORT_OFFSETS.values())})" if highest < MAX_PORT else ""
+            )
+            raise argparse.ArgumentTypeError(
+                f"want an integer from 1 to {highest}{why}, got {value}"
+            )
+        return value
+
+    return parse
+
+
+def resolve_ports(host: str, base: int | None, explicit: dict[str, int | None]) -> Ports:
+    """Each port: its own flag when given, else ``base`` + its offset, else the default."""
+    defaults = Ports()
+    chosen = {
+        name: given
+        if given is not None
+        else (base + PORT_OFFSETS[name] if base is not None else getattr(defaults, name))
+        for name, given in explicit.items()
+    }
+    return Ports(host=host, **chosen)
+
+
 def port_flag(field_name: str) -> str:
     """The command-line flag that moves the port of ``field_name``."""
     return "--" + field_name.replace("_", "-") + "-port"
@@ -191,6 +239,20 @@ def busy_ports(ports: Ports) -> list[str]:
                         f" (pass {port_flag(name)} N, or another --host)"
                     )
     return problems
+
+
+def seed_summary(report: dict[str, str]) -> list[str]:
+    """What the seed did, in a line, then each object it kept as someone changed it."""
+    done = list(report.values())
+    counts = [f"{done.count(CREATED)} created"]
+    if done.count(UPDATED):
+        counts.append(f"{done.count(UPDATED)} updated (untouched since seeded; the plan moved)")
+    left = done.count(LEFT) + done.count(KEPT)
+    counts.append(f"{left} left as they are")
+    kept = [path for path, action in report.items() if action == KEPT]
+    if kept:
+        counts[-1] += f" ({len(kept)} changed since seeded, kept)"
+    return ["seeded: " + ", ".join(counts)] + [f"  kept as changed: {path}" for path in kept]
 
 
 class Child:
@@ -523,20 +585,17 @@ class Stack:
         )
 
     def _seed(self, client: httpx.Client) -> dict[str, str]:
-        """Make the server match the demo plan; return what was created/updated/unchanged."""
+        """Create what of the demo plan is missing, leave the rest; say what was done."""
         self._log(f"seeding organization {self.plan.organization!r}, cluster {self.plan.cluster!r}")
         try:
-            report = seed(client, self.plan, self.keys)
+            report = seed(client, self.plan, self.keys, ledger=self.state / "seeded.json")
         except (SeedError, httpx.HTTPError) as exc:
             raise Stopping(
                 f"seeding failed: {exc} (a state dir from another password? "
                 f"remove {self.state} to start over)"
             ) from None
-        done = list(report.values())
-        self._log(
-            f"seeded: {done.count('created')} created, {done.count('updated')} updated,"
-            f" {done.count('unchanged')} unchanged"
-        )
+        for line in seed_summary(report):
+            self._log(line)
         return report
 
     def _start_services(self, client: httpx.Client) -> None:
@@ -838,31 +897,40 @@ def banner(stack: Stack) -> str:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m demo",
+        prog="scripts/run",
         description="Run mgmt-api, ratelimit, extauthz and an Envoy gateway with a seeded demo.",
     )
     defaults = Ports()
     parser.add_argument("--state-dir", default=".run", help="where state and logs live")
     parser.add_argument("--host", default=defaults.host, help="address every service binds")
+    parser.add_argument(
+        "--port-base",
+        type=port_value(MAX_PORT_BASE),
+        metavar="N",
+        help="move every port together: each is N plus its fixed offset (the order below,"
+        f" from +0 to +{max(PORT_OFFSETS.values())}); a port's own flag still wins",
+    )
     for name, what in PORT_ROLES.items():
+        flag = port_flag(name)
         parser.add_argument(
-            port_flag(name),
+            flag,
             dest=name,
-            type=int,
-            default=getattr(defaults, name),
+            type=port_value(),
             metavar="N",
-            help=f"{what} (default {getattr(defaults, name)})",
+            help=f"{what} (default {getattr(defaults, name)}, or N+{PORT_OFFSETS[name]})",
         )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    ports = Ports(**{k: getattr(args, k) for k in Ports.__dataclass_fields__})
+    ports = resolve_ports(args.host, args.port_base, {k: getattr(args, k) for k in PORT_ROLES})
     busy = busy_ports(ports)
     if busy:
         for problem in busy:
             print(f"error: {problem}", file=sys.stderr)
+        if args.port_base is None:
+            print("(or move every port together: --port-base N)", file=sys.stderr)
         print("nothing was started", file=sys.stderr)
         return 1
     stack = Stack(Path(args.state_dir), ports)

@@ -297,23 +297,39 @@ def check_mesh_tour(commands: list[str], token_command: str) -> None:
     assert "x-meshplane-denied: mode CUSTOM" in by_mode[1], by_mode
 
 
-def test_a_second_run_on_the_same_state_reuses_the_seed(tmp_path: Path) -> None:
+def test_a_second_run_on_the_same_state_keeps_a_users_edit(tmp_path: Path) -> None:
+    """Run, change the seeded limit over REST, stop, run again: the change stays,
+    nothing is created again, and the seed line says what it left alone."""
     state = tmp_path / ".run"
     ports = free_ports(len(PORT_FLAGS))
+    policy = f"{CLUSTER_PATH}/backendtrafficpolicies/default.web-limit"
     for attempt in range(2):
         orch = Orchestrator(state, ports)
         try:
             assert orch.ready.wait(180), orch.output
             assert any(line.startswith("ready:") for line in orch.lines), orch.output
+            mgmt = _banner_value(orch.output, r"REST (http://\S+)/v2")
+            password = _banner_value(orch.output, r"password (\S+)\)")
+            with httpx.Client(base_url=mgmt, auth=("admin", password), timeout=30) as api:
+                stored = api.get(policy).json()
+                if attempt == 0:
+                    stored["spec"]["rateLimit"]["global"]["rules"][0]["limit"]["requests"] = 7
+                    edit = {"etag": stored["etag"], "spec": stored["spec"]}
+                    assert api.put(policy, json=edit).status_code == 200
             orch.proc.send_signal(signal.SIGINT)
             assert orch.proc.wait(timeout=60) == 0, orch.output
         finally:
             orch.kill_everything()
         if attempt == 0:
-            assert f"seeded: {SEEDED} created, 0 updated, 0 unchanged" in orch.output
+            assert f"seeded: {SEEDED} created, 0 left as they are" in orch.output
             first_password = (state / "admin-password").read_text()
             first_key = (state / "agent-credentials.json").read_text()
-    assert f"seeded: 0 created, 0 updated, {SEEDED} unchanged" in orch.output, orch.output
+    assert stored["spec"]["rateLimit"]["global"]["rules"][0]["limit"]["requests"] == 7
+    assert (
+        f"seeded: 0 created, {SEEDED} left as they are (1 changed since seeded, kept)"
+        in orch.output
+    ), orch.output
+    assert f"  kept as changed: {policy}" in orch.output, orch.output
     assert (state / "admin-password").read_text() == first_password
     assert (state / "agent-credentials.json").read_text() == first_key
 
