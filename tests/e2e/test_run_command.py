@@ -1,7 +1,7 @@
 """The README's run command: the whole platform, seeded, behind a real gateway.
 
 Starts ``python -m demo`` (what ``scripts/run`` execs after setup)
-on free ports in a temporary state directory and waits for its ``ready:``
+on a free ``--port-base`` in a temporary state directory and waits for its ``ready:``
 line: mgmt-api, ratelimit, extauthz, the demo upstream, an Envoy gateway
 configured over ADS and the cluster agent. Then it sends the requests of the
 tour the banner prints, in its order, with httpx to the gateway (a token minted by the
@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -35,7 +36,7 @@ import httpx
 import pytest
 
 from demo import mesh
-from demo.stack import BURST, PORT_ROLES, port_flag
+from demo.stack import BURST, PORT_OFFSETS, PORT_ROLES, port_flag
 from demo.stack import RAISED_REQUESTS as RAISED
 from tests.support.net import free_port, free_ports
 from tests.support.processes import wait_until
@@ -55,12 +56,33 @@ MESH_KINDS = (
 SEEDED = 16
 
 
+def free_port_base() -> int:
+    """A base whose every offset is a free port now (the tour runs on ``--port-base``)."""
+    span = max(PORT_OFFSETS.values()) + 1
+    for _ in range(50):
+        base = random.randrange(20000, 60000 - span)
+        try:
+            with contextlib.ExitStack() as held:
+                for port in range(base, base + span):
+                    probe = held.enter_context(socket.socket())
+                    probe.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
+    raise AssertionError("no free run of ports for --port-base")
+
+
 class Orchestrator:
-    def __init__(self, state: Path, ports: list[int] | None = None) -> None:
+    def __init__(
+        self, state: Path, ports: list[int] | None = None, port_base: int | None = None
+    ) -> None:
         self.state = state
         argv = [sys.executable, "-m", "demo", "--state-dir", str(state)]
-        for flag, port in zip(PORT_FLAGS, ports or free_ports(len(PORT_FLAGS)), strict=True):
-            argv += [flag, str(port)]
+        if port_base is not None:
+            argv += ["--port-base", str(port_base)]
+        else:
+            for flag, port in zip(PORT_FLAGS, ports or free_ports(len(PORT_FLAGS)), strict=True):
+                argv += [flag, str(port)]
         self.proc = subprocess.Popen(
             argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
@@ -117,7 +139,7 @@ def pid_alive(pid: int) -> bool:
 
 @pytest.fixture
 def orchestrator(tmp_path: Path) -> Iterator[Orchestrator]:
-    orch = Orchestrator(tmp_path / ".run")
+    orch = Orchestrator(tmp_path / ".run", port_base=free_port_base())
     try:
         yield orch
     finally:
@@ -190,6 +212,9 @@ def test_run_command_brings_up_the_gateway_and_the_tour_through_it_holds(
     output = orchestrator.output
     gateway = _banner_value(output, r"gateway\s+(http://\S+)")
     mgmt = _banner_value(output, r"REST (http://\S+)/v2")
+    # --port-base moved every port: each is the base plus its offset.
+    base = int(mgmt.rsplit(":", 1)[1])
+    assert gateway == f"http://127.0.0.1:{base + PORT_OFFSETS['gateway']}", output
     password = _banner_value(output, r"password (\S+)\)")
     commands = orchestrator.printed_commands()
     kinds = [
