@@ -100,6 +100,14 @@ GATEWAY_NAMESPACE = "default"
 GATEWAY_WORKLOAD = "demo-gateway"
 
 
+#: The demo cluster's ``tracing``: its gateway and sidecars start a W3C trace for
+#: every request (100 %), so ext_authz and ratelimit get a ``traceparent`` and
+#: their decision lines a ``trace_id``. The spans go to an OTLP collector on
+#: this machine's standard port if one runs there (Jaeger, an OpenTelemetry
+#: Collector); with none, Envoy drops them and the trace ids still flow.
+DEMO_TRACING = {"collector": "grpc://127.0.0.1:4317", "samplingPercentage": 100}
+
+
 class Stopping(Exception):
     """A stop signal arrived (or a child died) while waiting."""
 
@@ -242,7 +250,8 @@ def busy_ports(ports: Ports) -> list[str]:
 
 
 def seed_summary(report: dict[str, str]) -> list[str]:
-    """What the seed did, in a line, then each object it kept as someone changed it."""
+    """What the seed did, in a line, then each existing object it left although it
+    differs from the demo's plan (a user's change, or a plan that moved since)."""
     done = list(report.values())
     counts = [f"{done.count(CREATED)} created"]
     if done.count(UPDATED):
@@ -251,8 +260,8 @@ def seed_summary(report: dict[str, str]) -> list[str]:
     counts.append(f"{left} left as they are")
     kept = [path for path, action in report.items() if action == KEPT]
     if kept:
-        counts[-1] += f" ({len(kept)} changed since seeded, kept)"
-    return ["seeded: " + ", ".join(counts)] + [f"  kept as changed: {path}" for path in kept]
+        counts[-1] += f" ({len(kept)} differing from the demo's, kept)"
+    return ["seeded: " + ", ".join(counts)] + [f"  kept as it is: {path}" for path in kept]
 
 
 class Child:
@@ -367,6 +376,7 @@ class Stack:
             extauthz_uri=f"grpc://{ports.at(ports.extauthz)}",
             upstream={"ip": {"address": _reachable(ports.host), "port": ports.upstream}},
             workload_issuers=[self.issuer.registration()],
+            tracing=DEMO_TRACING,
         )
         self.stop_requested = threading.Event()
         self.children: list[Child] = []

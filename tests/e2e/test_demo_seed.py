@@ -2,7 +2,7 @@
 
 ``scripts/run`` seeds on every start. A re-run creates what is missing and
 leaves what exists as it is; an object someone changed after the seeder wrote
-it is reported "kept as changed" and keeps the change. Only an object the
+it is reported as kept (it differs from the plan) and keeps the change. Only an object the
 seeder wrote and nobody touched since (its etag is the one the seeder left,
 in the state directory's ledger) follows a moved plan, as when the demo's
 ports move. Each test seeds its own organization on one shared server.
@@ -68,8 +68,8 @@ def test_a_rerun_creates_nothing_and_keeps_a_users_edit(
     assert again[edited] == KEPT
     assert Counter(again.values()) == {LEFT: len(plan.resources) - 1, KEPT: 1}
     assert seed_summary(again) == [
-        f"seeded: 0 created, {len(plan.resources)} left as they are (1 changed since seeded, kept)",
-        f"  kept as changed: {edited}",
+        f"seeded: 0 created, {len(plan.resources)} left as they are (1 differing from the demo's, kept)",
+        f"  kept as it is: {edited}",
     ]
 
 

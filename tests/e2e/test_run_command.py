@@ -256,6 +256,15 @@ def test_run_command_brings_up_the_gateway_and_the_tour_through_it_holds(
         denied = http.get("/admin", headers=auth)
         assert denied.status_code == 403, denied.text
         assert denied.headers["x-ext-authz-reason"] == "path_not_allowed"
+        # The demo cluster traces every request: the upstream and ext_authz get a
+        # traceparent, and the deny's decision line carries its trace id.
+        assert re.fullmatch(r"00-[0-9a-f]{32}-[0-9a-f]{16}-01", echoed["traceparent"]), echoed
+        line = wait_until(
+            lambda: decision_line(orchestrator.state, denied.headers["x-decision-id"]),
+            timeout=30,
+            what="the deny's decision line",
+        )
+        assert re.fullmatch(r"[0-9a-f]{32}", line["trace_id"] or ""), line
 
         rest = [http.get("/headers", headers=auth).status_code for _ in range(DEMO_REQUESTS - 1)]
         assert rest == [200] * (DEMO_REQUESTS - 1)  # the two 403s consumed nothing
@@ -310,6 +319,17 @@ def test_run_command_brings_up_the_gateway_and_the_tour_through_it_holds(
     assert {json.loads(line)["service"] for line in gateway_log if line.strip()} == {"gateway"}
 
 
+def decision_line(state: Path, decision_id: str) -> dict[str, object] | None:
+    """extauthz's decision line with ``decision_id`` (its log is the demo's extauthz.log)."""
+    for text in (state / "logs" / "extauthz.log").read_text().splitlines():
+        if decision_id in text:
+            with contextlib.suppress(ValueError):
+                found = json.loads(text)
+                if found.get("decision_id") == decision_id:
+                    return dict(found)
+    return None
+
+
 def check_mesh_tour(commands: list[str], token_command: str) -> None:
     """The mesh calls, run as printed (after the printed ``TOKEN=...``), in order."""
     allowed, bad_token, local_rule, by_mode = run_printed([token_command, *commands])[1:]
@@ -351,10 +371,10 @@ def test_a_second_run_on_the_same_state_keeps_a_users_edit(tmp_path: Path) -> No
             first_key = (state / "agent-credentials.json").read_text()
     assert stored["spec"]["rateLimit"]["global"]["rules"][0]["limit"]["requests"] == 7
     assert (
-        f"seeded: 0 created, {SEEDED} left as they are (1 changed since seeded, kept)"
+        f"seeded: 0 created, {SEEDED} left as they are (1 differing from the demo's, kept)"
         in orch.output
     ), orch.output
-    assert f"  kept as changed: {policy}" in orch.output, orch.output
+    assert f"  kept as it is: {policy}" in orch.output, orch.output
     assert (state / "admin-password").read_text() == first_password
     assert (state / "agent-credentials.json").read_text() == first_key
 
