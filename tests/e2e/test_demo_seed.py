@@ -68,7 +68,8 @@ def test_a_rerun_creates_nothing_and_keeps_a_users_edit(
     assert again[edited] == KEPT
     assert Counter(again.values()) == {LEFT: len(plan.resources) - 1, KEPT: 1}
     assert seed_summary(again) == [
-        f"seeded: 0 created, {len(plan.resources)} left as they are (1 differing from the demo's, kept)",
+        f"seeded: 0 created, {len(plan.resources)} left as they are"
+        " (1 differing from the demo's, kept)",
         f"  kept as it is: {edited}",
     ]
 
