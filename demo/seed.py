@@ -114,7 +114,6 @@ def demo_plan(
     cluster_rate_limit: Mapping[str, Any] | None = None,
     upstream: Mapping[str, Any] | None = None,
     workload_issuers: Sequence[Mapping[str, Any]] = (),
-    tracing: Mapping[str, Any] | None = None,
 ) -> DemoPlan:
     """The demo: a cluster with a ``requests``/``unit`` limit on route ``web``,
     and a JWT policy (HS256 ``hmac_secret``, path claim) selected by a
@@ -130,7 +129,6 @@ def demo_plan(
     routes are in namespace ``default``, which the security group selects
     (every namespace of the cluster), so ext_authz checks both.
     ``workload_issuers`` (public JWKS only) sign the mesh workloads' tokens.
-    ``tracing`` is the cluster's ``tracing`` (its proxies start W3C traces).
     """
     org = f"/v2/organizations/{organization}"
     traffic = _traffic_spec(requests, unit)
@@ -146,8 +144,6 @@ def demo_plan(
         "rateLimit": dict(cluster_rate_limit or {"redis": {"disabled": True}}),
         "circuitBreakers": dict(DEMO_CIRCUIT_BREAKERS),
     }
-    if tracing:
-        cluster_spec["tracing"] = dict(tracing)
     if workload_issuers:
         cluster_spec["workloadIdentity"] = {"issuers": [dict(i) for i in workload_issuers]}
     endpoint = dict(upstream or {"ip": {"address": "127.0.0.1", "port": 8000}})
