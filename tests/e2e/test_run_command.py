@@ -383,6 +383,7 @@ def test_a_busy_port_stops_it_before_anything_starts(tmp_path: Path, busy: str) 
         f"port {ports[busy]} ({role}) on 127.0.0.1 is in use: pass {busy} N,"
         " or stop what listens there" in done.stderr
     ), done.stderr
+    assert "(or move every port together: --port-base N)" in done.stderr, done.stderr
     assert "pid" not in done.stdout, done.stdout
     assert not state.exists()
 

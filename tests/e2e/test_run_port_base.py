@@ -113,4 +113,5 @@ def test_a_busy_port_under_a_base_is_named_with_its_flag(tmp_path: Path) -> None
     assert f"port {busy} (gateway listener) on 127.0.0.1 is in use: pass --gateway-port N" in (
         done.stderr
     )
+    assert "--port-base N)" not in done.stderr  # the hint is for those who did not use it
     assert not (tmp_path / ".run").exists()
