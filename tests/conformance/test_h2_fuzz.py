@@ -38,6 +38,7 @@ from tests.conformance.peer import (
     DATA,
     END_HEADERS,
     END_STREAM,
+    GOAWAY,
     HEADERS,
     PING,
     PRIORITY,
@@ -136,9 +137,10 @@ def sequences(draw: st.DrawFn) -> Sequence:
             # Left to the server by RFC 9113 (see the table's rows with a why): PRIORITY's
             # validity, frames on closed streams, header blocks (malformed: a stream error
             # a server may raise to a connection error), and stream-level errors.
-            # An unsolicited SETTINGS ACK has no rule either (the table's row).
+            # An unsolicited SETTINGS ACK has no rule either (the table's row), and after
+            # the client's GOAWAY a server may end the connection (it is going away).
             out.server_choice |= (
-                kind in (HEADERS, PRIORITY, 9)
+                kind in (HEADERS, PRIORITY, GOAWAY, 9)
                 or stream in closed_ids
                 or stream in open_ids
                 or (kind == SETTINGS and flags & 1 == 1)

@@ -23,11 +23,12 @@ from typing import Any
 import h2.config
 import h2.connection
 import h2.events
+import hpack
 import pytest
 
 from meshplane.asgi_grpc import GrpcAsgiApp
 from meshplane.grpc_wire import frame
-from meshplane.h2_protocol import ConnectionSet, H2Settings, H2Stats, _resume
+from meshplane.h2_protocol import ConnectionSet, H2Settings, H2Stats, _block_of, _resume
 from meshplane.rpc import HealthState, Services
 
 
@@ -168,3 +169,16 @@ async def test_drain_runs_the_calls_after_a_suspended_one_and_a_reset_cancels_on
     assert cancelled == [True]  # the reset cancelled its task, and only that one
     assert proto.streams == {}
     assert release.cancelled()  # what it waited on went with it
+
+
+def test_the_block_cache_by_identity_never_answers_a_freed_message_for_a_new_one() -> None:
+    """``_block_of`` looks a message up by ``id()`` first; the entry holds the message,
+    so its id cannot go to another object while the entry lives, and the hit is
+    checked by identity: thousands of short-lived messages (ids reused by CPython
+    as soon as they are freed) each get their own headers back."""
+    for n in range(2000):
+        message = {"type": "http.response.start", "status": 200,
+                   "headers": [(b"x-n", str(n).encode())]}  # fmt: skip
+        decoded = hpack.Decoder().decode(_block_of(message, 200), raw=True)
+        assert decoded == [(b":status", b"200"), (b"x-n", str(n).encode())]
+        del message
