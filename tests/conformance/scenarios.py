@@ -212,6 +212,57 @@ def _big_header(size: int) -> Callable[[Peer], int]:
     return send
 
 
+def _window_reopened(peer: Peer) -> int:
+    """The client's initial window at 0, a 30 KB answer asked for, then the window
+    opened by SETTINGS (RFC 9113 6.9.2: the change applies to open streams)."""
+    peer.send(
+        settings((INITIAL_WINDOW_SIZE, 0))
+        + peer.headers(1, request_headers("Fill"), end=False)
+        + frame(DATA, END_STREAM, 1, grpc_message(b"30000"))
+    )
+    peer.verdict(1, wait=0.3, probe=False)  # the answer waits on the window
+    peer.send(settings((INITIAL_WINDOW_SIZE, 65535)))
+    return 1
+
+
+def _padded_priority_headers(peer: Peer) -> int:
+    block = bytes([3]) + struct.pack(">IB", 0, 15) + peer.block(request_headers()) + b"\0" * 3
+    peer.send(
+        frame(HEADERS, END_HEADERS | PADDED | PRIORITY_FLAG, 1, block)
+        + frame(DATA, END_STREAM, 1, grpc_message(b"hi"))
+    )
+    return 1
+
+
+def _data_after_own_reset(peer: Peer) -> int:
+    peer.send(
+        peer.headers(1, request_headers(), end=False)
+        + rst_stream(1, 0x8)
+        + frame(DATA, 0, 1, grpc_message(b"late"))
+    )
+    return 1
+
+
+def _too_many_streams(peer: Peer) -> int:
+    """One stream over the advertised SETTINGS_MAX_CONCURRENT_STREAMS (128 on both)."""
+    out = b"".join(peer.headers(1 + 2 * n, request_headers(), end=False) for n in range(129))
+    peer.send(out)
+    return 1 + 2 * 128
+
+
+def _trailers_with(headers: list[tuple[str, str]], *, end: bool) -> Callable[[Peer], int]:
+    def send(peer: Peer) -> int:
+        flags = END_HEADERS | (END_STREAM if end else 0)
+        peer.send(
+            peer.headers(1, request_headers(), end=False)
+            + frame(DATA, 0, 1, grpc_message(b"hi"))
+            + frame(HEADERS, flags, 1, peer.block(headers))
+        )
+        return 1
+
+    return send
+
+
 _UPPERCASE = [*request_headers(), ("X-Upper", "1")]
 _CONNECTION = [*request_headers(), ("connection", "keep-alive")]
 _NO_PATH = [h for h in request_headers() if h[0] != ":path"]
@@ -519,6 +570,60 @@ SCENARIOS: tuple[Scenario, ...] = (
         accepted=("connection PROTOCOL_ERROR",),
         why=_ENVOY_MALFORMED,
         rfc="8.1.1",
+    ),
+    Scenario(
+        "the initial window at 0, then opened by SETTINGS",
+        _window_reopened,
+        "answer 0",
+        rfc="6.9.2",
+        probe=False,
+    ),
+    Scenario(
+        "HEADERS padded and with the PRIORITY flag", _padded_priority_headers, "answer 0", rfc="6.2"
+    ),
+    Scenario(
+        "HEADERS with padding longer than the frame",
+        _only(frame(HEADERS, END_HEADERS | PADDED, 1, bytes([200]) + b"\x82")),
+        "connection PROTOCOL_ERROR",
+        rfc="6.2",
+    ),
+    Scenario(
+        "a request without a message",
+        lambda peer: (peer.send(peer.headers(1, request_headers(), end=True)), 1)[1],
+        "answer 13",
+        rfc="8.1",
+    ),
+    Scenario(
+        "DATA after the client reset its stream",
+        _data_after_own_reset,
+        "connection STREAM_CLOSED",
+        accepted=("stream STREAM_CLOSED", "silent"),
+        why=f"{_CLOSED_CODE}; {_IGNORED_CLOSED}",
+        rfc="5.1",
+    ),
+    Scenario(
+        "one stream over SETTINGS_MAX_CONCURRENT_STREAMS",
+        _too_many_streams,
+        "stream REFUSED_STREAM",
+        accepted=("stream PROTOCOL_ERROR",),
+        why="RFC 9113 section 5.1.2 allows either code",
+        rfc="5.1.2",
+    ),
+    Scenario(
+        "trailers with a pseudo-header",
+        _trailers_with([(":path", "/x")], end=True),
+        "stream PROTOCOL_ERROR",
+        accepted=("connection PROTOCOL_ERROR",),
+        why=_ENVOY_MALFORMED,
+        rfc="8.1",
+    ),
+    Scenario(
+        "trailers without END_STREAM",
+        _trailers_with([("x-trailer", "1")], end=False),
+        "stream PROTOCOL_ERROR",
+        accepted=("connection PROTOCOL_ERROR",),
+        why=_ENVOY_MALFORMED,
+        rfc="8.1",
     ),
     # Extensions and the end of the connection.
     Scenario(
