@@ -333,6 +333,25 @@ class Peer:
             return "ended closed"
         return "hung"
 
+    def unstick(self, wait: float | None = None) -> str:
+        """After ``hung``: a server may rightly wait for the rest of a frame whose
+        length a mutated sequence overstated (the probe's bytes taken as part of
+        it). Zeros as long as the largest frame complete it, then read as empty
+        DATA frames on stream 0, a connection error: a server that waited only
+        for bytes ends the connection now; one that is stuck stays ``hung``."""
+        self.send(b"\0" * (9 + 16384 + 9))
+        deadline = time.monotonic() + (self.timeout if wait is None else wait)
+        while not (self.goaway is not None or self.closed or self._stream_over(self.probe)):
+            if time.monotonic() >= deadline or not self._read(deadline):
+                break
+        if self.goaway is not None and self.goaway.error_code != 0:
+            return f"ended {ERRORS.get(self.goaway.error_code, self.goaway.error_code)}"
+        if self._stream_over(self.probe):
+            return "served"
+        if self.closed or self.goaway is not None:
+            return "ended closed"
+        return "hung"
+
     def _probe_grace(self, deadline: float) -> float:
         """The probe is answered: a stream error or an answer on the watched stream
         would have come before it, but its answer may trail the probe's by a loop

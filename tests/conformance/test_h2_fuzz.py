@@ -2,7 +2,8 @@
 
 Each example is a sequence of frames, valid ones (calls, bodies, PING,
 SETTINGS, WINDOW_UPDATE, RST_STREAM, PRIORITY, unknown types) mixed with raw
-frames of any type, flags, stream and payload, sent on a fresh connection to
+frames of any type, flags, stream and payload and with valid calls mutated (a
+byte changed, cut short, a length field off), sent on a fresh connection to
 each backend, then a probe call (tests/conformance/peer.py, ``Peer.settle``).
 Asserted for every backend and sequence:
 
@@ -72,6 +73,8 @@ class Sequence:
     frames: list[bytes] = field(default_factory=list)
     server_choice: bool = False
     ops: list[str] = field(default_factory=list)
+    #: A valid call was mutated: a frame's length may be overstated (see Peer.unstick).
+    mutated: bool = False
 
     def __repr__(self) -> str:  # what hypothesis prints for a failing example
         return f"Sequence(ops={self.ops}, server_choice={self.server_choice})"
@@ -86,7 +89,7 @@ def sequences(draw: st.DrawFn) -> Sequence:
     for _ in range(draw(st.integers(1, 8))):
         op = draw(st.sampled_from(
             ["call", "open", "data", "ping", "settings", "window", "reset", "priority",
-             "unknown", "raw", "raw"]))  # fmt: skip
+             "unknown", "raw", "raw", "mutated"]))  # fmt: skip
         out.ops.append(op)
         if op == "call" and next_id < 900:
             out.frames.append(
@@ -127,6 +130,23 @@ def sequences(draw: st.DrawFn) -> Sequence:
             out.frames.append(
                 frame(draw(st.integers(0x0A, 0xFF)), 0, 0, draw(st.binary(max_size=16)))
             )
+        elif op == "mutated" and next_id < 900:
+            valid = bytearray(
+                frame(HEADERS, END_HEADERS, next_id, literal_block(request_headers()))
+                + frame(DATA, END_STREAM, next_id, grpc_message(b"mutant"))
+            )
+            index = draw(st.integers(0, len(valid) - 1))
+            mutation = draw(st.sampled_from(["byte", "cut", "length"]))
+            if mutation == "byte":
+                valid[index] = draw(st.integers(0, 255))
+            elif mutation == "cut":
+                del valid[index:]
+            else:  # the HEADERS frame's length field off by a little
+                valid[2] = (valid[2] + draw(st.sampled_from([-2, -1, 1, 2]))) % 256
+            out.frames.append(bytes(valid))
+            out.ops[-1] = f"mutated({mutation}@{index})"
+            next_id += 2
+            out.server_choice = out.mutated = True  # anything may come of it: survival is asserted
         elif op == "raw":
             kind = draw(st.integers(0, 10))
             stream = draw(st.sampled_from([0, 1, 2, next_id, *open_ids, *closed_ids]))
@@ -168,7 +188,9 @@ def test_every_backend_survives_and_agrees_on_fuzzed_frames(
     for kind, server in servers.items():
         with Peer(server.port, timeout=10) as peer:
             peer.send(b"".join(sequence.frames))
-            verdicts[kind] = peer.settle()
+            verdicts[kind] = peer.settle(wait=3 if sequence.mutated else None)
+            if verdicts[kind] == "hung" and sequence.mutated:
+                verdicts[kind] = peer.unstick()
             if kind == "h2" and verdicts[kind] == "ended closed":
                 raise AssertionError(f"h2 closed without GOAWAY: {peer.classify(0).frames}")
     assert "hung" not in verdicts.values(), verdicts
