@@ -279,8 +279,9 @@ _CLOSED_CODE = (
     "connection error, and a lower id is also PROTOCOL_ERROR (5.1.1)"
 )
 _ENVOY_PRIORITY = (
-    "RFC 9113 deprecates the priority scheme (section 5.3.2): a server may ignore PRIORITY "
-    "frames whole, as Envoy's codec does, or apply section 5.3.1's self-dependency rule"
+    "RFC 9113 deprecates the priority signals (section 5.3.2) but keeps section 6.3's rule "
+    "that PRIORITY on stream 0 is a connection error; Envoy's codec drops PRIORITY frames "
+    "before it checks them. The frame carries nothing for the app either way"
 )
 _IGNORED_CLOSED = (
     "a frame on a stream the server has closed: RFC 9113 section 5.1 lets it treat the frame "
