@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -45,6 +46,8 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
 
 from meshplane.decision_log import DECISION_ID_HEADER, DENIED_HEADER, LOGGER
+from mgmt_api.dashboards import get_dashboard
+from tests.dashboards.promql import metric_names
 from tests.support.mesh import MeshStack, Workload
 from tests.support.processes import wait_until
 
@@ -353,3 +356,61 @@ def _policy_ok(expected: str, policy: str | None) -> bool:
     if expected.startswith("*"):
         return policy.endswith(expected[1:])
     return policy == expected
+
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][\w:]*)(?:\{(.*)\})? (\S+)$")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+_MATCHER = re.compile(r'(\w+)(=~|!~|!=|=)"([^"]*)"')
+Sample = tuple[str, dict[str, str], float]
+
+
+def scrape(text: str) -> list[Sample]:
+    """The samples of a Prometheus text page (Envoy's ``/stats/prometheus``)."""
+    out = []
+    for line in text.splitlines():
+        found = _SAMPLE.match(line)
+        if found and not line.startswith("#"):
+            labels = dict(_LABEL.findall(found.group(2) or ""))
+            out.append((found.group(1), labels, float(found.group(3))))
+    return out
+
+
+def counted(samples: list[Sample], expr: str) -> float:
+    """What a panel's ``sum(rate(METRIC{...}))`` sums, as raw counters: the samples
+    of its one metric that meet its equality matchers (``label=""``: no such label;
+    ``job`` and ``instance`` are Prometheus's, not Envoy's)."""
+    (metric,) = metric_names(expr)
+    wanted = {
+        k: v for k, op, v in _MATCHER.findall(expr) if op == "=" and k not in ("job", "instance")
+    }
+    return sum(
+        value
+        for name, labels, value in samples
+        if name == metric and all(labels.get(k, "") == v for k, v in wanted.items())
+    )
+
+
+@pytest.mark.parametrize(
+    ("title", "proxy"),
+    [
+        ("Denials/s by reason at gateways", "gateway"),
+        ("Denials/s by reason at sidecars", "sidecar"),
+    ],
+)
+def test_the_dashboard_counts_each_denial_kind_by_envoys_own_names(
+    mesh: Mesh, title: str, proxy: str
+) -> None:
+    """Every series of the gateway dashboard's denial panel is a counter real Envoys
+    export (their ``/stats/prometheus``), and counts its kind's refusals."""
+    for row in ROWS:
+        if row.proxy == proxy:
+            row.request(mesh)  # each kind at least once, whatever ran before
+    if proxy == "gateway":
+        pages = [mesh.stack.gateways[0].envoy.admin("GET", "/stats/prometheus").text]
+    else:
+        pages = [w.admin("GET", "/stats/prometheus").text for w in mesh.stack.workloads]
+    samples = [sample for page in pages for sample in scrape(page)]
+    model = json.loads(get_dashboard("gateway") or b"{}")
+    (panel,) = [p for p in model["panels"] if p["title"] == title]
+    for target in panel["targets"]:
+        assert counted(samples, target["expr"]) > 0, (target["legendFormat"], target["expr"])
