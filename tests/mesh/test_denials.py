@@ -55,6 +55,7 @@ from tests.support.processes import wait_until
 pytestmark = pytest.mark.timeout(300)
 
 ISSUER = "https://idp.test"
+SECOND_LINE_WINDOW = 0.3
 KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 #: Rows' ``policy`` for the settings of ``svc`` and ``loc`` (lines name them by FQN).
 SVC_SETTING = "*/securitygroups/g1/settings/s"
@@ -330,7 +331,9 @@ def test_every_denial_says_why(mesh: Mesh, row: Row) -> None:
     decision_id = response.headers.get(DECISION_ID_HEADER)
     assert decision_id, response.headers
     wait_until(lambda: lines_with(mesh, decision_id), 30, f"the line of {decision_id}")
-    time.sleep(0.2)  # a second line, if any, would be written by now (50 ms flushes)
+    # Not a wait for a condition but the window a second line would need: proxies
+    # flush their stdout and the services' writers wake every 50 ms.
+    time.sleep(SECOND_LINE_WINDOW)
     found = lines_with(mesh, decision_id)
     assert len(found) == 1, found
     sink, line = found[0]
