@@ -68,14 +68,18 @@ class Denial:
     header: bool
     decision_id: bool
     line: bool
-    what: str  # one line for the docs' table
 
 
 def _details(prefix: str) -> str:
     return f"response.code_details.startsWith('{prefix}')"
 
 
-#: Every refusal either proxy may answer with, in the order the mappers try them.
+#: Every refusal either proxy may answer with, in the order the mappers try them:
+#: a sidecar's mode (serviceAccounts for CUSTOM); the local JWT rules' missing or
+#: bad token (401) and their "no rule allows" (403); an ExtAuthzPolicy the gateway
+#: enforces itself (the Lua check sets the headers); the extauthz service's deny
+#: (it sends headers and id, and writes the line); over a rate limit (429: the
+#: ratelimit service sends the id and writes the line).
 DENIALS: tuple[Denial, ...] = (
     Denial(
         dl.DenialKind.MODE,
@@ -86,7 +90,6 @@ DENIALS: tuple[Denial, ...] = (
         header=True,
         decision_id=True,
         line=True,
-        what="a sidecar's mode (serviceAccounts for CUSTOM) does not admit the caller",
     ),
     Denial(
         dl.DenialKind.JWT,
@@ -97,7 +100,6 @@ DENIALS: tuple[Denial, ...] = (
         header=True,
         decision_id=True,
         line=True,
-        what="local JWT rules: the token is missing or does not verify (401)",
     ),
     Denial(
         dl.DenialKind.RULES,
@@ -108,7 +110,6 @@ DENIALS: tuple[Denial, ...] = (
         header=True,
         decision_id=True,
         line=True,
-        what="local JWT rules: no rule allows the verified token",
     ),
     Denial(
         dl.DenialKind.EXTAUTHZ,
@@ -119,7 +120,6 @@ DENIALS: tuple[Denial, ...] = (
         header=False,
         decision_id=False,
         line=True,
-        what="an ExtAuthzPolicy enforced inside the gateway (its path-claim check)",
     ),
     Denial(
         dl.DenialKind.EXTAUTHZ,
@@ -130,7 +130,6 @@ DENIALS: tuple[Denial, ...] = (
         header=False,
         decision_id=False,
         line=False,
-        what="the extauthz service denies (its line, in its decision log)",
     ),
     Denial(
         dl.DenialKind.RATELIMIT,
@@ -141,7 +140,6 @@ DENIALS: tuple[Denial, ...] = (
         header=True,
         decision_id=False,
         line=False,
-        what="over a BackendTrafficPolicy's limit (429; the ratelimit service's line)",
     ),
 )
 
