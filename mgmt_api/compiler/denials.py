@@ -198,13 +198,25 @@ def line_format(service: str, denial: Denial) -> JsonDict:
     return line
 
 
+#: Every refusal is 4xx: a status comparison first keeps a served request from
+#: paying for the CEL filters (Envoy's and-filter stops at the first false).
+_REFUSED: JsonDict = {
+    "statusCodeFilter": {
+        "comparison": {
+            "op": "GE",
+            "value": {"defaultValue": 400, "runtimeKey": "meshplane.denials.min_status"},
+        }
+    }
+}
+
+
 def access_logs(service: str) -> list[JsonDict]:
     """The HCM's ``accessLog``: one stdout logger per refusal the proxy logs itself,
     each filtered to its refusal, so every refusal gets one line."""
     return [
         {
             "name": "envoy.access_loggers.stdout",
-            "filter": _filter(d),
+            "filter": {"andFilter": {"filters": [_REFUSED, _filter(d)]}},
             "typedConfig": {
                 "@type": _STDOUT,
                 "logFormat": {"jsonFormat": line_format(service, d), "omitEmptyValues": False},

@@ -393,9 +393,9 @@ def lua_source(
     issuer: str | None,
     audiences: Iterable[str] | None,
     remove_authorization: bool,
-    policy: str = "",
-    rules: Mapping[str, str] | None = None,
-    reason_header: str = "x-ext-authz-reason",
+    policy: str,
+    rules: Mapping[str, str],
+    reason_header: str,
 ) -> str:
     """The whole script for one policy: its parameters, then the shared check.
 
@@ -403,9 +403,7 @@ def lua_source(
     policy's rule it comes from (``extauthz.reasons.RULES``), for the decision
     line; ``reason_header`` is extauthz's own (``extauthz.responses``)."""
     audience_set = None if audiences is None else _set(audiences)
-    rule_table = ", ".join(
-        f"[{lua_string(k)}] = {lua_string(v)}" for k, v in sorted((rules or {}).items())
-    )
+    rule_table = ", ".join(f"[{lua_string(k)}] = {lua_string(v)}" for k, v in sorted(rules.items()))
     params = [
         f"payload = {lua_string(payload_key)}",
         f"header = {lua_string(header_key)}",
