@@ -10,7 +10,9 @@ and ``/logging``, with their own query parameters, URL-encoded, so that no
 value can add a parameter or change the path. The HTTP adapter
 (:mod:`agent.envoy_admin`) sends nothing that :func:`check` refused.
 
-Pure: no I/O; table-tested in ``tests/agent/test_admin_allowlist.py``.
+The table itself is :data:`meshplane.admin_allowlist.ALLOWED` (a sidecar's
+diagnostics listener serves the same paths). Pure: no I/O; table-tested in
+``tests/agent/test_admin_allowlist.py``.
 """
 
 from __future__ import annotations
@@ -19,28 +21,13 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 from agent import contract
+from meshplane.admin_allowlist import ALLOWED, Endpoint
+
+__all__ = ["ALLOWED", "AdminRefused", "AdminRequest", "Endpoint", "check"]
 
 
 class AdminRefused(Exception):
     """A request outside the allow-list; it is never sent."""
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    method: str
-    params: frozenset[str]
-
-
-# path -> the one method and the query parameters it may carry.
-ALLOWED: dict[str, Endpoint] = {
-    "/stats": Endpoint("GET", frozenset({"format", "filter", "usedonly"})),
-    "/clusters": Endpoint("GET", frozenset({"format"})),
-    "/config_dump": Endpoint("GET", frozenset({"resource", "mask", "include_eds"})),
-    "/server_info": Endpoint("GET", frozenset()),
-    # POST: Envoy refuses GET on /logging (it can change state). Without
-    # parameters it lists the levels; ``level`` sets all, ``paths`` named ones.
-    "/logging": Endpoint("POST", frozenset({"level", "paths"})),
-}
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
     meshplane-agent --control-plane grpcs://mgmt.example:8444 --control-plane-ca ca.pem \\
         --cluster ORG/CLUSTER --credentials /etc/meshplane/agent-key.json \\
-        (--static-proxies proxies.yaml | --kubernetes [--selector ...] [--admin-port 15000])
+        (--static-proxies proxies.yaml | --kubernetes [--selector ...] [--admin-port 15000]) \\
+        [--workload-token /var/run/secrets/meshplane.io/token --trust-domain TD]
 
 The credentials are the cluster's service-account key from its install
 template (``helm.secrets.clusterServiceAccount``), read as the policy
@@ -23,6 +24,8 @@ import socket
 import sys
 from pathlib import Path
 
+import grpc
+
 from agent import contract
 from agent.diagnostics import Diagnostics
 from agent.discovery import ProxySource
@@ -30,9 +33,11 @@ from agent.discovery.kubernetes import DEFAULT_SELECTOR, DEFAULT_WORKLOAD_LABELS
 from agent.discovery.static import StaticSource
 from agent.envoy_admin import DEFAULT_MAX_RESPONSE_BYTES, AdminClient
 from agent.health import HealthServer
+from agent.mesh_identity import MeshIdentity
 from agent.metrics import AgentMetrics
 from agent.tunnel import Tunnel
 from meshplane import control_plane, tracing
+from meshplane import sidecar_contract as sc
 from meshplane.cli_args import fail
 from meshplane.config_error import ConfigError
 from meshplane.logging import configure_logging
@@ -97,6 +102,20 @@ def parser() -> argparse.ArgumentParser:
         "--kube-credentials-dir",
         help="dir with token, ca.crt (default /var/run/secrets/kubernetes.io/serviceaccount)",
     )
+    mesh = p.add_argument_group("sidecars (the agent's own mesh certificate)")
+    mesh.add_argument(
+        "--workload-token",
+        help="the agent pod's projected token (audience meshplane): with it the agent signs "
+        "a mesh certificate and reaches sidecars on their mTLS diagnostics port",
+    )
+    mesh.add_argument("--trust-domain", help="the cluster's trust domain (with --workload-token)")
+    mesh.add_argument(
+        "--diagnostics-port",
+        type=int,
+        default=sc.DEFAULT_DIAGNOSTICS_PORT,
+        help="the sidecars' diagnostics port (--kubernetes with --workload-token; default "
+        f"{sc.DEFAULT_DIAGNOSTICS_PORT})",
+    )
     limits = p.add_argument_group("limits")
     limits.add_argument(
         "--max-response-bytes",
@@ -121,18 +140,45 @@ def _source(args: argparse.Namespace) -> ProxySource:
             return StaticSource(Path(args.static_proxies), VERSION)
         except OSError as exc:
             raise ConfigError(f"cannot read: {exc.strerror}", field="--static-proxies") from None
-    if not 0 < args.admin_port < 65536:
-        raise ConfigError("must be a port number", field="--admin-port")
+    mtls = bool(args.workload_token)
+    flag, port = ("--diagnostics-port", args.diagnostics_port) if mtls else (
+        "--admin-port", args.admin_port)  # fmt: skip
+    if not 0 < port < 65536:
+        raise ConfigError("must be a port number", field=flag)
     return KubernetesSource.in_cluster(
+        mtls=mtls,
         selector=args.selector,
         namespaces=tuple(args.namespace or ()),
-        admin_port=args.admin_port,
+        admin_port=port,
         container=args.container,
         workload_labels=tuple(args.workload_label or DEFAULT_WORKLOAD_LABELS),
         api_url=args.kube_api,
         credentials_dir=Path(args.kube_credentials_dir) if args.kube_credentials_dir else None,
         agent_version=VERSION,
     )
+
+
+def _mesh_identity(
+    args: argparse.Namespace, options: control_plane.ControlPlaneOptions, instance: str
+) -> tuple[MeshIdentity | None, grpc.aio.Channel | None]:
+    """The agent's mesh certificate keeper, with ``--workload-token`` (else None)."""
+    if not args.workload_token:
+        if args.trust_domain:
+            raise ConfigError("only with --workload-token", field="--trust-domain")
+        return None, None
+    if not args.trust_domain:
+        raise ConfigError("is required with --workload-token", field="--trust-domain")
+    token = Path(args.workload_token)
+    if not token.is_file():
+        raise ConfigError(f"no such file: {token}", field="--workload-token")
+    credentials = options.channel_credentials()
+    channel = (
+        grpc.aio.insecure_channel(options.address)
+        if credentials is None
+        else grpc.aio.secure_channel(options.address, credentials)
+    )
+    node_cluster = f"{options.organization}/{options.cluster}"
+    return MeshIdentity(channel, node_cluster, instance, token, args.trust_domain), channel
 
 
 async def serve(
@@ -142,8 +188,9 @@ async def serve(
 ) -> int:
     source = _source(args)
     metrics = AgentMetrics()
-    admin_client = AdminClient(args.max_response_bytes)
     instance = args.instance or f"{socket.gethostname()}-{os.getpid()}"
+    mesh, sign_channel = _mesh_identity(args, options, instance)
+    admin_client = AdminClient(args.max_response_bytes, mesh)
     traces = tracing.start_tracing(trace_settings)
     tunnel = Tunnel(
         address=options.address,
@@ -168,6 +215,8 @@ async def serve(
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     port = await health.start()
+    if mesh is not None:
+        mesh.start()
     log.info(
         "agent started",
         extra={
@@ -183,6 +232,10 @@ async def serve(
         await tunnel.run(stop)
     finally:
         await health.stop()
+        if mesh is not None:
+            await mesh.stop()
+        if sign_channel is not None:
+            await sign_channel.close()
         await admin_client.close()
         await source.close()
         if traces is not None:  # export what is queued before exiting

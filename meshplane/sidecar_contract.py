@@ -36,6 +36,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from meshplane import gateway_contract, workload_contract
+from meshplane.admin_allowlist import ALLOWED, PROMETHEUS_PATH
 from meshplane.gateway_contract import NodeError
 
 #: The ``kind`` sidecars show with in the cluster status.
@@ -44,6 +45,12 @@ SIDECAR_KIND = "sidecar"
 SIDECAR_KEY = "meshplane.sidecar"
 DEFAULT_OUTBOUND_PORT = 15001
 DEFAULT_INBOUND_PORT = 15006
+#: The pod port of the mTLS diagnostics listener (the cluster agent's only way in).
+DEFAULT_DIAGNOSTICS_PORT = 15021
+#: The pod port of the metrics-only listener Prometheus scrapes (Istio's 15090).
+DEFAULT_PROMETHEUS_PORT = 15090
+#: The Envoy cluster of the admin API's socket, behind those two listeners.
+ADMIN_CLUSTER = "meshplane_admin"
 #: The control plane's CA bundle (PEM) by value, for the agent when no file is given
 #: (the injector passes it so: a CA certificate is public, a volume would need an
 #: object per namespace).
@@ -201,8 +208,143 @@ def _pipe_cluster(name: str, path: str) -> dict[str, Any]:
     }
 
 
-def bootstrap(node: SidecarNode, sockets: Sockets) -> dict[str, Any]:
-    """A sidecar's whole bootstrap: node, admin on a pipe, ADS and SDS through the agent.
+@dataclass(frozen=True)
+class PodPorts:
+    """The admin API's two doors on the pod network (each 0: closed).
+
+    ``diagnostics``: mTLS, the allow-listed admin paths only
+    (:data:`meshplane.admin_allowlist.ALLOWED`), for a client certificate of
+    the mesh CA whose URI SAN is the cluster agent's SPIFFE id
+    (``caller``: ``NAMESPACE/SERVICEACCOUNT``, in whatever trust domain the
+    mesh CA signs: that CA is the cluster's alone). ``prometheus``: plain
+    HTTP, ``GET /stats/prometheus`` only.
+    """
+
+    diagnostics: int = 0
+    caller: str = ""
+    prometheus: int = 0
+
+    def caller_san_regex(self) -> str:
+        namespace, _, account = self.caller.partition("/")
+        return f"^spiffe://[^/]+/ns/{re.escape(namespace)}/sa/{re.escape(account)}$"
+
+
+def parse_caller(value: str) -> str:
+    """``NAMESPACE/SERVICEACCOUNT`` of the diagnostics caller; ValueError says why."""
+    namespace, sep, account = value.partition("/")
+    if not sep or not _LABEL.match(namespace) or not _LABEL.match(account):
+        raise ValueError(f"must be NAMESPACE/SERVICEACCOUNT (DNS-1123 labels), not {value!r}")
+    return value
+
+
+def _http_listener(name: str, host: str, port: int, routes: list[dict[str, Any]]) -> dict[str, Any]:
+    """A listener whose one virtual host has ``routes``, then a 404 for everything else."""
+    fallback = {"match": {"prefix": "/"}, "direct_response": {"status": 404}}
+    manager = {
+        "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager."
+        "v3.HttpConnectionManager",
+        "stat_prefix": name,
+        "normalize_path": True,
+        "merge_slashes": True,
+        "route_config": {
+            "name": name,
+            "virtual_hosts": [{"name": name, "domains": ["*"], "routes": [*routes, fallback]}],
+        },
+        "http_filters": [
+            {
+                "name": "envoy.filters.http.router",
+                "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
+                },
+            }
+        ],
+    }
+    return {
+        "name": name,
+        "address": {"socket_address": {"address": host, "port_value": port}},
+        "filter_chains": [
+            {
+                "filters": [
+                    {
+                        "name": "envoy.filters.network.http_connection_manager",
+                        "typed_config": manager,
+                    }
+                ]
+            }
+        ],
+    }
+
+
+def _admin_route(path: str, method: str) -> dict[str, Any]:
+    match = {"path": path, "headers": [{"name": ":method", "string_match": {"exact": method}}]}
+    return {"match": match, "route": {"cluster": ADMIN_CLUSTER, "timeout": "60s"}}
+
+
+def _diagnostics_tls(ports: PodPorts) -> dict[str, Any]:
+    """Our workload certificate; the caller's must chain to the mesh CA and be the agent's."""
+    svid = {
+        "name": workload_contract.SVID_SECRET,
+        "sds_config": {
+            "api_config_source": {
+                "api_type": "GRPC",
+                "transport_api_version": "V3",
+                "grpc_services": [{"envoy_grpc": {"cluster_name": workload_contract.SDS_CLUSTER}}],
+            },
+            "resource_api_version": "V3",
+        },
+    }
+    ca = {
+        "name": workload_contract.CA_SECRET,
+        "sds_config": {"ads": {}, "resource_api_version": "V3"},
+    }
+    san = {"san_type": "URI", "matcher": {"safe_regex": {"regex": ports.caller_san_regex()}}}
+    context = {
+        "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3."
+        "DownstreamTlsContext",
+        "require_client_certificate": True,
+        "common_tls_context": {
+            "tls_certificate_sds_secret_configs": [svid],
+            "combined_validation_context": {
+                "default_validation_context": {"match_typed_subject_alt_names": [san]},
+                "validation_context_sds_secret_config": ca,
+            },
+        },
+    }
+    return {"name": "envoy.transport_sockets.tls", "typed_config": context}
+
+
+def _pod_listeners(node: SidecarNode, ports: PodPorts) -> list[dict[str, Any]]:
+    listeners: list[dict[str, Any]] = []
+    if ports.diagnostics:
+        routes = [_admin_route(path, e.method) for path, e in sorted(ALLOWED.items())]
+        listener = _http_listener(
+            "meshplane_diagnostics", node.inbound_host, ports.diagnostics, routes
+        )
+        listener["filter_chains"][0]["transport_socket"] = _diagnostics_tls(ports)
+        listeners.append(listener)
+    if ports.prometheus:
+        routes = [_admin_route(PROMETHEUS_PATH, "GET")]
+        listeners.append(
+            _http_listener("meshplane_prometheus", node.inbound_host, ports.prometheus, routes)
+        )
+    return listeners
+
+
+def _admin_cluster(sockets: Sockets) -> dict[str, Any]:
+    return {
+        "name": ADMIN_CLUSTER,
+        "type": "STATIC",
+        "connect_timeout": "1s",
+        "load_assignment": {
+            "cluster_name": ADMIN_CLUSTER,
+            "endpoints": [{"lb_endpoints": [{"endpoint": {"address": _pipe(sockets.admin)}}]}],
+        },
+    }
+
+
+def bootstrap(node: SidecarNode, sockets: Sockets, ports: PodPorts | None = None) -> dict[str, Any]:
+    """A sidecar's whole bootstrap: node, admin on a pipe, ADS and SDS through the agent,
+    and (``ports``) the admin API's two narrow doors on the pod network.
 
     Listeners, routes, clusters and the trust bundle come over ADS (relayed
     by the agent), the workload certificate over SDS (served by the agent);
@@ -210,6 +352,14 @@ def bootstrap(node: SidecarNode, sockets: Sockets) -> dict[str, Any]:
     is a secret.
     """
     ads_source = {"ads": {}, "resource_api_version": "V3"}
+    ports = ports or PodPorts()
+    clusters = [
+        _pipe_cluster(gateway_contract.XDS_CLUSTER, sockets.xds),
+        _pipe_cluster(workload_contract.SDS_CLUSTER, sockets.sds),
+    ]
+    listeners = _pod_listeners(node, ports)
+    if listeners:
+        clusters.append(_admin_cluster(sockets))
     return {
         "node": {"id": node.instance, "cluster": node.node_cluster, "metadata": node.metadata()},
         "admin": {"address": _pipe(sockets.admin)},
@@ -223,10 +373,5 @@ def bootstrap(node: SidecarNode, sockets: Sockets) -> dict[str, Any]:
             "cds_config": ads_source,
             "lds_config": ads_source,
         },
-        "static_resources": {
-            "clusters": [
-                _pipe_cluster(gateway_contract.XDS_CLUSTER, sockets.xds),
-                _pipe_cluster(workload_contract.SDS_CLUSTER, sockets.sds),
-            ]
-        },
+        "static_resources": {"clusters": clusters, "listeners": listeners},
     }

@@ -4,7 +4,8 @@
         --control-plane-ca ca.pem --cluster ORG/CLUSTER --service web --app-port 8080 \\
         [--node-id POD] [--inbound POD_IP:15006] [--outbound-port 15001] \\
         [--token-file /var/run/secrets/meshplane.io/token] [--socket-dir /var/run/meshplane] \\
-        [--trust-domain TD] [--listen 127.0.0.1:15020] [--envoy-arg ARG ...]
+        [--trust-domain TD] [--listen 127.0.0.1:15020] [--envoy-arg ARG ...] \\
+        [--diagnostics-caller NS/SA [--diagnostics-port 15021]] [--prometheus-port 15090]
 
 The workload's namespace and service account are not flags: they are the
 token's (mgmt-api verifies it and takes them from there). The injector
@@ -64,6 +65,24 @@ def parser() -> argparse.ArgumentParser:
         help="the mesh's trust domain (default: the one the cluster's mesh CA names)",
     )
     p.add_argument("--listen", help="HOST:PORT of /metrics, /healthz, /readyz (default: none)")
+    p.add_argument(
+        "--diagnostics-caller",
+        help="NAMESPACE/SERVICEACCOUNT of the cluster agent: the only client certificate "
+        "(of the mesh CA) the mTLS diagnostics port accepts (default: no such port)",
+    )
+    p.add_argument(
+        "--diagnostics-port",
+        type=int,
+        default=sc.DEFAULT_DIAGNOSTICS_PORT,
+        help="the pod port of the allow-listed admin API, with --diagnostics-caller",
+    )
+    p.add_argument(
+        "--prometheus-port",
+        type=int,
+        default=0,
+        help=f"the pod port serving GET /stats/prometheus only (e.g. {sc.DEFAULT_PROMETHEUS_PORT};"
+        " default: none)",
+    )
     p.add_argument("--envoy-arg", action="append", default=[], help="an extra Envoy flag")
     p.add_argument("--envoy-log", help="Envoy's log file (default: its stderr)")
     p.add_argument("--print-bootstrap", action="store_true", help="print the bootstrap, exit")
@@ -124,6 +143,7 @@ def options(args: argparse.Namespace) -> AgentOptions:
     except gateway_contract.NodeError as exc:
         raise ConfigError(str(exc)) from None
     sockets = sc.Sockets(str(Path(args.socket_dir).absolute()))
+    ports = _pod_ports(args, node)
     if not sockets.fits():
         raise ConfigError("is too long for a Unix socket path", field="--socket-dir")
     return AgentOptions(
@@ -132,9 +152,33 @@ def options(args: argparse.Namespace) -> AgentOptions:
         tls=_tls(args, target.tls),
         token_file=Path(args.token_file),
         sockets=sockets,
+        ports=ports,
         trust_domain=args.trust_domain or None,
         envoy_args=tuple(args.envoy_arg),
         envoy_log=Path(args.envoy_log) if args.envoy_log else None,
+    )
+
+
+def _pod_ports(args: argparse.Namespace, node: sc.SidecarNode) -> sc.PodPorts:
+    """The diagnostics and metrics ports; ConfigError names the flag."""
+    caller = ""
+    if args.diagnostics_caller:
+        try:
+            caller = sc.parse_caller(args.diagnostics_caller)
+        except ValueError as exc:
+            raise ConfigError(str(exc), field="--diagnostics-caller") from None
+    taken = {node.app_port, node.inbound_port, node.outbound_port}
+    for flag, port in (
+        ("--diagnostics-port", args.diagnostics_port if caller else 0),
+        ("--prometheus-port", args.prometheus_port),
+    ):
+        if port and (not 0 < port < 65536 or port in taken):
+            raise ConfigError("must be a free port 1-65535 of its own", field=flag)
+        taken.add(port)
+    return sc.PodPorts(
+        diagnostics=args.diagnostics_port if caller else 0,
+        caller=caller,
+        prometheus=args.prometheus_port,
     )
 
 
@@ -146,7 +190,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         _fail(str(exc))
     if args.print_bootstrap:
-        print(gateway_contract.bootstrap_text(sc.bootstrap(opts.node, opts.sockets)), end="")
+        print(
+            gateway_contract.bootstrap_text(sc.bootstrap(opts.node, opts.sockets, opts.ports)),
+            end="",
+        )
         return 0
     status = StatusServer()
     if args.listen:

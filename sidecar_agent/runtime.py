@@ -46,6 +46,7 @@ class AgentOptions:
     tls: ClientTlsFiles | None
     token_file: Path
     sockets: sc.Sockets
+    ports: sc.PodPorts
     trust_domain: str | None
     envoy_args: tuple[str, ...] = ()
     envoy_log: Path | None = None
@@ -85,7 +86,7 @@ class Agent:
 
     def write_bootstrap(self) -> Path:
         path = Path(self.options.sockets.directory) / "envoy.yaml"
-        doc = sc.bootstrap(self.options.node, self.options.sockets)
+        doc = sc.bootstrap(self.options.node, self.options.sockets, self.options.ports)
         path.write_text(gateway_contract.bootstrap_text(doc), encoding="utf-8")
         return path
 

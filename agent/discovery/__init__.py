@@ -26,6 +26,9 @@ class Proxy:
     log_file: str | None = None  # a file source's log
     pod_ip: str | None = None
     container: str | None = None  # the pod log API's container
+    #: A sidecar: ``admin_address`` is its mTLS diagnostics port, reached with the
+    #: agent's mesh certificate (:mod:`agent.mesh_identity`), not a plain admin port.
+    mtls: bool = False
 
     @property
     def name(self) -> str:

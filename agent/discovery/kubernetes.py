@@ -75,6 +75,8 @@ class KubernetesConfig:
     admin_port: int
     container: str
     workload_labels: tuple[str, ...]
+    #: The pods are sidecars reached on their mTLS diagnostics port (``admin_port``).
+    mtls: bool = False
 
 
 class KubernetesSource:
@@ -105,6 +107,7 @@ class KubernetesSource:
         api_url: str | None,
         credentials_dir: Path | None,
         agent_version: str,
+        mtls: bool = False,
     ) -> KubernetesSource:
         directory = credentials_dir or CREDENTIALS_DIR
         if api_url is None:
@@ -129,6 +132,7 @@ class KubernetesSource:
             admin_port=admin_port,
             container=container,
             workload_labels=workload_labels,
+            mtls=mtls,
         )
         return cls(config, agent_version)
 
@@ -177,6 +181,7 @@ class KubernetesSource:
             admin_address=f"{host}:{self.config.admin_port}",
             pod_ip=ip,
             container=self.config.container,
+            mtls=self.config.mtls,
         )
 
     async def proxies(self) -> list[Proxy]:

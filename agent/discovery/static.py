@@ -4,6 +4,12 @@ The file (YAML or JSON) is a list of entries, or ``{proxies: [...]}``::
 
     - {namespace: shop, workload: web, instance: web-1,
        adminAddress: 10.0.0.7:15000, logFile: /var/log/envoy/envoy.log}
+    - {namespace: shop, workload: api, instance: api-1,
+       diagnosticsAddress: 10.0.0.8:15021}
+
+``adminAddress`` is a plain admin port (a gateway's); ``diagnosticsAddress``
+a sidecar's mTLS diagnostics port, reached with the agent's mesh
+certificate (:mod:`agent.mesh_identity`).
 
 or, with the pods whose workload tokens mgmt-api may verify (docs/mesh.md,
 "Attestation"), ``{proxies: [...], pods: [...]}``::
@@ -42,8 +48,11 @@ from meshplane.yamlconf import load_yaml
 
 log = logging.getLogger(__name__)
 
-_REQUIRED = ("namespace", "workload", "instance", "adminAddress")
-_OPTIONAL = ("logFile",)
+_REQUIRED = ("namespace", "workload", "instance")
+#: ``adminAddress`` (a gateway's plain admin port) or ``diagnosticsAddress`` (a
+#: sidecar's mTLS diagnostics port), exactly one.
+_ADDRESSES = ("adminAddress", "diagnosticsAddress")
+_OPTIONAL = ("logFile", *_ADDRESSES)
 _POD_REQUIRED = ("namespace", "name", "uid")
 _POD_OPTIONAL = ("serviceAccount", "ip", "services")
 MAX_UID = 64  # a Kubernetes uid is 36
@@ -101,9 +110,13 @@ def _proxy(f: Fields) -> Proxy:
         contract.check_workload(values["namespace"], values["workload"], values["instance"])
     except contract.FieldError as exc:
         raise f.node.child(exc.field).error(exc.message) from None
-    address = f.node.child("adminAddress")
+    given = [name for name in _ADDRESSES if f.present(name) is not None]
+    if len(given) != 1:
+        raise f.node.error("needs exactly one of adminAddress and diagnosticsAddress")
+    address = f.node.child(given[0])
+    values["address"] = address.string()
     try:
-        host, port = parse_listen(values["adminAddress"])
+        host, port = parse_listen(values["address"])
     except ValueError as exc:
         raise address.error(str(exc)) from None
     if port == 0 or host == "0.0.0.0":
@@ -112,9 +125,10 @@ def _proxy(f: Fields) -> Proxy:
         namespace=values["namespace"],
         workload=values["workload"],
         instance=values["instance"],
-        admin_address=values["adminAddress"],
+        admin_address=values["address"],
         log_file=log_file.string() if log_file is not None else None,
         pod_ip=host,
+        mtls=given[0] == "diagnosticsAddress",
     )
 
 

@@ -160,10 +160,11 @@ class Workload:
         """The agent's stdout, which its Envoy inherits: the sidecar's decision lines."""
         return self.files / "stdout"
 
-    def argv(self, extra_args: tuple[str, ...] = ()) -> list[str]:
-        """``python -m`` arguments of the sidecar agent (the injected container's command)."""
+    def argv(self, extra_args: tuple[str, ...] = (), agent_args: tuple[str, ...] = ()) -> list[str]:
+        """``python -m`` arguments of the sidecar agent (the injected container's command);
+        ``agent_args`` are its own extra flags, ``extra_args`` Envoy's."""
         node = self.node
-        args = ["sidecar_agent", "--control-plane", self.stack.control_plane]
+        args = ["sidecar_agent", "--control-plane", self.stack.control_plane, *agent_args]
         args += self.stack.agent_args()
         args += ["--cluster", node.node_cluster, "--service", node.service]
         args += ["--app-port", str(node.app_port), "--node-id", node.instance]
@@ -174,11 +175,12 @@ class Workload:
         envoy = ("--concurrency", "1", "--file-flush-interval-msec", "50", *extra_args)
         return args + [f"--envoy-arg={a}" for a in envoy]
 
-    def start(self, extra_args: tuple[str, ...] = ()) -> Workload:
-        """Mint the pod's token, start its agent; ``extra_args`` go to Envoy."""
+    def start(self, extra_args: tuple[str, ...] = (), agent_args: tuple[str, ...] = ()) -> Workload:
+        """Mint the pod's token, start its agent; ``extra_args`` go to Envoy, ``agent_args``
+        to the agent."""
         self.stack.issuer.write(self.token_file, self.pod)
         self.agent = Service(
-            self.argv(extra_args),
+            self.argv(extra_args, agent_args),
             Path(self.sockets.admin),
             self.log,
             self.stack.agent_env(),
@@ -300,14 +302,19 @@ class MeshStack(GatewayStack):
             raise
 
     def workload(
-        self, name: str, namespace: str, account: str = "default", extra_args: tuple[str, ...] = ()
+        self,
+        name: str,
+        namespace: str,
+        account: str = "default",
+        extra_args: tuple[str, ...] = (),
+        agent_args: tuple[str, ...] = (),
     ) -> Workload:
         """A workload, its pod in the inventory, and its sidecar agent; ``extra_args``: the
-        sidecar Envoy's extra flags."""
+        sidecar Envoy's extra flags, ``agent_args`` its agent's."""
         workload = Workload(self, name, namespace, account)
         self.workloads.append(workload)
         self.report_pods()
-        return workload.start(extra_args)
+        return workload.start(extra_args, agent_args)
 
     def remove(self, workload: Workload) -> None:
         """Stop ``workload`` and delete its pod from the inventory."""
