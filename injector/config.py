@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from meshplane import gateway_contract
+from meshplane import gateway_contract, sidecar_contract
 from meshplane.config_error import ConfigError
 from meshplane.validate import Node
 from meshplane.yamlconf import load_yaml
@@ -41,6 +41,9 @@ class InjectorConfig:
     control_plane_ca_file: str | None = None
     system_namespaces: frozenset[str] = frozenset(DEFAULT_SYSTEM_NAMESPACES)
     opt_out_label: str = DEFAULT_OPT_OUT_LABEL
+    #: ``NAMESPACE/SERVICEACCOUNT`` of the cluster agent: the one client certificate the
+    #: sidecars' diagnostics port accepts ("" : no diagnostics port).
+    diagnostics_caller: str = ""
 
     @property
     def cluster_ref(self) -> str:
@@ -48,7 +51,7 @@ class InjectorConfig:
 
 
 _TOP_REQUIRED = ("cluster", "controlPlane", "sidecar")
-_TOP_OPTIONAL = ("controlPlaneCaFile", "systemNamespaces", "optOut")
+_TOP_OPTIONAL = ("controlPlaneCaFile", "systemNamespaces", "optOut", "diagnosticsCaller")
 
 
 def _plain(value: Any) -> Any:
@@ -104,7 +107,15 @@ def parse(doc: Any, source: str | None = None) -> InjectorConfig:
     label = None
     if opt_out is not None:
         label = opt_out.fields(optional=("label",)).present("label")
+    caller_node = fields.present("diagnosticsCaller")
+    caller = ""
+    if caller_node is not None:
+        try:
+            caller = sidecar_contract.parse_caller(caller_node.string(strip=True))
+        except ValueError as exc:
+            raise caller_node.error(str(exc)) from None
     return InjectorConfig(
+        diagnostics_caller=caller,
         organization=organization,
         cluster=name,
         control_plane=_control_plane(fields.required("controlPlane"), ca_file),

@@ -77,10 +77,12 @@ def app_name(pod: PodFacts, service_account: str) -> str:
 
 
 def sidecar_ports(config: InjectorConfig) -> frozenset[int]:
-    """The ports the sidecar binds in the pod: inbound and outbound (its admin API is a
-    Unix socket, never a port)."""
-    del config
-    return frozenset((shape.LISTEN_PORT, shape.OUTBOUND_PORT))
+    """The ports the sidecar binds in the pod: inbound, outbound, metrics and (with a
+    ``diagnosticsCaller``) diagnostics; its admin API itself is a Unix socket."""
+    ports = {shape.LISTEN_PORT, shape.OUTBOUND_PORT, shape.PROMETHEUS_PORT}
+    if config.diagnostics_caller:
+        ports.add(shape.DIAGNOSTICS_PORT)
+    return frozenset(ports)
 
 
 def app_port(pod: PodFacts, spec: Mapping[str, Any], taken: frozenset[int]) -> int:
@@ -120,6 +122,15 @@ def sidecar_container(
     args += ["--inbound", f"$({shape.POD_IP_ENV}):{shape.LISTEN_PORT}"]
     args += ["--outbound-port", str(shape.OUTBOUND_PORT)]
     args += ["--token-file", str(shape.TOKEN_PATH), "--socket-dir", str(shape.SOCKET_DIR)]
+    args += ["--prometheus-port", str(shape.PROMETHEUS_PORT)]
+    ports = [
+        {"name": "mesh-listener", "containerPort": shape.LISTEN_PORT},
+        {"name": shape.METRICS_PORT_NAME, "containerPort": shape.PROMETHEUS_PORT},
+    ]
+    if config.diagnostics_caller:
+        args += ["--diagnostics-caller", config.diagnostics_caller]
+        args += ["--diagnostics-port", str(shape.DIAGNOSTICS_PORT)]
+        ports.append({"name": "mesh-diag", "containerPort": shape.DIAGNOSTICS_PORT})
     env: list[dict[str, Any]] = [
         {"name": name, "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": path}}}
         for name, path in (
@@ -136,7 +147,7 @@ def sidecar_container(
         "command": [AGENT_COMMAND],
         "args": args,
         "env": env,
-        "ports": [{"name": "mesh-listener", "containerPort": shape.LISTEN_PORT}],
+        "ports": ports,
         "securityContext": {
             "runAsNonRoot": True,
             "runAsUser": shape.RUN_AS_USER,
@@ -223,4 +234,10 @@ def operations(
             "value": status,
         }
     )
+    if not any(name.startswith("prometheus.io/") for name in facts_.annotations):
+        # The pod's own scrape annotations win; the meshplane-sidecars job needs none.
+        ops += [
+            {"op": "add", "path": f"/metadata/annotations/{_pointer(name)}", "value": value}
+            for name, value in shape.PROMETHEUS_ANNOTATIONS.items()
+        ]
     return ops

@@ -28,6 +28,19 @@ POD_IP_ENV = "POD_IP"
 LISTEN_PORT = 15006
 #: The sidecar's outbound listener on loopback, where the app sends its calls.
 OUTBOUND_PORT = 15001
+#: The sidecar's mTLS diagnostics port: the allow-listed admin API, for the cluster
+#: agent's mesh certificate only (``diagnosticsCaller`` in the injector's config).
+DIAGNOSTICS_PORT = sidecar_contract.DEFAULT_DIAGNOSTICS_PORT
+#: The sidecar's metrics-only port: ``GET /stats/prometheus`` (container port name
+#: :data:`METRICS_PORT_NAME`, which the ``meshplane-sidecars`` scrape job keeps).
+PROMETHEUS_PORT = sidecar_contract.DEFAULT_PROMETHEUS_PORT
+METRICS_PORT_NAME = "mesh-metrics"
+#: Scrape annotations set on an injected pod that has none of its own.
+PROMETHEUS_ANNOTATIONS = {
+    "prometheus.io/scrape": "true",
+    "prometheus.io/port": str(PROMETHEUS_PORT),
+    "prometheus.io/path": "/stats/prometheus",
+}
 #: The app's port when the pod says it (else its first container's first port).
 APP_PORT_ANNOTATION = "meshplane.io/app-port"
 #: The projected token: where it is mounted, its audience and lifetime (the kubelet

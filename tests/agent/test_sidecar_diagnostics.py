@@ -38,6 +38,8 @@ AGENT_POD = PodRef("meshplane", "meshplane-agent-0", "meshplane-agent")
 ATTACKER = PodRef("shop", "attacker-0", "attacker")
 CALLER = f"{AGENT_POD.namespace}/{AGENT_POD.service_account}"
 WHERE = ("-n", "shop", "--cluster", CLUSTER, "--org", ORG)
+# The stack (mgmt-api, a sidecar, the agent, meshctl's login) starts once for the module.
+pytestmark = pytest.mark.timeout(300)
 
 
 @dataclass
@@ -92,7 +94,7 @@ def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
     stack = MeshStack(tmp)
     agent: Service | None = None
     try:
-        pods = {name: _pod(stack, name) for name in ("web", "api")}
+        pods = {name: _pod(stack, name) for name in ("web",)}
         stack.extra_pods += [AGENT_POD, ATTACKER]
         stack.report_pods()
         token = stack.issuer.write(tmp / "agent-token", AGENT_POD)
@@ -142,7 +144,7 @@ def test_meshctl_reads_a_sidecars_stats_config_dump_and_clusters(mesh: Mesh) -> 
     assert {"ListenersConfigDump", "ClustersConfigDump", "SecretsConfigDump"} <= kinds
     assert "meshplane_diagnostics" in dump  # the listener it was read through
 
-    upstream = json.loads(mesh.ctl.ok("proxy", "stats", "api", *WHERE, "--upstream"))
+    upstream = json.loads(mesh.ctl.ok("proxy", "stats", "web", *WHERE, "--upstream"))
     (answer,) = upstream["instances"]
     names = {c["name"] for c in answer["clusterStats"]["cluster_statuses"]}
     assert "meshplane_sds" in names and "meshplane_admin" in names
@@ -204,7 +206,7 @@ def test_a_hostile_caller_gets_nothing(mesh: Mesh, tmp_path: Path) -> None:
 
 
 def test_the_metrics_port_serves_prometheus_stats_only(mesh: Mesh) -> None:
-    port = mesh.pods["api"].prometheus
+    port = mesh.pods["web"].prometheus
     answer = httpx.get(f"http://127.0.0.1:{port}/stats/prometheus", timeout=10)
     assert answer.status_code == 200 and "envoy_server_live" in answer.text
     for path in ("/stats", "/config_dump", "/certs", "/clusters"):

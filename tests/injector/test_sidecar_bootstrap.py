@@ -34,15 +34,22 @@ from tests.support.envoy import validate
 from tests.support.workload_tokens import PodRef, TestIssuer
 
 POD_NAME = "cart-7d4f9c-x2x9q"
+CALLER = "meshplane/meshplane-cluster-agent"
 
 
 def sidecar_container(tmp: Path, control_plane: str) -> dict[str, Any]:
     """The container the patch adds to :func:`pod`, as the API server would store it."""
     ca = CertificateAuthority(tmp)
-    config = parse(load_yaml(write_config(tmp / "injector.yaml", ca.path, control_plane)))
+    path = write_config(tmp / "injector.yaml", ca.path, control_plane)
+    path.write_text(path.read_text() + f"diagnosticsCaller: {CALLER}\n")
+    config = parse(load_yaml(path))
     obj = pod()
     facts = PodFacts("shop", obj["metadata"]["labels"], {}, ["app"])
     patched = apply_patch(obj, operations(obj, facts, config, ca.path.read_text()))
+    # Prometheus finds the metrics-only port by the pod's annotations.
+    annotations = patched["metadata"]["annotations"]
+    assert annotations["prometheus.io/port"] == str(shape.PROMETHEUS_PORT)
+    assert annotations["prometheus.io/path"] == "/stats/prometheus"
     container: dict[str, Any] = patched["spec"]["containers"][-1]
     return container
 
@@ -119,7 +126,29 @@ def test_rendered_bootstrap_of_an_injected_sidecar_has_no_secret_and_passes_envo
     assert pipes == {
         gateway_contract.XDS_CLUSTER: {"pipe": {"path": str(sockets / "xds.sock")}},
         workload_contract.SDS_CLUSTER: {"pipe": {"path": str(sockets / "sds.sock")}},
+        sc.ADMIN_CLUSTER: {"pipe": {"path": str(sockets / "admin.sock")}},
     }
+    # The admin API's two doors on the pod IP: mTLS diagnostics for the agent, metrics.
+    listeners = {
+        entry["name"]: entry["address"]["socket_address"]
+        for entry in doc["static_resources"]["listeners"]
+    }
+    assert listeners == {
+        "meshplane_diagnostics": {"address": "10.1.2.3", "port_value": shape.DIAGNOSTICS_PORT},
+        "meshplane_prometheus": {"address": "10.1.2.3", "port_value": shape.PROMETHEUS_PORT},
+    }
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports["mesh-diag"] == shape.DIAGNOSTICS_PORT
+    assert ports[shape.METRICS_PORT_NAME] == shape.PROMETHEUS_PORT
+    (diagnostics,) = [
+        entry for entry in doc["static_resources"]["listeners"]
+        if entry["name"] == "meshplane_diagnostics"
+    ]  # fmt: skip
+    tls = diagnostics["filter_chains"][0]["transport_socket"]["typed_config"]
+    validation = tls["common_tls_context"]["combined_validation_context"]
+    (san,) = validation["default_validation_context"]["match_typed_subject_alt_names"]
+    assert san["matcher"]["safe_regex"]["regex"] == sc.PodPorts(caller=CALLER).caller_san_regex()
+    assert tls["require_client_certificate"] is True
     assert doc["admin"] == {"address": {"pipe": {"path": str(sockets / "admin.sock")}}}
     path = tmp_path / "envoy.yaml"
     path.write_text(done.stdout)
