@@ -36,7 +36,7 @@ from agent.health import HealthServer
 from agent.mesh_identity import MeshIdentity
 from agent.metrics import AgentMetrics
 from agent.tunnel import Tunnel
-from meshplane import control_plane, tracing
+from meshplane import control_plane, tracing, workload_contract
 from meshplane import sidecar_contract as sc
 from meshplane.cli_args import fail
 from meshplane.config_error import ConfigError
@@ -108,7 +108,11 @@ def parser() -> argparse.ArgumentParser:
         help="the agent pod's projected token (audience meshplane): with it the agent signs "
         "a mesh certificate and reaches sidecars on their mTLS diagnostics port",
     )
-    mesh.add_argument("--trust-domain", help="the cluster's trust domain (with --workload-token)")
+    mesh.add_argument(
+        "--trust-domain",
+        help="the cluster's trust domain, when its spec sets one (with --workload-token; "
+        "default CLUSTER.ORG.mesh.local, a cluster's default)",
+    )
     mesh.add_argument(
         "--diagnostics-port",
         type=int,
@@ -166,8 +170,9 @@ def _mesh_identity(
         if args.trust_domain:
             raise ConfigError("only with --workload-token", field="--trust-domain")
         return None, None
-    if not args.trust_domain:
-        raise ConfigError("is required with --workload-token", field="--trust-domain")
+    trust_domain = args.trust_domain or workload_contract.default_trust_domain(
+        options.organization, options.cluster
+    )
     token = Path(args.workload_token)
     if not token.is_file():
         raise ConfigError(f"no such file: {token}", field="--workload-token")
@@ -178,7 +183,7 @@ def _mesh_identity(
         else grpc.aio.secure_channel(options.address, credentials)
     )
     node_cluster = f"{options.organization}/{options.cluster}"
-    return MeshIdentity(channel, node_cluster, instance, token, args.trust_domain), channel
+    return MeshIdentity(channel, node_cluster, instance, token, trust_domain), channel
 
 
 async def serve(

@@ -234,6 +234,10 @@ def operations(
             "value": status,
         }
     )
+    if _mapping(pod.get("metadata"), "metadata").get("labels") is None:
+        ops.append({"op": "add", "path": "/metadata/labels", "value": {}})
+    name, value = shape.PROXY_LABEL
+    ops.append({"op": "add", "path": f"/metadata/labels/{_pointer(name)}", "value": value})
     if not any(name.startswith("prometheus.io/") for name in facts_.annotations):
         # The pod's own scrape annotations win; the meshplane-sidecars job needs none.
         ops += [

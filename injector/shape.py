@@ -35,6 +35,9 @@ DIAGNOSTICS_PORT = sidecar_contract.DEFAULT_DIAGNOSTICS_PORT
 #: :data:`METRICS_PORT_NAME`, which the ``meshplane-sidecars`` scrape job keeps).
 PROMETHEUS_PORT = sidecar_contract.DEFAULT_PROMETHEUS_PORT
 METRICS_PORT_NAME = "mesh-metrics"
+#: The label an injected pod gets, which the cluster agent selects sidecars by
+#: (``--selector``'s default; Istio's injector sets the same label).
+PROXY_LABEL = ("security.istio.io/tlsMode", "istio")
 #: Scrape annotations set on an injected pod that has none of its own.
 PROMETHEUS_ANNOTATIONS = {
     "prometheus.io/scrape": "true",

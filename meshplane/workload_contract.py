@@ -41,6 +41,8 @@ ADMIN_SOCKET = "admin.sock"
 SDS_CLUSTER = "meshplane_sds"
 #: SDS secret names: the workload certificate and key (served by the pod-local
 #: agent), and the cluster's trust bundle (served by mgmt-api over ADS).
+#: Suffix of the trust domain a cluster without ``trustDomain`` gets.
+DEFAULT_TRUST_DOMAIN_SUFFIX = "mesh.local"
 SVID_SECRET = "svid"  # noqa: S105 - a name, not a secret
 CA_SECRET = "mesh-ca"  # noqa: S105 - a name, not a secret
 
@@ -88,3 +90,9 @@ def claims_of(payload: dict[str, Any]) -> WorkloadClaims:
     if not isinstance(exp, int | float) or isinstance(exp, bool):
         raise WorkloadTokenError("the token has no exp")
     return WorkloadClaims(str(values[0]), str(namespace), str(sa), str(name), str(uid), float(exp))
+
+
+def default_trust_domain(organization: str, cluster: str) -> str:
+    """The trust domain of a cluster whose spec names none: ``CLUSTER.ORG.mesh.local``
+    (mgmt-api's mesh CA names it; the cluster agent signs its certificate in it)."""
+    return f"{cluster}.{organization}.{DEFAULT_TRUST_DOMAIN_SUFFIX}"

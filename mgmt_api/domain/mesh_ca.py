@@ -33,6 +33,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from meshplane import workload_contract
+
 #: How long a cluster's CA is valid: ten years. It is replaced by a rotation
 #: (:mod:`mgmt_api.domain.ca_rotation`), which an operator starts.
 CA_LIFETIME = 10 * 365 * 86400
@@ -45,7 +47,7 @@ MIN_SVID_TTL, MAX_SVID_TTL = 10.0, 30 * 86400.0
 #: How far notBefore is set in the past (clock skew between peers).
 BACKDATE = 60
 #: Suffix of the trust domain a cluster without ``trustDomain`` gets.
-DEFAULT_TRUST_DOMAIN_SUFFIX = "mesh.local"
+DEFAULT_TRUST_DOMAIN_SUFFIX = workload_contract.DEFAULT_TRUST_DOMAIN_SUFFIX
 
 # SPIFFE trust domain: lowercase letters, digits, '.', '-', '_' (SPIFFE-ID spec 2.1),
 # here also at most 255 characters and not starting or ending with a dot.
@@ -72,7 +74,7 @@ def default_trust_domain(organization: str, cluster: str) -> str:
     Organization and cluster names are DNS-1123 labels, so this is always a
     valid trust domain, and unique per cluster.
     """
-    return validate_trust_domain(f"{cluster}.{organization}.{DEFAULT_TRUST_DOMAIN_SUFFIX}")
+    return validate_trust_domain(workload_contract.default_trust_domain(organization, cluster))
 
 
 def trust_domain_of(organization: str, cluster: str, spec: Mapping[str, object]) -> str:

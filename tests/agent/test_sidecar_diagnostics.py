@@ -1,7 +1,7 @@
 """Sidecars are diagnosable like gateways, and only by the cluster agent.
 
-One stack, every part real: mgmt-api, two sidecar Envoys under their pod
-agents (``--diagnostics-caller``: the diagnostics port accepts only the
+One stack, every part real: mgmt-api, a sidecar Envoy under its pod
+agent (``--diagnostics-caller``: the diagnostics port accepts only the
 cluster agent's mesh certificate; ``--prometheus-port``: metrics only), the
 cluster agent (static-file discovery, ``diagnosticsAddress`` entries) with
 its own mesh certificate from Sign (``--workload-token``), and ``meshctl``
@@ -13,6 +13,7 @@ for endpoints outside the allow-list.
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import ssl
 from collections.abc import Iterator
@@ -22,9 +23,11 @@ from pathlib import Path
 import grpc
 import httpx
 import pytest
+import yaml
 
 from meshplane.proto.workload.v1 import workload_pb2, workload_pb2_grpc
 from sidecar_agent import identity
+from tests.dashboards.prometheus import Prometheus
 from tests.meshctl.conftest import Meshctl
 from tests.mgmt_api.harness import ADMIN_PASSWORD
 from tests.support.gateway import CLUSTER, ORG
@@ -33,6 +36,8 @@ from tests.support.net import free_port
 from tests.support.processes import Service, wait_until
 from tests.support.workload_tokens import PodRef
 
+SHIPPED = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "prometheus.yml"
+SIDECARS_JOB = "meshplane-sidecars"
 AGENT_POD = PodRef("meshplane", "meshplane-agent-0", "meshplane-agent")
 #: A pod of the mesh with a real workload certificate, calling the diagnostics port.
 ATTACKER = PodRef("shop", "attacker-0", "attacker")
@@ -102,7 +107,7 @@ def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
         args = ["agent", "--control-plane", stack.control_plane, "--cluster", f"{ORG}/{CLUSTER}"]
         args += ["--credentials", str(stack.credentials), "--listen", f"127.0.0.1:{port}"]
         args += ["--static-proxies", str(_static_file(stack, pods, tmp / "proxies.json"))]
-        args += ["--workload-token", str(token), "--trust-domain", TRUST_DOMAIN]
+        args += ["--workload-token", str(token)]  # the default trust domain
         args += ["--max-backoff", "1"]
         agent = Service(args, port, tmp / "agent.log").start()
         wait_until(lambda: _ready(port), timeout=60, what="the agent's tunnel")
@@ -214,3 +219,20 @@ def test_the_metrics_port_serves_prometheus_stats_only(mesh: Mesh) -> None:
     with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
         raw.sendall(b"POST /quitquitquit HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n")
         assert raw.recv(64).startswith(b"HTTP/1.1 404")
+
+
+@pytest.mark.skipif(shutil.which("prometheus") is None, reason="Debian's prometheus package")
+def test_prometheus_scrapes_the_sidecar_with_the_shipped_job(mesh: Mesh, tmp_path: Path) -> None:
+    shipped = yaml.safe_load(SHIPPED.read_text())
+    (job,) = [j for j in shipped["scrape_configs"] if j["job_name"] == SIDECARS_JOB]
+    job["static_configs"] = [
+        {"targets": [f"127.0.0.1:{mesh.pods['web'].prometheus}"], "labels": {"workload": "web"}}
+    ]
+    prometheus = Prometheus(tmp_path, [job])
+    try:
+        prometheus.wait_targets_up({SIDECARS_JOB}, timeout=90)
+        live = f'envoy_server_live{{job="{SIDECARS_JOB}",workload="web"}}'
+        (series,) = wait_until(lambda: prometheus.query(live) or None, 30, what=live)
+        assert series["value"][1] == "1"
+    finally:
+        prometheus.close()
