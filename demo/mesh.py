@@ -62,7 +62,7 @@ class DemoWorkload:
         return str(uuid.uuid5(uuid.NAMESPACE_URL, f"meshplane-demo/{self.instance}"))
 
     def port(self, ports: object, role: str) -> int:
-        """``role`` is ``app``, ``inbound`` or ``outbound``."""
+        """``role`` is one of :data:`WORKLOAD_PORTS`."""
         value = getattr(ports, f"{self.name}_{role}")
         assert isinstance(value, int)
         return value
@@ -74,13 +74,19 @@ WORKLOADS = (
     DemoWorkload("payments", "billing", "payments"),
 )
 
-#: The three ports of each workload: (field suffix, what it is for). The sidecar's
+#: The ports of each workload: (field suffix, what it is for). The sidecar's
 #: Envoy admin is a Unix socket in its agent's directory, never a port.
 WORKLOAD_PORTS = (
     ("app", "the app on loopback"),
     ("inbound", "its sidecar's inbound listener (mTLS from other sidecars)"),
     ("outbound", "its sidecar's outbound listener (the app's calls)"),
+    ("diagnostics", "its sidecar's diagnostics port (mTLS, the cluster agent only)"),
+    ("metrics", "its sidecar's metrics port (GET /stats/prometheus)"),
 )
+
+#: The cluster agent's pod: its token signs the agent's own mesh certificate, the
+#: one client certificate the sidecars' diagnostics ports accept.
+AGENT = DemoWorkload("agent", "meshplane", "meshplane-agent")
 
 
 def pod_entry(w: DemoWorkload, ip: str) -> dict[str, Any]:

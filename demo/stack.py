@@ -122,9 +122,14 @@ class Ports:
     web_app: int = 8001
     web_inbound: int = 15006
     web_outbound: int = 15001
+    web_diagnostics: int = 15021
+    # deploy/prometheus/prometheus.yml's meshplane-sidecars job scrapes these two.
+    web_metrics: int = 15090
     payments_app: int = 8002
     payments_inbound: int = 15106
     payments_outbound: int = 15101
+    payments_diagnostics: int = 15121
+    payments_metrics: int = 15091
 
     def at(self, port: int) -> str:
         return format_listen(self.host, port)
@@ -504,10 +509,21 @@ class Stack:
             "adminAddress": format_listen(_reachable(p.host), p.gateway_admin),
             "logFile": str(self.state / "logs" / "gateway.log"),
         }
+        sidecars = [
+            {
+                "namespace": w.namespace,
+                "workload": w.name,
+                "instance": w.instance,
+                "diagnosticsAddress": format_listen(_reachable(p.host), w.port(p, "diagnostics")),
+                "logFile": str(self.state / "logs" / f"{w.name}-sidecar.log"),
+            }
+            for w in mesh.WORKLOADS
+        ]
         path = self.state / "agent" / "proxies.json"
         path.parent.mkdir(mode=0o700, exist_ok=True)
-        pods = [mesh.pod_entry(w, _reachable(p.host)) for w in mesh.WORKLOADS]
-        path.write_text(json.dumps({"proxies": [entry], "pods": pods}, indent=2) + "\n")
+        pods = [mesh.pod_entry(w, _reachable(p.host)) for w in (*mesh.WORKLOADS, mesh.AGENT)]
+        document = {"proxies": [entry, *sidecars], "pods": pods}
+        path.write_text(json.dumps(document, indent=2) + "\n")
         return path
 
     def _start_agent(self) -> None:
@@ -516,6 +532,8 @@ class Stack:
         self._log("starting the cluster agent (proxy diagnostics, the demo pods)")
         argv = [sys.executable, "-m", "agent", "--listen", p.at(p.agent)]
         argv += ["--instance", "demo-agent", "--static-proxies", str(self.write_agent_proxies())]
+        self.write_workload_tokens()  # the agent's own among them
+        argv += ["--workload-token", str(self.sidecar_dir(mesh.AGENT) / "token")]
         argv += self._control_plane_args("agent")
         self._spawn_argv("agent", argv)
         ready = f"http://{format_listen(_reachable(p.host), p.agent)}/readyz"
@@ -693,7 +711,7 @@ class Stack:
 
     def write_workload_tokens(self) -> None:
         """Each workload's token file, minted now (rewritten, as the kubelet does, whole)."""
-        for w in mesh.WORKLOADS:
+        for w in (*mesh.WORKLOADS, mesh.AGENT):
             self.sidecar_dir(w).mkdir(mode=0o700, parents=True, exist_ok=True)
             # A whole new file renamed over the old one: the agent never reads half a token.
             partial = self.sidecar_dir(w) / "token.tmp"
@@ -716,6 +734,10 @@ class Stack:
         argv += ["--outbound-port", str(w.port(p, "outbound"))]
         argv += ["--token-file", str(self.sidecar_dir(w) / "token")]
         argv += ["--socket-dir", str(self.socket_dir(w))]
+        caller = f"{mesh.AGENT.namespace}/{mesh.AGENT.service_account}"
+        argv += ["--diagnostics-caller", caller]
+        argv += ["--diagnostics-port", str(w.port(p, "diagnostics"))]
+        argv += ["--prometheus-port", str(w.port(p, "metrics"))]
         envoy = ["--concurrency", "1", "--log-format", envoy_log_format(f"{w.name}-sidecar")]
         return argv + [f"--envoy-arg={arg}" for arg in envoy]
 
@@ -903,12 +925,13 @@ def banner(stack: Stack) -> str:
         f"  gateway    {stack.gateway_url}  (Envoy, configured over ADS by mgmt-api)"
         f"  admin http://{p.at(p.gateway_admin)}"
         f"  metrics http://{p.at(p.gateway_admin)}/stats/prometheus",
-        f"  agent      tunnel to mgmt-api, diagnostics of the gateway"
+        f"  agent      tunnel to mgmt-api, diagnostics of the gateway and the sidecars"
         f"  metrics http://{p.at(p.agent)}/metrics",
         *(
             f"  {w.host:<16} app http://{p.at(w.port(p, 'app'))}  sidecar: outbound"
             f" http://{p.at(w.port(p, 'outbound'))}  inbound {p.at(w.port(p, 'inbound'))}"
             f"  admin unix:{stack.socket_dir(w) / 'admin.sock'}"
+            f"  metrics http://{p.at(w.port(p, 'metrics'))}/stats/prometheus"
             for w in mesh.WORKLOADS
         ),
         f"  logs       {stack.state / 'logs'}",

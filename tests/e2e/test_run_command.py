@@ -31,6 +31,7 @@ from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -299,6 +300,18 @@ def test_run_command_brings_up_the_gateway_and_the_tour_through_it_holds(
         (instance,) = json.loads(text)["instances"]
         assert instance["instance"] == "demo-gateway", text
         assert instance["levels"]["admin"] in {"trace", "debug", "info", "warning", "error"}
+
+        # A sidecar's too (docs/meshctl.md's `proxy stats web -n shop`): the agent reaches
+        # it on its mTLS diagnostics port with its own mesh certificate.
+        def sidecar_stats() -> Any:
+            body = {"namespace": "shop", "workload": "web", "filter": r"^server\.live$"}
+            answer = api.post(f"{CLUSTER_PATH}/proxytools/serverstats", json=body)
+            instances = answer.json().get("instances") if answer.status_code == 200 else None
+            return instances if instances and "stats" in instances[0] else None
+
+        (sidecar,) = wait_until(sidecar_stats, timeout=60, what="the web sidecar's stats")
+        assert sidecar["instance"] == "shop-web", sidecar
+        assert sidecar["stats"] == [{"name": "server.live", "value": 1}], sidecar
 
     check_mesh_tour(commands[len(kinds) - len(MESH_KINDS) :], commands[0])
 
