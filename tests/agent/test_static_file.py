@@ -29,6 +29,14 @@ def test_both_forms_load(tmp_path: Path) -> None:
     assert load(path) == []
 
 
+def test_a_sidecar_is_reached_on_its_diagnostics_port_over_mtls(tmp_path: Path) -> None:
+    path = tmp_path / "proxies.yaml"
+    path.write_text(ENTRY + ENTRY.replace("web-1", "web-2").replace("admin", "diagnostics"))
+    gateway, sidecar = load(path)
+    assert (gateway.mtls, gateway.admin_address) == (False, "10.0.0.7:15000")
+    assert (sidecar.mtls, sidecar.admin_address) == (True, "10.0.0.7:15000")
+
+
 @pytest.mark.parametrize(
     ("text", "line", "field", "message"),
     [
@@ -55,6 +63,18 @@ def test_both_forms_load(tmp_path: Path) -> None:
             "host and a port",
         ),
         ("proxies:\n" + ENTRY + "\n" + ENTRY, 4, "proxies[1].instance", "listed twice"),
+        (
+            "proxies:\n" + ENTRY.replace("}", ", diagnosticsAddress: 10.0.0.7:15021}"),
+            2,
+            "proxies[0]",
+            "exactly one of adminAddress and diagnosticsAddress",
+        ),
+        (
+            "proxies:\n" + ENTRY.replace(", adminAddress: 10.0.0.7:15000", ""),
+            2,
+            "proxies[0]",
+            "exactly one of adminAddress and diagnosticsAddress",
+        ),
         (
             "proxies:\n" + ENTRY.replace("}", ", logFile: 3}"),
             2,

@@ -67,6 +67,13 @@ def test_the_interface_example_loads(tmp_path: Path) -> None:
             4,
             "list",
         ),
+        (
+            "cluster: a/b\ncontrolPlane: grpc://a:1\nsidecar: {image: x}\n"
+            "diagnosticsCaller: meshplane-agent\n",
+            "diagnosticsCaller",
+            4,
+            "NAMESPACE/SERVICEACCOUNT",
+        ),
     ],
 )
 def test_wrong_values_name_file_line_and_field(
