@@ -38,7 +38,7 @@ from mgmt_api.errors import ApiError, Code, invalid, not_found
 from mgmt_api.schemas.proxytools import SetLoggerLevelsRequest, WorkloadSelector
 from mgmt_api.service.replicas import ReplicaPeers
 from mgmt_api.service.tunnel_hub import Replies, TunnelHub
-from mgmt_api.store import repo
+from mgmt_api.store import repo, sidecars
 from mgmt_api.store.uow import UnitOfWork
 
 AGENT_MARGIN_SECONDS = 2.0
@@ -128,6 +128,37 @@ class ProxyTools:
                     return await self._collect(handle, organization, cluster)
         except TimeoutError:
             raise self._deadline_error(organization, cluster) from None
+        except ApiError as exc:
+            raise self._explained(exc, organization, cluster, call.target) from None
+
+    def _explained(
+        self, error: ApiError, organization: str, cluster: str, target: pb.Workload
+    ) -> ApiError:
+        """An agent's NOT_FOUND, with the sidecars the registry has for the workload.
+
+        The agent knows the proxies it can reach; mgmt-api knows the sidecars
+        connected to it (the sidecar registry). When the second has the
+        workload and the first does not, the agent is what to fix: say so.
+        """
+        if error.code != Code.NOT_FOUND:
+            return error
+        found = sidecars.instances(
+            self.uow, organization, cluster, target.namespace, target.workload
+        )
+        if target.instance:
+            found = tuple(i for i in found if i == target.instance)
+        if not found:
+            return error
+        shown = ", ".join(found[:5]) + (", ..." if len(found) > 5 else "")
+        return ApiError(
+            Code.NOT_FOUND,
+            f"{error.message}; {len(found)} sidecar(s) of service "
+            f"{target.workload}.{target.namespace} are connected ({shown}), but the cluster's "
+            "agent does not list them: it reaches sidecars with its own mesh certificate "
+            "(--workload-token) on their diagnostics port (docs/agent.md, Sidecars)",
+            metadata={**error.metadata, "sidecars": str(len(found))},
+            field=error.field,
+        )
 
     async def _collect(self, handle: Replies, organization: str, cluster: str) -> dict[str, Any]:
         parts: dict[str, bytearray] = {}
@@ -184,7 +215,8 @@ class ProxyTools:
         kind = first.WhichOneof("kind")
         if kind == "done" and first.done.code != OK:
             await context.__aexit__(None, None, None)
-            raise api_error(first.done, cluster=fqnmod.cluster_fqn(organization, cluster))
+            error = api_error(first.done, cluster=fqnmod.cluster_fqn(organization, cluster))
+            raise self._explained(error, organization, cluster, call.target)
         return self._lines(context, handle, first)
 
     @staticmethod

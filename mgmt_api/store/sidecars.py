@@ -140,6 +140,25 @@ def endpoints(uow: UnitOfWork, organization: str, cluster: str) -> tuple[Sidecar
     return tuple(SidecarEndpoint(*row) for row in dict.fromkeys(tuple(r) for r in rows))
 
 
+def instances(
+    uow: UnitOfWork, organization: str, cluster: str, namespace: str, service: str
+) -> tuple[str, ...]:
+    """The connected sidecars (instances, sorted) of ``service`` in ``namespace``."""
+    c = mesh_sidecars.c
+    query = (
+        sa.select(c.instance)
+        .where(
+            c.organization == organization,
+            c.cluster == cluster,
+            c.namespace == namespace,
+            c.service == service,
+        )
+        .order_by(c.instance)
+    )
+    with uow.read() as conn:
+        return tuple(str(row[0]) for row in conn.execute(query))
+
+
 def count(uow: UnitOfWork, organization: str, cluster: str) -> int:
     """How many sidecars the cluster has registered (the per-cluster cap reads it)."""
     c = mesh_sidecars.c

@@ -61,6 +61,7 @@ class Mesh:
     agent: Service
     agent_port: int
     ctl: Meshctl
+    proxies_file: Path
 
 
 def _pod(stack: MeshStack, name: str) -> Pod:
@@ -118,7 +119,7 @@ def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
             input=ADMIN_PASSWORD + "\n",
         )  # fmt: skip
         stack.sidecars_converged()
-        yield Mesh(stack, pods, agent, port, ctl)
+        yield Mesh(stack, pods, agent, port, ctl, tmp / "proxies.json")
     finally:
         if agent is not None:
             agent.stop()
@@ -236,3 +237,21 @@ def test_prometheus_scrapes_the_sidecar_with_the_shipped_job(mesh: Mesh, tmp_pat
         assert series["value"][1] == "1"
     finally:
         prometheus.close()
+
+
+def test_a_connected_sidecar_the_agent_does_not_list_is_explained(mesh: Mesh) -> None:
+    listed = mesh.proxies_file.read_text()
+    document = json.loads(listed)
+    mesh.proxies_file.write_text(json.dumps({**document, "proxies": []}))
+    try:
+
+        def refused() -> str | None:
+            done = mesh.ctl.run("proxy", "stats", "web", *WHERE)
+            return done.stderr if done.returncode != 0 else None
+
+        error = wait_until(refused, timeout=60, what="the agent to forget the sidecar")
+        assert "no proxy of workload shop/web is known" in error
+        assert "1 sidecar(s) of service web.shop are connected (shop-web)" in error
+        assert "--workload-token" in error
+    finally:
+        mesh.proxies_file.write_text(listed)
