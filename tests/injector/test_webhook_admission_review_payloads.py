@@ -98,11 +98,21 @@ def test_pod_in_an_onboarded_namespace_gets_the_sidecar_admission_review_payload
     assert mounts["meshplane-token"]["mountPath"] == "/var/run/secrets/meshplane.io"
     assert mounts["meshplane-token"]["readOnly"] is True
     assert mounts["meshplane-sockets"]["mountPath"] == "/var/run/meshplane"
-    # Envoy's admin API is a socket: the sidecar exposes only the inbound listener's port.
-    assert sidecar["ports"] == [{"name": "mesh-listener", "containerPort": 15006}]
-    assert json.loads(patched["metadata"]["annotations"][STATUS])["containers"] == [SIDECAR]
-    # Only additions: every field of the original pod is still there, unchanged.
-    assert patched["metadata"]["labels"] == original["metadata"]["labels"]
+    # Envoy's admin API is a socket: the sidecar exposes the inbound listener's port and
+    # the metrics-only port (no diagnosticsCaller in this config: no diagnostics port).
+    assert sidecar["ports"] == [
+        {"name": "mesh-listener", "containerPort": 15006},
+        {"name": "mesh-metrics", "containerPort": 15090},
+    ]
+    annotations = patched["metadata"]["annotations"]
+    assert json.loads(annotations[STATUS])["containers"] == [SIDECAR]
+    assert annotations["prometheus.io/port"] == "15090"
+    # Only additions: every field of the original pod is still there, unchanged; the
+    # label the cluster agent selects sidecars by is added.
+    assert patched["metadata"]["labels"] == {
+        **original["metadata"]["labels"],
+        "security.istio.io/tlsMode": "istio",
+    }
     assert patched["spec"]["serviceAccountName"] == "cart"
 
 
