@@ -43,6 +43,7 @@ from meshplane.config_error import ConfigError
 from meshplane.logging import configure_logging
 from meshplane.netaddr import parse_listen
 from meshplane.proto.tunnel.v1 import tunnel_pb2 as pb
+from sidecar_agent.certificates import KeeperMetrics
 
 log = logging.getLogger("agent")
 
@@ -163,7 +164,10 @@ def _source(args: argparse.Namespace) -> ProxySource:
 
 
 def _mesh_identity(
-    args: argparse.Namespace, options: control_plane.ControlPlaneOptions, instance: str
+    args: argparse.Namespace,
+    options: control_plane.ControlPlaneOptions,
+    instance: str,
+    metrics: AgentMetrics,
 ) -> tuple[MeshIdentity | None, grpc.aio.Channel | None]:
     """The agent's mesh certificate keeper, with ``--workload-token`` (else None)."""
     if not args.workload_token:
@@ -183,7 +187,14 @@ def _mesh_identity(
         else grpc.aio.secure_channel(options.address, credentials)
     )
     node_cluster = f"{options.organization}/{options.cluster}"
-    return MeshIdentity(channel, node_cluster, instance, token, trust_domain), channel
+    hooks = KeeperMetrics(
+        issued=lambda issued: metrics.certificate_expiry.set(issued.not_after),
+        failed=metrics.sign_failures.inc,
+    )
+    return (
+        MeshIdentity(channel, node_cluster, instance, token, trust_domain, metrics=hooks),
+        channel,
+    )
 
 
 async def serve(
@@ -194,7 +205,7 @@ async def serve(
     source = _source(args)
     metrics = AgentMetrics()
     instance = args.instance or f"{socket.gethostname()}-{os.getpid()}"
-    mesh, sign_channel = _mesh_identity(args, options, instance)
+    mesh, sign_channel = _mesh_identity(args, options, instance, metrics)
     admin_client = AdminClient(args.max_response_bytes, mesh)
     traces = tracing.start_tracing(trace_settings)
     tunnel = Tunnel(

@@ -69,8 +69,9 @@ class MeshIdentity:
 
     def __init__(
         self, channel: grpc.aio.Channel, node_cluster: str, instance: str, token_file: Path,
-        trust_domain: str,
+        trust_domain: str, *, metrics: KeeperMetrics | None = None,
     ) -> None:  # fmt: skip
+        self._metrics = metrics or KeeperMetrics()
         self.token_file = token_file
         self.state = SecretState()
         self.keeper = CertificateKeeper(
@@ -79,7 +80,7 @@ class MeshIdentity:
             trust_domain=trust_domain,
             state=self.state,
             clock=time.time,
-            metrics=KeeperMetrics(issued=self._issued),
+            metrics=KeeperMetrics(issued=self._issued, failed=self._metrics.failed),
         )
         self._context: ssl.SSLContext | None = None
         self._serial: int | None = None
@@ -94,6 +95,7 @@ class MeshIdentity:
         key_pem = secret.tls_certificate.private_key.inline_string
         self._context = client_context(issued, key_pem)
         self._serial = issued.serial
+        self._metrics.issued(issued)
 
     def start(self) -> None:
         self._task = asyncio.ensure_future(self.keeper.run())

@@ -72,6 +72,16 @@ class AgentMetrics:
             "Proxies discovery knows now.",
             registry=self.registry,
         )
+        self.certificate_expiry = Gauge(
+            "meshplane_agent_certificate_expiry_timestamp_seconds",
+            "notAfter of the agent's mesh certificate (0: none; --workload-token).",
+            registry=self.registry,
+        )
+        self.sign_failures = Counter(
+            "meshplane_agent_sign_failures",
+            "Sign calls for the agent's mesh certificate that failed.",
+            registry=self.registry,
+        )
         self.inventory = Counter(
             "meshplane_agent_inventory_reports",
             "Inventory reports sent, by result (ok, error).",

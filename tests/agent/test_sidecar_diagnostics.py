@@ -16,6 +16,7 @@ import json
 import shutil
 import socket
 import ssl
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,6 +143,12 @@ def test_meshctl_reads_a_sidecars_stats_config_dump_and_clusters(mesh: Mesh) -> 
     (instance,) = json.loads(out)["instances"]
     assert instance["instance"] == "shop-web"
     assert instance["stats"] == [{"name": "server.live", "value": 1}]
+    metrics = httpx.get(f"http://127.0.0.1:{mesh.agent_port}/metrics", timeout=10).text
+    (expiry,) = [
+        float(line.split()[1]) for line in metrics.splitlines()
+        if line.startswith("meshplane_agent_certificate_expiry_timestamp_seconds ")
+    ]  # fmt: skip
+    assert expiry > time.time()
 
     dump = mesh.ctl.ok("proxy", "config-dump", "web", *WHERE)
     assert "PRIVATE KEY" not in dump
