@@ -305,7 +305,8 @@ def test_run_command_brings_up_the_gateway_and_the_tour_through_it_holds(
         # it on its mTLS diagnostics port with its own mesh certificate.
         def sidecar_stats() -> Any:
             body = {"namespace": "shop", "workload": "web", "filter": r"^server\.live$"}
-            answer = api.post(f"{CLUSTER_PATH}/proxytools/serverstats", json=body)
+            with httpx.Client(base_url=mgmt, auth=("admin", password), timeout=30) as client:
+                answer = client.post(f"{CLUSTER_PATH}/proxytools/serverstats", json=body)
             instances = answer.json().get("instances") if answer.status_code == 200 else None
             return instances if instances and "stats" in instances[0] else None
 
