@@ -72,6 +72,21 @@ def test_login_create_org_cluster_policy_and_see_every_instance_ack(
     page.wait_for_url(f"**{POLICY_UI}?saved=1")
     expect(page.get_by_test_id("saved")).to_be_visible()
     expect(_instance(page, "ratelimit")).to_have_attribute("data-state", "Applied (ACK)")
+    # Route "api" does not exist yet: applied, but amber and saying so.
+    expect(page.get_by_test_id("live-status")).to_have_class(re.compile("tone-warn"))
+    expect(page.get_by_test_id("verdict")).to_contain_text(
+        "Applied with warnings: BackendTrafficPolicy"
+    )
+    expect(page.get_by_test_id("verdict")).to_contain_text(
+        "targets HTTPRoute default/api, which does not exist"
+    )
+    route = {"rules": [{"backendRefs": [{"name": "api", "port": 80}]}]}
+    ok(
+        stack.admin.post(
+            f"/v2/organizations/{ORG}/clusters/{CLUSTER}/httproutes",
+            json={"name": "default.api", "httpRoute": {"spec": route}},
+        )
+    )
     expect(page.get_by_test_id("verdict")).to_have_text("Applied on all 1 instances")
     shots.take(page, "policy")
 

@@ -188,6 +188,30 @@ def test_status_verdicts(instances: list[dict[str, Any]], tone: str, text: str) 
     assert verdict.text.startswith(text)
 
 
+GHOST = {"message": "BackendTrafficPolicy p targets HTTPRoute default/ghost, which does not exist"}
+
+
+@pytest.mark.parametrize(
+    ("instances", "warnings", "tone", "text"),
+    [
+        ([_instance()], [GHOST], "warn", "Applied with warnings: BackendTrafficPolicy p targets"),
+        ([_instance()], [GHOST, GHOST], "warn", "Applied with warnings: "),
+        ([_instance(stale=True)], [GHOST], "bad", "Not applied everywhere"),
+        ([], [GHOST], "none", "No instance has subscribed yet"),
+    ],
+)
+def test_warnings_turn_applied_amber(
+    instances: list[dict[str, Any]], warnings: list[dict[str, str]], tone: str, text: str
+) -> None:
+    """A reference to a missing object is never "Applied": amber, naming it."""
+    verdict = status.cluster_verdict(
+        {"desiredVersions": {"ratelimit": "v2"}, "instances": instances, "warnings": warnings}
+    )
+    assert (verdict.tone, verdict.text[: len(text)]) == (tone, text)
+    assert verdict.warnings == tuple(w["message"] for w in warnings)
+    assert ("and 1 more" in verdict.text) is (len(warnings) == 2 and tone == "warn")
+
+
 # A BackendTrafficPolicy's status lists every instance that carries it: the
 # ratelimit instances and the gateways, each against its own kind's version.
 TRAFFIC_DESIRED = {"ratelimit": "v2", "gateway": "g2"}
