@@ -135,7 +135,7 @@ def _config(entry: Mapping[str, Any]) -> InstanceAnswer:
     for config in (entry.get("configDump") or {}).get("configs") or []:
         kind = str(config.get("@type", "")).rsplit(".", 1)[-1] or "config"
         sections.append((kind, json.dumps(config, indent=2)))
-    notes: tuple[str, ...] = ()
+    notes: tuple[str, ...] = () if sections else ("The proxy has no configuration of that kind.",)
     if entry.get("redactedFields"):
         notes = (f"{entry['redactedFields']} secret values were redacted by the agent.",)
     return InstanceAnswer("", sections=tuple(sections), notes=notes)

@@ -36,7 +36,8 @@ async def diagnostics_page(
     me: Me, request: Request, org: Name, cluster: Name, view: View = "stats"
 ) -> Response:
     base = f"/v2/organizations/{org}/clusters/{cluster}"
-    obj = await me.api.get(base)  # 404/403 as the cluster page would
+    # 404/403 as the cluster page would; the agent's proxies are its reported workloads.
+    obj = await me.api.get(base, fetchWorkloads="true")
     perms = await me.api.permissions(base)
     chosen = diagnostics.VIEWS.get(view, diagnostics.VIEWS["stats"])
     query = _query(request)
