@@ -7,7 +7,10 @@ NACKed (with the error), the last contact and whether the instance is stale,
 next to the version the cluster's current policies compile to, so "up to
 date" is answerable, and its mesh CA (``meshCa``: the rotation's phase, the
 CAs' fingerprints and expiry, how many sidecars hold a certificate of the
-newest CA; :meth:`~mgmt_api.service.mesh_ca.MeshCaStore.view`). The
+newest CA; :meth:`~mgmt_api.service.mesh_ca.MeshCaStore.view`), and its
+``warnings``: references to objects the cluster does not have
+(:mod:`mgmt_api.service.references`), accepted but never shown as applied
+without saying so. The
 policy-side views show the same for one policy, listing every instance that
 carries it: the kinds its content compiles into
 (:data:`~mgmt_api.service.enforcement.POLICY_REACH`: the service's instances
