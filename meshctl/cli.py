@@ -71,6 +71,9 @@ LAZY_COMMANDS: dict[str, str] = {
     "rotate": "meshctl.rotate:app",
 }
 
+#: ``meshctl get workloads``: not a kind, a cluster's view (:mod:`meshctl.workloads`).
+WORKLOAD_WORDS = frozenset({"workload", "workloads"})
+
 app = typer.Typer(
     cls=lazy_group(LAZY_COMMANDS),
     add_completion=False,
@@ -484,9 +487,18 @@ def get(  # noqa: PLR0917 - typer maps options to parameters
         bool, typer.Option("--fetch-workloads", help="Clusters: include workloads (expensive).")
     ] = False,
 ) -> None:
-    """Show one object, or list a kind under its parent."""
+    """Show one object, or list a kind under its parent; ``workloads`` lists a
+    cluster's sidecars (``--cluster``)."""
     state = state_of(ctx)
     fmt = _check_format(output)
+    if what.lower() in WORKLOAD_WORDS:
+        from meshctl import workloads  # noqa: PLC0415 - only when asked (fast `get`)
+
+        _, profile = state.load()
+        where = workloads.names(org or profile.organization, cluster)
+        with state.client() as client:
+            typer.echo(workloads.show(client, *where, fmt), nl=False)
+        return
     if is_policy_word(what):
         if name is None:
             raise MeshctlError("meshctl get policy TARGET (an FQN, root or rbac)", Exit.USAGE)

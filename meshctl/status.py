@@ -4,7 +4,9 @@ Reads ``GET .../clusters/{c}/status`` (the server's one view of every
 subscribed ratelimit and extauthz instance and gateway Envoy) for one cluster
 (``--cluster ORG/CLUSTER``) or every cluster of the organization the user can
 list, and prints one row per instance: its applied and wanted version, ACK or
-NACK with the error, and its last contact; then, for a cluster whose mesh CA
+NACK with the error, and its last contact; then the cluster's warnings (a
+policy or route naming an object that does not exist; they do not change
+the exit code); then, for a cluster whose mesh CA
 was ever rotated, one line (:func:`meshctl.meshca.describe`: the rotation's
 phase and progress).
 The exit code makes it a CI gate:
@@ -68,6 +70,11 @@ class ClusterStatus:
         """What compiles but cannot be enforced as written (the server's messages)."""
         return [str(e.get("message", "")) for e in self.body.get("policyErrors") or []]
 
+    def warnings(self) -> list[str]:
+        """What was accepted but cannot work as written (a reference to an object
+        the cluster does not have); shown, never a failing exit."""
+        return [str(w.get("message", "")) for w in self.body.get("warnings") or []]
+
 
 def instance_state(instance: Mapping[str, Any]) -> str:
     """STALE, DISCONNECTED, NACK, ACK or APPLYING, the worst first."""
@@ -126,6 +133,8 @@ def render_table(clusters: Sequence[ClusterStatus], kinds: Iterable[str], now: d
             out += f"{cluster.name}: the {kind} snapshot does not compile: {error}\n"
         for message in cluster.policy_errors():
             out += f"{cluster.name}: not enforced as written: {message}\n"
+        for message in cluster.warnings():
+            out += f"{cluster.name}: warning: {message}\n"
         mesh_ca = cluster.body.get("meshCa") or {}
         if mesh_ca.get("phase", "idle") != "idle":  # once rotated
             out += f"{cluster.name}: {describe_mesh_ca(mesh_ca, now)}\n"

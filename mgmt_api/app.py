@@ -56,6 +56,7 @@ from mgmt_api.routes import (
     resources,
     service_accounts,
     sync,
+    workloads,
 )
 from mgmt_api.routes.deps import authenticate_scope, call_context
 from mgmt_api.schemas.base import PATTERN_RULES, ErrorBody
@@ -226,6 +227,7 @@ def _mount_routes(app: FastAPI) -> None:
         distribution_status,
         mesh_ca,
         envoyconfig,
+        workloads,
         approvals,
         profiles,
         dashboards,

@@ -216,3 +216,34 @@ def compile_inbound(
         metadata,
         list(document["clusters"]),
     )
+
+
+@dataclass(frozen=True)
+class Callers:
+    """Who may call a workload in a namespace, read off the rules its sidecar enforces.
+
+    ``principals`` are SPIFFE ids, a trailing ``*`` for a prefix (the mode's
+    ``principalName`` matchers, :func:`admitted`); None when no identity is
+    checked (no setting selects the namespace, or its mode is UNSET or
+    DISABLED); empty when nobody is admitted. For people (the console's and
+    meshctl's workloads view): the sidecars get :func:`mode_route_config`.
+    """
+
+    setting: str | None
+    mode: str | None
+    principals: tuple[str, ...] | None
+
+    def to_json(self) -> JsonDict:
+        return {"setting": self.setting, "mode": self.mode, "principals": self.principals}
+
+
+def callers(settings: Sequence[MeshSetting], trust_domain: str, namespace: str) -> Callers:
+    """:class:`Callers` of a workload in ``namespace`` under the cluster's ``settings``."""
+    setting = setting_for(settings, namespace)
+    if setting is None:
+        return Callers(None, None, None)
+    matchers = admitted(setting, trust_domain, namespace)
+    if matchers is None:
+        return Callers(setting.setting, setting.mode, None)
+    principals = tuple(str(m["exact"]) if "exact" in m else f"{m['prefix']}*" for m in matchers)
+    return Callers(setting.setting, setting.mode, principals)

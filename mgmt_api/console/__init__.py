@@ -22,6 +22,7 @@ from mgmt_api.console import (
     admin_pages,
     auth_pages,
     diagnostics_pages,
+    mesh_pages,
     policy_pages,
     tree_pages,
 )
@@ -40,6 +41,7 @@ def mount(app: FastAPI, *, signing_secret: str, public_url: str | None) -> None:
     app.include_router(tree_pages.router)
     app.include_router(admin_pages.router)
     app.include_router(diagnostics_pages.router)
+    app.include_router(mesh_pages.router)
     app.include_router(policy_pages.router)
 
     @app.get("/ui", include_in_schema=False)

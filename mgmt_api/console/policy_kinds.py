@@ -104,6 +104,14 @@ def _setting_fields(_obj: Mapping[str, Any] | None) -> list[FieldDef]:
             "Headers sent to the check (one per line)",
             "lines",
         ),
+        FieldDef(
+            "authorization.http.local",
+            "Local JWT rules (JSON, optional)",
+            "json",
+            help='{"rules": [{"from": [{"jwt": {"iss": "...", "sub": "..."}}], "to": '
+            '[{"paths": ["/api/*"], "methods": ["GET"]}]}], "keys": {"jwks": {"uri": '
+            '"https://..."}}}: checked by the proxies themselves (docs/mesh.md)',
+        ),
     ]
 
 

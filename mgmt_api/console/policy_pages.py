@@ -16,7 +16,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Response
 from fastapi.responses import RedirectResponse
 
-from mgmt_api.console import conflict, forms
+from mgmt_api.console import conflict, forms, mesh
 from mgmt_api.console.api import ApiCallError
 from mgmt_api.console.policy_kinds import POLICY_PAGES, TEMPLATES, PolicyKind, editable
 from mgmt_api.console.status import (
@@ -186,6 +186,8 @@ async def _editor(
         conflict_with=conflict_with,
         diff=diff or [],
         saved=saved,
+        local_rules=mesh.local_rules(obj) if kind.slug == "settings" else [],
+        local_keys=mesh.local_keys(obj) if kind.slug == "settings" else "",
     )
 
 

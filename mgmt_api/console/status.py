@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-Tone = Literal["ok", "bad", "wait", "none"]
+Tone = Literal["ok", "warn", "bad", "wait", "none"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,10 @@ class Verdict:
     text: str
     rows: tuple[InstanceRow, ...]
     compile_errors: tuple[str, ...] = ()
+    #: What was accepted but cannot work as written (the status's ``warnings``:
+    #: a policy targeting a route that does not exist). Applied everywhere with
+    #: warnings is amber, never "Applied".
+    warnings: tuple[str, ...] = ()
 
 
 def short(version: str) -> str:
@@ -86,28 +90,36 @@ def instance_row(instance: Mapping[str, Any], desired: str, cluster: str = "") -
     )
 
 
-def verdict(rows: Sequence[InstanceRow], compile_errors: Iterable[str] = ()) -> Verdict:
+def verdict(
+    rows: Sequence[InstanceRow], compile_errors: Iterable[str] = (), warnings: Iterable[str] = ()
+) -> Verdict:
     errors = tuple(compile_errors)
+    warned = tuple(warnings)
     if errors:
         return Verdict(
             "bad",
             "The policies do not compile; instances keep their last good version",
             tuple(rows),
             errors,
+            warned,
         )
     if not rows:
-        return Verdict("none", "No instance has subscribed yet", ())
+        return Verdict("none", "No instance has subscribed yet", (), warnings=warned)
     bad = [r for r in rows if r.tone == "bad"]
     waiting = [r for r in rows if r.tone == "wait"]
     total = len(rows)
     if bad:
         nacks = sum(1 for r in bad if r.state.startswith("Rejected"))
         what = f"{nacks} rejected" if nacks else f"{len(bad)} not reachable"
-        return Verdict("bad", f"Not applied everywhere: {what} of {total} instances", tuple(rows))
+        text = f"Not applied everywhere: {what} of {total} instances"
+        return Verdict("bad", text, tuple(rows), warnings=warned)
     if waiting:
-        return Verdict(
-            "wait", f"Applying: {total - len(waiting)} of {total} instances up to date", tuple(rows)
-        )
+        text = f"Applying: {total - len(waiting)} of {total} instances up to date"
+        return Verdict("wait", text, tuple(rows), warnings=warned)
+    if warned:
+        more = f" (and {len(warned) - 1} more)" if len(warned) > 1 else ""
+        text = f"Applied with warnings: {warned[0]}{more}"
+        return Verdict("warn", text, tuple(rows), warnings=warned)
     return Verdict("ok", f"Applied on all {total} instances", tuple(rows))
 
 
@@ -124,9 +136,13 @@ def _errors(view: Mapping[str, Any], prefix: str = "") -> list[str]:
     return [f"{prefix}{k}: {v}" for k, v in (view.get("compileErrors") or {}).items()]
 
 
+def _warnings(view: Mapping[str, Any]) -> list[str]:
+    return [str(w.get("message", "")) for w in view.get("warnings") or [] if isinstance(w, Mapping)]
+
+
 def cluster_verdict(status: Mapping[str, Any]) -> Verdict:
     """``GET .../clusters/{c}/status``."""
-    return verdict(_rows(status), _errors(status))
+    return verdict(_rows(status), _errors(status), _warnings(status))
 
 
 def traffic_verdict(status: Mapping[str, Any]) -> Verdict:

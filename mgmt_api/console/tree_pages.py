@@ -159,6 +159,8 @@ async def _render_cluster(
         onboarding = None
     status = await _status_or_none(me, f"{base}/status")
     verdict = None if status is None else cluster_verdict(status)
+    # The effective trust domain and the mesh namespaces: the server's one view.
+    mesh: dict[str, Any] = await me.api.get(f"{base}/workloads")
     return me.render(
         "cluster.html",
         status_code,
@@ -173,6 +175,7 @@ async def _render_cluster(
         route_summary=traffic.route_summary,
         backend_summary=traffic.backend_summary,
         onboarding=onboarding,
+        mesh=mesh,
         verdict=verdict,
         status_digest=digest(verdict) if verdict else "",
         status_url=f"/ui/o/{org}/c/{cluster}/status",

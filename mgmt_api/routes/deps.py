@@ -27,6 +27,7 @@ from mgmt_api.service.mesh_ca import MeshCaStore
 from mgmt_api.service.onboarding import OnboardingService
 from mgmt_api.service.profiles import ProfileService
 from mgmt_api.service.status import StatusService
+from mgmt_api.service.workloads import WorkloadService
 
 
 def services(request: Request) -> Services:
@@ -92,6 +93,7 @@ Onboarding = Annotated[OnboardingService, Depends(_service("onboarding"))]
 Profiles = Annotated[ProfileService, Depends(_service("profiles"))]
 Status = Annotated[StatusService, Depends(_service("status"))]
 MeshCas = Annotated[MeshCaStore, Depends(_service("mesh_ca"))]
+Workloads = Annotated[WorkloadService, Depends(_service("workloads"))]
 
 #: A dependency that turns path parameters into an FQN.
 FqnOf = Callable[..., Awaitable[str]]

@@ -38,6 +38,7 @@ from mgmt_api.service.status import StatusService
 from mgmt_api.service.stream_auth import StreamAuth
 from mgmt_api.service.tunnel_hub import TunnelHub
 from mgmt_api.service.workload_trust import Attestation, WorkloadTrustStore
+from mgmt_api.service.workloads import WorkloadService
 from mgmt_api.settings import Settings
 from mgmt_api.store.uow import UnitOfWork
 
@@ -71,6 +72,8 @@ class Services:
     attestation: Attestation
     #: The clusters' mesh CAs: the rotation REST starts and the status shows.
     mesh_ca: MeshCaStore
+    #: Each cluster's sidecars, identities, certificates and callers (``.../workloads``).
+    workloads: WorkloadService
 
     @classmethod
     def build(cls, engine: Engine, settings: Settings) -> Services:
@@ -132,6 +135,7 @@ class Services:
             proxytools=proxytools,
             attestation=Attestation(uow, trust),
             mesh_ca=cas,
+            workloads=WorkloadService(uow, enforcement, registry, cas),
         )
 
 

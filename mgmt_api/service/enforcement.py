@@ -50,12 +50,13 @@ from mgmt_api.compiler.identity_limits import (
     compile_claim_limits,
 )
 from mgmt_api.compiler.ratelimit import render_rls_files
+from mgmt_api.compiler.references import DanglingReference
 from mgmt_api.compiler.traffic_policy import BackendTrafficPolicy
 from mgmt_api.domain import rbac
 from mgmt_api.domain.uris import check_grpc_uri
 from mgmt_api.errors import not_found
 from mgmt_api.kinds.security_setting import AuthorizationSettings, SecuritySetting
-from mgmt_api.service import clusters
+from mgmt_api.service import clusters, references
 from mgmt_api.service.sidecars import SidecarDirectory
 from mgmt_api.store import repo
 from mgmt_api.store.uow import UnitOfWork
@@ -143,6 +144,9 @@ class ClusterReadModel:
     trust_domain: str = ""  # the sidecars' SPIFFE trust domain (own, or the default)
     #: Every SecuritySetting that reaches the cluster, as sidecars enforce it.
     mesh_settings: tuple[mesh_authz.MeshSetting, ...] = field(default=())
+    #: References to objects the cluster does not have (a policy targeting a
+    #: route nobody created): accepted, but the status and envoyconfig warn.
+    dangling: tuple[DanglingReference, ...] = field(default=())
 
     def gateway(self) -> envoy_config.GatewaySettings:
         """The gateway knobs, parsed on use for the reason :meth:`traffic_policies` gives."""
@@ -321,6 +325,7 @@ def read_cluster(conn: Connection, organization: str, cluster: str) -> ClusterRe
         ),
         trust_domain=clusters.trust_domain(conn, res),
         mesh_settings=tuple(security.mesh),
+        dangling=tuple(references.cluster_dangling(conn, cluster_fqn)),
     )
 
 
@@ -501,6 +506,11 @@ class EnforcementService:
             raise UnknownCluster(fqnmod.cluster_fqn(organization, cluster))
         return [error.to_json() for error in policies.claim_limits().errors]
 
+    def dangling(self, organization: str, cluster: str) -> list[DanglingReference]:
+        """The cluster's references to objects it does not have, for its status."""
+        with self.uow.read() as conn:
+            return references.cluster_dangling(conn, fqnmod.cluster_fqn(organization, cluster))
+
     def clusters_reached(self, organization: str, group_fqn: str) -> list[str]:
         """The existing clusters (names) a security group's selector reaches."""
         org_fqn = fqnmod.organization_fqn(organization)
@@ -524,7 +534,7 @@ def gateway_input(
         traffic_policies=tuple(policies.traffic_policies()),
         ext_authz=policies.ext_authz_routes,
         ratelimit_service=ratelimit_service,
-        notes=policies.notes,
+        notes=policies.notes + tuple(d.message for d in policies.dangling),
         gateway=policies.gateway(),
         extauthz_policies=tuple(
             (name, cast(Mapping[str, Any], spec)) for name, spec in policies.extauthz_policies

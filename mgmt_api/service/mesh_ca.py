@@ -355,6 +355,14 @@ class MeshCaStore:
 
     # -- the status --------------------------------------------------------------
 
+    def certificates(self, organization: str, cluster: str) -> dict[str, SigningRecord]:
+        """Instance (a sidecar's verified pod, ``NS/NAME/UID``) → its current
+        certificate's signing record: the workloads view's expiry and issuer."""
+        with self.uow.read() as conn:
+            rows = self._rows(conn, organization, cluster)
+            records = self._records(conn, rows.key)
+        return {r.instance: r for r in records}
+
     def view(self, organization: str, cluster: str) -> MeshCaView:
         """The ``meshCa`` section of the cluster's status (no key material)."""
         with self.uow.read() as conn:

@@ -7,7 +7,10 @@ NACKed (with the error), the last contact and whether the instance is stale,
 next to the version the cluster's current policies compile to, so "up to
 date" is answerable, and its mesh CA (``meshCa``: the rotation's phase, the
 CAs' fingerprints and expiry, how many sidecars hold a certificate of the
-newest CA; :meth:`~mgmt_api.service.mesh_ca.MeshCaStore.view`). The
+newest CA; :meth:`~mgmt_api.service.mesh_ca.MeshCaStore.view`), and its
+``warnings``: references to objects the cluster does not have
+(:mod:`mgmt_api.service.references`), accepted but never shown as applied
+without saying so. The
 policy-side views show the same for one policy, listing every instance that
 carries it: the kinds its content compiles into
 (:data:`~mgmt_api.service.enforcement.POLICY_REACH`: the service's instances
@@ -56,6 +59,7 @@ class ClusterStatusView(TypedDict):
     instances: list[InstanceView]
     compileErrors: NotRequired[dict[str, str]]
     policyErrors: NotRequired[list[ClaimLimitErrorJson]]
+    warnings: NotRequired[list[dict[str, str]]]
     meshCa: NotRequired[MeshCaView]
 
 
@@ -70,6 +74,7 @@ class ReachView(TypedDict):
     compileError: NotRequired[str]
     # Set only in a policy's own view (PolicyStatusView).
     policyErrors: NotRequired[list[ClaimLimitErrorJson]]
+    warnings: NotRequired[list[dict[str, str]]]
 
 
 class PolicyStatusView(ReachView):
@@ -169,6 +174,9 @@ class StatusService:
         policy_errors = self._policy_errors(organization, cluster)
         if policy_errors:
             out["policyErrors"] = policy_errors
+        warnings = self._warnings(organization, cluster)
+        if warnings:
+            out["warnings"] = warnings
         if self.mesh_ca is not None:
             out["meshCa"] = self.mesh_ca.view(organization, cluster)
         return out
@@ -181,6 +189,20 @@ class StatusService:
         except Exception:
             log.exception("cannot check the cluster's policies")
             return []
+
+    def _warnings(
+        self, organization: str, cluster: str, fqn: str | None = None
+    ) -> list[dict[str, str]]:
+        """References to objects the cluster does not have (of ``fqn`` only, if
+        given): accepted objects that cannot work as written. Like
+        :meth:`_policy_errors`, a failure to compute them is logged, never a
+        failed status."""
+        try:
+            dangling = self.enforcement.dangling(organization, cluster)
+        except Exception:
+            log.exception("cannot check the cluster's references")
+            return []
+        return [d.to_json() for d in dangling if fqn is None or d.fqn == fqn]
 
     def _reach_view(
         self, registry: SubscriberRegistry, organization: str, cluster: str, kinds: Sequence[str]
@@ -222,6 +244,9 @@ class StatusService:
         own = [e for e in self._policy_errors(organization, cluster) if e["policy"] == fqn]
         if own:
             view["policyErrors"] = own
+        warnings = self._warnings(organization, cluster, fqn)
+        if warnings:
+            view["warnings"] = warnings
         return view
 
     def group_object(self, ctx: CallContext, fqn: str) -> GroupObjectStatusView:

@@ -159,6 +159,42 @@ def instances(
         return tuple(str(row[0]) for row in conn.execute(query))
 
 
+@dataclass(frozen=True)
+class RegisteredSidecar:
+    """A registry row as people see it (the workloads view): no stream token."""
+
+    instance: str
+    endpoint: SidecarEndpoint
+    pod: str
+    replica: str
+    heard: float
+
+
+def registered(uow: UnitOfWork, organization: str, cluster: str) -> list[RegisteredSidecar]:
+    """The cluster's registered sidecars, by instance."""
+    c = mesh_sidecars.c
+    query = (
+        sa.select(
+            c.instance,
+            c.namespace,
+            c.service,
+            c.host,
+            c.port,
+            c.service_account,
+            c.pod,
+            c.replica_id,
+            c.heard,
+        )
+        .where(c.organization == organization, c.cluster == cluster)
+        .order_by(c.instance)
+    )
+    with uow.read() as conn:
+        rows = conn.execute(query).all()
+    return [
+        RegisteredSidecar(r[0], SidecarEndpoint(*r[1:6]), r[6], r[7], float(r[8])) for r in rows
+    ]
+
+
 def count(uow: UnitOfWork, organization: str, cluster: str) -> int:
     """How many sidecars the cluster has registered (the per-cluster cap reads it)."""
     c = mesh_sidecars.c

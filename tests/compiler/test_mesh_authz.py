@@ -266,3 +266,29 @@ def test_membership_and_mode_are_in_the_sidecar_version() -> None:
     versions = {base.version(), *(c.version() for c in changes)}
     assert len(versions) == 1 + len(changes)
     assert base.version() == dataclasses.replace(base).version()
+
+
+@pytest.mark.parametrize(
+    ("settings", "namespace", "expected"),
+    [
+        ([], "ns1", (None, None, None)),
+        ([setting("UNSET")], "ns1", ("s/g", "UNSET", None)),
+        ([setting("NAMESPACE")], "ns1", ("s/g", "NAMESPACE", (f"spiffe://{TD}/ns/ns1/sa/*",))),
+        (
+            [setting("CUSTOM", service_accounts=("./a", "ns3/*"))],
+            "ns1",
+            ("s/g", "CUSTOM", (f"spiffe://{TD}/ns/ns1/sa/a", f"spiffe://{TD}/ns/ns3/sa/*")),
+        ),
+        ([setting("CLUSTER")], "ns2", ("s/g", "CLUSTER", (f"spiffe://{TD}/*",))),
+        ([setting("RULES")], "ns1", ("s/g", "RULES", ())),
+        ([setting("NAMESPACE")], "other", (None, None, None)),  # not selected
+    ],
+)
+def test_callers_read_off_the_mode(
+    settings: list[mesh_authz.MeshSetting],
+    namespace: str,
+    expected: tuple[str | None, str | None, tuple[str, ...] | None],
+) -> None:
+    """Who may call a workload, for people: the same matchers the sidecar enforces."""
+    got = mesh_authz.callers(settings, TD, namespace)
+    assert (got.setting, got.mode, got.principals) == expected

@@ -3,13 +3,23 @@ conflict diffs, secret redaction, and the vendored htmx pin."""
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from mgmt_api.console import conflict, diagnostics, forms, navigation, session, status, traffic
+from mgmt_api.console import (
+    conflict,
+    diagnostics,
+    forms,
+    mesh,
+    navigation,
+    session,
+    status,
+    traffic,
+)
 from mgmt_api.console.forms import FieldDef
 from mgmt_api.console.policy_kinds import POLICY_PAGES
 from mgmt_api.console.redact import HIDDEN, redact_secrets
@@ -186,6 +196,30 @@ def test_status_verdicts(instances: list[dict[str, Any]], tone: str, text: str) 
     )
     assert verdict.tone == tone
     assert verdict.text.startswith(text)
+
+
+GHOST = {"message": "BackendTrafficPolicy p targets HTTPRoute default/ghost, which does not exist"}
+
+
+@pytest.mark.parametrize(
+    ("instances", "warnings", "tone", "text"),
+    [
+        ([_instance()], [GHOST], "warn", "Applied with warnings: BackendTrafficPolicy p targets"),
+        ([_instance()], [GHOST, GHOST], "warn", "Applied with warnings: "),
+        ([_instance(stale=True)], [GHOST], "bad", "Not applied everywhere"),
+        ([], [GHOST], "none", "No instance has subscribed yet"),
+    ],
+)
+def test_warnings_turn_applied_amber(
+    instances: list[dict[str, Any]], warnings: list[dict[str, str]], tone: str, text: str
+) -> None:
+    """A reference to a missing object is never "Applied": amber, naming it."""
+    verdict = status.cluster_verdict(
+        {"desiredVersions": {"ratelimit": "v2"}, "instances": instances, "warnings": warnings}
+    )
+    assert (verdict.tone, verdict.text[: len(text)]) == (tone, text)
+    assert verdict.warnings == tuple(w["message"] for w in warnings)
+    assert ("and 1 more" in verdict.text) is (len(warnings) == 2 and tone == "warn")
 
 
 # A BackendTrafficPolicy's status lists every instance that carries it: the
@@ -446,3 +480,119 @@ def test_diagnostics_request_bodies(
 )
 def test_set_levels_body(form: dict[str, str], body: dict[str, Any] | None) -> None:
     assert diagnostics.set_levels_body(form) == body
+
+
+# --- the mesh: workloads, callers, the diagnostics picker, local rules (pure) -------
+
+NOON = dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.UTC)
+
+
+@pytest.mark.parametrize(
+    ("stamp", "words", "tone"),
+    [
+        ("2026-11-30T11:00:00Z", "in 23h (2026-11-30 11:00 UTC)", "ok"),
+        ("2026-11-29T12:30:00Z", "in 30m (2026-11-29 12:30 UTC)", "wait"),
+        ("2026-11-29T11:00:00Z", "expired 1h ago", "bad"),
+        (None, "no certificate recorded", "none"),
+    ],
+)
+def test_certificate_expiry_words(stamp: Any, words: str, tone: str) -> None:
+    assert mesh.expiry(stamp, NOON) == (words, tone)
+
+
+def test_workload_rows_read_the_servers_view() -> None:
+    view = {
+        "desiredVersion": "v2",
+        "workloads": [
+            {
+                "namespace": "shop",
+                "service": "web",
+                "instance": "shop-web",
+                "spiffeId": "spiffe://td/ns/shop/sa/web",
+                "certificate": {"notAfter": "2026-11-30T12:00:00Z"},
+                "authorization": {"setting": "x/s", "mode": "NAMESPACE", "principals": ["p*"]},
+                "config": _instance(kind="sidecar", instance="shop-web"),
+            },
+            {"namespace": "billing", "service": "pay", "instance": "billing-pay"},
+        ],
+    }
+    web, pay = mesh.workload_rows(view, NOON)
+    assert (web.expires, web.mode, web.callers) == (
+        "in 1d (2026-11-30 12:00 UTC)",
+        "NAMESPACE",
+        ("p*",),
+    )
+    assert web.config is not None and web.config.state == "Applied (ACK)"
+    assert web.diagnostics == "sidecar:shop/web/shop-web"
+    assert pay.config is None and pay.expiry_tone == "none"
+    assert pay.callers == ("anyone: no SecuritySetting selects the namespace",)
+
+
+def test_the_diagnostics_picker_lists_agent_proxies_and_every_sidecar() -> None:
+    cluster = {
+        "namespaces": [
+            {"name": "edge", "services": [{"name": "gw", "workloads": [{"name": "gw-1"}]}]},
+            {"name": "shop", "services": [{"name": "web", "workloads": [{"name": "shop-web"}]}]},
+        ]
+    }
+    view = {
+        "workloads": [
+            {"namespace": "shop", "service": "web", "instance": "shop-web"},
+            {"namespace": "billing", "service": "pay", "instance": "billing-pay"},
+        ]
+    }
+    choices = mesh.proxies(cluster, view)
+    assert [(p.label, p.served) for p in choices] == [
+        ("proxy edge/gw (gw-1)", True),
+        ("sidecar shop/web (shop-web)", True),
+        ("sidecar billing/pay (billing-pay): diagnostics not served", False),
+    ]
+    assert mesh.chosen("sidecar:shop/web/shop-web", choices) == choices[1]
+    assert mesh.chosen("proxy:shop/web/anything", choices) is None  # never free-form
+    assert mesh.proxies({}, None) == []
+
+
+def test_local_jwt_rules_for_people() -> None:
+    setting = {
+        "authorization": {
+            "http": {
+                "local": {
+                    "rules": [
+                        {"from": [{"jwt": {"iss": "https://idp", "other": {"team": "a"}}}]},
+                        {"from": [{"jwt": {}}], "to": [{"paths": ["/x/*"]}, {"methods": ["GET"]}]},
+                    ],
+                    "keys": {"jwks": {"uri": "https://idp/jwks"}},
+                }
+            }
+        }
+    }
+    assert mesh.local_rules(setting) == [
+        ("iss=https://idp, team=a", "anything"),
+        ("any valid token", "any method /x/* or GET any path"),
+    ]
+    assert mesh.local_keys(setting) == "remote JWKS https://idp/jwks"
+    assert mesh.local_rules(None) == [] and mesh.local_keys({}) == ""
+
+
+def test_diagnostics_answers_become_tables() -> None:
+    stats = {"instances": [
+        {"namespace": "n", "workload": "w", "instance": "i", "stats": [{"name": "a", "value": 1}]},
+        {"namespace": "n", "workload": "w", "instance": "j", "error": {"message": "down"}},
+    ]}  # fmt: skip
+    ok_one, failed = diagnostics.readable(diagnostics.VIEWS["stats"], stats)
+    assert ok_one.title == "n/w (i)" and ok_one.tables[0].rows == (("a", "1"),)
+    assert failed.error == "down"
+    host = {"address": {"socket_address": {"address": "10.0.0.1", "port_value": 80}}}
+    clusters = {"instances": [{"clusterStats": {"cluster_statuses": [
+        {"name": "up", "host_statuses": [host]}, {"name": "none"},
+    ]}}]}  # fmt: skip
+    (answer,) = diagnostics.readable(diagnostics.VIEWS["clusters"], clusters)
+    assert answer.tables[0].rows == (("up", "10.0.0.1:80", "HEALTHY"), ("none", "—", "no endpoint"))
+    dump = {"instances": [{"configDump": {"configs": [{"@type": "x.v3.ListenersConfigDump"}]},
+                           "redactedFields": 2}]}  # fmt: skip
+    (answer,) = diagnostics.readable(diagnostics.VIEWS["config"], dump)
+    assert answer.sections[0][0] == "ListenersConfigDump"
+    assert answer.notes == ("2 secret values were redacted by the agent.",)
+    many = {"instances": [{"stats": [{"name": str(i), "value": i} for i in range(600)]}]}
+    (answer,) = diagnostics.readable(diagnostics.VIEWS["stats"], many)
+    assert (len(answer.tables[0].rows), answer.tables[0].more) == (500, 100)

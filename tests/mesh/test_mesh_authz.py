@@ -34,7 +34,9 @@ from jwt.algorithms import RSAAlgorithm
 from extauthz.cli import mint_demo_token
 from meshplane.sidecar_contract import SIDECAR_KIND
 from mgmt_api.compiler.mesh_authz import DENIED_HEADER
-from tests.support.gateway import BASE
+from tests.meshctl.conftest import Meshctl
+from tests.mgmt_api.harness import ADMIN_PASSWORD
+from tests.support.gateway import BASE, CLUSTER, CLUSTER_PATH, ORG
 from tests.support.mesh import MeshStack, Workload
 from tests.support.processes import wait_until
 
@@ -153,6 +155,49 @@ def test_a_mode_change_over_rest_applies_with_no_restart(mesh: MeshStack) -> Non
     assert c.call(a).status_code == 200
     assert DENIED_HEADER not in c.call(a).headers
     assert pids == {x.name: x.envoy_pid() for x in mesh.workloads}
+
+
+def test_the_workloads_view_shows_identities_certificates_state_and_callers(
+    mesh: MeshStack, tmp_path: Path
+) -> None:
+    """``GET .../workloads`` and ``meshctl get workloads``: every sidecar with its
+    SPIFFE id, certificate expiry, ACK state and who may call it (mode CUSTOM)."""
+    mesh.setting(G1, {"mode": "CUSTOM", "serviceAccounts": ["./sa-b", "ns3/*"]})
+    mesh.sidecars_converged()
+    view = mesh.admin.get(f"{CLUSTER_PATH}/workloads").json()
+    td = view["trustDomain"]
+    assert {n["name"]: n["sidecars"] for n in view["namespaces"]} == {
+        "ns1": 2, "ns2": 1, "ns3": 1, "ns4": 1,
+    }  # fmt: skip
+    by_service = {w["service"]: w for w in view["workloads"]}
+    assert set(by_service) == {x.name for x in mesh.workloads}
+    for x in mesh.workloads:
+        row = by_service[x.name]
+        assert row["spiffeId"] == x.spiffe_id() == f"spiffe://{td}/ns/{x.namespace}/sa/sa-{x.name}"
+        assert row["certificate"]["notAfter"] > row["certificate"]["issueTime"]
+        assert not row["certificate"]["expired"]
+        assert row["config"]["lastResult"] == "ACK" and row["config"]["upToDate"], row
+    assert by_service["a"]["authorization"] == {
+        "setting": "organizations/gw/tenants/t/workspaces/w/securitygroups/g1/settings/s",
+        "mode": "CUSTOM",
+        "principals": [f"spiffe://{td}/ns/ns1/sa/sa-b", f"spiffe://{td}/ns/ns3/sa/*"],
+    }
+    # e's namespace is g2's, whose setting checks no identity; nothing selects d's.
+    assert by_service["e"]["authorization"]["principals"] is None
+    assert by_service["d"]["authorization"] == {"setting": None, "mode": None, "principals": None}
+
+    ctl = Meshctl(tmp_path / "home", mesh.admin.base_url.__str__().rstrip("/"))
+    ctl.ok(
+        "login", "--server", ctl.server, "--username", "admin", "--password-stdin",
+        input=ADMIN_PASSWORD + "\n",
+    )  # fmt: skip
+    table = ctl.ok("get", "workloads", "--org", ORG, "--cluster", CLUSTER)
+    assert table.startswith(f"Trust domain: {td}\n")
+    (line,) = [row for row in table.splitlines() if "/ns/ns1/sa/sa-a" in row]
+    assert "CUSTOM" in line and "ACK" in line and f"spiffe://{td}/ns/ns1/sa/sa-b" in line
+    assert json.loads(ctl.ok("get", "workloads", "--cluster", f"{ORG}/{CLUSTER}", "-o", "json"))[
+        "workloads"
+    ]
 
 
 #: Callee ``a`` (ns1; group g1: ns1, ns2; workspace w: ns1, ns2, ns3) called by

@@ -105,3 +105,12 @@ def test_policy_errors_are_shown_and_do_not_fail_the_exit_code() -> None:
     text = status.render_table([body], status.INSTANCE_KINDS, NOW)
     assert text.splitlines()[-1] == f"o/c: not enforced as written: {message}"
     assert status.failing([body], status.INSTANCE_KINDS) is False
+
+
+def test_warnings_are_shown_and_do_not_fail_the_exit_code() -> None:
+    """A reference to a missing object is printed, never a failing exit."""
+    message = "BackendTrafficPolicy p targets HTTPRoute default/ghost, which does not exist ..."
+    body = cluster(instance(), warnings=[{"object": "p", "message": message}])
+    text = status.render_table([body], status.INSTANCE_KINDS, NOW)
+    assert text.splitlines()[-1] == f"o/c: warning: {message}"
+    assert status.failing([body], status.INSTANCE_KINDS) is False

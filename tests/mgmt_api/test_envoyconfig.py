@@ -177,7 +177,11 @@ def test_filters_routes_and_clusters_parse_into_envoys_protos(
 ) -> None:
     config = get_envoyconfig(admin, cluster)
     assert config["cluster"] == cluster.removeprefix("/v2/")
-    assert config["warnings"] == []
+    # The policy targets route shop/web, which nobody created (see the next test).
+    assert [w.split(",")[0] for w in config["warnings"]] == [
+        f"BackendTrafficPolicy {cluster.removeprefix('/v2/')}/backendtrafficpolicies/"
+        "shop.web-limits targets HTTPRoute shop/web"
+    ]
     for piece in config["httpFilters"]:
         parse(piece, hcm_pb2.HttpFilter())
     for piece in config["clusters"]:
@@ -439,6 +443,34 @@ def test_each_route_is_checked_by_its_own_groups_server_only() -> None:
         "2 BackendTrafficPolicies target httproute/shop/web; an Envoy route takes one "
         "RateLimitPerRoute, so only one of them can be applied there"
     ]
+
+
+def test_a_policy_targeting_a_missing_route_is_accepted_and_warned_about(
+    admin: httpx.Client, cluster: str
+) -> None:
+    """Accepted (201: the route may come next), but the cluster's status, the
+    policy's status and envoyconfig name the policy and the missing route, until
+    the route exists."""
+    policy = f"{cluster}/backendtrafficpolicies/shop.web-limits"
+    expected = {
+        "object": policy.removeprefix("/v2/"),
+        "kind": "BackendTrafficPolicy",
+        "field": "spec.targetRef",
+        "targetKind": "HTTPRoute",
+        "targetNamespace": "shop",
+        "targetName": "web",
+    }
+    (warning,) = ok(admin.get(f"{cluster}/status"))["warnings"]
+    assert {k: warning[k] for k in expected} == expected
+    assert "which does not exist" in warning["message"]
+    assert ok(admin.get(f"{policy}/status"))["warnings"] == [warning]
+    assert get_envoyconfig(admin, cluster)["warnings"] == [warning["message"]]
+
+    route = {"rules": [{"backendRefs": [{"name": "web", "port": 80}]}]}
+    ok(admin.post(f"{cluster}/httproutes", json={"name": "shop.web", "httpRoute": {"spec": route}}))
+    assert "warnings" not in ok(admin.get(f"{cluster}/status"))
+    assert "warnings" not in ok(admin.get(f"{policy}/status"))
+    assert get_envoyconfig(admin, cluster)["warnings"] == []
 
 
 def test_gateway_knobs_render_into_the_filters_and_circuit_breakers(
