@@ -333,7 +333,7 @@ def check_mesh_tour(commands: list[str], token_command: str) -> None:
     assert allowed[0] == 0 and json.loads(allowed[1])["app"] == "web", allowed
     assert bad_token[0] == 0 and "HTTP/1.1 403" in bad_token[1], bad_token
     assert "x-ext-authz-reason:" in bad_token[1].lower(), bad_token  # ext_authz said no
-    assert "x-meshplane-denied" not in bad_token[1].lower(), bad_token
+    assert "x-meshplane-denied: extauthz " in bad_token[1].lower(), bad_token
     assert local_rule[0] == 0 and json.loads(local_rule[1])["app"] == "payments", local_rule
     assert by_mode[0] == 0 and "HTTP/1.1 403" in by_mode[1], by_mode
     assert "x-meshplane-denied: mode CUSTOM" in by_mode[1], by_mode
