@@ -41,6 +41,7 @@ in ``STATE/admin-password``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import functools
 import hashlib
@@ -293,6 +294,10 @@ class Child:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        # The process's own children (a sidecar agent's Envoy) share its session:
+        # none of them may outlive the stack.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
         return self.proc.returncode
 
     def tail(self, chars: int = 2000) -> str:

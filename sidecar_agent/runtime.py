@@ -27,6 +27,7 @@ from meshplane import gateway_contract
 from meshplane import sidecar_contract as sc
 from meshplane.control_plane import ClientTlsFiles, Target
 from meshplane.envoy_binary import envoy_path
+from meshplane.worker_support import die_with_parent
 from sidecar_agent.certificates import CertificateKeeper, KeeperMetrics, grpc_signer
 from sidecar_agent.identity import MAX_TOKEN_BYTES
 from sidecar_agent.relay import MAX_MESSAGE_BYTES, AdsRelay, read_token
@@ -129,7 +130,11 @@ class Agent:
         if self.options.envoy_log is not None:
             args += ["--log-path", str(self.options.envoy_log)]
         args += list(self.options.envoy_args)
-        self.envoy = await asyncio.create_subprocess_exec(*args, stdin=asyncio.subprocess.DEVNULL)
+        # Envoy must never outlive its agent: an agent killed outright (SIGKILL,
+        # the OOM killer) would leave it serving with certificates nobody renews.
+        self.envoy = await asyncio.create_subprocess_exec(
+            *args, stdin=asyncio.subprocess.DEVNULL, preexec_fn=die_with_parent
+        )
         log.info("started envoy", extra={"pid": self.envoy.pid, "node": self.options.node.instance})
 
     async def wait(self, stop: asyncio.Event) -> int:
