@@ -267,7 +267,7 @@ CASES: list[Case] = [
     Case(
         "not-yet-valid",
         "/headers",
-        bearer(make_token(claims(NOW, nbf=int(NOW) + 600))),
+        bearer(make_token(claims(NOW, nbf=int(NOW) + 86400))),
         Reason.NOT_YET_VALID,
     ),
     Case(
