@@ -3,9 +3,9 @@
 Every meshplane gRPC service is an app (:class:`GrpcApp`) that a backend runs
 in N worker processes, which a supervisor (:mod:`meshplane.server`) keeps up.
 Three backends carry the same apps: ``envoy`` (Envoy + pyvoy,
-:mod:`meshplane.envoy_server` and :mod:`meshplane.envoy_worker`), ``grpcio``
+:mod:`meshplane.servers.envoy.server` and :mod:`meshplane.servers.envoy.worker`), ``grpcio``
 (:mod:`meshplane.grpcio_server`) and ``h2`` (meshplane's own HTTP/2 server,
-:mod:`meshplane.h2_server`). This module is what they agree on, so neither
+:mod:`meshplane.servers.h2.server`). This module is what they agree on, so neither
 side imports the other:
 
 - **app ↔ runtime**: an app registers ``bytes -> bytes`` unary handlers and

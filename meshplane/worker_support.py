@@ -1,7 +1,7 @@
 """What a worker does the same way on every backend, beside the gRPC server.
 
 A grpcio worker (:mod:`meshplane.grpcio_server`), an h2 worker
-(:mod:`meshplane.h2_server`) and an Envoy worker (:mod:`meshplane.envoy_worker`)
+(:mod:`meshplane.servers.h2.server`) and an Envoy worker (:mod:`meshplane.servers.envoy.worker`)
 all serve the app's optional ASGI ``http_app`` under uvicorn in their event
 loop (:class:`HttpSide`), and all freeze their startup heap once the app has
 started (:func:`freeze_startup_heap`). The two backends whose workers are

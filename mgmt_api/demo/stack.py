@@ -66,9 +66,9 @@ from jwt.algorithms import ECAlgorithm
 from meshplane import control_plane, gateway_contract, sidecar_contract
 from meshplane.config_error import ConfigError
 from meshplane.envoy_binary import EnvoyNotInstalled, envoy_path
-from meshplane.envoy_server import envoy_log_format
 from meshplane.netaddr import format_listen
 from meshplane.secret_file import write_secret
+from meshplane.servers.envoy.server import envoy_log_format
 from mgmt_api.demo import mesh
 from mgmt_api.demo.seed import (
     MESH_PATH,

@@ -1,7 +1,7 @@
 """The Envoy backend, worker's side: runs inside Envoy's interpreter.
 
 pyvoy imports ``app`` from here in each Envoy process (see
-:mod:`meshplane.envoy_server`) and drives it over ASGI on its event loop
+:mod:`meshplane.servers.envoy.server`) and drives it over ASGI on its event loop
 (uvloop), in a thread of Envoy's; Envoy owns the process and its signals.
 
 - **Startup** is ASGI lifespan: read the spec the supervisor left, set up
@@ -32,7 +32,11 @@ import sys
 from typing import Any
 
 from meshplane.asgi_grpc import GrpcAsgiApp, Receive, Scope, Send
-from meshplane.envoy_server import (
+from meshplane.grpc_wire import Code
+from meshplane.logging import configure_logging
+from meshplane.rpc import Serving
+from meshplane.server_contract import GrpcApp, WorkerContext, new_worker_context
+from meshplane.servers.envoy.server import (
     DRAIN,
     ENV_CONTROL_FD,
     MAX_HELD_REQUEST_BYTES,
@@ -40,10 +44,6 @@ from meshplane.envoy_server import (
     admin_post,
     load_spec,
 )
-from meshplane.grpc_wire import Code
-from meshplane.logging import configure_logging
-from meshplane.rpc import Serving
-from meshplane.server_contract import GrpcApp, WorkerContext, new_worker_context
 from meshplane.worker_support import HttpSide, freeze_startup_heap, trim_heap
 
 log = logging.getLogger(__name__)
