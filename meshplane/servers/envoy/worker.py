@@ -5,7 +5,7 @@ pyvoy imports ``app`` from here in each Envoy process (see
 (uvloop), in a thread of Envoy's; Envoy owns the process and its signals.
 
 - **Startup** is ASGI lifespan: read the spec the supervisor left, set up
-  JSON logs, build and start the app (the same ``GrpcApp`` grpcio runs),
+  JSON logs, build and start the app (the same ``GrpcApp`` h2 runs),
   serve its optional ``http_app`` under uvicorn, freeze the startup heap. A
   failure here exits the process with code 1, which the supervisor reports
   as a worker failing at startup.

@@ -17,7 +17,7 @@ hold 16 MiB of bodies and 16 MiB of answers, so 10,000 of them would be
 320 GiB. Once most of a large peak is released, the worker hands the freed
 heap back to the system (glibc's ``malloc_trim``).
 
-A worker is what a grpcio worker is (:func:`meshplane.worker_support.spawned_starter`):
+A worker is a spawned process (:func:`meshplane.worker_support.spawned_starter`):
 SO_REUSEPORT on a TCP port, or one worker on a ``unix:`` path; the app's
 ``http_app`` under uvicorn; the startup heap frozen; JSON logs; SIGTERM (the
 supervisor's drain) or the supervisor's death start a drain:
