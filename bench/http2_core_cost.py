@@ -48,7 +48,7 @@ BLOCK = encode_headers(
         (b"content-type", b"application/grpc"),
         (b"te", b"trailers"),
         (b"grpc-timeout", b"200m"),
-        (b"user-agent", b"envoy/1.39"),
+        (b"user-agent", b"envoy/1.40"),
     ]
 )
 MESSAGE = b"\x00" + (300).to_bytes(4, "big") + b"r" * 300  # a Check request's size
