@@ -228,9 +228,12 @@ def _grpc_connection_manager() -> dict[str, Any]:
         "@type": "type.googleapis.com/envoy.extensions.filters.network."
         "http_connection_manager.v3.HttpConnectionManager",
         "stat_prefix": "grpc",
-        "codec_type": "AUTO",
+        # gRPC is HTTP/2 only: a peer speaking anything else is closed at its
+        # first bytes, as on the h2 backend (an HTTP/1 connection would be
+        # served, and held, instead).
+        "codec_type": "HTTP2",
         "generate_request_id": False,
-        # grpcio has no idle timeout either: Health/Watch streams stay open.
+        # No stream idle timeout: Health/Watch streams stay open.
         "stream_idle_timeout": "0s",
         "common_http_protocol_options": {
             "max_connection_duration": f"{MAX_CONNECTION_SECONDS}s",
