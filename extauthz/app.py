@@ -106,6 +106,8 @@ class ExtAuthzApp:
     async def start(self, ctx: WorkerContext) -> None:
         if self._decision_log is not None and self._decision_log.enabled:
             self._recorder = DecisionRecorder(DecisionLog("extauthz", self._decision_log))
+            if isinstance(self.http_app, HttpCheckApp):
+                self.http_app.recorder = self._recorder  # the same lines in both modes
         self.tracing = start_tracing(self._trace_settings)
         grpc_api.register(self.service, ctx, self.tracing, self._recorder)
         await self._activate(self._initial_sources)

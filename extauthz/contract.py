@@ -16,6 +16,8 @@ from extauthz.claim_metadata import MAX_VALUE_BYTES as MAX_CLAIM_VALUE_BYTES
 from extauthz.claim_metadata import NAMESPACE as CLAIMS_METADATA_NAMESPACE
 from extauthz.config import POLICY_CONTEXT_KEY, ExtAuthzConfig
 from extauthz.config import parse_config as _parse_config
+from extauthz.reasons import RULES as _RULES
+from extauthz.responses import REASON_HEADER
 
 __all__ = [
     "CLAIMS_METADATA_KEY",
@@ -25,9 +27,15 @@ __all__ = [
     "MAX_CLAIM_VALUE_BYTES",
     "MAX_METADATA_CLAIMS",
     "POLICY_CONTEXT_KEY",
+    "REASON_HEADER",
+    "REASON_RULES",
     "ExtAuthzConfig",
     "parse_config",
 ]
+
+#: Reason code -> the part of the policy it comes from (a decision line's ``rule``),
+#: for the policy's check inside Envoy, whose lines must read as the service's.
+REASON_RULES: dict[str, str] = {reason.value: rule for reason, rule in _RULES.items()}
 
 #: The one file of an ext_authz snapshot (``extauthz serve --config DIR``).
 FILE_NAME = "extauthz.yaml"

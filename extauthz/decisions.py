@@ -28,11 +28,12 @@ from collections.abc import Callable
 from envoy.config.core.v3 import base_pb2
 from envoy.service.auth.v3 import external_auth_pb2
 
-from extauthz.reasons import Decision
+from extauthz.reasons import RULES, Decision
 from meshplane.decision_log import (
     DECISION_ID_HEADER,
     DecisionLog,
     DecisionLogSettings,
+    DenialKind,
     clip,
     new_decision_id,
     parse_traceparent,
@@ -81,7 +82,9 @@ def decision_line(
         "trace_id": parse_traceparent(traceparent),
         "time": rfc3339(now),
         "decision": "allow" if decision.allowed else "deny",
+        "kind": DenialKind.EXTAUTHZ.value,
         "policy": decision.policy,
+        "rule": RULES[decision.reason],
         "reason": decision.reason.value,
         "method": clip(method),
         "path": clip(path),
@@ -137,11 +140,25 @@ class DecisionRecorder:
         authorization: tuple[str, ...],
     ) -> str | None:
         """The decision id when a line was queued for this Check, else None."""
-        if decision.allowed and not sampled(self._settings.allow_sample, self._draw()):
+        if not self.wants(decision):
             return None
         http = request.attributes.request.http
         path = http.path or http.headers.get(":path", "")
-        traceparent = http.headers.get("traceparent")
+        return self.record_request(
+            decision, http.method, path, http.headers.get("traceparent"), authorization
+        )
+
+    def record_request(
+        self,
+        decision: Decision,
+        method: str,
+        path: str,
+        traceparent: str | None,
+        authorization: tuple[str, ...],
+    ) -> str:
+        """Queue the line of a Check already chosen for one (either protocol's
+        adapter reads ``method``, ``path`` and ``traceparent`` off its own request);
+        returns its decision id."""
         decision_id = new_decision_id()
         # Only the reads of the request happen here; the line (the trace id,
         # the subject and its hash) is built in the writer thread.
@@ -151,7 +168,7 @@ class DecisionRecorder:
                 decision,
                 decision_id,
                 self._clock(),
-                method=http.method,
+                method=method,
                 path=path,
                 traceparent=traceparent,
                 authorization=authorization,
@@ -159,11 +176,15 @@ class DecisionRecorder:
             ),
             _HELD_OVERHEAD
             + len(path)
-            + len(http.method)
+            + len(method)
             + len(traceparent or "")
             + sum(len(a) for a in authorization),
         )
         return decision_id
+
+    def wants(self, decision: Decision) -> bool:
+        """Whether ``decision`` gets a line: every deny, and sampled allows."""
+        return not decision.allowed or sampled(self._settings.allow_sample, self._draw())
 
     def close(self) -> None:
         self._log.close()

@@ -37,7 +37,7 @@ from extauthz.config import POLICY_CONTEXT_KEY
 from extauthz.decisions import DecisionRecorder, with_decision_id
 from extauthz.jwt_policy import CheckAttributes
 from extauthz.reasons import Decision, Reason
-from extauthz.responses import DENY_STATUS, JSON_CONTENT_TYPE, REASON_HEADER, deny_body
+from extauthz.responses import DENY_STATUS, JSON_CONTENT_TYPE, deny_body, deny_headers
 from extauthz.service import INTERNAL_ERROR, AuthorizationService
 from meshplane.rpc import incoming_trace_context
 from meshplane.server_contract import WorkerContext
@@ -112,9 +112,12 @@ def _build_deny(reason: Reason) -> external_auth_pb2.CheckResponse:
         denied_response=external_auth_pb2.DeniedHttpResponse(
             status=http_status_pb2.HttpStatus(code=DENY_STATUS),
             headers=[
-                base_pb2.HeaderValueOption(
-                    header=base_pb2.HeaderValue(key=REASON_HEADER, value=reason.value),
-                    append_action=_OVERWRITE,
+                *(
+                    base_pb2.HeaderValueOption(
+                        header=base_pb2.HeaderValue(key=name, value=value),
+                        append_action=_OVERWRITE,
+                    )
+                    for name, value in deny_headers(reason)
                 ),
                 base_pb2.HeaderValueOption(
                     header=base_pb2.HeaderValue(key="content-type", value=JSON_CONTENT_TYPE),

@@ -14,7 +14,10 @@ a misconfigured Envoy without a prefix fails closed.
 * allow: ``200``, claim headers as response headers (list them in Envoy's
   ``allowed_upstream_headers``) and, when configured,
   ``x-envoy-auth-headers-to-remove: authorization,...``;
-* deny: ``403`` with ``x-ext-authz-reason`` and the JSON reason body.
+* deny: ``403`` with ``x-ext-authz-reason``, ``x-meshplane-denied``, the JSON
+  reason body and, when decision lines are on, ``x-decision-id``: the line is
+  queued by the gRPC mode's own recorder (:mod:`extauthz.decisions`), so both
+  modes write the same line for the same decision.
 
 The request body is never read.
 """
@@ -26,10 +29,12 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from extauthz import metrics
+from extauthz.decisions import DecisionRecorder
 from extauthz.jwt_policy import CheckAttributes
 from extauthz.reasons import Decision, Reason
-from extauthz.responses import DENY_STATUS, JSON_CONTENT_TYPE, REASON_HEADER, deny_body
+from extauthz.responses import DENY_STATUS, JSON_CONTENT_TYPE, deny_body, deny_headers
 from extauthz.service import INTERNAL_ERROR, AuthorizationService
+from meshplane.decision_log import DECISION_ID_HEADER
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +79,7 @@ def _deny_messages(reason: Reason) -> tuple[dict[str, Any], dict[str, Any]]:
         "type": "http.response.start",
         "status": DENY_STATUS,
         "headers": [
-            (REASON_HEADER.encode(), reason.value.encode()),
+            *((name.encode(), value.encode()) for name, value in deny_headers(reason)),
             (b"content-type", JSON_CONTENT_TYPE.encode()),
             (b"content-length", str(len(body)).encode()),
         ],
@@ -105,11 +110,44 @@ def _allow_start(decision: Decision) -> dict[str, Any]:
     return {"type": "http.response.start", "status": 200, "headers": headers}
 
 
-class HttpCheckApp:
-    """ASGI callable; see the module docstring."""
+def _with_decision_id(start: dict[str, Any], decision_id: str) -> dict[str, Any]:
+    """A copy of a prebuilt deny start message that also sends ``x-decision-id``."""
+    headers = [*start["headers"], (DECISION_ID_HEADER.encode(), decision_id.encode())]
+    return {**start, "headers": headers}
 
-    def __init__(self, service: AuthorizationService) -> None:
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return str(value.decode("latin-1"))
+    return None
+
+
+class HttpCheckApp:
+    """ASGI callable; see the module docstring. ``recorder`` (set once the
+    service starts, as the gRPC mode's) writes decision lines."""
+
+    def __init__(
+        self, service: AuthorizationService, recorder: DecisionRecorder | None = None
+    ) -> None:
         self._service = service
+        self.recorder = recorder
+
+    def _logged(
+        self, scope: Scope, attrs: CheckAttributes | None, decision: Decision, start: dict[str, Any]
+    ) -> dict[str, Any]:
+        """``start``, after queueing the decision line (a deny then names it)."""
+        recorder = self.recorder
+        if recorder is None or not recorder.wants(decision):
+            return start
+        decision_id = recorder.record_request(
+            decision,
+            str(scope.get("method", "")),
+            attrs.path if attrs is not None else "",
+            _header(scope, b"traceparent"),
+            attrs.authorization if attrs is not None else (),
+        )
+        return start if decision.allowed else _with_decision_id(start, decision_id)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -126,6 +164,7 @@ class HttpCheckApp:
                 start, body = _allow_start(decision), _ALLOW_BODY
             else:
                 start, body = _DENIES.get(decision.reason, _DENIES[Reason.INTERNAL_ERROR])
+            start = self._logged(scope, attrs, decision, start)
         except Exception:
             start, body = _DENIES[Reason.INTERNAL_ERROR]
         await send(start)

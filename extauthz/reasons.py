@@ -51,6 +51,47 @@ class Reason(enum.StrEnum):
     INTERNAL_ERROR = "internal_error"
 
 
+_RULE_OF_GROUP: tuple[tuple[str, tuple[Reason, ...]], ...] = (
+    ("policy", (Reason.DENY_POLICY, Reason.UNKNOWN_POLICY)),
+    (
+        "authorization",
+        (
+            Reason.MISSING_AUTHORIZATION,
+            Reason.MULTIPLE_AUTHORIZATION,
+            Reason.NOT_BEARER,
+            Reason.TOKEN_TOO_LARGE,
+            Reason.MALFORMED_TOKEN,
+        ),
+    ),
+    ("jwt.algorithms", (Reason.ALGORITHM_NOT_ALLOWED, Reason.UNSUPPORTED_HEADER)),
+    (
+        "jwt.keys",
+        (
+            Reason.NO_KEYS,
+            Reason.UNKNOWN_KID,
+            Reason.KID_REQUIRED,
+            Reason.KEY_MISMATCH,
+            Reason.BAD_SIGNATURE,
+        ),
+    ),
+    ("jwt.leewaySeconds", (Reason.BAD_TIME_CLAIM, Reason.NOT_YET_VALID, Reason.EXPIRED)),
+    ("jwt.issuer", (Reason.ISSUER_MISMATCH,)),
+    ("jwt.audiences", (Reason.AUDIENCE_MISMATCH,)),
+    (
+        "pathClaim",
+        (Reason.BAD_PATH_CLAIM, Reason.MISSING_PATH, Reason.BAD_PATH, Reason.PATH_NOT_ALLOWED),
+    ),
+    ("internal", (Reason.INTERNAL_ERROR,)),
+    ("allow", (Reason.OK, Reason.ALLOW_POLICY)),
+)
+
+#: The part of an ExtAuthzPolicy a reason comes from (a decision line's ``rule``):
+#: its field (``jwt.keys``, ``pathClaim``), or the request's ``authorization``
+#: header, the ``policy`` choice itself, ``internal`` or ``allow``.
+RULES: dict[Reason, str] = {reason: rule for rule, reasons in _RULE_OF_GROUP for reason in reasons}
+assert set(RULES) == set(Reason), "every reason names its rule"
+
+
 class Denied(Exception):
     """Raised inside the pure logic to stop at the first failed rule.
 

@@ -273,6 +273,61 @@ def _timeout_of(header: bytes) -> float | None:
     return seconds
 
 
+#: What :func:`grpc_head` reads of a gRPC request's headers: ``grpc-encoding``
+#: (raw), the ``grpc-timeout`` in seconds (None: none, or malformed) and whether
+#: trace headers came (a plain tuple: a class's instance costs more to make).
+GrpcHead = tuple[bytes | None, float | None, bool]
+
+
+def grpc_head(method: str, headers: Sequence[tuple[bytes, bytes]]) -> GrpcHead | None:
+    """The request headers of a gRPC call, read once for both entries of
+    :class:`GrpcAsgiApp`; None when it is not a gRPC request (not POST, or no
+    gRPC content type: HTTP 415).
+
+    Equal to the plain reading (:func:`meshplane.grpc_wire.is_grpc_content_type`
+    on the decoded last ``content-type``, :func:`~meshplane.grpc_wire.parse_timeout`
+    on the last ``grpc-timeout``), pinned by tests/runtime/test_unary_parse.py;
+    faster by comparing bytes with the exact ``application/grpc`` before
+    decoding anything, and by parsing each distinct timeout once (:func:`_timeout_of`).
+    """
+    content_type = encoding = timeout_header = None
+    traced = False
+    for name, value in headers:
+        if name == b"content-type":
+            content_type = value
+        elif name == b"grpc-encoding":
+            encoding = value
+        elif name == b"grpc-timeout":
+            timeout_header = value
+        elif name == b"traceparent" or name == b"tracestate":  # noqa: PLR1714 - hot path
+            traced = True  # only a traced call pays for noting them
+    if method != "POST" or (
+        content_type != b"application/grpc"
+        and (content_type is None or not is_grpc_content_type(content_type.decode("latin-1")))
+    ):
+        return None
+    return encoding, None if timeout_header is None else _timeout_of(timeout_header), traced
+
+
+def whole_message(body: bytes, limit: int) -> bytes | None:
+    """The message of a request body that is exactly one uncompressed gRPC message
+    of at most ``limit`` bytes (the usual unary call); None for anything else,
+    which :class:`~meshplane.grpc_wire.MessageReader` then reads and answers
+    (compressed, truncated, two messages, none, over the limit, bad flag).
+
+    Equal to what that reader makes of such a body, without its buffer
+    (pinned by tests/runtime/test_unary_parse.py).
+    """
+    if (
+        len(body) > 4
+        and body[0] == 0
+        and int.from_bytes(body[1:5], "big") == len(body) - 5
+        and len(body) - 5 <= limit
+    ):
+        return body[5:]
+    return None
+
+
 class GrpcAsgiApp:
     """Routes gRPC calls to unary handlers, health and reflection (see module doc)."""
 
@@ -303,26 +358,15 @@ class GrpcAsgiApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # The hot path is written flat on purpose: every call pays each extra
         # frame, object and lookup here (measured: ~11 µs of adapter per
-        # call before this shape, a fifth of a Check).
-        content_type = encoding = timeout_header = None
-        traced = False
+        # call before this shape, a fifth of a Check). The request is read by
+        # the same two functions as complete_unary's (grpc_head, whole_message).
         headers = scope["headers"]
-        for name, value in headers:
-            if name == b"content-type":
-                content_type = value
-            elif name == b"grpc-encoding":
-                encoding = value
-            elif name == b"grpc-timeout":
-                timeout_header = value
-            elif name == b"traceparent" or name == b"tracestate":  # noqa: PLR1714 - hot path
-                traced = True  # only a traced call pays for noting them
-        if scope["method"] != "POST" or (
-            content_type != b"application/grpc"
-            and (content_type is None or not is_grpc_content_type(content_type.decode("latin-1")))
-        ):
+        head = grpc_head(scope["method"], headers)
+        if head is None:
             await send(_UNSUPPORTED_MEDIA)
             await send(_EMPTY_BODY)
             return
+        encoding, deadline, traced = head
         if traced:
             _note_trace_headers(headers)
         handler = self._unary.get(path := scope["path"])
@@ -336,19 +380,13 @@ class GrpcAsgiApp:
                 else:
                     await self._stream_call(stream, self._reader(encoding), receive, send)
                 return
-            deadline = None if timeout_header is None else _timeout_of(timeout_header)
             message = await receive()
             body = message.get("body", b"")
-            if (
-                not message.get("more_body")
-                and len(body) > 4
-                and body[0] == 0
-                and int.from_bytes(body[1:5], "big") == len(body) - 5
-                and len(body) - 5 <= self._max
-            ):
+            request = None if message.get("more_body") else whole_message(body, self._max)
+            if request is not None:
                 # The usual call: one uncompressed message in one chunk. Envoy's
                 # ext_authz and ratelimit filters always send grpc-timeout.
-                result = await self._run(handler, body[5:], deadline)
+                result = await self._run(handler, request, deadline)
                 if isinstance(result, Exception):
                     await _failed(send, result)
                 else:
@@ -376,40 +414,27 @@ class GrpcAsgiApp:
         request body (the h2 backend): a :data:`CompleteUnaryEntry`.
 
         None, having done nothing, unless the request is what :meth:`__call__`'s
-        fast path serves (POST, a gRPC content type, a unary method, one
-        uncompressed message within the limit); the backend then calls
-        :meth:`__call__`, which answers the rest. The call itself is the same
-        as there (:meth:`_run`: deadline, statuses, in-flight count), and the
-        answer the same header lists, handed over in one ``respond`` instead of
-        three ``send`` awaits (~2 µs a call on the h2 backend).
+        fast path serves (a unary method, :func:`grpc_head` and
+        :func:`whole_message` both say yes: the very functions that path reads
+        the request with); the backend then calls :meth:`__call__`, which
+        answers the rest. The call itself is the same as there (:meth:`_run`:
+        deadline, statuses, in-flight count), and the answer the same header
+        lists, handed over in one ``respond`` instead of three ``send`` awaits
+        (~2 µs a call on the h2 backend).
         """
         handler = self._unary.get(path)
-        if (
-            handler is None
-            or method != "POST"
-            or len(body) <= 4
-            or body[0] != 0
-            or int.from_bytes(body[1:5], "big") != len(body) - 5
-            or len(body) - 5 > self._max
-        ):
+        if handler is None:
             return None
-        content_type = timeout_header = None
-        traced = False
-        for name, value in headers:
-            if name == b"content-type":
-                content_type = value
-            elif name == b"grpc-timeout":
-                timeout_header = value
-            elif name == b"traceparent" or name == b"tracestate":  # noqa: PLR1714 - hot path
-                traced = True
-        if content_type != b"application/grpc" and (
-            content_type is None or not is_grpc_content_type(content_type.decode("latin-1"))
-        ):
+        request = whole_message(body, self._max)
+        if request is None:
             return None
+        head = grpc_head(method, headers)
+        if head is None:
+            return None
+        _, deadline, traced = head
         if traced:
             _note_trace_headers(headers)
-        deadline = None if timeout_header is None else _timeout_of(timeout_header)
-        return self._complete_call(handler, body[5:], deadline, responder, traced)
+        return self._complete_call(handler, request, deadline, responder, traced)
 
     async def _complete_call(
         self,

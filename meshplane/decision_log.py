@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import collections
 import datetime as _dt
+import enum
 import hashlib
 import hmac
 import json
@@ -39,7 +40,7 @@ import secrets
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any, TypeAlias
@@ -51,6 +52,15 @@ from meshplane.decision_otlp import OtlpLogExporter
 from meshplane.validate import Node
 
 DECISION_ID_HEADER = "x-decision-id"
+#: The response header every denial carries, at every proxy: ``<kind> <reason>``
+#: (:func:`denied_value`), e.g. ``mode CUSTOM`` or ``extauthz path_not_allowed``.
+DENIED_HEADER = "x-meshplane-denied"
+#: ``logger`` and ``msg`` of every decision line, whoever writes it (a service's
+#: :class:`DecisionLog` or a proxy's access log).
+LOGGER = "meshplane.decisions"
+MESSAGE = "decision"
+#: The keys the services' JSON log format puts before a line's own fields.
+ENVELOPE = ("ts", "level", "service", "pid", "logger", "msg")
 MASK_PREFIX = "h:"
 DEFAULT_QUEUE_LINES = 10_000
 MAX_QUEUE_LINES = 1_000_000
@@ -74,8 +84,35 @@ FIELDS = frozenset(
         "descriptors",
         "limit",
         "shadow",
+        "kind",
+        "rule",
+        "peer",
+        "principal_verified",
     }
 )
+
+
+class DenialKind(enum.StrEnum):
+    """Who refused a request: the first word of :data:`DENIED_HEADER` and a line's ``kind``."""
+
+    MODE = "mode"  # a sidecar's authorization mode (serviceAccounts included)
+    JWT = "jwt"  # local JWT rules: the token is missing or does not verify
+    RULES = "rules"  # local JWT rules: a verified token no rule allows
+    EXTAUTHZ = "extauthz"  # an ExtAuthzPolicy (the service, or its check inside Envoy)
+    RATELIMIT = "ratelimit"  # over a BackendTrafficPolicy's limit
+
+
+def denied_value(kind: DenialKind, reason: str) -> str:
+    """The :data:`DENIED_HEADER` value: the kind, a space, the reason code."""
+    return f"{kind.value} {reason}"
+
+
+def check_keys(keys: Iterable[str]) -> None:
+    """Raise ValueError naming any key a decision line may not carry (for writers
+    outside this module, such as a proxy's access-log format)."""
+    unknown = sorted(set(keys) - FIELDS - set(ENVELOPE))
+    if unknown:
+        raise ValueError(f"not decision-line keys: {', '.join(unknown)}")
 
 
 def parse_traceparent(value: str | None) -> str | None:
@@ -236,8 +273,8 @@ class DecisionLog:
             "level": "info",
             "service": self._service,
             "pid": self._pid,
-            "logger": "meshplane.decisions",
-            "msg": "decision",
+            "logger": LOGGER,
+            "msg": MESSAGE,
         }
         entry.update(line)
         return json.dumps(entry, default=str, separators=(",", ":"))

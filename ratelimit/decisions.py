@@ -24,6 +24,7 @@ from envoy.service.ratelimit.v3 import rls_pb2
 from meshplane.decision_log import (
     DECISION_ID_HEADER,
     DecisionLog,
+    DenialKind,
     clip,
     new_decision_id,
     rfc3339,
@@ -72,13 +73,29 @@ def decision_line(
                 "shadow": shadow,
             }
         )
+    decision = _decision(over, found)
     return {
         "decision_id": decision_id,
         "time": rfc3339(now),
-        "decision": _decision(over, found),
+        "decision": decision,
+        "kind": DenialKind.RATELIMIT.value,
+        # The domain is the BackendTrafficPolicy's (CLUSTER/NAMESPACE/NAME).
+        "policy": clip(plan.domain),
+        "rule": _rule(plan, found),
+        "reason": decision,
         "domain": clip(plan.domain),
         "descriptors": descriptors,
     }
+
+
+def _rule(plan: Plan, found: Sequence[tuple[int, bool]]) -> str | None:
+    """The rule of the first enforced hit (else of the first hit): the one that refused."""
+    ordered = sorted(found, key=lambda hit: hit[1])  # enforced (shadow False) first
+    for index, _shadow in ordered:
+        limit = plan.descriptors[index].limit
+        if limit is not None:
+            return limit.rule_id
+    return None
 
 
 def _decision(over: bool, found: Sequence[tuple[int, bool]]) -> str:

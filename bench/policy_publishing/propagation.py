@@ -14,7 +14,7 @@ in-process path.
 Starts ``mgmt-api serve`` (SQLite) and N real ``ratelimit serve`` processes
 subscribed with ``--control-plane`` (each its own supervisor, subscriber and
 worker, as in production), seeds the demo cluster with
-:mod:`mgmt_api.demo.seed`, then does U updates of its BackendTrafficPolicy,
+:mod:`demo.seed`, then does U updates of its BackendTrafficPolicy,
 each changing the limit (1001, 1002, ...). After each PUT returns 200 every
 subscriber is polled with ShouldRateLimit (the descriptor Envoy sends for the
 route) in a tight loop until the reported ``current_limit`` is the new one;
@@ -48,10 +48,10 @@ import psycopg
 from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
 from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 
+from demo.seed import DemoPlan, credential_files, demo_plan, seed
 from meshplane.control_plane import load_credentials
 from meshplane.proto.distribution.v1 import distribution_pb2 as dpb
 from meshplane.proto.distribution.v1 import distribution_pb2_grpc as dpb_grpc
-from mgmt_api.demo.seed import DemoPlan, credential_files, demo_plan, seed
 
 FIRST_LIMIT = 1000
 POLL_PAUSE = 0.001  # between two polls of one subscriber

@@ -1,6 +1,6 @@
 """The compose stack's one-shot seed step: the demo, written through mgmt-api's REST API.
 
-It is :mod:`mgmt_api.demo.seed` (the seeder behind ``scripts/run``) with the
+It is :mod:`demo.seed` (the seeder behind ``scripts/run``) with the
 compose network's addresses: the SecuritySetting points Envoy at the
 ``extauthz`` service, the cluster's counter store is the ``redis`` service,
 and each component's key lands in ``--credentials-dir``
@@ -27,10 +27,10 @@ from pathlib import Path
 
 import httpx
 
+from demo.seed import DemoPlan, SeedError, credential_files, demo_plan, seed
 from meshplane import control_plane, gateway_contract
 from meshplane.config_error import ConfigError
 from meshplane.secret_file import write_secret
-from mgmt_api.demo.seed import DemoPlan, SeedError, credential_files, demo_plan, seed
 
 EXTAUTHZ_URI = "grpc://extauthz:9191"
 REDIS_URL = "redis://redis:6379/0"

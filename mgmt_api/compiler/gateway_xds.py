@@ -39,7 +39,7 @@ import json
 from dataclasses import dataclass
 
 from meshplane.gateway_contract import GatewayNode
-from mgmt_api.compiler import envoy_config, local_jwt, tracing
+from mgmt_api.compiler import denials, envoy_config, local_jwt, tracing
 from mgmt_api.compiler.http_route import Backend, BackendRef, HTTPRoute, RouteRule
 from mgmt_api.compiler.protojson import JsonDict
 
@@ -139,6 +139,8 @@ def listener(
             *http_filters,
             {"name": ROUTER_FILTER, "typedConfig": {"@type": _ROUTER}},
         ],
+        # Every refusal says why: reason header, decision id, one decision line.
+        **denials.denial_settings("gateway"),
     }
     if traced is not None:
         manager["tracing"] = tracing.hcm_tracing(traced, node.gateway_name)
@@ -225,17 +227,21 @@ def _route_action(rule: RouteRule, namespace: str) -> JsonDict | None:
     }
 
 
+_ExtAuthzEntry = tuple[tuple[str, ...], JsonDict, str]
+
+
 def _per_route_policies(
     document: JsonDict,
-) -> tuple[dict[tuple[str, str, str], JsonDict], list[tuple[tuple[str, ...], JsonDict]], list[str]]:
+) -> tuple[dict[tuple[str, str, str], JsonDict], list[_ExtAuthzEntry], list[str]]:
     """From the document's route entries: rate limits by target and ext_authz by namespaces.
 
     Returns ((kind, namespace, name) → typedPerFilterConfig of the first
-    BackendTrafficPolicy targeting it, [(namespaces, typedPerFilterConfig)] of
-    the ext_authz entries in setting order, the ext_authz filter names).
+    BackendTrafficPolicy targeting it, [(namespaces, typedPerFilterConfig,
+    setting)] of the ext_authz entries in setting order, the ext_authz filter
+    names).
     """
     rate_limits: dict[tuple[str, str, str], JsonDict] = {}
-    ext_authz: list[tuple[tuple[str, ...], JsonDict]] = []
+    ext_authz: list[_ExtAuthzEntry] = []
     for entry in document["routes"]:
         ref = entry.get("targetRef")
         if ref is not None:
@@ -244,7 +250,11 @@ def _per_route_policies(
             )
         elif "workloads" in entry:
             ext_authz.append(
-                (tuple(entry["workloads"]["namespaces"]), entry["typedPerFilterConfig"])
+                (
+                    tuple(entry["workloads"]["namespaces"]),
+                    entry["typedPerFilterConfig"],
+                    entry["setting"],
+                )
             )
     filters = [
         f["name"]
@@ -318,15 +328,25 @@ def compile_gateway(inp: GatewayInput, node: GatewayNode) -> GatewayResources:
         if limits is not None:
             per_filter.update(limits)
         selected = [
-            cfg for spaces, cfg in ext_authz if envoy_config.namespace_selected(spaces, namespace)
+            (cfg, setting)
+            for spaces, cfg, setting in ext_authz
+            if envoy_config.namespace_selected(spaces, namespace)
         ]
         if len(selected) > 1:
             warnings.append(
                 f"{fqn}: {len(selected)} SecuritySettings select namespace {namespace!r}; "
                 "the first (by name) applies"
             )
-        per_filter.update(selected[0] if selected else {name: disabled for name in authz_filters})
+        per_filter.update(
+            selected[0][0] if selected else {name: disabled for name in authz_filters}
+        )
         _enable_route_only(per_filter)
+        # The setting a refusal's decision line names (mgmt_api.compiler.denials).
+        metadata = (
+            {"filterMetadata": {denials.ROUTE_METADATA_KEY: {"setting": selected[0][1]}}}
+            if selected
+            else None
+        )
         for rule_index, rule in enumerate(route.spec.rules):
             action = _route_action(rule, namespace)
             for match_index, match in enumerate(rule.matches):
@@ -345,6 +365,8 @@ def compile_gateway(inp: GatewayInput, node: GatewayNode) -> GatewayResources:
                     entry["route"] = action
                 if per_filter:
                     entry["typedPerFilterConfig"] = per_filter
+                if metadata is not None:
+                    entry["metadata"] = metadata
                 key = _route_sort_key(path.type, path.value, fqn, rule_index, match_index)
                 for host in route.spec.hostnames or ("*",):
                     hosts.setdefault(host, []).append((key, entry))

@@ -334,6 +334,9 @@ def policy_enforcement(
         issuer=jwt.issuer,
         audiences=jwt.audiences or None,
         remove_authorization=config.remove_authorization,
+        policy=name,
+        rules=extauthz_contract.REASON_RULES,
+        reason_header=extauthz_contract.REASON_HEADER,
     )
     reason = "jwt_authn and the path-claim check run inside Envoy"
     return PolicyEnforcement(ENFORCEMENT_LOCAL, reason, {provider_name: provider}, lua)

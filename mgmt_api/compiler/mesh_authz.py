@@ -9,10 +9,10 @@ the router, so a caller the mode refuses never costs an ext_authz call:
    of its mesh certificate (docs/mesh.md has the table of what each mode
    admits). The rules are the inbound route's (RDS), so a change of mode or of
    a group's namespaces reaches open connections too. A refused call is 403
-   with :data:`DENIED_HEADER` naming the mode: the denying policy is named
+   with :data:`DENIED_HEADER` ``mode <MODE>``: the denying policy is named
    after the mode, Envoy puts that name in the reply's code details, and the
-   listener's local-reply mapper (:data:`LOCAL_REPLY`) adds the header to
-   exactly those replies, not to ext_authz's or the local rules' 403;
+   listener's local-reply mapper (:mod:`mgmt_api.compiler.denials`, which
+   also writes the decision line) tells it from every other refusal;
 2. the setting's **local JWT rules** and 3. its **ext_authz** server, both
    rendered by :func:`mgmt_api.compiler.envoy_config.render` from the same
    :class:`~mgmt_api.compiler.envoy_config.ExtAuthzRoute` the gateways get,
@@ -29,24 +29,25 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mgmt_api.compiler import envoy_config
+from meshplane import decision_log
+from mgmt_api.compiler import denials, envoy_config
 from mgmt_api.compiler.protojson import JsonDict
 
-#: The response header that says why a call was refused by the mode.
-DENIED_HEADER = "x-meshplane-denied"
+#: The response header that says why a call was refused (``mode <MODE>`` by the mode).
+DENIED_HEADER = decision_log.DENIED_HEADER
 #: The inbound listener's RBAC filter for the mode (named apart from the
 #: local JWT rules' ``envoy.filters.http.rbac``: both can be in one chain).
 MODE_FILTER = "envoy.filters.http.rbac/mode"
 #: RBAC prefixes its stats (``http.inbound.rbac.meshplane_mode_denied``) with
 #: this, apart from the local JWT rules' RBAC.
 MODE_STAT_PREFIX = "meshplane_mode_"
-#: The inbound route's metadata namespace; ``mode`` names the mode for the header.
-ROUTE_METADATA_KEY = "meshplane"
+#: The inbound route's metadata namespace: ``mode`` and ``setting``, for the
+#: reason header and the decision line.
+ROUTE_METADATA_KEY = denials.ROUTE_METADATA_KEY
 _RBAC = "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC"
 _RBAC_PER_ROUTE = "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBACPerRoute"
-_CEL_FILTER = "type.googleapis.com/envoy.extensions.access_loggers.filters.cel.v3.ExpressionFilter"
 #: The mode's RBAC policy is named ``mode-<MODE>``; the local JWT rules' are ``rule-<n>``.
-POLICY_PREFIX = "mode-"
+POLICY_PREFIX = denials.MODE_POLICY_PREFIX
 #: Modes that compile to no identity check (DISABLED also turns off the rest).
 UNCHECKED_MODES = frozenset({"UNSET", "DISABLED"})
 
@@ -164,35 +165,6 @@ MODE_LISTENER_FILTER: JsonDict = {
     "typedConfig": {"@type": _RBAC, "rulesStatPrefix": MODE_STAT_PREFIX},
 }
 
-#: The HCM's ``localReplyConfig``: the reason header on the mode's own 403,
-#: naming the mode from the route's metadata (:data:`ROUTE_METADATA_KEY`). The
-#: reply is recognized by its code details (CEL): RBAC's dynamic metadata is
-#: written after its local reply, too late for the mapper.
-LOCAL_REPLY: JsonDict = {
-    "mappers": [
-        {
-            "filter": {
-                "extensionFilter": {
-                    "name": "envoy.access_loggers.extension_filters.cel",
-                    "typedConfig": {
-                        "@type": _CEL_FILTER,
-                        "expression": "response.code_details.startsWith("
-                        f"'rbac_access_denied_matched_policy[{POLICY_PREFIX}')",
-                    },
-                }
-            },
-            "headersToAdd": [
-                {
-                    "header": {
-                        "key": DENIED_HEADER,
-                        "value": f"mode %METADATA(ROUTE:{ROUTE_METADATA_KEY}:mode)%",
-                    }
-                }
-            ],
-        }
-    ]
-}
-
 
 @dataclass(frozen=True)
 class InboundAuthz:
@@ -222,7 +194,9 @@ def compile_inbound(
     mode = mode_route_config(setting, trust_domain, namespace)
     if mode is not None:
         route[MODE_FILTER] = mode
-    metadata = {"filterMetadata": {ROUTE_METADATA_KEY: {"mode": setting.mode}}}
+    metadata = {
+        "filterMetadata": {ROUTE_METADATA_KEY: {"mode": setting.mode, "setting": setting.setting}}
+    }
     if setting.ext_authz is None or setting.mode == "DISABLED":
         return InboundAuthz([MODE_LISTENER_FILTER], route, metadata, [])
     document = envoy_config.render(

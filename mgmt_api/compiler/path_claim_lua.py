@@ -26,12 +26,17 @@ trailing bits (docs/gateway.md, "Envoy version").
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+
+from meshplane.decision_log import DECISION_ID_HEADER, DENIED_HEADER, DenialKind
 
 #: Dynamic metadata namespace the script writes ``decided: true`` to.
 DECIDED_NAMESPACE = "meshplane.local_jwt"
 #: The key under :data:`DECIDED_NAMESPACE`.
 DECIDED_KEY = "decided"
+#: Dynamic metadata namespace of a refusal's ``policy`` and ``rule`` (for the
+#: decision line, :mod:`mgmt_api.compiler.denials`).
+DENIAL_NAMESPACE = "meshplane.denial"
 
 _LIBRARY = r"""
 local JWT_NS = "envoy.filters.http.jwt_authn"
@@ -251,12 +256,19 @@ end
 -- worker and start (the clock and a table's address), not secret.
 math.randomseed(os.time() + tonumber(tostring({}):match("0x(%x+)") or "0", 16) % 1000003)
 
+-- A refusal: extauthz's status, body and headers, the reason header every
+-- denial carries, and the policy and rule in dynamic metadata, where the
+-- listener's decision-line access log reads them.
 local function deny(handle, reason)
   local words = {}
   for i = 1, 8 do words[i] = string.format("%04x", math.random(0, 65535)) end
   local id = table.concat(words)
+  local md = handle:streamInfo():dynamicMetadata()
+  md:set(P.denial_ns, "policy", P.policy)
+  md:set(P.denial_ns, "rule", P.rules[reason] or "")
   handle:respond({[":status"] = "403", ["content-type"] = "application/json",
-    ["x-ext-authz-reason"] = reason, ["x-decision-id"] = id},
+    [P.reason_header] = reason, [P.denied_header] = P.denied_kind .. " " .. reason,
+    [P.id_header] = id},
     '{"error":"forbidden","reason":"' .. reason .. '"}')
 end
 
@@ -383,9 +395,17 @@ def lua_source(
     issuer: str | None,
     audiences: Iterable[str] | None,
     remove_authorization: bool,
+    policy: str,
+    rules: Mapping[str, str],
+    reason_header: str,
 ) -> str:
-    """The whole script for one policy: its parameters, then the shared check."""
+    """The whole script for one policy: its parameters, then the shared check.
+
+    ``policy`` names the policy and ``rules`` maps each reason code to the
+    policy's rule it comes from (``extauthz.reasons.RULES``), for the decision
+    line; ``reason_header`` is extauthz's own (``extauthz.responses``)."""
     audience_set = None if audiences is None else _set(audiences)
+    rule_table = ", ".join(f"[{lua_string(k)}] = {lua_string(v)}" for k, v in sorted(rules.items()))
     params = [
         f"payload = {lua_string(payload_key)}",
         f"header = {lua_string(header_key)}",
@@ -397,5 +417,12 @@ def lua_source(
         f"issuer = {'nil' if issuer is None else lua_string(issuer)}",
         f"audiences = {'nil' if audience_set is None else audience_set}",
         f"remove_authorization = {'true' if remove_authorization else 'false'}",
+        f"policy = {lua_string(policy)}",
+        f"rules = {{{rule_table}}}",
+        f"denial_ns = {lua_string(DENIAL_NAMESPACE)}",
+        f"denied_kind = {lua_string(DenialKind.EXTAUTHZ.value)}",
+        f"denied_header = {lua_string(DENIED_HEADER)}",
+        f"reason_header = {lua_string(reason_header)}",
+        f"id_header = {lua_string(DECISION_ID_HEADER)}",
     ]
     return "local P = {\n  " + ",\n  ".join(params) + "\n}\n" + _LIBRARY

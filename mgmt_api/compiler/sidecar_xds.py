@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 from meshplane import workload_contract
 from meshplane.sidecar_contract import SidecarNode, spiffe_id
-from mgmt_api.compiler import envoy_config, mesh_authz, tracing
+from mgmt_api.compiler import denials, envoy_config, mesh_authz, tracing
 from mgmt_api.compiler.gateway_xds import (
     HCM_FILTER,
     PATH_NORMALIZATION,
@@ -250,7 +250,8 @@ def inbound_listener(inp: SidecarInput, node: SidecarNode) -> JsonDict:
             "configSource": {"ads": {}, "resourceApiVersion": "V3"},
         },
         "httpFilters": [*inbound_http_filters(inp, node), _router()],
-        "localReplyConfig": mesh_authz.LOCAL_REPLY,
+        # Every refusal says why: reason header, decision id, one decision line.
+        **denials.denial_settings("sidecar"),
         **_tracing(inp, node),
     }
     chain: JsonDict = {"filters": [{"name": HCM_FILTER, "typedConfig": manager}]}

@@ -25,8 +25,11 @@ from envoy.config.endpoint.v3 import endpoint_pb2
 from envoy.config.listener.v3 import listener_pb2
 from envoy.config.route.v3 import route_pb2
 from envoy.config.trace.v3 import opentelemetry_pb2  # noqa: F401 - the tracer's typed config
-from envoy.extensions.access_loggers.filters.cel.v3 import (  # noqa: F401 - the mode header
+from envoy.extensions.access_loggers.filters.cel.v3 import (  # noqa: F401 - denials' filters
     cel_pb2,
+)
+from envoy.extensions.access_loggers.stream.v3 import (  # noqa: F401 - decision lines
+    stream_pb2,
 )
 
 # Imported for their descriptors: typed configs inside the resources name them.

@@ -15,6 +15,7 @@ from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.listener.v3 import listener_pb2
 from envoy.config.route.v3 import route_components_pb2, route_pb2
 from envoy.extensions.access_loggers.filters.cel.v3 import cel_pb2
+from envoy.extensions.access_loggers.stream.v3 import stream_pb2  # noqa: F401 (decision lines)
 from envoy.extensions.filters.http.jwt_authn.v3 import config_pb2 as jwt_pb2  # noqa: F401
 from envoy.extensions.filters.http.rbac.v3 import rbac_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (

@@ -34,10 +34,10 @@ import pytest
 import typer.main
 import yaml
 
+from demo.seed import credential_files
 from extauthz.cli import _parser as extauthz_parser
 from meshplane import control_plane, gateway_contract
 from mgmt_api.cli import app as mgmt_api_app
-from mgmt_api.demo.seed import credential_files
 from ratelimit.cli import _parser as ratelimit_parser
 from tests.mgmt_api.harness import ADMIN_PASSWORD, MgmtServer, ok
 from tests.support.envoy import get_envoyconfig, validate
@@ -112,7 +112,7 @@ def envoy_clusters() -> dict[str, tuple[str, int]]:
 
 def upstream_port() -> int:
     argv = command("upstream")
-    assert argv[:3] == ["python", "-m", "mgmt_api.demo.upstream"]
+    assert argv[:3] == ["python", "-m", "demo.upstream"]
     return port_of(argv[argv.index("--listen") + 1])
 
 
@@ -195,6 +195,14 @@ def test_volumes_and_images() -> None:
     admin = envoy_bootstrap()["admin"]["address"]["socket_address"]["port_value"]
     assert f"127.0.0.1:9901:{admin}" in envoy["ports"]
     assert "./seed.py:/seed/seed.py:ro" in services["seed"]["volumes"]
+    # The demo package is not in the image (not product): both mount it beside their cwd/script.
+    demo_dir = COMPOSE_DIR / "../../demo"
+    assert (demo_dir / "seed.py").is_file() and (demo_dir / "upstream.py").is_file()
+    assert "../../demo:/seed/demo:ro" in services["seed"]["volumes"]
+    assert "../../demo:/seed/demo:ro" in services["upstream"]["volumes"]
+    assert services["upstream"]["working_dir"] == "/seed"
+    dockerfile = (COMPOSE_DIR.parent / "Dockerfile").read_text()
+    assert "COPY demo" not in dockerfile
     assert "/gateway" in services["volumes"]["command"]
     credentials_dir = seed_args().credentials_dir
     for name in ("seed", "ratelimit", "extauthz"):

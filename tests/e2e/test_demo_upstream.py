@@ -1,6 +1,6 @@
 """The demo upstream behind the gateway: its four paths, JSON logs, a clean SIGTERM.
 
-Started as ``scripts/run`` starts it (``python -m mgmt_api.demo.upstream``),
+Started as ``scripts/run`` starts it (``python -m demo.upstream``),
 so what the tour shows through the gateway (echoed headers, a held-up
 ``/slow``) is what it answers directly.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from mgmt_api.demo.upstream import MAX_SLOW_SECONDS, _seconds
+from demo.upstream import MAX_SLOW_SECONDS, _seconds
 from tests.support.net import free_port, wait_for_port
 
 
@@ -28,7 +28,7 @@ def upstream(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes], Pat
     log = tmp_path / "upstream.log"
     with open(log, "wb") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "mgmt_api.demo.upstream", "--listen", f"127.0.0.1:{port}"],
+            [sys.executable, "-m", "demo.upstream", "--listen", f"127.0.0.1:{port}"],
             stdout=subprocess.DEVNULL,
             stderr=err,
         )

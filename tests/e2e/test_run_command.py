@@ -1,7 +1,7 @@
 """The README's run command: the whole platform, seeded, behind a real gateway.
 
-Starts ``python -m mgmt_api.demo`` (what ``scripts/run`` execs after setup)
-on free ports in a temporary state directory and waits for its ``ready:``
+Starts ``python -m demo`` (what ``scripts/run`` execs after setup)
+on a free ``--port-base`` in a temporary state directory and waits for its ``ready:``
 line: mgmt-api, ratelimit, extauthz, the demo upstream, an Envoy gateway
 configured over ADS and the cluster agent. Then it sends the requests of the
 tour the banner prints, in its order, with httpx to the gateway (a token minted by the
@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -34,9 +35,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from mgmt_api.demo import mesh
-from mgmt_api.demo.stack import BURST, PORT_ROLES, port_flag
-from mgmt_api.demo.stack import RAISED_REQUESTS as RAISED
+from demo import mesh
+from demo.stack import BURST, PORT_OFFSETS, PORT_ROLES, port_flag
+from demo.stack import RAISED_REQUESTS as RAISED
 from tests.support.net import free_port, free_ports
 from tests.support.processes import wait_until
 
@@ -55,12 +56,33 @@ MESH_KINDS = (
 SEEDED = 16
 
 
+def free_port_base() -> int:
+    """A base whose every offset is a free port now (the tour runs on ``--port-base``)."""
+    span = max(PORT_OFFSETS.values()) + 1
+    for _ in range(50):
+        base = random.randrange(20000, 60000 - span)
+        try:
+            with contextlib.ExitStack() as held:
+                for port in range(base, base + span):
+                    probe = held.enter_context(socket.socket())
+                    probe.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
+    raise AssertionError("no free run of ports for --port-base")
+
+
 class Orchestrator:
-    def __init__(self, state: Path, ports: list[int] | None = None) -> None:
+    def __init__(
+        self, state: Path, ports: list[int] | None = None, port_base: int | None = None
+    ) -> None:
         self.state = state
-        argv = [sys.executable, "-m", "mgmt_api.demo", "--state-dir", str(state)]
-        for flag, port in zip(PORT_FLAGS, ports or free_ports(len(PORT_FLAGS)), strict=True):
-            argv += [flag, str(port)]
+        argv = [sys.executable, "-m", "demo", "--state-dir", str(state)]
+        if port_base is not None:
+            argv += ["--port-base", str(port_base)]
+        else:
+            for flag, port in zip(PORT_FLAGS, ports or free_ports(len(PORT_FLAGS)), strict=True):
+                argv += [flag, str(port)]
         self.proc = subprocess.Popen(
             argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
@@ -117,7 +139,7 @@ def pid_alive(pid: int) -> bool:
 
 @pytest.fixture
 def orchestrator(tmp_path: Path) -> Iterator[Orchestrator]:
-    orch = Orchestrator(tmp_path / ".run")
+    orch = Orchestrator(tmp_path / ".run", port_base=free_port_base())
     try:
         yield orch
     finally:
@@ -169,11 +191,14 @@ def _burst(url: str, token: str, n: int) -> Counter[int]:
         return Counter(pool.map(one, range(n)))
 
 
+# A first start is ~30 CPU-seconds of a dozen processes: on a loaded two-core
+# machine the wall time is several times that, past pytest's default timeout.
+@pytest.mark.timeout(600)
 def test_run_command_brings_up_the_gateway_and_the_tour_through_it_holds(
     orchestrator: Orchestrator,
 ) -> None:
     """Every request the banner prints, sent with httpx to the gateway, in its order."""
-    assert orchestrator.ready.wait(240), orchestrator.output
+    assert orchestrator.ready.wait(420), orchestrator.output
     assert any(line.startswith("ready:") for line in orchestrator.lines), orchestrator.output
     pids = orchestrator.child_pids()
     workloads = {f"{w.name}-{part}" for w in mesh.WORKLOADS for part in ("app", "sidecar")}
@@ -190,6 +215,9 @@ def test_run_command_brings_up_the_gateway_and_the_tour_through_it_holds(
     output = orchestrator.output
     gateway = _banner_value(output, r"gateway\s+(http://\S+)")
     mgmt = _banner_value(output, r"REST (http://\S+)/v2")
+    # --port-base moved every port: each is the base plus its offset.
+    base = int(mgmt.rsplit(":", 1)[1])
+    assert gateway == f"http://127.0.0.1:{base + PORT_OFFSETS['gateway']}", output
     password = _banner_value(output, r"password (\S+)\)")
     commands = orchestrator.printed_commands()
     kinds = [
@@ -297,23 +325,40 @@ def check_mesh_tour(commands: list[str], token_command: str) -> None:
     assert "x-meshplane-denied: mode CUSTOM" in by_mode[1], by_mode
 
 
-def test_a_second_run_on_the_same_state_reuses_the_seed(tmp_path: Path) -> None:
+@pytest.mark.timeout(600)
+def test_a_second_run_on_the_same_state_keeps_a_users_edit(tmp_path: Path) -> None:
+    """Run, change the seeded limit over REST, stop, run again: the change stays,
+    nothing is created again, and the seed line says what it left alone."""
     state = tmp_path / ".run"
     ports = free_ports(len(PORT_FLAGS))
+    policy = f"{CLUSTER_PATH}/backendtrafficpolicies/default.web-limit"
     for attempt in range(2):
         orch = Orchestrator(state, ports)
         try:
-            assert orch.ready.wait(180), orch.output
+            assert orch.ready.wait(240), orch.output
             assert any(line.startswith("ready:") for line in orch.lines), orch.output
+            mgmt = _banner_value(orch.output, r"REST (http://\S+)/v2")
+            password = _banner_value(orch.output, r"password (\S+)\)")
+            with httpx.Client(base_url=mgmt, auth=("admin", password), timeout=30) as api:
+                stored = api.get(policy).json()
+                if attempt == 0:
+                    stored["spec"]["rateLimit"]["global"]["rules"][0]["limit"]["requests"] = 7
+                    edit = {"etag": stored["etag"], "spec": stored["spec"]}
+                    assert api.put(policy, json=edit).status_code == 200
             orch.proc.send_signal(signal.SIGINT)
             assert orch.proc.wait(timeout=60) == 0, orch.output
         finally:
             orch.kill_everything()
         if attempt == 0:
-            assert f"seeded: {SEEDED} created, 0 updated, 0 unchanged" in orch.output
+            assert f"seeded: {SEEDED} created, 0 left as they are" in orch.output
             first_password = (state / "admin-password").read_text()
             first_key = (state / "agent-credentials.json").read_text()
-    assert f"seeded: 0 created, 0 updated, {SEEDED} unchanged" in orch.output, orch.output
+    assert stored["spec"]["rateLimit"]["global"]["rules"][0]["limit"]["requests"] == 7
+    assert (
+        f"seeded: 0 created, {SEEDED} left as they are (1 differing from the demo's, kept)"
+        in orch.output
+    ), orch.output
+    assert f"  kept as it is: {policy}" in orch.output, orch.output
     assert (state / "admin-password").read_text() == first_password
     assert (state / "agent-credentials.json").read_text() == first_key
 
@@ -328,7 +373,7 @@ def test_a_busy_port_stops_it_before_anything_starts(tmp_path: Path, busy: str) 
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         ports[busy] = holder.getsockname()[1]
-        argv = [sys.executable, "-m", "mgmt_api.demo", "--state-dir", str(state)]
+        argv = [sys.executable, "-m", "demo", "--state-dir", str(state)]
         for flag, port in ports.items():
             argv += [flag, str(port)]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
@@ -338,13 +383,14 @@ def test_a_busy_port_stops_it_before_anything_starts(tmp_path: Path, busy: str) 
         f"port {ports[busy]} ({role}) on 127.0.0.1 is in use: pass {busy} N,"
         " or stop what listens there" in done.stderr
     ), done.stderr
+    assert "(or move every port together: --port-base N)" in done.stderr, done.stderr
     assert "pid" not in done.stdout, done.stdout
     assert not state.exists()
 
 
 def test_a_port_given_twice_is_refused(tmp_path: Path) -> None:
     port = free_port()
-    argv = [sys.executable, "-m", "mgmt_api.demo", "--state-dir", str(tmp_path / ".run")]
+    argv = [sys.executable, "-m", "demo", "--state-dir", str(tmp_path / ".run")]
     argv += ["--mgmt-port", str(port), "--upstream-port", str(port)]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 1, done

@@ -120,7 +120,7 @@ def test_local_jwt_rules_at_a_sidecar(mesh: MeshStack) -> None:
     response = b.call(e, "/api/items")
     assert response.status_code == 401
     assert "www-authenticate" in response.headers
-    assert DENIED_HEADER not in response.headers  # the mode did not refuse it
+    assert response.headers[DENIED_HEADER].startswith("jwt ")  # the rules refused, not the mode
     dump = e.admin("GET", "/config_dump?resource=dynamic_listeners").text
     assert "envoy.filters.http.ext_authz" not in dump
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import dataclasses
 import io
 import json
 from pathlib import Path
@@ -34,6 +35,7 @@ from meshplane.decision_log import (
     settings_from_args,
 )
 from ratelimit.config import RateLimit
+from ratelimit.decisions import decision_line as ratelimit_line
 from ratelimit.decisions import header_entry, hits
 from ratelimit.plan import DescriptorPlan, Plan
 from ratelimit.settings import parse_settings
@@ -136,7 +138,9 @@ def test_an_extauthz_line_names_everything_but_the_token() -> None:
         "trace_id": TRACE,
         "time": "1970-01-01T00:00:00.000Z",
         "decision": "deny",
+        "kind": "extauthz",
         "policy": "jwt",
+        "rule": "jwt.leewaySeconds",
         "reason": "expired",
         "method": "POST",
         "path": "/x",
@@ -209,6 +213,22 @@ def test_ratelimit_hits(
         allowed=all(f or s for f, s in zip(fits, shadows, strict=True)), counts=(0, 0), fits=fits
     )
     assert hits(plan, outcome) == expected
+
+
+def test_a_ratelimit_line_names_policy_rule_and_reason() -> None:
+    """The enforced hit's rule refused, not the shadow one listed first."""
+    enforced = dataclasses.replace(_limit(False), rule_id="enforced")
+    descriptors = (DescriptorPlan(_limit(True), 0, 1), DescriptorPlan(enforced, 1, 1))
+    plan = Plan("c/default/p", True, descriptors, (), {})
+    line = ratelimit_line(plan, [[("a", "1")], [("b", "2")]], [(0, True), (1, False)], "id", 0.0,
+                          over=True, shown=lambda v: v)  # fmt: skip
+    assert (line["kind"], line["policy"], line["rule"], line["reason"], line["decision"]) == (
+        "ratelimit",
+        "c/default/p",
+        "enforced",
+        "over_limit",
+        "over_limit",
+    )
 
 
 def test_the_header_entry_is_a_response_header_to_add() -> None:

@@ -3,7 +3,8 @@
 :class:`EnvoyProcess` starts ``envoy`` with a bootstrap (a dict or YAML
 text), its admin listener on a loopback address (port 0 unless given: the
 bound port is read back from ``--admin-address-path``, so there is no race
-for a free port), its log in a file, and waits for ``/ready``. ``stop()``
+for a free port), its log and its stdout (access logs) in files, and waits
+for ``/ready``. ``stop()``
 terminates it (SIGTERM, then SIGKILL) and makes sure the process is gone.
 Hot restart is disabled, so any number of Envoys run side by side without
 sharing memory segments.
@@ -99,6 +100,12 @@ class EnvoyProcess:
         return f"http://{self.admin_address}"
 
     @property
+    def stdout_path(self) -> Path:
+        """Envoy's standard output: its stdout access logs (the decision lines)."""
+        assert self.directory is not None
+        return self.directory / "envoy.stdout"
+
+    @property
     def pid(self) -> int:
         assert self.proc is not None
         return self.proc.pid
@@ -128,8 +135,8 @@ class EnvoyProcess:
             "50",
             *self.extra_args,
         ]
-        with open(self._stderr, "ab") as err:
-            self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=err)
+        with open(self._stderr, "ab") as err, open(self.stdout_path, "ab") as out:
+            self.proc = subprocess.Popen(args, stdout=out, stderr=err)
         deadline = time.monotonic() + timeout
         try:
             while not (address_file.exists() and address_file.read_text().strip()):

@@ -24,6 +24,8 @@ from envoy.config.route.v3 import route_components_pb2
 
 # Imported for their side effect: registering the typed_config message types
 # so that json_format can resolve every "@type" Any.
+from envoy.extensions.access_loggers.filters.cel.v3 import cel_pb2  # noqa: F401
+from envoy.extensions.access_loggers.stream.v3 import stream_pb2  # noqa: F401
 from envoy.extensions.filters.http.ext_authz.v3 import ext_authz_pb2  # noqa: F401
 from envoy.extensions.filters.http.jwt_authn.v3 import config_pb2  # noqa: F401
 from envoy.extensions.filters.http.lua.v3 import lua_pb2  # noqa: F401

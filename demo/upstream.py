@@ -13,7 +13,7 @@ connection, so slow requests do not hold up the others, and nothing to
 install. Logs are JSON lines on stderr like every other process of the
 stack; SIGTERM (or SIGINT) stops it cleanly with exit code 0.
 
-    python -m mgmt_api.demo.upstream --listen 127.0.0.1:8000
+    python -m demo.upstream --listen 127.0.0.1:8000
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ SERVICE = "demo-upstream"
 MAX_SLOW_SECONDS = 30.0
 _STATUS = re.compile(r"^/status/(\d{3})$")
 
-log = logging.getLogger("mgmt_api.demo.upstream")
+log = logging.getLogger("demo.upstream")
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -123,7 +123,7 @@ def _seconds(text: str) -> float | None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m mgmt_api.demo.upstream", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m demo.upstream", description=__doc__)
     parser.add_argument("--listen", default="127.0.0.1:8000", help="HOST:PORT to serve on")
     parser.add_argument(
         "--name", default="upstream", help="the app's name in its answers (the mesh workloads)"
