@@ -48,7 +48,7 @@ async def _main(args: argparse.Namespace) -> None:
     root = ROOT
     sys.path.insert(0, str(root))
     from meshplane.envoy_binary import ensure_envoy_api  # noqa: PLC0415
-    from meshplane.envoy_server import SITE_DIR  # noqa: PLC0415
+    from meshplane.servers.envoy.server import SITE_DIR  # noqa: PLC0415
 
     ensure_envoy_api()
     from pyvoy import PyvoyServer  # noqa: PLC0415

@@ -2,7 +2,7 @@
 
     uv run python bench/h2_adapter_cost.py [--calls 20000] [--batch 16] [--profile]
 
-Drives :class:`meshplane.h2_protocol.H2Protocol` on uvloop with a fake
+Drives :class:`meshplane.servers.h2.protocol.H2Protocol` on uvloop with a fake
 transport (writes are counted, not sent): each batch is ``--batch`` unary
 requests (HEADERS with h2load's kind of fully indexed block + one DATA with
 END_STREAM) in one ``data_received``, then the loop turns until every answer
@@ -39,9 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # asgi_cost, for --service rls
 
 from meshplane.asgi_grpc import GrpcAsgiApp
-from meshplane.h2_protocol import ConnectionSet, H2Settings, H2Stats
-from meshplane.http2.connection import PREFACE, frame
 from meshplane.rpc import HealthState, Services
+from meshplane.servers.h2.http2.connection import PREFACE, frame
+from meshplane.servers.h2.protocol import ConnectionSet, H2Settings, H2Stats
 
 PATH = "/bench.Noop/Call"
 REQUEST = [

@@ -1,8 +1,8 @@
 """The h2 backend's floor: `bench/asgi_noop.py`'s raw ASGI no-op on meshplane's own HTTP/2 server.
 
 ``bench/asgi_noop.py`` is the floor of ``--server envoy`` (the same app on
-pyvoy). This serves that very app through :mod:`meshplane.h2_protocol` and
-the pure core :mod:`meshplane.http2` with the backend's default settings, no
+pyvoy). This serves that very app through :mod:`meshplane.servers.h2.protocol` and
+the pure core :mod:`meshplane.servers.h2.http2` with the backend's default settings, no
 ``GrpcAsgiApp`` and no service: what a call costs on ``--server h2`` before
 any of our gRPC or service code. ``--workers`` spawned processes share the
 port (SO_REUSEPORT), as the backend's workers do.
@@ -30,7 +30,7 @@ def _serve(port: int) -> None:
     import asgi_noop  # noqa: PLC0415  (reads NOOP_RESPONSE_HEX at import)
     import uvloop  # noqa: PLC0415
 
-    from meshplane.h2_protocol import ConnectionSet, H2Settings, H2Stats  # noqa: PLC0415
+    from meshplane.servers.h2.protocol import ConnectionSet, H2Settings, H2Stats  # noqa: PLC0415
     from meshplane.worker_support import reuseport_socket  # noqa: PLC0415
 
     async def main() -> None:

@@ -28,9 +28,7 @@ The servers compared:
 - ``asgi-noop``: the raw ASGI no-op on pyvoy (Envoy + embedded Python, read
   the body, send a fixed answer and ``grpc-status: 0``): the floor of the
   server our services run on by default;
-- ``grpcio-noop``: a no-op unary handler on our grpcio runtime: the floor
-  of the old server;
-- ours, on the default server (and on ``--server grpcio`` where asked).
+- ours, on the default server (and on ``--server h2`` where asked).
 
     uv run python bench/extauthz/bench.py        # or bench/ratelimit/run.py
 """
@@ -211,7 +209,7 @@ def run_bench(
         for workers in args.workers:
             results += bench_workers(workers, Path(tmp))
     print()
-    print(report(results, [FLOOR, H2_FLOOR, "grpcio-noop", NATIVE]))
+    print(report(results, [FLOOR, H2_FLOOR, NATIVE]))
     if args.gateway_like is not None:
         print()
         print(gateway_targets(results, gateway_mode(args.gateway_like)))
@@ -488,12 +486,11 @@ def _print_runs(runs: Sequence[Run]) -> None:
         )
 
 
-def floors(direct: Server, noop: Server, old: Server, path: str, body: Path) -> list[Target]:
-    """The three floors, measured with the same request as ours."""
+def floors(direct: Server, noop: Server, path: str, body: Path) -> list[Target]:
+    """The floors, measured with the same request as ours."""
     return [
         Target("envoy-direct", direct, path, body),
         Target("asgi-noop", noop, path, body),
-        Target("grpcio-noop", old, path, body),
     ]
 
 
@@ -582,7 +579,7 @@ def gateway_targets(results: Sequence[Run], mode: str) -> str:
                 f"{workers} worker(s), {mode}: {floor} ÷ native {ratio:.2f}x "
                 f"(target <= {FLOOR_TARGET}x: {'met' if ratio <= FLOOR_TARGET else 'NOT met'})"
             )
-        for case in sorted(set(cpu) - {FLOOR, H2_FLOOR, NATIVE, "grpcio-noop"}):
+        for case in sorted(set(cpu) - {FLOOR, H2_FLOOR, NATIVE}):
             # A service against the pyvoy floor (the issue's) and, on h2, its own server's.
             floors = (FLOOR, H2_FLOOR) if case.endswith("-h2") and H2_FLOOR in cpu else (FLOOR,)
             for floor in floors:

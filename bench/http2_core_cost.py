@@ -1,4 +1,4 @@
-"""CPU of one unary gRPC exchange through meshplane.http2.Connection alone.
+"""CPU of one unary gRPC exchange through meshplane.servers.h2.http2.Connection alone.
 
     uv run --frozen python bench/http2_core_cost.py [--count 20000] [--rounds 5]
 
@@ -31,13 +31,13 @@ import struct
 import sys
 import time
 
-from meshplane.http2.connection import (
+from meshplane.servers.h2.http2.connection import (
     PREFACE,
     Connection,
     DataReceived,
     RequestReceived,
 )
-from meshplane.http2.hpack_blocks import RESPONSE_GRPC, TRAILERS_OK, encode_headers
+from meshplane.servers.h2.http2.hpack_blocks import RESPONSE_GRPC, TRAILERS_OK, encode_headers
 
 BLOCK = encode_headers(
     [
@@ -48,7 +48,7 @@ BLOCK = encode_headers(
         (b"content-type", b"application/grpc"),
         (b"te", b"trailers"),
         (b"grpc-timeout", b"200m"),
-        (b"user-agent", b"envoy/1.39"),
+        (b"user-agent", b"envoy/1.40"),
     ]
 )
 MESSAGE = b"\x00" + (300).to_bytes(4, "big") + b"r" * 300  # a Check request's size

@@ -81,9 +81,9 @@ from demo.seed import (
 from meshplane import control_plane, gateway_contract, sidecar_contract
 from meshplane.config_error import ConfigError
 from meshplane.envoy_binary import EnvoyNotInstalled, envoy_path
-from meshplane.envoy_server import envoy_log_format
 from meshplane.netaddr import format_listen
 from meshplane.secret_file import write_secret
+from meshplane.servers.envoy.server import envoy_log_format
 
 # Variables that would take the children off their embedded defaults.
 _SCRUBBED_ENV = (

@@ -37,7 +37,7 @@ def add_serve_arguments(
         "--server",
         choices=SERVER_KINDS,
         default="envoy",
-        help="HTTP/2 server: envoy (Envoy + embedded Python, the default), grpcio, "
+        help="HTTP/2 server: envoy (Envoy + embedded Python, the default) "
         "or h2 (meshplane's own one-thread HTTP/2 server: least CPU a call)",
     )
     parser.add_argument(

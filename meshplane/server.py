@@ -10,19 +10,16 @@ SIGTERM asks every worker to drain; a worker whose supervisor is gone
 the gateway's pod): one worker serves it, since a socket path has no
 SO_REUSEPORT (:func:`meshplane.netaddr.check_serve_listen`).
 
-Three backends carry the same apps (``ServeOptions.server``), picked from
+Two backends carry the same apps (``ServeOptions.server``), picked from
 :data:`BACKENDS`; the supervisor knows them only through
 :mod:`meshplane.server_contract`:
 
 - ``envoy`` (the default): each worker is an Envoy process that terminates
   HTTP/2 and TLS and runs the app in its embedded Python (pyvoy), behind the
   ASGI gRPC adapter of :mod:`meshplane.asgi_grpc`; see
-  :mod:`meshplane.envoy_server` and :mod:`meshplane.envoy_worker`. About 35 µs
-  of CPU a call instead of grpcio's ~240 µs;
-- ``grpcio``: each worker is a spawned Python process running a ``grpc.aio``
-  server (:mod:`meshplane.grpcio_server`);
+  :mod:`meshplane.servers.envoy.server` and :mod:`meshplane.servers.envoy.worker`;
 - ``h2`` (opt-in): each worker is a spawned Python process on uvloop that
-  speaks HTTP/2 itself (:mod:`meshplane.h2_server`, :mod:`meshplane.http2`)
+  speaks HTTP/2 itself (:mod:`meshplane.servers.h2.server`, :mod:`meshplane.servers.h2.http2`)
   and runs the same ASGI gRPC adapter as ``envoy``: the cheapest per call
   (no thread hand-off), without Envoy's hardened codec and overload manager.
 
@@ -44,9 +41,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from meshplane import metrics
-from meshplane.envoy_server import envoy_starter
-from meshplane.grpcio_server import grpcio_starter
-from meshplane.h2_server import h2_starter
 from meshplane.logging import configure_logging
 from meshplane.netaddr import check_serve_listen
 from meshplane.server_contract import (
@@ -57,13 +51,14 @@ from meshplane.server_contract import (
     StartWorker,
     WorkerProcess,
 )
+from meshplane.servers.envoy.server import envoy_starter
+from meshplane.servers.h2.server import h2_starter
 
 log = logging.getLogger(__name__)
 
 #: The backend of each ``--server`` choice.
 BACKENDS: Mapping[ServerKind, Backend] = {
     "envoy": envoy_starter,
-    "grpcio": grpcio_starter,
     "h2": h2_starter,
 }
 

@@ -2,11 +2,11 @@
 
 Every meshplane gRPC service is an app (:class:`GrpcApp`) that a backend runs
 in N worker processes, which a supervisor (:mod:`meshplane.server`) keeps up.
-Three backends carry the same apps: ``envoy`` (Envoy + pyvoy,
-:mod:`meshplane.envoy_server` and :mod:`meshplane.envoy_worker`), ``grpcio``
-(:mod:`meshplane.grpcio_server`) and ``h2`` (meshplane's own HTTP/2 server,
-:mod:`meshplane.h2_server`). This module is what they agree on, so neither
-side imports the other:
+Two backends carry the same apps: ``envoy`` (Envoy + pyvoy,
+:mod:`meshplane.servers.envoy.server` and :mod:`meshplane.servers.envoy.worker`) and ``h2``
+(meshplane's own HTTP/2 server, :mod:`meshplane.servers.h2.server`); docs/runtime.md
+says what each gives that the other cannot. This module is what they agree on, so
+neither side imports the other:
 
 - **app ↔ runtime**: an app registers ``bytes -> bytes`` unary handlers and
   flips readiness on a :class:`WorkerContext`, whichever backend runs it;
@@ -53,7 +53,7 @@ class UnaryResponder(Protocol):
 CompleteUnaryEntry = Callable[
     [str, str, Sequence[tuple[bytes, bytes]], bytes, UnaryResponder], Awaitable[None] | None
 ]
-ServerKind = Literal["envoy", "grpcio", "h2"]
+ServerKind = Literal["envoy", "h2"]
 #: The backends, the default first (``--server`` choices).
 SERVER_KINDS: tuple[ServerKind, ...] = get_args(ServerKind)
 

@@ -11,7 +11,7 @@ certificate chain, key, optional client CA), three servers:
   :class:`ReloadingServerContext` is an :class:`ssl.SSLContext` that answers
   each new connection (``wrap_bio``) from the newest *valid* context built
   from the files, which it looks at (``stat``) at most once a second;
-- grpcio servers (the policy stream, the agent tunnel, ``--server grpcio``):
+- grpcio servers (the policy stream, the agent tunnel):
   :func:`grpcio_credentials` uses grpcio's dynamic credentials, whose fetcher
   runs at every new handshake and re-reads the files only when one changed;
 - Envoy-based servers (Check and ShouldRateLimit on pyvoy):

@@ -1,14 +1,13 @@
 """What a worker does the same way on every backend, beside the gRPC server.
 
-A grpcio worker (:mod:`meshplane.grpcio_server`), an h2 worker
-(:mod:`meshplane.h2_server`) and an Envoy worker (:mod:`meshplane.envoy_worker`)
-all serve the app's optional ASGI ``http_app`` under uvicorn in their event
-loop (:class:`HttpSide`), and all freeze their startup heap once the app has
-started (:func:`freeze_startup_heap`). The two backends whose workers are
-spawned Python processes (grpcio, h2) also share how such a worker is
-started, tied to its supervisor's life and drained (:func:`spawned_starter`,
-:func:`die_with_parent`, :func:`watch_supervisor`). One copy here, so the
-backends cannot drift.
+An h2 worker (:mod:`meshplane.servers.h2.server`) and an Envoy worker
+(:mod:`meshplane.servers.envoy.worker`) both serve the app's optional ASGI
+``http_app`` under uvicorn in their event loop (:class:`HttpSide`), and both
+freeze their startup heap once the app has started (:func:`freeze_startup_heap`).
+The h2 backend's workers are spawned Python processes, so the module also
+holds how such a worker is started, tied to its supervisor's life and drained
+(:func:`spawned_starter`, :func:`die_with_parent`, :func:`watch_supervisor`).
+One copy here, so the backends cannot drift.
 """
 
 from __future__ import annotations
@@ -93,7 +92,7 @@ async def watch_supervisor(supervisor: int, stop: asyncio.Event) -> None:
 
 
 class ServedWorker(Protocol):
-    """A spawned worker's server (grpcio's or h2's): started, then drained."""
+    """A spawned worker's server (h2's): started, then drained."""
 
     port: int
     http_port: int | None
@@ -145,7 +144,7 @@ class _SpawnSpec:
 
 
 def _spawned_main(spec: _SpawnSpec) -> None:
-    """Entry point of a spawned worker process (grpcio or h2)."""
+    """Entry point of a spawned worker process (h2)."""
     # SIGTERM (a drain) as soon as the supervisor dies, even mid-start; and
     # if it died before this line, do not start at all.
     die_with_parent(signal.SIGTERM)

@@ -5,13 +5,11 @@ In one run, interleaved over ``--rounds`` rounds, at each worker count
 
 * ``envoy-direct``: Envoy's ``direct_response`` (no Python): the native limit;
 * ``asgi-noop``: a raw ASGI no-op on pyvoy: the floor of our default server;
-* ``grpcio-noop``: a no-op Check on our grpcio runtime: the old floor;
 * ``hs256``: ``extauthz serve`` (Envoy-based server) with a valid HS256 token
   (the verified-token cache makes a repeat token a dict hit);
 * ``denied``: the same server, one forged HS256 token repeated (bad
   signature: verified once, then its refusal is a dict hit; attack traffic
   with a fresh forged token per call pays a verification each time);
-* ``hs256-grpcio``: ``extauthz serve --server grpcio``, valid token;
 * ``hs256-h2``: ``extauthz serve --server h2`` (meshplane's own one-thread
   HTTP/2 server), valid token;
 * ``hs256-2threads`` (1 worker only): one worker with 2 Envoy threads, to
@@ -48,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import h2grpc
 import tracing_cases
-from h2grpc import BIN, ROOT, Run, Target, asgi_noop, envoy_direct, h2_noop
+from h2grpc import BIN, Run, Target, asgi_noop, envoy_direct, h2_noop
 
 METHOD = "/envoy.service.auth.v3.Authorization/Check"
 SECRET = "bench-secret-0123456789abcdef-0123456789"
@@ -153,13 +151,6 @@ def ours(
     )  # fmt: skip
 
 
-def grpcio_noop(workers: int) -> contextlib.AbstractContextManager[h2grpc.Server]:
-    return h2grpc.listening(
-        "grpcio-noop",
-        [sys.executable, str(ROOT / "bench/extauthz/noop_server.py"), "--workers", str(workers)],
-    )
-
-
 def bench_workers(workers: int, workdir: Path, args: argparse.Namespace) -> list[Run]:
     """Every server up at once; the cases interleave for ``rounds``."""
     config, tokens = write_config(workdir, 10_000)
@@ -173,13 +164,10 @@ def bench_workers(workers: int, workdir: Path, args: argparse.Namespace) -> list
         direct = stack.enter_context(envoy_direct(workers, allow_frame, workdir))
         noop = stack.enter_context(asgi_noop(workers, allow_frame))
         h2noop = stack.enter_context(h2_noop(workers, allow_frame))
-        old = stack.enter_context(grpcio_noop(workers))
         envoy = stack.enter_context(ours(config, workers, "envoy"))
-        grpcio = stack.enter_context(ours(config, workers, "grpcio"))
         h2 = stack.enter_context(ours(config, workers, "h2"))
         expect_status(envoy.port, bodies["hs256"], 0)
         expect_status(envoy.port, bodies["denied"], 7)
-        expect_status(grpcio.port, bodies["hs256"], 0)
         expect_status(h2.port, bodies["hs256"], 0)
         expect_status(h2.port, bodies["denied"], 7)
         threaded = None
@@ -187,10 +175,9 @@ def bench_workers(workers: int, workdir: Path, args: argparse.Namespace) -> list
             # Threads instead of processes: one worker, two Envoy threads.
             threaded = stack.enter_context(ours(config, 1, "envoy", threads=2))
         targets = [
-            *h2grpc.floors(direct, noop, old, METHOD, bodies["hs256"]),
+            *h2grpc.floors(direct, noop, METHOD, bodies["hs256"]),
             Target("hs256", envoy, METHOD, bodies["hs256"]),
             Target("denied", envoy, METHOD, bodies["denied"], latency=False),
-            Target("hs256-grpcio", grpcio, METHOD, bodies["hs256"], latency=False),
             Target("hs256-h2", h2, METHOD, bodies["hs256"]),
             Target("h2-noop", h2noop, METHOD, bodies["hs256"]),
         ]

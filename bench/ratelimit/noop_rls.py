@@ -1,7 +1,7 @@
 """The baselines of the rate-limit bench: an RLS that answers OK at once.
 
-Built on our grpcio runtime (meshplane.server with ``server="grpcio"``: the
-same worker model, health and reflection), the floor of the old server.
+Built on our runtime (meshplane.server, ``--server`` any backend: the same
+worker model, health and reflection as the service).
 
 With ``--redis-port`` it also makes one ``GET`` round trip to that Redis per
 call, on a bare asyncio protocol, before answering: the floor of any decision
@@ -24,7 +24,7 @@ import hiredis
 from envoy.service.ratelimit.v3 import rls_pb2
 
 from meshplane.server import serve
-from meshplane.server_contract import ASGIApp, ServeOptions, WorkerContext
+from meshplane.server_contract import SERVER_KINDS, ASGIApp, ServeOptions, WorkerContext
 
 SERVICE = "envoy.service.ratelimit.v3.RateLimitService"
 _GET = b"*2\r\n$3\r\nGET\r\n$4\r\nnoop\r\n"
@@ -99,10 +99,11 @@ def main() -> int:
     parser.add_argument("--listen", default="127.0.0.1:18081")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--redis-port", type=int, help="one GET to 127.0.0.1:PORT per call")
+    parser.add_argument("--server", choices=SERVER_KINDS, default=SERVER_KINDS[0])
     args = parser.parse_args()
     return serve(
         functools.partial(build, args.redis_port),
-        ServeOptions(listen=args.listen, workers=args.workers, server="grpcio"),
+        ServeOptions(listen=args.listen, workers=args.workers, server=args.server),
         service="noop-rls",
     )
 

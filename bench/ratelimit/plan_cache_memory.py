@@ -14,7 +14,7 @@ buckets and a new response template. Counters live in a real redis-server
   over the store stack ``build_store`` makes, on Redis), ``--concurrency``
   calls in flight; prints this process's RSS. A million gRPC calls from a
   Python client would take too long on a shared machine, hence this mode.
-* ``grpc``: ``ratelimit serve --workers 1`` (Envoy-based server or grpcio)
+* ``grpc``: ``ratelimit serve --workers 1`` (Envoy-based server or h2)
   called over gRPC; prints the worker's RSS.
 
 RSS is printed after a warm-up of 20,000 requests and then every
@@ -43,6 +43,7 @@ from envoy.service.ratelimit.v3 import rls_pb2
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from meshplane.server_contract import SERVER_KINDS  # noqa: E402
 from ratelimit import plan as plan_module  # noqa: E402
 from ratelimit.app import build_store  # noqa: E402
 from ratelimit.config import load_config  # noqa: E402
@@ -160,7 +161,7 @@ def serving(server: str, redis_url: str) -> Iterator[tuple[int, int]]:
     try:
         wait_for_port(port, timeout=60)
         children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
-        yield port, max(children, key=rss_mb)  # grpcio has a helper too
+        yield port, max(children, key=rss_mb)  # spawned workers have a helper too
     finally:
         proc.terminate()
         try:
@@ -196,7 +197,7 @@ async def over_grpc(args: argparse.Namespace, redis_url: str) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("mode", choices=["direct", "grpc"])
-    parser.add_argument("--server", choices=["envoy", "grpcio", "h2"], default="envoy")
+    parser.add_argument("--server", choices=SERVER_KINDS, default=SERVER_KINDS[0])
     parser.add_argument("--count", type=int)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--every", type=int, default=100_000)

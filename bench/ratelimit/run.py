@@ -5,13 +5,11 @@ In one run, interleaved over ``--rounds`` rounds, at each worker count
 
 * ``envoy-direct``: Envoy's ``direct_response`` (no Python): the native limit;
 * ``asgi-noop``: a raw ASGI no-op on pyvoy: the floor of our default server;
-* ``grpcio-noop``: a no-op RLS on our grpcio runtime (``noop_rls.py``): the old floor;
 * ``redis-2``: ``ratelimit serve`` (Envoy-based server) on a real
   redis-server, 2 descriptors (two buckets, one script call, default
   settings: pipelining and the local cache on);
 * ``over-limit``: the same server, a bucket already empty, so the local cache
   of empty buckets answers;
-* ``redis-2-grpcio``: ``ratelimit serve --server grpcio``, 2 descriptors;
 * ``redis-2-h2``: ``ratelimit serve --server h2`` (meshplane's own one-thread
   HTTP/2 server), 2 descriptors.
 
@@ -49,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import h2grpc
 import tracing_cases
-from h2grpc import BIN, ROOT, Run, Target, asgi_noop, envoy_direct, h2_noop
+from h2grpc import BIN, Run, Target, asgi_noop, envoy_direct, h2_noop
 
 from tests.support.redis_server import RedisServer, redis_server
 
@@ -179,13 +177,6 @@ def ours(
     )  # fmt: skip
 
 
-def grpcio_noop(workers: int) -> contextlib.AbstractContextManager[h2grpc.Server]:
-    return h2grpc.listening(
-        "grpcio-noop",
-        [sys.executable, str(ROOT / "bench/ratelimit/noop_rls.py"), "--workers", str(workers)],
-    )
-
-
 def bench_workers(
     workers: int, workdir: Path, args: argparse.Namespace, redis: RedisServer
 ) -> list[Run]:
@@ -201,24 +192,19 @@ def bench_workers(
     with contextlib.ExitStack() as stack:
         direct = stack.enter_context(envoy_direct(workers, answer, workdir))
         noop = stack.enter_context(asgi_noop(workers, answer))
-        old = stack.enter_context(grpcio_noop(workers))
         timeout = args.store_timeout_ms
         envoy = stack.enter_context(ours(config, redis, workers, "envoy", store_timeout_ms=timeout))
         servers = [envoy]
         targets = [
-            *h2grpc.floors(direct, noop, old, PATH, bodies["redis-2"]),
+            *h2grpc.floors(direct, noop, PATH, bodies["redis-2"]),
             Target("redis-2", envoy, PATH, bodies["redis-2"]),
         ]
         if not args.tracing:
-            grpcio = stack.enter_context(
-                ours(config, redis, workers, "grpcio", store_timeout_ms=timeout)
-            )
             h2 = stack.enter_context(ours(config, redis, workers, "h2", store_timeout_ms=timeout))
             h2noop = stack.enter_context(h2_noop(workers, answer))
-            servers += [grpcio, h2]
+            servers += [h2]
             targets += [
                 Target("over-limit", envoy, PATH, bodies["over-limit"], latency=False),
-                Target("redis-2-grpcio", grpcio, PATH, bodies["redis-2"], latency=False),
                 Target("redis-2-h2", h2, PATH, bodies["redis-2"]),
                 Target("h2-noop", h2noop, PATH, bodies["redis-2"]),
             ]

@@ -17,9 +17,11 @@ when it has decided (``filter_enabled_metadata`` on
 :data:`DECIDED_NAMESPACE`). A referred request is decided by the extauthz
 service itself, so its verdict and reason are extauthz's by construction.
 
-Envoy 1.39's Lua has no ``base64Decode()``: the decoder here is written out,
-strict (either alphabet, not mixed, canonical trailing bits, padding only
-when complete), as ``extauthz.paths.decode_path_claim`` is.
+The decoder here is written out, strict (either alphabet, not mixed,
+canonical trailing bits, padding only when complete), as
+``extauthz.paths.decode_path_claim`` is. Envoy 1.40's Lua ``base64Decode()``
+is not: it takes the standard alphabet only and accepts non-canonical
+trailing bits (docs/gateway.md, "Envoy version").
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """One echo supervisor per HTTP/2 backend, shared by every conformance test.
 
-The backends are the matrix's (tests.support.backends.BACKENDS) less
-``grpcio``, whose HTTP/2 is grpc-core's: these tables hold meshplane's own
-HTTP/2 (``h2``) and the Envoy-fronted one (``envoy``) to RFC 9113. Started
+The backends are the matrix's (tests.support.backends.BACKENDS): these
+tables hold meshplane's own HTTP/2 (``h2``) and the Envoy-fronted one
+(``envoy``) to RFC 9113. Started
 side by side once for the package (Envoy takes seconds to come up on a loaded
 machine) and stopped with it.
 """
@@ -17,7 +17,7 @@ from tests.runtime.supervisors import Supervisor
 from tests.support.backends import BACKENDS
 
 #: The backends whose HTTP/2 these tables hold to RFC 9113.
-HTTP2_BACKENDS: tuple[str, ...] = tuple(kind for kind in BACKENDS if kind != "grpcio")
+HTTP2_BACKENDS: tuple[str, ...] = BACKENDS
 
 
 @pytest.fixture(scope="package")

@@ -1,6 +1,6 @@
 """A real ext_authz worker on loopback ports, plus raw gRPC and HTTP clients.
 
-The server runs ``meshplane.grpcio_server.running`` in its own thread and event
+The server runs ``meshplane.servers.h2.server.running`` in its own thread and event
 loop, so tests (including hypothesis tests, which are synchronous) talk to it
 through real sockets exactly like Envoy would.
 """
@@ -20,7 +20,7 @@ from envoy.config.core.v3 import base_pb2
 from envoy.service.auth.v3 import attribute_context_pb2, external_auth_pb2, external_auth_pb2_grpc
 
 from extauthz.app import ExtAuthzApp
-from meshplane.grpcio_server import running
+from meshplane.servers.h2.server import running
 
 
 class ServerThread:
@@ -46,7 +46,9 @@ class ServerThread:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         self.app = self._factory()
-        async with running(self.app, "127.0.0.1:0", "127.0.0.1:0", grace_seconds=0.5) as srv:
+        async with running(
+            self.app, "127.0.0.1:0", http_listen="127.0.0.1:0", grace_seconds=0.5
+        ) as srv:
             self.port = srv.port
             self.http_port = srv.http_port or 0
             self._ready.set()

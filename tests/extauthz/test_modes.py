@@ -1,5 +1,5 @@
 """The shared decision table over a real gRPC socket and over the HTTP mode,
-on every server (grpcio, the Envoy-based one, h2): same decisions, statuses,
+on every server (the Envoy-based one, h2): same decisions, statuses,
 headers and bodies; and a Check the wire breaks is never an allow."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from tests.support.processes import Service
 from .cases import CASES, GOOD, NOW, RAW_HEADER_CASES, Case
 from .jwtkit import HS_SECRET, claims, make_token
 from .policies import write_policies
-from .support import GrpcClient, ServerThread, app_factory, check_request, http_check
+from .support import GrpcClient, check_request, http_check
 
 
 @dataclass(frozen=True)
@@ -34,16 +34,11 @@ class Ports:
 @pytest.fixture(scope="module", params=BACKENDS)
 def server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ServerThread | Ports]:
-    """The same app on each server: grpcio in this process, and the
-    Envoy-based server (the default) and h2 as ``extauthz serve`` runs them."""
+) -> Iterator[Ports]:
+    """The same app on each server, as ``extauthz serve`` runs it."""
     os.environ["EXTAUTHZ_TEST_SECRET"] = HS_SECRET.decode()
     try:
         config = write_policies(tmp_path_factory.mktemp("policies"))
-        if request.param == "grpcio":
-            with ServerThread(app_factory(config)) as srv:
-                yield srv
-            return
         port, http_port = free_port(), free_port()
         log = tmp_path_factory.mktemp("envoy-extauthz") / "stderr.log"
         service = Service(
@@ -62,7 +57,7 @@ def server(
 
 
 @pytest.fixture(scope="module")
-def grpc_client(server: ServerThread | Ports) -> Iterator[GrpcClient]:
+def grpc_client(server: Ports) -> Iterator[GrpcClient]:
     client = GrpcClient(server.port)
     yield client
     client.close()
@@ -102,7 +97,7 @@ def http_target(case: Case) -> str:
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.http], ids=lambda c: c.name)
-def test_http(server: ServerThread | Ports, case: Case) -> None:
+def test_http(server: Ports, case: Case) -> None:
     result = http_check(
         server.http_port, http_target(case), [("authorization", v) for v in case.auth]
     )
@@ -141,9 +136,7 @@ def test_empty_request_is_an_explicit_deny(grpc_client: GrpcClient) -> None:
     assert response.ByteSize() > 0
 
 
-def test_allow_mutations_in_both_modes(
-    server: ServerThread | Ports, grpc_client: GrpcClient
-) -> None:
+def test_allow_mutations_in_both_modes(server: Ports, grpc_client: GrpcClient) -> None:
     token = make_token(claims(NOW, sub="alice", tier=2, groups=["x"]))
     response = grpc_client.check(
         check_request("/headers", {"authorization": f"Bearer {token}"}, policy="hdr")
@@ -166,7 +159,7 @@ def test_allow_mutations_in_both_modes(
     assert result.header("x-envoy-auth-headers-to-remove") == "authorization,x-jwt-groups"
 
 
-def test_http_requests_outside_the_check_prefix_are_denied(server: ServerThread | Ports) -> None:
+def test_http_requests_outside_the_check_prefix_are_denied(server: Ports) -> None:
     for target in ("/headers", "/check", "/check/", "/checkhs/headers", "/check//headers"):
         result = http_check(server.http_port, target, [("authorization", f"Bearer {GOOD}")])
         assert result.status == 403, target
@@ -182,7 +175,7 @@ CHECK = "/envoy.service.auth.v3.Authorization/Check"
 
 
 def test_bytes_that_are_no_check_request_are_an_explicit_deny(
-    server: ServerThread | Ports,
+    server: Ports,
 ) -> None:
     with H2Client(server.port) as client:
         answer = client.call(CHECK, [frame(b"\xff\xff\xff not a protobuf")])
@@ -191,7 +184,7 @@ def test_bytes_that_are_no_check_request_are_an_explicit_deny(
     assert_grpc_decision(response, Reason.INTERNAL_ERROR)
 
 
-def test_a_check_the_wire_breaks_is_never_an_allow(server: ServerThread | Ports) -> None:
+def test_a_check_the_wire_breaks_is_never_an_allow(server: Ports) -> None:
     """Truncated, oversized, undecodable or deadline-expired: an error status
     (Envoy's failure_mode_allow decides, as for any error), never an OK."""
     good = check_request("/headers", {"authorization": f"Bearer {GOOD}"}).SerializeToString()
@@ -201,7 +194,7 @@ def test_a_check_the_wire_breaks_is_never_an_allow(server: ServerThread | Ports)
         ([b"\x00" + (8 * 1024 * 1024).to_bytes(4, "big") + good], ()),
     ]
     for chunks, extra in broken:
-        with H2Client(server.port) as client:  # one connection each: grpcio may drop one
+        with H2Client(server.port) as client:  # one connection each: a server may drop one
             answer = client.call(CHECK, chunks, extra=extra)
         assert answer.grpc_status not in (None, 0), answer
         assert answer.data == b""

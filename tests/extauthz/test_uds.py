@@ -2,7 +2,7 @@
 
 The "sidecar services" placement: extauthz in the gateway's pod, reached on a
 socket file. ``extauthz serve`` runs as deployed (a real supervisor, a real
-socket) on the Envoy-based server and on grpcio; the shared gRPC decision
+socket) on the Envoy-based server and on h2; the shared gRPC decision
 table must give the same decisions as over TCP (test_modes.py). A socket
 path with more than one worker is refused at the command line, by name.
 """

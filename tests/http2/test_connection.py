@@ -1,4 +1,4 @@
-"""meshplane.http2.Connection fed raw bytes: the frames it answers and the events it emits.
+"""The h2 backend's Connection fed raw bytes: the frames it answers and the events it emits.
 
 Frames are built by hand (struct), request blocks with our own never-indexing
 encoder (so a block is the same bytes in every case) or hpack.Encoder where the
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import hpack
 import pytest
 
-from meshplane.http2.connection import (
+from meshplane.servers.h2.http2.connection import (
     CANCEL,
     COMPRESSION_ERROR,
     CONTINUATION,
@@ -47,8 +47,8 @@ from meshplane.http2.connection import (
     RequestReceived,
     StreamReset,
 )
-from meshplane.http2.hpack_blocks import RESPONSE_GRPC, TRAILERS_OK, encode_headers
-from meshplane.http2.limits import DEFAULT_LIMITS, Limits, ResetBudget
+from meshplane.servers.h2.http2.hpack_blocks import RESPONSE_GRPC, TRAILERS_OK, encode_headers
+from meshplane.servers.h2.http2.limits import DEFAULT_LIMITS, Limits, ResetBudget
 
 ACK = 0x1
 REQUEST = [

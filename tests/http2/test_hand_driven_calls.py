@@ -28,8 +28,8 @@ import pytest
 
 from meshplane.asgi_grpc import GrpcAsgiApp
 from meshplane.grpc_wire import frame
-from meshplane.h2_protocol import ConnectionSet, H2Settings, H2Stats, _block_of, _resume
 from meshplane.rpc import HealthState, Services
+from meshplane.servers.h2.protocol import ConnectionSet, H2Settings, H2Stats, _block_of, _resume
 
 
 def _started(call: Coroutine[Any, Any, None]) -> Any:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hpack
 import pytest
 
-from meshplane.http2.hpack_blocks import (
+from meshplane.servers.h2.http2.hpack_blocks import (
     RESPONSE_GRPC,
     TRAILERS_OK,
     encode_headers,

@@ -1,4 +1,4 @@
-"""meshplane.http2.Connection against a real client: the ``h2`` library's
+"""meshplane.servers.h2.http2.Connection against a real client: the ``h2`` library's
 H2Connection, client side, byte for byte (no sockets)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import h2.connection
 import h2.events
 import h2.settings
 
-from meshplane.http2.connection import Connection, DataReceived, Event, RequestReceived
-from meshplane.http2.hpack_blocks import RESPONSE_GRPC, TRAILERS_OK
+from meshplane.servers.h2.http2.connection import Connection, DataReceived, Event, RequestReceived
+from meshplane.servers.h2.http2.hpack_blocks import RESPONSE_GRPC, TRAILERS_OK
 
 REQUEST = [
     (":method", "POST"),

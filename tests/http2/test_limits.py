@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from meshplane.http2.limits import DEFAULT_LIMITS, Limits, ResetBudget
+from meshplane.servers.h2.http2.limits import DEFAULT_LIMITS, Limits, ResetBudget
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,7 @@
 both OTLP exporters against real receivers, the spans' parenting and
 attributes, and "off / sampling 0 = nothing exported, no span object".
 
-ext_authz runs in-process on the grpcio server (real sockets, the official
+ext_authz runs in-process on the h2 server (real sockets, the official
 protos); the W3C context arrives in the CheckRequest's headers as Envoy puts
 it there. The one-trace test through a real gateway is test_traces_gateway.py.
 """

@@ -16,8 +16,8 @@ from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
 from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from meshplane.grpcio_server import running
 from meshplane.metrics import render_latest
+from meshplane.servers.h2.server import running
 from ratelimit import metrics as rl_metrics
 from ratelimit.app import AppOptions, RateLimitApp
 from ratelimit.settings import Settings

@@ -62,7 +62,7 @@ class Server:
         self.port = free_port()
         self.socket = None if socket_dir is None else socket_dir / f"{kind}.sock"
         listen = f"127.0.0.1:{self.port}" if self.socket is None else f"unix:{self.socket}"
-        self.target = listen  # grpcio dials both forms
+        self.target = listen  # grpcio's client dials both forms
         self.proc = subprocess.Popen(
             [sys.executable, "-c", SUPERVISOR, str(config), redis_url,
              listen, kind, str(T0), str(settings or "")],
@@ -86,8 +86,8 @@ class Server:
         return rls_pb2.RateLimitResponse.FromString(answer)
 
     def worker_rss(self) -> int:
-        """Resident bytes of the worker: the supervisor's biggest child (grpcio's
-        supervisor has a small helper process too)."""
+        """Resident bytes of the worker: the supervisor's biggest child (a
+        supervisor of spawned workers has a small resource-tracker process too)."""
         children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text()
         return max(_rss(int(pid)) for pid in children.split())
 

@@ -1,7 +1,7 @@
 """The Redis store on both event loops a worker may run: asyncio and uvloop.
 
-The grpcio server runs the service on asyncio; the Envoy-based server runs
-it on uvloop, whose transports are not ``asyncio.Transport`` subclasses. The
+The in-process test servers run the service on asyncio; both backends' workers
+run it on uvloop, whose transports are not ``asyncio.Transport`` subclasses. The
 same decisions (count, deny, refill-free second window) must come out on each.
 """
 

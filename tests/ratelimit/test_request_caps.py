@@ -1,6 +1,6 @@
 """Issue 22, items 2 and 3, as reported: one hostile request, or many distinct
 ones, must neither exhaust a worker's memory nor open the Redis breaker for
-everyone. Through real sockets on both servers (Envoy-based and grpcio),
+everyone. Through real sockets on both servers (Envoy-based and h2),
 counting in a real redis-server.
 
 The breaker is set as sensitive as it can be (one failure opens it, for a

@@ -1,7 +1,7 @@
 """One ShouldRateLimit table through every server: same answers, byte for byte.
 
 The service runs under a real supervisor on the Envoy-based server (the
-default), on grpcio and on h2 (meshplane's own HTTP/2 server), each with a
+default) and on h2 (meshplane's own HTTP/2 server), each with a
 clock standing still at T0 and its own counters in a real redis-server. The
 same sequence of calls (allow, count down, deny, two rules OR'ed, a zero
 limit, an unknown domain, invalid requests) must give the same statuses,

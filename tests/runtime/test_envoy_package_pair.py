@@ -111,7 +111,7 @@ finally:
 @pytest.mark.parametrize("outcome", sorted(INITS))
 def test_worker_envoys_serve_for_either_install_order(outcome: str, tmp_path: Path) -> None:
     """The Envoys that run the workers embed a Python of their own, which
-    imports pyvoy too: they get the export from ``meshplane/_envoy_site``."""
+    imports pyvoy too: they get the export from ``meshplane/servers/envoy/_site``."""
     done = _run_over(_overlay(tmp_path, INITS[outcome]), SERVE_ONE_CALL, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "3"

@@ -18,9 +18,9 @@ import hpack
 from meshplane.asgi_grpc import GrpcAsgiApp
 from meshplane.grpc_wire import Code
 from meshplane.grpc_wire import frame as grpc_frame
-from meshplane.h2_protocol import ConnectionSet, H2Protocol, H2Settings, H2Stats
-from meshplane.http2.connection import PREFACE, frame
 from meshplane.rpc import HealthState, Services, incoming_trace_context
+from meshplane.servers.h2.http2.connection import PREFACE, frame
+from meshplane.servers.h2.protocol import ConnectionSet, H2Protocol, H2Settings, H2Stats
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 

@@ -10,9 +10,14 @@ from __future__ import annotations
 
 import pytest
 
-from meshplane.h2_protocol import ConnectionTimes, H2Settings, Verdict, timeout_verdict
-from meshplane.h2_server import settings_from_env
-from meshplane.http2.connection import CANCEL, ENHANCE_YOUR_CALM, NO_ERROR, PROTOCOL_ERROR
+from meshplane.servers.h2.http2.connection import (
+    CANCEL,
+    ENHANCE_YOUR_CALM,
+    NO_ERROR,
+    PROTOCOL_ERROR,
+)
+from meshplane.servers.h2.protocol import ConnectionTimes, H2Settings, Verdict, timeout_verdict
+from meshplane.servers.h2.server import settings_from_env
 
 SETTINGS = H2Settings(
     handshake_seconds=10,

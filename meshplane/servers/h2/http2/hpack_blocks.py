@@ -6,7 +6,7 @@ written, so a block encodes the same headers for the connection's whole life
 and constant blocks (``RESPONSE_GRPC``, ``TRAILERS_OK``) can be encoded once
 at import and sent as bytes. Hence no encoder state, and no table-size
 bookkeeping beyond the size update the connection prepends when the peer
-shrinks its table (see :mod:`meshplane.http2.connection`).
+shrinks its table (see :mod:`meshplane.servers.h2.http2.connection`).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ has a size cap). The advertised ones go out in our SETTINGS and are enforced
 on receipt; the flood budgets follow Envoy's ``http2_protocol_options``
 defaults, which answer CVE-2019-9512..9518 (ping, reset, settings, empty-frame,
 priority and window-update floods, the "data dribble" of a peer that does not
-read) and CVE-2023-44487 (rapid reset). :mod:`meshplane.http2.connection` says
+read) and CVE-2023-44487 (rapid reset). :mod:`meshplane.servers.h2.http2.connection` says
 which error each cap answers with.
 """
 

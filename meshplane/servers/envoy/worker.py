@@ -1,11 +1,11 @@
 """The Envoy backend, worker's side: runs inside Envoy's interpreter.
 
 pyvoy imports ``app`` from here in each Envoy process (see
-:mod:`meshplane.envoy_server`) and drives it over ASGI on its event loop
+:mod:`meshplane.servers.envoy.server`) and drives it over ASGI on its event loop
 (uvloop), in a thread of Envoy's; Envoy owns the process and its signals.
 
 - **Startup** is ASGI lifespan: read the spec the supervisor left, set up
-  JSON logs, build and start the app (the same ``GrpcApp`` grpcio runs),
+  JSON logs, build and start the app (the same ``GrpcApp`` h2 runs),
   serve its optional ``http_app`` under uvicorn, freeze the startup heap. A
   failure here exits the process with code 1, which the supervisor reports
   as a worker failing at startup.
@@ -32,7 +32,11 @@ import sys
 from typing import Any
 
 from meshplane.asgi_grpc import GrpcAsgiApp, Receive, Scope, Send
-from meshplane.envoy_server import (
+from meshplane.grpc_wire import Code
+from meshplane.logging import configure_logging
+from meshplane.rpc import Serving
+from meshplane.server_contract import GrpcApp, WorkerContext, new_worker_context
+from meshplane.servers.envoy.server import (
     DRAIN,
     ENV_CONTROL_FD,
     MAX_HELD_REQUEST_BYTES,
@@ -40,10 +44,6 @@ from meshplane.envoy_server import (
     admin_post,
     load_spec,
 )
-from meshplane.grpc_wire import Code
-from meshplane.logging import configure_logging
-from meshplane.rpc import Serving
-from meshplane.server_contract import GrpcApp, WorkerContext, new_worker_context
 from meshplane.worker_support import HttpSide, freeze_startup_heap, trim_heap
 
 log = logging.getLogger(__name__)

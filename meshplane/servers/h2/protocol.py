@@ -1,7 +1,7 @@
 """The h2 backend's connection: asyncio (uvloop) sockets to the pure HTTP/2 core, streams to ASGI.
 
 One :class:`H2Protocol` per accepted connection owns one
-:class:`meshplane.http2.Connection` (the sans-IO state machine that
+:class:`meshplane.servers.h2.http2.Connection` (the sans-IO state machine that
 enforces every protocol rule and hostile-peer limit) and feeds it the bytes
 it reads with the loop's clock (the core never reads a clock). Each request
 stream becomes one ASGI call of the app (the worker passes
@@ -23,7 +23,7 @@ health, reflection and tracing metadata are the Envoy backend's, unchanged):
   answer, one HEADERS frame with END_STREAM; otherwise HEADERS, DATA and
   the trailers' HEADERS. Header blocks are HPACK-encoded once per distinct
   header list (the app reuses the same few) and never touch the peer's
-  dynamic table (:mod:`meshplane.http2.hpack_blocks`). A body message with
+  dynamic table (:mod:`meshplane.servers.h2.http2.hpack_blocks`). A body message with
   more to come waits while the transport is paused or the answers queued
   behind the peer's windows pass ``max_stream_queued_bytes`` on the stream or
   ``max_queued_response_bytes`` on the connection; on a reset stream ``send``
@@ -103,8 +103,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, cast
 from urllib.parse import unquote
 
-from meshplane.http2 import connection as h2c
-from meshplane.http2.connection import (
+from meshplane.server_contract import ASGIApp, CompleteUnaryEntry
+from meshplane.servers.h2.http2 import connection as h2c
+from meshplane.servers.h2.http2.connection import (
     CANCEL,
     ENHANCE_YOUR_CALM,
     INTERNAL_ERROR,
@@ -118,9 +119,8 @@ from meshplane.http2.connection import (
     RequestReceived,
     StreamReset,
 )
-from meshplane.http2.hpack_blocks import encode_headers
-from meshplane.http2.limits import DEFAULT_LIMITS, Limits
-from meshplane.server_contract import ASGIApp, CompleteUnaryEntry
+from meshplane.servers.h2.http2.hpack_blocks import encode_headers
+from meshplane.servers.h2.http2.limits import DEFAULT_LIMITS, Limits
 
 log = logging.getLogger(__name__)
 
