@@ -41,8 +41,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+
 import grpc  # noqa: E402
 
+from tests.mgmt_api import harness  # noqa: E402
 from tests.mgmt_api.harness import MgmtServer, ok  # noqa: E402
 from tests.support.ads_sim import MeshCluster, SimSidecar, sidecar  # noqa: E402
 from tests.support.workload_tokens import PodRef, TestIssuer  # noqa: E402
@@ -63,6 +67,61 @@ def rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
+
+
+class SampledServer(MgmtServer):
+    """mgmt-api under ``bench/mesh/sampled_serve.py`` (``--profile``): a window's
+    stack samples go to ``PREFIX-WINDOW.self`` / ``.total``."""
+
+    def __init__(self, prefix: str) -> None:
+        super().__init__(None)
+        self.prefix = prefix
+
+    def start(self) -> MgmtServer:
+        real = subprocess.Popen
+
+        def popen(args: list[str], **kwargs: Any) -> Any:
+            sampler = str(ROOT / "bench/mesh/sampled_serve.py")
+            return real([args[0], sampler, self.prefix, *args[3:]], **kwargs)
+
+        harness.subprocess.Popen = popen  # type: ignore[assignment]
+        try:
+            return super().start()
+        finally:
+            harness.subprocess.Popen = real  # type: ignore[misc]
+
+
+class Window:
+    """Profiles one phase when the server samples (no-op otherwise)."""
+
+    def __init__(self, server: MgmtServer, name: str) -> None:
+        self.server, self.name = server, name
+
+        self.perf: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> None:
+        if isinstance(self.server, SampledServer) and self.server.proc is not None:
+            self.server.proc.send_signal(signal.SIGUSR1)
+            # CPU samples of the whole process, C included (gRPC's core, the loop)
+            out = f"{self.server.prefix}-{self.name}.perf"
+            self.perf = subprocess.Popen(
+                ["perf", "record", "-F", "499", "-g", "-p", str(self.server.proc.pid), "-o", out],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+
+    def __exit__(self, *_: object) -> None:
+        if self.perf is not None:
+            self.perf.send_signal(signal.SIGINT)
+            self.perf.wait(30)
+        if isinstance(self.server, SampledServer) and self.server.proc is not None:
+            # the sampler writes PREFIX.self/.total; keep them per window
+            self.server.proc.send_signal(signal.SIGUSR2)
+            time.sleep(0.5)
+            for suffix in ("self", "total"):
+                path = Path(f"{self.server.prefix}.{suffix}")
+                if path.exists():
+                    path.rename(f"{self.server.prefix}-{self.name}.{suffix}")
 
 
 def pods(n: int) -> list[PodRef]:
@@ -114,9 +173,9 @@ def total_endpoints(sim: SimSidecar) -> int:
     return sum(len(v) for k, v in sim.endpoints.items() if k.startswith("outbound/"))
 
 
-async def one_size(n: int, idle: float, limit: float) -> dict[str, Any]:
+async def one_size(n: int, idle: float, limit: float, profile: str) -> dict[str, Any]:
     issuer = TestIssuer("https://kubernetes.default.svc")
-    server = MgmtServer(None).start()
+    server = (SampledServer(f"{profile}-{n}") if profile else MgmtServer(None)).start()
     try:
         assert server.proc is not None
         pid = server.proc.pid
@@ -153,12 +212,15 @@ async def one_size(n: int, idle: float, limit: float) -> dict[str, Any]:
             # ---- idle
             await asyncio.sleep(2)  # the storm's tail (refreshes, logs) settles
             cpu1, t1 = cpu_seconds(pid), time.monotonic()
-            await asyncio.sleep(idle)
+            with Window(server, "idle"):
+                await asyncio.sleep(idle)
             idle_cores = (cpu_seconds(pid) - cpu1) / (time.monotonic() - t1)
             # ---- one policy change
             current = ok(admin.get(f"/v2/{cluster.fqn}"))
             before = probes[0].version
             cpu2, own2 = cpu_seconds(pid), time.process_time()
+            change_window = Window(server, "change")
+            change_window.__enter__()
             ok(
                 admin.put(
                     f"/v2/{cluster.fqn}",
@@ -172,6 +234,7 @@ async def one_size(n: int, idle: float, limit: float) -> dict[str, Any]:
             delays = sorted(s.converged_at[new] - written for s in fleet.sims)
             change_cpu = cpu_seconds(pid) - cpu2
             clients_cpu = time.process_time() - own2
+            change_window.__exit__()
             # ---- join and leave (a sidecar of another service watches)
             joiner = everyone[n]
             watcher = next(p for p in probes if p.node.service != joiner.services[0])
@@ -179,12 +242,15 @@ async def one_size(n: int, idle: float, limit: float) -> dict[str, Any]:
             port = BASE_PORT + n
             count = len(watcher.endpoints.get(name, []))
             cpu3 = cpu_seconds(pid)
+            join_window = Window(server, "join")
+            join_window.__enter__()
             late = fleet.start(joiner, port, parse=False)
             join = await until(lambda: port in watcher.endpoints.get(name, []), 60, "the join")
             await until(lambda: bool(late.version), 60, "the joiner's configuration")
             late.close()
             leave = await until(lambda: port not in watcher.endpoints.get(name, []), 60, "leave")
             join_leave_cpu = cpu_seconds(pid) - cpu3
+            join_window.__exit__()
             assert len(watcher.endpoints.get(name, [])) == count
             rss = rss_mb(pid)
             await fleet.close()
@@ -215,9 +281,10 @@ def main() -> None:
     parser.add_argument("--sizes", default="50,200,500,2000")
     parser.add_argument("--idle", type=float, default=20.0)
     parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--profile", default="", help="write stack samples per phase to PREFIX-N-*")
     args = parser.parse_args()
     for n in (int(s) for s in args.sizes.split(",")):
-        result = asyncio.run(one_size(n, args.idle, args.timeout))
+        result = asyncio.run(one_size(n, args.idle, args.timeout, args.profile))
         result.pop("storm_started", None)
         print(json.dumps(result), flush=True)
 

@@ -13,6 +13,7 @@ with a serializer that passes such bytes through (:func:`add_to_server`).
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
@@ -92,11 +93,94 @@ def entry(type_url: str, resource: JsonDict) -> Entry:
     return str(name), _RESOURCES_TAG + _varint(len(data)) + data
 
 
+def _field(data: bytes) -> bytes:
+    return _RESOURCES_TAG + _varint(len(data)) + data
+
+
+class Templates:
+    """Resources that differ only in their ``address`` (each sidecar's listeners: the
+    same filters on its own port), parsed from protojson once.
+
+    The key is everything but the address, as canonical JSON, so a resource that
+    differs in anything else gets a template of its own. Each resource is then
+    the template's copy with its address set: no full parse per sidecar.
+    Thread-safe; least recently used first out.
+    """
+
+    def __init__(self, size: int = 1024) -> None:
+        self.size = size
+        self._lock = threading.Lock()
+        self._parsed: OrderedDict[tuple[str, str], Message] = OrderedDict()
+
+    def entry(self, type_url: str, resource: JsonDict) -> Entry:
+        """:func:`entry` of ``resource``, made from its template."""
+        rest = {k: v for k, v in resource.items() if k != "address"}
+        if len(rest) == len(resource):
+            return entry(type_url, resource)
+        key = (type_url, json.dumps(rest, sort_keys=True, separators=(",", ":")))
+        with self._lock:
+            template = self._parsed.get(key)
+            if template is not None:
+                self._parsed.move_to_end(key)
+        if template is None:
+            template = _MESSAGES[type_url]()
+            json_format.ParseDict(rest, template)
+            with self._lock:
+                self._parsed[key] = template
+                while len(self._parsed) > self.size:
+                    self._parsed.popitem(last=False)
+        message = _MESSAGES[type_url]()
+        message.CopyFrom(template)
+        json_format.ParseDict(resource["address"], message.address)  # type: ignore[attr-defined]
+        packed = any_pb2.Any()
+        packed.Pack(message)
+        return str(resource["name"]), _field(packed.SerializeToString())
+
+
 def response(version: str, type_url: str, nonce: str, entries: Sequence[Entry]) -> bytes:
     """A serialized DiscoveryResponse carrying ``entries``."""
+    return framed(version, type_url, nonce, b"".join(data for _, data in entries))
+
+
+def framed(version: str, type_url: str, nonce: str, body: bytes) -> bytes:
+    """A serialized DiscoveryResponse: its header, then ``body`` (entries already joined)."""
     head = discovery_pb2.DiscoveryResponse(version_info=version, type_url=type_url, nonce=nonce)
     first: bytes = head.SerializeToString()
-    return first + b"".join(data for _, data in entries)
+    return first + body
+
+
+class Bodies:
+    """Entry sequences joined once: every stream sent the same sequence object (a
+    cluster's shared clusters, its endpoints) copies one joined body.
+
+    Keyed by the sequence's identity, which it holds, so the key stays its own;
+    least recently used first out, bounded in bytes and entries. Used on the
+    event loop only.
+    """
+
+    def __init__(self, max_bytes: int = 64 * 1024 * 1024, max_entries: int = 4096) -> None:
+        self.max_bytes, self.max_entries = max_bytes, max_entries
+        self._bodies: OrderedDict[int, tuple[Sequence[Entry], bytes]] = OrderedDict()
+        self._bytes = 0
+
+    def get(self, entries: Sequence[Entry]) -> bytes:
+        """``entries`` joined (once while this sequence object is kept)."""
+        key = id(entries)
+        found = self._bodies.get(key)
+        if found is not None and found[0] is entries:
+            self._bodies.move_to_end(key)
+            return found[1]
+        body = b"".join(data for _, data in entries)
+        if found is not None:
+            self._bytes -= len(found[1])
+        self._bodies[key] = (entries, body)
+        self._bytes += len(body)
+        while len(self._bodies) > 1 and (
+            self._bytes > self.max_bytes or len(self._bodies) > self.max_entries
+        ):
+            _, (_, dropped) = self._bodies.popitem(last=False)
+            self._bytes -= len(dropped)
+        return body
 
 
 @dataclass
@@ -104,12 +188,15 @@ class Compiled:
     """One version's resources for one Envoy, serialized (shared with other Envoys)."""
 
     version: str
-    resources: dict[str, list[Entry]]  # type → entries, in order
+    resources: dict[str, Sequence[Entry]]  # type → entries, in order (shared sequences)
     warnings: tuple[str, ...]
     serial: str = ""  # a sidecar's trust bundle digest (its secret's version)
     #: type → the ``version_info`` of its responses, when not ``version`` (a sidecar's:
     #: a type whose resources did not change keeps its version, and is not sent again)
     versions: dict[str, str] = field(default_factory=dict)
+    #: Which build of its cluster this is (a sidecar's: a later build never yields to
+    #: an earlier one that arrives late)
+    seq: int = 0
 
     def type_version(self, type_url: str) -> str:
         """The ``version_info`` of ``type_url``'s responses."""
