@@ -488,9 +488,21 @@ class SidecarStreams:
         ])  # fmt: skip
         shape = (node.namespace, node.service, node.inbound_host, node.inbound_port,
                  node.outbound_port)  # fmt: skip
+        # Listeners depend on the policy, the namespace and service, and their
+        # addresses (the shape): parsed once per namespace and service, then copied
+        # with each sidecar's own addresses.
+        template = (policy, node.namespace, node.service)
         listeners = cache(("listeners", policy, shape), lambda: [
-            self.templates.entry(LISTENER_TYPE, sidecar_xds.inbound_listener(inp, node)),
-            self.templates.entry(LISTENER_TYPE, sidecar_xds.outbound_listener(inp, node)),
+            self.templates.entry(
+                LISTENER_TYPE, ("inbound", *template),
+                lambda: sidecar_xds.inbound_listener(inp, node),
+                node.inbound_host, node.inbound_port,
+            ),
+            self.templates.entry(
+                LISTENER_TYPE, ("outbound", *template),
+                lambda: sidecar_xds.outbound_listener(inp, node),
+                "127.0.0.1", node.outbound_port,
+            ),
         ])  # fmt: skip
         # The sequences sidecars share are the same objects (their joined bytes are
         # made once: wire.Bodies): a namespace's clusters and routes, the endpoints.

@@ -13,7 +13,6 @@ with a serializer that passes such bytes through (:func:`add_to_server`).
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
@@ -98,43 +97,51 @@ def _field(data: bytes) -> bytes:
 
 
 class Templates:
-    """Resources that differ only in their ``address`` (each sidecar's listeners: the
-    same filters on its own port), parsed from protojson once.
+    """Resources that differ only in their socket address (each sidecar's listeners:
+    the same filters on its own port), parsed from protojson once per template.
 
-    The key is everything but the address, as canonical JSON, so a resource that
-    differs in anything else gets a template of its own. Each resource is then
-    the template's copy with its address set: no full parse per sidecar.
-    Thread-safe; least recently used first out.
+    The caller names what the resource is made from besides the address (the
+    key); the first resource of a key is parsed whole and kept, and each later
+    one is a copy with its address set: no protojson per sidecar. A resource
+    whose address is not the plain socket address it is given is parsed whole
+    every time. Thread-safe; least recently used first out.
     """
 
-    def __init__(self, size: int = 1024) -> None:
+    def __init__(self, size: int = 4096) -> None:
         self.size = size
         self._lock = threading.Lock()
-        self._parsed: OrderedDict[tuple[str, str], Message] = OrderedDict()
+        self._parsed: OrderedDict[Hashable, Message | None] = OrderedDict()
 
-    def entry(self, type_url: str, resource: JsonDict) -> Entry:
-        """:func:`entry` of ``resource``, made from its template."""
-        rest = {k: v for k, v in resource.items() if k != "address"}
-        if len(rest) == len(resource):
-            return entry(type_url, resource)
-        key = (type_url, json.dumps(rest, sort_keys=True, separators=(",", ":")))
+    def entry(
+        self, type_url: str, key: Hashable, make: Callable[[], JsonDict], host: str, port: int
+    ) -> Entry:
+        """The resource ``make`` builds, whose address is ``host:port``, as :func:`entry`."""
         with self._lock:
-            template = self._parsed.get(key)
-            if template is not None:
+            known = key in self._parsed
+            found = self._parsed.get(key)
+            if known:
                 self._parsed.move_to_end(key)
-        if template is None:
-            template = _MESSAGES[type_url]()
-            json_format.ParseDict(rest, template)
+        if not known:
+            resource = make()
+            plain = {"socketAddress": {"address": host, "portValue": port}}
+            if resource.get("address") != plain:
+                found = None  # not a plain address: no template
+            else:
+                found = _MESSAGES[type_url]()
+                json_format.ParseDict(resource, found)
             with self._lock:
-                self._parsed[key] = template
+                self._parsed[key] = found
                 while len(self._parsed) > self.size:
                     self._parsed.popitem(last=False)
+        if found is None:
+            return entry(type_url, make())
         message = _MESSAGES[type_url]()
-        message.CopyFrom(template)
-        json_format.ParseDict(resource["address"], message.address)  # type: ignore[attr-defined]
+        message.CopyFrom(found)
+        address = message.address.socket_address  # type: ignore[attr-defined]
+        address.address, address.port_value = host, port
         packed = any_pb2.Any()
         packed.Pack(message)
-        return str(resource["name"]), _field(packed.SerializeToString())
+        return str(message.name), _field(packed.SerializeToString())  # type: ignore[attr-defined]
 
 
 def response(version: str, type_url: str, nonce: str, entries: Sequence[Entry]) -> bytes:

@@ -76,8 +76,10 @@ class SimSidecar:
     #: EDS cluster name → [port] of its endpoints (what EDS sent, incrementally)
     endpoints: dict[str, list[int]] = field(default_factory=dict)
     eds: tuple[str, ...] = ()  # the EDS clusters subscribed to
-    #: configuration version → when it was ACKed on every type (time.monotonic)
+    #: configuration version → when it was last reached, ACKed on every type
+    #: (time.monotonic; a version reached again, as a leave undoes a join, anew)
     converged_at: dict[str, float] = field(default_factory=dict)
+    _running: str = ""
     error: str = ""
     parse_clusters: bool = True
     _call: Any = None
@@ -162,8 +164,9 @@ class SimSidecar:
         self._outbox.put_nowait(ack)
         self.acked[type_url] = response.version_info
         version = self.version
-        if version and version not in self.converged_at:
+        if version and version != self._running:
             self.converged_at[version] = time.monotonic()
+            self._running = version
         self._changed.set()
         self._changed = asyncio.Event()
 
