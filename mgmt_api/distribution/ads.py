@@ -155,14 +155,15 @@ class _Stream:
         """Envoy now wants ``names`` of ``type_url`` (all of them when empty)."""
         self.subscribed[type_url] = names
         self.wanted[type_url] = frozenset(names)
+        self.asked[type_url] = list(names)
 
     def names(self, type_url: str, request: discovery_pb2.DiscoveryRequest) -> tuple[str, ...]:
-        """The names ``request`` asks for, sorted (unsorted again only when they moved:
-        an ACK repeats them, a sidecar's EDS ACK names every service)."""
+        """The names ``request`` asks for, sorted; no sort when they are the subscribed
+        ones in their order (an ACK repeats them; a sidecar's EDS ACK names every
+        service)."""
         asked = list(request.resource_names)
-        if asked == self.asked.get(type_url) and type_url in self.subscribed:
+        if type_url in self.subscribed and asked == self.asked.get(type_url):
             return self.subscribed[type_url]
-        self.asked[type_url] = asked
         return tuple(sorted(asked))
 
     def all_acked(self, compiled: Compiled) -> bool:
