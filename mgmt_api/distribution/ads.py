@@ -472,9 +472,20 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
                     sends.append(
                         self._response(stream, latest, type_url, since=before, also=warming)
                     )
-            elif changed and type_url == gateway_xds.ROUTE_TYPE and stream.role == "sidecar":
-                # Routes are asked for by name: the ones that did not change are kept.
-                sends.append(self._response(stream, latest, type_url, since=before))
+            elif (
+                changed
+                and type_url == gateway_xds.ROUTE_TYPE
+                and before is not None
+                and stream.role == "sidecar"
+            ):
+                # Routes are asked for by name: the ones that did not change are kept,
+                # and when none did, nothing is sent (the routes keep their version).
+                if not self._diffs.changed(
+                    before.resources.get(type_url, ()), latest.resources.get(type_url, ())
+                ):
+                    latest.versions[type_url] = before.type_version(type_url)  # its own
+                else:
+                    sends.append(self._response(stream, latest, type_url, since=before))
             elif changed:
                 sends.append(self._response(stream, latest, type_url))
         if not sends and stream.all_acked(latest):
