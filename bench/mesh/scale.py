@@ -263,14 +263,16 @@ def quantiles(delays: list[float], name: str) -> dict[str, float]:
 
 
 async def moved_everywhere(
-    fleet: Fleet, probe: SimSidecar, before: str, since: float, limit: float, what: str
+    sims: list[SimSidecar], probe: SimSidecar, before: str, since: float, limit: float, what: str
 ) -> list[float]:
-    """Seconds from ``since`` until each sidecar ACKed the version ``probe`` moves to."""
+    """Seconds from ``since`` until each of ``sims`` ACKed the version ``probe`` moves to
+    (versions are per stream: a sidecar that joined later may label the same routes
+    otherwise, so only sidecars that were there together are compared)."""
     await until(lambda: probe.version not in ("", before), limit, what)
     new = probe.version
     # Each one's version now (a leave returns to the version before the join).
-    await until(lambda: all(s.version == new for s in fleet.sims), limit, what)
-    return [s.converged_at[new] - since for s in fleet.sims]
+    await until(lambda: all(s.version == new for s in sims), limit, what)
+    return [s.converged_at[new] - since for s in sims]
 
 
 async def one_size(n: int, idle: float, limit: float, profile: str, envoy: bool) -> dict[str, Any]:
@@ -324,7 +326,7 @@ async def one_size(n: int, idle: float, limit: float, profile: str, envoy: bool)
             if real is not None:  # one real Envoy joins (one more endpoint of svc0)
                 before, started = probes[0].version, time.monotonic()
                 real.start()
-                await moved_everywhere(fleet, probes[0], before, started, limit, "envoy join")
+                await moved_everywhere(fleet.sims, probes[0], before, started, limit, "envoy join")
                 endpoints += 1
                 await until(lambda: all(total_endpoints(p) == endpoints for p in probes), 60, "+1")
                 await until(
@@ -353,7 +355,7 @@ async def one_size(n: int, idle: float, limit: float, profile: str, envoy: bool)
                 )
             )
             written = time.monotonic()
-            delays = await moved_everywhere(fleet, probes[0], before, written, limit, "change")
+            delays = await moved_everywhere(fleet.sims, probes[0], before, written, limit, "change")
             change_cpu = cpu_seconds(pid) - cpu2
             clients_cpu = time.process_time() - own2
             change_window.__exit__()
@@ -373,15 +375,16 @@ async def one_size(n: int, idle: float, limit: float, profile: str, envoy: bool)
             join_window = Window(server, "join")
             join_window.__enter__()
             before, started = probes[0].version, time.monotonic()
+            others = list(fleet.sims)
             late = fleet.start(joiner, port, parse=False)
             join = await until(lambda: port in watcher.endpoints.get(name, []), 60, "the join")
-            joins = await moved_everywhere(fleet, probes[0], before, started, limit, "join")
+            joins = await moved_everywhere(others, probes[0], before, started, limit, "join")
             await until(lambda: bool(late.version), 60, "the joiner's configuration")
             fleet.sims.remove(late)
             before, started = probes[0].version, time.monotonic()
             late.close()
             leave = await until(lambda: port not in watcher.endpoints.get(name, []), 60, "leave")
-            leaves = await moved_everywhere(fleet, probes[0], before, started, limit, "leave")
+            leaves = await moved_everywhere(others, probes[0], before, started, limit, "leave")
             join_leave_cpu = cpu_seconds(pid) - cpu3
             join_window.__exit__()
             assert len(watcher.endpoints.get(name, [])) == count
