@@ -55,7 +55,8 @@ import functools
 import itertools
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections import OrderedDict
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
 import grpc
@@ -74,12 +75,19 @@ from mgmt_api.distribution.streams import (
     StillAdmitted,
     StreamPlane,
     admit_bearer,
+    cancel,
+    connected,
+    ended,
     follow,
+    fresh,
+    read_requests,
+    refuse,
 )
-from mgmt_api.distribution.wire import Compiled, entry, response
+from mgmt_api.distribution.wire import Bodies, Compiled, Entry, entry, framed
 from mgmt_api.service.enforcement import UnknownCluster
 from mgmt_api.service.instances import SubscriberRegistry
 from mgmt_api.service.sidecars import DirectoryFull
+from mgmt_api.service.stream_auth import Revocation
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +120,7 @@ def compile_for(inp: gateway_xds.GatewayInput, node: GatewayNode) -> Compiled:
 
 def packed(version: str, compiled: gateway_xds.GatewayResources) -> Compiled:
     """A gateway's resources, serialized (each gateway's own: they differ by node)."""
-    resources = {
+    resources: dict[str, Sequence[Entry]] = {
         type_url: [entry(type_url, r) for r in items]
         for type_url, items in compiled.by_type().items()
     }
@@ -126,6 +134,8 @@ class _Stream:
     identity: NodeIdentity
     node: GatewayNode | SidecarNode
     subscribed: dict[str, tuple[str, ...]] = field(default_factory=dict)  # type → names
+    wanted: dict[str, frozenset[str]] = field(default_factory=dict)  # the same, as sets
+    asked: dict[str, list[str]] = field(default_factory=dict)  # type → names as last sent
     sent: dict[str, tuple[str, str]] = field(default_factory=dict)  # type → (nonce, version)
     acked: dict[str, str] = field(default_factory=dict)  # type → version
     applied: str = ""
@@ -141,6 +151,21 @@ class _Stream:
         """The types this Envoy is served, in the order a new version sends them."""
         return SIDECAR_TYPES if isinstance(self.node, SidecarNode) else TYPES
 
+    def subscribe(self, type_url: str, names: tuple[str, ...]) -> None:
+        """Envoy now wants ``names`` of ``type_url`` (all of them when empty)."""
+        self.subscribed[type_url] = names
+        self.wanted[type_url] = frozenset(names)
+        self.asked[type_url] = list(names)
+
+    def names(self, type_url: str, request: discovery_pb2.DiscoveryRequest) -> tuple[str, ...]:
+        """The names ``request`` asks for, sorted; no sort when they are the subscribed
+        ones in their order (an ACK repeats them; a sidecar's EDS ACK names every
+        service)."""
+        asked = list(request.resource_names)
+        if type_url in self.subscribed and asked == self.asked.get(type_url):
+            return self.subscribed[type_url]
+        return tuple(sorted(asked))
+
     def all_acked(self, compiled: Compiled) -> bool:
         """Every type of ``compiled`` accepted (a type with no resources, once subscribed)."""
         return all(
@@ -150,12 +175,39 @@ class _Stream:
         )
 
 
-def _changed_names(before: Compiled, after: Compiled, type_url: str) -> frozenset[str]:
-    """Names of ``type_url``'s resources that are new or differ in ``after``."""
-    if before.type_version(type_url) == after.type_version(type_url):
-        return frozenset()
-    old = dict(before.resources.get(type_url, []))
-    return frozenset(n for n, r in after.resources.get(type_url, []) if old.get(n) != r)
+class _Diffs:
+    """What differs between two entry sequences, once per pair of sequence objects:
+    the streams of one push share both (:class:`~mgmt_api.distribution.wire.Bodies`)."""
+
+    def __init__(self, size: int = 256) -> None:
+        self.size = size
+        self._seen: OrderedDict[Hashable, tuple[object, ...]] = OrderedDict()
+
+    def changed(
+        self, before: Sequence[Entry], after: Sequence[Entry], also: frozenset[str] = frozenset()
+    ) -> list[Entry]:
+        """The entries of ``after`` that are new or differ from ``before``'s, and those
+        named in ``also``."""
+        key = (id(before), id(after), also)
+        found = self._seen.get(key)
+        if found is not None and found[0] is before and found[1] is after:
+            self._seen.move_to_end(key)
+            return found[2]  # type: ignore[return-value]
+        old = dict(before)
+        items = [(n, r) for n, r in after if n in also or old.get(n) != r]
+        self._seen[key] = (before, after, items)
+        if len(self._seen) > self.size:
+            self._seen.popitem(last=False)
+        return items
+
+    def names(self, before: Compiled, after: Compiled, type_url: str) -> frozenset[str]:
+        """Names of ``type_url``'s resources that are new or differ in ``after``."""
+        if before.type_version(type_url) == after.type_version(type_url):
+            return frozenset()
+        changed = self.changed(
+            before.resources.get(type_url, ()), after.resources.get(type_url, ())
+        )
+        return frozenset(n for n, _ in changed)
 
 
 class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ignore[misc]
@@ -178,6 +230,8 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
         self._sidecars = sidecars
         self._plane = StreamPlane(feed, registry, still_admitted, clock, heartbeat)
         self._nonces = itertools.count(1)
+        self._bodies = Bodies()
+        self._diffs = _Diffs()
         self._builds: SharedBuilds[tuple[str, str], gateway_xds.GatewayInput] = SharedBuilds(
             feed, build
         )
@@ -220,17 +274,19 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
         """``type_url``'s resources (those subscribed by name; with ``since``, only those
         that differ from its, and those named in ``also``: EDS is incremental, an
         assignment not sent is kept)."""
-        names = stream.subscribed.get(type_url, ())
-        items = compiled.resources.get(type_url, [])
-        if type_url in _BY_NAME and names:
-            items = [(n, r) for n, r in items if n in names]
+        whole = items = compiled.resources.get(type_url, ())
+        if type_url in _BY_NAME and stream.subscribed.get(type_url):
+            wanted = stream.wanted[type_url]
+            if any(n not in wanted for n, _ in items):
+                items = [(n, r) for n, r in items if n in wanted]
         if since is not None:
-            before = dict(since.resources.get(type_url, []))
-            items = [(n, r) for n, r in items if n in also or before.get(n) != r]
+            items = self._diffs.changed(since.resources.get(type_url, ()), items, also)
+        # A sequence every stream shares is joined once; what only this one is sent, here.
+        body = self._bodies.get(items) if items is whole else b"".join(r for _, r in items)
         nonce = str(next(self._nonces))
         version = compiled.type_version(type_url)
         stream.sent[type_url] = (nonce, version)
-        return response(version, type_url, nonce, items)
+        return framed(version, type_url, nonce, body)
 
     def _answer(
         self,
@@ -242,9 +298,9 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
         type_url = request.type_url
         if type_url not in stream.types:  # gateways have no secrets
             return None
-        names = tuple(sorted(request.resource_names))
+        names = stream.names(type_url, request)
         if not request.response_nonce:  # a (re)subscription
-            stream.subscribed[type_url] = names
+            stream.subscribe(type_url, names)
             return self._response(stream, compiled, type_url)
         nonce, version = stream.sent.get(type_url, ("", ""))
         if request.response_nonce != nonce:
@@ -276,7 +332,7 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
                 stream.applied = compiled.version
                 self._plane.registry.acked(stream.identity, compiled.version, now)
         if names != stream.subscribed.get(type_url, ()):  # Envoy now wants other routes
-            stream.subscribed[type_url] = names
+            stream.subscribe(type_url, names)
             return self._response(stream, compiled, type_url)
         return None
 
@@ -293,37 +349,93 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
             return
         node, identity, grant = await self._admit(first, context)
         stream = _Stream(identity, node)
-        plane = self._plane
-        build: Callable[[int], Awaitable[Compiled | None]]
-        handle = 0
+        admitted = Admitted(identity, grant, context)
         if isinstance(node, SidecarNode):
             assert self._sidecars is not None  # _admit refuses sidecars otherwise
-            plane = self._sidecars.plane
             try:
                 handle = await self._sidecars.join(node, grant)
             except DirectoryFull as exc:
                 await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
-            build = functools.partial(self._compile_sidecar, stream, node)
-        else:
-            build = functools.partial(self._compile, stream, node)
+            try:
+                async with contextlib.aclosing(
+                    self._sidecar_responses(stream, node, admitted, requests, first)
+                ) as responses:
+                    async for response in responses:
+                        yield response
+            finally:
+                self._sidecars.leave(handle)
+            return
         responses = follow(
-            plane,
-            Admitted(identity, grant, context),
+            self._plane,
+            admitted,
             requests,
             version="",
-            build=build,
+            build=functools.partial(self._compile, stream, node),
             on_build=functools.partial(self._built, stream),
             on_request=functools.partial(self._requested, stream),
             queued=(first,),
         )
+        async with contextlib.aclosing(responses):
+            async for response in responses:
+                yield response
+
+    async def _sidecar_responses(
+        self,
+        stream: _Stream,
+        node: SidecarNode,
+        admitted: Admitted,
+        requests: AsyncIterator[discovery_pb2.DiscoveryRequest],
+        first: discovery_pb2.DiscoveryRequest,
+    ) -> AsyncGenerator[bytes, None]:
+        """A sidecar's stream: its first build, then what its inbox brings, in order.
+
+        Unlike a gateway's (:func:`~mgmt_api.distribution.streams.follow`), it
+        never wakes on its own: the pusher hands it each new configuration and
+        re-checks its credentials for it (:meth:`SidecarStreams.push_forever`),
+        so an idle sidecar costs no wake-up, and a change wakes each stream
+        once, with what to send. Requests that arrive before the first build
+        wait for it; every later one is answered in turn.
+        """
+        assert self._sidecars is not None
+        sidecars, plane = self._sidecars, self._sidecars.plane
+        attached = sidecars.attach(admitted, node)
+        inbox = attached.inbox
+        inbox.put_nowait(first)
+        number = connected(plane.registry, admitted.node, "", plane.clock())
+        reader = asyncio.create_task(read_requests(requests, inbox))
+        revoked: Revocation | None = None
+        waiting: list[discovery_pb2.DiscoveryRequest] = []
         try:
-            async with contextlib.aclosing(responses):
-                async for response in responses:
-                    yield response
+            item: object = await fresh(
+                sidecars.compile(node, sidecars.feed.revision, None),
+                plane.still_admitted,
+                admitted.grant,
+                admitted.node,
+            )
+            while True:
+                if isinstance(item, Revocation):
+                    revoked = item
+                    break
+                if isinstance(item, Compiled):
+                    if stream.compiled is None or item.seq >= stream.compiled.seq:
+                        for message in self._built(stream, item) or ():
+                            yield message
+                elif item is not None:  # a request
+                    waiting.append(item)
+                if stream.compiled is not None:
+                    for request in waiting:
+                        for message in self._requested(stream, request):
+                            yield message
+                    waiting.clear()
+                item = await inbox.get()
+                if item is None:
+                    break  # the client ended the stream
         finally:
-            if isinstance(node, SidecarNode) and self._sidecars is not None:
-                self._sidecars.forget(node)
-                self._sidecars.leave(handle)
+            sidecars.detach(attached)
+            await cancel(reader)
+            ended(plane.registry, admitted.node, plane.clock(), number, revoked)
+        if revoked is not None:
+            await refuse(admitted.context, admitted.node, revoked)
 
     def _built(self, stream: _Stream, latest: Compiled | None) -> Sequence[bytes] | None:
         """Every subscribed type again when the version changed, clusters first.
@@ -355,13 +467,31 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
                 type_url
             )
             if type_url == sidecar_xds.ENDPOINT_TYPE and before is not None:
-                warming = _changed_names(before, latest, gateway_xds.CLUSTER_TYPE)
+                warming = self._diffs.names(before, latest, gateway_xds.CLUSTER_TYPE)
                 if changed or warming:
                     sends.append(
                         self._response(stream, latest, type_url, since=before, also=warming)
                     )
+            elif (
+                changed
+                and type_url == gateway_xds.ROUTE_TYPE
+                and before is not None
+                and stream.role == "sidecar"
+            ):
+                # Routes are asked for by name: the ones that did not change are kept,
+                # and when none did, nothing is sent (the routes keep their version).
+                if not self._diffs.changed(
+                    before.resources.get(type_url, ()), latest.resources.get(type_url, ())
+                ):
+                    latest.versions[type_url] = before.type_version(type_url)  # its own
+                else:
+                    sends.append(self._response(stream, latest, type_url, since=before))
             elif changed:
                 sends.append(self._response(stream, latest, type_url))
+        if not sends and stream.all_acked(latest):
+            # Nothing this Envoy holds changed: it already runs the new version.
+            stream.applied = latest.version
+            self._plane.registry.acked(stream.identity, latest.version, self._plane.clock())
         return sends
 
     def _requested(
@@ -370,13 +500,6 @@ class AggregatedDiscoveryServicer(ads_pb2_grpc.AggregatedDiscoveryServiceService
         assert stream.compiled is not None  # requests wait for the first build
         response = self._answer(stream, stream.compiled, request)
         return () if response is None else (response,)
-
-    async def _compile_sidecar(
-        self, stream: _Stream, node: SidecarNode, revision: int
-    ) -> Compiled | None:
-        """The sidecar's resources at ``revision``: what it was last sent when nothing changed."""
-        assert self._sidecars is not None
-        return await self._sidecars.compile(node, revision, stream.compiled)
 
     async def _compile(self, stream: _Stream, node: GatewayNode, revision: int) -> Compiled | None:
         """This gateway's resources at ``revision``; None when they cannot be compiled.

@@ -41,8 +41,8 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Hashable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+from dataclasses import dataclass, field
 
 from meshplane.distribution_contract import NodeIdentity
 from meshplane.sidecar_contract import SidecarNode
@@ -53,8 +53,8 @@ from mgmt_api.compiler.protojson import JsonDict
 from mgmt_api.compiler.sidecar_xds import ENDPOINT_TYPE
 from mgmt_api.distribution.feed import ChangeFeed, SharedBuilds
 from mgmt_api.distribution.metrics import AttestationCounts
-from mgmt_api.distribution.streams import StreamPlane
-from mgmt_api.distribution.wire import Compiled, Entry, EntryCache, Miss, entry
+from mgmt_api.distribution.streams import Admitted, StreamPlane
+from mgmt_api.distribution.wire import Compiled, Entry, EntryCache, Miss, Templates, entry
 from mgmt_api.domain import workload_attest
 from mgmt_api.domain.workload_attest import AttestationError, sidecar_refusal
 from mgmt_api.service.enforcement import UnknownCluster
@@ -109,6 +109,7 @@ class SidecarStreams:
             self.feed, self._prepare
         )
         self.cache = EntryCache()
+        self.templates = Templates()  # sidecars' listeners differ in their address only
         self.assembled = 0  # sidecar configurations assembled (tests read it)
         self._leaving: set[asyncio.Task[None]] = set()
         # What the sidecars' input follows: the store's writes and the registry's moves.
@@ -118,10 +119,13 @@ class SidecarStreams:
         self._trusts: dict[
             tuple[str, str], tuple[float, asyncio.Future[workload_attest.ClusterTrust]]
         ] = {}
-        # (organization, cluster) → instance → node: the sidecars streaming here,
-        # whose own pieces a new version builds at once, in one thread hop.
-        self._nodes: dict[tuple[str, str], dict[str, SidecarNode]] = {}
+        # (organization, cluster) → the sidecar streams attached here (insertion
+        # ordered), whose own pieces a new version builds at once, in one thread
+        # hop, and which the pusher hands each new version.
+        self._attached: dict[tuple[str, str], dict[Attached, None]] = {}
         self._last: dict[tuple[str, str], SharedBuild] = {}  # per cluster
+        self._pushed: dict[tuple[str, str], SharedBuild] = {}  # per cluster
+        self._seq = 0  # numbers the shared builds (a Compiled's seq)
 
     async def follow_store(self) -> None:
         """Every move of the store's feed is a change of the sidecars' input; cancel to stop."""
@@ -162,23 +166,97 @@ class SidecarStreams:
             self.feed.notify()
 
     def start(self) -> list[asyncio.Task[None]]:
-        """Follow the store's feed; keep this replica's rows in the registry fresh."""
+        """Follow the store's feed, push new versions to the attached streams, re-check
+        their credentials; keep this replica's rows in the registry fresh."""
         self._loop = asyncio.get_running_loop()
         return [
             asyncio.create_task(self.follow_store()),
             asyncio.create_task(self.debounce()),
+            asyncio.create_task(self.push_forever()),
             asyncio.create_task(self.directory.refresh_forever()),
         ]
+
+    def attach(self, admitted: Admitted, node: SidecarNode) -> Attached:
+        """A sidecar stream starts here: from now on the pusher hands it each new version."""
+        attached = Attached(node, admitted)
+        self._attached.setdefault((node.organization, node.cluster), {})[attached] = None
+        return attached
+
+    def detach(self, attached: Attached) -> None:
+        """The stream ended: it is no longer pushed to or built ahead."""
+        streams = self._attached.get((attached.node.organization, attached.node.cluster), {})
+        streams.pop(attached, None)
+
+    async def push_forever(self) -> None:
+        """One loop for every sidecar stream of this replica; cancel to stop.
+
+        On each move of the (debounced) feed, each cluster with streams here is
+        built once; when that build is new, each stream is handed its own
+        configuration (assembled ahead, off the loop) in its inbox: one wake-up
+        of the streams that have something to send, and none otherwise. Every
+        :attr:`StreamPlane.heartbeat` seconds without a change, and after each
+        change, the streams' pods are re-checked in one pass per cluster (a
+        dictionary look-up each): an idle stream costs nothing but that.
+        """
+        revision = self.feed.revision
+        while True:
+            moved = await self.feed.wait_beyond(revision, self.plane.heartbeat)
+            changed, revision = moved != revision, moved
+            for key in list(self._attached):
+                try:
+                    await self._round(key, revision, changed=changed)
+                except Exception:  # one cluster's failure is not every cluster's
+                    log.exception("cannot serve the sidecars of a cluster")
+
+    async def _round(self, key: tuple[str, str], revision: int, *, changed: bool) -> None:
+        streams = self._attached.get(key)
+        if not streams:
+            self._attached.pop(key, None)
+            self._pushed.pop(key, None)
+            return
+        try:
+            trust = await self._trust(key)
+        except UnknownCluster:
+            self._revoke(streams, Revocation("the cluster was deleted", cluster_gone=True))
+            return
+        now = self.plane.clock()
+        for attached in list(streams):
+            gone = workload_attest.still_there(trust, attached.admitted.grant)
+            if gone is not None:
+                self._revoke({attached: None}, Revocation(gone))
+            else:
+                self.plane.registry.heartbeat(attached.admitted.node, now)
+        if not changed:
+            return
+        try:
+            shared = await self._shared.get(key, revision)
+        except UnknownCluster:
+            self._revoke(streams, Revocation("the cluster was deleted", cluster_gone=True))
+            return
+        if self._pushed.get(key) is shared:
+            return  # nothing that reaches this cluster's sidecars changed
+        self._pushed[key] = shared
+        for attached in list(streams):
+            compiled = shared.prepared.get(attached.node)
+            if compiled is None:
+                try:
+                    compiled = self.assemble(shared, attached.node)
+                except Exception:  # Envoy's protos refuse it: the sidecar keeps what it has
+                    log.exception(
+                        "cannot compile the sidecar's configuration",
+                        extra={"cluster": key[1], "instance": attached.node.instance},
+                    )
+                    continue
+            attached.inbox.put_nowait(compiled)
+
+    def _revoke(self, streams: dict[Attached, None], revoked: Revocation) -> None:
+        for attached in list(streams):
+            self.detach(attached)
+            attached.inbox.put_nowait(revoked)
 
     async def join(self, node: SidecarNode, grant: str) -> int:
         """Register an admitted sidecar in the shared registry (a store write)."""
         return await asyncio.to_thread(self.directory.join, node, grant)
-
-    def forget(self, node: SidecarNode) -> None:
-        """The stream of ``node`` ended here: its pieces are no longer built ahead."""
-        nodes = self._nodes.get((node.organization, node.cluster), {})
-        if nodes.get(node.instance) is node:
-            del nodes[node.instance]
 
     def leave(self, handle: int) -> None:
         """The stream ``handle`` ended: leave the registry, even though the call that
@@ -272,24 +350,29 @@ class SidecarStreams:
         last = self._last.get(key)
         if last is not None and last.inp == inp and last.bundle == bundle:
             return last  # another cluster's write, or nothing that reaches sidecars
-        nodes = list(self._nodes.get(key, {}).values())
-        shared = await asyncio.to_thread(self._prepare_all, inp, bundle, nodes)
+        nodes = list({a.node: None for a in self._attached.get(key, {})})
+        self._seq += 1
+        shared = await asyncio.to_thread(self._prepare_all, inp, bundle, nodes, self._seq)
         self._last[key] = shared
         return shared
 
     def _prepare_all(
-        self, inp: sidecar_xds.SidecarInput, bundle: tuple[str, ...], nodes: list[SidecarNode]
+        self,
+        inp: sidecar_xds.SidecarInput,
+        bundle: tuple[str, ...],
+        nodes: list[SidecarNode],
+        seq: int,
     ) -> SharedBuild:
-        """What the cluster's sidecars share, and the pieces of each sidecar streaming
-        here, so that their streams assemble from the cache on the loop."""
-        shared = self._prepare_shared(inp, bundle)
+        """What the cluster's sidecars share, and the configuration of each sidecar
+        streaming here, so that the pusher only hands them out on the loop."""
+        shared = self._prepare_shared(inp, bundle, seq)
         for node in nodes:
-            with contextlib.suppress(Exception):  # that stream logs it when it assembles
-                self.assemble(shared, node)
+            with contextlib.suppress(Exception):  # the pusher logs it when it assembles
+                shared.prepared[node] = self.assemble(shared, node)
         return shared
 
     def _prepare_shared(
-        self, inp: sidecar_xds.SidecarInput, bundle: tuple[str, ...]
+        self, inp: sidecar_xds.SidecarInput, bundle: tuple[str, ...], seq: int = 0
     ) -> SharedBuild:
         services = inp.services()
         outbound: list[Entry] = []
@@ -332,12 +415,16 @@ class SidecarStreams:
             ("secret", serial),
             lambda: [entry(SECRET_TYPE, s) for s in sidecar_xds.secrets(bundle)],
         )
-        shape = json.dumps([inp.trust_domain, policy, shapes], separators=(",", ":"))
+        # The clusters' version names what they are made from, not the whole policy: a
+        # policy change that leaves every cluster as it was resends no clusters.
+        made_of = json.dumps([inp.trust_domain, shapes], separators=(",", ":")).encode()
+        shape = made_of + b"".join(data for _, data in extra)
         return SharedBuild(
             inp, bundle, inp.version(), policy, serial, secrets, (*outbound, *extra),
             tuple(assignments), hashlib.sha256(names).hexdigest()[:20],
-            hashlib.sha256(shape.encode()).hexdigest()[:20],
+            hashlib.sha256(shape).hexdigest()[:20],
             hashlib.sha256(json.dumps(placed, separators=(",", ":")).encode()).hexdigest()[:20],
+            seq,
         )  # fmt: skip
 
     async def compile(
@@ -361,7 +448,9 @@ class SidecarStreams:
             and previous.serial == shared.serial
         ):
             return previous  # nothing changed: nothing rebuilt
-        self._nodes.setdefault((node.organization, node.cluster), {})[node.instance] = node
+        prepared = shared.prepared.get(node)
+        if prepared is not None:
+            return prepared
         try:
             try:
                 return self.assemble(shared, node, build=False)
@@ -399,26 +488,60 @@ class SidecarStreams:
         ])  # fmt: skip
         shape = (node.namespace, node.service, node.inbound_host, node.inbound_port,
                  node.outbound_port)  # fmt: skip
+        # Listeners depend on the policy, the namespace and service, and their
+        # addresses (the shape): parsed once per namespace and service, then copied
+        # with each sidecar's own addresses.
+        template = (policy, node.namespace, node.service)
         listeners = cache(("listeners", policy, shape), lambda: [
-            entry(LISTENER_TYPE, sidecar_xds.inbound_listener(inp, node)),
-            entry(LISTENER_TYPE, sidecar_xds.outbound_listener(inp, node)),
+            self.templates.entry(
+                LISTENER_TYPE, ("inbound", *template),
+                lambda: sidecar_xds.inbound_listener(inp, node),
+                node.inbound_host, node.inbound_port,
+            ),
+            self.templates.entry(
+                LISTENER_TYPE, ("outbound", *template),
+                lambda: sidecar_xds.outbound_listener(inp, node),
+                "127.0.0.1", node.outbound_port,
+            ),
         ])  # fmt: skip
-        resources = {
-            SECRET_TYPE: list(shared.secrets),
-            CLUSTER_TYPE: [*app, *authz_clusters, *shared.outbound],
-            LISTENER_TYPE: list(listeners),
-            ROUTE_TYPE: [*outbound_routes, *inbound_routes],
-            ENDPOINT_TYPE: list(shared.assignments),
-        }
+        # The sequences sidecars share are the same objects (their joined bytes are
+        # made once: wire.Bodies): a namespace's clusters and routes, the endpoints.
+        clusters = shared.joined(
+            ("cds", app, authz_clusters), (*app, *authz_clusters, *shared.outbound)
+        )
+        routes = shared.joined(
+            ("rds", outbound_routes, inbound_routes), (*outbound_routes, *inbound_routes)
+        )
+        resources: dict[str, Sequence[Entry]] = {
+            SECRET_TYPE: shared.secrets,
+            CLUSTER_TYPE: clusters,
+            LISTENER_TYPE: listeners,
+            ROUTE_TYPE: routes,
+            ENDPOINT_TYPE: shared.assignments,
+        }  # fmt: skip
         self.assembled += 1
         versions = {
-            CLUSTER_TYPE: f"{shared.clusters}.{node.app_port}",
+            CLUSTER_TYPE: f"{shared.clusters}.{node.app_port}.{shared.digest(authz_clusters)}",
             ENDPOINT_TYPE: shared.placement,
             SECRET_TYPE: shared.serial,
             LISTENER_TYPE: policy,
             ROUTE_TYPE: f"{policy}.{shared.services}",
         }
-        return Compiled(shared.version, resources, (), shared.serial, versions)
+        return Compiled(shared.version, resources, (), shared.serial, versions, shared.seq)
+
+
+@dataclass(eq=False)
+class Attached:
+    """One sidecar stream served here (see :meth:`SidecarStreams.attach`).
+
+    Its inbox holds, in order, the client's requests, the configurations the
+    pusher hands it, a :class:`Revocation` when its credentials stop holding,
+    and None when the client ended the stream.
+    """
+
+    node: SidecarNode
+    admitted: Admitted
+    inbox: asyncio.Queue[object] = field(default_factory=asyncio.Queue)
 
 
 @dataclass(frozen=True)
@@ -434,8 +557,28 @@ class SharedBuild:
     outbound: tuple[Entry, ...]  # every service's cluster (and the tracer's)
     assignments: tuple[Entry, ...]  # every service's endpoints (EDS)
     services: str  # digest of the service names (the outbound routes')
-    clusters: str  # digest of what the clusters are made from (their type's version)
+    clusters: str  # digest of what the shared clusters are made from (their type's version)
     placement: str  # digest of every service's endpoints (the assignments' version)
+    seq: int = 0  # which build of the cluster this is (later is newer)
+    #: the configuration of each sidecar streaming here when it was built
+    prepared: dict[SidecarNode, Compiled] = field(default_factory=dict)
+    #: sequences of entries several sidecars share, by what they are made of
+    _joined: dict[Hashable, tuple[Entry, ...]] = field(default_factory=dict)
+
+    def digest(self, entries: tuple[Entry, ...]) -> str:
+        """What ``entries`` hold, as a short digest (of their bytes; once per tuple)."""
+        key = ("digest", entries)
+        found = self._joined.get(key)
+        if found is None:
+            made = hashlib.sha256(b"".join(data for _, data in entries)).hexdigest()[:12]
+            found = self._joined.setdefault(key, (("", made.encode()),))
+        return found[0][1].decode()
+
+    def joined(self, key: Hashable, entries: tuple[Entry, ...]) -> tuple[Entry, ...]:
+        """The one ``entries`` object every sidecar whose pieces are ``key`` is sent
+        (their response bodies are joined once). ``key`` holds the pieces' own
+        tuples, which the cache hands out while it keeps them."""
+        return self._joined.setdefault(key, entries)
 
 
 def sidecar_collector(settings: tracing_settings.TracingSettings) -> JsonDict:

@@ -95,6 +95,16 @@ async def cancel(*tasks: asyncio.Task[object] | None) -> None:
                 await task
 
 
+def connected(registry: SubscriberRegistry, node: NodeIdentity, version: str, now: float) -> int:
+    """The registry's side of a stream's start; its number for :func:`ended`."""
+    stream = registry.connected(node, version, now)
+    log.info(
+        "stream connected",
+        extra={"kind": node.kind, "cluster": node.cluster, "instance": node.instance},
+    )
+    return stream
+
+
 def ended(
     registry: SubscriberRegistry,
     node: NodeIdentity,
@@ -172,15 +182,11 @@ async def follow(
     cancelled call ends it at once.
     """
     node = admitted.node
-    stream = plane.registry.connected(node, version, plane.clock())
-    log.info(
-        "stream connected",
-        extra={"kind": node.kind, "cluster": node.cluster, "instance": node.instance},
-    )
+    stream = connected(plane.registry, node, version, plane.clock())
     inbox: asyncio.Queue[Req | None] = asyncio.Queue()
     for early in queued:
         inbox.put_nowait(early)
-    reader = asyncio.create_task(_read(requests, inbox))
+    reader = asyncio.create_task(read_requests(requests, inbox))
     getter: asyncio.Task[Req | None] | None = None
     waiter: asyncio.Task[int] | None = None
     revoked: Revocation | None = None
@@ -229,7 +235,7 @@ async def follow(
         await refuse(admitted.context, node, revoked)
 
 
-async def _read(requests: AsyncIterator[Req], inbox: asyncio.Queue[Req | None]) -> None:
+async def read_requests(requests: AsyncIterator[Req], inbox: asyncio.Queue[Any]) -> None:
     """The client's requests into ``inbox``; None when the stream ends, however it ends."""
     try:
         async for request in requests:

@@ -95,11 +95,102 @@ def entry(type_url: str, resource: JsonDict) -> Entry:
     return str(name), _RESOURCES_TAG + _varint(len(data)) + data
 
 
+def _field(data: bytes) -> bytes:
+    return _RESOURCES_TAG + _varint(len(data)) + data
+
+
+class Templates:
+    """Resources that differ only in their socket address (each sidecar's listeners:
+    the same filters on its own port), parsed from protojson once per template.
+
+    The caller names what the resource is made from besides the address (the
+    key); the first resource of a key is parsed whole and kept, and each later
+    one is a copy with its address set: no protojson per sidecar. A resource
+    whose address is not the plain socket address it is given is parsed whole
+    every time. Thread-safe; least recently used first out.
+    """
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._lock = threading.Lock()
+        self._parsed: OrderedDict[Hashable, Message | None] = OrderedDict()
+
+    def entry(
+        self, type_url: str, key: Hashable, make: Callable[[], JsonDict], host: str, port: int
+    ) -> Entry:
+        """The resource ``make`` builds, whose address is ``host:port``, as :func:`entry`."""
+        with self._lock:
+            known = key in self._parsed
+            found = self._parsed.get(key)
+            if known:
+                self._parsed.move_to_end(key)
+        if not known:
+            resource = make()
+            plain = {"socketAddress": {"address": host, "portValue": port}}
+            if resource.get("address") != plain:
+                found = None  # not a plain address: no template
+            else:
+                found = _MESSAGES[type_url]()
+                json_format.ParseDict(resource, found)
+            with self._lock:
+                self._parsed[key] = found
+                while len(self._parsed) > self.size:
+                    self._parsed.popitem(last=False)
+        if found is None:
+            return entry(type_url, make())
+        message = _MESSAGES[type_url]()
+        message.CopyFrom(found)
+        address = message.address.socket_address  # type: ignore[attr-defined]
+        address.address, address.port_value = host, port
+        packed = any_pb2.Any()
+        packed.Pack(message)
+        return str(message.name), _field(packed.SerializeToString())  # type: ignore[attr-defined]
+
+
 def response(version: str, type_url: str, nonce: str, entries: Sequence[Entry]) -> bytes:
     """A serialized DiscoveryResponse carrying ``entries``."""
+    return framed(version, type_url, nonce, b"".join(data for _, data in entries))
+
+
+def framed(version: str, type_url: str, nonce: str, body: bytes) -> bytes:
+    """A serialized DiscoveryResponse: its header, then ``body`` (entries already joined)."""
     head = discovery_pb2.DiscoveryResponse(version_info=version, type_url=type_url, nonce=nonce)
     first: bytes = head.SerializeToString()
-    return first + b"".join(data for _, data in entries)
+    return first + body
+
+
+class Bodies:
+    """Entry sequences joined once: every stream sent the same sequence object (a
+    cluster's shared clusters, its endpoints) copies one joined body.
+
+    Keyed by the sequence's identity, which it holds, so the key stays its own;
+    least recently used first out, bounded in bytes and entries. Used on the
+    event loop only.
+    """
+
+    def __init__(self, max_bytes: int = 64 * 1024 * 1024, max_entries: int = 4096) -> None:
+        self.max_bytes, self.max_entries = max_bytes, max_entries
+        self._bodies: OrderedDict[int, tuple[Sequence[Entry], bytes]] = OrderedDict()
+        self._bytes = 0
+
+    def get(self, entries: Sequence[Entry]) -> bytes:
+        """``entries`` joined (once while this sequence object is kept)."""
+        key = id(entries)
+        found = self._bodies.get(key)
+        if found is not None and found[0] is entries:
+            self._bodies.move_to_end(key)
+            return found[1]
+        body = b"".join(data for _, data in entries)
+        if found is not None:
+            self._bytes -= len(found[1])
+        self._bodies[key] = (entries, body)
+        self._bytes += len(body)
+        while len(self._bodies) > 1 and (
+            self._bytes > self.max_bytes or len(self._bodies) > self.max_entries
+        ):
+            _, (_, dropped) = self._bodies.popitem(last=False)
+            self._bytes -= len(dropped)
+        return body
 
 
 @dataclass
@@ -107,12 +198,15 @@ class Compiled:
     """One version's resources for one Envoy, serialized (shared with other Envoys)."""
 
     version: str
-    resources: dict[str, list[Entry]]  # type → entries, in order
+    resources: dict[str, Sequence[Entry]]  # type → entries, in order (shared sequences)
     warnings: tuple[str, ...]
     serial: str = ""  # a sidecar's trust bundle digest (its secret's version)
     #: type → the ``version_info`` of its responses, when not ``version`` (a sidecar's:
     #: a type whose resources did not change keeps its version, and is not sent again)
     versions: dict[str, str] = field(default_factory=dict)
+    #: Which build of its cluster this is (a sidecar's: a later build never yields to
+    #: an earlier one that arrives late)
+    seq: int = 0
 
     def type_version(self, type_url: str) -> str:
         """The ``version_info`` of ``type_url``'s responses."""
