@@ -24,7 +24,7 @@ from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
 from meshplane.grpc_wire import RpcError
-from meshplane.rpc import Serving, UnaryHandler, set_trace_context
+from meshplane.rpc import Serving, StreamHandler, UnaryHandler, set_trace_context
 from meshplane.server_contract import (
     GrpcApp,
     ServeOptions,
@@ -73,6 +73,20 @@ def _grpcio_method(handler: UnaryHandler) -> grpc.RpcMethodHandler[bytes, bytes]
     return grpc.unary_unary_rpc_method_handler(traced_call if wants else call)
 
 
+def _grpcio_stream(handler: StreamHandler) -> grpc.RpcMethodHandler[bytes, bytes]:
+    """grpcio's side of a bidirectional stream: requests in, ``context.write`` out."""
+
+    async def call(
+        requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext[bytes, bytes]
+    ) -> None:
+        try:
+            await handler(requests, context.write)
+        except RpcError as exc:
+            await context.abort(grpc.StatusCode[exc.code.name], exc.message)
+
+    return grpc.stream_stream_rpc_method_handler(call)
+
+
 class _Worker:
     """One grpc.aio server (+ optional ASGI server) and the app wired into it."""
 
@@ -117,6 +131,12 @@ class _Worker:
                 service, {name: _grpcio_method(handler) for name, handler in methods.items()}
             )
             for service, methods in self.ctx.services.by_service().items()
+        ]
+        handlers += [
+            grpc.method_handlers_generic_handler(
+                service, {name: _grpcio_stream(handler) for name, handler in methods.items()}
+            )
+            for service, methods in self.ctx.services.streams_by_service().items()
         ]
         self.server.add_generic_rpc_handlers(handlers)
         reflection.enable_server_reflection(
