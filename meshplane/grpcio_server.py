@@ -162,6 +162,9 @@ class _Worker:
         """NOT_SERVING, then stop taking RPCs and wait for in-flight ones."""
         for name in (*self.app.service_names, ""):
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        # As the other backends do: the app sees its health state close (its
+        # long-lived streams end on it) while in-flight calls may still finish.
+        self.ctx.health.close()
         if self._http is not None:
             self._http.server.should_exit = True
         await self.server.stop(grace)

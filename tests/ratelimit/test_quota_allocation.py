@@ -107,5 +107,7 @@ def test_needs_update(current: TokenBucket | None, wanted: TokenBucket, expected
     ("limit", "gateways", "interval", "expected"),
     [(60.0, 3, 5.0, 6.0), (1000.0, 10, 5.0, 100.0), (2.0, 3, 5.0, 0.6)],
 )
-def test_over_admission_bound(limit: float, gateways: int, interval: float, expected: float) -> None:
+def test_over_admission_bound(
+    limit: float, gateways: int, interval: float, expected: float
+) -> None:
     assert allocation.over_admission_bound(limit, gateways, interval) == pytest.approx(expected)
