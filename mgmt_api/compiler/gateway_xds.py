@@ -39,7 +39,7 @@ import json
 from dataclasses import dataclass
 
 from meshplane.gateway_contract import GatewayNode
-from mgmt_api.compiler import envoy_config, local_jwt, tracing
+from mgmt_api.compiler import envoy_config, local_jwt, quota, tracing
 from mgmt_api.compiler.http_route import Backend, BackendRef, HTTPRoute, RouteRule
 from mgmt_api.compiler.protojson import JsonDict
 
@@ -268,11 +268,14 @@ _ROUTE_ONLY_FILTERS = frozenset(
 _FILTER_CONFIG = _TYPE + "envoy.config.route.v3.FilterConfig"
 
 
+def _route_only(name: str) -> bool:
+    """Local JWT filters, and the quota filters (one per rule, enabled by its routes)."""
+    return name in _ROUTE_ONLY_FILTERS or name.startswith(quota.QUOTA_FILTER + "/")
+
+
 def _disabled_by_default(http_filters: list[JsonDict]) -> list[JsonDict]:
     """The document's filters, the route-only ones disabled unless a route enables them."""
-    return [
-        {**f, "disabled": True} if f["name"] in _ROUTE_ONLY_FILTERS else f for f in http_filters
-    ]
+    return [{**f, "disabled": True} if _route_only(f["name"]) else f for f in http_filters]
 
 
 def _enable_route_only(per_filter: JsonDict) -> None:
