@@ -19,7 +19,8 @@ that report a bucket (docs/ratelimit.md, "Global limits as quotas"):
 - **Token buckets** (:func:`token_bucket`): Envoy reads ``fill_interval`` in
   whole seconds and refills continuously at ``tokens_per_fill /
   fill_interval``; the tokens are rounded down, so a bucket never refills
-  faster than its share. ``max_tokens`` (the burst) is ``BURST_SECONDS`` of
+  faster than its share, over an interval long enough that the rounding
+  costs at most a tenth of a token a second. ``max_tokens`` (the burst) is ``BURST_SECONDS`` of
   the share: Envoy starts a new bucket full whenever an assignment changes,
   so the burst is what each change can admit above the share.
 - **Hysteresis** (:func:`needs_update`): an assignment shrinks as soon as
@@ -41,8 +42,12 @@ BURST_SECONDS = 0.5
 CHANGE_TOLERANCE = 0.1
 #: Weight of the newest report in the smoothed demand.
 SMOOTHING = 0.5
-#: Envoy's fill interval is whole seconds; a share below one token a second
-#: gets a longer interval, at most this long.
+#: Envoy's fill interval is whole seconds and its tokens whole: the interval is
+#: long enough to hold ``PRECISION_TOKENS`` tokens (1 s from 100 a second, 10 s
+#: from 1 a second), so rounding the tokens down loses at most 1/PRECISION_TOKENS
+#: of a share (of at least 1 a second) rather than up to a whole token a second.
+PRECISION_TOKENS = 10
+#: A share below one token a second gets a longer interval, at most this long.
 MAX_FILL_INTERVAL = 60
 
 
@@ -117,13 +122,21 @@ def _water_fill(total: float, wants: Mapping[str, float]) -> dict[str, float]:
 
 
 def token_bucket(share: float) -> TokenBucket:
-    """The bucket that admits at most ``share`` a second (one token at least)."""
-    if share >= 1:
+    """The bucket that admits at most ``share`` a second (one token at least).
+
+    Envoy refills continuously at ``tokens_per_fill / fill_interval``; the
+    interval only sets the rounding (see ``PRECISION_TOKENS``).
+    """
+    if share >= 10 * PRECISION_TOKENS:
         interval = 1
+    elif share >= 1:
+        interval = PRECISION_TOKENS
+    elif share > 0:
+        interval = min(MAX_FILL_INTERVAL, math.ceil(PRECISION_TOKENS / share))
     else:
-        interval = min(MAX_FILL_INTERVAL, math.ceil(1 / share)) if share > 0 else MAX_FILL_INTERVAL
+        interval = MAX_FILL_INTERVAL
     tokens = max(1, math.floor(share * interval + 1e-9))
-    burst = max(1, math.floor(share * BURST_SECONDS), tokens if interval > 1 else 1)
+    burst = max(1, math.floor(share * BURST_SECONDS))
     return TokenBucket(max_tokens=burst, tokens_per_fill=tokens, fill_interval=interval)
 
 

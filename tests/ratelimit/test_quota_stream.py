@@ -161,7 +161,7 @@ def test_the_first_report_subscribes_and_gets_the_whole_limit(
 ) -> None:
     gateway = open_stream(server, streams)
     gateway.send()
-    assert tokens(gateway.recv()) == (20, 1, 10, 15)
+    assert tokens(gateway.recv()) == (200, 10, 10, 15)  # 20 a second, a burst of 10
 
 
 def test_a_second_gateway_takes_its_share_and_the_first_is_pushed_a_smaller_one(
@@ -169,11 +169,11 @@ def test_a_second_gateway_takes_its_share_and_the_first_is_pushed_a_smaller_one(
 ) -> None:
     first, second = open_stream(server, streams), open_stream(server, streams)
     first.send({"allowed": 1})
-    assert tokens(first.recv())[0] == 20
+    assert tokens(first.recv())[0] == 200
     second.send({"allowed": 20, "denied": 10})  # wants 30 a second
     # floor 1 each; the rest (18) goes by demand: the quiet first keeps its floor.
-    assert tokens(second.recv())[0] == 19
-    assert tokens(first.recv())[0] == 1  # pushed, without a report of its own
+    assert tokens(second.recv())[:2] == (190, 10)
+    assert tokens(first.recv())[:2] == (10, 10)  # pushed, without a report of its own
 
 
 def test_a_bucket_quiet_for_three_reports_is_abandoned(
