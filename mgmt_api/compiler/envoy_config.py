@@ -509,6 +509,8 @@ def render(policies: EnvoyConfigInput) -> JsonDict:
     ordered = sorted(policies.traffic_policies, key=lambda p: p[0])
     if any(has_exact_rules(policy) for _, policy in ordered):
         filters.append(ratelimit_filter(policies.cluster, policies.gateway))
+    if any(quota.quota_rules(policy) for _, policy in ordered):
+        filters.append(quota.mark_filter())
     for _, policy in ordered:
         filters.extend(
             quota.quota_filter(
@@ -526,7 +528,7 @@ def render(policies: EnvoyConfigInput) -> JsonDict:
     targets = Counter(route_key(policy) for _, policy in ordered)
     for fqn, policy in ordered:
         ref = policy.spec.target_ref
-        limits: JsonDict = quota.route_enables(policy)
+        limits: JsonDict = quota.route_marks(policy)
         if has_exact_rules(policy):
             limits[RATELIMIT_FILTER] = route_rate_limits(policies.cluster, policy)
         routes.append(

@@ -263,19 +263,21 @@ def _per_route_policies(
 #: listener change reaches new connections only, so a route added under local
 #: rules would be served unchecked on connections opened before it.
 _ROUTE_ONLY_FILTERS = frozenset(
-    {local_jwt.JWT_AUTHN_FILTER, local_jwt.RBAC_FILTER, local_jwt.LUA_FILTER}
+    {
+        local_jwt.JWT_AUTHN_FILTER,
+        local_jwt.RBAC_FILTER,
+        local_jwt.LUA_FILTER,
+        quota.ROUTE_MARK_FILTER,  # marks the routes of quota policies
+    }
 )
 _FILTER_CONFIG = _TYPE + "envoy.config.route.v3.FilterConfig"
 
 
-def _route_only(name: str) -> bool:
-    """Local JWT filters, and the quota filters (one per rule, enabled by its routes)."""
-    return name in _ROUTE_ONLY_FILTERS or name.startswith(quota.QUOTA_FILTER + "/")
-
-
 def _disabled_by_default(http_filters: list[JsonDict]) -> list[JsonDict]:
     """The document's filters, the route-only ones disabled unless a route enables them."""
-    return [{**f, "disabled": True} if _route_only(f["name"]) else f for f in http_filters]
+    return [
+        {**f, "disabled": True} if f["name"] in _ROUTE_ONLY_FILTERS else f for f in http_filters
+    ]
 
 
 def _enable_route_only(per_filter: JsonDict) -> None:

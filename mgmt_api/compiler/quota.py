@@ -7,9 +7,15 @@ Each quota rule becomes one filter, so that, as with the exact path, every rule
 of a route applies to a request (one filter's matcher picks one bucket):
 
 - named ``envoy.filters.http.rate_limit_quota/<namespace>/<policy>/<rule>``,
-  on the listener but disabled there, and enabled by the routes the policy
-  targets (``FilterConfig{disabled: false}``); a filter that is not enabled
-  is not even created for a request;
+  on the listener. Envoy's filter takes no per-route config (it refuses one,
+  so it cannot be disabled on the listener and enabled by a route), so the
+  routes the policy targets mark their requests instead: a
+  ``header_to_metadata`` filter (:data:`ROUTE_MARK_FILTER`), disabled on the
+  listener and enabled by those routes' config, sets dynamic metadata
+  ``meshplane.quota`` ``<namespace>/<policy>`` = ``on``, and each quota
+  filter's matcher requires it (``DynamicMetadataInput``). Only a filter sets
+  dynamic metadata, so a client cannot put a request in a bucket of a route
+  it is not on; elsewhere the quota filters match nothing and pass;
 - ``domain``: the cluster's name, the same for every quota filter, so a
   gateway opens one stream to the service (Envoy keeps one per server and
   domain), on the ``ratelimit`` cluster that the exact path calls;
@@ -41,6 +47,11 @@ from mgmt_api.compiler.traffic_policy import BackendTrafficPolicy, RateLimitRule
 from ratelimit.contract import QUOTA_DOMAIN_KEY, QuotaSettings, quota_entry_key
 
 QUOTA_FILTER = "envoy.filters.http.rate_limit_quota"
+#: Marks the requests of the routes a quota policy targets (see the module doc).
+ROUTE_MARK_FILTER = "envoy.filters.http.header_to_metadata/quota-routes"
+#: The dynamic-metadata namespace of the mark; one key per policy.
+MARK_NAMESPACE = "meshplane.quota"
+MARK_VALUE = "on"
 #: How long a gateway enforces the whole limit alone after its assignment expired.
 FALLBACK_SECONDS = 86400
 #: The header a quota denial carries.
@@ -52,7 +63,9 @@ _FILTER_CONFIG = (
 )
 _SETTINGS = _TYPE + "envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaBucketSettings"
 _HEADER_INPUT = _TYPE + "envoy.type.matcher.v3.HttpRequestHeaderMatchInput"
-_ROUTE_FILTER_CONFIG = _TYPE + "envoy.config.route.v3.FilterConfig"
+_HEADER_TO_METADATA = _TYPE + "envoy.extensions.filters.http.header_to_metadata.v3.Config"
+_METADATA_INPUT = _TYPE + "envoy.extensions.matching.common_inputs.network.v3.DynamicMetadataInput"
+_METADATA_MATCH = _TYPE + "envoy.extensions.matching.input_matchers.metadata.v3.Metadata"
 
 
 def filter_name(policy: BackendTrafficPolicy, index: int) -> str:
@@ -67,28 +80,58 @@ def _header_input(name: str) -> JsonDict:
     return {"name": "header", "typedConfig": {"@type": _HEADER_INPUT, "headerName": name}}
 
 
-def _predicate(entries: list[Entry]) -> JsonDict:
-    """Every Exact/RegularExpression header must match; a Distinct one must be present."""
-    singles: list[JsonDict] = []
+def mark_key(policy: BackendTrafficPolicy) -> str:
+    return f"{policy.metadata.namespace}/{policy.metadata.name}"
+
+
+def _on_marked_route(policy: BackendTrafficPolicy) -> JsonDict:
+    """The request is on a route the policy targets (the route set the mark)."""
+    return {
+        "input": {
+            "name": "route-mark",
+            "typedConfig": {
+                "@type": _METADATA_INPUT,
+                "filter": MARK_NAMESPACE,
+                "path": [{"key": mark_key(policy)}],
+            },
+        },
+        "customMatch": {
+            "name": "route-mark",
+            "typedConfig": {
+                "@type": _METADATA_MATCH,
+                "value": {"stringMatch": {"exact": MARK_VALUE}},
+            },
+        },
+    }
+
+
+def _xds(string_match: JsonDict) -> JsonDict:
+    """An Envoy ``StringMatcher`` as the xDS matcher's (its regex names its engine)."""
+    regex = string_match.get("safeRegex")
+    if regex is None:
+        return string_match
+    return {"safeRegex": {"googleRe2": {}, "regex": regex["regex"]}}
+
+
+def _predicate(policy: BackendTrafficPolicy, entries: list[Entry]) -> JsonDict:
+    """On a route of the policy, every Exact/RegularExpression header matching and
+    every Distinct one present."""
+    singles: list[JsonDict] = [_on_marked_route(policy)]
     for entry in entries:
         matched = entry.action.get("headerValueMatch")
         if matched is not None:
             (header,) = matched["headers"]
             singles.append(
-                {"input": _header_input(header["name"]), "valueMatch": header["stringMatch"]}
+                {"input": _header_input(header["name"]), "valueMatch": _xds(header["stringMatch"])}
             )
         distinct = entry.action.get("requestHeaders")
         if distinct is not None:
             singles.append(
                 {
                     "input": _header_input(distinct["headerName"]),
-                    "valueMatch": {"safeRegex": {"regex": ".*"}},
+                    "valueMatch": _xds({"safeRegex": {"regex": ".*"}}),
                 }
             )
-    if not singles:  # a rule without selectors: every request (":path" is always there)
-        singles.append(
-            {"input": _header_input(":path"), "valueMatch": {"safeRegex": {"regex": ".*"}}}
-        )
     if len(singles) == 1:
         return {"singlePredicate": singles[0]}
     return {"andMatcher": {"predicate": [{"singlePredicate": s} for s in singles]}}
@@ -153,7 +196,7 @@ def quota_filter(
         "matcherList": {
             "matchers": [
                 {
-                    "predicate": _predicate(entries),
+                    "predicate": _predicate(policy, entries),
                     "onMatch": {"action": {"name": "quota", "typedConfig": settings}},
                 }
             ]
@@ -170,9 +213,22 @@ def quota_filter(
     }
 
 
-def route_enables(policy: BackendTrafficPolicy) -> JsonDict:
-    """The route's ``typedPerFilterConfig`` entries that enable the policy's quota filters."""
-    return {
-        filter_name(policy, index): {"@type": _ROUTE_FILTER_CONFIG, "disabled": False}
-        for index, _ in quota_rules(policy)
+def mark_filter() -> JsonDict:
+    """The listener's ``header_to_metadata`` filter that the quota routes enable."""
+    return {"name": ROUTE_MARK_FILTER, "typedConfig": {"@type": _HEADER_TO_METADATA}}
+
+
+def route_marks(policy: BackendTrafficPolicy) -> JsonDict:
+    """The route's ``typedPerFilterConfig`` entry that marks its requests for the
+    policy's quota filters (empty when the policy has no quota rule)."""
+    if not quota_rules(policy):
+        return {}
+    rule = {
+        "header": ":path",  # every request has one: the mark is a constant
+        "onHeaderPresent": {
+            "metadataNamespace": MARK_NAMESPACE,
+            "key": mark_key(policy),
+            "value": MARK_VALUE,
+        },
     }
+    return {ROUTE_MARK_FILTER: {"@type": _HEADER_TO_METADATA, "requestRules": [rule]}}
