@@ -28,7 +28,6 @@ import httpx
 import pytest
 
 from tests.support.gateway import Gateway, GatewayStack
-from tests.support.processes import wait_until
 
 LIMIT = 30  # requests a second, across all gateways
 #: The assignment TTL and the report interval (ratelimit.quota.service.QuotaSettings).
