@@ -148,7 +148,7 @@ def h2load(
     summary = h2load_summary(out)
     if summary.ok == 0:
         raise SystemExit(f"no 2xx on /{path}:\n{out}")
-    result = {"rps": summary.rps, "ok_ratio": summary.ok / max(1, summary.total)}
+    result = {"rps": summary.rps, "ok_ratio": summary.ok / max(1, summary.done)}
     for key in pids:
         result[key] = (after[key] - before[key]) * 1e6 / summary.ok
     result["path"] = sum(result[key] for key in pids)
