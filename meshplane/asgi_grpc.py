@@ -11,6 +11,8 @@ Served here:
 
 - the app's unary methods (:class:`meshplane.rpc.Services`);
 - ``grpc.health.v1.Health`` Check and Watch, from :class:`meshplane.rpc.HealthState`;
+- the app's bidirectional streams (:data:`meshplane.rpc.StreamHandler`:
+  requests as they arrive, responses sent at any time);
 - ``grpc.reflection.v1alpha.ServerReflection`` (bidirectional: each request
   is answered as it arrives), so ``grpcurl list/describe`` work. grpcurl
   tries ``v1`` first and falls back on its UNIMPLEMENTED, as with grpcio.
@@ -47,7 +49,7 @@ import heapq
 import itertools
 import logging
 import math
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from google.protobuf import descriptor_pool
@@ -67,6 +69,7 @@ from meshplane.grpc_wire import (
 from meshplane.rpc import (
     HealthState,
     Services,
+    StreamHandler,
     UnaryHandler,
     incoming_trace_context,
     note_trace_header,
@@ -347,6 +350,7 @@ class GrpcAsgiApp:
             f"/{HEALTH_SERVICE}/Watch": self._health_watch,
             f"/{REFLECTION_SERVICE}/ServerReflectionInfo": self._reflection_info,
         }
+        self._bidi: dict[str, StreamHandler] = dict(services.streams)
         self._health = health
         names = (*service_names, HEALTH_SERVICE, REFLECTION_SERVICE)
         self._reflection = reflection.ReflectionServicer(names, pool=reflection_pool(names))
@@ -375,7 +379,10 @@ class GrpcAsgiApp:
         try:
             if handler is None:
                 stream = self._streams.get(path)
-                if stream is None:
+                bidi = self._bidi.get(path) if stream is None else None
+                if bidi is not None:
+                    await _bidi_call(bidi, self._reader(encoding), receive, send)
+                elif stream is None:
                     await _trailers_only(send, Code.UNIMPLEMENTED, f"Method not found: {path}")
                 else:
                     await self._stream_call(stream, self._reader(encoding), receive, send)
@@ -579,6 +586,55 @@ class GrpcAsgiApp:
                 return  # the client went away
             pending = reader.feed(message.get("body", b""))
             reader.closed = not message.get("more_body")
+
+
+async def _bidi_call(
+    handler: StreamHandler, reader: MessageReader, receive: Receive, send: Send
+) -> None:
+    """An app's bidirectional stream over ASGI messages.
+
+    The requests are read as they arrive (several in one chunk are all
+    delivered); the iterator ends when the client half-closes or goes away.
+    Responses go out as they are sent, after one response start. The handler's
+    return is OK, its RpcError that status; a client that went away ends the
+    call without a status (nobody to tell).
+    """
+    started = False
+
+    async def requests() -> AsyncIterator[bytes]:
+        while not reader.closed:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away
+            reader.closed = not message.get("more_body")
+            for raw in reader.feed(message.get("body", b"")):
+                yield raw
+
+    async def respond(message: bytes) -> None:
+        nonlocal started
+        if not started:
+            started = True
+            await send(_START)
+        await send({"type": "http.response.body", "body": frame(message), "more_body": True})
+
+    try:
+        await handler(requests(), respond)
+    except RpcError as exc:
+        if not started:
+            await _trailers_only(send, exc.code, exc.message)
+            return
+        with contextlib.suppress(Exception):
+            await send(_EMPTY_BODY)
+            await send(_trailers(exc.code, exc.message))
+        return
+    except Exception as exc:  # the client is gone, or the handler failed
+        log.debug("gRPC stream ended", extra={"error": type(exc).__name__})
+        return
+    with contextlib.suppress(Exception):
+        if not started:
+            await send(_START)
+        await send(_EMPTY_BODY)
+        await send(_OK_TRAILERS)
 
 
 def reflection_pool(service_names: Sequence[str]) -> descriptor_pool.DescriptorPool:

@@ -17,6 +17,13 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 UnaryHandler = Callable[[bytes], Awaitable[bytes]]
+#: A bidirectional stream: the requests' serialized messages in, as they arrive
+#: (the iterator ends when the client half-closes), and a ``send`` for each
+#: response message, at any time. Returning ends the call with OK; raising
+#: :class:`~meshplane.grpc_wire.RpcError` ends it with that status.
+StreamHandler = Callable[
+    [AsyncIterator[bytes], Callable[[bytes], Awaitable[None]]], Awaitable[None]
+]
 
 #: The W3C ``(traceparent, tracestate)`` gRPC metadata of the call being
 #: handled, for handlers whose request does not carry them (ShouldRateLimit:
@@ -62,12 +69,21 @@ class Services:
     """The unary methods of one worker, by gRPC path (``/package.Service/Method``)."""
 
     methods: dict[str, UnaryHandler] = field(default_factory=dict)
+    #: Bidirectional streaming methods, by gRPC path.
+    streams: dict[str, StreamHandler] = field(default_factory=dict)
 
     def add_unary(self, service: str, method: str, handler: UnaryHandler) -> None:
         path = f"/{service}/{method}"
-        if path in self.methods:
+        if path in self.methods or path in self.streams:
             raise ValueError(f"{path} is registered twice")
         self.methods[path] = handler
+
+    def add_stream(self, service: str, method: str, handler: StreamHandler) -> None:
+        """Serve a bidirectional streaming method (RLQS' StreamRateLimitQuotas)."""
+        path = f"/{service}/{method}"
+        if path in self.methods or path in self.streams:
+            raise ValueError(f"{path} is registered twice")
+        self.streams[path] = handler
 
     def lookup(self, path: str) -> UnaryHandler | None:
         return self.methods.get(path)
@@ -75,6 +91,13 @@ class Services:
     def by_service(self) -> dict[str, dict[str, UnaryHandler]]:
         grouped: dict[str, dict[str, UnaryHandler]] = {}
         for path, handler in self.methods.items():
+            service, _, method = path[1:].partition("/")
+            grouped.setdefault(service, {})[method] = handler
+        return grouped
+
+    def streams_by_service(self) -> dict[str, dict[str, StreamHandler]]:
+        grouped: dict[str, dict[str, StreamHandler]] = {}
+        for path, handler in self.streams.items():
             service, _, method = path[1:].partition("/")
             grouped.setdefault(service, {})[method] = handler
         return grouped

@@ -27,7 +27,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, get_args
 
-from meshplane.rpc import HealthState, Services, Serving, UnaryHandler
+from meshplane.rpc import HealthState, Services, Serving, StreamHandler, UnaryHandler
 from meshplane.tls import ListenerTlsFiles
 
 ASGIApp = Callable[[Any, Any, Any], Awaitable[None]]
@@ -85,6 +85,10 @@ class WorkerContext:
     def add_unary(self, service: str, method: str, handler: UnaryHandler) -> None:
         """Serve ``/service/method``: serialized request in, serialized response out."""
         self.services.add_unary(service, method, handler)
+
+    def add_stream(self, service: str, method: str, handler: StreamHandler) -> None:
+        """Serve a bidirectional stream ``/service/method`` (every backend)."""
+        self.services.add_stream(service, method, handler)
 
     def set_serving(self, serving: bool) -> None:
         """Flip readiness of every service of this worker (and the overall "")."""

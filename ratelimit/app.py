@@ -29,6 +29,9 @@ from ratelimit.breaker import CircuitBreaker
 from ratelimit.config import RateLimitConfig, load_config
 from ratelimit.decisions import DecisionRecorder
 from ratelimit.grpc_api import SERVICE_NAME, register
+from ratelimit.quota import grpc_api as quota_api
+from ratelimit.quota.service import QuotaService
+from ratelimit.quota.usage import RedisUsage, UsageStore
 from ratelimit.redis_url import parse_redis_url, redact
 from ratelimit.service import RateLimitService
 from ratelimit.settings import FailureMode, Settings
@@ -137,10 +140,21 @@ def build_store(
     return inner, redis_store
 
 
-class RateLimitApp:
-    """The GrpcApp of the rate-limit service."""
+def build_usage(settings: Settings, redis_url: str | None) -> UsageStore | None:
+    """Where the quota service keeps every gateway's demand: the counters' Redis
+    (its own connection), or None: this process's memory."""
+    if not redis_url:
+        return None
+    client = build_keyed_client(parse_redis_url(redis_url))
+    # Reports come every few seconds: a longer wait than a decision's is harmless.
+    return RedisUsage(client, timeout=max(settings.store_timeout, 0.5))
 
-    service_names: Sequence[str] = (SERVICE_NAME,)
+
+class RateLimitApp:
+    """The GrpcApp of the rate-limit service: ShouldRateLimit (exact limits,
+    one call a request) and StreamRateLimitQuotas (quotas Envoy enforces)."""
+
+    service_names: Sequence[str] = (SERVICE_NAME, quota_api.SERVICE_NAME)
     http_app: ASGIApp | None = None
 
     def __init__(self, options: AppOptions, *, clock: Callable[[], float] = time.time) -> None:
@@ -159,6 +173,7 @@ class RateLimitApp:
         self._ctx: WorkerContext | None = None
         self.choice: StoreChoice | None = None
         self.tracing: Tracing | None = None
+        self.quota: QuotaService | None = None
 
     async def start(self, ctx: WorkerContext) -> None:
         self._ctx = ctx
@@ -181,10 +196,26 @@ class RateLimitApp:
             tracing=self.tracing,
         )
         register(self.service, ctx)
+        self.quota = QuotaService(
+            lambda: self.source.current.config,
+            build_usage(self.options.settings, self.choice.redis_url),
+            clock=self._clock,
+        )
+        quota_api.register(self.quota, ctx)
+        self._tasks.append(asyncio.create_task(self._drain_quotas(ctx)))
         self.source.add_listener(self._on_snapshot)
         self._tasks.append(asyncio.create_task(self.source.watch()))
         self._announce(self.choice, snapshot.switches)
         self._follow_redis()
+
+    async def _drain_quotas(self, ctx: WorkerContext) -> None:
+        """When the worker starts draining (its health state closes), every quota
+        stream is told to fall back (TTL 0) and ended, so the drain does not wait
+        on streams that never end by themselves."""
+        async for _ in ctx.health.watch(""):
+            pass
+        if self.quota is not None:
+            await self.quota.drain()
 
     def _announce(self, choice: StoreChoice, switches: StoreSwitches | None) -> None:
         extra = {"source": choice.source, "failure_mode": choice.failure_mode}
@@ -239,6 +270,10 @@ class RateLimitApp:
             return
         store, redis = build_store(self.options.settings, choice.redis_url)
         old = self.service.swap_store(store, choice.failure_mode)
+        if self.quota is not None:
+            old_usage = self.quota.swap_usage(build_usage(self.options.settings, choice.redis_url))
+            if old_usage is not None:
+                await old_usage.close()
         self._redis, self.choice = redis, choice
         self._follow_redis()
         self._announce(choice, switches)
@@ -295,6 +330,8 @@ class RateLimitApp:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
+        if self.quota is not None:
+            await self.quota.stop()
         if self.service is not None:
             await self.service.close()  # flushes the aggregated metrics too
         if self.tracing is not None:  # export what is queued before the worker exits

@@ -1,5 +1,9 @@
 """What other components may know of the rate-limit service: its snapshot contract.
 
+The quota (RLQS) side adds how a gateway names a bucket
+(:data:`QUOTA_DOMAIN_KEY`, :func:`quota_entry_key`) and the protocol's timings
+(:class:`QuotaSettings`), which the compiler writes into the gateway's filter.
+
 A ratelimit snapshot is a directory of envoyproxy/ratelimit YAML files (one
 domain each) plus, when the cluster sets any, ``cluster-switches.json`` (the
 counter store and failure mode). The management plane produces those files
@@ -16,16 +20,22 @@ from collections.abc import Mapping
 
 from meshplane.config_error import ConfigError
 from ratelimit.config import RateLimitConfig, parse_domain
+from ratelimit.quota.buckets import DOMAIN_KEY as QUOTA_DOMAIN_KEY
+from ratelimit.quota.buckets import entry_key as quota_entry_key
+from ratelimit.quota.service import QuotaSettings
 from ratelimit.redis_url import RedisUrlError, parse_redis_url
 from ratelimit.store.switches import SWITCHES_FILE, StoreSwitches, parse_switches
 
 __all__ = [
+    "QUOTA_DOMAIN_KEY",
     "SWITCHES_FILE",
+    "QuotaSettings",
     "RateLimitConfig",
     "RedisUrlError",
     "StoreSwitches",
     "parse_config",
     "parse_redis_url",
+    "quota_entry_key",
 ]
 
 _DOMAIN_SUFFIXES = (".yaml", ".yml")

@@ -91,6 +91,15 @@ REDIS_ROUND_TRIPS_COUNTER = Counter(
 REDIS_DECISIONS_COUNTER = Counter(
     "meshplane_ratelimit_redis_decisions", "Decisions sent to Redis (one script call each)."
 )
+QUOTA_REPORTS = Counter(
+    "meshplane_ratelimit_quota_reports", "RLQS usage reports received from gateways."
+)
+QUOTA_ACTIONS = Counter(
+    "meshplane_ratelimit_quota_actions",
+    "RLQS bucket actions sent, by kind: token_bucket, allow_all, deny_all (answers to a "
+    "report), pushed (a share changed by another gateway's report), abandon, expire_on_drain.",
+    ("action",),
+)
 REDIS_UNREACHABLE = Gauge(
     "meshplane_ratelimit_redis_unreachable",
     "1 while the Redis store in force does not answer the readiness PING of a worker.",

@@ -75,10 +75,10 @@ from typing import Any, TypedDict
 
 from extauthz.contract import POLICY_CONTEXT_KEY
 from meshplane.netaddr import parse_service_uri
-from mgmt_api.compiler import local_jwt, path_claim_lua, tracing
+from mgmt_api.compiler import local_jwt, path_claim_lua, quota, tracing
 from mgmt_api.compiler.grpc_cluster import grpc_cluster
 from mgmt_api.compiler.protojson import JsonDict
-from mgmt_api.compiler.ratelimit import route_key, route_rate_limits
+from mgmt_api.compiler.ratelimit import has_exact_rules, route_key, route_rate_limits
 from mgmt_api.compiler.traffic_policy import BackendTrafficPolicy
 
 EXT_AUTHZ_FILTER = "envoy.filters.http.ext_authz"
@@ -507,12 +507,30 @@ def render(policies: EnvoyConfigInput) -> JsonDict:
         routes.append(route)
 
     ordered = sorted(policies.traffic_policies, key=lambda p: p[0])
-    if ordered:
+    if any(has_exact_rules(policy) for _, policy in ordered):
         filters.append(ratelimit_filter(policies.cluster, policies.gateway))
+    if any(quota.quota_rules(policy) for _, policy in ordered):
+        filters.append(quota.mark_filter())
+    for _, policy in ordered:
+        filters.extend(
+            quota.quota_filter(
+                policies.cluster,
+                policy,
+                index,
+                rule,
+                rlqs_cluster=RATELIMIT_CLUSTER,
+                fail_closed=policies.gateway.ratelimit_fail_closed,
+            )
+            for index, rule in quota.quota_rules(policy)
+        )
+    if ordered:  # the exact and the quota path both go to the ratelimit service
         clusters.append(grpc_cluster(RATELIMIT_CLUSTER, policies.ratelimit_service))
     targets = Counter(route_key(policy) for _, policy in ordered)
     for fqn, policy in ordered:
         ref = policy.spec.target_ref
+        limits: JsonDict = quota.route_marks(policy)
+        if has_exact_rules(policy):
+            limits[RATELIMIT_FILTER] = route_rate_limits(policies.cluster, policy)
         routes.append(
             {
                 "name": f"ratelimit:{fqn}",
@@ -522,9 +540,12 @@ def render(policies: EnvoyConfigInput) -> JsonDict:
                     "name": ref.name,
                 },
                 "policy": fqn,
-                "typedPerFilterConfig": {
-                    RATELIMIT_FILTER: route_rate_limits(policies.cluster, policy)
-                },
+                # Which path each rule takes: exact (a call a request) or quota (inside Envoy).
+                "modes": [
+                    "quota" if rule.quota else "exact"
+                    for rule in policy.spec.rate_limit.global_.rules
+                ],
+                "typedPerFilterConfig": limits,
             }
         )
     warnings.extend(

@@ -39,7 +39,7 @@ import json
 from dataclasses import dataclass
 
 from meshplane.gateway_contract import GatewayNode
-from mgmt_api.compiler import denials, envoy_config, local_jwt, tracing
+from mgmt_api.compiler import denials, envoy_config, local_jwt, quota, tracing
 from mgmt_api.compiler.http_route import Backend, BackendRef, HTTPRoute, RouteRule
 from mgmt_api.compiler.protojson import JsonDict
 
@@ -273,7 +273,12 @@ def _per_route_policies(
 #: listener change reaches new connections only, so a route added under local
 #: rules would be served unchecked on connections opened before it.
 _ROUTE_ONLY_FILTERS = frozenset(
-    {local_jwt.JWT_AUTHN_FILTER, local_jwt.RBAC_FILTER, local_jwt.LUA_FILTER}
+    {
+        local_jwt.JWT_AUTHN_FILTER,
+        local_jwt.RBAC_FILTER,
+        local_jwt.LUA_FILTER,
+        quota.ROUTE_MARK_FILTER,  # marks the routes of quota policies
+    }
 )
 _FILTER_CONFIG = _TYPE + "envoy.config.route.v3.FilterConfig"
 

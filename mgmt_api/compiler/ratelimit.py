@@ -47,7 +47,7 @@ from mgmt_api.compiler.traffic_policy import (
 
 
 @dataclass(frozen=True)
-class _Entry:
+class Entry:
     """One descriptor entry: the RLS tree node and the Envoy action for it."""
 
     key: str
@@ -65,8 +65,8 @@ def route_key(policy: BackendTrafficPolicy) -> str:
     return f"{prefix}/{policy.metadata.namespace}/{ref.name}"
 
 
-def _rule_entries(index: int, rule: RateLimitRule) -> list[_Entry]:
-    entries: list[_Entry] = []
+def rule_entries(index: int, rule: RateLimitRule) -> list[Entry]:
+    entries: list[Entry] = []
     match_index = 0
     for selector in rule.client_selectors:
         for header in selector.headers:
@@ -74,7 +74,7 @@ def _rule_entries(index: int, rule: RateLimitRule) -> list[_Entry]:
             match_index += 1
             if header.type is MatchType.DISTINCT:
                 entries.append(
-                    _Entry(
+                    Entry(
                         key,
                         None,
                         {"requestHeaders": {"headerName": header.name, "descriptorKey": key}},
@@ -87,7 +87,7 @@ def _rule_entries(index: int, rule: RateLimitRule) -> list[_Entry]:
             else:
                 matcher["stringMatch"] = {"safeRegex": {"regex": header.value}}
             entries.append(
-                _Entry(
+                Entry(
                     key,
                     key,
                     {
@@ -105,23 +105,23 @@ def _rule_entries(index: int, rule: RateLimitRule) -> list[_Entry]:
             network = ipaddress.ip_network(cidr.value)
             mask_field = "v4PrefixMaskLen" if network.version == 4 else "v6PrefixMaskLen"
             entries.append(
-                _Entry(
+                Entry(
                     "masked_remote_address",
                     cidr.value,
                     {"maskedRemoteAddress": {mask_field: network.prefixlen}},
                 )
             )
             if cidr.type is SourceMatchType.DISTINCT:
-                entries.append(_Entry("remote_address", None, {"remoteAddress": {}}))
+                entries.append(Entry("remote_address", None, {"remoteAddress": {}}))
         for claim in selector.jwt_claims:
             key = f"rule-{index}-match-{match_index}"
             match_index += 1
             value = None if claim.type is ClaimMatchType.DISTINCT else claim.value
-            entries.append(_Entry(key, value, claim_action(key, claim.name)))
+            entries.append(Entry(key, value, claim_action(key, claim.name)))
     if not entries:
         key = f"rule-{index}-match--1"
         entries.append(
-            _Entry(key, key, {"genericKey": {"descriptorKey": key, "descriptorValue": key}})
+            Entry(key, key, {"genericKey": {"descriptorKey": key, "descriptorValue": key}})
         )
     return entries
 
@@ -143,7 +143,7 @@ def compile_policy(cluster: str, policy: BackendTrafficPolicy) -> JsonDict:
     chains: list[JsonDict] = []
     for index, rule in enumerate(policy.spec.rate_limit.global_.rules):
         leaf: JsonDict | None = None
-        for entry in reversed(_rule_entries(index, rule)):
+        for entry in reversed(rule_entries(index, rule)):
             node: JsonDict = {"key": entry.key}
             if entry.value is not None:
                 node["value"] = entry.value
@@ -173,14 +173,22 @@ def render_rls_files(cluster: str, policies: list[BackendTrafficPolicy]) -> dict
     return files
 
 
+def has_exact_rules(policy: BackendTrafficPolicy) -> bool:
+    """Whether any rule of the policy calls the rate-limit service per request."""
+    return any(not rule.quota for rule in policy.spec.rate_limit.global_.rules)
+
+
 def route_rate_limits(cluster: str, policy: BackendTrafficPolicy) -> JsonDict:
-    """The ``RateLimitPerRoute`` (protojson) that makes Envoy send matching descriptors."""
+    """The ``RateLimitPerRoute`` (protojson) that makes Envoy send matching descriptors
+    for the policy's exact rules (its quota rules are the quota filters')."""
     route = route_key(policy)
     rate_limits: list[JsonDict] = []
     for index, rule in enumerate(policy.spec.rate_limit.global_.rules):
+        if rule.quota:  # enforced by the quota filter (mgmt_api/compiler/quota.py)
+            continue
         actions: list[JsonDict] = [
             {"genericKey": {"descriptorKey": route, "descriptorValue": route}},
-            *(entry.action for entry in _rule_entries(index, rule)),
+            *(entry.action for entry in rule_entries(index, rule)),
         ]
         rate_limit: JsonDict = {"actions": actions}
         if rule.cost is not None:

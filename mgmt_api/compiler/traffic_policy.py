@@ -89,6 +89,20 @@ class RateLimitAlgorithm(StrEnum):
     SLIDING_WINDOW = "SlidingWindow"
 
 
+class RateLimitMode(StrEnum):
+    """How a rule is enforced (docs/ratelimit.md, "Global limits as quotas").
+
+    ``exact``: the gateway calls the rate-limit service on every request
+    (ShouldRateLimit), which counts exactly and answers the x-ratelimit
+    headers. ``quota``: the gateway enforces a token-bucket share of the
+    limit itself and reports its usage every few seconds (RLQS); no call per
+    request, and the sum across gateways is approximate.
+    """
+
+    EXACT = "exact"
+    QUOTA = "quota"
+
+
 class MatchType(StrEnum):
     EXACT = "Exact"
     REGULAR_EXPRESSION = "RegularExpression"
@@ -234,6 +248,46 @@ class RateLimitRule(_Model):
     shadow_mode: StrictBool = Field(default=False, alias="shadowMode")
     # None (absent) means FixedWindow, and keeps stored policies' shape.
     algorithm: RateLimitAlgorithm | None = None
+    # None (absent) means exact, and keeps stored policies' shape.
+    mode: RateLimitMode | None = None
+
+    @property
+    def quota(self) -> bool:
+        return self.mode is RateLimitMode.QUOTA
+
+    @model_validator(mode="after")
+    def _quota_expressible(self) -> RateLimitRule:
+        """A quota rule is enforced by Envoy's rate_limit_quota filter, which takes
+        one token a request from a token bucket and matches request headers only:
+        what it cannot express is refused, naming the field, rather than enforced
+        differently."""
+        if not self.quota:
+            return self
+        refused = {
+            "cost": self.cost is not None,
+            "shadowMode": self.shadow_mode,
+            "algorithm": self.algorithm is RateLimitAlgorithm.SLIDING_WINDOW,
+        }
+        for name, bad in refused.items():
+            if bad:
+                raise ValueError(f"{name}: not supported with mode quota (use mode exact)")
+        for i, selector in enumerate(self.client_selectors):
+            if selector.source_cidr is not None:
+                raise ValueError(
+                    f"clientSelectors[{i}].sourceCIDR: not supported with mode quota"
+                    " (the quota filter matches request headers only)"
+                )
+            if selector.jwt_claims:
+                raise ValueError(
+                    f"clientSelectors[{i}].jwtClaims: not supported with mode quota"
+                    " (the quota filter matches request headers only)"
+                )
+            for j, header in enumerate(selector.headers):
+                if header.invert:
+                    raise ValueError(
+                        f"clientSelectors[{i}].headers[{j}].invert: not supported with mode quota"
+                    )
+        return self
 
 
 class GlobalRateLimit(_Model):

@@ -34,13 +34,25 @@ from envoy.extensions.access_loggers.stream.v3 import (  # noqa: F401 - decision
 
 # Imported for their descriptors: typed configs inside the resources name them.
 from envoy.extensions.filters.http.ext_authz.v3 import ext_authz_pb2  # noqa: F401
+from envoy.extensions.filters.http.header_to_metadata.v3 import (  # noqa: F401 - quota routes
+    header_to_metadata_pb2,
+)
 from envoy.extensions.filters.http.jwt_authn.v3 import config_pb2  # noqa: F401 - local JWT rules
 from envoy.extensions.filters.http.lua.v3 import lua_pb2  # noqa: F401 - the path-claim check
+from envoy.extensions.filters.http.rate_limit_quota.v3 import (  # noqa: F401 - quota rules
+    rate_limit_quota_pb2,
+)
 from envoy.extensions.filters.http.ratelimit.v3 import rate_limit_pb2  # noqa: F401
 from envoy.extensions.filters.http.rbac.v3 import rbac_pb2  # noqa: F401 - local JWT rules
 from envoy.extensions.filters.http.router.v3 import router_pb2  # noqa: F401
 from envoy.extensions.filters.network.http_connection_manager.v3 import (  # noqa: F401
     http_connection_manager_pb2,
+)
+from envoy.extensions.matching.common_inputs.network.v3 import (  # noqa: F401 - quota routes
+    network_inputs_pb2,
+)
+from envoy.extensions.matching.input_matchers.metadata.v3 import (  # noqa: F401 - quota routes
+    metadata_pb2,
 )
 from envoy.extensions.transport_sockets.tls.v3 import (
     secret_pb2,
@@ -48,6 +60,7 @@ from envoy.extensions.transport_sockets.tls.v3 import (
 )
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2  # noqa: F401
 from envoy.service.discovery.v3 import discovery_pb2
+from envoy.type.matcher.v3 import http_inputs_pb2  # noqa: F401 - quota rules' header inputs
 from google.protobuf import any_pb2, json_format
 from google.protobuf.message import Message
 
