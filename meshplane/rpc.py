@@ -1,11 +1,11 @@
-"""What a service registers, whichever server carries it: unary methods and health.
+"""What a service registers, whichever server carries it: methods and health.
 
 An app declares its methods as ``bytes -> bytes`` coroutines (the request's
 serialized message in, the response's out; :class:`~meshplane.grpc_wire.RpcError`
-for a non-OK status), and flips readiness on a :class:`HealthState`. The
-grpcio server and the Envoy-based server are both adapters of these two, so
-a decision core never knows which one called it, and every transport passes
-the same tests.
+for a non-OK status), and flips readiness on a :class:`HealthState`. Both
+server backends (Envoy-based and h2) are adapters of these, so a decision
+core never knows which one called it, and every transport passes the same
+tests.
 """
 
 from __future__ import annotations
@@ -28,8 +28,7 @@ StreamHandler = Callable[
 #: The W3C ``(traceparent, tracestate)`` gRPC metadata of the call being
 #: handled, for handlers whose request does not carry them (ShouldRateLimit:
 #: Envoy's tracer puts them in the call's headers). Set by the servers only
-#: when the call has a ``traceparent`` (grpcio: only for a handler with a true
-#: ``wants_trace_context`` attribute), so an untraced call pays nothing.
+#: when the call has a ``traceparent``, so an untraced call pays nothing.
 _NO_TRACE_CONTEXT: tuple[str | None, str | None] = (None, None)
 _TRACE_CONTEXT: ContextVar[tuple[str | None, str | None]] = ContextVar(
     "meshplane_trace_context", default=_NO_TRACE_CONTEXT
@@ -115,9 +114,9 @@ class Serving(enum.IntEnum):
 class HealthState:
     """Readiness per service name (``""`` is the whole server), with watchers.
 
-    The source of truth for every backend: the grpcio adapter mirrors it into
-    grpcio's HealthServicer through a listener, the ASGI adapter (Envoy and
-    h2 backends) answers Check and Watch from it directly. Single-threaded (the worker's loop).
+    The source of truth for every backend: the ASGI adapter (Envoy and h2
+    backends) answers Check and Watch from it directly. Single-threaded (the
+    worker's loop).
     """
 
     def __init__(self) -> None:
