@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from meshplane import decision_log as dl
-from mgmt_api.compiler import path_claim_lua
+from mgmt_api.compiler import path_claim_lua, quota
 from mgmt_api.compiler.protojson import JsonDict
 
 #: A route's metadata namespace: ``setting`` (the SecuritySetting) and ``mode``.
@@ -79,7 +79,8 @@ def _details(prefix: str) -> str:
 #: bad token (401) and their "no rule allows" (403); an ExtAuthzPolicy the gateway
 #: enforces itself (the Lua check sets the headers); the extauthz service's deny
 #: (it sends headers and id, and writes the line); over a rate limit (429: the
-#: ratelimit service sends the id and writes the line).
+#: ratelimit service sends the id and writes the line); over a quota (429 from
+#: the gateway's own bucket: the gateway adds both and writes the line).
 DENIALS: tuple[Denial, ...] = (
     Denial(
         dl.DenialKind.MODE,
@@ -140,6 +141,18 @@ DENIALS: tuple[Denial, ...] = (
         header=True,
         decision_id=False,
         line=False,
+    ),
+    # A quota rule's bucket is empty: the gateway decided alone (no service call),
+    # so it writes the line; the policy is the route's quota mark.
+    Denial(
+        dl.DenialKind.RATELIMIT,
+        "response.code_details == 'rate_limited_by_quota'",
+        policy=f"%DYNAMIC_METADATA({quota.MARK_NAMESPACE})%",
+        rule="quota",
+        reason="over_quota",
+        header=True,
+        decision_id=True,
+        line=True,
     ),
 )
 

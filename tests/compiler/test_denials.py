@@ -36,6 +36,7 @@ def _matches(expression: str, details: str) -> bool:
         ("lua_response", "extauthz", True),
         ("ext_authz_denied", "extauthz", False),
         ("request_rate_limited", "ratelimit", False),
+        ("rate_limited_by_quota", "ratelimit", True),
     ],
 )
 def test_each_refusal_is_one_row(details: str, kind: str, line: bool) -> None:

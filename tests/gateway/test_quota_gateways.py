@@ -132,6 +132,13 @@ def test_skewed_load_admits_the_limit_and_starves_no_gateway(stack: GatewayStack
     settled = admitted(hits, big.instance, since=2 * REPORT)
     assert settled >= 0.8 * (LIMIT - 10) * (60 - 2 * REPORT), settled
     assert any(h.status == 429 for h in hits if h.gateway == big.instance)
+    # A quota refusal says why, as every denial does (docs/observability.md).
+    with httpx.Client(base_url=f"http://127.0.0.1:{big.port}", timeout=10) as client:
+        refused = next(
+            r for r in (client.get("/") for _ in range(10 * LIMIT)) if r.status_code == 429
+        )
+    assert refused.headers["x-meshplane-denied"] == "ratelimit over_quota", refused.headers
+    assert refused.headers["x-decision-id"], refused.headers
 
 
 @pytest.mark.timeout(240)
