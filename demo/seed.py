@@ -46,6 +46,13 @@ DEMO_CIRCUIT_BREAKERS: Mapping[str, int] = {
     "maxRequests": 2,
     "maxRetries": 1,
 }
+#: The demo cluster's tracing: its Envoys start a W3C trace for every request
+#: (so each decision line names one) and send the spans to an OTLP/gRPC
+#: collector on the standard port, if one listens there.
+DEMO_TRACING: Mapping[str, Any] = {
+    "collector": "grpc://127.0.0.1:4317",
+    "samplingPercentage": 100,
+}
 
 
 class SeedError(RuntimeError):
@@ -143,6 +150,7 @@ def demo_plan(
     cluster_spec = {
         "rateLimit": dict(cluster_rate_limit or {"redis": {"disabled": True}}),
         "circuitBreakers": dict(DEMO_CIRCUIT_BREAKERS),
+        "tracing": dict(DEMO_TRACING),
     }
     if workload_issuers:
         cluster_spec["workloadIdentity"] = {"issuers": [dict(i) for i in workload_issuers]}

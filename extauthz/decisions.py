@@ -138,15 +138,19 @@ class DecisionRecorder:
         request: external_auth_pb2.CheckRequest,
         decision: Decision,
         authorization: tuple[str, ...],
+        call_traceparent: str | None = None,
     ) -> str | None:
-        """The decision id when a line was queued for this Check, else None."""
+        """The decision id when a line was queued for this Check, else None.
+
+        The trace id is the request's own ``traceparent`` header, else the
+        gRPC call's (``call_traceparent``): a gateway or sidecar that starts
+        the trace itself sends its context only in the call's metadata."""
         if not self.wants(decision):
             return None
         http = request.attributes.request.http
         path = http.path or http.headers.get(":path", "")
-        return self.record_request(
-            decision, http.method, path, http.headers.get("traceparent"), authorization
-        )
+        traceparent = http.headers.get("traceparent") or call_traceparent
+        return self.record_request(decision, http.method, path, traceparent, authorization)
 
     def record_request(
         self,

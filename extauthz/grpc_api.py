@@ -241,8 +241,9 @@ class CheckHandler:
         self._service = service
         self._tracing = tracing
         self._recorder = recorder
-        # Tracing on: the server hands over the call's traceparent metadata.
-        self.wants_trace_context = tracing is not None
+        # Tracing or decision lines on: the server hands over the call's
+        # traceparent metadata (a gateway that starts the trace puts it there).
+        self.wants_trace_context = tracing is not None or recorder is not None
 
     async def __call__(self, raw: bytes) -> bytes:
         tracing = self._tracing
@@ -258,10 +259,11 @@ class CheckHandler:
                 decision = await self._service.check(attrs, "grpc")
             if self._recorder is None:
                 return encode_response(decision)
-            return self._respond(request, attrs, decision)
+            return self._respond(request, attrs, decision, incoming_trace_context()[0])
         # Envoy's tracer puts its ext_authz client span in the call's
         # metadata; without one, the request's own headers (below).
         traceparent, tracestate = incoming_trace_context()
+        call_traceparent = traceparent
         try:
             request = _CheckRequest.FromString(raw)
             attrs = attributes_from_check(request, raw)
@@ -276,13 +278,16 @@ class CheckHandler:
                 tracestate = headers.get("tracestate")
         # The gate first: a sampled-out call takes the untraced path.
         if tracing.gate(traceparent):
-            return await self._traced(tracing, request, attrs, traceparent, tracestate)
-        return await self._answer(request, attrs)
+            return await self._traced(
+                tracing, request, attrs, (traceparent, tracestate), call_traceparent
+            )
+        return await self._answer(request, attrs, call_traceparent)
 
     async def _answer(
         self,
         request: external_auth_pb2.CheckRequest,
         attrs: CheckAttributes,
+        call_traceparent: str | None,
         span: Span | None = None,
     ) -> bytes:
         decision = self._service.check_now(attrs, "grpc")
@@ -290,26 +295,37 @@ class CheckHandler:
             decision = await self._service.check(attrs, "grpc")
         if span is not None:
             _annotate(span, decision)
-        return self._respond(request, attrs, decision)
+        return self._respond(request, attrs, decision, call_traceparent)
 
     def _respond(
-        self, request: external_auth_pb2.CheckRequest, attrs: CheckAttributes, decision: Decision
+        self,
+        request: external_auth_pb2.CheckRequest,
+        attrs: CheckAttributes,
+        decision: Decision,
+        call_traceparent: str | None = None,
     ) -> bytes:
-        """The serialized response (after the decision line, when they are on)."""
+        """The serialized response (after the decision line, when they are on);
+        ``call_traceparent`` is the gRPC call's own ``traceparent`` metadata."""
         try:
             if self._recorder is not None:
-                return self._logged(request, attrs, decision)
+                return self._logged(request, attrs, decision, call_traceparent)
             return encode_response(decision)
         except Exception as exc:
             log.error("building CheckResponse failed; denying", extra={"error": type(exc).__name__})
             return _LAST_RESORT_BYTES
 
     def _logged(
-        self, request: external_auth_pb2.CheckRequest, attrs: CheckAttributes, decision: Decision
+        self,
+        request: external_auth_pb2.CheckRequest,
+        attrs: CheckAttributes,
+        decision: Decision,
+        call_traceparent: str | None,
     ) -> bytes:
         """The response, after the decision line (denies carry ``x-decision-id``)."""
         assert self._recorder is not None
-        decision_id = self._recorder.record(request, decision, attrs.authorization)
+        decision_id = self._recorder.record(
+            request, decision, attrs.authorization, call_traceparent
+        )
         if decision_id is None or decision.allowed:
             return encode_response(decision)
         return with_decision_id(_DENY_BYTES.get(decision.reason, _LAST_RESORT_BYTES), decision_id)
@@ -319,15 +335,16 @@ class CheckHandler:
         tracing: Tracing,
         request: external_auth_pb2.CheckRequest,
         attrs: CheckAttributes,
-        traceparent: str | None,
-        tracestate: str | None,
+        context: tuple[str | None, str | None],
+        call_traceparent: str | None,
     ) -> bytes:
-        """A sampled call: one SERVER span continuing the caller's context."""
-        parent = parent_context(traceparent, tracestate)
+        """A sampled call: one SERVER span continuing the caller's context
+        (``traceparent``, ``tracestate``)."""
+        parent = parent_context(*context)
         with tracing.tracer.start_as_current_span(
             SPAN_NAME, context=parent, kind=SpanKind.SERVER
         ) as span:
-            return await self._answer(request, attrs, span)
+            return await self._answer(request, attrs, call_traceparent, span)
 
 
 def _traced_unreadable(tracing: Tracing, exc: Exception) -> bytes:

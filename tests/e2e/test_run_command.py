@@ -10,7 +10,11 @@ x-proxy-ratelimited, 503s from the circuit breakers), runs the printed
 policy change as printed (``uv run ...`` replaced by this interpreter's
 ``-m ...``), waits until the gateway enforces it, and reads the gateway's
 ACK in the status and the gateway's logger levels through the agent (the
-printed proxy diagnostics call). Finally SIGTERM must stop the orchestrator
+printed proxy diagnostics call). The tour's denial's decision line names the
+trace the gateway started (the demo cluster traces every request). Then every
+concrete ``meshctl`` example of docs/meshctl.md and every complete command the
+README's prose names runs as printed against the same demo and exits 0
+(:func:`check_doc_examples`). Finally SIGTERM must stop the orchestrator
 and every child it started. A busy port must stop the command before anything starts.
 """
 
@@ -37,8 +41,9 @@ import httpx
 import pytest
 
 from demo import mesh
-from demo.stack import BURST, PORT_OFFSETS, PORT_ROLES, port_flag
+from demo.stack import BURST, PORT_OFFSETS, PORT_ROLES, Ports, port_flag
 from demo.stack import RAISED_REQUESTS as RAISED
+from tests.support import doc_commands
 from tests.support.net import free_port, free_ports
 from tests.support.processes import wait_until
 
@@ -260,6 +265,7 @@ def test_run_command_brings_up_the_gateway_and_the_tour_through_it_holds(
         denied = http.get("/admin", headers=auth)
         assert denied.status_code == 403, denied.text
         assert denied.headers["x-ext-authz-reason"] == "path_not_allowed"
+        denial_id = denied.headers["x-decision-id"]
 
         rest = [http.get("/headers", headers=auth).status_code for _ in range(DEMO_REQUESTS - 1)]
         assert rest == [200] * (DEMO_REQUESTS - 1)  # the two 403s consumed nothing
@@ -315,6 +321,8 @@ def test_run_command_brings_up_the_gateway_and_the_tour_through_it_holds(
         assert sidecar["stats"] == [{"name": "server.live", "value": 1}], sidecar
 
     check_mesh_tour(commands[len(kinds) - len(MESH_KINDS) :], commands[0])
+    check_trace_id(orchestrator.state, denial_id)
+    check_doc_examples(orchestrator.state, base, password)
 
     orchestrator.proc.send_signal(signal.SIGTERM)
     assert orchestrator.proc.wait(timeout=60) == 0, orchestrator.output
@@ -337,6 +345,77 @@ def check_mesh_tour(commands: list[str], token_command: str) -> None:
     assert local_rule[0] == 0 and json.loads(local_rule[1])["app"] == "payments", local_rule
     assert by_mode[0] == 0 and "HTTP/1.1 403" in by_mode[1], by_mode
     assert "x-meshplane-denied: mode CUSTOM" in by_mode[1], by_mode
+
+
+def check_trace_id(state: Path, decision_id: str) -> None:
+    """The gateway started a trace for the tour's request (it sent none): the
+    denial's decision line names it (from the ext_authz call's metadata)."""
+
+    def line() -> dict[str, object] | None:
+        text = (state / "logs" / "extauthz.log").read_text(errors="replace")
+        found = [json.loads(x) for x in text.splitlines() if decision_id in x]
+        return next((x for x in found if x.get("decision_id") == decision_id), None)
+
+    entry = wait_until(line, timeout=30, what="the denial's decision line")
+    assert re.fullmatch(r"[0-9a-f]{32}", str(entry["trace_id"])), entry
+
+
+#: The docs' scratch organization and clusters, made for the examples that
+#: change or delete things (docs/meshctl.md says so); the demo's stay intact.
+SCRATCH = ("acme", ("c1", "east"))
+
+
+def doc_examples() -> list[tuple[str, str]]:
+    """(where, shell line) of every example to run: docs/meshctl.md's first (its
+    login comes first), then the README's; deletes last, so the rest find what
+    they name."""
+    readme, meshctl_page = doc_commands.PAGES
+    found = [*doc_commands.runnable(meshctl_page), *doc_commands.runnable(readme)]
+    return sorted(found, key=lambda example: " delete " in example[1])
+
+
+def check_doc_examples(state: Path, base: int, password: str) -> None:
+    """Each example, as printed, in one shell per line, in a scratch HOME, at the
+    demo's ports (the docs show the default ones): every one exits 0."""
+    mgmt = f"http://127.0.0.1:{base + PORT_OFFSETS['mgmt']}"
+    with httpx.Client(base_url=mgmt, auth=("admin", password), timeout=30) as api:
+        org, clusters = SCRATCH
+        made = api.post("/v2/organizations", json={"name": org, "organization": {}})
+        assert made.status_code == 200, made.text
+        for name in clusters:
+            made = api.post(f"/v2/organizations/{org}/clusters", json={"name": name, "cluster": {}})
+            assert made.status_code == 200, made.text
+    defaults = Ports()
+    moved = {
+        str(getattr(defaults, name)): str(base + offset) for name, offset in PORT_OFFSETS.items()
+    }
+    home = state.parent / "home"
+    home.mkdir()
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "EDITOR": "true",  # edit: an unchanged file cancels
+    }
+    env.pop("VISUAL", None)
+    examples = doc_examples()
+    assert len(examples) >= 15, examples
+    failed = []
+    for where, line in examples:
+        command = re.sub(r"(?<=127\.0\.0\.1:)(\d+)\b", lambda m: moved.get(m[1], m[1]), line)
+        done = subprocess.run(
+            ["bash", "-c", command],
+            cwd=state.parent,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
+        if done.returncode != 0:
+            failed.append(f"{where}: {command}\n  exit {done.returncode}: {done.stderr[-800:]}")
+    assert not failed, "\n".join(failed)
 
 
 @pytest.mark.timeout(600)

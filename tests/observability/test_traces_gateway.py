@@ -2,6 +2,8 @@
 server span, its ext_authz and ratelimit client spans, the ext_authz and
 ratelimit services' spans under them (ratelimit with its Redis child), and
 the upstream span, all received by the OTLP/gRPC receiver this test runs.
+The request carries no ``traceparent``: the gateway starts the trace, and
+ext_authz's decision line names it (read from the call's metadata).
 
 The gateway's tracer comes over ADS from the Cluster's ``tracing`` setting;
 the services export with ``--otlp-endpoint``. Nothing is mocked.
@@ -9,6 +11,7 @@ the services export with ``--otlp-endpoint``. Nothing is mocked.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +21,7 @@ from extauthz.cli import mint_demo_token
 from tests.mgmt_api.harness import ok
 from tests.support.gateway import CLUSTER_PATH, GatewayStack
 from tests.support.otlp_receiver import OtlpGrpcReceiver, ReceivedSpan
+from tests.support.processes import wait_until
 
 SECRET = "traces-gateway-secret-0123456789abcdef"
 SPAN_KINDS = {"server": 2, "client": 3}
@@ -35,7 +39,10 @@ def stack(
 ) -> Iterator[GatewayStack]:
     st = GatewayStack(
         Path(tmp_path_factory.mktemp("traces")),
-        service_args=("--otlp-endpoint", receiver.endpoint, "--trace-sampling", "1"),
+        service_args=(
+            *("--otlp-endpoint", receiver.endpoint, "--trace-sampling", "1"),
+            *("--decision-log-allow-sample", "1"),
+        ),
     )
     try:
         st.backend("default.app")
@@ -118,3 +125,14 @@ def test_one_request_makes_one_trace(stack: GatewayStack, receiver: OtlpGrpcRece
     ]
     assert len(upstream) == 1 and parent(upstream[0]) is root
     assert token not in repr(trace) and SECRET not in repr(trace)
+    # The decision line names the trace the gateway started (and sent upstream).
+    assert upstream[0].trace_id == root.trace_id
+    lines = wait_until(lambda: _allow_lines(stack), 30, "extauthz's allow line")
+    assert [line["trace_id"] for line in lines] == [root.trace_id], lines
+
+
+def _allow_lines(stack: GatewayStack) -> list[dict[str, object]]:
+    """extauthz's allow decision lines (stderr, its default sink)."""
+    text = (stack.tmp / "extauthz.log").read_text(errors="replace")
+    found = (json.loads(line) for line in text.splitlines() if '"decision_id"' in line)
+    return [line for line in found if line.get("decision") == "allow"]
