@@ -262,10 +262,10 @@ def test_run_command_brings_up_the_gateway_and_the_tour_through_it_holds(
 
         bad = http.get("/headers", headers={"authorization": "Bearer not-a-valid-token"})
         assert bad.status_code == 403, bad.text
+        denial_id = bad.headers["x-decision-id"]
         denied = http.get("/admin", headers=auth)
         assert denied.status_code == 403, denied.text
         assert denied.headers["x-ext-authz-reason"] == "path_not_allowed"
-        denial_id = denied.headers["x-decision-id"]
 
         rest = [http.get("/headers", headers=auth).status_code for _ in range(DEMO_REQUESTS - 1)]
         assert rest == [200] * (DEMO_REQUESTS - 1)  # the two 403s consumed nothing
@@ -365,6 +365,16 @@ def check_trace_id(state: Path, decision_id: str) -> None:
 SCRATCH = ("acme", ("c1", "east"))
 
 
+#: What some examples print (a cheap sanity check beside the exit code), by the line.
+EXPECTED = (
+    (r"meshctl get clusters --org acme", "east"),
+    (r"meshctl status --cluster demo/demo(\s+#.*)?", "demo-gateway"),
+    (r"meshctl status --cluster demo/demo --kind sidecar", "sidecar"),
+    (r"meshctl proxy loggers \S+ -n \S+ --cluster \S+ --org \S+\s+# read", '"admin"'),
+    (r"meshctl rotate meshca --cluster acme/east", "acme/east"),
+)
+
+
 def doc_examples() -> list[tuple[str, str]]:
     """(where, shell line) of every example to run: docs/meshctl.md's first (its
     login comes first), then the README's; deletes last, so the rest find what
@@ -401,6 +411,8 @@ def check_doc_examples(state: Path, base: int, password: str) -> None:
     env.pop("VISUAL", None)
     examples = doc_examples()
     assert len(examples) >= 15, examples
+    matched = [p for p, _ in EXPECTED if any(re.fullmatch(p, line) for _, line in examples)]
+    assert len(matched) == len(EXPECTED), matched  # each check still meets its example
     failed = []
     for where, line in examples:
         command = re.sub(r"(?<=127\.0\.0\.1:)(\d+)\b", lambda m: moved.get(m[1], m[1]), line)
@@ -415,6 +427,9 @@ def check_doc_examples(state: Path, base: int, password: str) -> None:
         )
         if done.returncode != 0:
             failed.append(f"{where}: {command}\n  exit {done.returncode}: {done.stderr[-800:]}")
+        for pattern, shown in EXPECTED:
+            if re.fullmatch(pattern, line) and shown not in done.stdout:
+                failed.append(f"{where}: {command}\n  printed no {shown!r}: {done.stdout[-800:]}")
     assert not failed, "\n".join(failed)
 
 

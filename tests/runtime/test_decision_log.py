@@ -180,6 +180,32 @@ def test_extauthz_recorder_samples_allows_with_fake_capture(
     assert len(capture.lines) == int(logged)
 
 
+OTHER = "0af7651916cd43dd8448eb211c80319c"
+
+
+@pytest.mark.parametrize(
+    ("header", "call", "expected"),
+    [
+        (TRACE, None, TRACE),  # the caller's traceparent
+        (None, OTHER, OTHER),  # none: the trace the proxy started (the call's metadata)
+        (TRACE, OTHER, TRACE),  # both: the request's own
+        (None, None, None),
+    ],
+)
+def test_extauthz_trace_id_is_the_requests_else_the_calls_with_fake_capture(
+    header: str | None, call: str | None, expected: str | None
+) -> None:
+    capture = _Capture(DecisionLogSettings(salt=SALT))
+    recorder = AuthzRecorder(capture, clock=lambda: 0.0)  # type: ignore[arg-type]
+    request = external_auth_pb2.CheckRequest()
+    if header is not None:
+        request.attributes.request.http.headers["traceparent"] = f"00-{header}-00f067aa0ba902b7-01"
+    traceparent = None if call is None else f"00-{call}-b7ad6b7169203331-01"
+    recorder.record(request, deny(Reason.EXPIRED), (), traceparent)
+    (build,) = capture.lines
+    assert build()["trace_id"] == expected  # type: ignore[operator]
+
+
 def _limit(shadow: bool) -> RateLimit:
     return RateLimit(
         requests_per_unit=3,
