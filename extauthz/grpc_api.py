@@ -241,9 +241,8 @@ class CheckHandler:
         self._service = service
         self._tracing = tracing
         self._recorder = recorder
-        # Tracing or decision lines on: the server hands over the call's
-        # traceparent metadata (a gateway that starts the trace puts it there).
-        self.wants_trace_context = tracing is not None or recorder is not None
+        # Tracing on: the server hands over the call's traceparent metadata.
+        self.wants_trace_context = tracing is not None
 
     async def __call__(self, raw: bytes) -> bytes:
         tracing = self._tracing
