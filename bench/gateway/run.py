@@ -71,6 +71,14 @@ from extauthz.cli import mint_demo_token  # noqa: E402
 from tests.support.gateway import BASE, CLUSTER, Gateway, GatewayStack, ok  # noqa: E402
 
 SECRET = "bench-gateway-hmac-secret-0123456789"
+#: The ``/pclaim`` ExtAuthzPolicy: HS256 with SECRET, a path claim matched by
+#: prefix, enforced inside Envoy (jwt_authn + the Lua path-claim check).
+#: ``bench/gateway/quota.py`` compiles the same policy.
+PATH_CLAIM_POLICY = {
+    "jwt": {"algorithms": ["HS256"], "keys": [{"hmacSecret": {"value": SECRET}}]},
+    "pathClaim": {"name": "path", "match": "PREFIX"},
+    "enforcement": "local",
+}
 # Per hour: never reached in a bench run, so every request goes to the upstream.
 LIMIT = 100_000_000
 POLL_SECONDS = 0.002
@@ -190,14 +198,10 @@ def path_claim_security(stack: GatewayStack) -> None:
     )
     groups = f"{BASE}/tenants/t/workspaces/w3/securitygroups"
     ok(stack.admin.post(groups, json={"name": "g3", "securityGroup": {"configMode": "BRIDGED"}}))
-    policy = {
-        "jwt": {"algorithms": ["HS256"], "keys": [{"hmacSecret": {"value": SECRET}}]},
-        "pathClaim": {"name": "path", "match": "PREFIX"},
-        "enforcement": "local",
-    }
     ok(
         stack.admin.post(
-            f"{groups}/g3/extauthzpolicies", json={"name": "jwt", "extAuthzPolicy": policy}
+            f"{groups}/g3/extauthzpolicies",
+            json={"name": "jwt", "extAuthzPolicy": PATH_CLAIM_POLICY},
         )
     )
     external = {"uri": stack.service_uri("extauthz"), "policy": "jwt"}
