@@ -27,6 +27,8 @@ from demo.stack import (
 )
 
 README = Path(__file__).resolve().parents[2] / "README.md"
+#: The port with the highest offset: a base's last port.
+_LAST = max(PORT_OFFSETS, key=PORT_OFFSETS.__getitem__)
 
 
 def resolved(*argv: str) -> Ports:
@@ -44,10 +46,17 @@ def test_offsets_are_fixed_distinct_and_cover_every_port() -> None:
     ("argv", "expected"),
     [
         ((), {"mgmt": 8080, "grpc": 8444, "gateway": 10000, "payments_outbound": 15101}),
-        (("--port-base", "20000"), {"mgmt": 20000, "grpc": 20001, "payments_outbound": 20016}),
+        (
+            ("--port-base", "20000"),
+            {
+                "mgmt": 20000,
+                "grpc": 20001,
+                "payments_outbound": 20000 + PORT_OFFSETS["payments_outbound"],
+            },
+        ),
         # A port's own flag wins over the base, whatever the order on the line.
         (("--mgmt-port", "9999", "--port-base", "20000"), {"mgmt": 9999, "grpc": 20001}),
-        (("--port-base", str(MAX_PORT_BASE)), {"payments_outbound": 65535}),
+        (("--port-base", str(MAX_PORT_BASE)), {_LAST: 65535}),
         (("--gateway-port", "10500"), {"gateway": 10500, "mgmt": 8080}),
     ],
 )
@@ -64,12 +73,15 @@ def test_each_port_is_its_flag_else_base_plus_offset_else_default(
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (("--port-base", "x"), "argument --port-base: want an integer from 1 to 65519, got 'x'"),
-        (("--port-base", "0"), "argument --port-base: want an integer from 1 to 65519"),
         (
-            ("--port-base", "65520"),
-            "argument --port-base: want an integer from 1 to 65519 (its last port is N+16),"
-            " got 65520",
+            ("--port-base", "x"),
+            f"argument --port-base: want an integer from 1 to {MAX_PORT_BASE}, got 'x'",
+        ),
+        (("--port-base", "0"), f"argument --port-base: want an integer from 1 to {MAX_PORT_BASE}"),
+        (
+            ("--port-base", str(MAX_PORT_BASE + 1)),
+            f"argument --port-base: want an integer from 1 to {MAX_PORT_BASE} (its last port is"
+            f" N+{PORT_OFFSETS[_LAST]}), got {MAX_PORT_BASE + 1}",
         ),
         (("--port-base", "1.5"), "argument --port-base: want an integer"),
         (("--mgmt-port", "70000"), "argument --mgmt-port: want an integer from 1 to 65535"),

@@ -68,13 +68,16 @@ def _jwks() -> str:
 
 
 def token(sub: str, path: str) -> str:
-    """An RS256 token of ``sub`` whose path claim allows ``path`` (a prefix)."""
+    """An RS256 token of ``sub`` whose path claim allows ``path`` (a prefix).
+
+    The table is built at import, which can be many minutes before a row runs
+    (pytest collects every file first): the token is valid for a day."""
     now = int(time.time())
     claims = {
         "iss": ISSUER,
         "sub": sub,
         "nbf": now,
-        "exp": now + 600,
+        "exp": now + 86400,
         "path": base64.b64encode(path.encode()).decode(),
     }
     return jwt.encode(claims, KEY, algorithm="RS256", headers={"kid": "k1"})
