@@ -188,6 +188,19 @@ def _scraped(prometheus: Prometheus) -> float:
         wait_until(done, timeout=120, what="the traffic in Prometheus")
     except AssertionError:
         raise AssertionError(f"never true: {pending}") from None
+    # A series the traffic created (a counter Envoy makes on first use) has one
+    # sample so far, and rate() needs two: every target is scraped, successfully,
+    # twice more (a loaded machine delays and fails scrapes) before the panels are
+    # evaluated.
+    since = time.time()
+    wait_until(
+        lambda: (
+            prometheus.query(f"min(timestamp(up == 1)) > {since + 1.5:.3f}")
+            and prometheus.query(f"count(up == 1) == {len(prometheus.query('up'))}")
+        ),
+        timeout=60,
+        what="two more scrapes of every target",
+    )
     return time.time()
 
 
