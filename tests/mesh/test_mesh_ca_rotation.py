@@ -56,14 +56,15 @@ def mesh(
     stack: MeshStack | None = None
     try:
         if request.param == "one replica":
-            stack = MeshStack(tmp, certificate_ttl=MGMT_ENV["MESHPLANE_SIDECAR_CERT_TTL"])
+            stack = MeshStack(tmp, MGMT_ENV["MESHPLANE_SIDECAR_CERT_TTL"], services=False)
         else:
             _, url = request.getfixturevalue("database")
             # What crosses the replicas does so through PostgreSQL NOTIFY.
             mp.setenv("MESHPLANE_REVISION_POLL", "1h")
-            stack = MeshStack(tmp, MGMT_ENV["MESHPLANE_SIDECAR_CERT_TTL"], database_url=url)
-        stack.workload("a", "ns1", "sa-a")
-        stack.workload("c", "ns2", "sa-c")
+            stack = MeshStack(
+                tmp, MGMT_ENV["MESHPLANE_SIDECAR_CERT_TTL"], database_url=url, services=False
+            )
+        stack.workloads_started(("a", "ns1", "sa-a"), ("c", "ns2", "sa-c"))
         stack.sidecars_converged()
         yield stack
     finally:
