@@ -2,12 +2,12 @@
 its pod-local sidecar agent (``python -m sidecar_agent``, as the injected container runs it).
 
 :class:`MeshStack` extends the gateway stack (mgmt-api, and unless
-``services=False`` redis, ratelimit, extauthz) with apps served by one in-
-process HTTP server per workload (real sockets; each answers with its own name
-and the headers the sidecar passed) and a sidecar agent per workload, which
-makes the workload's key, has it signed with the workload's token, relays ADS
-and starts Envoy (admin on a Unix socket). No Kubernetes API server runs here:
-the tokens are minted by a test issuer
+``services=False`` redis, ratelimit, extauthz) with apps served by one
+in-process HTTP server per workload (real sockets; each answers with its own
+name and the headers the sidecar passed) and a sidecar agent per workload,
+which makes the workload's key, has it signed with the workload's token,
+relays ADS and starts Envoy (admin on a Unix socket). No Kubernetes API server
+runs here: the tokens are minted by a test issuer
 (:class:`tests.support.workload_tokens.TestIssuer`) that the stack registers
 on the cluster (``workloadIdentity.issuers``), and the pods are reported over
 the cluster agent's inventory API with the agent's key.
