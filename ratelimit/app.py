@@ -30,7 +30,7 @@ from ratelimit.config import RateLimitConfig, load_config
 from ratelimit.decisions import DecisionRecorder
 from ratelimit.grpc_api import SERVICE_NAME, register
 from ratelimit.quota import grpc_api as quota_api
-from ratelimit.quota.service import QuotaService
+from ratelimit.quota.service import QuotaService, QuotaSettings
 from ratelimit.quota.usage import RedisUsage, UsageStore
 from ratelimit.redis_url import parse_redis_url, redact
 from ratelimit.service import RateLimitService
@@ -199,6 +199,10 @@ class RateLimitApp:
         self.quota = QuotaService(
             lambda: self.source.current.config,
             build_usage(self.options.settings, self.choice.redis_url),
+            settings=QuotaSettings(
+                assignment_ttl=self.options.settings.quota_assignment_ttl,
+                stale_after=self.options.settings.quota_stale_after,
+            ),
             clock=self._clock,
         )
         quota_api.register(self.quota, ctx)

@@ -19,6 +19,7 @@ from meshplane.validate import Fields, Node
 from meshplane.yamlconf import load_yaml
 from ratelimit.headers import HeaderNames
 from ratelimit.plan import PlanBounds
+from ratelimit.quota.allocation import DEFAULT_TTL, REPORT_INTERVAL
 
 FailureMode = Literal["unavailable", "allow", "deny"]
 FAILURE_MODES: tuple[FailureMode, ...] = ("unavailable", "allow", "deny")
@@ -67,6 +68,9 @@ class Settings:
     # ``detailedMetrics``: the bound on detailed_metric series (docs/ratelimit.md).
     detailed_max_series: int = 1000
     detailed_max_label_bytes: int = 256
+    # ``quota``: the RLQS assignment TTL and when a silent gateway's share is given back.
+    quota_assignment_ttl: int = DEFAULT_TTL
+    quota_stale_after: float = DEFAULT_TTL
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,11 @@ _NUMBERS: dict[tuple[str, ...], _Number] = {
     ("detailedMetrics", "maxLabelBytes"): _Number(
         "detailed_max_label_bytes", 1, 16_384, integer=True
     ),
+    # Both must outlast the gap between two reports, with a second to spare.
+    ("quota", "assignmentTtlSeconds"): _Number(
+        "quota_assignment_ttl", REPORT_INTERVAL + 1, 86_400, integer=True
+    ),
+    ("quota", "staleAfterSeconds"): _Number("quota_stale_after", REPORT_INTERVAL + 1, 86_400),
 }
 #: Boolean keys of the top level, and their Settings fields.
 _SWITCHES = {"quotaMode": "quota_mode", "responseDynamicMetadata": "dynamic_metadata"}

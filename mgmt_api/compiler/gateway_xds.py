@@ -22,7 +22,7 @@ around the cluster's HTTPRoutes and Backends (:mod:`mgmt_api.compiler.http_route
   breakers, so an upstream that cannot keep up gives 503, not 429.
 
 A route whose backend does not exist still renders (Envoy answers 503, no
-healthy upstream) and the problem is in ``warnings``.
+healthy upstream) and the cluster's status warns of it (:mod:`mgmt_api.compiler.references`).
 
 Pure: no store, no clock. The version of a gateway's configuration is
 :meth:`GatewayInput.version`, a digest of the cluster-level input only; what
@@ -172,14 +172,11 @@ def _upstream_cluster(name: str, endpoints: list[tuple[str, int]], dns: bool) ->
     }
 
 
-def _upstreams(
-    inp: GatewayInput, circuit_breakers: JsonDict | None
-) -> tuple[list[JsonDict], list[str]]:
-    """Clusters for every upstream a route references, and warnings."""
+def _upstreams(inp: GatewayInput, circuit_breakers: JsonDict | None) -> list[JsonDict]:
+    """Clusters for every upstream a route references that exists."""
     backends = {(b.metadata.namespace, b.metadata.name): b for _, b in inp.backends}
     clusters: dict[str, JsonDict] = {}
-    warnings: list[str] = []
-    for fqn, route in inp.http_routes:
+    for _fqn, route in inp.http_routes:
         namespace = route.metadata.namespace
         for rule in route.spec.rules:
             for ref in rule.backend_refs:
@@ -192,11 +189,7 @@ def _upstreams(
                     clusters[name] = _upstream_cluster(name, [(host, ref.port)], dns=True)
                     continue
                 backend = backends.get((ref.namespace or namespace, ref.name))
-                if backend is None:
-                    warnings.append(
-                        f"{fqn} references Backend {ref.namespace or namespace}/{ref.name}, "
-                        "which does not exist in the cluster: its requests get 503"
-                    )
+                if backend is None:  # the status warns of it (compiler.references)
                     continue
                 endpoints = [
                     (e.ip.address, e.ip.port) if e.ip else (e.fqdn.hostname, e.fqdn.port)  # type: ignore[union-attr]
@@ -207,7 +200,7 @@ def _upstreams(
     if circuit_breakers:
         for cluster in clusters.values():
             cluster["circuitBreakers"] = circuit_breakers
-    return [clusters[n] for n in sorted(clusters)], warnings
+    return [clusters[n] for n in sorted(clusters)]
 
 
 def _route_action(rule: RouteRule, namespace: str) -> JsonDict | None:
@@ -313,8 +306,7 @@ def compile_gateway(inp: GatewayInput, node: GatewayNode) -> GatewayResources:
     document = inp.document(node.ratelimit_service)
     warnings: list[str] = list(document["warnings"])
     circuit_breakers = document.get("circuitBreakers")
-    upstreams, missing = _upstreams(inp, circuit_breakers)
-    warnings.extend(missing)
+    upstreams = _upstreams(inp, circuit_breakers)
     rate_limits, ext_authz, authz_filters = _per_route_policies(document)
     gateway_limits = None
     for (kind, _namespace, name), config in sorted(rate_limits.items()):

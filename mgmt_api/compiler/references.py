@@ -23,13 +23,16 @@ from collections.abc import Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass
 from typing import Any
 
-#: Reference fields (Gateway API spelling) and how a warning says what they do.
-REFERENCE_FIELDS: Mapping[str, str] = {
-    "targetRef": "targets",
-    "targetRefs": "targets",
-    "parentRefs": "attaches to",
-    "backendRefs": "sends traffic to",
+#: Reference fields (Gateway API spelling): how a warning says what they do, and
+#: what a missing target means until it is created.
+REFERENCE_FIELDS: Mapping[str, tuple[str, str]] = {
+    "targetRef": ("targets", "it has no effect"),
+    "targetRefs": ("targets", "it has no effect"),
+    "parentRefs": ("attaches to", "it has no effect"),
+    "backendRefs": ("sends traffic to", "the requests it sends there get 503"),
 }
+#: A field not in :data:`REFERENCE_FIELDS` (never reported; the message's fallback).
+_UNKNOWN_FIELD = ("names", "it has no effect")
 
 
 @dataclass(frozen=True)
@@ -55,10 +58,11 @@ class DanglingReference:
 
     @property
     def message(self) -> str:
-        verb = REFERENCE_FIELDS.get(self.field.rsplit(".", 1)[-1].split("[", 1)[0], "names")
+        field = self.field.rsplit(".", 1)[-1].split("[", 1)[0]
+        verb, consequence = REFERENCE_FIELDS.get(field, _UNKNOWN_FIELD)
         return (
             f"{self.kind} {self.fqn} {verb} {self.target_kind} {self.namespace}/{self.name}, "
-            f"which does not exist in the cluster ({self.field}): it has no effect until "
+            f"which does not exist in the cluster ({self.field}): {consequence} until "
             "that object is created"
         )
 

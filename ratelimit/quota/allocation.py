@@ -49,6 +49,12 @@ SMOOTHING = 0.5
 PRECISION_TOKENS = 10
 #: A share below one token a second gets a longer interval, at most this long.
 MAX_FILL_INTERVAL = 60
+#: Seconds between a gateway's usage reports. Envoy's filter reports every 5 s
+#: whatever its config says (it does not read ``reporting_interval``).
+REPORT_INTERVAL = 5.0
+#: The default assignment TTL and staleness (seconds): three reports, so one
+#: lost report neither expires an assignment nor drops a gateway's share.
+DEFAULT_TTL = 15
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,14 +52,15 @@ ActionKind = Literal["token_bucket", "allow_all", "deny_all", "abandon"]
 class QuotaSettings:
     """The protocol's timings. Envoy reports every 5 s whatever its config says
     (``reporting_interval`` is not read by the filter), so they are ours to
-    set, not the gateway's."""
+    set, not the gateway's. The TTL and the staleness are the operator's
+    (``quota.assignmentTtlSeconds`` and ``quota.staleAfterSeconds`` in the
+    service settings, docs/ratelimit.md)."""
 
-    report_interval: float = 5.0
-    #: An assignment's TTL, whole seconds (Envoy reads only the seconds):
-    #: three reports, so one lost report does not expire it.
-    assignment_ttl: int = 15
+    report_interval: float = allocation.REPORT_INTERVAL
+    #: An assignment's TTL, whole seconds (Envoy reads only the seconds).
+    assignment_ttl: int = allocation.DEFAULT_TTL
     #: A gateway not heard from for this long no longer takes a share.
-    stale_after: float = 15.0
+    stale_after: float = allocation.DEFAULT_TTL
     #: Reports in a row without a request before a bucket is abandoned.
     abandon_after: int = 3
     #: Buckets one stream may subscribe (a cap on what a peer can make us hold).

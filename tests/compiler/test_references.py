@@ -77,6 +77,24 @@ def test_the_message_names_the_object_and_the_missing_target() -> None:
         "targets HTTPRoute default/ghost, which does not exist"
     )
     assert dangling.to_json()["targetName"] == "ghost"
+    assert dangling.message.endswith("it has no effect until that object is created")
+
+
+def test_a_missing_backend_says_its_requests_get_503() -> None:
+    dangling = DanglingReference(
+        "organizations/o/clusters/c/httproutes/default.web",
+        "HTTPRoute",
+        "spec.rules[0].backendRefs[0]",
+        "Backend",
+        "default",
+        "gone",
+    )
+    assert dangling.message == (
+        "HTTPRoute organizations/o/clusters/c/httproutes/default.web sends traffic to "
+        "Backend default/gone, which does not exist in the cluster "
+        "(spec.rules[0].backendRefs[0]): the requests it sends there get 503 until that "
+        "object is created"
+    )
 
 
 def test_the_kinds_come_from_the_registry() -> None:

@@ -8,9 +8,11 @@
   is ACKed again.
 - **mgmt-api down.** A running gateway keeps serving what it has. A gateway
   that (re)starts while mgmt-api is down has no listener at all (Envoy waits
-  for its first configuration, up to its 15 s initial fetch timeout, then
-  runs empty) until mgmt-api is back, when it connects by itself
-  (docs/gateway.md: what we recommend).
+  for its first configuration, up to its initial fetch timeouts, then runs
+  empty) until mgmt-api is back, when it connects by itself
+  (docs/gateway.md: what we recommend). The test does not wait those
+  timeouts out: it waits until the gateway has been refused by the absent
+  mgmt-api, twice, and sees it waiting with no listener.
 """
 
 from __future__ import annotations
@@ -56,6 +58,16 @@ def test_a_refused_configuration_is_a_nack_in_the_status_and_the_old_one_serves(
     assert entry["upToDate"] is True
 
 
+def xds_connect_failures(gateway: Gateway) -> int:
+    """Connections to mgmt-api's gRPC port that Envoy could not open."""
+    stats = gateway.envoy.admin("GET", "/stats?filter=^cluster.meshplane_xds.").text
+    return sum(
+        int(value)
+        for name, _, value in (line.partition(": ") for line in stats.splitlines())
+        if name.endswith("upstream_cx_connect_fail")
+    )
+
+
 def refuses(gateway: Gateway) -> bool:
     try:
         gateway.get("/web", timeout=2)
@@ -77,11 +89,14 @@ def test_mgmt_api_down_the_running_gateway_serves_and_a_restarted_one_waits(
         # Envoy keeps its last configuration while the control plane is away.
         assert [running.get("/web").status_code for _ in range(3)] == [200] * 3
 
-        # The same gateway, restarted now, has nothing to serve (its start
-        # waits out Envoy's 15 s initial fetch timeout).
+        # The same gateway, restarted now, has nothing to serve: once it has tried
+        # mgmt-api and been refused (twice: the first attempt and a retry), it is
+        # still waiting for its first configuration, with no listener.
         running.stop()
         stack.gateways.remove(running)
-        restarted = stack.gateway("running", port=running.port)
+        restarted = stack.gateway("running", port=running.port, wait_ready=False)
+        wait_until(lambda: xds_connect_failures(restarted) >= 2, 60, "refused ADS connections")
+        assert restarted.envoy.admin("GET", "/ready").text.strip() != "LIVE"
         assert refuses(restarted)
     finally:
         stack.mgmt.start()

@@ -57,7 +57,9 @@ class Setup:
         )
         self.credentials = write_credential(created, "gateway", tmp / "credentials.json")
 
-    def gateway(self, instance: str, *, host: str = "127.0.0.1", **tls: Any) -> EnvoyProcess:
+    def gateway(
+        self, instance: str, *, host: str = "127.0.0.1", wait_ready: bool = True, **tls: Any
+    ) -> EnvoyProcess:
         token = load_credentials(self.credentials).token(
             ttl=gc.GATEWAY_TOKEN_TTL_SECONDS, audience=gc.XDS_AUDIENCE
         )
@@ -77,7 +79,7 @@ class Setup:
                 "127.0.0.1"
             )
             boot["static_resources"]["clusters"][0]["type"] = "STATIC"
-        envoy = EnvoyProcess(boot, directory=self.tmp / instance).start()
+        envoy = EnvoyProcess(boot, directory=self.tmp / instance).start(wait_ready=wait_ready)
         self.envoys.append(envoy)
         return envoy
 
@@ -113,6 +115,12 @@ def handshake_failures(envoy: EnvoyProcess) -> int:
     return total
 
 
+def xds_connected(envoy: EnvoyProcess) -> int:
+    """Envoy's ``control_plane.connected_state`` gauge: 1 while its ADS stream is up."""
+    stats = envoy.admin("GET", "/stats?filter=^control_plane.connected_state$").text
+    return int(stats.partition(": ")[2] or 0)
+
+
 def test_with_a_client_certificate_the_gateway_gets_its_configuration(setup: Setup) -> None:
     setup.gateway("mtls", cert_file=str(setup.client.cert), key_file=str(setup.client.key))
     entry = wait_until(
@@ -139,8 +147,13 @@ def test_a_gateway_the_handshake_refuses_gets_nothing(
         if tls.get("client")
         else {}
     )
-    envoy = setup.gateway(instance, host=host, **client)
-    wait_until(lambda: handshake_failures(envoy) > 0, 60, f"{case}: a refused handshake")
+    # Not waiting for /ready: with no configuration coming, Envoy turns LIVE only once
+    # its initial fetch timeouts (CDS, then LDS) have passed, which proves nothing here.
+    envoy = setup.gateway(instance, host=host, wait_ready=False, **client)
+    # Two refused handshakes: the first attempt and a retry, so the refusal is not a
+    # race of the first connection, and nothing got through in between.
+    wait_until(lambda: handshake_failures(envoy) >= 2, 60, f"{case}: refused handshakes")
+    assert xds_connected(envoy) == 0
     assert instance not in setup.gateways()
     listeners = envoy.admin("GET", "/listeners?format=json").json()
     assert listeners.get("listener_statuses", []) == []

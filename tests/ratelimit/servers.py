@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from collections.abc import Iterator
@@ -63,10 +64,12 @@ class Server:
         self.socket = None if socket_dir is None else socket_dir / f"{kind}.sock"
         listen = f"127.0.0.1:{self.port}" if self.socket is None else f"unix:{self.socket}"
         self.target = listen  # grpcio's client dials both forms
+        # Its log, read only when it exits badly (a pipe nobody reads could fill).
+        self.log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
         self.proc = subprocess.Popen(
             [sys.executable, "-c", SUPERVISOR, str(config), redis_url,
              listen, kind, str(T0), str(settings or "")],
-            stderr=subprocess.DEVNULL,
+            stderr=self.log,
         )  # fmt: skip
 
     def wait_listening(self) -> None:
@@ -94,11 +97,18 @@ class Server:
     def close(self) -> None:
         self.proc.terminate()
         try:
-            assert self.proc.wait(30) == 0
+            code = self.proc.wait(30)
+            assert code == 0, f"the {self.kind} supervisor exited {code}:\n{self.log_tail()}"
         finally:
             if self.proc.poll() is None:
                 self.proc.kill()
                 self.proc.wait(10)
+            self.log.close()
+
+    def log_tail(self, limit: int = 4000) -> str:
+        """The end of the supervisor's log (its workers' too)."""
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")[-limit:]
 
 
 @contextlib.contextmanager

@@ -164,6 +164,25 @@ def test_pipelining_settings(tmp_path: Path) -> None:
     assert (info.value.line, info.value.field) == (2, "redisPipelineWindowUs")
 
 
+def test_quota_settings(tmp_path: Path) -> None:
+    """The RLQS TTL and staleness: 15 s by default, never within one report's gap (5 s)."""
+    assert (Settings().quota_assignment_ttl, Settings().quota_stale_after) == (15, 15)
+    path = tmp_path / "s.yaml"
+    path.write_text("quota:\n  assignmentTtlSeconds: 10\n  staleAfterSeconds: 7.5\n")
+    s = load_settings(path)
+    assert (s.quota_assignment_ttl, s.quota_stale_after) == (10, 7.5)
+    for text, line, field in [
+        ("quota: {assignmentTtlSeconds: 5}\n", 1, "quota.assignmentTtlSeconds"),
+        ("quota: {assignmentTtlSeconds: 10.5}\n", 1, "quota.assignmentTtlSeconds"),
+        ("quota:\n  staleAfterSeconds: 5\n", 2, "quota.staleAfterSeconds"),
+        ("quota: {reportSeconds: 1}\n", 1, "quota.reportSeconds"),
+    ]:
+        path.write_text(text)
+        with pytest.raises(ConfigError) as info:
+            load_settings(path)
+        assert (info.value.line, info.value.field) == (line, field), text
+
+
 def test_redis_url_precedence_flag_env_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -153,6 +153,7 @@ class GatewayStack:
         service_args: tuple[str, ...] = (),
         metrics: bool = False,
         mgmt_env: dict[str, str] | None = None,
+        ratelimit_settings: str = "",
         services: bool = True,
     ) -> None:
         """With ``database_url`` (PostgreSQL), two mgmt-api replicas share it: REST goes to
@@ -161,7 +162,8 @@ class GatewayStack:
         tests never send a request through a gateway nor call a service).
         ``transport="uds"``: ratelimit and extauthz listen on Unix sockets in ``tmp``,
         and the gateway reaches them there (the "sidecar services" placement).
-        ``metrics``: ratelimit and extauthz serve /metrics on ``metrics_ports[kind]``."""
+        ``metrics``: ratelimit and extauthz serve /metrics on ``metrics_ports[kind]``.
+        ``ratelimit_settings``: more lines of ratelimit's settings file (YAML)."""
         self.tmp = tmp
         self.database_url = database_url
         self.transport = transport
@@ -170,6 +172,7 @@ class GatewayStack:
             {"ratelimit": free_port(), "extauthz": free_port()} if metrics else {}
         )
         self.mgmt_env = mgmt_env  # extra environment of mgmt-api (both replicas)
+        self.ratelimit_settings = ratelimit_settings
         self.with_services = services
         self.services: list[Service] = []
         self.gateways: list[Gateway] = []
@@ -252,7 +255,9 @@ class GatewayStack:
             # A Redis round trip on a loaded 2-core CI machine can take longer than
             # the 10 ms default; past it a decision fails open and counts nothing,
             # so the tests (which check counting, not latency) give it 1 s.
-            settings.write_text("localCacheSize: 0\nstoreTimeoutMs: 1000\n")
+            settings.write_text(
+                "localCacheSize: 0\nstoreTimeoutMs: 1000\n" + self.ratelimit_settings
+            )
             assert self.redis is not None
             args += ["--redis-url", self.redis.url, "--settings", str(settings)]
         args += [
@@ -292,16 +297,21 @@ class GatewayStack:
         )
 
     def gateway(
-        self, instance: str | None = None, extra_args: tuple[str, ...] = (), port: int = 0
+        self,
+        instance: str | None = None,
+        extra_args: tuple[str, ...] = (),
+        port: int = 0,
+        wait_ready: bool = True,
     ) -> Gateway:
-        """Start a gateway Envoy; returns once Envoy's admin says it is ready."""
+        """Start a gateway Envoy; returns once Envoy's admin says it is ready (or,
+        ``wait_ready=False``, once its admin listener is bound)."""
         instance = instance or f"gw-{len(self.gateways) + 1}"
         port = port or free_port()
         envoy = EnvoyProcess(
             self.bootstrap(instance, port),
             directory=self.tmp / instance,
             extra_args=extra_args,
-        ).start()
+        ).start(wait_ready=wait_ready)
         gateway = Gateway(envoy, port, instance)
         self.gateways.append(gateway)
         return gateway
