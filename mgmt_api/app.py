@@ -24,7 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from meshplane.tracing import Tracing
 from mgmt_api import console, trace_middleware
-from mgmt_api.distribution.hub import Distribution, certificate_ttl, tls_from
+from mgmt_api.distribution.hub import Distribution, certificate_ttl, mesh_ca_settle, tls_from
 from mgmt_api.distribution.metrics import DistributionCollector, SidecarCertificateCollector
 from mgmt_api.distribution.tunnel import tunnel_servicer
 from mgmt_api.domain.client_address import parse_forwarded_header, parse_trusted_proxies
@@ -173,6 +173,7 @@ def _distribution(settings: Settings, services: Services) -> Distribution | None
         if settings.revision_poll
         else None,
         certificate_ttl=certificate_ttl(settings),
+        ca_settle=mesh_ca_settle(settings),
     )
     if services.proxytools is not None:
         # The agent tunnel shares the policy stream's gRPC server, port and TLS.

@@ -107,6 +107,11 @@ class Settings:
     sidecar_certificate_ttl: str = field(
         default_factory=lambda: os.environ.get("MESHPLANE_SIDECAR_CERT_TTL") or "24h"
     )
+    # A mesh CA rotation phase's wait after the last certificate it waits for (a
+    # duration, "10s"; 1s-5m): time for the sidecars to apply the pushed bundle.
+    mesh_ca_settle: str = field(
+        default_factory=lambda: os.environ.get("MESHPLANE_MESH_CA_SETTLE") or "10s"
+    )
     # Proxy diagnostics (docs/agent.md): how long the agent may take for one
     # proxy (a duration, "10s"); mgmt-api answers 504 a little after that.
     proxytools_timeout: str = field(

@@ -7,7 +7,11 @@ socket and the agent opens the stream to mgmt-api with
 (re)connect (a rotated token is used from the next stream on). Requests go
 up and responses come back unchanged; when mgmt-api ends the stream (a
 refusal, a restart), the relay ends Envoy's with the same status and Envoy
-reconnects by itself, through the relay, with its usual backoff.
+reconnects by itself, through the relay, with its usual backoff. While
+mgmt-api cannot be reached, the new stream waits for it (the channel's
+``wait_for_ready``) instead of failing at once: Envoy's backoff, which grows
+with every failed attempt (up to 30 s), does not grow during an outage, and
+the stream resumes as soon as the channel reconnects.
 
 One thing the relay looks at: a Secret response that carries the trust
 bundle (:data:`~meshplane.workload_contract.CA_SECRET`), whose first
@@ -95,7 +99,7 @@ class AdsRelay(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ignore
             context.set_details("the sidecar agent has no workload token")
             return
         upstream = self.stub.StreamAggregatedResources(
-            metadata=(("authorization", f"Bearer {token}"),)
+            metadata=(("authorization", f"Bearer {token}"),), wait_for_ready=True
         )
 
         async def pump() -> None:

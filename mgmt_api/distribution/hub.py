@@ -62,7 +62,7 @@ from mgmt_api.distribution.server import DistributionServicer
 from mgmt_api.distribution.sidecar_ads import SidecarStreams
 from mgmt_api.distribution.wire import add_to_server as add_ads_to_server
 from mgmt_api.distribution.workload_certs import WorkloadCertificatesServicer, add_to_server
-from mgmt_api.domain import cluster_accounts, mesh_ca
+from mgmt_api.domain import ca_rotation, cluster_accounts, mesh_ca
 from mgmt_api.domain.durations import parse_duration
 from mgmt_api.errors import invalid
 from mgmt_api.service.enforcement import EnforcementService, Snapshot
@@ -121,6 +121,15 @@ def certificate_ttl(settings: Settings) -> float:
     return seconds
 
 
+def mesh_ca_settle(settings: Settings) -> float:
+    """``MESHPLANE_MESH_CA_SETTLE`` in seconds, within the bounds of ``ca_rotation``."""
+    field_name = "MESHPLANE_MESH_CA_SETTLE"
+    seconds = parse_duration(settings.mesh_ca_settle, field_name)
+    if not ca_rotation.MIN_SETTLE <= seconds <= ca_rotation.MAX_SETTLE:
+        raise invalid(field_name, "must be between 1s and 5m")
+    return seconds
+
+
 @dataclass
 class Distribution:
     """Owns the ``PolicyDistribution`` gRPC server and the feed that wakes its streams.
@@ -141,6 +150,8 @@ class Distribution:
     revision_poll: float | None = None
     #: Lifetime of the workload certificates Sign issues (MESHPLANE_SIDECAR_CERT_TTL).
     certificate_ttl: float = mesh_ca.DEFAULT_SVID_TTL
+    #: A CA rotation phase's wait after its last certificate (MESHPLANE_MESH_CA_SETTLE).
+    ca_settle: float = ca_rotation.SETTLE
     #: Sign's and sidecar admission's outcomes (a Prometheus collector).
     counts: AttestationCounts = field(default_factory=AttestationCounts)
     feed: ChangeFeed | None = field(default=None, init=False)
@@ -231,7 +242,7 @@ class Distribution:
         feed = self.feed = ChangeFeed(self._read_revision)
         feed.notify(await self._read_revision())
         self.uow.listeners.subscribe(self.committed)
-        self._cas = MeshCaStore(self.uow)
+        self._cas = MeshCaStore(self.uow, settle=self.ca_settle)
         attestation = self.attestation or Attestation(self.uow, WorkloadTrustStore(self.uow))
         servicer = DistributionServicer(
             self._build,

@@ -9,7 +9,7 @@ certificate of it. Hence four phases (docs/mesh.md, "CA rotation"):
 - ``trusting``: a new CA exists and is in every bundle; the old one still
   signs. It ends when every sidecar holding a certificate of the cluster was
   issued one since the phase began (and with it the two-CA bundle), plus
-  :data:`SETTLE` for the push to be applied, or at the latest after
+  :data:`SETTLE` (or the configured settle time) for the push to be applied, or at the latest after
   :data:`TRUST_WAIT` (a sidecar away then gets the new bundle when it
   reconnects);
 - ``signing``: the new CA signs (sidecars re-issue at once: their bundle
@@ -34,8 +34,11 @@ from enum import StrEnum
 
 #: After the last certificate a phase waits for was issued: time for Envoy to
 #: apply the pushed secrets (milliseconds in practice) and for the stream's
-#: ACK; a margin, not a measurement.
+#: ACK; a margin, not a measurement. The default of ``MESHPLANE_MESH_CA_SETTLE``
+#: (:data:`MIN_SETTLE`..:data:`MAX_SETTLE`), passed to :func:`step`.
 SETTLE = 10.0
+MIN_SETTLE = 1.0
+MAX_SETTLE = 300.0
 #: Longest ``trusting`` phase: a connected sidecar gets the two-CA bundle on its
 #: stream's next wake-up (at most 5 s after the phase's write), so this bounds a
 #: wait for sidecars that hold a certificate but are not connected.
@@ -109,36 +112,37 @@ class Rotation:
     started: float = 0.0
 
 
-def _start(state: Rotation, now: float, _: Progress) -> Rotation:
+def _start(state: Rotation, now: float, _: Progress, settle: float) -> Rotation:
     return Rotation(Phase.TRUSTING, since=now, started=now)
 
 
-def _refuse(state: Rotation, now: float, _: Progress) -> Rotation:
+def _refuse(state: Rotation, now: float, _: Progress, settle: float) -> Rotation:
     raise RotationRunning(f"a rotation of the mesh CA is {state.phase.value} since {state.since}")
 
 
-def _stay(state: Rotation, now: float, _: Progress) -> Rotation:
+def _stay(state: Rotation, now: float, _: Progress, settle: float) -> Rotation:
     return state
 
 
-def _settled(state: Rotation, now: float, progress: Progress) -> bool:
-    return now >= max(state.since, progress.last_issued) + SETTLE
+def _settled(state: Rotation, now: float, progress: Progress, settle: float) -> bool:
+    return now >= max(state.since, progress.last_issued) + settle
 
 
-def _trusting(state: Rotation, now: float, progress: Progress) -> Rotation:
+def _trusting(state: Rotation, now: float, progress: Progress, settle: float) -> Rotation:
     everyone = progress.issued_in_phase >= progress.sidecars
-    if (everyone and _settled(state, now, progress)) or now >= state.since + TRUST_WAIT:
+    if (everyone and _settled(state, now, progress, settle)) or now >= state.since + TRUST_WAIT:
         return replace(state, phase=Phase.SIGNING, since=now)
     return state
 
 
-def _signing(state: Rotation, now: float, progress: Progress) -> Rotation:
-    if progress.not_new == 0 and _settled(state, now, progress):
+def _signing(state: Rotation, now: float, progress: Progress, settle: float) -> Rotation:
+    if progress.not_new == 0 and _settled(state, now, progress, settle):
         return replace(state, phase=Phase.DONE, since=now)
     return state
 
 
-Transition = Callable[[Rotation, float, Progress], Rotation]
+#: (state, now, progress, settle) → the next state.
+Transition = Callable[[Rotation, float, Progress, float], Rotation]
 
 #: The whole machine. Every (phase, event) pair has a row.
 TABLE: dict[tuple[Phase, Event], Transition] = {
@@ -153,10 +157,16 @@ TABLE: dict[tuple[Phase, Event], Transition] = {
 }
 
 
-def step(state: Rotation, event: Event, now: float, progress: Progress = Progress()) -> Rotation:
-    """The state after ``event`` at ``now``; raises :class:`RotationRunning` for a
-    second start."""
-    return TABLE[(state.phase, event)](state, now, progress)
+def step(
+    state: Rotation,
+    event: Event,
+    now: float,
+    progress: Progress = Progress(),
+    settle: float = SETTLE,
+) -> Rotation:
+    """The state after ``event`` at ``now``, a phase waiting ``settle`` seconds after the
+    last certificate it waits for; raises :class:`RotationRunning` for a second start."""
+    return TABLE[(state.phase, event)](state, now, progress, settle)
 
 
 def to_json(state: Rotation) -> dict[str, object]:

@@ -125,9 +125,17 @@ def _record(value: str) -> SigningRecord | None:
 class MeshCaStore:
     """(organization, cluster) → its :class:`CertificateAuthority`; see the module docstring."""
 
-    def __init__(self, uow: UnitOfWork, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        uow: UnitOfWork,
+        clock: Callable[[], float] = time.time,
+        settle: float = ca_rotation.SETTLE,
+    ) -> None:
+        """``settle``: a rotation phase's wait after its last certificate
+        (``MESHPLANE_MESH_CA_SETTLE``; :data:`ca_rotation.SETTLE` by default)."""
         self.uow = uow
         self.clock = clock
+        self.settle = settle
         self._lock = threading.Lock()
         self._cache: OrderedDict[tuple[str, str], CertificateAuthority] = OrderedDict()
 
@@ -322,7 +330,7 @@ class MeshCaStore:
             records = self._records(conn, ca_key)
         new_ca = mesh_ca.load_certificate(doc["new"]["cert"])
         progress = ca_rotation.progress_of(records, mesh_ca.serial(new_ca), state.since, now)
-        after = ca_rotation.step(state, Event.TICK, now, progress)
+        after = ca_rotation.step(state, Event.TICK, now, progress, self.settle)
         if after == state:
             return 0
         cluster_fqn = str(doc.get("cluster", ""))

@@ -98,7 +98,7 @@ def _ready(port: int) -> bool:
 @pytest.fixture(scope="module")
 def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
     tmp = tmp_path_factory.mktemp("sidecar-diag")
-    stack = MeshStack(tmp)
+    stack = MeshStack(tmp, services=False)
     agent: Service | None = None
     try:
         pods = {name: _pod(stack, name) for name in ("web",)}

@@ -105,9 +105,9 @@ class Mesh:
 def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
     stack = MeshStack(Path(tmp_path_factory.mktemp("denials")))
     try:
-        api = stack.workload("api", "svc", "sa-api")
-        ok = stack.workload("ok", "call", "sa-ok")
-        no = stack.workload("no", "loc", "sa-no")
+        api, ok, no = stack.workloads_started(
+            ("api", "svc", "sa-api"), ("ok", "call", "sa-ok"), ("no", "loc", "sa-no")
+        )
         workspace = stack.workspace("w", "svc", "edge", "loc")
         g1 = stack.group(workspace, "g1", "svc")
         g2 = stack.group(workspace, "g2", "edge")

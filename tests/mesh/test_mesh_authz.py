@@ -53,9 +53,8 @@ KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MeshStack]:
     stack = MeshStack(Path(tmp_path_factory.mktemp("meshauthz")))
     try:
-        for name, namespace in (("a", "ns1"), ("b", "ns1"), ("c", "ns2"), ("d", "ns3")):
-            stack.workload(name, namespace, f"sa-{name}")
-        stack.workload("e", "ns4", "sa-e")
+        names = (("a", "ns1"), ("b", "ns1"), ("c", "ns2"), ("d", "ns3"), ("e", "ns4"))
+        stack.workloads_started(*((name, ns, f"sa-{name}") for name, ns in names))
         w = stack.workspace("w", "ns1", "ns2", "ns3")
         stack.setting(stack.group(w, "g1", "ns1", "ns2"), {"mode": "UNSET"})
         g2 = stack.group(stack.workspace("w2", "ns4"), "g2")

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from mgmt_api.distribution.hub import mesh_ca_settle
 from mgmt_api.domain import ca_rotation as cr
 from mgmt_api.domain.ca_rotation import Event, Phase, Progress, Rotation, SigningRecord
+from mgmt_api.errors import ApiError
+from mgmt_api.settings import Settings
 
 T0 = 1_000_000.0
 IDLE = Rotation()
@@ -65,6 +68,31 @@ def test_the_table(
 def test_a_second_start_while_one_runs_is_refused(state: Rotation) -> None:
     with pytest.raises(cr.RotationRunning, match=state.phase.value):
         cr.step(state, Event.START, T0 + 5)
+
+
+def test_a_configured_settle_time_replaces_the_default() -> None:
+    """``MESHPLANE_MESH_CA_SETTLE``: both phases wait that long after their last certificate."""
+    ready = _p(2, 2, 2, T0 + 1)
+    assert cr.step(TRUSTING, Event.TICK, T0 + 3, ready, settle=2) == Rotation(
+        Phase.SIGNING, T0 + 3, T0
+    )
+    assert cr.step(TRUSTING, Event.TICK, T0 + 2.9, ready, settle=2) == TRUSTING
+    done = _p(3, 3, 0, T0 + 35)
+    assert cr.step(SIGNING, Event.TICK, T0 + 37, done, settle=2) == Rotation(
+        Phase.DONE, T0 + 37, T0
+    )
+    assert cr.step(SIGNING, Event.TICK, T0 + 36.9, done, settle=2) == SIGNING
+
+
+@pytest.mark.parametrize(("value", "seconds"), [("1s", 1.0), ("10s", 10.0), ("5m", 300.0)])
+def test_the_settle_setting_is_read_within_its_bounds(value: str, seconds: float) -> None:
+    assert mesh_ca_settle(Settings(mesh_ca_settle=value)) == seconds
+
+
+@pytest.mark.parametrize("value", ["0s", "500ms", "6m", "soon"])
+def test_a_settle_setting_out_of_bounds_is_refused(value: str) -> None:
+    with pytest.raises(ApiError, match="MESHPLANE_MESH_CA_SETTLE"):
+        mesh_ca_settle(Settings(mesh_ca_settle=value))
 
 
 def test_every_phase_has_a_row_for_every_event() -> None:

@@ -43,7 +43,10 @@ from tests.support.mesh import CallLoop, MeshStack, Workload
 from tests.support.processes import wait_until
 
 TARGET = f"{ORG}/{CLUSTER}"
-MGMT_ENV = {"MESHPLANE_SIDECAR_CERT_TTL": "30s"}
+#: Renewals every 8 s (half-life), each phase settled 2 s after its last certificate: with
+#: the 2 s tick, two sidecars' renewals always leave a gap (at least 4 s) long enough for
+#: ``trusting`` to settle within one renewal round (docs/mesh.md, "How long it takes").
+MGMT_ENV = {"MESHPLANE_SIDECAR_CERT_TTL": "16s", "MESHPLANE_MESH_CA_SETTLE": "2s"}
 CONFLICT = 5  # meshctl's exit code for a 409
 
 
@@ -55,15 +58,17 @@ def mesh(
     mp = pytest.MonkeyPatch()
     stack: MeshStack | None = None
     try:
+        mp.setenv("MESHPLANE_MESH_CA_SETTLE", MGMT_ENV["MESHPLANE_MESH_CA_SETTLE"])
         if request.param == "one replica":
-            stack = MeshStack(tmp, certificate_ttl=MGMT_ENV["MESHPLANE_SIDECAR_CERT_TTL"])
+            stack = MeshStack(tmp, MGMT_ENV["MESHPLANE_SIDECAR_CERT_TTL"], services=False)
         else:
             _, url = request.getfixturevalue("database")
             # What crosses the replicas does so through PostgreSQL NOTIFY.
             mp.setenv("MESHPLANE_REVISION_POLL", "1h")
-            stack = MeshStack(tmp, MGMT_ENV["MESHPLANE_SIDECAR_CERT_TTL"], database_url=url)
-        stack.workload("a", "ns1", "sa-a")
-        stack.workload("c", "ns2", "sa-c")
+            stack = MeshStack(
+                tmp, MGMT_ENV["MESHPLANE_SIDECAR_CERT_TTL"], database_url=url, services=False
+            )
+        stack.workloads_started(("a", "ns1", "sa-a"), ("c", "ns2", "sa-c"))
         stack.sidecars_converged()
         yield stack
     finally:

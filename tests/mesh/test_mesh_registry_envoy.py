@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from meshplane.sidecar_contract import SIDECAR_KIND
@@ -53,26 +54,40 @@ def mesh(
     tmp_path_factory: pytest.TempPathFactory,
     database: tuple[PostgresServer, str],  # noqa: F811 - the fixture
 ) -> Iterator[MeshStack]:
-    stack = MeshStack(Path(tmp_path_factory.mktemp("mesh-registry")), database_url=database[1])
+    stack = MeshStack(
+        Path(tmp_path_factory.mktemp("mesh-registry")), database_url=database[1], services=False
+    )
     try:
         assert stack.mgmt is not None and stack.replica_b is not None
-        for name, ns, server in (
-            ("a", "ns1", stack.mgmt),
-            ("b", "ns1", stack.mgmt),
-            ("c", "ns2", stack.replica_b),
-            ("d", "ns2", stack.replica_b),
-        ):
-            workload = Workload(_On(stack, server), name, ns, f"sa-{name}")  # type: ignore[arg-type]
-            stack.workloads.append(workload)
-            stack.report_pods()
-            workload.start()
-        pairs = list(itertools.permutations(stack.workloads, 2))
-        wait_until(
-            lambda: all(x.call(y).status_code == 200 for x, y in pairs), 90, "every pair to call"
+        stack.add(
+            *(
+                Workload(_On(stack, server), name, ns, f"sa-{name}")
+                for name, ns, server in (
+                    ("a", "ns1", stack.mgmt),
+                    ("b", "ns1", stack.mgmt),
+                    ("c", "ns2", stack.replica_b),
+                    ("d", "ns2", stack.replica_b),
+                )
+            )
         )
+        _every_pair_calls(stack)
         yield stack
     finally:
         stack.close()
+
+
+def _answers(caller: Workload, callee: Workload) -> bool:
+    """Whether ``caller`` reaches ``callee``; False while its outbound listener is not up yet."""
+    try:
+        return caller.call(callee).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def _every_pair_calls(stack: MeshStack) -> None:
+    """Wait until every workload reaches every other (the agents start side by side)."""
+    pairs = list(itertools.permutations(stack.workloads, 2))
+    wait_until(lambda: all(_answers(x, y) for x, y in pairs), 90, "every pair to call")
 
 
 def _connected(server: MgmtServer, instances: set[str]) -> None:
@@ -116,14 +131,12 @@ def test_a_replica_going_away_and_coming_back_fails_no_call(
 @pytest.fixture(scope="module")
 def single(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MeshStack]:
     """One mgmt-api (SQLite) and three workloads, every sidecar streaming from it."""
-    stack = MeshStack(Path(tmp_path_factory.mktemp("mesh-single")))
+    stack = MeshStack(Path(tmp_path_factory.mktemp("mesh-single")), services=False)
     try:
-        for name, ns in (("a", "ns1"), ("b", "ns1"), ("c", "ns2")):
-            stack.workload(name, ns, f"sa-{name}")
-        pairs = list(itertools.permutations(stack.workloads, 2))
-        wait_until(
-            lambda: all(x.call(y).status_code == 200 for x, y in pairs), 90, "every pair to call"
+        stack.workloads_started(
+            *((name, ns, f"sa-{name}") for name, ns in (("a", "ns1"), ("b", "ns1"), ("c", "ns2")))
         )
+        _every_pair_calls(stack)
         yield stack
     finally:
         stack.close()

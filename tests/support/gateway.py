@@ -26,7 +26,7 @@ from tests.mgmt_api.harness import MgmtServer, ok
 from tests.support.cluster_credentials import write_credential
 from tests.support.envoy import EnvoyProcess
 from tests.support.net import free_port
-from tests.support.processes import Service, wait_until
+from tests.support.processes import Service, in_parallel, wait_until
 from tests.support.redis_server import RedisServer
 
 ORG = "gw"
@@ -154,9 +154,12 @@ class GatewayStack:
         metrics: bool = False,
         mgmt_env: dict[str, str] | None = None,
         ratelimit_settings: str = "",
+        services: bool = True,
     ) -> None:
         """With ``database_url`` (PostgreSQL), two mgmt-api replicas share it: REST goes to
         ``mgmt`` (replica A), and the services and gateways attach to ``attach`` (B).
+        ``services=False``: no redis, ratelimit, extauthz nor upstream (for stacks whose
+        tests never send a request through a gateway nor call a service).
         ``transport="uds"``: ratelimit and extauthz listen on Unix sockets in ``tmp``,
         and the gateway reaches them there (the "sidecar services" placement).
         ``metrics``: ratelimit and extauthz serve /metrics on ``metrics_ports[kind]``.
@@ -170,6 +173,7 @@ class GatewayStack:
         )
         self.mgmt_env = mgmt_env  # extra environment of mgmt-api (both replicas)
         self.ratelimit_settings = ratelimit_settings
+        self.with_services = services
         self.services: list[Service] = []
         self.gateways: list[Gateway] = []
         self.mgmt: MgmtServer | None = None
@@ -189,16 +193,20 @@ class GatewayStack:
         (tmp / "mgmt").mkdir()
         self.mgmt = MgmtServer(
             data_dir=str(tmp / "mgmt"), database_url=self.database_url, env=self.mgmt_env
-        ).start()
+        )
         if self.database_url is not None:
-            self.replica_b = MgmtServer(database_url=self.database_url, env=self.mgmt_env).start()
+            self.replica_b = MgmtServer(database_url=self.database_url, env=self.mgmt_env)
             self.b_admin = self.replica_b.admin()
+        # Replicas start side by side, as a Deployment's pods do (the schema migration and
+        # the first start's bootstrap are serialised in the store).
+        in_parallel(server.start for server in (self.mgmt, self.replica_b) if server is not None)
         self.admin = self.mgmt.admin()
-        self.redis = RedisServer().start()
         self.upstream_port = free_port()
-        self.upstream = EnvoyProcess(
-            upstream_bootstrap(self.upstream_port), directory=tmp / "upstream"
-        ).start()
+        if self.with_services:
+            self.redis = RedisServer().start()
+            self.upstream = EnvoyProcess(
+                upstream_bootstrap(self.upstream_port), directory=tmp / "upstream"
+            ).start()
         ok(self.admin.post("/v2/organizations", json={"name": ORG, "organization": {}}))
         created = ok(
             self.admin.post(f"{BASE}/clusters", json={"name": CLUSTER, "cluster": TEST_DEADLINES})
@@ -211,8 +219,12 @@ class GatewayStack:
         }
         self.ratelimit_port = free_port()
         self.extauthz_port = free_port()
+        if not self.with_services:
+            return
         self._service("ratelimit", self.ratelimit_port)
         self._service("extauthz", self.extauthz_port)
+        # Both started, then waited for: their interpreters start side by side.
+        in_parallel(service.wait_started for service in self.services)
 
     @property
     def attach(self) -> MgmtServer:
@@ -261,7 +273,7 @@ class GatewayStack:
         ]
         if kind in self.metrics_ports:
             args += ["--metrics-listen", f"127.0.0.1:{self.metrics_ports[kind]}"]
-        self.services.append(Service(args, path or port, self.tmp / f"{kind}.log").start())
+        self.services.append(Service(args, path or port, self.tmp / f"{kind}.log").spawn())
 
     def gateway_token(self) -> str:
         key = load_credentials(self.component_credentials["gateway"])
@@ -426,17 +438,15 @@ class GatewayStack:
         return wait_until(done, timeout, "every instance to apply the desired version")
 
     def close(self) -> None:
-        for gateway in self.gateways:
-            gateway.stop()
-        for service in self.services:
-            service.stop()
-        if self.upstream is not None:
-            self.upstream.stop()
+        """Stop everything, each layer's processes side by side (the proxies and services
+        before the replicas they stream from, and redis last)."""
+        in_parallel(
+            [gateway.stop for gateway in self.gateways]
+            + [service.stop for service in self.services]
+            + ([self.upstream.stop] if self.upstream is not None else [])
+        )
         self.admin.close()
         self.b_admin.close()
-        if self.mgmt is not None:
-            self.mgmt.close()
-        if self.replica_b is not None:
-            self.replica_b.close()
+        in_parallel(server.close for server in (self.mgmt, self.replica_b) if server is not None)
         if self.redis is not None:
             self.redis.close()

@@ -1,15 +1,16 @@
 """A mesh on loopback: workloads (tiny HTTP apps) behind real sidecar Envoys, each run by
 its pod-local sidecar agent (``python -m sidecar_agent``, as the injected container runs it).
 
-:class:`MeshStack` extends the gateway stack (mgmt-api, redis, ratelimit,
-extauthz) with apps served by one in-process HTTP server per workload (real
-sockets; each answers with its own name and the headers the sidecar passed)
-and a sidecar agent per workload, which makes the workload's key, has it
-signed with the workload's token, relays ADS and starts Envoy (admin on a
-Unix socket). No Kubernetes API server runs here: the tokens are minted by a
-test issuer (:class:`tests.support.workload_tokens.TestIssuer`) that the
-stack registers on the cluster (``workloadIdentity.issuers``), and the pods
-are reported over the cluster agent's inventory API with the agent's key.
+:class:`MeshStack` extends the gateway stack (mgmt-api, and unless
+``services=False`` redis, ratelimit, extauthz) with apps served by one
+in-process HTTP server per workload (real sockets; each answers with its own
+name and the headers the sidecar passed) and a sidecar agent per workload,
+which makes the workload's key, has it signed with the workload's token,
+relays ADS and starts Envoy (admin on a Unix socket). No Kubernetes API server
+runs here: the tokens are minted by a test issuer
+(:class:`tests.support.workload_tokens.TestIssuer`) that the stack registers
+on the cluster (``workloadIdentity.issuers``), and the pods are reported over
+the cluster agent's inventory API with the agent's key.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from tests.support.gateway import (
     GatewayStack,
 )
 from tests.support.net import free_port
-from tests.support.processes import Service, wait_until
+from tests.support.processes import Service, in_parallel, wait_until
 from tests.support.workload_tokens import PodRef, TestIssuer
 
 CLUSTER_TYPE = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
@@ -177,7 +178,11 @@ class Workload:
 
     def start(self, extra_args: tuple[str, ...] = (), agent_args: tuple[str, ...] = ()) -> Workload:
         """Mint the pod's token, start its agent; ``extra_args`` go to Envoy, ``agent_args``
-        to the agent."""
+        to the agent. Returns once its Envoy's admin socket answers."""
+        return self.spawn(extra_args, agent_args).wait_started()
+
+    def spawn(self, extra_args: tuple[str, ...] = (), agent_args: tuple[str, ...] = ()) -> Workload:
+        """:meth:`start` without the wait (:meth:`wait_started`)."""
         self.stack.issuer.write(self.token_file, self.pod)
         self.agent = Service(
             self.argv(extra_args, agent_args),
@@ -185,7 +190,13 @@ class Workload:
             self.log,
             self.stack.agent_env(),
             stdout=self.stdout,
-        ).start()
+        ).spawn()
+        return self
+
+    def wait_started(self) -> Workload:
+        """Wait for the admin socket of the Envoy that :meth:`spawn`'s agent starts."""
+        assert self.agent is not None
+        self.agent.wait_started()
         return self
 
     def call(
@@ -283,16 +294,21 @@ class MeshStack(GatewayStack):
     """The gateway stack plus workloads behind sidecars."""
 
     def __init__(
-        self, tmp: Path, certificate_ttl: str | None = None, database_url: str | None = None
+        self,
+        tmp: Path,
+        certificate_ttl: str | None = None,
+        database_url: str | None = None,
+        services: bool = True,
     ) -> None:
         """``certificate_ttl``: the workload certificates' lifetime (default: mgmt-api's);
-        ``database_url``: two replicas sharing PostgreSQL (:class:`GatewayStack`'s split)."""
+        ``database_url``: two replicas sharing PostgreSQL (:class:`GatewayStack`'s split);
+        ``services=False``: only mgmt-api and the sidecars (:class:`GatewayStack`)."""
         self.workloads: list[Workload] = []
         #: Pods the cluster's inventory reports beyond the workloads' (an attacker's).
         self.extra_pods: list[PodRef] = []
         self.issuer = TestIssuer(ISSUER_URL)
         env = {"MESHPLANE_SIDECAR_CERT_TTL": certificate_ttl} if certificate_ttl else None
-        super().__init__(tmp, database_url=database_url, mgmt_env=env)
+        super().__init__(tmp, database_url=database_url, mgmt_env=env, services=services)
         try:
             self.cluster_spec(
                 **TEST_DEADLINES, workloadIdentity={"issuers": [self.issuer.registration()]}
@@ -315,6 +331,20 @@ class MeshStack(GatewayStack):
         self.workloads.append(workload)
         self.report_pods()
         return workload.start(extra_args, agent_args)
+
+    def add(self, *workloads: Workload) -> list[Workload]:
+        """Start ``workloads`` (made with this stack or a view of it) side by side, their
+        pods reported first in one inventory report."""
+        self.workloads += workloads
+        self.report_pods()
+        for workload in workloads:
+            workload.spawn()
+        in_parallel(workload.wait_started for workload in workloads)
+        return list(workloads)
+
+    def workloads_started(self, *specs: tuple[str, str, str]) -> list[Workload]:
+        """Workloads ``(name, namespace, account)`` started side by side (:meth:`add`)."""
+        return self.add(*(Workload(self, *spec) for spec in specs))
 
     def remove(self, workload: Workload) -> None:
         """Stop ``workload`` and delete its pod from the inventory."""
@@ -394,8 +424,7 @@ class MeshStack(GatewayStack):
         return out
 
     def close(self) -> None:
-        for workload in self.workloads:
-            workload.stop()
+        in_parallel(workload.stop for workload in self.workloads)
         super().close()
 
 
