@@ -64,6 +64,11 @@ def _tied_to_this_process(args: list[str]) -> list[str]:
 
 
 _KEEPALIVE = [("grpc.keepalive_time_ms", 30_000), ("grpc.keepalive_timeout_ms", 10_000)]
+#: How long the channel to mgmt-api waits, at most, between attempts to reconnect
+#: (gRPC's default grows to 120 s). Relayed ADS streams wait for the channel
+#: (sidecar_agent.relay), so this bounds how long after mgmt-api is back a pod's
+#: Envoy hears from it: within Envoy's own 30 s backoff, and much sooner.
+RECONNECT_BACKOFF_MAX_MS = 5_000
 
 
 @dataclass(frozen=True)
@@ -94,7 +99,11 @@ class Agent:
         return read_token(self.options.token_file, MAX_TOKEN_BYTES)
 
     def _open_channel(self) -> grpc.aio.Channel:
-        options = [*_KEEPALIVE, ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
+        options = [
+            *_KEEPALIVE,
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_reconnect_backoff_ms", RECONNECT_BACKOFF_MAX_MS),
+        ]
         address = self.options.control_plane.address
         if self.options.tls is None:
             return grpc.aio.insecure_channel(address, options=options)
