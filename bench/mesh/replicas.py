@@ -32,7 +32,10 @@ part is what B adds: the ``NOTIFY``, B's store read and build. One
 direction is enough: the replicas are the same program and either one's
 writes ``NOTIFY`` the other alike. ``--control`` streams B's half from A
 too (B still runs): the delta is then the noise of measuring two halves of
-one replica's sidecars.
+one replica's sidecars. A third session listens (``LISTEN``) on both
+channels, on a thread of its own, and reports when the ``NOTIFY`` that
+wakes B reached it (from the same start as the event's delays: for a
+change, the write's answer, so it is below zero when heard before it).
 
 Beside the wall times: each replica's CPU seconds per event (``/proc``), and
 the load average at the start and the end. The clients share the machine
@@ -47,12 +50,15 @@ import json
 import os
 import statistics
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import psycopg
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -66,6 +72,7 @@ from bench.mesh.scale import (  # noqa: E402
     total_endpoints,
     until,
 )
+from mgmt_api.store.notify import REVISION_CHANNEL, SIDECARS_CHANNEL, libpq_url  # noqa: E402
 from tests.mgmt_api.harness import MgmtServer, ok  # noqa: E402
 from tests.support.ads_sim import ENDPOINT, LISTENER, MeshCluster, SimSidecar  # noqa: E402
 from tests.support.postgres import PostgresServer, find_bin_dir  # noqa: E402
@@ -92,6 +99,7 @@ class Event:
     on_b: list[float] = field(default_factory=list)
     median_delta: list[float] = field(default_factory=list)  # per round, B's minus A's
     last_delta: list[float] = field(default_factory=list)  # per round, slowest B - slowest A
+    notified: list[float] = field(default_factory=list)  # per round, the NOTIFY heard
     cpu_a: float = 0.0
     cpu_b: float = 0.0
 
@@ -109,17 +117,50 @@ class Event:
             f"{self.name}_delta_min": round(min(self.median_delta), 3),
             f"{self.name}_rounds_over_target": sum(d > TARGET for d in self.median_delta),
             **quantiles(self.last_delta, f"{self.name}_delta_last"),
+            **quantiles(self.notified, f"{self.name}_notify"),
             f"{self.name}_cpu_a": round(self.cpu_a / rounds, 3),
             f"{self.name}_cpu_b": round(self.cpu_b / rounds, 3),
         }
 
 
+class Listener:
+    """A third session's ``LISTEN`` on both channels, on a thread of its own: when the
+    ``NOTIFY`` that wakes B reaches a listening session (PostgreSQL's hop, apart from
+    B's own scheduling)."""
+
+    def __init__(self, url: str) -> None:
+        self.heard: list[float] = []
+        self._conn = psycopg.connect(libpq_url(url), autocommit=True)
+        for channel in (REVISION_CHANNEL, SIDECARS_CHANNEL):
+            self._conn.execute(f"LISTEN {channel}")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for _ in self._conn.notifies(timeout=0.2):
+                self.heard.append(time.monotonic())
+
+    def first_after(self, since: float) -> float | None:
+        """When the first notice after ``since`` was heard (None: not yet)."""
+        return next((t for t in self.heard if t >= since), None)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._conn.close()
+
+
 class Replicas:
     """Replicas A and B, their sidecars, and what a round measures on them."""
 
-    def __init__(self, a: MgmtServer, b: MgmtServer, fleet_a: Fleet, fleet_b: Fleet) -> None:
+    def __init__(
+        self, a: MgmtServer, b: MgmtServer, fleet_a: Fleet, fleet_b: Fleet, listener: Listener
+    ) -> None:
         self.a, self.b = a, b
         self.fleet_a, self.fleet_b = fleet_a, fleet_b
+        self.listener = listener
 
     @property
     def pids(self) -> tuple[int, int]:
@@ -146,6 +187,7 @@ class Replicas:
     async def delivered(
         self,
         event: Event,
+        begun: float,
         since: float,
         type_url: str,
         before: dict[int, str],
@@ -153,7 +195,8 @@ class Replicas:
         limit: float,
     ) -> None:
         """Wait until every sidecar ACKed a new version of ``type_url`` (and, on those
-        that parse what they get, ``holds``); record, for each, that ACK less ``since``."""
+        that parse what they get, ``holds``); record, for each, that ACK less ``since``,
+        and when the first ``NOTIFY`` after ``begun`` was heard, less ``since``."""
 
         def done(s: SimSidecar) -> bool:
             return s.acked[type_url] != before[id(s)] and (not s.parse_clusters or holds(s))
@@ -164,6 +207,9 @@ class Replicas:
             [s.acked_at[type_url] - since for s in self.fleet_a.sims],
             [s.acked_at[type_url] - since for s in self.fleet_b.sims],
         )
+        heard = self.listener.first_after(begun)
+        if heard is not None:
+            event.notified.append(heard - since)
 
 
 async def policy_round(
@@ -173,13 +219,14 @@ async def policy_round(
     current = ok(admin.get(f"/v2/{fqn}"))
     before = replicas.acked(LISTENER)
     with replicas.cpu(event):
+        begun = time.monotonic()
         ok(
             admin.put(
                 f"/v2/{fqn}", json={"extAuthz": {"timeout": authz_timeout}, "etag": current["etag"]}
             )
         )
         written = time.monotonic()
-        await replicas.delivered(event, written, LISTENER, before, lambda _: True, limit)
+        await replicas.delivered(event, begun, written, LISTENER, before, lambda _: True, limit)
 
 
 async def join_leave_round(
@@ -197,7 +244,7 @@ async def join_leave_round(
         started = time.monotonic()
         late = replicas.fleet_a.start(joiner, port, parse=False)
         replicas.fleet_a.sims.remove(late)  # not a watcher
-        await replicas.delivered(join, started, ENDPOINT, before, holds, limit)
+        await replicas.delivered(join, started, started, ENDPOINT, before, holds, limit)
     await until(lambda: bool(late.version or late.error), limit, "the joiner's configuration")
     if late.error:
         raise RuntimeError(late.error)
@@ -206,7 +253,9 @@ async def join_leave_round(
     with replicas.cpu(leave):
         started = time.monotonic()
         late.close()
-        await replicas.delivered(leave, started, ENDPOINT, before, lambda s: not holds(s), limit)
+        await replicas.delivered(
+            leave, started, started, ENDPOINT, before, lambda s: not holds(s), limit
+        )
 
 
 async def measure(
@@ -235,8 +284,10 @@ async def one_size(n: int, rounds: int, limit: float, control: bool) -> dict[str
     issuer = TestIssuer("https://kubernetes.default.svc")
     postgres = PostgresServer(bin_dir).start()
     started: list[MgmtServer] = []
+    listener: Listener | None = None
     try:
         url = postgres.new_database()
+        listener = Listener(url)
         started.append(start_replica(url))
         started.append(start_replica(url))
         a, b = started
@@ -248,7 +299,7 @@ async def one_size(n: int, rounds: int, limit: float, control: bool) -> dict[str
             everyone = pods(n + 1)  # the last one joins and leaves
             cluster.report(issuer, everyone)
             second = Fleet(a if control else b, cluster, issuer)
-            replicas = Replicas(a, b, Fleet(a, cluster, issuer), second)
+            replicas = Replicas(a, b, Fleet(a, cluster, issuer), second, listener)
             for i, pod in enumerate(everyone[:n]):
                 fleet = replicas.fleet_a if i % 2 == 0 else replicas.fleet_b
                 fleet.start(pod, BASE_PORT + i, parse=i // 2 % PROBE_EVERY == 0)
@@ -284,6 +335,8 @@ async def one_size(n: int, rounds: int, limit: float, control: bool) -> dict[str
             "load_end": round(os.getloadavg()[0], 2),
         }
     finally:
+        if listener is not None:
+            listener.close()
         for server in started:
             server.close()
         postgres.stop()
@@ -299,6 +352,7 @@ def table(result: dict[str, Any]) -> str:
     for event in ("change", "join", "leave"):
         cells = [
             event,
+            *(ms(f"{event}_notify_{q}") for q in ("p50", "p99")),
             *(ms(f"{event}_a_{q}") for q in ("p50", "p99", "max")),
             *(ms(f"{event}_b_{q}") for q in ("p50", "p99", "max")),
             *(ms(f"{event}_delta_{q}") for q in ("min", "p50", "p99")),
