@@ -117,7 +117,7 @@ class Event:
             f"{self.name}_delta_min": round(min(self.median_delta), 3),
             f"{self.name}_rounds_over_target": sum(d > TARGET for d in self.median_delta),
             **quantiles(self.last_delta, f"{self.name}_delta_last"),
-            **quantiles(self.notified, f"{self.name}_notify"),
+            **(quantiles(self.notified, f"{self.name}_notify") if self.notified else {}),
             f"{self.name}_cpu_a": round(self.cpu_a / rounds, 3),
             f"{self.name}_cpu_b": round(self.cpu_b / rounds, 3),
         }
@@ -343,21 +343,22 @@ async def one_size(n: int, rounds: int, limit: float, control: bool) -> dict[str
 
 
 def table(result: dict[str, Any]) -> str:
-    """The result as the rows of docs/benchmarks.md's table (milliseconds)."""
+    """The result as docs/benchmarks.md's table's rows (milliseconds)."""
 
-    def ms(key: str) -> str:
-        return f"{result[key] * 1000:.0f}"
+    def ms(*keys: str) -> str:
+        return " / ".join(f"{result[k] * 1000:.0f}" if k in result else "—" for k in keys)
 
     rows = []
-    for event in ("change", "join", "leave"):
+    for e in ("change", "join", "leave"):
         cells = [
-            event,
-            *(ms(f"{event}_notify_{q}") for q in ("p50", "p99")),
-            *(ms(f"{event}_a_{q}") for q in ("p50", "p99", "max")),
-            *(ms(f"{event}_b_{q}") for q in ("p50", "p99", "max")),
-            *(ms(f"{event}_delta_{q}") for q in ("min", "p50", "p99")),
-            *(ms(f"{event}_delta_last_{q}") for q in ("p50", "p99")),
-            f"{result[f'{event}_cpu_a'] * 1000:.0f} / {result[f'{event}_cpu_b'] * 1000:.0f}",
+            e,
+            ms(f"{e}_notify_p50", f"{e}_notify_p99"),
+            ms(f"{e}_a_p50", f"{e}_a_p99", f"{e}_a_max"),
+            ms(f"{e}_b_p50", f"{e}_b_p99", f"{e}_b_max"),
+            ms(f"{e}_delta_min", f"{e}_delta_p50", f"{e}_delta_p99")
+            + f" ({ms(f'{e}_delta_last_p50', f'{e}_delta_last_p99')})",
+            str(result[f"{e}_rounds_over_target"]),
+            ms(f"{e}_cpu_a", f"{e}_cpu_b"),
         ]
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)
