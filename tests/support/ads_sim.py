@@ -73,6 +73,8 @@ class SimSidecar:
     token: str
     #: type → version last ACKed
     acked: dict[str, str] = field(default_factory=dict)
+    #: type → when its last response was ACKed (time.monotonic)
+    acked_at: dict[str, float] = field(default_factory=dict)
     #: EDS cluster name → [port] of its endpoints (what EDS sent, incrementally)
     endpoints: dict[str, list[int]] = field(default_factory=dict)
     eds: tuple[str, ...] = ()  # the EDS clusters subscribed to
@@ -163,6 +165,7 @@ class SimSidecar:
         )
         self._outbox.put_nowait(ack)
         self.acked[type_url] = response.version_info
+        self.acked_at[type_url] = time.monotonic()
         version = self.version
         if version and version != self._running:
             self.converged_at[version] = time.monotonic()
