@@ -15,6 +15,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -108,6 +109,12 @@ class Stack:
         self.services.append(service)
         return service
 
+    def start_services(self) -> None:
+        """ratelimit and extauthz, started side by side (each waits for its port)."""
+        with ThreadPoolExecutor(2) as pool:
+            for started in [pool.submit(self.ratelimit), pool.submit(self.extauthz)]:
+                started.result()
+
     def status(self) -> dict[str, Any]:
         return ok(self.admin.get(f"{CLUSTER_PATH}/status"))  # type: ignore[no-any-return]
 
@@ -141,8 +148,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         ok(st.admin.post("/v2/organizations", json={"name": ORG, "organization": {}}))
         st.create_cluster(CLUSTER)
         st.create_cluster(OTHER)
-        st.ratelimit()
-        st.extauthz()
+        st.start_services()
         yield st
     finally:
         st.close()
@@ -497,8 +503,7 @@ def test_6_enforcement_survives_the_management_plane_and_a_restart(stack: Stack)
         for service in list(stack.services):
             service.stop()
             stack.services.remove(service)
-        stack.ratelimit()
-        stack.extauthz()
+        stack.start_services()
         return codes, allowed, should_rate_limit(stack).overall_code
 
     codes, allowed, after_restart = in_one_minute(stack, enforced_across_a_restart)
