@@ -105,7 +105,7 @@ def operations(schema: Path) -> set[str]:
     return {f"{m.upper()} {path}" for path, item in paths.items() for m in item if m in methods}
 
 
-def tested(report_dir: Path) -> set[str]:
+def operations_run(report_dir: Path) -> set[str]:
     """The operations the JUnit report shows run, none skipped."""
     (report,) = report_dir.glob("junit-*.xml")
     cases = ElementTree.parse(report).getroot().iter("testcase")
@@ -168,6 +168,6 @@ def _run(server: MgmtServer, tmp_path: Path, examples: int) -> None:
         env={**os.environ, "NO_COLOR": "1"},
     )
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
-    assert tested(tmp_path) == operations(schema), result.stdout[-3000:]
+    assert operations_run(tmp_path) == operations(schema), result.stdout[-3000:]
     with httpx.Client(base_url=server.url, timeout=10) as anon:  # still alive and serving
         ok(anon.get("/readyz"))
