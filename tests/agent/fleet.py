@@ -11,7 +11,6 @@ and a ``meshplane-agent`` process for cluster ``a`` with static discovery.
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -315,20 +314,18 @@ class Fleet:
         (tmp / "mgmt").mkdir()
         # A proxy that does not answer is given up on after this long (504 tests).
         # mgmt-api traces only requests whose caller sampled them (test_traces.py),
-        # exporting to the fleet's OTLP receiver.
+        # exporting to the fleet's OTLP receiver. The server's own environment,
+        # so a restarted mgmt-api (test_tunnel_security.py) keeps them.
         self.otlp = OtlpGrpcReceiver()
-        env = {
-            "MESHPLANE_PROXYTOOLS_TIMEOUT": f"{PROXY_TIMEOUT_SECONDS}s",
-            "OTEL_EXPORTER_OTLP_ENDPOINT": self.otlp.endpoint,
-            "OTEL_TRACES_SAMPLER": "parentbased_always_off",
-            "OTEL_BSP_SCHEDULE_DELAY": "200",
-        }
-        os.environ.update(env)
-        try:
-            self.mgmt.start()
-        finally:
-            for name in env:
-                del os.environ[name]
+        self.mgmt.env.update(
+            {
+                "MESHPLANE_PROXYTOOLS_TIMEOUT": f"{PROXY_TIMEOUT_SECONDS}s",
+                "OTEL_EXPORTER_OTLP_ENDPOINT": self.otlp.endpoint,
+                "OTEL_TRACES_SAMPLER": "parentbased_always_off",
+                "OTEL_BSP_SCHEDULE_DELAY": "200",
+            }
+        )
+        self.mgmt.start()
         self.admin = self.mgmt.admin()
         ok(self.admin.post("/v2/organizations", json={"name": ORG, "organization": {}}))
         self.secrets: dict[str, dict[str, Any]] = {}

@@ -14,8 +14,10 @@ printed proxy diagnostics call). The tour's denial's decision line names the
 trace the gateway started (the demo cluster traces every request). Then every
 concrete ``meshctl`` example of docs/meshctl.md and every complete command the
 README's prose names runs as printed against the same demo and exits 0
-(:func:`check_doc_examples`). Finally SIGTERM must stop the orchestrator
-and every child it started. A busy port must stop the command before anything starts.
+(:func:`check_doc_examples`). Then SIGTERM must stop the orchestrator
+and every child it started, and a second run on the same state keeps the
+tour's live change, a user's edit of a seeded policy (:func:`check_second_run`).
+A busy port must stop the command before anything starts.
 """
 
 from __future__ import annotations
@@ -333,6 +335,7 @@ def test_run_command_brings_up_the_gateway_and_the_tour_through_it_holds(
     gateway_log = (orchestrator.state / "logs" / "gateway.log").read_text().splitlines()
     assert gateway_log
     assert {json.loads(line)["service"] for line in gateway_log if line.strip()} == {"gateway"}
+    check_second_run(orchestrator, base)
 
 
 def check_mesh_tour(commands: list[str], token_command: str) -> None:
@@ -413,55 +416,77 @@ def check_doc_examples(state: Path, base: int, password: str) -> None:
     assert len(examples) >= 15, examples
     matched = [p for p, _ in EXPECTED if any(re.fullmatch(p, line) for _, line in examples)]
     assert len(matched) == len(EXPECTED), matched  # each check still meets its example
-    failed = []
-    for where, line in examples:
-        command = re.sub(r"(?<=127\.0\.0\.1:)(\d+)\b", lambda m: moved.get(m[1], m[1]), line)
-        done = subprocess.run(
-            ["bash", "-c", command],
-            cwd=state.parent,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=240,
-            check=False,
-        )
-        if done.returncode != 0:
-            failed.append(f"{where}: {command}\n  exit {done.returncode}: {done.stderr[-800:]}")
-        for pattern, shown in EXPECTED:
-            if re.fullmatch(pattern, line) and shown not in done.stdout:
-                failed.append(f"{where}: {command}\n  printed no {shown!r}: {done.stdout[-800:]}")
+
+    def run(lane: list[tuple[str, str]]) -> list[str]:
+        """The lane's examples in order; what failed."""
+        failed = []
+        for where, line in lane:
+            command = re.sub(r"(?<=127\.0\.0\.1:)(\d+)\b", lambda m: moved.get(m[1], m[1]), line)
+            done = subprocess.run(
+                ["bash", "-c", command],
+                cwd=state.parent,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=240,
+                check=False,
+            )
+            if done.returncode != 0:
+                failed.append(f"{where}: {command}\n  exit {done.returncode}: {done.stderr[-800:]}")
+            for pattern, shown in EXPECTED:
+                if re.fullmatch(pattern, line) and shown not in done.stdout:
+                    failed.append(
+                        f"{where}: {command}\n  printed no {shown!r}: {done.stdout[-800:]}"
+                    )
+        return failed
+
+    login, deletes = examples[0], [e for e in examples if " delete " in e[1]]
+    assert " login " in login[1], login
+    # A code block is a sequence (an export, then its apply): its lines run in
+    # order; the blocks run side by side (a wait on a rotation's phases, the
+    # ``until`` of one block, is no time lost for the others).
+    lanes: dict[str, list[tuple[str, str]]] = {}
+    for example in examples[1:]:
+        if example not in deletes:
+            lanes.setdefault(block_of(example[0]), []).append(example)
+    failed = run([login])
+    with ThreadPoolExecutor(len(lanes)) as pool:
+        failed += [f for lane in pool.map(run, lanes.values()) for f in lane]
+    failed += run(deletes)
     assert not failed, "\n".join(failed)
 
 
-@pytest.mark.timeout(600)
-def test_a_second_run_on_the_same_state_keeps_a_users_edit(tmp_path: Path) -> None:
-    """Run, change the seeded limit over REST, stop, run again: the change stays,
-    nothing is created again, and the seed line says what it left alone."""
-    state = tmp_path / ".run"
-    ports = free_ports(len(PORT_FLAGS))
+def block_of(where: str) -> str:
+    """``page:line`` of the opening fence of the code block ``where`` (``page:line``) is in."""
+    page, number = where.rsplit(":", 1)
+    lines = (doc_commands.ROOT / page).read_text().splitlines()[: int(number)]
+    fence = max(i for i, text in enumerate(lines, 1) if text.lstrip().startswith("```"))
+    return f"{page}:{fence}"
+
+
+def check_second_run(first: Orchestrator, port_base: int) -> None:
+    """Run again on the stopped tour's state: the tour's live change (the
+    limit raised over REST, a user's edit of a seeded policy) stays, nothing
+    is created again, the seed line says what it left alone, and the admin
+    password and the agent's key are the first run's."""
+    assert f"seeded: {SEEDED} created, 0 left as they are" in first.output, first.output
+    state = first.state
+    first_password = (state / "admin-password").read_text()
+    first_key = (state / "agent-credentials.json").read_text()
     policy = f"{CLUSTER_PATH}/backendtrafficpolicies/default.web-limit"
-    for attempt in range(2):
-        orch = Orchestrator(state, ports)
-        try:
-            assert orch.ready.wait(240), orch.output
-            assert any(line.startswith("ready:") for line in orch.lines), orch.output
-            mgmt = _banner_value(orch.output, r"REST (http://\S+)/v2")
-            password = _banner_value(orch.output, r"password (\S+)\)")
-            with httpx.Client(base_url=mgmt, auth=("admin", password), timeout=30) as api:
-                stored = api.get(policy).json()
-                if attempt == 0:
-                    stored["spec"]["rateLimit"]["global"]["rules"][0]["limit"]["requests"] = 7
-                    edit = {"etag": stored["etag"], "spec": stored["spec"]}
-                    assert api.put(policy, json=edit).status_code == 200
-            orch.proc.send_signal(signal.SIGINT)
-            assert orch.proc.wait(timeout=60) == 0, orch.output
-        finally:
-            orch.kill_everything()
-        if attempt == 0:
-            assert f"seeded: {SEEDED} created, 0 left as they are" in orch.output
-            first_password = (state / "admin-password").read_text()
-            first_key = (state / "agent-credentials.json").read_text()
-    assert stored["spec"]["rateLimit"]["global"]["rules"][0]["limit"]["requests"] == 7
+    orch = Orchestrator(state, port_base=port_base)
+    try:
+        assert orch.ready.wait(240), orch.output
+        assert any(line.startswith("ready:") for line in orch.lines), orch.output
+        mgmt = _banner_value(orch.output, r"REST (http://\S+)/v2")
+        password = _banner_value(orch.output, r"password (\S+)\)")
+        with httpx.Client(base_url=mgmt, auth=("admin", password), timeout=30) as api:
+            stored = api.get(policy).json()
+        orch.proc.send_signal(signal.SIGINT)
+        assert orch.proc.wait(timeout=60) == 0, orch.output
+    finally:
+        orch.kill_everything()
+    assert stored["spec"]["rateLimit"]["global"]["rules"][0]["limit"]["requests"] == RAISED
     assert (
         f"seeded: 0 created, {SEEDED} left as they are (1 differing from the demo's, kept)"
         in orch.output

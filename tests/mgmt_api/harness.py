@@ -18,6 +18,10 @@ from tests.support.net import free_port, wait_for_port
 from tests.support.processes import terminate
 
 ADMIN_PASSWORD = "admin-password-for-tests"
+#: httpx's default verification (certifi's CAs), built once: a client built with
+#: ``verify=True`` loads the CA bundle again (about 20 ms), and the tests build
+#: thousands of clients.
+DEFAULT_VERIFY = httpx.create_ssl_context()
 
 
 class MgmtServer:
@@ -57,7 +61,7 @@ class MgmtServer:
     @property
     def verify(self) -> Any:
         """httpx's ``verify`` for this server."""
-        return True if self.tls_verify is None else self.tls_verify
+        return DEFAULT_VERIFY if self.tls_verify is None else self.tls_verify
 
     def start(self) -> MgmtServer:
         env = {**os.environ, "MESHPLANE_DATA_DIR": self.data_dir, **self.env}
