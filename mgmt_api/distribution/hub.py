@@ -114,19 +114,31 @@ def tls_from(settings: Settings) -> ListenerTlsFiles | None:
 
 def certificate_ttl(settings: Settings) -> float:
     """``MESHPLANE_SIDECAR_CERT_TTL`` in seconds, within the bounds of ``mesh_ca``."""
-    field_name = "MESHPLANE_SIDECAR_CERT_TTL"
-    seconds = parse_duration(settings.sidecar_certificate_ttl, field_name)
-    if not mesh_ca.MIN_SVID_TTL <= seconds <= mesh_ca.MAX_SVID_TTL:
-        raise invalid(field_name, "must be between 10s and 30d")
-    return seconds
+    return _bounded_duration(
+        settings.sidecar_certificate_ttl,
+        "MESHPLANE_SIDECAR_CERT_TTL",
+        (mesh_ca.MIN_SVID_TTL, mesh_ca.MAX_SVID_TTL),
+        "must be between 10s and 30d",
+    )
 
 
 def mesh_ca_settle(settings: Settings) -> float:
     """``MESHPLANE_MESH_CA_SETTLE`` in seconds, within the bounds of ``ca_rotation``."""
-    field_name = "MESHPLANE_MESH_CA_SETTLE"
-    seconds = parse_duration(settings.mesh_ca_settle, field_name)
-    if not ca_rotation.MIN_SETTLE <= seconds <= ca_rotation.MAX_SETTLE:
-        raise invalid(field_name, "must be between 1s and 5m")
+    return _bounded_duration(
+        settings.mesh_ca_settle,
+        "MESHPLANE_MESH_CA_SETTLE",
+        (ca_rotation.MIN_SETTLE, ca_rotation.MAX_SETTLE),
+        "must be between 1s and 5m",
+    )
+
+
+def _bounded_duration(
+    value: str, field_name: str, bounds: tuple[float, float], refusal: str
+) -> float:
+    """``value`` (a duration) in seconds; a 400 naming ``field_name`` outside ``bounds``."""
+    seconds = parse_duration(value, field_name)
+    if not bounds[0] <= seconds <= bounds[1]:
+        raise invalid(field_name, refusal)
     return seconds
 
 
