@@ -63,8 +63,11 @@ class QuotaSettings:
     stale_after: float = allocation.DEFAULT_TTL
     #: Reports in a row without a request before a bucket is abandoned.
     abandon_after: int = 3
-    #: Buckets one stream may subscribe (a cap on what a peer can make us hold).
+    #: Buckets one stream may subscribe, and the bytes of their ids (keys and
+    #: values): caps on what a peer can make us hold (an id may be 17 entries of
+    #: 512 bytes, so the count alone would let one stream hold 170 MB).
     max_buckets: int = 10_000
+    max_bucket_bytes: int = 2 << 20
     #: A stream silent this long is closed (pyvoy reports a peer that left only
     #: when something is sent to it).
     idle_timeout: float = 60.0
@@ -107,6 +110,7 @@ class QuotaStream:
     push: Callable[[Sequence[Action]], Awaitable[None]]
     member: str = field(default_factory=lambda: uuid.uuid4().hex)
     buckets: dict[str, _Subscription] = field(default_factory=dict)
+    bucket_bytes: int = 0  # of the subscribed buckets' ids (QuotaSettings.max_bucket_bytes)
     ended: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -172,10 +176,7 @@ class QuotaService:
         key = canonical(report.bucket_id)
         sub = stream.buckets.get(key)
         if sub is None:
-            if len(stream.buckets) >= self.settings.max_buckets:
-                raise TooManyBuckets(f"a stream may subscribe at most {self.settings.max_buckets}")
-            sub = stream.buckets[key] = _Subscription(report.bucket_id)
-            self._subscribers.setdefault(key, set()).add(stream)
+            sub = self._subscribe(stream, key, report.bucket_id)
         requests = report.allowed + report.denied
         if requests == 0 and sub.last_at is not None:
             sub.quiet += 1
@@ -249,8 +250,26 @@ class QuotaService:
             except Exception:  # the gateway left: its stream ends
                 await self.close(other)
 
+    def _subscribe(
+        self, stream: QuotaStream, key: str, bucket_id: Mapping[str, str]
+    ) -> _Subscription:
+        """A new bucket of ``stream``; :class:`TooManyBuckets` past either cap."""
+        size = _id_bytes(bucket_id)
+        if len(stream.buckets) >= self.settings.max_buckets:
+            raise TooManyBuckets(f"a stream may subscribe at most {self.settings.max_buckets}")
+        if stream.bucket_bytes + size > self.settings.max_bucket_bytes:
+            raise TooManyBuckets(
+                f"a stream's bucket ids may hold at most {self.settings.max_bucket_bytes} bytes"
+            )
+        sub = stream.buckets[key] = _Subscription(bucket_id)
+        stream.bucket_bytes += size
+        self._subscribers.setdefault(key, set()).add(stream)
+        return sub
+
     async def _unsubscribe(self, stream: QuotaStream, key: str) -> None:
-        stream.buckets.pop(key, None)
+        sub = stream.buckets.pop(key, None)
+        if sub is not None:
+            stream.bucket_bytes -= _id_bytes(sub.bucket_id)
         subscribers = self._subscribers.get(key)
         if subscribers is not None:
             subscribers.discard(stream)
@@ -282,3 +301,8 @@ class QuotaService:
             await self.close(stream)
         if self._usage is not None:
             await self._usage.close()
+
+
+def _id_bytes(bucket_id: Mapping[str, str]) -> int:
+    """What a bucket id costs against :attr:`QuotaSettings.max_bucket_bytes`."""
+    return sum(len(k.encode()) + len(v.encode()) for k, v in bucket_id.items())

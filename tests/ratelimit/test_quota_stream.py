@@ -69,6 +69,15 @@ class Stream:
         usage.num_requests_denied = (counts or {}).get("denied", 0)
         self._out.put(message.SerializeToString())
 
+    def send_many(self, buckets: list[dict[str, str]], domain: str = "gw") -> None:
+        """One report of one request in each of ``buckets``."""
+        message = rlqs_pb2.RateLimitQuotaUsageReports(domain=domain)
+        for bucket in buckets:
+            usage = message.bucket_quota_usages.add()
+            usage.bucket_id.bucket.update(bucket)
+            usage.num_requests_allowed = 1
+        self._out.put(message.SerializeToString())
+
     def recv(self, timeout: float = 20) -> rlqs_pb2.RateLimitQuotaResponse | grpc.RpcError | None:
         return self._in.get(timeout=timeout)
 
@@ -212,6 +221,33 @@ def test_bad_reports_end_the_stream_naming_the_field(
     error = gateway.recv()
     assert isinstance(error, grpc.RpcError)
     assert error.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert (error.details() or "").startswith(message)
+
+
+@pytest.mark.parametrize(
+    ("buckets", "message"),
+    [
+        # more buckets than a stream may hold (QuotaSettings.max_buckets)
+        ([{"domain": "gw", "0:route": f"r{i}"} for i in range(10_001)], "a stream may subscribe"),
+        # ids of 16 entries of 512 bytes: past the byte cap long before the count
+        (
+            [
+                {"domain": "gw", **{f"{j}:k": f"{i:04d}" + "v" * 508 for j in range(16)}}
+                for i in range(260)
+            ],
+            "a stream's bucket ids may hold at most",
+        ),
+    ],
+    ids=["count", "bytes"],
+)
+def test_a_stream_past_its_bucket_caps_is_refused(
+    server: Server, streams: list[Stream], buckets: list[dict[str, str]], message: str
+) -> None:
+    gateway = open_stream(server, streams)
+    gateway.send_many(buckets)
+    error = gateway.recv()
+    assert isinstance(error, grpc.RpcError), error
+    assert error.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
     assert (error.details() or "").startswith(message)
 
 
