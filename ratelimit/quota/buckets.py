@@ -62,7 +62,7 @@ def descriptor(
     domain = bucket_id.get(DOMAIN_KEY, stream_domain)
     ordered: list[tuple[int, str, str]] = []
     for name, value in bucket_id.items():
-        if len(name) > MAX_FIELD_BYTES or len(value) > MAX_FIELD_BYTES:
+        if len(name.encode()) > MAX_FIELD_BYTES or len(value.encode()) > MAX_FIELD_BYTES:
             raise InvalidBucket(f"bucket_id entry longer than {MAX_FIELD_BYTES} bytes")
         if name == DOMAIN_KEY:
             continue

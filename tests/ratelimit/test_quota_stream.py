@@ -211,6 +211,8 @@ def test_a_bucket_without_a_limit_is_allowed_all(server: Server, streams: list[S
         ("", BUCKET, "domain: required in the first message"),
         ("gw", {"route": "r1"}, "bucket_id: bucket_id key 'route' is not"),
         ("gw", {"0:route": "r1", "2:x": "y"}, "bucket_id: bucket_id entry indexes"),
+        # 300 characters, 600 bytes: the cap is on bytes
+        ("gw", {"0:route": "é" * 300}, "bucket_id: bucket_id entry longer than 512 bytes"),
     ],
 )
 def test_bad_reports_end_the_stream_naming_the_field(
