@@ -65,24 +65,26 @@ def incoming_trace_context() -> tuple[str | None, str | None]:
 
 @dataclass
 class Services:
-    """The unary methods of one worker, by gRPC path (``/package.Service/Method``)."""
+    """The unary and streaming methods of one worker, by gRPC path
+    (``/package.Service/Method``)."""
 
     methods: dict[str, UnaryHandler] = field(default_factory=dict)
     #: Bidirectional streaming methods, by gRPC path.
     streams: dict[str, StreamHandler] = field(default_factory=dict)
 
     def add_unary(self, service: str, method: str, handler: UnaryHandler) -> None:
-        path = f"/{service}/{method}"
-        if path in self.methods or path in self.streams:
-            raise ValueError(f"{path} is registered twice")
-        self.methods[path] = handler
+        self.methods[self._free_path(service, method)] = handler
 
     def add_stream(self, service: str, method: str, handler: StreamHandler) -> None:
         """Serve a bidirectional streaming method (RLQS' StreamRateLimitQuotas)."""
+        self.streams[self._free_path(service, method)] = handler
+
+    def _free_path(self, service: str, method: str) -> str:
+        """The method's gRPC path; ValueError when a unary or stream method has it."""
         path = f"/{service}/{method}"
         if path in self.methods or path in self.streams:
             raise ValueError(f"{path} is registered twice")
-        self.streams[path] = handler
+        return path
 
     def lookup(self, path: str) -> UnaryHandler | None:
         return self.methods.get(path)
@@ -90,13 +92,6 @@ class Services:
     def by_service(self) -> dict[str, dict[str, UnaryHandler]]:
         grouped: dict[str, dict[str, UnaryHandler]] = {}
         for path, handler in self.methods.items():
-            service, _, method = path[1:].partition("/")
-            grouped.setdefault(service, {})[method] = handler
-        return grouped
-
-    def streams_by_service(self) -> dict[str, dict[str, StreamHandler]]:
-        grouped: dict[str, dict[str, StreamHandler]] = {}
-        for path, handler in self.streams.items():
             service, _, method = path[1:].partition("/")
             grouped.setdefault(service, {})[method] = handler
         return grouped
