@@ -39,6 +39,7 @@ from agent.diagnostics import Diagnostics
 from agent.discovery import ProxySource
 from agent.metrics import AgentMetrics
 from agent.replies import Replies, done_reply
+from meshplane.aio import wait_event
 from meshplane.backoff import Backoff
 from meshplane.distribution_client import CHANNEL_OPTIONS, REFUSED
 from meshplane.proto.tunnel.v1 import tunnel_pb2 as pb
@@ -125,8 +126,7 @@ class Tunnel:
             wait = backoff.next_wait()
             if failure is not None:
                 self._log_failure(failure, wait)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), wait)
+            await wait_event(stop, wait)
 
     @staticmethod
     def _log_failure(failure: BaseException, wait: float) -> None:

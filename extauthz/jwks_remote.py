@@ -93,10 +93,8 @@ class RemoteJwks:
 
     async def _refresh(self, trigger: str) -> bool:
         try:
-            raw = await asyncio.wait_for(
-                self._fetch(self.config.uri, self.config.timeout_seconds),
-                self.config.timeout_seconds + 1.0,
-            )
+            async with asyncio.timeout(self.config.timeout_seconds + 1.0):
+                raw = await self._fetch(self.config.uri, self.config.timeout_seconds)
             parsed = parse_jwks(raw)
         except (FetchError, KeyError_, TimeoutError, OSError) as exc:
             metrics.KEY_REFRESHES.labels(trigger, "error").inc()

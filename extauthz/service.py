@@ -56,7 +56,8 @@ class AuthorizationService:
         if wait <= 0:
             return decision
         try:
-            await asyncio.wait_for(asyncio.shield(fetch), wait)
+            async with asyncio.timeout(wait):
+                await asyncio.shield(fetch)
         except TimeoutError:
             return decision
         return engine.decide(attrs, self.clock())

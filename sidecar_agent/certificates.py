@@ -17,13 +17,13 @@ the first trust bundle the relay sees and takes the one its signing CA names
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import grpc
 
+from meshplane.aio import wait_event
 from meshplane.backoff import Backoff
 from meshplane.proto.workload.v1 import workload_pb2, workload_pb2_grpc
 from sidecar_agent import identity
@@ -156,5 +156,4 @@ class CertificateKeeper:
                     "cannot sign the workload certificate; keeping the current one",
                     extra={"reason": str(exc), "retryIn": round(delay, 2)},
                 )
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), delay)
+            await wait_event(self._wake, delay)

@@ -196,7 +196,8 @@ class Agent:
         if self.envoy is not None and self.envoy.returncode is None:
             self.envoy.send_signal(signal.SIGTERM)
             try:
-                await asyncio.wait_for(self.envoy.wait(), ENVOY_STOP_SECONDS)
+                async with asyncio.timeout(ENVOY_STOP_SECONDS):
+                    await self.envoy.wait()
             except TimeoutError:
                 self.envoy.kill()
                 await self.envoy.wait()

@@ -9,9 +9,10 @@ wait on the feed instead of polling the database each.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
+
+from meshplane.aio import wait_event
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -41,9 +42,7 @@ class ChangeFeed:
         """Return once the revision exceeds ``revision`` (or after ``max_wait``)."""
         if self._revision > revision:
             return self._revision
-        event = self._changed
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), max_wait)
+        await wait_event(self._changed, max_wait)
         return self._revision
 
     async def poll_store(self, interval: float = 1.0) -> None:

@@ -39,6 +39,7 @@ from contextlib import asynccontextmanager
 import httpx
 
 from agent.contract import StatusCode
+from meshplane.aio import wait_event
 from meshplane.proto.tunnel.v1 import tunnel_pb2 as pb
 from mgmt_api import fqn as fqnmod
 from mgmt_api.domain import replicas as rules
@@ -151,8 +152,7 @@ class ReplicaPeers:
 
     async def _heartbeat(self) -> None:
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), timeout=HEARTBEAT_SECONDS)
+            await wait_event(self._changed, HEARTBEAT_SECONDS)
             self._changed.clear()
             try:
                 await self._beat()
@@ -289,8 +289,7 @@ async def run_each_period(
     await _run(job, body, claim, rules.period_of(clock(), interval), at_start=True)
     while not stop.is_set():
         delay = max(0.0, rules.next_period_start(clock(), interval) - clock())
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=delay)
+        await wait_event(stop, delay)
         if not stop.is_set():
             await _run(job, body, claim, rules.period_of(clock(), interval), at_start=False)
 

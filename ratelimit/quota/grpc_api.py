@@ -144,7 +144,8 @@ class StreamRateLimitQuotasHandler:
         iterator = aiter(requests)
         while True:
             try:
-                raw = await asyncio.wait_for(anext(iterator), idle)
+                async with asyncio.timeout(idle):
+                    raw = await anext(iterator)
             except (StopAsyncIteration, TimeoutError):
                 return
             domain, reports = decode(raw)

@@ -219,7 +219,8 @@ async def test_a_revoked_grant_ends_the_open_stream(
     await _eventually(lambda: sub.applied_version != "")
     p.revoked = Revocation("the stream's key was revoked")
     with pytest.raises(grpc.aio.AioRpcError) as info:
-        await asyncio.wait_for(run, 5)
+        async with asyncio.timeout(5):
+            await run
     assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
     assert "revoked" in (info.value.details() or "")
     (row,) = p.registry.for_cluster("acme", "east")
@@ -235,7 +236,8 @@ async def test_a_deleted_cluster_ends_its_streams_and_forgets_them(
     await _eventually(lambda: sub.applied_version != "")
     p.revoked = Revocation("the cluster was deleted", cluster_gone=True)
     with pytest.raises(grpc.aio.AioRpcError) as info:
-        await asyncio.wait_for(run, 5)
+        async with asyncio.timeout(5):
+            await run
     assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
     assert p.registry.for_cluster("acme", "east") == []
 

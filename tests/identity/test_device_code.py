@@ -63,8 +63,8 @@ async def test_device_login_end_to_end_yields_an_id_token_the_server_accepts(
         async with httpx.AsyncClient(timeout=10.0) as browser:
             return await approve_device(browser, authorization.verification_uri_complete or "")
 
-    page, tokens = await asyncio.wait_for(
-        asyncio.gather(
+    async with asyncio.timeout(30):
+        page, tokens = await asyncio.gather(
             user_in_browser(),
             asyncio.to_thread(
                 poll_for_tokens,
@@ -74,9 +74,7 @@ async def test_device_login_end_to_end_yields_an_id_token_the_server_accepts(
                 authorization,
                 sleep=quick_sleep,
             ),
-        ),
-        timeout=30,
-    )
+        )
     assert "device login complete" in page
     assert tokens.id_token is not None and tokens.access_token
 

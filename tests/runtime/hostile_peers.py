@@ -28,6 +28,8 @@ import h2.settings
 from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2
 
+from meshplane.aio import wait_event
+
 REFLECTION = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
 HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 MIB = 1 << 20
@@ -229,13 +231,13 @@ async def reflection_flood(port: int, seconds: float, max_bytes: int) -> FloodRe
     try:
         writer.write(conn.data_to_send())
         # The rest once the first is answered (else it is refused as pipelined).
-        await asyncio.wait_for(answered.wait(), 30)
+        async with asyncio.timeout(30):
+            await answered.wait()
         while time.monotonic() - start < seconds and result.sent < max_bytes:
             room = min(conn.local_flow_control_window(stream), len(chunk))
             if room < unit:
                 credit.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(credit.wait(), 0.2)
+                await wait_event(credit, 0.2)
                 if reading.done():
                     break
                 continue

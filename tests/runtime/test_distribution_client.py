@@ -79,7 +79,8 @@ async def _serve(servicer: ScriptedServer) -> tuple[grpc.aio.Server, int]:
 async def _run_until_answered(servicer: ScriptedServer, subscriber: SnapshotSubscriber) -> None:
     task = asyncio.create_task(subscriber.run())
     try:
-        await asyncio.wait_for(servicer.answered.wait(), 10)
+        async with asyncio.timeout(10):
+            await servicer.answered.wait()
     finally:
         task.cancel()
 
@@ -175,7 +176,8 @@ async def test_the_subscriber_reconnects_after_the_server_comes_back(tmp_path: P
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
     try:
-        await asyncio.wait_for(servicer.answered.wait(), 10)
+        async with asyncio.timeout(10):
+            await servicer.answered.wait()
     finally:
         task.cancel()
         await server.stop(0)

@@ -16,7 +16,6 @@ with (:class:`tests.support.workload_tokens.TestIssuer`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 import time
 from collections.abc import Callable, Coroutine
@@ -31,6 +30,7 @@ from envoy.config.endpoint.v3 import endpoint_pb2
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 from google.protobuf import json_format, struct_pb2
 
+from meshplane.aio import wait_event
 from meshplane.sidecar_contract import SidecarNode
 from mgmt_api.compiler import gateway_xds, sidecar_xds
 from tests.mgmt_api.agents import agent, create_cluster
@@ -174,8 +174,7 @@ class SimSidecar:
         self._changed = asyncio.Event()
 
     async def changed(self, timeout: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._changed.wait(), timeout)
+        await wait_event(self._changed, timeout)
 
     def close(self) -> None:
         """End the stream from the client's side (the sidecar went away)."""
