@@ -14,11 +14,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 from typing import Protocol
+
+import hiredis
 
 from ratelimit.quota.allocation import Usage
 from ratelimit.store import StoreUnavailable
-from ratelimit.store.resp import KeyedClient, RedisConnectionError, RedisReplyError, pack
+from ratelimit.store.resp import (
+    KeyedClient,
+    RedisConnectionError,
+    RedisReplyError,
+    pack,
+    script_missing,
+)
 
 _KEY_PREFIX = "rlqs"
 
@@ -41,6 +50,7 @@ end
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 return out
 """
+_SHA = hashlib.sha1(_SCRIPT.encode(), usedforsecurity=False).hexdigest()
 
 
 class UsageStore(Protocol):
@@ -89,7 +99,12 @@ class MemoryUsage:
 
 
 class RedisUsage:
-    """Every instance's view: one hash per bucket, one script call per report."""
+    """Every instance's view: one hash per bucket, one script call per report.
+
+    The call is an EVALSHA (the script's text crosses once per Redis start, by
+    EVAL after NOSCRIPT). An error reply is the store failing, like a lost
+    connection: the caller allocates from its own view, never from an empty one.
+    """
 
     def __init__(self, client: KeyedClient, timeout: float) -> None:
         self._client = client
@@ -102,12 +117,20 @@ class RedisUsage:
     async def _run(self, key: str, *args: str | int) -> object:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._timeout
-        command = pack(["EVAL", _SCRIPT, 1, key, *args])
         try:
             async with asyncio.timeout(self._timeout + 0.05):
-                return await self._client.execute_packed(key, command, deadline)
+                reply = await self._client.execute_packed(
+                    key, pack(["EVALSHA", _SHA, 1, key, *args]), deadline
+                )
+                if script_missing(reply):
+                    reply = await self._client.execute_packed(
+                        key, pack(["EVAL", _SCRIPT, 1, key, *args]), deadline
+                    )
         except (RedisConnectionError, RedisReplyError, TimeoutError) as exc:
             raise StoreUnavailable("redis_error", str(exc) or type(exc).__name__) from exc
+        if isinstance(reply, hiredis.ReplyError):
+            raise StoreUnavailable("redis_error", str(reply).split(" ", 1)[0])
+        return reply
 
     async def record(
         self, bucket: str, member: str, usage: Usage, stale_after: float

@@ -51,6 +51,7 @@ from ratelimit.store.resp import (
     RedisReplyError,
     Reply,
     pack,
+    script_missing,
 )
 
 log = logging.getLogger(__name__)
@@ -288,8 +289,7 @@ class RedisStore:
         self, buckets: Sequence[Bucket], now: float, deadline: float, reply: hiredis.ReplyError
     ) -> Reply:
         """NOSCRIPT: run the script with EVAL once; any other error is raised."""
-        if str(reply).startswith("NOSCRIPT"):
-            # After a restart or failover the script cache is empty: EVAL loads it.
+        if script_missing(reply):
             reply = await self._client.execute_packed(
                 buckets[0].key, _script_call(_EVAL_HEAD, buckets, now), deadline
             )

@@ -60,6 +60,13 @@ class RedisReplyError(Exception):
     """Redis answered with an error reply (``-ERR ...``)."""
 
 
+def script_missing(reply: object) -> bool:
+    """Whether ``reply`` is Redis's NOSCRIPT: the server's script cache lacks the
+    EVALSHA's script (after a restart, a failover or SCRIPT FLUSH), so the caller
+    sends it once with EVAL, which loads it again."""
+    return isinstance(reply, hiredis.ReplyError) and str(reply).startswith("NOSCRIPT")
+
+
 def pack(args: Sequence[Arg]) -> bytes:
     """Encode one command as a RESP array of bulk strings."""
     out = [b"*%d\r\n" % len(args)]
