@@ -22,7 +22,6 @@ import multiprocessing.process
 import os
 import signal
 import socket
-import sys
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -31,6 +30,7 @@ import uvicorn
 
 from meshplane.logging import configure_logging
 from meshplane.netaddr import parse_listen
+from meshplane.parent_death import die_with_parent
 from meshplane.server_contract import ASGIApp, GrpcApp, ServeOptions, StartWorker, WorkerProcess
 
 log = logging.getLogger(__name__)
@@ -50,24 +50,6 @@ def reuseport_socket(listen: str) -> socket.socket:
 
 #: How often a worker checks that its supervisor is still there.
 SUPERVISOR_CHECK_SECONDS = 1.0
-
-_PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent(sig: int = signal.SIGTERM) -> bool:
-    """Ask the kernel to send ``sig`` to this process when its parent dies (Linux).
-
-    Called first thing in a worker, so a supervisor killed while the worker
-    is still starting is noticed too; the caller then checks that the
-    parent is still the expected one (it may have died before this call).
-    """
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return int(libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)) == 0
-    except (OSError, AttributeError):
-        return False
 
 
 async def watch_supervisor(supervisor: int, stop: asyncio.Event) -> None:

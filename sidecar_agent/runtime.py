@@ -15,7 +15,6 @@ import contextlib
 import logging
 import os
 import signal
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +27,7 @@ from meshplane import gateway_contract
 from meshplane import sidecar_contract as sc
 from meshplane.control_plane import ClientTlsFiles, Target
 from meshplane.envoy_binary import envoy_path
+from meshplane.parent_death import tied_command
 from sidecar_agent.certificates import CertificateKeeper, KeeperMetrics, grpc_signer
 from sidecar_agent.identity import MAX_TOKEN_BYTES
 from sidecar_agent.relay import MAX_MESSAGE_BYTES, AdsRelay, read_token
@@ -37,30 +37,6 @@ log = logging.getLogger("sidecar_agent")
 
 #: How long Envoy gets to drain on SIGTERM before it is killed.
 ENVOY_STOP_SECONDS = 20.0
-
-
-#: ``python -c`` source: set the parent-death signal (SIGTERM), give up if the
-#: parent (argv[1]) is already gone, then exec argv[2:] in this same process.
-_EXEC_TIED = """
-import ctypes, os, signal, sys
-try:
-    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)
-except (OSError, AttributeError):
-    pass
-if os.getppid() != int(sys.argv[1]):
-    sys.exit(1)
-os.execv(sys.argv[2], sys.argv[2:])
-"""
-
-
-def _tied_to_this_process(args: list[str]) -> list[str]:
-    """``args`` run so the process gets SIGTERM when this one dies (PR_SET_PDEATHSIG).
-
-    Nothing runs between fork and exec here (subprocess can use vfork/posix_spawn);
-    the signal is set after the exec of an isolated interpreter, which then execs
-    ``args`` keeping its pid, so the agent signals and waits on Envoy itself.
-    """
-    return [sys.executable, "-I", "-S", "-c", _EXEC_TIED, str(os.getpid()), *args]
 
 
 _KEEPALIVE = [("grpc.keepalive_time_ms", 30_000), ("grpc.keepalive_timeout_ms", 10_000)]
@@ -173,7 +149,7 @@ class Agent:
         # on a lock one of them held (dlopen's, taking CDLL) before it execs,
         # stalling the agent's start (seen on a loaded CI machine).
         self.envoy = await asyncio.create_subprocess_exec(
-            *_tied_to_this_process(args), stdin=asyncio.subprocess.DEVNULL
+            *tied_command(args), stdin=asyncio.subprocess.DEVNULL
         )
         log.info("started envoy", extra={"pid": self.envoy.pid, "node": self.options.node.instance})
 
