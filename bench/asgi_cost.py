@@ -31,19 +31,18 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import uvloop
 from envoy.service.ratelimit.v3 import rls_pb2
 
 ROOT = Path(__file__).resolve().parents[1]
-for path in (ROOT, ROOT / "bench", ROOT / "bench/extauthz"):
-    sys.path.insert(0, str(path))
+sys.path.insert(0, str(ROOT))
 
-import asgi_noop  # noqa: E402
-
-from bench import check_request, grpc_frame, write_config  # noqa: E402  (bench/extauthz)
+from bench import asgi_noop  # noqa: E402
+from bench.extauthz.bench import check_request, grpc_frame, write_config  # noqa: E402
 from extauthz.app import ExtAuthzApp  # noqa: E402
 from meshplane.asgi_grpc import GrpcAsgiApp  # noqa: E402
 from meshplane.server_contract import new_worker_context  # noqa: E402
@@ -117,8 +116,15 @@ def _replies(data: bytes) -> bytes:
     return out
 
 
-async def _fake_connection(factory: Any, *_: Any, **__: Any) -> Any:
-    protocol = factory()
+_P = TypeVar("_P", bound=asyncio.BaseProtocol)
+
+
+async def _fake_connection(
+    protocol_factory: Callable[[], _P], *_: object, **__: object
+) -> tuple[asyncio.Transport, _P]:
+    """``loop.create_connection``'s stand-in (its parameter names, for the type checker)."""
+    protocol = protocol_factory()
+    assert isinstance(protocol, asyncio.Protocol)  # the store's RESP protocol
     transport = _NextTurnRedis(protocol)
     protocol.connection_made(transport)
     return transport, protocol
@@ -184,7 +190,7 @@ async def _round(count: int) -> dict[str, float]:
     await ext.stop()
 
     loop = asyncio.get_running_loop()
-    loop.create_connection = _fake_connection  # type: ignore[method-assign]
+    loop.create_connection = _fake_connection  # type: ignore[method-assign]  # a fake Redis, for this loop only
     (workdir / "rls").mkdir()
     (workdir / "rls/bench.yaml").write_text(RLS_CONFIG)
     rls = RateLimitApp(AppOptions(str(workdir / "rls"), redis_url="redis://127.0.0.1:6379/0"))

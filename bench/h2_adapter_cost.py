@@ -36,7 +36,6 @@ import hpack
 import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # asgi_cost, for --service rls
 
 from meshplane.asgi_grpc import GrpcAsgiApp
 from meshplane.rpc import HealthState, Services
@@ -94,15 +93,15 @@ async def _noop_app() -> tuple[GrpcAsgiApp, list[tuple[str, str]], bytes, Any]:
 
 async def _rls_app() -> tuple[GrpcAsgiApp, list[tuple[str, str]], bytes, Any]:
     """The rate-limit worker's app as ``bench/asgi_cost.py`` builds it (its fake Redis)."""
-    import asgi_cost  # noqa: PLC0415 - only this mode needs the services' stack
     from envoy.service.ratelimit.v3 import rls_pb2  # noqa: PLC0415
 
+    from bench import asgi_cost  # noqa: PLC0415 - only this mode needs the services' stack
     from meshplane.server_contract import new_worker_context  # noqa: PLC0415
     from ratelimit.app import AppOptions, RateLimitApp  # noqa: PLC0415
     from ratelimit.settings import Settings  # noqa: PLC0415
 
     loop = asyncio.get_running_loop()
-    loop.create_connection = asgi_cost._fake_connection  # type: ignore[method-assign,assignment]
+    loop.create_connection = asgi_cost._fake_connection  # type: ignore[method-assign]  # a fake Redis, for this loop only
     workdir = Path(tempfile.mkdtemp(prefix="h2-rls-"))
     (workdir / "bench.yaml").write_text(asgi_cost.RLS_CONFIG)
     # No pipelining window: this loop turns with sleep(0) and would spin while

@@ -26,10 +26,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _serve(port: int) -> None:
     """One worker: uvloop, the no-op behind the h2 protocol, until SIGTERM."""
-    sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
-    import asgi_noop  # noqa: PLC0415  (reads NOOP_RESPONSE_HEX at import)
+    sys.path.insert(0, str(ROOT))
     import uvloop  # noqa: PLC0415
 
+    from bench import asgi_noop  # noqa: PLC0415  (reads NOOP_RESPONSE_HEX at import)
     from meshplane.servers.h2.protocol import ConnectionSet, H2Settings, H2Stats  # noqa: PLC0415
     from meshplane.worker_support import reuseport_socket  # noqa: PLC0415
 

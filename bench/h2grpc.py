@@ -446,22 +446,21 @@ def measure(
     filters call a service (issue 26, item 5): each call then arrives alone
     and pays the server's wake-ups, which saturation shares between calls.
     """
-    common = {"workdir": workdir}
-    h2load(target.server, target.path, target.body, duration=1, **common)  # type: ignore[arg-type]
+    h2load(target.server, target.path, target.body, duration=1, workdir=workdir)
     runs = []
     if gateway_like is not None:
         # Saturation beside it, as issue 26's table has them: the gap between
         # the two is the wake-up cost that saturation hides.
-        result = h2load(target.server, target.path, target.body, duration=duration, **common)  # type: ignore[arg-type]
+        result = h2load(target.server, target.path, target.body, duration=duration, workdir=workdir)
         runs.append(Run(target.case, workers, "saturation", *result))
         result = h2load(
             target.server, target.path, target.body, duration=duration,
-            clients=GATEWAY_CLIENTS, streams=1, rate=gateway_like, **common,  # type: ignore[arg-type]
+            clients=GATEWAY_CLIENTS, streams=1, rate=gateway_like, workdir=workdir,
         )  # fmt: skip
         runs.append(Run(target.case, workers, gateway_mode(gateway_like), *result))
         _print_runs(runs)
         return runs
-    result = h2load(target.server, target.path, target.body, duration=duration, **common)  # type: ignore[arg-type]
+    result = h2load(target.server, target.path, target.body, duration=duration, workdir=workdir)
     runs.append(Run(target.case, workers, "saturation", *result))
     if target.latency:
         for rate in rates:
@@ -469,7 +468,7 @@ def measure(
             # each, so that the offered rate is reached whatever the latency.
             result = h2load(
                 target.server, target.path, target.body, duration=duration,
-                clients=max(4, rate // 250), streams=1, rate=rate, **common,  # type: ignore[arg-type]
+                clients=max(4, rate // 250), streams=1, rate=rate, workdir=workdir,
             )  # fmt: skip
             runs.append(Run(target.case, workers, f"rate {rate}/s", *result))
     _print_runs(runs)

@@ -48,7 +48,6 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
-import importlib.util
 import os
 import statistics
 import subprocess
@@ -57,14 +56,12 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))
 
-import h2grpc  # noqa: E402
-from h2grpc import (  # noqa: E402
+from bench import h2grpc  # noqa: E402
+from bench.h2grpc import (  # noqa: E402
     Server,
     h2load_command,
     h2load_summary,
@@ -72,21 +69,12 @@ from h2grpc import (  # noqa: E402
     load_shape,
     require_h2load,
 )
-
 from tests.support.redis_server import redis_server  # noqa: E402
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 #: tid -> (process pid, label, CPU ticks, voluntary csw, involuntary csw)
 Sample = dict[int, tuple[int, str, int, int, int]]
-
-
-def _load(name: str, path: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, ROOT / path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def workers_of(server: Server, count: int) -> list[int]:
@@ -214,8 +202,9 @@ class Case:
 @contextlib.contextmanager
 def cases(names: list[str], counts: list[int], workdir: Path) -> Iterator[list[Case]]:
     """Every case at every worker count, named ``CASE/Nw``, all started at once."""
-    extauthz = _load("extauthz_bench", "bench/extauthz/bench.py")
-    ratelimit = _load("ratelimit_bench", "bench/ratelimit/run.py")
+    from bench.extauthz import bench as extauthz  # noqa: PLC0415
+    from bench.ratelimit import run as ratelimit  # noqa: PLC0415
+
     with contextlib.ExitStack() as stack:
         found = []
         config, tokens = extauthz.write_config(workdir, 10_000)
@@ -350,10 +339,10 @@ def report(results: dict[tuple[str, str, bool], list[Result]]) -> None:
         floor = results.get((f"floor/{count}", mode, pinned))
         if kind == "floor" or not floor:
             continue
-        rps = statistics.median(r.rps for r in runs) / statistics.median(r.rps for r in floor)
-        cpu = statistics.median(r.cpu for r in floor) / statistics.median(r.cpu for r in runs)
+        rps_ratio = statistics.median(r.rps for r in runs) / statistics.median(r.rps for r in floor)
+        cpu_ratio = statistics.median(r.cpu for r in floor) / statistics.median(r.cpu for r in runs)
         state = "pinned" if pinned else "unpinned"
-        print(f"- {name} {mode} {state}: req/s {rps:.2f} of the floor's, CPU {cpu:.2f}")
+        print(f"- {name} {mode} {state}: req/s {rps_ratio:.2f} of the floor's, CPU {cpu_ratio:.2f}")
 
 
 if __name__ == "__main__":

@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
-import importlib.util
 import os
 import re
 import signal
@@ -44,11 +43,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))
 
-import h2grpc  # noqa: E402
-from h2grpc import (  # noqa: E402
+from bench import h2grpc  # noqa: E402
+from bench.h2grpc import (  # noqa: E402
     Server,
     envoy_direct,
     h2load_command,
@@ -57,7 +55,6 @@ from h2grpc import (  # noqa: E402
     load_shape,
     require_h2load,
 )
-
 from tests.support.net import free_port  # noqa: E402
 
 ANSWER = b"\x00\x00\x00\x00\x00"  # an empty framed message
@@ -161,12 +158,7 @@ def noop(loop: str, cpu: int | None = None, threads: int | None = None) -> Itera
 @contextlib.contextmanager
 def check_server(workdir: Path) -> Iterator[Server]:
     """``extauthz serve``, one worker, with bench/extauthz's policies; its Check body written."""
-    spec = importlib.util.spec_from_file_location(
-        "extauthz_bench", ROOT / "bench/extauthz/bench.py"
-    )
-    assert spec is not None and spec.loader is not None
-    extauthz_bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(extauthz_bench)
+    from bench.extauthz import bench as extauthz_bench  # noqa: PLC0415
 
     config, tokens = extauthz_bench.write_config(workdir, 10_000)
     request = extauthz_bench.check_request(tokens["hs"], None).SerializeToString()

@@ -13,7 +13,7 @@ import contextlib
 import sys
 from collections.abc import Iterator
 
-import h2grpc
+from bench import h2grpc
 
 sys.path.insert(0, str(h2grpc.ROOT))
 

@@ -38,12 +38,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench" / "extauthz"))
 
 from envoy.service.auth.v3 import external_auth_pb2  # noqa: E402
 from envoy.service.ratelimit.v3 import rls_pb2  # noqa: E402
 
-from bench import check_request, write_config  # noqa: E402
+from bench.extauthz.bench import check_request, write_config  # noqa: E402
 from extauthz.app import ExtAuthzApp  # noqa: E402
 from extauthz.grpc_api import CheckHandler  # noqa: E402
 from meshplane.tracing import TraceSettings, Tracing, start_tracing  # noqa: E402

@@ -42,11 +42,10 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from envoy.service.auth.v3 import attribute_context_pb2, external_auth_pb2, external_auth_pb2_grpc
 from google.rpc import status_pb2
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import h2grpc
-import tracing_cases
-from h2grpc import BIN, Run, Target, asgi_noop, envoy_direct, h2_noop
+from bench import h2grpc, tracing_cases
+from bench.h2grpc import BIN, Run, Target, asgi_noop, envoy_direct, h2_noop
 
 METHOD = "/envoy.service.auth.v3.Authorization/Check"
 SECRET = "bench-secret-0123456789abcdef-0123456789"

@@ -31,9 +31,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench import check_request, write_config
+from bench.extauthz.bench import check_request, write_config
 from extauthz.app import ExtAuthzApp
 from extauthz.grpc_api import CheckHandler
 

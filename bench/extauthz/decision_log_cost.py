@@ -32,9 +32,9 @@ from pathlib import Path
 
 from envoy.service.auth.v3 import external_auth_pb2
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench import check_request, write_config
+from bench.extauthz.bench import check_request, write_config
 from extauthz.app import ExtAuthzApp
 from extauthz.decisions import DecisionRecorder
 from extauthz.grpc_api import CheckHandler

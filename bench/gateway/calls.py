@@ -62,8 +62,9 @@ from bench.gateway.run import SECRET, path_pids, setup  # noqa: E402
 from extauthz.cli import mint_demo_token  # noqa: E402
 from extauthz.contract import POLICY_CONTEXT_KEY  # noqa: E402
 from meshplane.envoy_binary import envoy_path  # noqa: E402
+from tests.mgmt_api.harness import ok  # noqa: E402
 from tests.support.envoy import EnvoyProcess  # noqa: E402
-from tests.support.gateway import CLUSTER_PATH, GatewayStack, ok  # noqa: E402
+from tests.support.gateway import CLUSTER_PATH, GatewayStack  # noqa: E402
 from tests.support.net import free_port  # noqa: E402
 
 Config = dict[str, Any]

@@ -68,7 +68,8 @@ from jwt.algorithms import RSAAlgorithm  # noqa: E402
 
 from bench.h2grpc import cpu_seconds, h2load_summary, load_note, process_tree  # noqa: E402
 from extauthz.cli import mint_demo_token  # noqa: E402
-from tests.support.gateway import BASE, CLUSTER, Gateway, GatewayStack, ok  # noqa: E402
+from tests.mgmt_api.harness import ok  # noqa: E402
+from tests.support.gateway import BASE, CLUSTER, Gateway, GatewayStack  # noqa: E402
 
 SECRET = "bench-gateway-hmac-secret-0123456789"
 #: The ``/pclaim`` ExtAuthzPolicy: HS256 with SECRET, a path claim matched by
@@ -348,10 +349,10 @@ def main() -> int:
         print(f"\n{t}: ratio /on ÷ /off {rps['on'] / rps['off']:.2f} by req/s")
         print(f"{t}: /local ÷ /authz {rps['local'] / rps['authz']:.2f} (target >= 2)")
         print(f"{t}: /local ÷ /off {rps['local'] / rps['off']:.2f} (target >= 0.6)")
-        cpu = {name: med[t, name]["cpu_all"] for name in tokens}
+        path_cpu = {name: med[t, name]["cpu_all"] for name in tokens}
         print(
-            f"{t}: whole-path CPU /pclaim ÷ /off {cpu['pclaim'] / cpu['off']:.2f} "
-            f"(target <= 1.3), /authz ÷ /off {cpu['authz'] / cpu['off']:.2f}"
+            f"{t}: whole-path CPU /pclaim ÷ /off {path_cpu['pclaim'] / path_cpu['off']:.2f} "
+            f"(target <= 1.3), /authz ÷ /off {path_cpu['authz'] / path_cpu['off']:.2f}"
         )
     print(f"\nstarted {started_at}; {load_note()}")
     return 0

@@ -131,13 +131,17 @@ def h2load(variant: Variant, app_pid: int, connections: int, duration: float) ->
 def mesh_stack(tmp: Path) -> tuple[MeshStack, Workload, Workload]:
     """Two workloads in ns1, mode NAMESPACE; the server's app is the upstream Envoy."""
     stack = MeshStack(tmp)
-    workspace = stack.workspace("w", "ns1")
-    stack.setting(stack.group(workspace, "g"), {"mode": "NAMESPACE"})
-    client = stack.workload("client", "ns1", "sa-client")
-    server = Workload(stack, "server", "ns1", "sa-server")
-    server.node = dataclasses.replace(server.node, app_port=stack.upstream_port)
-    stack.workloads.append(server.start())
-    stack.sidecars_converged()
+    try:
+        workspace = stack.workspace("w", "ns1")
+        stack.setting(stack.group(workspace, "g"), {"mode": "NAMESPACE"})
+        client = stack.workload("client", "ns1", "sa-client")
+        server = Workload(stack, "server", "ns1", "sa-server")
+        server.node = dataclasses.replace(server.node, app_port=stack.upstream_port)
+        stack.add(server)  # its pod in the inventory first: a sidecar is admitted by its pod
+        stack.sidecars_converged()
+    except BaseException:
+        stack.close()
+        raise
     return stack, client, server
 
 
@@ -152,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     stack, client, server = mesh_stack(tmp)
     plain: list[EnvoyProcess] = []
     try:
-        assert stack.upstream is not None and client.envoy and server.envoy
+        assert stack.upstream is not None
         app = stack.upstream.pid
         b_port, a_port = free_port(), free_port()
         plain.append(
@@ -174,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
                 "mesh",
                 f"http://127.0.0.1:{client.node.outbound_port}/",
                 "server.ns1",
-                [client.envoy.pid, server.envoy.pid],
+                [client.envoy_pid(), server.envoy_pid()],  # the sidecar agents' Envoys
             ),
         ]
         for variant in variants:  # each path answers before it is measured

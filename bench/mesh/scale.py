@@ -37,8 +37,10 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -48,8 +50,8 @@ import subprocess  # noqa: E402
 
 import grpc  # noqa: E402
 
-from tests.mgmt_api import harness  # noqa: E402
 from tests.mgmt_api.harness import MgmtServer, ok  # noqa: E402
+from tests.support import gateway as gateway_support  # noqa: E402
 from tests.support import mesh as mesh_support  # noqa: E402
 from tests.support.ads_sim import LISTENER, MeshCluster, SimSidecar, sidecar  # noqa: E402
 from tests.support.workload_tokens import PodRef, TestIssuer  # noqa: E402
@@ -87,11 +89,9 @@ class SampledServer(MgmtServer):
             sampler = str(ROOT / "bench/mesh/sampled_serve.py")
             return real([args[0], sampler, self.prefix, *args[3:]], **kwargs)
 
-        harness.subprocess.Popen = popen  # type: ignore[assignment]
-        try:
+        # The harness starts mgmt-api with subprocess.Popen: the sampler runs it instead.
+        with mock.patch.object(subprocess, "Popen", popen):
             return super().start()
-        finally:
-            harness.subprocess.Popen = real  # type: ignore[misc]
 
 
 class Window:
@@ -220,7 +220,7 @@ class Fleet:
             await channel.close()
 
 
-async def until(predicate: Any, limit: float, what: str) -> float:
+async def until(predicate: Callable[[], bool], limit: float, what: str) -> float:
     start = time.monotonic()
     while not predicate():
         if time.monotonic() - start > limit:
@@ -289,7 +289,7 @@ async def one_size(n: int, idle: float, limit: float, profile: str, envoy: bool)
         pid = server.proc.pid
         print(f"n={n}: mgmt-api pid {pid}", file=sys.stderr, flush=True)
         with server.admin() as admin:
-            org, name = mesh_support.ORG, mesh_support.CLUSTER  # the real sidecar's
+            org, name = gateway_support.ORG, gateway_support.CLUSTER  # the real sidecar's
             ok(admin.post("/v2/organizations", json={"name": org, "organization": {}}))
             cluster = MeshCluster(server, admin, org, name)
             everyone = pods(n + 1)  # the last one joins and leaves later
@@ -310,7 +310,9 @@ async def one_size(n: int, idle: float, limit: float, profile: str, envoy: bool)
                     return False
                 return all(s.version == target for s in fleet.sims)
 
-            errors = lambda: [s.error for s in fleet.sims if s.error]  # noqa: E731
+            def errors() -> list[str]:
+                return [s.error for s in fleet.sims if s.error]
+
             try:
                 storm = await until(lambda: converged() or bool(errors()), limit, "join storm")
             except TimeoutError:

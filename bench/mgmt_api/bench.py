@@ -32,7 +32,7 @@ from typing import Any
 import httpx
 import sqlalchemy as sa
 
-from mgmt_api.store import repo
+from mgmt_api.store import repo, tables
 from mgmt_api.store.engine import create_engine, write_tx
 from tests.mgmt_api.harness import MgmtServer
 from tests.support.postgres import PostgresServer, find_bin_dir
@@ -116,7 +116,7 @@ def seed(database_url: str, parent: str, rows: list[tuple[str, str, str]]) -> No
             for i in range(0, len(rows), 5000):
                 chunk = rows[i : i + 5000]
                 conn.execute(
-                    sa.insert(repo.resources),
+                    sa.insert(tables.resources),
                     [
                         {
                             "fqn": f,
@@ -137,7 +137,7 @@ def seed(database_url: str, parent: str, rows: list[tuple[str, str, str]]) -> No
                     ],
                 )
                 conn.execute(
-                    sa.insert(repo.policies),
+                    sa.insert(tables.policies),
                     [
                         {
                             "fqn": f,
@@ -218,10 +218,10 @@ def run_backend(
 
         t0 = time.perf_counter()
         threads = [threading.Thread(target=lister, args=(i,)) for i in range(CLIENTS)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
         elapsed = time.perf_counter() - t0
         results["list"] = {
             "clusters": 10_000 + CLIENTS + 1,
@@ -255,12 +255,12 @@ def run_backend(
             with engine.connect() as conn:
                 left = conn.execute(
                     sa.select(sa.func.count())
-                    .select_from(repo.resources)
-                    .where(repo.resources.c.fqn.like("organizations/big%"))
+                    .select_from(tables.resources)
+                    .where(tables.resources.c.fqn.like("organizations/big%"))
                 ).scalar_one()
                 props = conn.execute(
-                    sa.select(repo.audit_log.c.properties).where(
-                        repo.audit_log.c.fqn == org, repo.audit_log.c.operation == "DELETE"
+                    sa.select(tables.audit_log.c.properties).where(
+                        tables.audit_log.c.fqn == org, tables.audit_log.c.operation == "DELETE"
                     )
                 ).scalar_one()
         finally:

@@ -299,13 +299,13 @@ class Database:
         self.server_url = server_url
         self.name = f"meshplane_bench_{int(time.time())}"
         with psycopg.connect(server_url, autocommit=True) as conn:
-            conn.execute(f"CREATE DATABASE {self.name}")  # type: ignore[arg-type]
+            conn.execute(f"CREATE DATABASE {self.name}")
         base, _, _ = server_url.rpartition("/")
         self.url = f"{base}/{self.name}".replace("postgresql://", "postgresql+psycopg://", 1)
 
     def drop(self) -> None:
         with psycopg.connect(self.server_url, autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {self.name} WITH (FORCE)")  # type: ignore[arg-type]
+            conn.execute(f"DROP DATABASE IF EXISTS {self.name} WITH (FORCE)")
 
 
 def run(

@@ -161,7 +161,7 @@ def serving(server: str, redis_url: str) -> Iterator[tuple[int, int]]:
     try:
         wait_for_port(port, timeout=60)
         children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
-        yield port, max(children, key=rss_mb)  # spawned workers have a helper too
+        yield port, max(map(int, children), key=rss_mb)  # spawned workers have a helper too
     finally:
         proc.terminate()
         try:
@@ -174,7 +174,7 @@ def serving(server: str, redis_url: str) -> Iterator[tuple[int, int]]:
 async def over_grpc(args: argparse.Namespace, redis_url: str) -> float:
     with serving(args.server, redis_url) as (port, worker):
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            method = channel.unary_unary(METHOD)
+            method: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(METHOD)
             deadline = time.monotonic() + 60
             while True:  # until ready (the worker's first PING of Redis)
                 try:

@@ -43,12 +43,10 @@ from pathlib import Path
 import grpc
 from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import h2grpc
-import tracing_cases
-from h2grpc import BIN, Run, Target, asgi_noop, envoy_direct, h2_noop
-
+from bench import h2grpc, tracing_cases
+from bench.h2grpc import BIN, Run, Target, asgi_noop, envoy_direct, h2_noop
 from tests.support.redis_server import RedisServer, redis_server
 
 PATH = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
