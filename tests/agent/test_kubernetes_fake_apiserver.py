@@ -203,6 +203,6 @@ def test_inventory_reports_pods_and_issuer_of_the_fake_api_server_and_their_toke
     assert "services" not in pods["db-0"]  # no service selects app=db
     assert "ip" not in pods["web-7d9f-pending"]
     assert ("/openid/v1/jwks", {}) in kube.fake.requests  # jwks_uri's path, on the API server
-    pod = PodRef("shop", "web-7d9f-a", "web", uid=kube.uids["web-7d9f-a"])
-    answer = sign(fleet.mgmt.grpc_port, ORG, "kube", ISSUER.token(pod), "shop", "web")
+    web = PodRef("shop", "web-7d9f-a", "web", uid=kube.uids["web-7d9f-a"])
+    answer = sign(fleet.mgmt.grpc_port, ORG, "kube", ISSUER.token(web), "shop", "web")
     assert answer.not_after_unix > 0

@@ -43,7 +43,8 @@ def test_clusterstats_match_the_admin_api(fleet: Fleet) -> None:
 
 
 def test_serverstats_filter_and_server_info(fleet: Fleet) -> None:
-    body = {**WEB, "instance": "web-2", "filter": r"^server\.(live|concurrency)$"}
+    stats_filter = r"^server\.(live|concurrency)$"
+    body: dict[str, str | bool] = {**WEB, "instance": "web-2", "filter": stats_filter}
     # A filtered call answers the stats it asked for, nothing else: server info is opt-in.
     [plain] = ok(fleet.admin.post(fleet.path("serverstats"), json=body))["instances"]
     assert "serverInfo" not in plain
@@ -57,13 +58,13 @@ def test_serverstats_filter_and_server_info(fleet: Fleet) -> None:
     stats = {s["name"]: s["value"] for s in item["stats"] if "name" in s}
     assert stats == {"server.concurrency": 1, "server.live": 1}
     direct = fleet.envoys["web-2"].admin(
-        "GET", "/stats", params={"format": "json", "filter": body["filter"]}
+        "GET", "/stats", params={"format": "json", "filter": stats_filter}
     )
     assert {s["name"] for s in direct.json()["stats"]} == set(stats)
     # usedonly drops stats never written to
     used = ok(fleet.admin.post(fleet.path("serverstats"), json={**body, "usedOnly": True}))
     direct_used = fleet.envoys["web-2"].admin(
-        "GET", "/stats?format=json&usedonly&filter=" + body["filter"].replace("\\", "%5C")
+        "GET", "/stats?format=json&usedonly&filter=" + stats_filter.replace("\\", "%5C")
     )
     assert {s["name"] for s in used["instances"][0]["stats"] if "name" in s} == {
         s["name"] for s in direct_used.json()["stats"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import agent
 from agent.contract import StatusCode
@@ -28,7 +29,10 @@ def _replies() -> tuple[Replies, list[pb.Reply]]:
 async def test_an_answer_is_redacted_then_chunked() -> None:
     replies, sent = _replies()
     filler = ["x" * 1000] * 600  # over two chunks
-    payload = {"serverInfo": {"node": {"metadata": {"db_password": "p", "keep": "k"}}}, "f": filler}
+    payload: dict[str, Any] = {
+        "serverInfo": {"node": {"metadata": {"db_password": "p", "keep": "k"}}},
+        "f": filler,
+    }
     await replies.answer(WORKLOAD, payload, count_as="redactedFields")
     *chunks, last = sent
     assert len(chunks) == 3 and all(len(c.chunk.data) <= CHUNK_BYTES for c in chunks)

@@ -67,7 +67,12 @@ class Mesh:
 
 def _pod(stack: MeshStack, name: str) -> Pod:
     diagnostics, prometheus = free_port(), free_port()
-    flags = ("--diagnostics-caller", CALLER, "--diagnostics-port", str(diagnostics))
+    flags: tuple[str, ...] = (
+        "--diagnostics-caller",
+        CALLER,
+        "--diagnostics-port",
+        str(diagnostics),
+    )
     flags += ("--prometheus-port", str(prometheus))
     return Pod(stack.workload(name, "shop", name, agent_args=flags), diagnostics, prometheus)
 

@@ -47,11 +47,12 @@ def _connect(fleet: Fleet, cluster: str, token: str) -> grpc.RpcError:
 def test_a_clusters_key_cannot_serve_another_cluster(fleet: Fleet) -> None:
     key_a = load_credentials(fleet.credentials("a"))
     refused = _connect(fleet, "b", key_a.token(audience=TUNNEL_AUDIENCE))
-    assert refused.code() == grpc.StatusCode.PERMISSION_DENIED  # type: ignore[attr-defined]
-    assert "clusters/a" in refused.details()  # type: ignore[attr-defined]
+    assert refused.code() == grpc.StatusCode.PERMISSION_DENIED
+    details = refused.details()
+    assert details is not None and "clusters/a" in details
     # a policy-stream token does not open the tunnel either
     refused = _connect(fleet, "a", key_a.token())
-    assert refused.code() == grpc.StatusCode.PERMISSION_DENIED  # type: ignore[attr-defined]
+    assert refused.code() == grpc.StatusCode.PERMISSION_DENIED
     # and a tunnel token is no REST credential
     rest = httpx.get(
         fleet.mgmt.url + f"/v2/organizations/{ORG}/clusters/a",

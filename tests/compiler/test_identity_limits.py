@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from extauthz import contract
 from mgmt_api.compiler.envoy_config import EnvoyConfigInput, ExtAuthzRoute, render
-from mgmt_api.compiler.extauthz import render_file
+from mgmt_api.compiler.extauthz import StoredPolicy, render_file
 from mgmt_api.compiler.http_route import HTTPRoute
 from mgmt_api.compiler.identity_limits import compile_claim_limits
 from mgmt_api.compiler.ratelimit import compile_policy, route_rate_limits
@@ -181,7 +181,9 @@ def test_more_claims_than_one_ext_authz_policy_publishes_is_an_error() -> None:
 
 
 def test_the_ext_authz_file_carries_the_claims_and_loads() -> None:
-    spec = {"jwt": {"algorithms": ["HS256"], "keys": [{"hmacSecret": {"value": "s" * 32}}]}}
+    spec: StoredPolicy = {
+        "jwt": {"algorithms": ["HS256"], "keys": [{"hmacSecret": {"value": "s" * 32}}]}
+    }
     document = render_file([("a", spec), ("b", spec)], {"a": ("org", "sub")})
     loaded = contract.parse_config(document)
     assert loaded.policies["a"].claims_to_metadata == ("org", "sub")

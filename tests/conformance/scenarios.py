@@ -96,6 +96,12 @@ def _open_then(*frames: bytes) -> Callable[[Peer], int]:
     return send
 
 
+def _request_without_message(peer: Peer) -> int:
+    """Stream 1's HEADERS end the stream: a call with no message at all."""
+    peer.send(peer.headers(1, request_headers(), end=True))
+    return 1
+
+
 def _answered_then(*frames: bytes) -> Callable[[Peer], int]:
     """A call on stream 1 answered and read, then ``frames``: the verdict is about them."""
 
@@ -590,7 +596,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
     Scenario(
         "a request without a message",
-        lambda peer: (peer.send(peer.headers(1, request_headers(), end=True)), 1)[1],
+        _request_without_message,
         "answer 13",
         rfc="8.1",
     ),

@@ -82,7 +82,7 @@ FIELDS = [
 
 
 def test_forms_build_the_body_from_field_paths_and_keep_what_they_do_not_show() -> None:
-    base = {"spec": {"targetRef": {"kind": "HTTPRoute", "name": "old"}, "keep": 1}}
+    base: dict[str, Any] = {"spec": {"targetRef": {"kind": "HTTPRoute", "name": "old"}, "keep": 1}}
     body, errors = forms.to_body(
         FIELDS,
         {
@@ -151,7 +151,7 @@ def test_create_errors_are_relative_to_the_object() -> None:
 
 
 def test_the_rate_limit_form_has_a_row_per_rule_and_one_to_add() -> None:
-    obj = {"spec": {"rateLimit": {"global": {"rules": [{}, {}]}}}}
+    obj: dict[str, Any] = {"spec": {"rateLimit": {"global": {"rules": [{}, {}]}}}}
     groups = {f.group for f in POLICY_PAGES["traffic"].fields(obj) if f.group}
     assert groups == {"Rule 1", "Rule 2", "Add a rule"}
 

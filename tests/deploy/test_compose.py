@@ -270,10 +270,10 @@ def test_the_seed_writes_the_gateway_bootstrap_with_a_token(seeded: Seeded) -> N
     header = doc["dynamic_resources"]["ads_config"]["grpc_services"][0]["initial_metadata"][0]
     token = header["value"].removeprefix("Bearer ")
     gateway_key = credential_files(seeded.credentials)["gateway"]  # the gateway's own key
-    key = jwt.PyJWK.from_dict(control_plane.load_credentials(gateway_key).private_jwk)
+    key = jwt.PyJWK.from_dict(dict(control_plane.load_credentials(gateway_key).private_jwk))
     claims = jwt.decode(
         token,
-        key.key.public_key(),  # type: ignore[union-attr]
+        key.key.public_key(),
         algorithms=["ES256"],
         audience=gateway_contract.XDS_AUDIENCE,
     )

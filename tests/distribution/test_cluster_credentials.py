@@ -40,7 +40,7 @@ from mgmt_api.compiler import gateway_xds
 from mgmt_api.domain import cluster_accounts as accounts
 from tests.mgmt_api.harness import MgmtServer, err, ok
 from tests.mgmt_api.rbac_helpers import bound_account
-from tests.support.cluster_credentials import write_credential
+from tests.support.cluster_credentials import private_jwk, write_credential
 from tests.support.stream_probe import Held, first_answer
 
 ORG = "scoped"
@@ -75,7 +75,7 @@ class Setup:
     def rest(self, component: str) -> httpx.Client:
         """A REST client with a token of ``component``'s key (no stream audience)."""
         key = self.key(component)
-        token = sign_service_account(dict(key.private_jwk), key.subject or "", time.time(), 300)
+        token = sign_service_account(private_jwk(key), key.subject or "", time.time(), 300)
         return self.mgmt.client(headers={"Authorization": f"Bearer {token}"})
 
     @property
@@ -146,7 +146,7 @@ def tunnel(setup: Setup, token: str) -> grpc.StatusCode | None:
         finally:
             call.cancel()
             held.done.set()
-    return code  # type: ignore[no-any-return]
+    return code
 
 
 def _stream_token(key: ServiceAccountKey, audience: str) -> str:

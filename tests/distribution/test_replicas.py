@@ -134,13 +134,13 @@ def test_a_write_on_one_replica_reaches_the_streams_of_the_other(
             # it reconnects, and the next write reaches the other replica again.
             url = database[1].replace("postgresql+psycopg://", "postgresql://")
             with psycopg.connect(url, autocommit=True) as conn:
-                listeners = [row[0] for row in conn.execute(LISTENERS)]  # type: ignore[arg-type]
+                listeners = [row[0] for row in conn.execute(LISTENERS)]
                 assert len(listeners) == 2  # one per replica
                 for pid in listeners:
                     conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
 
                 def relistening() -> bool:
-                    return len(list(conn.execute(LISTENERS))) == 2  # type: ignore[arg-type]
+                    return len(list(conn.execute(LISTENERS))) == 2
 
                 wait_until(relistening, timeout=60, what="both listeners reconnected")
             path = f"{BASE}/clusters/{CLUSTER}/backendtrafficpolicies/default.web"

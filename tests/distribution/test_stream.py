@@ -43,9 +43,11 @@ class Harness:
     async def build(self, node: NodeIdentity) -> Snapshot:
         return Snapshot(dict(self.policies[node.cluster]))
 
-    async def authenticate(self, token: str, node: NodeIdentity) -> None:
+    async def authenticate(self, token: str, node: NodeIdentity) -> str:
+        """The token's grant (its key id in the product; nothing here checks it again)."""
         if TOKENS.get(token) != (node.organization, node.cluster):
             raise AuthError(f"token not valid for {node.organization}/{node.cluster}")
+        return f"key-of-{token}"
 
     def publish(self, cluster: str, **files: str) -> None:
         self.policies[cluster] = {f"{k}.yaml": v.encode() for k, v in files.items()}
@@ -56,9 +58,9 @@ class Harness:
 async def harness() -> AsyncIterator[tuple[Harness, int]]:
     h = Harness()
     server = grpc.aio.server()
-    pb_grpc.add_PolicyDistributionServicer_to_server(
-        DistributionServicer(h.build, h.authenticate, h.feed, h.registry, heartbeat=0.5), server
-    )
+    servicer = DistributionServicer(h.build, h.authenticate, h.feed, h.registry, heartbeat=0.5)
+    # The generated *_pb2_grpc module has no annotations (protoc's grpc plugin writes none).
+    pb_grpc.add_PolicyDistributionServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     yield h, port

@@ -31,7 +31,7 @@ from meshplane.proto.distribution.v1 import distribution_pb2 as dpb
 from meshplane.proto.distribution.v1 import distribution_pb2_grpc as dpb_grpc
 from mgmt_api.auth.tokens import sign_service_account
 from tests.mgmt_api.harness import MgmtServer, ok
-from tests.support.cluster_credentials import write_credential
+from tests.support.cluster_credentials import private_jwk, write_credential
 from tests.support.envoy import get_envoyconfig
 from tests.support.net import free_port
 from tests.support.processes import Service, wait_until
@@ -480,7 +480,7 @@ def test_8b_stream_and_rest_tokens_are_not_interchangeable(stack: Stack) -> None
     with stack.mgmt.client(headers=headers) as replayed:
         assert replayed.get(CLUSTER_PATH).status_code == 401
     account = f"organizations/{ORG}/clusters/{CLUSTER}/serviceaccounts/ratelimit"
-    rest_token = sign_service_account(key.private_jwk, account, time.time(), 300)
+    rest_token = sign_service_account(private_jwk(key), account, time.time(), 300)
     with stack.mgmt.client(headers={"authorization": f"Bearer {rest_token}"}) as rest:
         # authenticated (not 401), but the account holds no role
         assert rest.get(CLUSTER_PATH).status_code == 403

@@ -9,6 +9,7 @@ import json
 import os
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +62,7 @@ def test_a_deny_in_either_mode_names_its_one_line(served: tuple[ServerThread, Pa
     found = []
     for decision_id in ids:
         assert decision_id is not None
-        wait_until(lambda i=decision_id: _lines(path, i), 30, f"the line of {decision_id}")
+        wait_until(partial(_lines, path, decision_id), 30, f"the line of {decision_id}")
         (line,) = _lines(path, decision_id)
         found.append(line)
     same = [

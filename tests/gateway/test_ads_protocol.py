@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import queue
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from meshplane.control_plane import load_credentials
 from mgmt_api.auth.tokens import sign_service_account
 from mgmt_api.compiler import gateway_xds
 from tests.mgmt_api.harness import MgmtServer, ok
-from tests.support.cluster_credentials import write_credential
+from tests.support.cluster_credentials import private_jwk, write_credential
 from tests.support.processes import wait_until
 
 ORG = "ads"
@@ -61,7 +61,7 @@ class Setup:
     def rest_token(self) -> str:
         """A service-account token as REST takes it (no stream audience)."""
         key = load_credentials(self.keys[CLUSTER])
-        return sign_service_account(key.private_jwk, key.subject or "", time.time(), 600)
+        return sign_service_account(private_jwk(key), key.subject or "", time.time(), 600)
 
     def close(self) -> None:
         self.admin.close()
@@ -78,10 +78,13 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
 
 
 def node(
-    instance: str = "py-1", cluster: str = f"{ORG}/{CLUSTER}", **metadata: Any
+    instance: str = "py-1",
+    cluster: str = f"{ORG}/{CLUSTER}",
+    metadata: Mapping[str, Any] | None = None,
 ) -> base_pb2.Node:
+    """The gateway's node; ``metadata`` entries replace or add to the listener's."""
     meta = struct_pb2.Struct()
-    meta.update({gc.LISTENER_KEY: {"address": "127.0.0.1", "port": 10000}, **metadata})
+    meta.update({gc.LISTENER_KEY: {"address": "127.0.0.1", "port": 10000}, **(metadata or {})})
     return base_pb2.Node(id=instance, cluster=cluster, metadata=meta)
 
 
@@ -238,9 +241,9 @@ def test_credentials_admit_only_their_own_cluster_and_audience(
     [
         (node(cluster="no-slash"), "ORGANIZATION/CLUSTER"),
         (node(instance=""), "node.id"),
-        (node(**{gc.LISTENER_KEY: {"address": "gateway.local", "port": 80}}), "IP address"),
-        (node(**{gc.LISTENER_KEY: {"address": "127.0.0.1", "port": 70000}}), "port"),
-        (node(**{gc.RATELIMIT_SERVICE_KEY: "http://x:1"}), "grpc://"),
+        (node(metadata={gc.LISTENER_KEY: {"address": "gateway.local", "port": 80}}), "IP address"),
+        (node(metadata={gc.LISTENER_KEY: {"address": "127.0.0.1", "port": 70000}}), "port"),
+        (node(metadata={gc.RATELIMIT_SERVICE_KEY: "http://x:1"}), "grpc://"),
     ],
 )
 def test_a_malformed_node_is_invalid_argument(

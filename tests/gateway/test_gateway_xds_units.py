@@ -322,7 +322,10 @@ def test_a_gateway_policy_limits_the_routes_without_their_own() -> None:
         ],
     )
     by_path = {r["match"]["prefix"]: r for r in routes_of(compiled(inp))}
-    domain = lambda p: by_path[p]["typedPerFilterConfig"][envoy_config.RATELIMIT_FILTER]["domain"]  # noqa: E731
+
+    def domain(path: str) -> object:
+        return by_path[path]["typedPerFilterConfig"][envoy_config.RATELIMIT_FILTER]["domain"]
+
     assert domain("/web") == "c1/default/edge"
     assert domain("/api") == "c1/default/api"
 

@@ -25,13 +25,14 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from meshplane import gateway_contract as gc
 from mgmt_api.compiler import envoy_config, gateway_xds
 from mgmt_api.compiler import extauthz as extauthz_compiler
+from mgmt_api.compiler.extauthz import StoredPolicy
 from mgmt_api.compiler.http_route import Backend, HTTPRoute
 from tests.extauthz.cases import CASES
 from tests.extauthz.jwtkit import (
@@ -203,7 +204,10 @@ def verdicts() -> Iterator[Verdicts]:
     with tempfile.TemporaryDirectory(prefix="meshplane-jwt-eq-") as tmp:
         config = Path(tmp) / "extauthz.yaml"
         inp = _gateway_input(upstream_port)
-        config.write_bytes(extauthz_compiler.render_file(list(inp.policies.extauthz_policies)))
+        # The config input keeps the specs as plain mappings; they are the stored policies
+        # _gateway_input put there (the enforcement service casts the same way).
+        stored = [(n, cast(StoredPolicy, s)) for n, s in inp.policies.extauthz_policies]
+        config.write_bytes(extauthz_compiler.render_file(stored))
         upstream = EnvoyProcess(upstream_bootstrap(upstream_port), Path(tmp) / "up").start()
         try:
             with ServerThread(app_factory(config)) as authz:
@@ -424,9 +428,14 @@ def _random_rows(count: int, seed: int = 38) -> list[Row]:
             path += rng.choice(["?q=/../x", "#f", "?"])
         prefix = rng.choice(prefixes)
         claim = b64path(prefix, urlsafe=rng.random() < 0.5, pad=rng.random() < 0.5)
-        times = rng.choice(
-            [{}, {"exp": now - 5}, {"nbf": now + 5}, {"nbf": ...}, {"exp": now + 1.5}]
-        )
+        time_claims: list[dict[str, Any]] = [
+            {},
+            {"exp": now - 5},
+            {"nbf": now + 5},
+            {"nbf": ...},
+            {"exp": now + 1.5},
+        ]
+        times = rng.choice(time_claims)
         body = claims(NOW, path=None) | {"path": claim} | times
         token = make_token({k: v for k, v in body.items() if v is not ...})
         rows.append((f"random-{index}", rng.choice([None, "seg"]), path, _bearer(token)))

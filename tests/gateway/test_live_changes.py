@@ -9,12 +9,13 @@ the gateways (spec 4.10.4): they share the ratelimit service and its Redis.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
 
 from meshplane.gateway_contract import GATEWAY_KIND
-from tests.support.gateway import GatewayStack
+from tests.support.gateway import Gateway, GatewayStack
 from tests.support.processes import wait_until
 
 
@@ -33,7 +34,20 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayStack]:
 
 
 def limit_header(stack: GatewayStack, index: int) -> str | None:
-    return stack.gateways[index].get("/web").headers.get("x-ratelimit-limit")
+    value: str | None = stack.gateways[index].get("/web").headers.get("x-ratelimit-limit")
+    return value
+
+
+def shows_limit(stack: GatewayStack, index: int, limit: str) -> bool:
+    return limit_header(stack, index) == limit
+
+
+def serves(gateway: Gateway, path: str) -> bool:
+    return gateway.get(path).status_code == 200
+
+
+def unlimited(gateway: Gateway) -> bool:
+    return "x-ratelimit-limit" not in gateway.get("/web").headers
 
 
 def test_every_gateway_shows_its_ack_in_the_cluster_status(stack: GatewayStack) -> None:
@@ -53,7 +67,7 @@ def test_a_new_policy_reaches_every_gateway_without_a_restart(stack: GatewayStac
     stack.rate_limit("default.web-limit", "web", (4, "Minute"))
     stack.converged()
     for i in range(3):
-        wait_until(lambda i=i: limit_header(stack, i) == "4, 4;w=60", 30, f"gateway {i + 1}")
+        wait_until(partial(shows_limit, stack, i, "4, 4;w=60"), 30, f"gateway {i + 1}")
     assert [g.envoy.pid for g in stack.gateways] == pids
 
 
@@ -62,7 +76,7 @@ def test_counters_are_shared_by_every_gateway(stack: GatewayStack) -> None:
     stack.rate_limit("default.web-limit", "web", (4, "Hour"))
     stack.converged()
     for i in range(3):
-        wait_until(lambda i=i: limit_header(stack, i) == "4, 4;w=3600", 30, f"gateway {i + 1}")
+        wait_until(partial(shows_limit, stack, i, "4, 4;w=3600"), 30, f"gateway {i + 1}")
     stack.redis.command("FLUSHALL")
     codes = [stack.gateways[i % 3].get("/web").status_code for i in range(4)]
     assert codes == [200, 200, 200, 200]
@@ -74,14 +88,12 @@ def test_a_new_route_is_served_by_every_gateway(stack: GatewayStack) -> None:
     stack.route("default.new", "/new")
     stack.converged()
     for gateway in stack.gateways:
-        wait_until(lambda g=gateway: g.get("/new").status_code == 200, 30, "the new route")
+        wait_until(partial(serves, gateway, "/new"), 30, "the new route")
 
 
 def test_a_deleted_policy_stops_limiting(stack: GatewayStack) -> None:
     stack.delete("backendtrafficpolicies/default.web-limit")
     stack.converged()
     for gateway in stack.gateways:
-        wait_until(
-            lambda g=gateway: "x-ratelimit-limit" not in g.get("/web").headers, 30, "no limit"
-        )
+        wait_until(partial(unlimited, gateway), 30, "no limit")
     assert {g.get("/web").status_code for g in stack.gateways} == {200}

@@ -17,7 +17,7 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import jwt
 import pytest
@@ -98,8 +98,16 @@ def unsigned(**claims: Any) -> str:
     return f"{part({'alg': 'none', 'typ': 'JWT', 'kid': 'k1'})}.{part(payload)}."
 
 
-ALICE = {"sub": "alice"}
-ADMIN = {"sub": "bob", "role": "admin"}
+class Claims(TypedDict, total=False):
+    """The claims these tests vary (``token`` adds iss, nbf and exp)."""
+
+    sub: str
+    role: str
+    iss: str
+
+
+ALICE: Claims = {"sub": "alice"}
+ADMIN: Claims = {"sub": "bob", "role": "admin"}
 
 
 @pytest.mark.parametrize(
@@ -117,7 +125,7 @@ ADMIN = {"sub": "bob", "role": "admin"}
     ],
 )
 def test_the_rules_table(
-    gateway: Gateway, method: str, path: str, claims: dict[str, str], expected: int
+    gateway: Gateway, method: str, path: str, claims: Claims, expected: int
 ) -> None:
     assert gateway.raw_status(path, method, token(**claims)) == expected
 

@@ -47,6 +47,6 @@ def test_constant_blocks() -> None:
 @pytest.mark.parametrize("size", [0, 30, 31, 4096])
 def test_table_size_update_is_understood(size: int) -> None:
     decoder = hpack.Decoder()
-    decoded = decoder.decode(table_size_update(size) + RESPONSE_GRPC, raw=True)
+    decoded = list(decoder.decode(table_size_update(size) + RESPONSE_GRPC, raw=True))
     assert decoded[0] == (b":status", b"200")
     assert decoder.header_table_size == size

@@ -287,14 +287,16 @@ def test_random_conversations_never_break_the_clients_rules() -> None:
                         server.send_data(event.stream_id, reply)
                         server.send_headers(event.stream_id, TRAILERS_OK, end_stream=True)
             assert not server.terminated
-            for event in feed(client, server.data_to_send()):
-                if isinstance(event, h2.events.DataReceived):
-                    received.setdefault(event.stream_id, bytearray()).extend(event.data)
-                    client.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
-                elif isinstance(event, h2.events.StreamEnded | h2.events.StreamReset):
-                    open_ids.discard(event.stream_id)
-                    if isinstance(event, h2.events.StreamEnded):
-                        ended.add(event.stream_id)
+            for h2_event in feed(client, server.data_to_send()):
+                if isinstance(h2_event, h2.events.DataReceived):
+                    received.setdefault(h2_event.stream_id, bytearray()).extend(h2_event.data)
+                    client.acknowledge_received_data(
+                        h2_event.flow_controlled_length, h2_event.stream_id
+                    )
+                elif isinstance(h2_event, h2.events.StreamEnded | h2.events.StreamReset):
+                    open_ids.discard(h2_event.stream_id)
+                    if isinstance(h2_event, h2.events.StreamEnded):
+                        ended.add(h2_event.stream_id)
             if rng.random() < 0.05:
                 client.update_settings(
                     {h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: rng.choice([0, 1000, 1 << 20])}
@@ -303,14 +305,16 @@ def test_random_conversations_never_break_the_clients_rules() -> None:
             if not open_ids:
                 break
             server.receive(client.data_to_send(), now)
-            for event in feed(client, server.data_to_send()):
-                if isinstance(event, h2.events.DataReceived):
-                    received.setdefault(event.stream_id, bytearray()).extend(event.data)
-                    client.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
-                elif isinstance(event, h2.events.StreamEnded | h2.events.StreamReset):
-                    open_ids.discard(event.stream_id)
-                    if isinstance(event, h2.events.StreamEnded):
-                        ended.add(event.stream_id)
+            for h2_event in feed(client, server.data_to_send()):
+                if isinstance(h2_event, h2.events.DataReceived):
+                    received.setdefault(h2_event.stream_id, bytearray()).extend(h2_event.data)
+                    client.acknowledge_received_data(
+                        h2_event.flow_controlled_length, h2_event.stream_id
+                    )
+                elif isinstance(h2_event, h2.events.StreamEnded | h2.events.StreamReset):
+                    open_ids.discard(h2_event.stream_id)
+                    if isinstance(h2_event, h2.events.StreamEnded):
+                        ended.add(h2_event.stream_id)
             if client.local_settings.initial_window_size == 0:
                 client.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 65_535})
         assert not open_ids, f"seed {seed}: calls never ended"

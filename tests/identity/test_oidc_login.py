@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -163,10 +164,11 @@ async def test_a_cookie_computed_from_the_state_or_a_wrong_cookie_is_refused(
     """Whoever captures the callback URL knows ``state``. The cookie used to be
     sha256("meshplane-login:" + state): that value, and any other guess, must fail."""
     login = make_login(idp_config, http)
-    for cookie_of in (
+    guesses: tuple[Callable[[str], str], ...] = (
         lambda state: hashlib.sha256(("meshplane-login:" + state).encode()).hexdigest(),
         lambda state: "a-wrong-cookie",
-    ):
+    )
+    for cookie_of in guesses:
         callback, real_cookie = await provider_callback(login)
         assert callback.state is not None
         guessed = cookie_of(callback.state)

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import TypeGuard
 
 import httpx
 
 from mgmt_api.identity.config import IdentityProviderConfig, OidcConfig
 from mgmt_api.identity.login_state import InMemoryLoginStateStore
-from mgmt_api.identity.public_config import configuration_response
+from mgmt_api.identity.public_config import (
+    OidcConfiguration,
+    OidcEnabled,
+    configuration_response,
+)
 from mgmt_api.identity.secrets import SecretRef
 from mgmt_api.identity.service import IdentityService
 from mgmt_api.identity.sync.store import InMemoryDirectoryStore
@@ -20,12 +25,17 @@ from tests.support.oidc_provider.launcher import (
 )
 
 
+def enabled(body: OidcConfiguration) -> TypeGuard[OidcEnabled]:
+    """The body says login is on, so it has the default configuration's fields."""
+    return body["enabled"] is True
+
+
 async def test_public_configuration_describes_every_login_mode(
     idp_config: IdentityProviderConfig, oidc_provider: RunningProvider, http: httpx.AsyncClient
 ) -> None:
     service = IdentityService(idp_config, http=http, states=InMemoryLoginStateStore())
     body = await service.configuration()
-    assert body["enabled"] is True
+    assert enabled(body)
     assert body["issuer"] == oidc_provider.issuer
     assert body["clientId"] == WEB_CLIENT_ID
     assert body["deviceCodeSupported"] and body["deviceCodeClientId"] == DEVICE_CLIENT_ID
@@ -58,7 +68,7 @@ def test_configuration_without_oidc_or_discovery() -> None:
     )
     second = dataclasses.replace(oidc, name="b", device_code_client_id="cli")
     body = configuration_response(IdentityProviderConfig(oidc=(oidc, second)), {"a": None})
-    assert body["enabled"] is True and "issuer" not in body
+    assert enabled(body) and "issuer" not in body
     assert body["deviceCodeSupported"] is False and body["tokenExchangeSupported"] is False
     named = body["configurations"][1]
     assert named["loginUrl"] == "/v2/oidc/b/login" and named["callbackUrl"] == "/v2/oidc/b/callback"

@@ -117,10 +117,11 @@ async def test_exchange_refuses_a_token_issued_for_another_audience(
     default = dataclasses.replace(configured, token_exchange_audience=())
     assert default.token_exchange_audiences == {f"api://{WEB_CLIENT_ID}", WEB_CLIENT_ID}
     platform = Platform({EXCHANGE_CLIENT_ID})
+    refusing: TokenExchanger[str] = TokenExchanger(
+        default, http=http, discovery=DiscoveryCache(http)
+    )
     with pytest.raises(TokenExchangeRefusedError) as refused:
-        await TokenExchanger(default, http=http, discovery=DiscoveryCache(http)).exchange(
-            form(token), find_user=platform.find_user, mint=platform.mint
-        )
+        await refusing.exchange(form(token), find_user=platform.find_user, mint=platform.mint)
     assert refused.value.reason == "wrong_audience"
     assert platform.minted == []
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import grpc
@@ -39,7 +39,7 @@ from mgmt_api.auth.tokens import sign_service_account
 from mgmt_api.compiler import gateway_xds
 from tests.mgmt_api.agents import agent, create_cluster
 from tests.mgmt_api.harness import MgmtServer, ok, unique
-from tests.support.cluster_credentials import credential
+from tests.support.cluster_credentials import credential, private_jwk
 from tests.support.stream_probe import first_answer
 from tests.support.workload_tokens import PodRef, TestIssuer, csr_pem
 
@@ -69,7 +69,7 @@ class Mesh:
         )
 
     def key(self, component: str) -> ServiceAccountKey:
-        entry = credential(self.created, component)  # type: ignore[arg-type]
+        entry = credential(self.created, component)
         return ServiceAccountKey(
             json.loads(entry["jwk"]), entry["serviceAccountFqn"], entry["clusterFqn"]
         )
@@ -85,7 +85,7 @@ def _report(
         "namespaces": [{"name": ns, "pods": items} for ns, items in sorted(namespaces.items())],
         "state": {"provider": "kubernetes", "serviceAccountIssuer": issuer.registration()},
     }
-    with agent(server, created) as client:  # type: ignore[arg-type]
+    with agent(server, created) as client:
         ok(client.put(f"/v2/{created['fqn']}/inventory", json=body))
 
 
@@ -121,7 +121,7 @@ def _cluster_key(component: str) -> Credential:
     def bearer(m: Mesh, audience: str) -> str:
         key = m.key(component)
         if not audience:
-            return sign_service_account(dict(key.private_jwk), key.subject or "", time.time(), 300)
+            return sign_service_account(private_jwk(key), key.subject or "", time.time(), 300)
         return key.token(ttl=300, audience=audience)
 
     return bearer
@@ -165,9 +165,9 @@ def _sign(pod: PodRef) -> Callable[[Mesh, Credential], bool]:
 _REFUSED = (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED)
 
 
-def _ads(m: Mesh, token: str, metadata: dict[str, object]) -> bool:
+def _ads(m: Mesh, token: str, metadata: Mapping[str, object]) -> bool:
     meta = struct_pb2.Struct()
-    json_format.ParseDict(metadata, meta)
+    json_format.ParseDict(dict(metadata), meta)
     node = base_pb2.Node(id="probe", cluster=m.node_cluster, metadata=meta)
     first = discovery_pb2.DiscoveryRequest(node=node, type_url=gateway_xds.CLUSTER_TYPE)
     with _grpc(m) as channel:

@@ -289,7 +289,7 @@ def test_a_nacking_sidecar_shows_its_error_and_keeps_its_last_good_configuration
         mesh.workloads.remove(f)
 
 
-class _RecordingAuthz(external_auth_pb2_grpc.AuthorizationServicer):
+class _RecordingAuthz(external_auth_pb2_grpc.AuthorizationServicer):  # type: ignore[misc]  # envoy's generated module is untyped (Any)
     """A fake ext_authz server: allows every Check and records the caller's principal."""
 
     def __init__(self) -> None:

@@ -56,8 +56,9 @@ def test_a_workload_certificate_has_exactly_its_spiffe_id_and_leaf_usages(
     assert not (usage.value.key_cert_sign or usage.value.key_encipherment)
     eku = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
     assert set(eku) == {ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH}
-    assert isinstance(cert.public_key(), ec.EllipticCurvePublicKey)
-    assert cert.public_key().curve.name == "secp256r1"
+    public_key = cert.public_key()
+    assert isinstance(public_key, ec.EllipticCurvePublicKey)
+    assert public_key.curve.name == "secp256r1"
     # Signed by the CA (raises when not).
     cert.verify_directly_issued_by(ca.certificate)
     other = mesh_ca.new_ca(TD, NOW, mesh_ca.new_key())

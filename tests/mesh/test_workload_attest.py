@@ -19,7 +19,7 @@ from cryptography.x509.oid import NameOID
 
 from meshplane.sidecar_contract import SidecarNode, spiffe_id
 from mgmt_api.domain import workload_attest as wa
-from tests.support.workload_tokens import PodRef, TestIssuer
+from tests.support.workload_tokens import PodRef, TestIssuer, kubernetes_io
 
 NOW = 1_800_000_000.0
 TD = "c1.acme.mesh.local"
@@ -48,7 +48,7 @@ TRUST = _trust(WEB)
 def _none_alg(pod: PodRef) -> str:
     good = ISSUER.token(pod, now=NOW)
     payload = jwt.decode(good, options={"verify_signature": False})
-    return jwt.encode(payload, None, algorithm="none")
+    return jwt.encode(payload, "", algorithm="none")  # PyJWT takes "" for no key
 
 
 def _hs256(pod: PodRef) -> str:
@@ -100,14 +100,14 @@ CASES: list[tuple[str, Callable[[], str], str | None]] = [
     ),
     (
         "no pod claim",
-        lambda: ISSUER.token(WEB, now=NOW, **{"kubernetes.io": {"namespace": "shop"}}),
+        lambda: ISSUER.token(WEB, now=NOW, **kubernetes_io({"namespace": "shop"})),
         "claims",
     ),
     ("garbage", lambda: "not.a.jwt", "malformed"),
     ("too long", lambda: "a." * 5000 + "b", "malformed"),
     (
         "pod uid in the claim of another pod",
-        lambda: ISSUER.token(WEB, now=NOW, **{"kubernetes.io": _kube(uid="x")}),
+        lambda: ISSUER.token(WEB, now=NOW, **kubernetes_io(_kube(uid="x"))),
         "pod_uid",
     ),
 ]

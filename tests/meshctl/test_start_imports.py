@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import typer
+from typer.core import TyperGroup
 
 from meshctl.cli import LAZY_COMMANDS, app
 from meshctl.entry import version_line
@@ -75,10 +76,13 @@ def test_every_lazy_command_loads_as_a_group_or_command() -> None:
     """Each row names a real Typer or function; groups stay groups (one
     subcommand included), and none offers shell-completion options."""
     root = typer.main.get_command(app)
+    assert isinstance(root, TyperGroup)
     with typer.Context(root) as ctx:
         assert set(LAZY_COMMANDS) <= set(root.list_commands(ctx))
         for name in LAZY_COMMANDS:
             command = root.get_command(ctx, name)
             assert command is not None and command.name == name
             assert not [p for p in command.params if "completion" in (p.name or "")], name
-    assert root.get_command(ctx, "gateway").list_commands(ctx) == ["bootstrap"]
+    gateway = root.get_command(ctx, "gateway")
+    assert isinstance(gateway, TyperGroup)
+    assert gateway.list_commands(ctx) == ["bootstrap"]

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from meshctl import status
+from meshctl.errors import MeshctlError
 
 NOW = datetime(2026, 11, 26, 17, 0, 30, tzinfo=UTC)
 
@@ -94,7 +95,7 @@ def test_the_table_shows_versions_the_error_and_the_contact_age() -> None:
 def test_unknown_kinds_and_bad_cluster_names_are_usage_errors() -> None:
     assert status.check_kinds([]) == status.INSTANCE_KINDS
     assert status.check_kinds(["ratelimit"]) == ("ratelimit",)
-    with pytest.raises(status.MeshctlError, match="--kind must be one of"):
+    with pytest.raises(MeshctlError, match="--kind must be one of"):
         status.check_kinds(["sidecars"])
 
 

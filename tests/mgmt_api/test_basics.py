@@ -76,7 +76,7 @@ def test_malformed_bodies_are_400_never_500(admin: httpx.Client, server: MgmtSer
     )
     assert "larger than" in body["message"]
 
-    def chunks():  # no Content-Length: the limit must still hold
+    def chunks() -> Iterator[bytes]:  # no Content-Length: the limit must still hold
         for _ in range(40):
             yield b"a" * 65536
 

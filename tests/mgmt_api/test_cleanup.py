@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -18,7 +19,7 @@ from tests.mgmt_api.rbac_helpers import grant
 ON, OFF = "DESIRED_ONBOARDED", "DESIRED_OFFBOARDED"
 
 
-def _post(admin: httpx.Client, path: str, name: str, field: str, spec: dict) -> str:
+def _post(admin: httpx.Client, path: str, name: str, field: str, spec: dict[str, Any]) -> str:
     return str(ok(admin.post(f"/v2/{path}", json={"name": name, field: spec}))["fqn"])
 
 
@@ -98,8 +99,8 @@ def world(server: MgmtServer, admin: httpx.Client, org: str) -> dict[str, str]:
     }
 
 
-def _run(client: httpx.Client, org_fqn: str, **body: bool) -> dict:
-    result: dict = ok(client.post(f"/v2/{org_fqn}/cleanupresources", json=body))
+def _run(client: httpx.Client, org_fqn: str, **body: bool) -> dict[str, Any]:
+    result: dict[str, Any] = ok(client.post(f"/v2/{org_fqn}/cleanupresources", json=body))
     return result
 
 

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
 
-from mgmt_api.store import repo
+from mgmt_api.store import tables
 from mgmt_api.store.engine import MIGRATIONS, create_engine, migrate
 
 CLUSTER = "organizations/o/clusters/c"
@@ -24,7 +24,7 @@ ALICE = {"user": "organizations/o/users/alice"}
 
 def _insert(conn: sa.Connection, fqn: str, allow: list[dict[str, object]]) -> None:
     conn.execute(
-        sa.insert(repo.policies).values(
+        sa.insert(tables.policies).values(
             fqn=fqn, allow=json.dumps(allow), description="", etag='"old"', update_time=0
         )
     )
@@ -67,7 +67,8 @@ def test_the_upgrade_removes_the_agents_own_binding_only(tmp_path: Path) -> None
         migrate(engine)
         with engine.connect() as conn:
             got = {
-                r.fqn: (json.loads(r.allow), r.etag) for r in conn.execute(sa.select(repo.policies))
+                r.fqn: (json.loads(r.allow), r.etag)
+                for r in conn.execute(sa.select(tables.policies))
             }
         assert got[CLUSTER][0] == [{"role": "rbac/admin", "subjects": [ALICE]}]
         assert got[CLUSTER][1] != '"old"'  # a new etag: readers see the change

@@ -12,13 +12,13 @@ import pytest
 import sqlalchemy as sa
 
 from mgmt_api.auth.tokens import sign_service_account
-from mgmt_api.store import repo
+from mgmt_api.store import tables
 from mgmt_api.store.engine import create_engine
 from tests.mgmt_api.harness import MgmtServer, err, ok
 
 
 def _agent(
-    server: MgmtServer, template: dict, ttl: float = 300, now: float | None = None
+    server: MgmtServer, template: dict[str, Any], ttl: float = 300, now: float | None = None
 ) -> httpx.Client:
     secret = template["helm"]["secrets"]["clusterServiceAccount"]
     jwk = json.loads(base64.b64decode(secret["encodedJwk"]))
@@ -89,8 +89,8 @@ def test_install_template_lifecycle_and_revocation(
         with engine.connect() as conn:
             left = conn.execute(
                 sa.select(sa.func.count())
-                .select_from(repo.sa_keys)
-                .where(repo.sa_keys.c.owner == sa_fqn)
+                .select_from(tables.sa_keys)
+                .where(tables.sa_keys.c.owner == sa_fqn)
             ).scalar_one()
         assert left == 0
     finally:
@@ -130,8 +130,8 @@ def test_fetch_workloads(server: MgmtServer, admin: httpx.Client, org: str) -> N
                 "state": {"provider": "kind"},
             }
             conn.execute(
-                sa.update(repo.resources)
-                .where(repo.resources.c.fqn == f"organizations/{org}/clusters/w")
+                sa.update(tables.resources)
+                .where(tables.resources.c.fqn == f"organizations/{org}/clusters/w")
                 .values(status=json.dumps(status))
             )
     finally:

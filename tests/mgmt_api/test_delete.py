@@ -9,7 +9,7 @@ import sqlalchemy as sa
 
 from mgmt_api.domain import mesh_ca
 from mgmt_api.service.mesh_ca import MeshCaStore
-from mgmt_api.store import repo
+from mgmt_api.store import repo, tables
 from mgmt_api.store.engine import create_engine, write_tx
 from mgmt_api.store.uow import UnitOfWork
 from tests.mgmt_api.harness import MgmtServer, err, ok
@@ -94,7 +94,7 @@ def test_recursive_delete_of_a_large_tree(
                 for w in range(99):
                     rows.append((f"{tenant}/workspaces/w{w}", tenant, "Workspace"))
             conn.execute(
-                sa.insert(repo.resources),
+                sa.insert(tables.resources),
                 [
                     {
                         "fqn": f,
@@ -120,8 +120,8 @@ def test_recursive_delete_of_a_large_tree(
         with engine.connect() as conn:
             left = conn.execute(
                 sa.select(sa.func.count())
-                .select_from(repo.resources)
-                .where(repo.resources.c.fqn.like(f"organizations/{org}%"))
+                .select_from(tables.resources)
+                .where(tables.resources.c.fqn.like(f"organizations/{org}%"))
             ).scalar_one()
         assert left == 0
         # a sibling org with a prefix-sharing name is untouched

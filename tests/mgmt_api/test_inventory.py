@@ -7,6 +7,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -145,7 +146,7 @@ def test_only_the_clusters_own_agent_may_report(
 ) -> None:
     east = create_cluster(admin, org, "east")
     west = create_cluster(admin, org, "west")
-    body = {"namespaces": [], "state": {}}
+    body: dict[str, Any] = {"namespaces": [], "state": {}}
     with server.client() as anonymous:
         err(anonymous.put(inventory_path(east), json=body), 401, "UNAUTHENTICATED")
     with server.client(headers={"Authorization": "Bearer not-a-jwt"}) as forged:
@@ -175,7 +176,7 @@ def test_only_the_clusters_own_agent_may_report(
     west_agent.close()
 
 
-def _too_many(n: int) -> dict:
+def _too_many(n: int) -> dict[str, Any]:
     return {"namespaces": [{"name": f"ns-{i}"} for i in range(n)], "state": {}}
 
 
@@ -239,7 +240,7 @@ def _too_many(n: int) -> dict:
     ],
 )
 def test_bad_reports_are_refused_and_the_last_good_one_kept(
-    server: MgmtServer, admin: httpx.Client, org: str, body: dict, field: str
+    server: MgmtServer, admin: httpx.Client, org: str, body: dict[str, Any], field: str
 ) -> None:
     east = create_cluster(admin, org, "east")
     with agent(server, east) as east_agent:

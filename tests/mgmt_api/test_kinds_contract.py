@@ -74,8 +74,8 @@ def test_every_crud_kind_has_one_implementation_and_the_exception_is_documented(
     assert {Kind.APPROVAL_POLICY} == kc.NOT_CRUD
     for kind, kdef in KINDS.items():
         assert (kdef.collection, kdef.parents) == (
-            kc.SHAPES[kind].collection,
-            kc.SHAPES[kind].parents,
+            kc.SHAPES[Kind(kind)].collection,
+            kc.SHAPES[Kind(kind)].parents,
         )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import httpx
 import pytest
@@ -169,14 +170,14 @@ def test_results_are_filtered_by_read(
         ]
 
 
-def _page(client: httpx.Client, org: str, token: str, size: int, *names: str) -> dict:
+def _page(client: httpx.Client, org: str, token: str, size: int, *names: str) -> dict[str, Any]:
     body = {
         "parent": f"organizations/{org}",
         "selector": {"names": list(names)},
         "pageSize": size,
         "pageToken": token,
     }
-    page: dict = ok(client.post(LOOKUP, json=body))
+    page: dict[str, Any] = ok(client.post(LOOKUP, json=body))
     return page
 
 
@@ -205,7 +206,7 @@ def test_results_are_paged_in_a_stable_order(
         ("west", "shop", "cart"),
     ]
     for size in (1, 2, 3, 7):
-        seen: list[dict] = []
+        seen: list[dict[str, Any]] = []
         token = ""
         while True:
             page = _page(admin, org, token, size, "*/*")
@@ -236,7 +237,9 @@ def test_results_are_paged_in_a_stable_order(
         ),
     ],
 )
-def test_bad_paging_is_refused(admin: httpx.Client, org: str, extra: dict, field: str) -> None:
+def test_bad_paging_is_refused(
+    admin: httpx.Client, org: str, extra: dict[str, Any], field: str
+) -> None:
     body = {"parent": f"organizations/{org}", "selector": {"names": ["*/*"]}, **extra}
     got = err(admin.post(LOOKUP, json=body), 400, "INVALID_ARGUMENT")
     assert field in got["message"], got

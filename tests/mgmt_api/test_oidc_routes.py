@@ -145,9 +145,9 @@ async def provider_callback(
     assert start.status_code == 302, start.text
     assert "meshplane_login" in start.cookies
     authorize = start.headers["location"]
-    params = parse_qs(urlsplit(authorize).query)
-    assert params["code_challenge_method"] == ["S256"] and params["nonce"] and params["state"]
-    assert params["client_id"] == [WEB_CLIENT_ID]
+    query = parse_qs(urlsplit(authorize).query)
+    assert query["code_challenge_method"] == ["S256"] and query["nonce"] and query["state"]
+    assert query["client_id"] == [WEB_CLIENT_ID]
     interaction = await follow_until(browser, authorize, urljoin(authorize, "/interaction/"))
     return await follow_until(
         browser, f"{interaction}?account={account}", f"{server.url}/v2/oidc/callback"

@@ -8,6 +8,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -22,11 +23,11 @@ from tests.mgmt_api.rbac_helpers import grant
 ON, OFF = "DESIRED_ONBOARDED", "DESIRED_OFFBOARDED"
 
 
-def config(**states: str) -> dict:
+def config(**states: str) -> dict[str, Any]:
     return {"namespaces": [{"name": n, "desiredState": s} for n, s in states.items()]}
 
 
-def status(client: httpx.Client, cluster: dict) -> dict[str, dict]:
+def status(client: httpx.Client, cluster: dict[str, Any]) -> dict[str, dict[str, Any]]:
     body = ok(client.get(f"/v2/{cluster['fqn']}/onboarding/status"))
     return {ns["name"]: ns for ns in body["namespaces"]}
 
@@ -85,7 +86,7 @@ def test_transition_times_move_only_with_the_state() -> None:
         ({"name": "a", "labels": {"istio-injection": "disabled", "istio.io/rev": "r1"}}, False),
     ],
 )
-def test_what_counts_as_onboarded_in_a_report(reported: dict, onboarded: bool) -> None:
+def test_what_counts_as_onboarded_in_a_report(reported: dict[str, Any], onboarded: bool) -> None:
     assert ob.reported_onboarded(reported) is onboarded
 
 
@@ -345,7 +346,7 @@ def test_system_namespaces_are_refused_by_name(server: MgmtServer, admin: httpx.
     ],
 )
 def test_invalid_configs_name_the_field(
-    server: MgmtServer, admin: httpx.Client, org: str, name: str, body: dict, field: str
+    server: MgmtServer, admin: httpx.Client, org: str, name: str, body: dict[str, Any], field: str
 ) -> None:
     east = create_cluster(admin, org, "east")
     got = err(admin.post(f"/v2/{east['fqn']}/onboarding", json={"name": name, "config": body}), 400)
@@ -422,6 +423,7 @@ def test_bad_onboarding_names_stop_the_start_with_a_clear_error(
     assert done.returncode != 0
     stderr = " ".join(done.stderr.split())  # the traceback printer wraps long lines
     assert f"{setting}: {value!r} is not a DNS-1123 label" in stderr, stderr[-2000:]
+    field: dict[str, Any] = {"onboarding_" + setting.rsplit("_", 1)[1].lower(): value}
     with pytest.raises(ConfigError):
-        KindSettings(**{"onboarding_" + setting.rsplit("_", 1)[1].lower(): value})
+        KindSettings(**field)
     KindSettings("mesh-onboarding", "auto")  # valid names pass

@@ -44,7 +44,7 @@ def with_target(**fields: Any) -> dict[str, Any]:
     return policy
 
 
-EXTAUTHZ_POLICY = {
+EXTAUTHZ_POLICY: dict[str, dict[str, Any]] = {
     "jwt": {
         "algorithms": ["HS256"],
         "keys": [{"hmacSecret": {"value": "a-long-test-secret-of-32-bytes-or-more"}}],

@@ -197,10 +197,11 @@ def test_generated_endpoint_permissions(
         request = lambda: ("GET", f"{collection}?pageSize=1000", None)  # noqa: E731
         right, wrong = ("rbac/reader", parent), None
     elif row.op == "create":
-        body = lambda: (  # noqa: E731
+
+        def body() -> dict[str, Any]:
             make_room()
-            or {"name": _new_name(row.kind), kdef.body_field: CREATE_SPEC.get(row.kind, {})}
-        )
+            return {"name": _new_name(row.kind), kdef.body_field: CREATE_SPEC.get(row.kind, {})}
+
         request = lambda: ("POST", collection, body())  # noqa: E731
         right = ("rbac/admin" if row.kind == "Cluster" else "rbac/creator", parent)
         wrong = ("rbac/reader", parent)

@@ -60,7 +60,7 @@ def _typed(value: Any) -> Any:
 
 
 def _wire(model: ApiModel) -> Any:
-    return json.loads(model_response(model).body)
+    return json.loads(bytes(model_response(model).body))
 
 
 def _without_response_only(obj: dict[str, Any]) -> dict[str, Any]:

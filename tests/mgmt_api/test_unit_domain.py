@@ -119,7 +119,7 @@ U, T = "organizations/o/users/u", "organizations/o/teams/ops"
     ],
 )
 def test_effective_permissions(
-    policies: list, subjects: set[str], kind: str, expected: set[str]
+    policies: list[list[rbac.StoredBinding]], subjects: set[str], kind: str, expected: set[str]
 ) -> None:
     roles = dict(rbac.BUILTIN_ROLES)
     roles["rbac/custom"] = rbac.rules_from_spec(

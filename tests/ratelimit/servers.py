@@ -22,6 +22,7 @@ from envoy.service.ratelimit.v3 import rls_pb2
 
 from tests.ratelimit.conftest import T0, request
 from tests.support.backends import BACKENDS
+from tests.support.grpc_raw import raw_unary
 from tests.support.net import free_port, wait_for_port, wait_for_socket
 
 METHOD = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
@@ -83,7 +84,7 @@ class Server:
         options = [("grpc.max_send_message_length", 16 << 20)]
         with grpc.insecure_channel(self.target, options=options) as channel:
             try:
-                answer: bytes = channel.unary_unary(METHOD)(raw, timeout=timeout)
+                answer: bytes = raw_unary(channel, METHOD)(raw, timeout=timeout)
             except grpc.RpcError as exc:
                 return exc.code().name, exc.details() or ""
         return rls_pb2.RateLimitResponse.FromString(answer)

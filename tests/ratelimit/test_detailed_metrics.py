@@ -25,6 +25,7 @@ from envoy.service.ratelimit.v3 import rls_pb2
 
 from ratelimit import cli
 from tests.ratelimit.conftest import request
+from tests.support.grpc_raw import raw_unary
 from tests.support.net import free_port
 from tests.support.processes import Service, wait_until
 from tests.support.redis_server import RedisServer
@@ -90,7 +91,7 @@ def _call(target: str, *entries: tuple[str, str]) -> int:
 
 def _try(channel: grpc.Channel, raw: bytes) -> bytes | None:
     try:
-        answer: bytes = channel.unary_unary(METHOD)(raw, timeout=10)
+        answer: bytes = raw_unary(channel, METHOD)(raw, timeout=10)
     except grpc.RpcError:
         return None
     return answer

@@ -20,6 +20,7 @@ from envoy.service.rate_limit_quota.v3 import rlqs_pb2
 
 from tests.ratelimit.servers import Server, wait_ready
 from tests.support.backends import BACKENDS
+from tests.support.grpc_raw import raw_stream
 from tests.support.redis_server import RedisServer
 
 METHOD = "/envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas"
@@ -44,7 +45,7 @@ class Stream:
             queue.Queue()
         )
         self._channel = grpc.insecure_channel(target)
-        call = self._channel.stream_stream(METHOD)(iter(self._out.get, None), timeout=60)
+        call = raw_stream(self._channel, METHOD)(iter(self._out.get, None), timeout=60)
         self._thread = threading.Thread(target=self._read, args=(call,), daemon=True)
         self._thread.start()
 

@@ -22,6 +22,7 @@ from envoy.service.ratelimit.v3 import rls_pb2
 
 from tests.ratelimit.conftest import OK, headers_of, request, write_config
 from tests.ratelimit.servers import METHOD, SERVERS, Server, every_server
+from tests.support.grpc_raw import raw_unary
 from tests.support.redis_server import RedisServer, redis_server
 
 CONFIG = """\
@@ -174,7 +175,7 @@ def test_caps_at_the_boundary(
 def call_all(server: Server, requests: list[bytes]) -> list[object]:
     """Every request on one channel, a few dozen in flight."""
     with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
-        method = channel.unary_unary(METHOD)
+        method = raw_unary(channel, METHOD)
         answers: list[object] = []
         for start in range(0, len(requests), 32):
             futures = [method.future(r, timeout=30) for r in requests[start : start + 32]]

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from envoy.service.ratelimit.v3 import rls_pb2
 
 from ratelimit.settings import Settings
 from tests.ratelimit.conftest import (
@@ -33,6 +34,7 @@ from tests.ratelimit.conftest import (
     serve_app,
     write_config,
 )
+from tests.support.grpc_raw import raw_unary_aio
 from tests.support.redis_server import RedisServer
 
 CONFIG = """\
@@ -102,7 +104,7 @@ async def svc(
         assert metric_value("meshplane_ratelimit_local_cache_hits_total", "") == hits
 
 
-def statuses(response):  # type: ignore[no-untyped-def]
+def statuses(response: rls_pb2.RateLimitResponse) -> list[tuple[int, int]]:
     return [(s.code, s.limit_remaining) for s in response.statuses]
 
 
@@ -250,7 +252,7 @@ async def test_bytes_that_are_not_a_request_are_invalid(svc: Harness) -> None:
     """The service plans from the wire bytes; bytes that do not parse as a
     RateLimitRequest are refused with a clear message, never half-decided."""
     async with grpc.aio.insecure_channel(f"127.0.0.1:{svc.port}") as channel:
-        raw = channel.unary_unary("/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
+        raw = raw_unary_aio(channel, "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await raw(b"\x0a\xff\xff", timeout=5)  # a length running past the end
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT

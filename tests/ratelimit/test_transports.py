@@ -154,7 +154,7 @@ def test_a_store_that_cannot_answer_is_unavailable_on_every_server(
     try:
         server.wait_listening()
         started = time.monotonic()
-        assert server.call(CLIENT)[0] == "UNAVAILABLE"  # type: ignore[index]
+        assert server.call(CLIENT)[0] == "UNAVAILABLE"
         assert time.monotonic() - started < 5
     finally:
         server.close()

@@ -78,12 +78,11 @@ class Holder:
         return None
 
     def post(self, body: bytes, signature: str | bytes) -> httpx.Response:
+        # As bytes: the malformed signatures are not all text (httpx sends str as ASCII).
+        raw = signature.encode("ascii") if isinstance(signature, str) else signature
+        headers = {rules.SIGNATURE_HEADER.encode(): raw, b"content-type": b"application/json"}
         with httpx.Client(base_url=self.server.url, verify=self.server.verify, timeout=30) as c:
-            return c.post(
-                FORWARD_PATH,
-                content=body,
-                headers={rules.SIGNATURE_HEADER: signature, "content-type": "application/json"},
-            )
+            return c.post(FORWARD_PATH, content=body, headers=headers)
 
     def close(self) -> None:
         if self.agent is not None:

@@ -29,6 +29,7 @@ from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2
 
 from meshplane.aio import wait_event
+from tests.support.grpc_raw import raw_unary
 
 REFLECTION = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
 HEALTH_CHECK = "/grpc.health.v1.Health/Check"
@@ -165,7 +166,7 @@ class Victim:
     def _run(self) -> None:
         request = health_pb2.HealthCheckRequest().SerializeToString()
         with grpc.insecure_channel(f"127.0.0.1:{self.port}") as channel:
-            check = channel.unary_unary(HEALTH_CHECK)
+            check = raw_unary(channel, HEALTH_CHECK)
             while not self._stop.is_set():
                 start = time.perf_counter()
                 try:

@@ -68,9 +68,14 @@ class ScriptedServer(pb_grpc.PolicyDistributionServicer):
         await asyncio.sleep(3600)
 
 
+def _add_servicer(servicer: ScriptedServer, server: grpc.aio.Server) -> None:
+    # The generated *_pb2_grpc module has no annotations (protoc's grpc plugin writes none).
+    pb_grpc.add_PolicyDistributionServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+
+
 async def _serve(servicer: ScriptedServer) -> tuple[grpc.aio.Server, int]:
     server = grpc.aio.server()
-    pb_grpc.add_PolicyDistributionServicer_to_server(servicer, server)
+    _add_servicer(servicer, server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     return server, port
@@ -172,7 +177,7 @@ async def test_the_subscriber_reconnects_after_the_server_comes_back(tmp_path: P
     await asyncio.sleep(0.8)  # a few failed attempts against nothing
     servicer = ScriptedServer([_snapshot("v1", a="late")])
     server = grpc.aio.server()
-    pb_grpc.add_PolicyDistributionServicer_to_server(servicer, server)
+    _add_servicer(servicer, server)
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
     try:

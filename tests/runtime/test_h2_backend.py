@@ -42,6 +42,7 @@ from tests.extauthz.policies import write_policies
 from tests.runtime.echo_app import SERVICE
 from tests.runtime.supervisors import Supervisor
 from tests.support.envoy import EnvoyProcess, ext_authz_gateway_bootstrap
+from tests.support.grpc_raw import raw_unary, raw_unary_aio
 from tests.support.net import free_port
 from tests.support.processes import Service
 
@@ -125,7 +126,7 @@ def _goaway_code(frames: list[tuple[int, int, bytes]]) -> int | None:
 def test_unary_calls_statuses_and_many_at_once_on_one_channel(server: Supervisor) -> None:
     async def scenario() -> list[bytes]:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
-            sleep = channel.unary_unary(SLEEP)
+            sleep = raw_unary_aio(channel, SLEEP)
             assert await sleep(b"1", timeout=10) == b"1"
             with pytest.raises(grpc.aio.AioRpcError) as caught:
                 await sleep(b"fail:no", timeout=10)
@@ -144,7 +145,7 @@ def test_three_megabytes_each_way_through_flow_control(server: Supervisor) -> No
     message = os.urandom(3 * 1024 * 1024)
     options = [("grpc.max_receive_message_length", 8 << 20)]
     with grpc.insecure_channel(f"127.0.0.1:{server.port}", options=options) as channel:
-        echo = channel.unary_unary(ECHO)
+        echo = raw_unary(channel, ECHO)
         for _ in range(2):  # the second on a connection whose windows were used
             assert echo(message, timeout=30) == message
 
@@ -204,7 +205,7 @@ def test_rapid_reset_gets_goaway_enhance_your_calm(server: Supervisor) -> None:
     assert _goaway_code(frames) in (None, ENHANCE_YOUR_CALM), frames[-3:]
     _wait_metric(server, calm, before + 1)
     with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
-        assert channel.unary_unary(SLEEP)(b"0", timeout=10) == b"0"
+        assert raw_unary(channel, SLEEP)(b"0", timeout=10) == b"0"
 
 
 def test_a_ping_flood_from_a_peer_that_never_reads_is_cut_off(server: Supervisor) -> None:
@@ -221,7 +222,7 @@ def test_a_ping_flood_from_a_peer_that_never_reads_is_cut_off(server: Supervisor
     _wait_metric(server, 'meshplane_h2_connection_ends_total{code="ENHANCE_YOUR_CALM"}', before + 1)
     # The worker is fine: the next client is served.
     with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
-        assert channel.unary_unary(SLEEP)(b"0", timeout=10) == b"0"
+        assert raw_unary(channel, SLEEP)(b"0", timeout=10) == b"0"
 
 
 def test_a_peer_that_stops_reading_is_cut_off(server: Supervisor) -> None:
@@ -280,13 +281,13 @@ def test_connections_over_the_worker_cap_are_closed_at_once(server: Supervisor) 
     assert sum(refused) >= 4 and len(refused) - sum(refused) <= CAP, refused
     _wait_metric(server, "meshplane_h2_connections_refused_total", before + 4)
     with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
-        assert channel.unary_unary(SLEEP)(b"0", timeout=10) == b"0"
+        assert raw_unary(channel, SLEEP)(b"0", timeout=10) == b"0"
 
 
 def test_metrics_count_connections_and_streams(server: Supervisor) -> None:
     with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
         for _ in range(3):
-            channel.unary_unary(SLEEP)(b"0", timeout=10)
+            raw_unary(channel, SLEEP)(b"0", timeout=10)
     _wait_metric(server, "meshplane_h2_streams_total", 3)
     _wait_metric(server, "meshplane_h2_connections_opened_total", 1)
     assert _metric(server, 'meshplane_h2_stream_resets_total{code="REFUSED_STREAM"}') >= 0

@@ -54,8 +54,8 @@ def _statuses(written: bytes) -> dict[int, int]:
         size = int.from_bytes(written[:3], "big")
         kind, stream_id = written[3], int.from_bytes(written[5:9], "big") & 0x7FFFFFFF
         if kind == 1:
-            for name, value in decoder.decode(written[9 : 9 + size]):
-                if name == "grpc-status":
+            for name, value in decoder.decode(written[9 : 9 + size], raw=True):
+                if name == b"grpc-status":
                     out[stream_id] = int(value)
         written = written[9 + size :]
     return out

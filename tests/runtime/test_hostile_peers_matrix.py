@@ -22,6 +22,7 @@ import pytest
 
 from tests.runtime.echo_app import SERVICE
 from tests.runtime.supervisors import SERVERS, Supervisor
+from tests.support.grpc_raw import raw_unary
 
 SLEEP = f"/{SERVICE}/Sleep"
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -109,4 +110,4 @@ def test_the_attacker_is_cut_off_and_the_next_client_served(
         ATTACKS[attack](sock)
         assert _closed_by_server(sock), f"{server.kind} kept the {attack} connection open"
     with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
-        assert channel.unary_unary(SLEEP)(b"0", timeout=30) == b"0"
+        assert raw_unary(channel, SLEEP)(b"0", timeout=30) == b"0"

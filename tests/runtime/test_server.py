@@ -22,11 +22,12 @@ from meshplane.servers.envoy.server import AdminError, admin_post
 from meshplane.servers.h2.server import running
 from tests.runtime.echo_app import SERVICE, EchoApp
 from tests.runtime.supervisors import SERVERS, SUPERVISOR, Supervisor
+from tests.support.grpc_raw import raw_unary_aio
 from tests.support.net import free_port, listening
 
 
-def _sleep_call(channel: grpc.aio.Channel) -> grpc.aio.UnaryUnaryMultiCallable:  # type: ignore[type-arg]
-    return channel.unary_unary(f"/{SERVICE}/Sleep")
+def _sleep_call(channel: grpc.aio.Channel) -> grpc.aio.UnaryUnaryMultiCallable[bytes, bytes]:
+    return raw_unary_aio(channel, f"/{SERVICE}/Sleep")
 
 
 async def test_in_process_server_reports_serving_and_answers() -> None:

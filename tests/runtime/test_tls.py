@@ -23,6 +23,7 @@ import pytest
 from tests.runtime.echo_app import SERVICE
 from tests.runtime.supervisors import SERVERS, Supervisor
 from tests.support.certs import CertificateAuthority, Issued
+from tests.support.grpc_raw import raw_unary
 
 SLEEP = f"/{SERVICE}/Sleep"
 
@@ -52,7 +53,7 @@ def _call(port: int, ca: Path, client: Issued | None = None, timeout: float = 10
         certificate_chain=client.cert.read_bytes() if client else None,
     )
     with grpc.secure_channel(f"127.0.0.1:{port}", credentials) as channel:
-        reply: bytes = channel.unary_unary(SLEEP)(b"1", timeout=timeout)
+        reply: bytes = raw_unary(channel, SLEEP)(b"1", timeout=timeout)
     return reply
 
 
@@ -120,7 +121,7 @@ def test_mutual_tls_admits_only_clients_of_its_ca(
     # Plaintext gets no gRPC answer either.
     with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
         with pytest.raises(grpc.RpcError):
-            channel.unary_unary(SLEEP)(b"1", timeout=5)
+            raw_unary(channel, SLEEP)(b"1", timeout=5)
 
 
 def test_certificates_are_reloaded_from_disk(
@@ -153,6 +154,6 @@ def test_server_tls_without_a_client_ca(kind: str, pkis: tuple[Pki, Pki], tmp_pa
         assert _call(sup.port, first.ca.path) == b"1"
         with grpc.insecure_channel(f"127.0.0.1:{sup.port}") as channel:
             with pytest.raises(grpc.RpcError):
-                channel.unary_unary(SLEEP)(b"1", timeout=5)
+                raw_unary(channel, SLEEP)(b"1", timeout=5)
     finally:
         sup.close()

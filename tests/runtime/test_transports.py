@@ -24,6 +24,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from tests.runtime.echo_app import SERVICE
 from tests.runtime.supervisors import SERVERS, Supervisor
+from tests.support.grpc_raw import raw_unary
 from tests.support.h2client import H2Client, frame
 
 SLEEP = f"/{SERVICE}/Sleep"
@@ -76,7 +77,7 @@ def test_a_compressed_message_it_cannot_decode_is_refused(
 def test_a_message_over_the_size_limit_is_resource_exhausted(server: Supervisor) -> None:
     with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
         with pytest.raises(grpc.RpcError) as caught:
-            channel.unary_unary(SLEEP)(b"0" * (4 * 1024 * 1024 + 1), timeout=30)
+            raw_unary(channel, SLEEP)(b"0" * (4 * 1024 * 1024 + 1), timeout=30)
     assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
@@ -100,7 +101,7 @@ def test_a_wrong_content_type(server: Supervisor) -> None:
 def test_an_unknown_method_is_unimplemented(server: Supervisor) -> None:
     with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
         with pytest.raises(grpc.RpcError) as caught:
-            channel.unary_unary("/no.Such/Method")(b"", timeout=10)
+            raw_unary(channel, "/no.Such/Method")(b"", timeout=10)
     assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
 
 
@@ -126,7 +127,7 @@ def test_a_client_that_resets_gets_nothing_and_the_server_goes_on(server: Superv
 def test_a_handler_status_reaches_the_client(server: Supervisor) -> None:
     with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
         with pytest.raises(grpc.RpcError) as caught:
-            channel.unary_unary(SLEEP)(b"fail:not today", timeout=10)
+            raw_unary(channel, SLEEP)(b"fail:not today", timeout=10)
     assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert caught.value.details() == "not today"
 
@@ -158,7 +159,7 @@ def test_reflection_answers_each_request_before_the_next_as_grpcurl_asks(
     """grpcurl ``list`` then ``describe``: one stream, a request, wait for its
     answer, the next request."""
 
-    async def scenario() -> tuple[set[str], list[str]]:
+    async def scenario() -> tuple[set[str], list[descriptor_pb2.FileDescriptorProto]]:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
             stub = reflection_pb2_grpc.ServerReflectionStub(channel)
             call = stub.ServerReflectionInfo(timeout=15)

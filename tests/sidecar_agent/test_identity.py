@@ -16,7 +16,7 @@ from sidecar_agent import identity
 from sidecar_agent.identity import Issued, TokenUnreadable
 from sidecar_agent.relay import trust_bundle_of
 from sidecar_agent.sds import SECRET_TYPE, answer, svid_secret
-from tests.support.workload_tokens import PodRef, TestIssuer
+from tests.support.workload_tokens import PodRef, TestIssuer, kubernetes_io
 
 TD = "east.acme.mesh.local"
 
@@ -44,7 +44,7 @@ def test_an_unreadable_token_says_why_and_never_what(token: str, words: str) -> 
 
 def test_a_token_without_a_pod_claim_is_refused() -> None:
     kube = {"namespace": "shop", "serviceaccount": {"name": "web", "uid": "u"}}
-    token = TestIssuer().token(PodRef("shop", "web-1", "web"), **{"kubernetes.io": kube})
+    token = TestIssuer().token(PodRef("shop", "web-1", "web"), **kubernetes_io(kube))
     with pytest.raises(TokenUnreadable, match="not bound to a pod"):
         identity.token_claims(token)
 

@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from meshplane.control_plane import ServiceAccountKey
+from mgmt_api.auth.keys import PrivateJwk
 from mgmt_api.domain import cluster_accounts
 
 _ENTRIES = {a.name: a.template_secret for a in cluster_accounts.ACCOUNTS}
@@ -27,3 +29,19 @@ def write_credential(created: dict[str, Any], component: str, path: Path) -> Pat
     """Write ``component``'s key entry to ``path`` (what ``--credentials`` reads)."""
     path.write_text(json.dumps(credential(created, component)))
     return path
+
+
+def private_jwk(key: ServiceAccountKey) -> PrivateJwk:
+    """A loaded credential's key as mgmt_api's signer takes it (meshplane's loader, which
+    may not import mgmt_api, keeps it as the file's JSON object); a missing field fails."""
+    jwk = key.private_jwk
+    return {
+        "kty": jwk["kty"],
+        "crv": jwk["crv"],
+        "x": jwk["x"],
+        "y": jwk["y"],
+        "d": jwk["d"],
+        "kid": jwk["kid"],
+        "alg": jwk["alg"],
+        "use": jwk["use"],
+    }

@@ -56,7 +56,7 @@ class OtlpLogsReceiver:
 
     def records(self) -> list[tuple[str, logs_pb2.LogRecord]]:
         """Every received record with its resource's ``service.name``."""
-        found = []
+        found: list[tuple[str, logs_pb2.LogRecord]] = []
         with self._servicer.lock:
             for request in self._servicer.requests:
                 for resource_logs in request.resource_logs:

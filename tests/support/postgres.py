@@ -113,7 +113,7 @@ class PostgresServer:
         with psycopg.connect(
             host="127.0.0.1", port=self.port, user=self.user, dbname="postgres", autocommit=True
         ) as conn:
-            conn.execute(sql)  # type: ignore[arg-type]
+            conn.execute(sql)
 
     def new_database(self) -> str:
         name = "mp_" + uuid.uuid4().hex[:12]

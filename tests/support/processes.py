@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from tests.support.net import wait_for_port, wait_for_socket
 
@@ -35,8 +35,11 @@ def terminate(proc: subprocess.Popen[Any], grace: float = 15.0) -> int:
     return proc.returncode
 
 
-def wait_until(predicate: Callable[[], T], timeout: float = 10.0, what: str = "") -> T:
-    """The first truthy value of ``predicate``, polled every 50 ms."""
+def wait_until(
+    predicate: Callable[[], T | Literal[False] | None], timeout: float = 10.0, what: str = ""
+) -> T:
+    """The first truthy value of ``predicate``, polled every 50 ms (so never its
+    ``None`` or ``False``: a predicate returns those for "not yet")."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()

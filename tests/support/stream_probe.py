@@ -34,7 +34,7 @@ def first_answer(open_stream: Callable[[Held], Any], first: Any) -> grpc.StatusC
     try:
         next(call)
     except grpc.RpcError as exc:
-        return exc.code()  # type: ignore[no-any-return]
+        return exc.code()
     finally:
         call.cancel()
         held.done.set()

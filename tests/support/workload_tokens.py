@@ -113,6 +113,12 @@ class TestIssuer:
         return path
 
 
+def kubernetes_io(claim: dict[str, Any]) -> dict[str, Any]:
+    """``claim`` as the ``kubernetes.io`` override of :meth:`TestIssuer.token`
+    (``token(pod, **kubernetes_io({...}))``): its name is no Python identifier."""
+    return {"kubernetes.io": claim}
+
+
 def csr_pem(*uris: str, key: ec.EllipticCurvePrivateKey | None = None) -> str:
     """A PKCS#10 CSR in PEM with these URI SANs (a new P-256 key unless given)."""
     key = key or ec.generate_private_key(ec.SECP256R1())
