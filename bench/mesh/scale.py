@@ -49,6 +49,7 @@ import signal  # noqa: E402
 import subprocess  # noqa: E402
 
 import grpc  # noqa: E402
+import httpx  # noqa: E402
 
 from tests.mgmt_api.harness import MgmtServer, ok  # noqa: E402
 from tests.support import gateway as gateway_support  # noqa: E402
@@ -229,6 +230,27 @@ async def until(predicate: Callable[[], bool], limit: float, what: str) -> float
     return time.monotonic() - start
 
 
+async def applied_desired(
+    admin: httpx.Client, cluster: str, instances: dict[str, str], limit: float
+) -> dict[str, bool]:
+    """``<name>_applied_desired`` for each of ``instances`` (name → instance): whether
+    it reports, within ``limit`` seconds, the sidecar version mgmt-api wants (the
+    last event's ACK may still be on its way when this is first asked)."""
+
+    def status() -> dict[str, bool]:
+        body = ok(admin.get(f"/v2/{cluster}/status"))
+        desired = body["desiredVersions"]["sidecar"]
+        applied = {i["instance"]: i["appliedVersion"] for i in body["instances"]}
+        return {f"{k}_applied_desired": applied.get(v) == desired for k, v in instances.items()}
+
+    start = time.monotonic()
+    while not all((seen := await asyncio.to_thread(status)).values()):
+        if time.monotonic() - start > limit:
+            break
+        await asyncio.sleep(0.1)
+    return seen
+
+
 def total_endpoints(sim: SimSidecar) -> int:
     return sum(len(v) for k, v in sim.endpoints.items() if k.startswith("outbound/"))
 
@@ -391,13 +413,9 @@ async def one_size(n: int, idle: float, limit: float, profile: str, envoy: bool)
             join_window.__exit__()
             assert len(watcher.endpoints.get(name, [])) == count
             rss = rss_mb(pid)
-            if real is not None:  # the real Envoy applied what mgmt-api wants (its status)
-                status = ok(admin.get(f"/v2/{cluster.fqn}/status"))
-                desired = status["desiredVersions"]["sidecar"]
-                mine = next(i for i in status["instances"] if i["instance"] == real.node.instance)
-                sims = [i for i in status["instances"] if i["instance"] == probes[0].node.instance]
-                extra["envoy_applied_desired"] = mine["appliedVersion"] == desired
-                extra["sims_applied_desired"] = sims[0]["appliedVersion"] == desired
+            if real is not None:  # the real Envoy applies what mgmt-api wants (its status)
+                instances = {"envoy": real.node.instance, "sims": probes[0].node.instance}
+                extra.update(await applied_desired(admin, cluster.fqn, instances, limit))
             await fleet.close()
             return {
                 "n": n,
