@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
@@ -25,6 +25,7 @@ from mgmt_api.distribution.server import DistributionServicer
 from mgmt_api.service.enforcement import Snapshot
 from mgmt_api.service.instances import SubscriberRegistry
 from mgmt_api.service.stream_auth import AuthError, Revocation
+from tests.support.processes import eventually
 
 NODE = NodeIdentity("extauthz", "acme", "east", "pod-1")
 
@@ -153,14 +154,6 @@ async def plane() -> AsyncIterator[tuple[Plane, int]]:
     await server.stop(0)
 
 
-async def _eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not check():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.02)
-
-
 def _subscriber(port: int, tmp: Path, heartbeat: float) -> SnapshotSubscriber:
     return SnapshotSubscriber(
         f"127.0.0.1:{port}",
@@ -179,11 +172,11 @@ async def test_keepalives_advance_last_contact_between_snapshots(
     p, port = plane
     task = asyncio.create_task(_subscriber(port, tmp_path, heartbeat=0.1).run())
     try:
-        await _eventually(lambda: p.registry.for_cluster("acme", "east")[:1] != [])
-        await _eventually(lambda: p.registry.for_cluster("acme", "east")[0].last_result == "ACK")
+        await eventually(lambda: p.registry.for_cluster("acme", "east")[:1] != [])
+        await eventually(lambda: p.registry.for_cluster("acme", "east")[0].last_result == "ACK")
         acked_at = p.registry.for_cluster("acme", "east")[0].last_contact
         # No new snapshot is sent (nothing changes), yet contact moves on.
-        await _eventually(
+        await eventually(
             lambda: p.registry.for_cluster("acme", "east")[0].last_contact > acked_at + 0.3
         )
         (row,) = p.registry.for_cluster("acme", "east")
@@ -200,8 +193,8 @@ async def test_a_silent_subscriber_turns_stale_while_its_stream_is_open(
     p.registry.stale_after = 0.5
     task = asyncio.create_task(_subscriber(port, tmp_path, heartbeat=60).run())
     try:
-        await _eventually(lambda: p.registry.for_cluster("acme", "east")[:1] != [])
-        await _eventually(lambda: p.registry.for_cluster("acme", "east")[0].last_result == "ACK")
+        await eventually(lambda: p.registry.for_cluster("acme", "east")[:1] != [])
+        await eventually(lambda: p.registry.for_cluster("acme", "east")[0].last_result == "ACK")
         await asyncio.sleep(0.7)
         (row,) = p.registry.for_cluster("acme", "east")
         assert row.connected
@@ -216,7 +209,7 @@ async def test_a_revoked_grant_ends_the_open_stream(
     p, port = plane
     sub = _subscriber(port, tmp_path, heartbeat=60)
     run = asyncio.create_task(sub.run_once())
-    await _eventually(lambda: sub.applied_version != "")
+    await eventually(lambda: sub.applied_version != "")
     p.revoked = Revocation("the stream's key was revoked")
     with pytest.raises(grpc.aio.AioRpcError) as info:
         async with asyncio.timeout(5):
@@ -233,7 +226,7 @@ async def test_a_deleted_cluster_ends_its_streams_and_forgets_them(
     p, port = plane
     sub = _subscriber(port, tmp_path, heartbeat=60)
     run = asyncio.create_task(sub.run_once())
-    await _eventually(lambda: sub.applied_version != "")
+    await eventually(lambda: sub.applied_version != "")
     p.revoked = Revocation("the cluster was deleted", cluster_gone=True)
     with pytest.raises(grpc.aio.AioRpcError) as info:
         async with asyncio.timeout(5):

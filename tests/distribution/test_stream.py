@@ -7,7 +7,7 @@ plane's store-backed builder is covered by the policy-publishing tests.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
@@ -23,6 +23,7 @@ from mgmt_api.distribution.server import DistributionServicer
 from mgmt_api.service.enforcement import Snapshot
 from mgmt_api.service.instances import SubscriberRegistry
 from mgmt_api.service.stream_auth import AuthError
+from tests.support.processes import eventually
 
 TOKENS = {"token-east": ("acme", "east"), "token-west": ("acme", "west")}
 
@@ -67,14 +68,6 @@ async def harness() -> AsyncIterator[tuple[Harness, int]]:
     await server.stop(0)
 
 
-async def _eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not check():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.02)
-
-
 def _subscriber(port: int, tmp: Path, cluster: str, token: str) -> SnapshotSubscriber:
     return SnapshotSubscriber(
         f"127.0.0.1:{port}",
@@ -94,16 +87,16 @@ async def test_changes_reach_the_subscriber_and_the_ack_is_visible(
     sub = _subscriber(port, tmp_path, "east", "token-east")
     task = asyncio.create_task(sub.run())
     try:
-        await _eventually(lambda: _loader(current_dir(tmp_path)) == {"limits.yaml": "requests: 3"})
+        await eventually(lambda: _loader(current_dir(tmp_path)) == {"limits.yaml": "requests: 3"})
         h.publish("east", limits="requests: 5")
-        await _eventually(lambda: _loader(current_dir(tmp_path)) == {"limits.yaml": "requests: 5"})
-        await _eventually(lambda: h.registry.for_cluster("acme", "east")[0].last_result == "ACK")
+        await eventually(lambda: _loader(current_dir(tmp_path)) == {"limits.yaml": "requests: 5"})
+        await eventually(lambda: h.registry.for_cluster("acme", "east")[0].last_result == "ACK")
         (status,) = h.registry.for_cluster("acme", "east")
         assert status.applied_version == sub.applied_version == status.sent_version
         assert status.connected
     finally:
         task.cancel()
-    await _eventually(lambda: not h.registry.for_cluster("acme", "east")[0].connected)
+    await eventually(lambda: not h.registry.for_cluster("acme", "east")[0].connected)
     view = h.registry.for_cluster("acme", "east")[0].to_json(now=1e12, stale_after=60)
     assert view["stale"] is True
 
@@ -116,10 +109,10 @@ async def test_a_nacked_snapshot_is_visible_and_the_old_policy_stays(
     sub = _subscriber(port, tmp_path, "east", "token-east")
     task = asyncio.create_task(sub.run())
     try:
-        await _eventually(lambda: sub.applied_version != "")
+        await eventually(lambda: sub.applied_version != "")
         good = sub.applied_version
         h.publish("east", limits="invalid")
-        await _eventually(lambda: h.registry.for_cluster("acme", "east")[0].last_result == "NACK")
+        await eventually(lambda: h.registry.for_cluster("acme", "east")[0].last_result == "NACK")
         status = h.registry.for_cluster("acme", "east")[0]
         assert status.applied_version == good
         assert status.nacked_version == status.sent_version != good

@@ -8,6 +8,7 @@ it fails to start.
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import subprocess
 import sys
@@ -48,6 +49,16 @@ def wait_until(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what or predicate}")
         time.sleep(0.05)
+
+
+async def eventually(check: Callable[[], object], timeout: float = 10.0, what: str = "") -> None:
+    """:func:`wait_until` for a test's event loop: poll ``check`` every 20 ms,
+    letting the loop run between polls (the condition usually depends on it)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what or check}")
+        await asyncio.sleep(0.02)
 
 
 def in_parallel(actions: Iterable[Callable[[], object]]) -> None:
