@@ -68,6 +68,11 @@ class QuotaSettings:
     #: 512 bytes, so the count alone would let one stream hold 170 MB).
     max_buckets: int = 10_000
     max_bucket_bytes: int = 2 << 20
+    #: The bytes of the bucket ids every stream of this worker holds together:
+    #: the per-stream caps bound one peer, this bounds many. Past it a new
+    #: bucket is refused like one past a stream's own cap; buckets already
+    #: subscribed keep being served.
+    max_worker_bucket_bytes: int = 32 << 20
     #: A stream silent this long is closed (pyvoy reports a peer that left only
     #: when something is sent to it).
     idle_timeout: float = 60.0
@@ -136,6 +141,7 @@ class QuotaService:
         self._clock = clock
         self._streams: set[QuotaStream] = set()
         self._subscribers: dict[str, set[QuotaStream]] = {}
+        self._bucket_bytes = 0  # every stream's QuotaStream.bucket_bytes, summed
         self._store_down = False
         self.draining = False
 
@@ -154,11 +160,23 @@ class QuotaService:
         log.info("quota stream opened", extra={"domain": domain, "member": stream.member})
         return stream
 
+    @property
+    def bucket_bytes(self) -> int:
+        """What every stream's bucket ids hold (QuotaSettings.max_worker_bucket_bytes)."""
+        return self._bucket_bytes
+
     async def close(self, stream: QuotaStream) -> None:
-        """The stream ended: its buckets stop taking a share at once."""
+        """The stream ended: its buckets stop taking a share at once.
+
+        Every bucket is dropped before the first wait, so a close cut short
+        (cancelled at shutdown, a store that hangs) still gives their bytes back.
+        """
         self._streams.discard(stream)
-        for key in list(stream.buckets):
-            await self._unsubscribe(stream, key)
+        keys = list(stream.buckets)
+        for key in keys:
+            self._drop(stream, key)
+        for key in keys:
+            await self._forget(stream, key)
         stream.ended.set()
 
     async def report(self, stream: QuotaStream, reports: Sequence[BucketReport]) -> list[Action]:
@@ -261,20 +279,36 @@ class QuotaService:
             raise TooManyBuckets(
                 f"a stream's bucket ids may hold at most {self.settings.max_bucket_bytes} bytes"
             )
+        if self._bucket_bytes + size > self.settings.max_worker_bucket_bytes:
+            raise TooManyBuckets(
+                "this server's streams' bucket ids may hold at most "
+                f"{self.settings.max_worker_bucket_bytes} bytes together"
+            )
         sub = stream.buckets[key] = _Subscription(bucket_id)
         stream.bucket_bytes += size
+        self._bucket_bytes += size
         self._subscribers.setdefault(key, set()).add(stream)
         return sub
 
     async def _unsubscribe(self, stream: QuotaStream, key: str) -> None:
+        self._drop(stream, key)
+        await self._forget(stream, key)
+
+    def _drop(self, stream: QuotaStream, key: str) -> None:
+        """The bookkeeping half of unsubscribing: no wait, so it cannot be cut short."""
         sub = stream.buckets.pop(key, None)
         if sub is not None:
-            stream.bucket_bytes -= _id_bytes(sub.bucket_id)
+            size = _id_bytes(sub.bucket_id)
+            stream.bucket_bytes -= size
+            self._bucket_bytes -= size
         subscribers = self._subscribers.get(key)
         if subscribers is not None:
             subscribers.discard(stream)
             if not subscribers:
                 del self._subscribers[key]
+
+    async def _forget(self, stream: QuotaStream, key: str) -> None:
+        """``stream``'s demand for ``key`` is dropped from both views."""
         await self._local.forget(key, stream.member)
         if self._usage is not None:
             with contextlib.suppress(StoreUnavailable):
