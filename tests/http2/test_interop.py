@@ -234,6 +234,24 @@ def feed(client: h2.connection.H2Connection, wire: bytes) -> list[h2.events.Even
     return events
 
 
+def _client_reads(
+    client: h2.connection.H2Connection,
+    data: bytes,
+    received: dict[int, bytearray],
+    open_ids: set[int],
+    ended: set[int],
+) -> None:
+    """The client takes the server's bytes: bodies kept and credited, ends noted."""
+    for h2_event in feed(client, data):
+        if isinstance(h2_event, h2.events.DataReceived):
+            received.setdefault(h2_event.stream_id, bytearray()).extend(h2_event.data)
+            client.acknowledge_received_data(h2_event.flow_controlled_length, h2_event.stream_id)
+        elif isinstance(h2_event, h2.events.StreamEnded | h2.events.StreamReset):
+            open_ids.discard(h2_event.stream_id)
+            if isinstance(h2_event, h2.events.StreamEnded):
+                ended.add(h2_event.stream_id)
+
+
 def test_random_conversations_never_break_the_clients_rules() -> None:
     """The h2 client checks everything we send (frame sizes, its windows, stream states)
     and raises on a violation: random settings, bodies, acknowledgements, resets and
@@ -255,6 +273,7 @@ def test_random_conversations_never_break_the_clients_rules() -> None:
         answered: dict[int, bytes] = {}
         received: dict[int, bytearray] = {}
         ended: set[int] = set()  # answered in full (StreamEnded)
+
         for _ in range(200):
             now += 0.01
             action = rng.random()
@@ -287,16 +306,7 @@ def test_random_conversations_never_break_the_clients_rules() -> None:
                         server.send_data(event.stream_id, reply)
                         server.send_headers(event.stream_id, TRAILERS_OK, end_stream=True)
             assert not server.terminated
-            for h2_event in feed(client, server.data_to_send()):
-                if isinstance(h2_event, h2.events.DataReceived):
-                    received.setdefault(h2_event.stream_id, bytearray()).extend(h2_event.data)
-                    client.acknowledge_received_data(
-                        h2_event.flow_controlled_length, h2_event.stream_id
-                    )
-                elif isinstance(h2_event, h2.events.StreamEnded | h2.events.StreamReset):
-                    open_ids.discard(h2_event.stream_id)
-                    if isinstance(h2_event, h2.events.StreamEnded):
-                        ended.add(h2_event.stream_id)
+            _client_reads(client, server.data_to_send(), received, open_ids, ended)
             if rng.random() < 0.05:
                 client.update_settings(
                     {h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: rng.choice([0, 1000, 1 << 20])}
@@ -305,16 +315,7 @@ def test_random_conversations_never_break_the_clients_rules() -> None:
             if not open_ids:
                 break
             server.receive(client.data_to_send(), now)
-            for h2_event in feed(client, server.data_to_send()):
-                if isinstance(h2_event, h2.events.DataReceived):
-                    received.setdefault(h2_event.stream_id, bytearray()).extend(h2_event.data)
-                    client.acknowledge_received_data(
-                        h2_event.flow_controlled_length, h2_event.stream_id
-                    )
-                elif isinstance(h2_event, h2.events.StreamEnded | h2.events.StreamReset):
-                    open_ids.discard(h2_event.stream_id)
-                    if isinstance(h2_event, h2.events.StreamEnded):
-                        ended.add(h2_event.stream_id)
+            _client_reads(client, server.data_to_send(), received, open_ids, ended)
             if client.local_settings.initial_window_size == 0:
                 client.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 65_535})
         assert not open_ids, f"seed {seed}: calls never ended"
