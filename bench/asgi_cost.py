@@ -31,9 +31,8 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import uvloop
 from envoy.service.ratelimit.v3 import rls_pb2
@@ -43,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import asgi_noop  # noqa: E402
 from bench.extauthz.bench import check_request, grpc_frame, write_config  # noqa: E402
+from bench.fake_redis import fake_connection  # noqa: E402
 from extauthz.app import ExtAuthzApp  # noqa: E402
 from meshplane.asgi_grpc import GrpcAsgiApp  # noqa: E402
 from meshplane.server_contract import new_worker_context  # noqa: E402
@@ -116,20 +116,6 @@ def _replies(data: bytes) -> bytes:
     return out
 
 
-_P = TypeVar("_P", bound=asyncio.BaseProtocol)
-
-
-async def _fake_connection(
-    protocol_factory: Callable[[], _P], *_: object, **__: object
-) -> tuple[asyncio.Transport, _P]:
-    """``loop.create_connection``'s stand-in (its parameter names, for the type checker)."""
-    protocol = protocol_factory()
-    assert isinstance(protocol, asyncio.Protocol)  # the store's RESP protocol
-    transport = _NextTurnRedis(protocol)
-    protocol.connection_made(transport)
-    return transport, protocol
-
-
 def _scope(path: str) -> dict[str, Any]:
     return {
         "type": "http",
@@ -172,6 +158,11 @@ async def _per_call(app: Any, path: str, body: bytes, count: int) -> float:
     return (time.process_time() - start) / count * 1e6
 
 
+#: ``loop.create_connection`` for a loop whose Redis is :class:`_NextTurnRedis`
+#: (shared with the other CPU benches of the store's path).
+connect_fake_redis = fake_connection(_NextTurnRedis)
+
+
 async def _round(count: int) -> dict[str, float]:
     results: dict[str, float] = {}
     workdir = Path(tempfile.mkdtemp(prefix="asgi-cost-"))
@@ -190,7 +181,7 @@ async def _round(count: int) -> dict[str, float]:
     await ext.stop()
 
     loop = asyncio.get_running_loop()
-    loop.create_connection = _fake_connection  # type: ignore[method-assign]  # a fake Redis, for this loop only
+    loop.create_connection = connect_fake_redis  # type: ignore[method-assign]  # a fake Redis, for this loop only
     (workdir / "rls").mkdir()
     (workdir / "rls/bench.yaml").write_text(RLS_CONFIG)
     rls = RateLimitApp(AppOptions(str(workdir / "rls"), redis_url="redis://127.0.0.1:6379/0"))

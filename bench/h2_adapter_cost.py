@@ -101,7 +101,7 @@ async def _rls_app() -> tuple[GrpcAsgiApp, list[tuple[str, str]], bytes, Any]:
     from ratelimit.settings import Settings  # noqa: PLC0415
 
     loop = asyncio.get_running_loop()
-    loop.create_connection = asgi_cost._fake_connection  # type: ignore[method-assign]  # a fake Redis, for this loop only
+    loop.create_connection = asgi_cost.connect_fake_redis  # type: ignore[method-assign]  # a fake Redis, for this loop only
     workdir = Path(tempfile.mkdtemp(prefix="h2-rls-"))
     (workdir / "bench.yaml").write_text(asgi_cost.RLS_CONFIG)
     # No pipelining window: this loop turns with sleep(0) and would spin while

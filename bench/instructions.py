@@ -51,7 +51,7 @@ from envoy.service.ratelimit.v3 import rls_pb2
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.asgi_cost import RLS_CONFIG, _fake_connection  # noqa: E402
+from bench.asgi_cost import RLS_CONFIG, connect_fake_redis  # noqa: E402
 from bench.extauthz.bench import check_request, grpc_frame, write_config  # noqa: E402
 from extauthz.app import ExtAuthzApp  # noqa: E402
 from meshplane.asgi_grpc import GrpcAsgiApp  # noqa: E402
@@ -92,7 +92,7 @@ async def _calls() -> dict[str, Callable[[], Awaitable[None]]]:
     check_body = grpc_frame(check_request(tokens["hs"], None).SerializeToString())
 
     loop = asyncio.get_running_loop()
-    loop.create_connection = _fake_connection  # type: ignore[method-assign]  # a fake Redis, for this loop only
+    loop.create_connection = connect_fake_redis  # type: ignore[method-assign]  # a fake Redis, for this loop only
     (workdir / "rls").mkdir()
     (workdir / "rls/bench.yaml").write_text(RLS_CONFIG)
     # The store's timeout long: under callgrind the fake Redis's next loop turn is

@@ -29,13 +29,13 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TypeVar
 
 from envoy.service.ratelimit.v3 import rls_pb2
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from bench.fake_redis import fake_connection  # noqa: E402
 from ratelimit.app import build_store  # noqa: E402
 from ratelimit.config import load_config  # noqa: E402
 from ratelimit.service import RateLimitService  # noqa: E402
@@ -71,20 +71,6 @@ class _NextTurnRedis(asyncio.Transport):
         return False
 
 
-_P = TypeVar("_P", bound=asyncio.BaseProtocol)
-
-
-async def _fake_connection(
-    protocol_factory: Callable[[], _P], *_: object, **__: object
-) -> tuple[asyncio.Transport, _P]:
-    """``loop.create_connection``'s stand-in (its parameter names, for the type checker)."""
-    protocol = protocol_factory()
-    assert isinstance(protocol, asyncio.Protocol)  # the store's RESP protocol
-    transport = _NextTurnRedis(protocol)
-    protocol.connection_made(transport)
-    return transport, protocol
-
-
 async def _per_call(call: Callable[[], Awaitable[object]], count: int) -> float:
     for _ in range(500):  # warm the plan cache, the connection, the allocator
         await call()
@@ -97,7 +83,7 @@ async def _per_call(call: Callable[[], Awaitable[object]], count: int) -> float:
 async def _round(count: int) -> dict[str, float]:
     loop = asyncio.get_running_loop()
     # Only this loop's connections are faked: the store stack is the real one.
-    loop.create_connection = _fake_connection  # type: ignore[method-assign]  # a fake Redis, for this loop only
+    loop.create_connection = fake_connection(_NextTurnRedis)  # type: ignore[method-assign]  # a fake Redis, for this loop only
     directory = Path(tempfile.mkdtemp(prefix="rl-python-cost-"))
     (directory / "bench.yaml").write_text(_CONFIG)
     config = load_config(directory)
