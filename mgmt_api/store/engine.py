@@ -22,6 +22,11 @@ from alembic.config import Config
 from sqlalchemy.engine import Connection, Engine
 
 MIGRATIONS = Path(__file__).with_name("migrations")
+#: libpq's ``connect_timeout`` unless the URL sets one: a PostgreSQL that does not
+#: answer (a host gone, a packet filter dropping) fails a connection attempt in
+#: seconds instead of the kernel's TCP timeout (minutes), so a request fails
+#: fast, a start fails fast (and is restarted), and a drain never waits on it.
+POSTGRES_CONNECT_TIMEOUT_SECONDS = 5
 _IMMEDIATE = "meshplane_immediate"
 
 
@@ -60,7 +65,12 @@ def create_engine(url: str) -> Engine:
         # No pool_pre_ping: it adds a round trip to every checkout (two per
         # request). Connections are recycled instead, and a connection that
         # died under us fails that one request, not the process.
-        return sa.create_engine(url, pool_size=16, max_overflow=16, pool_recycle=1800)
+        connect_args: dict[str, Any] = {}
+        if "connect_timeout" not in sa.engine.make_url(url).query:
+            connect_args["connect_timeout"] = POSTGRES_CONNECT_TIMEOUT_SECONDS
+        return sa.create_engine(
+            url, pool_size=16, max_overflow=16, pool_recycle=1800, connect_args=connect_args
+        )
     raise ValueError(f"unsupported database URL scheme: {url.split(':', 1)[0]}")
 
 
