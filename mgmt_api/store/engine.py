@@ -36,6 +36,14 @@ def default_sqlite_url(data_dir: str | os.PathLike[str]) -> str:
     return f"sqlite+pysqlite:///{path / 'mgmt-api.db'}"
 
 
+def postgres_connect_args(url: str) -> dict[str, Any]:
+    """What every PostgreSQL connection of ours adds to ``url``'s own parameters
+    (the pool's, and the replica listener's, :mod:`mgmt_api.store.notify`)."""
+    if "connect_timeout" in sa.engine.make_url(url).query:
+        return {}
+    return {"connect_timeout": POSTGRES_CONNECT_TIMEOUT_SECONDS}
+
+
 def create_engine(url: str) -> Engine:
     """An engine for ``url`` with the per-dialect settings described above."""
     if url.startswith("sqlite"):
@@ -65,11 +73,12 @@ def create_engine(url: str) -> Engine:
         # No pool_pre_ping: it adds a round trip to every checkout (two per
         # request). Connections are recycled instead, and a connection that
         # died under us fails that one request, not the process.
-        connect_args: dict[str, Any] = {}
-        if "connect_timeout" not in sa.engine.make_url(url).query:
-            connect_args["connect_timeout"] = POSTGRES_CONNECT_TIMEOUT_SECONDS
         return sa.create_engine(
-            url, pool_size=16, max_overflow=16, pool_recycle=1800, connect_args=connect_args
+            url,
+            pool_size=16,
+            max_overflow=16,
+            pool_recycle=1800,
+            connect_args=postgres_connect_args(url),
         )
     raise ValueError(f"unsupported database URL scheme: {url.split(':', 1)[0]}")
 

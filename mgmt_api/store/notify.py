@@ -24,6 +24,8 @@ from collections.abc import Callable
 import psycopg
 from sqlalchemy.engine import make_url
 
+from mgmt_api.store.engine import postgres_connect_args
+
 log = logging.getLogger(__name__)
 
 REVISION_CHANNEL = "meshplane_revision"
@@ -59,7 +61,9 @@ async def listen_revisions(
     delay = _BACKOFF_FIRST
     while True:
         try:
-            conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
+            conn = await psycopg.AsyncConnection.connect(
+                conninfo, autocommit=True, **postgres_connect_args(sqlalchemy_url)
+            )
             async with conn:
                 await conn.execute(f"LISTEN {channel}")
                 log.info("listening for other replicas' commits", extra={"channel": channel})

@@ -8,6 +8,8 @@ timeout libpq would wait for the kernel's TCP timeout, minutes.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import socket
 import threading
 from collections.abc import Iterator
@@ -16,6 +18,8 @@ import pytest
 import sqlalchemy as sa
 
 from mgmt_api.store.engine import create_engine
+from mgmt_api.store.notify import listen_revisions
+from tests.support.processes import eventually
 
 
 @pytest.fixture
@@ -48,3 +52,20 @@ def test_a_database_that_never_answers_fails_the_connection_attempt(
     assert outcome, "the connection attempt was still waiting after 60 s"
     assert isinstance(outcome[0], sa.exc.OperationalError), outcome
     assert "timeout" in str(outcome[0]).lower(), outcome
+
+
+async def test_the_replica_listener_gives_up_and_tries_again(
+    silent_listener_fake_postgres: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    url = f"postgresql+psycopg://meshplane@127.0.0.1:{silent_listener_fake_postgres}/meshplane"
+    listener = asyncio.create_task(listen_revisions(url, lambda _revision: None))
+    try:
+        await eventually(
+            lambda: "revision listener lost its connection" in caplog.text,
+            60,
+            "the listener's connection attempt to give up",
+        )
+    finally:
+        listener.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await listener
