@@ -44,7 +44,11 @@ from tests.support.backends import BACKENDS
 
 PEAK_BOUND = 256 * MIB
 AFTER_BOUND = 128 * MIB
-P99_BOUND = 1.0
+#: Before the bounds the victim's calls took 15 s. A quiet machine gives 25 ms
+#: (docs/runtime.md, from bench/hostile_peers.py); six busy loops on the two
+#: cores gave 0.6 s, over half of an earlier 1 s bound. 5 s still catches the
+#: regression without timing the machine's load.
+P99_BOUND = 5.0
 CONNECTIONS, STREAMS = 120, 4
 
 
