@@ -63,7 +63,7 @@ from mgmt_api.distribution.sidecar_ads import SidecarStreams
 from mgmt_api.distribution.wire import add_to_server as add_ads_to_server
 from mgmt_api.distribution.workload_certs import WorkloadCertificatesServicer, add_to_server
 from mgmt_api.domain import ca_rotation, cluster_accounts, mesh_ca
-from mgmt_api.domain.durations import parse_duration
+from mgmt_api.domain.durations import parse_duration, shortest_duration
 from mgmt_api.errors import invalid
 from mgmt_api.service.enforcement import EnforcementService, Snapshot
 from mgmt_api.service.instances import SubscriberRegistry
@@ -118,7 +118,6 @@ def certificate_ttl(settings: Settings) -> float:
         settings.sidecar_certificate_ttl,
         "MESHPLANE_SIDECAR_CERT_TTL",
         (mesh_ca.MIN_SVID_TTL, mesh_ca.MAX_SVID_TTL),
-        "must be between 10s and 30d",
     )
 
 
@@ -128,16 +127,16 @@ def mesh_ca_settle(settings: Settings) -> float:
         settings.mesh_ca_settle,
         "MESHPLANE_MESH_CA_SETTLE",
         (ca_rotation.MIN_SETTLE, ca_rotation.MAX_SETTLE),
-        "must be between 1s and 5m",
     )
 
 
-def _bounded_duration(
-    value: str, field_name: str, bounds: tuple[float, float], refusal: str
-) -> float:
-    """``value`` (a duration) in seconds; a 400 naming ``field_name`` outside ``bounds``."""
+def _bounded_duration(value: str, field_name: str, bounds: tuple[float, float]) -> float:
+    """``value`` (a duration) in seconds; a 400 naming ``field_name`` and the bounds
+    outside them."""
     seconds = parse_duration(value, field_name)
-    if not bounds[0] <= seconds <= bounds[1]:
+    low, high = bounds
+    if not low <= seconds <= high:
+        refusal = f"must be between {shortest_duration(low)} and {shortest_duration(high)}"
         raise invalid(field_name, refusal)
     return seconds
 

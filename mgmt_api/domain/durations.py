@@ -44,3 +44,13 @@ def format_duration(seconds: float) -> str:
     if float(seconds).is_integer():
         return f"{int(seconds)}s"
     return f"{seconds:.3f}".rstrip("0") + "s"
+
+
+def shortest_duration(seconds: float) -> str:
+    """Whole ``seconds`` in the largest unit :func:`duration_seconds` reads that divides
+    them (``720h``, ``5m``, ``10s``): how an error states a bound the caller can type."""
+    for unit in ("h", "m", "s"):
+        size = _UNIT[unit]
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return format_duration(seconds)

@@ -9,7 +9,7 @@ import pytest
 
 from mgmt_api import fqn
 from mgmt_api.domain import listing, rbac
-from mgmt_api.domain.durations import format_duration, parse_duration
+from mgmt_api.domain.durations import format_duration, parse_duration, shortest_duration
 from mgmt_api.errors import ApiError, Code
 from mgmt_api.kinds import KINDS
 
@@ -144,6 +144,15 @@ def test_bad_durations(text: str) -> None:
 
 def test_format_duration() -> None:
     assert format_duration(3600) == "3600s" and format_duration(0.5) == "0.5s"
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(30 * 86400.0, "720h"), (300.0, "5m"), (90.0, "90s"), (10.0, "10s"), (0.5, "0.5s")],
+)
+def test_shortest_duration_reads_back(seconds: float, text: str) -> None:
+    assert shortest_duration(seconds) == text
+    assert parse_duration(text, "f") == seconds
 
 
 def test_page_tokens_and_selectors() -> None:
